@@ -1,0 +1,27 @@
+"""jax2onnx_nn: export JAX functions, Flax NNX and Equinox modules to ONNX.
+
+>>> import jax.numpy as jnp
+>>> from jax2onnx_nn import to_onnx
+>>> model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)])
+"""
+
+from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
+from jax2onnx_nn.core.errors import ConversionError, SpecError
+from jax2onnx_nn.core.registry import lowering, register
+from jax2onnx_nn.core.verify import VerifyReport, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_OPSET",
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "ConversionError",
+    "SpecError",
+    "VerifyReport",
+    "export_model",
+    "lowering",
+    "register",
+    "to_onnx",
+    "verify",
+]

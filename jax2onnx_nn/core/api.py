@@ -1,0 +1,217 @@
+"""to_onnx: specs -> jaxpr -> ONNX graph -> clean, typed ModelProto (and file)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import onnx
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import ConversionError, SpecError
+from jax2onnx_nn.core.graph import GraphBuilder
+from jax2onnx_nn.core.lower import Lowerer, LoweringOptions, onnx_aval
+from jax2onnx_nn.core.passes import cleanup, fill_missing_types
+from jax2onnx_nn.core.registry import Rule, normalize_overrides
+from jax2onnx_nn.core.specs import parse_specs
+from jax2onnx_nn.core.trace import trace
+
+MIN_OPSET = 17
+MAX_OPSET = 23
+DEFAULT_OPSET = 21
+_IR_VERSION = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}
+_EXTERNAL_DATA_THRESHOLD = 1_800_000_000  # bytes of weights above which files get external data
+
+
+def to_onnx(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    input_params: Mapping[str, Any] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    opset: int | None = None,
+    enable_double_precision: bool = False,
+    path: str | os.PathLike[str] | None = None,
+    model_name: str | None = None,
+    lowerings: Mapping[Any, Rule] | None = None,
+    constraints: Sequence[str] = (),
+) -> onnx.ModelProto:
+    """Export a JAX callable to ONNX.
+
+    Args:
+        fn: a function, a ``jax.jit``-ed function, or a Flax NNX / Equinox module.
+        inputs: one spec per positional argument: a shape tuple (``("B", 30)``; strings are
+            symbolic dims, the same name is the same dim everywhere), a ``(shape, dtype)``
+            pair, a ``jax.ShapeDtypeStruct``, an array, a Python scalar (a runtime scalar
+            input) or a pytree of these.
+        input_params: keyword arguments of ``fn`` exported as named runtime inputs, e.g.
+            ``{"deterministic": True}`` (the value gives the spec).
+        input_names / output_names: names of the flat graph inputs / outputs; default from
+            the argument names and pytree paths (``x``, ``params/w``) and ``out_0``, ...
+        opset: ONNX opset, between 17 and 23 (default 21).
+        enable_double_precision: trace with x64 on, so float64 work stays float64.
+        path: also write the model there (atomically; external data above ~1.8 GB).
+        model_name: the graph's name (default: the callable's name).
+        lowerings: ``{primitive_or_name: rule}`` overriding built-in rules for this export.
+        constraints: symbolic dim constraints, e.g. ``("B >= 2",)``.
+
+    Returns:
+        The ``onnx.ModelProto``.
+
+    Raises:
+        ConversionError: unsupported primitives (all listed, with source lines).
+        SpecError: an input spec that cannot be understood.
+
+    Example::
+
+        model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)])
+    """
+    model = export_model(
+        fn, inputs, input_params=input_params, input_names=input_names,
+        output_names=output_names, opset=opset, enable_double_precision=enable_double_precision,
+        model_name=model_name, lowerings=lowerings, constraints=constraints,
+    )
+    if path is not None:
+        save_model(model, path)
+    return ir.to_proto(model)
+
+
+def export_model(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    input_params: Mapping[str, Any] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    opset: int | None = None,
+    enable_double_precision: bool = False,
+    model_name: str | None = None,
+    lowerings: Mapping[Any, Rule] | None = None,
+    constraints: Sequence[str] = (),
+    const_names: Mapping[int, str] | None = None,
+) -> ir.Model:
+    """Like :func:`to_onnx` but returns the ``onnx_ir.Model`` (weights not yet copied)."""
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"opset must be between {MIN_OPSET} and {MAX_OPSET}, got {opset}")
+    if not callable(fn):
+        raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
+    with jxi.x64(enable_double_precision):
+        specs = parse_specs(
+            inputs, input_params=dict(input_params or {}),
+            enable_double_precision=enable_double_precision, constraints=constraints,
+        )
+        traced = trace(fn, specs)
+        names = _input_names(fn, traced.in_names, input_names)
+        builder = GraphBuilder(model_name or _callable_name(fn))
+        builder.opset_imports[""] = opset
+        lowerer = Lowerer(builder, LoweringOptions(opset, enable_double_precision, normalize_overrides(lowerings)))
+        lowerer.const_names.update(const_names or {})
+        graph_inputs = []
+        for name, leaf in zip(names, traced.in_avals, strict=True):
+            dtype, shape = onnx_aval(leaf)
+            value = builder.add_input(name, dtype, shape)
+            lowerer.dims.add_source(value, shape)
+            graph_inputs.append(value)
+        try:
+            outs = lowerer.lower_jaxpr(traced.closed_jaxpr, graph_inputs, builder)
+        except NotImplementedError as err:
+            raise ConversionError(f"cannot export: {err}") from err
+        if lowerer.unsupported:
+            raise ConversionError.from_unsupported(lowerer.unsupported)
+    _set_outputs(builder, outs, traced.out_avals, output_names)
+    model = ir.Model(
+        builder.build_graph(), ir_version=_IR_VERSION[opset], producer_name="jax2onnx_nn",
+        producer_version=_version(),
+    )
+    model.metadata_props.update(
+        {"jax2onnx_nn.jax_version": jax.__version__, "jax2onnx_nn.opset": str(opset),
+         "jax2onnx_nn.enable_double_precision": str(enable_double_precision)}
+    )
+    cleanup(model)
+    fill_missing_types(model)
+    return model
+
+
+def _version() -> str:
+    from jax2onnx_nn import __version__
+
+    return __version__
+
+
+def _callable_name(fn: Any) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return "main" if name == "<lambda>" else name
+
+
+def _input_names(fn: Any, paths: list[str], given: Sequence[str] | None) -> list[str]:
+    if given is not None:
+        given = list(given)
+        if len(given) != len(paths):
+            raise SpecError(f"input_names has {len(given)} names for {len(paths)} flat inputs ({paths})")
+        if len(set(given)) != len(given):
+            raise SpecError(f"input_names must be unique, got {given}")
+        return given
+    params = _positional_names(fn)
+    names = []
+    for path in paths:
+        head, _, rest = path.partition("/")
+        if head.isdigit():  # positional argument i
+            i = int(head)
+            head = params[i] if i < len(params) else f"input_{i}"
+        names.append(f"{head}/{rest}" if rest else head)
+    return names
+
+
+def _positional_names(fn: Any) -> list[str]:
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def _set_outputs(builder: GraphBuilder, outs: list[ir.Value], avals: list[Any], given: Sequence[str] | None) -> None:
+    if given is not None and len(given) != len(outs):
+        raise SpecError(f"output_names has {len(given)} names for {len(outs)} outputs")
+    seen: set[int] = set()
+    inputs = {id(v) for v in builder.inputs}
+    for i, (value, aval) in enumerate(zip(outs, avals, strict=True)):
+        # an output must be the output of a node of its own with the output's name
+        if value.producer() is None or id(value) in inputs or id(value) in seen:
+            value = builder.op.Identity(value)
+            dtype, shape = onnx_aval(aval)
+            from jax2onnx_nn.core.graph import set_type
+
+            set_type(value, dtype, shape)
+        seen.add(id(value))
+        value.name = builder.names.fresh(given[i] if given is not None else f"out_{i}")
+        builder.outputs.append(value)
+
+
+def save_model(model: ir.Model, path: str | os.PathLike[str]) -> None:
+    """Write atomically: to a temporary file beside ``path``, then rename over it."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    fd, tmp = tempfile.mkstemp(prefix=".jax2onnx_nn-", suffix=".onnx", dir=directory)
+    os.close(fd)
+    try:
+        if weight_bytes > _EXTERNAL_DATA_THRESHOLD:
+            data_name = os.path.basename(path) + ".data"
+            ir.save(model, tmp, external_data=data_name)
+        else:
+            ir.save(model, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

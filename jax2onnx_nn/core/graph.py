@@ -1,0 +1,298 @@
+"""The graph builder: a thin layer over onnx_ir.
+
+It owns what every lowering rule would otherwise re-do: unique, scope-derived names for nodes
+and values, deduplicated constants, initializers that wrap (never copy) numpy buffers, and the
+``op`` namespace that rules write nodes with (``b.op.Gemm(a, w, c, transB=1)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import kernels
+
+_SMALL_CONST = 256  # constants up to this many elements are deduplicated by content
+
+
+def ir_dtype(dtype: Any) -> ir.DataType:
+    return ir.DataType.from_numpy(np.dtype(dtype))
+
+
+def ir_shape(dims: Sequence[Any]) -> ir.Shape:
+    """Static dims stay ints; symbolic dims (B, 2*B) become named dims."""
+    return ir.Shape([d if isinstance(d, (int, np.integer)) else str(d) for d in dims])
+
+
+class _Names:
+    """Unique names in O(1) per name, shared by a graph and all its sub-graphs."""
+
+    def __init__(self) -> None:
+        self._taken: set[str] = set()
+        self._next: dict[str, int] = {}
+
+    def fresh(self, base: str) -> str:
+        if base not in self._taken:
+            self._taken.add(base)
+            return base
+        n = self._next.get(base, 1)
+        while f"{base}_{n}" in self._taken:
+            n += 1
+        self._next[base] = n + 1
+        name = f"{base}_{n}"
+        self._taken.add(name)
+        return name
+
+    def reserve(self, name: str) -> None:
+        self._taken.add(name)
+
+
+class _Constants:
+    """Deduplicated constants of one model; stored as initializers of the main graph."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Any, ir.Value] = {}
+        self.initializers: list[ir.Value] = []
+
+
+class OpNamespace:
+    """``ops.Add(a, b)``, ``ops.Split(x, s, axis=0, _outputs=2)``, ``ops.F(x, _domain="d")``."""
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self._builder = builder
+
+    def __getattr__(self, op_type: str) -> Any:
+        def make(*inputs: Any, _outputs: int = 1, _domain: str = "", _name: str | None = None, **attrs: Any) -> Any:
+            outs = self._builder.add_node(op_type, inputs, attrs, num_outputs=_outputs, domain=_domain, name=_name)
+            return outs[0] if _outputs == 1 else outs
+
+        return make
+
+
+class GraphBuilder:
+    """Nodes, inputs, outputs and constants of one ONNX graph (main graph or a body)."""
+
+    def __init__(
+        self,
+        name: str = "main",
+        *,
+        parent: GraphBuilder | None = None,
+        isolated: bool = False,
+    ) -> None:
+        self.name = name
+        self.parent = parent
+        # A function body sees no outer scope: its constants are Constant nodes of its own.
+        self.isolated = isolated
+        self.nodes: list[ir.Node] = []
+        self.inputs: list[ir.Value] = []
+        self.outputs: list[ir.Value] = []
+        self.names: _Names = parent.names if parent else _Names()
+        self.constants: _Constants = _Constants() if (parent is None or isolated) else parent.constants
+        self.scope: list[str] = list(parent.scope) if parent else []
+        self.doc_string: str | None = None
+        self.op = OpNamespace(self)
+        self.opset_imports: dict[str, int] = parent.opset_imports if parent else {}
+
+    # -- naming ---------------------------------------------------------------------------
+    @contextmanager
+    def name_scope(self, name: str) -> Iterator[None]:
+        self.scope.append(name)
+        try:
+            yield
+        finally:
+            self.scope.pop()
+
+    def _scoped(self, base: str) -> str:
+        return "/".join([*self.scope, base]) if self.scope else base
+
+    # -- values ---------------------------------------------------------------------------
+    def add_input(self, name: str, dtype: Any, shape: Sequence[Any]) -> ir.Value:
+        value = ir.Value(name=self.names.fresh(name), type=ir.TensorType(ir_dtype(dtype)), shape=ir_shape(shape))
+        self.inputs.append(value)
+        return value
+
+    def initializer(self, array: Any, name: str) -> ir.Value:
+        """A named weight; wraps the array's buffer without copying it."""
+        array = np.asarray(array)
+        tensor = ir.Tensor(array, name=None)
+        value = ir.Value(
+            name=self.names.fresh(name),
+            type=ir.TensorType(tensor.dtype),
+            shape=ir.Shape(array.shape),
+            const_value=tensor,
+        )
+        if self.isolated:
+            return self._constant_node(value)
+        self.constants.initializers.append(value)
+        return value
+
+    def const(self, value: Any, dtype: Any = None) -> ir.Value:
+        """A constant tensor; equal small constants are one value."""
+        array = np.asarray(value, dtype=dtype)
+        if array.size <= _SMALL_CONST:
+            key: Any = (array.dtype.str, array.shape, array.tobytes())
+        else:
+            key = ("id", id(value), array.dtype.str, array.shape)
+        cached = self.constants.by_key.get(key)
+        if cached is not None:
+            return cached
+        tensor = ir.Tensor(array)
+        name = self.names.fresh(_const_name(array))
+        result = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)
+        if self.isolated:
+            result = self._constant_node(result)
+        else:
+            self.constants.initializers.append(result)
+        if array.size > _SMALL_CONST:
+            self._keepalive = getattr(self, "_keepalive", []) + [value]  # id() stays unique
+        self.constants.by_key[key] = result
+        return result
+
+    def _constant_node(self, value: ir.Value) -> ir.Value:
+        node = ir.Node("", "Constant", [], [ir.AttrTensor("value", value.const_value)], name=self.names.fresh(value.name + "/Constant"))
+        out = node.outputs[0]
+        out.name = value.name
+        out.type, out.shape = value.type, value.shape
+        out.const_value = value.const_value
+        self.nodes.append(node)
+        return out
+
+    # -- nodes ----------------------------------------------------------------------------
+    def add_node(
+        self,
+        op_type: str,
+        inputs: Sequence[Any],
+        attrs: dict[str, Any],
+        *,
+        num_outputs: int = 1,
+        domain: str = "",
+        name: str | None = None,
+    ) -> list[ir.Value]:
+        values = [self._as_value(x) for x in inputs]
+        original = widened = None
+        if domain == "" and op_type in kernels.SUPPORTED:
+            original, widened = self._kernel_dtype(op_type, values)
+            if widened is not None:
+                t_inputs = kernels.T_INPUTS.get(op_type, range(len(values)))
+                values = [
+                    self._cast(v, widened) if i in t_inputs and v is not None else v
+                    for i, v in enumerate(values)
+                ]
+        attributes = ir.convenience.convert_attributes({k: _attr(v) for k, v in attrs.items() if v is not None})
+        node_name = self.names.fresh(self._scoped(name or op_type))
+        node = ir.Node(domain, op_type, values, attributes, num_outputs=num_outputs, name=node_name, doc_string=self.doc_string)
+        for i, out in enumerate(node.outputs):
+            out.name = self.names.fresh(f"{node_name}_output_{i}")
+        self.nodes.append(node)
+        if domain == "":
+            _infer_dtypes(node, values, attrs)
+        outputs = list(node.outputs)
+        if widened is not None and op_type not in kernels.FIXED_OUTPUT:
+            outputs[0] = self._cast(outputs[0], original)
+        return outputs
+
+    def _kernel_dtype(self, op_type: str, values: list[ir.Value | None]) -> tuple[Any, Any]:
+        """(input dtype, dtype to compute in) when onnxruntime lacks a kernel, else (dtype, None)."""
+        t_inputs = kernels.T_INPUTS.get(op_type, range(len(values)))
+        dtype = next(
+            (v.dtype.numpy() for i, v in enumerate(values) if i in t_inputs and v is not None and v.dtype is not None),
+            None,
+        )
+        if dtype is None or kernels.supports(op_type, dtype):
+            return dtype, None
+        wider = kernels.compute_dtype(op_type, dtype)
+        if wider is None:
+            raise NotImplementedError(f"onnxruntime has no {op_type} kernel for {dtype} and no wider type keeps its values")
+        return dtype, wider
+
+    def _cast(self, value: ir.Value, dtype: Any) -> ir.Value:
+        node_name = self.names.fresh(self._scoped("Cast"))
+        node = ir.Node("", "Cast", [value], [ir.AttrInt64("to", ir_dtype(dtype))], name=node_name, doc_string=self.doc_string)
+        out = node.outputs[0]
+        out.name = self.names.fresh(f"{node_name}_output_0")
+        out.type = ir.TensorType(ir_dtype(dtype))
+        out.shape = value.shape
+        self.nodes.append(node)
+        return out
+
+    def _as_value(self, x: Any) -> ir.Value | None:
+        if x is None or isinstance(x, ir.Value):
+            return x
+        if isinstance(x, (np.ndarray, np.generic)):
+            return self.const(x)
+        raise TypeError(f"node inputs must be ir.Value, numpy arrays or None, got {type(x).__name__}")
+
+    def child(self, name: str, *, isolated: bool = False) -> GraphBuilder:
+        """A builder for a body graph (If/Loop/Scan) or, isolated, an ONNX function body."""
+        return GraphBuilder(name, parent=self, isolated=isolated)
+
+    def build_graph(self) -> ir.Graph:
+        """The ir.Graph of this builder (bodies carry no initializers: constants live outside)."""
+        initializers = self.constants.initializers if self.parent is None else ()
+        return ir.Graph(self.inputs, self.outputs, nodes=self.nodes, initializers=initializers, name=self.name, opset_imports=self.opset_imports if self.parent is None else None)
+
+
+def _const_name(array: np.ndarray) -> str:
+    if array.size == 1:
+        v = array.reshape(()).item()
+        text = str(v).replace("-", "m").replace(".", "p").replace("+", "")
+        if len(text) <= 12 and text.replace("_", "").isalnum():
+            return f"const_{array.dtype.name}_{text}" + ("" if array.ndim == 0 else f"_r{array.ndim}")
+    return f"const_{array.dtype.name}"
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ir.Tensor(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, (tuple, list)):
+        return [_attr(v) for v in value]
+    return value
+
+
+def set_type(value: ir.Value, dtype: Any, shape: Sequence[Any] | None) -> None:
+    """Stamp dtype and shape on a value (the interpreter calls this once per eqn output)."""
+    value.type = ir.TensorType(ir_dtype(dtype))
+    value.shape = ir_shape(shape) if shape is not None else None
+
+
+_BOOL_OUT = frozenset(["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf", "Not", "And", "Or", "Xor"])
+_INT64_OUT = frozenset(["ArgMax", "ArgMin", "Shape", "Size", "NonZero"])
+_DTYPE_FROM_INPUT = {"Where": 1, "CastLike": 1}
+_NO_INFERENCE = frozenset(["If", "Loop", "Scan"])
+
+
+def _infer_dtypes(node: ir.Node, inputs: list[ir.Value | None], attrs: dict[str, Any]) -> None:
+    """Element types of a new node's outputs; shapes are filled in by one pass at the end."""
+    op = node.op_type
+    if op in _NO_INFERENCE:
+        return
+    if op in _BOOL_OUT:
+        dtype: Any = ir.DataType.BOOL
+    elif op in _INT64_OUT:
+        dtype = ir.DataType.INT64
+    elif op == "Cast":
+        dtype = ir.DataType(int(attrs["to"]))
+    elif op == "ConstantOfShape":
+        value = attrs.get("value")
+        dtype = ir.DataType.from_numpy(np.asarray(value).dtype) if value is not None else ir.DataType.FLOAT
+    else:
+        i = _DTYPE_FROM_INPUT.get(op, 0)
+        source = inputs[i] if i < len(inputs) else None
+        dtype = source.dtype if source is not None else None
+    if dtype is None:
+        return
+    outputs = node.outputs
+    if op == "TopK":
+        outputs[0].type = ir.TensorType(dtype)
+        outputs[1].type = ir.TensorType(ir.DataType.INT64)
+        return
+    for out in outputs:
+        out.type = ir.TensorType(dtype)

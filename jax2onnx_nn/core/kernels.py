@@ -1,0 +1,117 @@
+"""Which element types onnxruntime's CPU kernels take, and how the builder bridges the gaps.
+
+The ONNX spec allows, for example, ``Max`` on int16 and ``Where`` on bool, but onnxruntime has
+no kernel for them, so a model that uses them fails to load. Rather than have every rule check,
+the builder consults this table for each node it makes: an input of a type without a kernel is
+cast to the nearest wider type that has one (value-preserving), and outputs of that type are
+cast back. Ops not listed take every type. The table was measured on onnxruntime 1.32 (CPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_ABBREV = {
+    "b": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+}
+
+_FLOAT = "f16 f32 f64"
+_NUMERIC = "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64"
+_BITWISE = "i8 i16 i32 i64 u8 u16 u32 u64"
+
+_SUPPORTED_TEXT: dict[str, str] = {
+    **{op: _FLOAT for op in ("Exp", "Log", "Tanh", "Sqrt", "Sin", "Cos", "Floor", "Ceil", "Sigmoid", "Reciprocal", "Round", "Softmax", "LogSoftmax", "Softplus", "Elu", "Selu", "Celu", "HardSigmoid", "Mish", "Gelu", "LeakyRelu", "ThresholdedRelu", "Softsign", "HardSwish")},
+    **{op: "f16 f32" for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf")},
+    **{op: _NUMERIC for op in ("Add", "Sub", "Mul", "Div", "Mod", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")},
+    **{op: _BITWISE for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")},
+    **{op: "b" for op in ("Not", "And", "Or", "Xor")},
+    "Abs": _NUMERIC,
+    "Neg": "i8 i16 i32 i64 f16 f32 f64",
+    "Sign": "i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64",
+    "IsNaN": "f16 bf16 f32 f64",
+    "IsInf": "f16 bf16 f32 f64",
+    "Relu": "i8 i32 f16 f32 f64",
+    "Pow": "i32 i64 f16 f32 f64",
+    "Max": "i8 i32 i64 u8 u32 u64 f16 f32 f64",
+    "Min": "i8 i32 i64 u8 u32 u64 f16 f32 f64",
+    "Equal": "b " + _NUMERIC,
+    "BitShift": "u8 u16 u32 u64",
+    "Where": "i8 i32 i64 u8 u32 f16 f32 f64",
+    "ReduceSum": "i32 i64 f16 f32 f64",
+    "ReduceMax": "b i8 i32 i64 u8 f16 f32 f64",
+    "ReduceMin": "b i8 i32 i64 u8 f16 f32 f64",
+    "ReduceProd": "i32 i64 f16 f32 f64",
+    "ArgMax": "i8 i32 i64 u8 f16 f32 f64",
+    "ArgMin": "i8 i32 i64 u8 f16 f32 f64",
+    "CumSum": "i32 i64 f16 f32 f64",
+    "TopK": "i8 i16 i32 i64 u8 f16 f32 f64",
+    "Expand": "b " + _NUMERIC,
+    "Pad": "b i8 i32 i64 u8 u32 u64 f16 bf16 f32 f64",
+    "MatMul": "i32 i64 u32 u64 f16 f32 f64",
+    "Gemm": "f32 f64",
+    "Einsum": "i32 i64 f16 f32 f64",
+    "Tile": "b " + _NUMERIC,
+    "ReverseSequence": "b " + _NUMERIC,
+    "Conv": "f32 f64",
+    "MaxPool": "i8 u8 f16 f32 f64",
+    "AveragePool": "f16 f32",
+    "ReduceL2": "f32 f64",
+    "Clip": "i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64",
+}
+
+def _bfloat16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _parse() -> dict[str, frozenset[np.dtype]]:
+    def dt(a: str) -> np.dtype:
+        return _bfloat16() if a == "bf16" else np.dtype(_ABBREV[a])
+
+    return {op: frozenset(dt(a) for a in text.split()) for op, text in _SUPPORTED_TEXT.items()}
+
+
+SUPPORTED: dict[str, frozenset[np.dtype]] = _parse()
+
+# Which inputs carry the op's main element type T (default: all) and which outputs have type T
+# (default: output 0). Outputs of a fixed type (bool, int64) are not cast back.
+T_INPUTS: dict[str, tuple[int, ...]] = {
+    "Where": (1, 2), "Pad": (0, 2), "Expand": (0,), "Tile": (0,), "CumSum": (0,), "TopK": (0,),
+    "ReduceSum": (0,), "ReduceMax": (0,), "ReduceMin": (0,), "ReduceProd": (0,), "ReduceL2": (0,),
+    "ArgMax": (0,), "ArgMin": (0,), "Pow": (0,), "ReverseSequence": (0,), "MaxPool": (0,),
+}
+FIXED_OUTPUT = frozenset(
+    ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf", "ArgMax", "ArgMin"]
+)
+
+# Widening that keeps every value: the first type in the chain with a kernel is used.
+_WIDER: dict[str, tuple[str, ...]] = {
+    "bool": ("uint8", "int32", "int64"),
+    "int8": ("int32", "int64"),
+    "int16": ("int32", "int64"),
+    "uint8": ("int32", "uint32", "int64"),
+    "uint16": ("int32", "uint32", "int64"),
+    "uint32": ("int64",),
+    "uint64": ("int64",),  # keeps bits (modular arithmetic); order above 2**63 is not kept
+    "float16": ("float32",),
+    "bfloat16": ("float32",),
+}
+
+
+def supports(op_type: str, dtype: np.dtype) -> bool:
+    allowed = SUPPORTED.get(op_type)
+    return allowed is None or np.dtype(dtype) in allowed
+
+
+def compute_dtype(op_type: str, dtype: np.dtype) -> np.dtype | None:
+    """The type to compute ``op_type`` in for inputs of ``dtype``; None if no kernel fits."""
+    dtype = np.dtype(dtype)
+    if supports(op_type, dtype):
+        return dtype
+    for wider in _WIDER.get(dtype.name, ()):
+        if supports(op_type, np.dtype(wider)):
+            return np.dtype(wider)
+    return None

@@ -1,0 +1,227 @@
+"""The interpreter: walks a jaxpr, keeps Var -> ir.Value, dispatches each equation to its rule.
+
+This is the only module that knows what a jaxpr looks like. It solves once what every rule
+would otherwise re-do: literals and closed-over constants become ONNX constants, call-like
+primitives (jit, custom_jvp/vjp, remat, closed_call) are inlined, primitives defined by
+libraries are lowered through their own JAX implementation, and the dtype and shape of every
+equation output are stamped from the jaxpr's avals.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.graph import GraphBuilder, ir_shape, set_type
+from jax2onnx_nn.core.registry import Registration, lookup
+from jax2onnx_nn.core.symbolic import DimEvaluator
+
+# Call-like primitives whose body is lowered inline, with the param that holds the body.
+CALL_BODIES: dict[str, tuple[str, ...]] = {
+    "pjit": ("jaxpr",),
+    "jit": ("jaxpr",),
+    "closed_call": ("call_jaxpr",),
+    "core_call": ("call_jaxpr",),
+    "call": ("call_jaxpr",),
+    "custom_jvp_call": ("call_jaxpr",),
+    "custom_vjp_call": ("call_jaxpr", "fun_jaxpr"),
+    "custom_vjp_call_jaxpr": ("fun_jaxpr", "call_jaxpr"),
+    "remat": ("jaxpr",),
+    "checkpoint": ("jaxpr",),
+    "custom_lin": ("jaxpr",),
+}
+
+
+def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
+    """The ONNX dtype and shape a JAX aval is represented by (keys become their uint32 data)."""
+    if jxi.is_key_dtype(aval.dtype):
+        return np.dtype(np.uint32), tuple(aval.shape) + jxi.key_data_shape(aval.dtype)
+    return np.dtype(aval.dtype), tuple(aval.shape)
+
+
+@dataclass
+class LoweringOptions:
+    opset: int
+    enable_double_precision: bool = False
+    overrides: Mapping[str, Registration] = field(default_factory=dict)
+
+
+class Lowerer:
+    """State of one export: the root builder, symbolic dims, unsupported primitives seen."""
+
+    def __init__(self, builder: GraphBuilder, options: LoweringOptions) -> None:
+        self.root = builder
+        self.options = options
+        self.dims = DimEvaluator(builder)
+        self.unsupported: dict[str, list[str]] = defaultdict(list)
+        self._consts: dict[int, tuple[Any, ir.Value]] = {}
+        self.const_names: dict[int, str] = {}  # id(array) -> initializer name, from adapters
+
+    # -- constants ------------------------------------------------------------------------
+    def constant(self, value: Any, builder: GraphBuilder) -> ir.Value:
+        """A closed-over array (a weight) as an initializer, one per distinct array."""
+        hit = self._consts.get(id(value))
+        if hit is not None and not builder.isolated:
+            return hit[1]
+        array = value
+        if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
+            import jax
+
+            array = jax.random.key_data(value)
+        array = np.asarray(array)
+        if array.size <= 16 or builder.isolated:
+            result = builder.const(array)
+        else:
+            name = self.const_names.get(id(value), "weight")
+            result = builder.initializer(array, name)
+        if not builder.isolated:
+            self._consts[id(value)] = (value, result)  # holding value keeps id() unique
+        return result
+
+    def literal(self, atom: Any, builder: GraphBuilder) -> ir.Value:
+        dtype, _ = onnx_aval(atom.aval)
+        return builder.const(np.asarray(jxi.literal_value(atom), dtype=dtype))
+
+    # -- jaxprs ---------------------------------------------------------------------------
+    def lower_jaxpr(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+        """Lower a (closed or open) jaxpr into ``builder``; returns its output values."""
+        closed = jxi.as_closed(closed_jaxpr)
+        jaxpr = closed.jaxpr
+        env: dict[Any, ir.Value] = {}
+
+        def read(atom: Any) -> ir.Value:
+            if jxi.is_literal(atom):
+                return self.literal(atom, builder)
+            return env[atom]
+
+        for var, const in zip(jaxpr.constvars, closed.consts, strict=True):
+            env[var] = self.constant(const, builder)
+        if len(inputs) != len(jaxpr.invars):
+            raise ValueError(f"jaxpr takes {len(jaxpr.invars)} inputs, got {len(inputs)}")
+        env.update(zip(jaxpr.invars, inputs, strict=True))
+        for eqn in jaxpr.eqns:
+            outs = self.lower_eqn(eqn, [read(a) for a in eqn.invars], builder)
+            for var, value in zip(eqn.outvars, outs, strict=True):
+                if not isinstance(var, jxi.DropVar):
+                    env[var] = value
+        return [read(a) for a in jaxpr.outvars]
+
+    def lower_eqn(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+        name = eqn.primitive.name
+        registration = lookup(name, self.options.overrides)
+        previous_doc = builder.doc_string
+        builder.doc_string = jxi.source_line(eqn)
+        try:
+            if registration is not None and registration.min_opset <= self.options.opset:
+                ctx = LoweringContext(self, eqn, builder)
+                result = registration.rule(ctx, *inputs, **eqn.params)
+                outs = [result] if isinstance(result, ir.Value) else list(result)
+            elif name in CALL_BODIES:
+                outs = self._lower_call(eqn, inputs, builder)
+            else:
+                impl = jxi.primitive_impl_jaxpr(eqn.primitive, eqn.params, [v.aval for v in eqn.invars])
+                if impl is not None:
+                    outs = self.lower_jaxpr(impl, inputs, builder)
+                else:
+                    self.unsupported[name].append(builder.doc_string)
+                    outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
+        finally:
+            builder.doc_string = previous_doc
+        if len(outs) != len(eqn.outvars):
+            raise AssertionError(f"rule for {name} returned {len(outs)} values for {len(eqn.outvars)} outputs")
+        for var, value in zip(eqn.outvars, outs, strict=True):
+            self._stamp(value, var.aval, name)
+        return outs
+
+    def _stamp(self, value: ir.Value, aval: Any, prim: str) -> None:
+        dtype, shape = onnx_aval(aval)
+        if value.type is not None and value.dtype is not None and value.producer() is None:
+            # graph inputs / constants passed through: already typed; they must agree
+            if value.dtype.numpy() != dtype:
+                raise AssertionError(f"lowering of {prim} returned {value.dtype} where JAX has {dtype}")
+            return
+        if value.dtype is not None and value.dtype.numpy() != dtype:
+            raise AssertionError(f"lowering of {prim} returned {value.dtype} where JAX has {dtype}")
+        set_type(value, dtype, shape)
+
+    def _lower_call(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+        body = next(
+            (eqn.params[k] for k in CALL_BODIES[eqn.primitive.name] if eqn.params.get(k) is not None),
+            None,
+        )
+        if body is None:
+            raise AssertionError(f"no body found in the params of {eqn.primitive.name}")
+        scope = eqn.params.get("name") if eqn.primitive.name in ("pjit", "jit") else None
+        if scope and scope != "<lambda>":
+            with builder.name_scope(str(scope)):
+                return self.lower_jaxpr(body, inputs, builder)
+        return self.lower_jaxpr(body, inputs, builder)
+
+
+class LoweringContext:
+    """What a rule sees: the equation's avals, the builder, constants and dims."""
+
+    def __init__(self, lowerer: Lowerer, eqn: Any, builder: GraphBuilder) -> None:
+        self.lowerer = lowerer
+        self.eqn = eqn
+        self.builder = builder
+        self.op = builder.op
+
+    @property
+    def avals_in(self) -> list[Any]:
+        return [v.aval for v in self.eqn.invars]
+
+    @property
+    def avals_out(self) -> list[Any]:
+        return [v.aval for v in self.eqn.outvars]
+
+    @property
+    def aval_in(self) -> Any:
+        return self.eqn.invars[0].aval
+
+    @property
+    def aval_out(self) -> Any:
+        return self.eqn.outvars[0].aval
+
+    @property
+    def opset(self) -> int:
+        return self.lowerer.options.opset
+
+    @property
+    def source_line(self) -> str:
+        return jxi.source_line(self.eqn)
+
+    def const(self, value: Any, *, like: Any = None, dtype: Any = None) -> ir.Value:
+        """A constant; ``like`` (an ir.Value or aval) gives its dtype."""
+        if dtype is None and like is not None:
+            dtype = like.dtype.numpy() if isinstance(like, ir.Value) else onnx_aval(like)[0]
+        return self.builder.const(np.asarray(value, dtype=dtype))
+
+    def dim(self, d: Any) -> ir.Value:
+        """A (possibly symbolic) dim as an int64 tensor of shape [1]."""
+        return self.lowerer.dims.dim(d)
+
+    def shape_tensor(self, dims: Sequence[Any]) -> ir.Value:
+        """A shape (ints and symbolic dims) as a 1-D int64 tensor; constant when static."""
+        if not any(jxi.is_symbolic_dim(d) for d in dims):
+            return self.builder.const(np.array([int(d) for d in dims], dtype=np.int64))
+        return self.op.Concat(*[self.dim(d) for d in dims], axis=0)
+
+    def lower_sub(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder | None = None) -> list[ir.Value]:
+        """Lower a sub-jaxpr (a body) into ``builder`` (default: the current one)."""
+        return self.lowerer.lower_jaxpr(closed_jaxpr, inputs, builder or self.builder)
+
+    def typed(self, value: ir.Value, aval: Any) -> ir.Value:
+        """Stamp an aval's dtype/shape on an intermediate value (bodies need typed I/O)."""
+        dtype, shape = onnx_aval(aval)
+        set_type(value, dtype, shape)
+        return value
+
+
+__all__ = ["Lowerer", "LoweringContext", "LoweringOptions", "onnx_aval", "ir_shape"]

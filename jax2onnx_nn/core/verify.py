@@ -1,0 +1,237 @@
+"""Run an exported model in onnxruntime and the callable in JAX on the same inputs."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+import onnx
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.specs import parse_specs
+
+DEFAULT_SIZE = 3
+
+
+def default_tolerance(dtype: Any) -> tuple[float, float]:
+    """(rtol, atol) for comparing an output of ``dtype``; exact for ints and bools."""
+    name = np.dtype(dtype).name
+    return {
+        "float64": (1e-12, 1e-12),
+        "float32": (1e-5, 1e-5),
+        "float16": (2e-3, 2e-3),
+        "bfloat16": (1.6e-2, 1.6e-2),
+    }.get(name, (0.0, 0.0))
+
+
+@dataclass
+class OutputComparison:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class VerifyRun:
+    sizes: dict[str, int]
+    outputs: list[OutputComparison]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+
+@dataclass
+class VerifyReport:
+    runs: list[VerifyRun] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+    @property
+    def max_abs(self) -> float:
+        return max((o.max_abs for r in self.runs for o in r.outputs), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((o.max_rel for r in self.runs for o in r.outputs), default=0.0)
+
+    def __str__(self) -> str:
+        lines = []
+        for run in self.runs:
+            sizes = ", ".join(f"{k}={v}" for k, v in run.sizes.items()) or "static shapes"
+            for o in run.outputs:
+                mark = "ok" if o.ok else "MISMATCH"
+                lines.append(
+                    f"[{sizes}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
+                    f"max rel {o.max_rel:.3g} {mark}{(' - ' + o.detail) if o.detail else ''}"
+                )
+        return "\n".join(lines)
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise AssertionError("onnxruntime and JAX disagree:\n" + str(self))
+
+
+def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | None = None, atol: float | None = None) -> OutputComparison:
+    """Compare one output: exact for ints/bools, rtol/atol for floats, NaN where NaN."""
+    expected = np.asarray(expected)
+    actual = np.asarray(actual)
+    d_rtol, d_atol = default_tolerance(expected.dtype)
+    rtol = d_rtol if rtol is None else rtol
+    atol = d_atol if atol is None else atol
+    base = OutputComparison(name, expected.dtype.name, tuple(expected.shape), 0.0, 0.0, True)
+    if actual.shape != expected.shape:
+        base.ok, base.detail = False, f"shape {actual.shape} != JAX {expected.shape}"
+        return base
+    if actual.dtype != expected.dtype:
+        base.ok, base.detail = False, f"dtype {actual.dtype} != JAX {expected.dtype}"
+        return base
+    if expected.size == 0:
+        return base
+    if expected.dtype.kind in "biu":
+        diff = actual != expected
+        base.max_abs = float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
+        base.ok = not bool(diff.any())
+        if not base.ok:
+            idx = tuple(int(i) for i in np.argwhere(diff)[0])
+            base.detail = f"first difference at {idx}: {actual[idx]} vs {expected[idx]}"
+        return base
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    same_special = (nan_a & nan_e) | (np.isinf(e) & (a == e))
+    finite = ~(nan_a | nan_e | np.isinf(a) | np.isinf(e))
+    err = np.where(finite, np.abs(a - e), 0.0)
+    rel = np.where(finite, err / np.maximum(np.abs(e), np.finfo(np.float64).tiny), 0.0)
+    base.max_abs = float(err.max())
+    base.max_rel = float(np.where(err > atol, rel, 0.0).max())
+    bad = ~(same_special | (finite & (err <= atol + rtol * np.abs(e))))
+    base.ok = not bool(bad.any())
+    if not base.ok:
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        base.detail = f"{int(bad.sum())} elements off; first at {idx}: {actual[idx]} vs {expected[idx]}"
+    return base
+
+
+def random_inputs(avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random.Generator) -> list[Any]:
+    """Random values for avals, symbolic dims set from ``sizes`` (default 3 each)."""
+    values = []
+    for aval in avals:
+        shape = tuple(jxi.evaluate_dim(d, sizes, DEFAULT_SIZE) for d in aval.shape)
+        dtype = aval.dtype
+        if jxi.is_key_dtype(dtype):
+            data = rng.integers(0, 2**32, size=shape + jxi.key_data_shape(dtype), dtype=np.uint64).astype(np.uint32)
+            values.append(jax.random.wrap_key_data(data, impl=jxi.key_impl(dtype)))
+            continue
+        dtype = np.dtype(dtype)
+        if dtype == np.bool_:
+            values.append(rng.random(shape) < 0.5)
+        elif dtype.kind == "i":
+            values.append(rng.integers(-10, 11, size=shape).astype(dtype))
+        elif dtype.kind == "u":
+            values.append(rng.integers(0, 21, size=shape).astype(dtype))
+        else:
+            values.append(rng.standard_normal(shape).astype(dtype))
+    return values
+
+
+def run_onnx(model: onnx.ModelProto | str | os.PathLike[str] | bytes, flat_inputs: Sequence[Any]) -> list[np.ndarray]:
+    """Run a model in onnxruntime (CPU) on flat inputs given in graph-input order."""
+    import onnxruntime as ort
+
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model) if not isinstance(model, bytes) else model
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for meta, value in zip(session.get_inputs(), flat_inputs, strict=True):
+        if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
+            value = jax.random.key_data(value)
+        feeds[meta.name] = np.asarray(value)
+    return session.run(None, feeds)
+
+
+def verify(
+    fn: Callable[..., Any],
+    model: onnx.ModelProto | str | os.PathLike[str],
+    inputs: Sequence[Any],
+    *,
+    sizes: Mapping[str, Sequence[int]] | None = None,
+    input_params: Mapping[str, Any] | None = None,
+    enable_double_precision: bool | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+    input_values: Sequence[Any] | None = None,
+) -> VerifyReport:
+    """Run ``model`` in onnxruntime and ``fn`` in JAX on the same random inputs and compare.
+
+    Args:
+        fn: the exported callable.
+        model: the ModelProto (or a path to it).
+        inputs: the same input specs as given to ``to_onnx``.
+        sizes: values to try for each symbolic dim, e.g. ``{"B": [1, 5, 64]}``; run i uses
+            the i-th size of each dim (cycling shorter lists). Unnamed dims get 3.
+        input_params: as for ``to_onnx``; their values are fed as given.
+        enable_double_precision: as for ``to_onnx`` (default: read from the model metadata).
+        rtol, atol: float tolerances (default by dtype: f32 1e-5, f64 1e-12); ints and bools
+            are always compared exactly.
+        input_values: flat concrete inputs to use instead of random ones (one run).
+
+    Returns:
+        A :class:`VerifyReport`; ``report.ok``, ``report.max_abs``, ``report.max_rel``;
+        ``report.raise_if_failed()`` raises an AssertionError with the comparison table.
+    """
+    if enable_double_precision is None:
+        enable_double_precision = _model_x64(model)
+    rng = np.random.default_rng(seed)
+    sizes = {k: list(v) if isinstance(v, (list, tuple)) else [int(v)] for k, v in (sizes or {}).items()}
+    n_runs = max((len(v) for v in sizes.values()), default=1)
+    report = VerifyReport()
+    with jxi.x64(enable_double_precision):
+        specs = parse_specs(inputs, input_params=dict(input_params or {}), enable_double_precision=enable_double_precision)
+        pairs, treedef = specs.flat()
+        avals = [leaf for _, leaf in pairs]
+        for i in range(n_runs):
+            run_sizes = {k: v[i % len(v)] for k, v in sizes.items()}
+            if input_values is not None:
+                flat = list(input_values)
+            else:
+                flat = random_inputs(avals, run_sizes, rng)
+                n_args = len(jax.tree_util.tree_leaves(specs.args))
+                # input_params keep the user's values (a flag stays the flag they asked for)
+                param_leaves = jax.tree_util.tree_leaves(dict(input_params or {}))
+                if len(param_leaves) == len(flat) - n_args:
+                    flat[n_args:] = [np.asarray(v) for v in param_leaves]
+            args, kwargs = jax.tree_util.tree_unflatten(treedef, flat)
+            expected = jax.tree_util.tree_leaves(fn(*args, **kwargs))
+            actual = run_onnx(model, flat)
+            outputs = [
+                compare(f"out_{j}", a, np.asarray(e), rtol, atol)
+                for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))
+            ] if len(actual) == len(expected) else [
+                OutputComparison("outputs", "", (), 0.0, 0.0, False, f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs")
+            ]
+            report.runs.append(VerifyRun(run_sizes, outputs))
+            if input_values is not None:
+                break
+    return report
+
+
+def _model_x64(model: Any) -> bool:
+    if isinstance(model, onnx.ModelProto):
+        for p in model.metadata_props:
+            if p.key == "jax2onnx_nn.enable_double_precision":
+                return p.value == "True"
+    return False

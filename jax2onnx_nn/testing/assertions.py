@@ -1,0 +1,45 @@
+"""``assert_exports_match``: export, check, run onnxruntime, compare with JAX, in one call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import onnx
+
+from jax2onnx_nn.core.api import to_onnx
+from jax2onnx_nn.core.verify import verify
+
+
+def assert_exports_match(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    sizes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Sequence[Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    enable_double_precision: bool = False,
+    seed: int = 0,
+    **to_onnx_options: Any,
+) -> onnx.ModelProto:
+    """Export ``fn``, validate the model with the ONNX checker, and compare onnxruntime with JAX.
+
+    ``input_values`` (flat, in input order) are used as given; otherwise random inputs are drawn
+    for every size in ``sizes``. Raises AssertionError with a per-output table on mismatch.
+    Returns the model so tests can assert properties of the graph too.
+    """
+    model = to_onnx(fn, inputs, enable_double_precision=enable_double_precision, **to_onnx_options)
+    onnx.checker.check_model(model)
+    report = verify(
+        fn, model, inputs, sizes=sizes, input_values=input_values, rtol=rtol, atol=atol,
+        enable_double_precision=enable_double_precision, seed=seed,
+        input_params=to_onnx_options.get("input_params"),
+    )
+    report.raise_if_failed()
+    return model
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    """The op types of the main graph's nodes, in order."""
+    return [n.op_type for n in model.graph.node]
