@@ -1,0 +1,300 @@
+"""Control flow: cond/switch -> If, while/fori_loop -> Loop, scan -> Scan or Loop.
+
+Bodies are child graphs. Operands and loop-invariant values (consts) are not passed in: a body
+reads them from the enclosing graph (ONNX outer scope). Body inputs and outputs are stamped
+with the dtype and shape of the jaxpr's avals, so every body graph is fully typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.graph import GraphBuilder, set_type
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.registry import lowering
+
+OnnxType = tuple[np.dtype, tuple[Any, ...]]
+_BOOL_SCALAR: OnnxType = (np.dtype(np.bool_), ())
+# Loop counters whose range int64 holds, so that the trip count ``hi - lo`` is exact.
+_COUNTER_DTYPES = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32))
+
+
+# -- body graphs ------------------------------------------------------------------------------
+
+def _body(ctx: LoweringContext, name: str) -> GraphBuilder:
+    return ctx.builder.child(ctx.builder.names.fresh(name), isolated=ctx.builder.isolated)
+
+
+def _add_input(body: GraphBuilder, name: str, aval: Any) -> ir.Value:
+    return body.add_input(name, *onnx_aval(aval))
+
+
+def _loop_inputs(body: GraphBuilder) -> tuple[ir.Value, ir.Value]:
+    """The (iteration_num, cond) inputs every Loop body starts with."""
+    return body.add_input("iteration", np.int64, ()), body.add_input("cond", np.bool_, ())
+
+
+def _set_outputs(body: GraphBuilder, values: Sequence[ir.Value], types: Sequence[OnnxType]) -> ir.Graph:
+    """Make ``values`` the typed outputs of ``body`` and return its graph.
+
+    A body output must be made by a node of the body, once: outer values, constants, body
+    inputs and repeated values pass through an Identity.
+    """
+    own = {id(node) for node in body.nodes}
+    seen: set[int] = set()
+    for value, (dtype, shape) in zip(values, types, strict=True):
+        producer = value.producer()
+        if producer is None or id(producer) not in own or id(value) in seen:
+            value = body.op.Identity(value)
+        seen.add(id(value))
+        set_type(value, dtype, shape)
+        body.outputs.append(value)
+    return body.build_graph()
+
+
+def _node(ctx: LoweringContext, op_type: str, inputs: Sequence[ir.Value | None], avals: Sequence[Any], **attrs: Any) -> list[ir.Value]:
+    """A control-flow node with typed outputs (later nodes of the rule need their dtypes)."""
+    outs = ctx.builder.add_node(op_type, inputs, attrs, num_outputs=len(avals))
+    for value, aval in zip(outs, avals, strict=True):
+        ctx.typed(value, aval)
+    return outs
+
+
+def _types(avals: Sequence[Any]) -> list[OnnxType]:
+    return [onnx_aval(a) for a in avals]
+
+
+def _trip_count(ctx: LoweringContext, length: Any) -> ir.Value:
+    """A (possibly symbolic) length as the int64 scalar that Loop's trip count must be."""
+    if not jxi.is_symbolic_dim(length):
+        return ctx.const(int(length), dtype=np.int64)
+    return ctx.op.Squeeze(ctx.dim(length), ctx.const([0], dtype=np.int64))
+
+
+def _int64(ctx: LoweringContext, value: ir.Value) -> ir.Value:
+    if value.dtype == ir.DataType.INT64:
+        return value
+    if value.const_value is not None:
+        return ctx.const(value.const_value.numpy(), dtype=np.int64)
+    return ctx.op.Cast(value, to=ir.DataType.INT64)
+
+
+# -- cond / switch ----------------------------------------------------------------------------
+
+@lowering("cond", onnx_ops=("If", "Equal"), key_data=True)
+def _cond(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object) -> list[ir.Value]:
+    if not ctx.avals_out:
+        return []
+    if len(branches) == 1:
+        return ctx.lower_sub(branches[0], operands)
+    source = _bool_source(index)
+    if len(branches) == 2 and source is not None:
+        return _if(ctx, source, branches[1], branches[0], operands)
+    return _switch_chain(ctx, index, list(branches), operands)
+
+
+def _bool_source(index: ir.Value) -> ir.Value | None:
+    """The bool that ``index`` was cast from (``lax.cond(pred, ...)``), if any."""
+    producer = index.producer()
+    if producer is None or producer.op_type != "Cast" or producer.domain != "":
+        return None
+    source = producer.inputs[0]
+    return source if source is not None and source.dtype == ir.DataType.BOOL else None
+
+
+def _switch_chain(ctx: LoweringContext, index: ir.Value, branches: list[Any], operands: Sequence[ir.Value], first: int = 0) -> list[ir.Value]:
+    """``index == 0 ? b0 : (index == 1 ? b1 : ... b[n-1])``: an out-of-range index takes the
+    last branch, as XLA's Case does (``lax.switch`` clamps before binding ``cond``)."""
+    is_first = ctx.op.Equal(index, ctx.const(first, like=index))
+    if len(branches) - first == 2:
+        return _if(ctx, is_first, branches[first], branches[first + 1], operands)
+    rest = _body(ctx, "else_branch")
+    outs = _switch_chain(LoweringContext(ctx.lowerer, ctx.eqn, rest), index, branches, operands, first + 1)
+    else_graph = _set_outputs(rest, outs, _types(ctx.avals_out))
+    then_graph = _branch(ctx, branches[first], operands, "then_branch")
+    return _node(ctx, "If", [is_first], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
+
+
+def _if(ctx: LoweringContext, pred: ir.Value, then: Any, otherwise: Any, operands: Sequence[ir.Value]) -> list[ir.Value]:
+    then_graph = _branch(ctx, then, operands, "then_branch")
+    else_graph = _branch(ctx, otherwise, operands, "else_branch")
+    return _node(ctx, "If", [pred], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
+
+
+def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name: str) -> ir.Graph:
+    body = _body(ctx, name)
+    outs = ctx.lower_sub(jaxpr, operands, body)
+    return _set_outputs(body, outs, _types(ctx.avals_out))
+
+
+# -- while_loop / fori_loop -------------------------------------------------------------------
+
+@lowering("while", onnx_ops=("Loop", "Where", "ReduceSum"), key_data=True)
+def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
+    cond_consts = args[:cond_nconsts]
+    body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
+    init = args[cond_nconsts + body_nconsts:]
+    carry_avals = ctx.avals_out
+    pred_aval = jxi.as_closed(cond_jaxpr).out_avals[0]
+    batched = bool(pred_aval.shape)  # vmap of a loop whose predicate depends on the batch
+
+    def predicate(values: Sequence[ir.Value], builder: GraphBuilder | None = None) -> ir.Value:
+        return ctx.lower_sub(cond_jaxpr, [*cond_consts, *values], builder)[0]
+
+    trip_count = None if batched else _counted_trips(ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init)
+    pred = None if trip_count is not None else predicate(init)
+    body = _body(ctx, "while_body")
+    _, cond_in = _loop_inputs(body)
+    pred_in = _add_input(body, "pred", pred_aval) if batched else None
+    carries = [_add_input(body, "carry", a) for a in carry_avals]
+    new = ctx.lower_sub(body_jaxpr, [*body_consts, *carries], body)
+    if pred_in is not None:  # as in JAX, batch elements whose predicate is false keep their carry
+        new = [_select_batch(body, pred_in, n, c) for n, c in zip(new, carries, strict=True)]
+    state: list[ir.Value] = []  # the batched predicate rides along as a loop-carried value
+    if trip_count is not None:
+        again = cond_in
+    else:  # the predicate of the next iteration is computed at the end of this one
+        again = predicate(new, body)
+        if batched:
+            state, again = [again], _any(body, again)
+    state_types = _types([pred_aval] * len(state))
+    graph = _set_outputs(body, [again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)])
+    first = _any(ctx.builder, pred) if batched else pred
+    loop_in = [trip_count, first, *([pred] if batched else []), *init]
+    outs = _node(ctx, "Loop", loop_in, [*[pred_aval] * len(state), *carry_avals], body=graph)
+    return outs[len(state):]
+
+
+def _any(builder: GraphBuilder, pred: ir.Value) -> ir.Value:
+    """reduce_or over all elements, false for none (ReduceMax has no empty bool kernel)."""
+    count = builder.op.ReduceSum(builder.op.Cast(pred, to=ir.DataType.INT64), keepdims=0)
+    return builder.op.Greater(count, builder.const(np.int64(0)))
+
+
+def _select_batch(builder: GraphBuilder, pred: ir.Value, new: ir.Value, old: ir.Value) -> ir.Value:
+    """``where(pred, new, old)`` with ``pred`` over the leading (batch) dims of the carry."""
+    trailing = list(range(len(pred.shape), len(old.shape)))
+    if trailing:
+        pred = builder.op.Unsqueeze(pred, builder.const(np.asarray(trailing, np.int64)))
+    return builder.op.Where(pred, new, old)
+
+
+def _counted_trips(
+    ctx: LoweringContext, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int,
+    cond_consts: Sequence[ir.Value], init: Sequence[ir.Value],
+) -> ir.Value | None:
+    """The trip count ``max(hi - lo, 0)`` of a counted loop (a fori_loop with traced bounds):
+    the cond is ``i < hi`` with ``hi`` loop-invariant and the body adds 1 to ``i``. None for
+    any other loop."""
+    cond = jxi.as_closed(cond_jaxpr).jaxpr
+    body = jxi.as_closed(body_jaxpr).jaxpr
+    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt" or cond.outvars != cond.eqns[0].outvars:
+        return None
+    counter, bound = cond.eqns[0].invars
+    carry_in = list(cond.invars[cond_nconsts:])
+    if jxi.is_literal(counter) or counter not in carry_in:
+        return None
+    k = carry_in.index(counter)
+    if np.dtype(counter.aval.dtype) not in _COUNTER_DTYPES or not _adds_one(body, body.invars[body_nconsts + k], body.outvars[k]):
+        return None
+    if jxi.is_literal(bound):
+        hi = ctx.const(jxi.literal_value(bound), like=counter.aval)
+    elif bound in carry_in:
+        m = carry_in.index(bound)
+        if body.outvars[m] is not body.invars[body_nconsts + m]:
+            return None  # the bound changes in the loop
+        hi = init[m]
+    elif bound in cond.invars[:cond_nconsts]:
+        hi = cond_consts[list(cond.invars).index(bound)]
+    else:
+        return None
+    trips = ctx.op.Sub(_int64(ctx, hi), _int64(ctx, init[k]))
+    return ctx.op.Max(trips, ctx.const(0, dtype=np.int64))
+
+
+def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
+    """True when ``var_out = var_in + 1`` in ``jaxpr``."""
+    if jxi.is_literal(var_out):
+        return False
+    eqn = next((e for e in jaxpr.eqns if var_out in e.outvars), None)
+    if eqn is None or eqn.primitive.name != "add":
+        return False
+    a, b = eqn.invars
+    one = b if a is var_in else a if b is var_in else None
+    return one is not None and jxi.is_literal(one) and np.asarray(jxi.literal_value(one)).item() == 1
+
+
+# -- scan -------------------------------------------------------------------------------------
+
+@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice"), key_data=True)
+def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object) -> list[ir.Value]:
+    num_consts, num_carry = jxi.scan_counts(params)
+    consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]
+    symbolic = jxi.is_symbolic_dim(length)
+    if not symbolic and int(length) == 0:
+        return [*init, *[_empty(ctx, aval) for aval in ctx.avals_out[num_carry:]]]
+    if xs and not symbolic:
+        return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse)
+    # ONNX Scan fails on an empty sequence in onnxruntime, and a length that is a symbolic dim
+    # may be 0 at run time; a Loop with a trip count runs 0 times correctly.
+    return _scan_as_loop(ctx, jaxpr, consts, init, xs, length, reverse)
+
+
+def _empty(ctx: LoweringContext, aval: Any) -> ir.Value:
+    dtype, shape = onnx_aval(aval)
+    if not any(jxi.is_symbolic_dim(d) for d in shape):
+        return ctx.const(np.zeros(shape, dtype))
+    return ctx.op.ConstantOfShape(ctx.shape_tensor(shape), value=np.zeros(1, dtype))
+
+
+def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool) -> list[ir.Value]:
+    closed = jxi.as_closed(jaxpr)
+    in_avals = closed.in_avals[len(consts):]
+    body = _body(ctx, "scan_body")
+    carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
+    x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
+    outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
+    graph = _set_outputs(body, outs, _types(closed.out_avals))
+    n_ys = len(ctx.avals_out) - len(init)
+    directions = {}
+    if reverse:
+        directions = {"scan_input_directions": [1] * len(xs), "scan_output_directions": [1] * n_ys or None}
+    return _node(ctx, "Scan", [*init, *xs], ctx.avals_out, body=graph, num_scan_inputs=len(xs), **directions)
+
+
+def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], length: Any, reverse: bool) -> list[ir.Value]:
+    closed = jxi.as_closed(jaxpr)
+    in_avals = closed.in_avals[len(consts):]
+    trip_count = _trip_count(ctx, length)
+    last = ctx.op.Sub(trip_count, ctx.const(1, dtype=np.int64)) if reverse and xs else None
+    body = _body(ctx, "scan_body")
+    iteration, cond_in = _loop_inputs(body)
+    carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
+    index = body.op.Sub(last, iteration) if last is not None else iteration
+    x_slices = [ctx.typed(body.op.Gather(x, index, axis=0), a) for x, a in zip(xs, in_avals[len(init):], strict=True)]
+    outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
+    graph = _set_outputs(body, [cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
+    results = _node(ctx, "Loop", [trip_count, None, *init], ctx.avals_out, body=graph)
+    carry_out, ys = results[:len(init)], results[len(init):]
+    ys_avals = ctx.avals_out[len(init):]
+    return [*carry_out, *[_finish_ys(ctx, y, a, length, reverse) for y, a in zip(ys, ys_avals, strict=True)]]
+
+
+def _finish_ys(ctx: LoweringContext, ys: ir.Value, aval: Any, length: Any, reverse: bool) -> ir.Value:
+    """Loop stacks scan outputs in iteration order; a reverse scan wants them the other way."""
+    _, shape = onnx_aval(aval)
+    if jxi.is_symbolic_dim(length) and any(jxi.is_symbolic_dim(d) for d in shape[1:]):
+        # after 0 iterations onnxruntime makes a symbolic dim of the stacked output 0
+        ys = ctx.op.Reshape(ys, ctx.shape_tensor(shape), allowzero=1)
+    if reverse:
+        ys = ctx.op.Slice(
+            ys, ctx.const([-1], dtype=np.int64), ctx.const([np.iinfo(np.int64).min], dtype=np.int64),
+            ctx.const([0], dtype=np.int64), ctx.const([-1], dtype=np.int64),
+        )
+    return ys
+
