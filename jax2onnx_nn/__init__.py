@@ -7,6 +7,7 @@
 
 from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
 from jax2onnx_nn.core.errors import ConversionError, SpecError
+from jax2onnx_nn.core.functions import onnx_function
 from jax2onnx_nn.core.registry import lowering, register
 from jax2onnx_nn.core.verify import VerifyReport, verify
 
@@ -21,6 +22,7 @@ __all__ = [
     "VerifyReport",
     "export_model",
     "lowering",
+    "onnx_function",
     "register",
     "to_onnx",
     "verify",

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "default", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "default", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
-    "quick", max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "quick", max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
     "thorough", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.lower import Lowerer, LoweringOptions, onnx_aval
 from jax2onnx_nn.core.passes import cleanup, fill_missing_types
+from jax2onnx_nn.core.patching import ExportOptions, export_session
 from jax2onnx_nn.core.registry import Rule, normalize_overrides
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.trace import trace
@@ -40,6 +42,9 @@ def to_onnx(
     model_name: str | None = None,
     lowerings: Mapping[Any, Rule] | None = None,
     constraints: Sequence[str] = (),
+    training: bool = False,
+    auto_functions: bool = False,
+    coarse_ops: bool = True,
 ) -> onnx.ModelProto:
     """Export a JAX callable to ONNX.
 
@@ -59,6 +64,12 @@ def to_onnx(
         model_name: the graph's name (default: the callable's name).
         lowerings: ``{primitive_or_name: rule}`` overriding built-in rules for this export.
         constraints: symbolic dim constraints, e.g. ``("B >= 2",)``.
+        training: export modules in training mode (BatchNorm batch statistics, Dropout
+            active); default: inference mode, on a copy (the module is never changed).
+        auto_functions: make every call of a user-defined module class an ONNX function
+            call, as ``@onnx_function`` does for one class.
+        coarse_ops: lower framework layers (``nnx.Linear``, ``nnx.LayerNorm``, ...) to one
+            coarse ONNX op each (``Gemm``, ``LayerNormalization``, ...) instead of lax ops.
 
     Returns:
         The ``onnx.ModelProto``.
@@ -75,6 +86,7 @@ def to_onnx(
         fn, inputs, input_params=input_params, input_names=input_names,
         output_names=output_names, opset=opset, enable_double_precision=enable_double_precision,
         model_name=model_name, lowerings=lowerings, constraints=constraints,
+        training=training, auto_functions=auto_functions, coarse_ops=coarse_ops,
     )
     if path is not None:
         save_model(model, path)
@@ -94,23 +106,34 @@ def export_model(
     lowerings: Mapping[Any, Rule] | None = None,
     constraints: Sequence[str] = (),
     const_names: Mapping[int, str] | None = None,
+    timings: dict[str, float] | None = None,
+    training: bool = False,
+    auto_functions: bool = False,
+    coarse_ops: bool = True,
 ) -> ir.Model:
-    """Like :func:`to_onnx` but returns the ``onnx_ir.Model`` (weights not yet copied)."""
+    """Like :func:`to_onnx` but returns the ``onnx_ir.Model`` (weights not yet copied).
+
+    ``timings``, if given, receives the seconds spent tracing, lowering and in clean-up passes.
+    """
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset must be between {MIN_OPSET} and {MAX_OPSET}, got {opset}")
     if not callable(fn):
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
-    with jxi.x64(enable_double_precision):
+    options = ExportOptions(training=training, auto_functions=auto_functions, coarse_ops=coarse_ops)
+    with jxi.x64(enable_double_precision), export_session(fn, options) as prepared:
         specs = parse_specs(
             inputs, input_params=dict(input_params or {}),
             enable_double_precision=enable_double_precision, constraints=constraints,
         )
-        traced = trace(fn, specs)
+        started = time.perf_counter()
+        traced = trace(prepared.fn, specs)
+        traced_at = time.perf_counter()
         names = _input_names(fn, traced.in_names, input_names)
         builder = GraphBuilder(model_name or _callable_name(fn))
         builder.opset_imports[""] = opset
         lowerer = Lowerer(builder, LoweringOptions(opset, enable_double_precision, normalize_overrides(lowerings)))
+        lowerer.const_names.update(prepared.const_names)
         lowerer.const_names.update(const_names or {})
         graph_inputs = []
         for name, leaf in zip(names, traced.in_avals, strict=True):
@@ -127,14 +150,17 @@ def export_model(
     _set_outputs(builder, outs, traced.out_avals, output_names)
     model = ir.Model(
         builder.build_graph(), ir_version=_IR_VERSION[opset], producer_name="jax2onnx_nn",
-        producer_version=_version(),
+        producer_version=_version(), functions=[f.function for f in lowerer.functions.values()],
     )
     model.metadata_props.update(
         {"jax2onnx_nn.jax_version": jax.__version__, "jax2onnx_nn.opset": str(opset),
          "jax2onnx_nn.enable_double_precision": str(enable_double_precision)}
     )
+    lowered_at = time.perf_counter()
     cleanup(model)
     fill_missing_types(model)
+    if timings is not None:
+        timings.update(trace=traced_at - started, lower=lowered_at - traced_at, passes=time.perf_counter() - lowered_at)
     return model
 
 

@@ -86,12 +86,12 @@ class GraphBuilder:
         self.name = name
         self.parent = parent
         # A function body sees no outer scope: its constants are Constant nodes of its own.
-        self.isolated = isolated
+        self.isolated = isolated or (parent is not None and parent.isolated)
         self.nodes: list[ir.Node] = []
         self.inputs: list[ir.Value] = []
         self.outputs: list[ir.Value] = []
         self.names: _Names = parent.names if parent else _Names()
-        self.constants: _Constants = _Constants() if (parent is None or isolated) else parent.constants
+        self.constants: _Constants = _Constants() if (parent is None or self.isolated) else parent.constants
         self.scope: list[str] = list(parent.scope) if parent else []
         self.doc_string: str | None = None
         self.op = OpNamespace(self)
@@ -174,10 +174,11 @@ class GraphBuilder:
     ) -> list[ir.Value]:
         values = [self._as_value(x) for x in inputs]
         original = widened = None
-        if domain == "" and op_type in kernels.SUPPORTED:
-            original, widened = self._kernel_dtype(op_type, values)
+        kernel = kernels.kernel_key(op_type, attrs)
+        if domain == "" and kernel in kernels.SUPPORTED:
+            original, widened = self._kernel_dtype(kernel, values)
             if widened is not None:
-                t_inputs = kernels.T_INPUTS.get(op_type, range(len(values)))
+                t_inputs = kernels.T_INPUTS.get(kernel, range(len(values)))
                 values = [
                     self._cast(v, widened) if i in t_inputs and v is not None else v
                     for i, v in enumerate(values)
@@ -191,7 +192,7 @@ class GraphBuilder:
         if domain == "":
             _infer_dtypes(node, values, attrs)
         outputs = list(node.outputs)
-        if widened is not None and op_type not in kernels.FIXED_OUTPUT:
+        if widened is not None and kernel not in kernels.FIXED_OUTPUT:
             outputs[0] = self._cast(outputs[0], original)
         return outputs
 

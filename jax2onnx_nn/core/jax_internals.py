@@ -27,7 +27,7 @@ Primitive = jex.core.Primitive
 try:  # DropVar moved between modules across versions
     DropVar = jex.core.DropVar
 except AttributeError:  # pragma: no cover - depends on the JAX version
-    from jax._src.core import DropVar  # type: ignore[no-redef]
+    from jax._src.core import DropVar  # type: ignore[no-redef]  # noqa: F401
 
 from jax._src import source_info_util as _source_info_util  # noqa: E402
 
@@ -91,8 +91,10 @@ def source_line(eqn: Any) -> str:
 
 
 def name_stack(eqn: Any) -> str:
+    """The ``jax.named_scope`` names around an equation, joined by "/" (transforms left out)."""
     try:
-        return str(eqn.source_info.name_stack)
+        stack = eqn.source_info.name_stack.stack
+        return "/".join(e.name for e in stack if type(e).__name__ == "Scope")
     except Exception:  # pragma: no cover
         return ""
 
@@ -155,9 +157,25 @@ def primitive_impl_jaxpr(prim: Any, params: dict[str, Any], avals: list[Any]) ->
         closed = jax.make_jaxpr(lambda *args: impl(*args, **params))(*specs)
     except Exception:
         return None
-    if any(e.primitive is prim for e in closed.jaxpr.eqns):
+    if _binds(closed.jaxpr, prim):
         return None
     return closed
+
+
+def _binds(jaxpr: Any, prim: Any) -> bool:
+    """Whether ``jaxpr`` binds ``prim`` anywhere, nested bodies included."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is prim:
+            return True
+        for sub in subjaxprs_of(eqn.params):
+            if _binds(sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub, prim):
+                return True
+    return False
+
+
+def callback_function(callback: Any) -> Any | None:
+    """The user's Python function behind the ``callback`` param of a pure_callback equation."""
+    return getattr(callback, "callback_func", None)
 
 
 def is_extended_dtype(dtype: Any) -> bool:
@@ -182,3 +200,173 @@ def evaluate_dim(d: Any, sizes: dict[str, int], default: int) -> int:
             term *= value**exponent
         total += term
     return total
+
+
+# -- typed PRNG keys ----------------------------------------------------------------------
+# Keys are represented by their uint32 data. What a key impl does (seed, split, fold_in,
+# random_bits) is JAX code in its PRNGImpl (public via jax.extend.random.define_prng_impl);
+# only reaching the impl from a key dtype is internal.
+
+
+def key_data_struct(aval: Any) -> jax.ShapeDtypeStruct:
+    """The uint32 data behind an aval of typed keys; other avals as they are."""
+    if is_key_dtype(aval.dtype):
+        return jax.ShapeDtypeStruct(tuple(aval.shape) + key_data_shape(aval.dtype), np.dtype(np.uint32))
+    return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
+
+
+def _vmapped(f: Any, n: int) -> Any:
+    for _ in range(n):
+        f = jax.vmap(f)
+    return f
+
+
+def _trace_as(eqn: Any, fn: Any, avals: list[Any]) -> Any:
+    """make_jaxpr of ``fn`` on the key data of ``avals``; its equations keep ``eqn``'s user
+    source line (so an unsupported primitive inside is reported where the user wrote it)."""
+    with _source_info_util.user_context(eqn.source_info.traceback):
+        return jax.make_jaxpr(fn)(*[key_data_struct(a) for a in avals])
+
+
+def prng_impl_jaxpr(eqn: Any) -> Any:
+    """A PRNG equation (random_seed/bits/split/fold_in) as its key impl's JAX code on key data.
+
+    Mirrors JAX's own lowering: the impl works on one key, vmapped over the key batch dims.
+    Config that the impl reads (``jax_threefry_partitionable``) is read now, as JAX does.
+    """
+    name, params = eqn.primitive.name, eqn.params
+    avals_in = [v.aval for v in eqn.invars]
+    if name == "random_seed":
+        impl = params["impl"]
+        fn = _vmapped(impl.seed, len(avals_in[0].shape))
+    elif name == "random_bits":
+        impl = key_impl(avals_in[0].dtype)
+        fn = _vmapped(lambda k: impl.random_bits(k, params["bit_width"], params["shape"]), len(avals_in[0].shape))
+    elif name == "random_split":
+        impl = key_impl(avals_in[0].dtype)
+        fn = _vmapped(lambda k: impl.split(k, params["shape"]), len(avals_in[0].shape))
+    elif name == "random_fold_in":
+        impl = key_impl(avals_in[0].dtype)
+        shape = tuple(eqn.outvars[0].aval.shape)
+        fold_in = _vmapped(impl.fold_in, len(shape))
+
+        def fn(keys: Any, msgs: Any) -> Any:
+            keys = jax.numpy.broadcast_to(keys, shape + tuple(impl.key_shape))
+            return fold_in(keys, jax.numpy.broadcast_to(msgs, shape))
+    else:
+        raise ValueError(f"{name} is not a PRNG primitive")
+    return _trace_as(eqn, fn, avals_in)
+
+
+def key_data_jaxpr(eqn: Any) -> Any | None:
+    """An equation that makes typed keys from typed keys (slice, reshape, gather, select_n, ...)
+    as the same primitive on the keys' uint32 data.
+
+    Each word of the key data is an array shaped like the keys, so the op on keys is the op
+    vmapped over the trailing key-data dims; JAX's batching rules adjust its params. Returns
+    None when the equation has a sub-jaxpr, outputs that are not keys, or cannot be traced.
+    """
+    avals_out = [v.aval for v in eqn.outvars]
+    if subjaxprs_of(eqn.params) or not all(is_key_dtype(a.dtype) for a in avals_out):
+        return None
+    avals_in = [v.aval for v in eqn.invars]
+    n_data_dims = len(key_data_shape(avals_out[0].dtype))
+    in_axes = [-1 if is_key_dtype(a.dtype) else None for a in avals_in]
+
+    def fn(*args: Any) -> Any:
+        out = eqn.primitive.bind(*args, **eqn.params)
+        return list(out) if eqn.primitive.multiple_results else out
+
+    for _ in range(n_data_dims):
+        fn = jax.vmap(fn, in_axes=in_axes, out_axes=-1)
+    try:
+        return _trace_as(eqn, fn, avals_in)
+    except Exception:
+        return None
+
+
+def scan_counts(params: dict[str, Any]) -> tuple[int, int]:
+    """(num_consts, num_carry) of a scan equation: plain params up to JAX 0.10, ``ft_in`` later."""
+    if "ft_in" in params:
+        consts, carry, _ = params["ft_in"].unpack()
+        return len(consts), len(carry)
+    return int(params["num_consts"]), int(params["num_carry"])
+
+
+# -- primitives whose meaning is a body jaxpr (coarse ops, ONNX function calls) ------------
+
+
+def hoist_consts(closed: Any) -> tuple[Any, list[Any]]:
+    """A closed jaxpr's consts as its leading inputs: (closed jaxpr without consts, consts)."""
+    from jax._src.interpreters import partial_eval as pe
+
+    return ClosedJaxpr(pe.convert_constvars_jaxpr(closed.jaxpr), ()), list(closed.consts)
+
+
+_BODY_PRIMITIVES: dict[str, Any] = {}
+_REBOUND_UNDER_VMAP: set[str] = set()
+
+
+def rebind_under_vmap(name: str) -> None:
+    """Under ``jax.vmap``, bind the body primitive ``name`` again on the batched operands
+    (batch dims moved to the front, the body vmapped) instead of inlining its body.
+
+    For primitives whose lowering accepts operands with extra leading (batch) dims, such as a
+    coarse op whose rule checks the ranks it models: ``jax.vmap(linear)`` stays one Gemm.
+    The re-bound equation has a ``vmap_levels`` param: one tuple per enclosing vmap, outermost
+    first, saying which operands carry that vmap's dim (their leading dims, in that order).
+    """
+    _REBOUND_UNDER_VMAP.add(name)
+
+
+def body_primitive(name: str) -> Any:
+    """A primitive (one per name) whose ``body`` param, a ClosedJaxpr, is what it computes.
+
+    Its implementation, abstract evaluation, batching, JVP and MLIR lowering are those of the
+    body, so JAX numerics and transformations are exactly the body's; jvp inlines it, and so
+    does vmap unless :func:`rebind_under_vmap` was called for ``name``.
+    """
+    prim = _BODY_PRIMITIVES.get(name)
+    if prim is not None:
+        return prim
+    from jax._src.interpreters import ad, batching, mlir
+
+    prim = Primitive(name)
+    prim.multiple_results = True
+
+    def impl(*args: Any, body: Any, **_: Any) -> list[Any]:
+        return list(jex.core.jaxpr_as_fun(body)(*args))
+
+    def abstract_eval(*_avals: Any, body: Any, **_: Any) -> list[Any]:
+        return list(body.out_avals)
+
+    def batch(args: Any, dims: Any, *, body: Any, **params: Any) -> tuple[list[Any], list[int]]:
+        in_axes = [d if isinstance(d, int) else None for d in dims]  # not mapped: None
+        fn = jex.core.jaxpr_as_fun(body)
+        if name not in _REBOUND_UNDER_VMAP:
+            outs = jax.vmap(fn, in_axes=in_axes)(*args)
+            return list(outs), [0] * len(outs)
+        args = [a if d is None else jax.numpy.moveaxis(a, d, 0) for a, d in zip(args, in_axes, strict=True)]
+        front = [None if d is None else 0 for d in in_axes]
+        batched = jax.make_jaxpr(jax.vmap(fn, in_axes=front))(*args)
+        levels = (tuple(d is not None for d in in_axes), *params.pop("vmap_levels", ()))
+        outs = prim.bind(*args, body=batched, vmap_levels=levels, **params)
+        return list(outs), [0] * len(outs)
+
+    def jvp(primals: Any, tangents: Any, *, body: Any, **_: Any) -> tuple[list[Any], list[Any]]:
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        outs, out_tangents = jax.jvp(jex.core.jaxpr_as_fun(body), list(primals), tangents)
+        return list(outs), list(out_tangents)
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    batching.primitive_batchers[prim] = batch
+    ad.primitive_jvps[prim] = jvp
+    mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=True))
+    _BODY_PRIMITIVES[name] = prim
+    return prim
+
+
+def jaxpr_text(closed: Any) -> str:
+    """The printed jaxpr: equal texts (and equal input types) compute the same function."""
+    return str(closed.jaxpr)

@@ -9,6 +9,9 @@ cast back. Ops not listed take every type. The table was measured on onnxruntime
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 _ABBREV = {
@@ -54,11 +57,18 @@ _SUPPORTED_TEXT: dict[str, str] = {
     "Einsum": "i32 i64 f16 f32 f64",
     "Tile": "b " + _NUMERIC,
     "ReverseSequence": "b " + _NUMERIC,
-    "Conv": "f32 f64",
+    "Conv": "f16 f32",
+    "ConvTranspose": "f16 f32",
     "MaxPool": "i8 u8 f16 f32 f64",
     "AveragePool": "f16 f32",
     "ReduceL2": "f32 f64",
+    **{op: "f16 f32" for op in ("PRelu", "GRU", "LSTM", "RotaryEmbedding", "GlobalAveragePool", "GlobalMaxPool")},
     "Clip": "i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64",
+    "Compress": "b " + _NUMERIC,
+    # scatters with a reduction: keyed by kernel_key (the reduction changes the kernels)
+    **{f"{op}[{r}]": "b i8 i16 i32 i64 u8 u16 u32 u64 f32 f64" for op in ("ScatterND", "ScatterElements") for r in ("add", "mul")},
+    **{f"ScatterND[{r}]": "i8 i16 i32 i64 u8 u16 u32 u64 f32 f64" for r in ("min", "max")},
+    **{f"ScatterElements[{r}]": "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64" for r in ("min", "max")},
 }
 
 def _bfloat16() -> np.dtype:
@@ -82,6 +92,9 @@ T_INPUTS: dict[str, tuple[int, ...]] = {
     "Where": (1, 2), "Pad": (0, 2), "Expand": (0,), "Tile": (0,), "CumSum": (0,), "TopK": (0,),
     "ReduceSum": (0,), "ReduceMax": (0,), "ReduceMin": (0,), "ReduceProd": (0,), "ReduceL2": (0,),
     "ArgMax": (0,), "ArgMin": (0,), "Pow": (0,), "ReverseSequence": (0,), "MaxPool": (0,),
+    "Compress": (0,),
+    "GRU": (0, 1, 2, 3, 5), "LSTM": (0, 1, 2, 3, 5, 6, 7), "RotaryEmbedding": (0, 1, 2),
+    **{f"{op}[{r}]": (0, 2) for op in ("ScatterND", "ScatterElements") for r in ("add", "mul", "min", "max")},
 }
 FIXED_OUTPUT = frozenset(
     ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf", "ArgMax", "ArgMin"]
@@ -99,6 +112,12 @@ _WIDER: dict[str, tuple[str, ...]] = {
     "float16": ("float32",),
     "bfloat16": ("float32",),
 }
+
+
+def kernel_key(op_type: str, attrs: Mapping[str, Any]) -> str:
+    """The table key of a node: scatters with a reduction have their own kernels ("ScatterND[min]")."""
+    reduction = attrs.get("reduction")
+    return f"{op_type}[{reduction}]" if reduction not in (None, "none") else op_type
 
 
 def supports(op_type: str, dtype: np.dtype) -> bool:

@@ -62,6 +62,7 @@ class Lowerer:
         self.unsupported: dict[str, list[str]] = defaultdict(list)
         self._consts: dict[int, tuple[Any, ir.Value]] = {}
         self.const_names: dict[int, str] = {}  # id(array) -> initializer name, from adapters
+        self.functions: dict[Any, Any] = {}  # ONNX functions emitted so far (core/functions.py)
 
     # -- constants ------------------------------------------------------------------------
     def constant(self, value: Any, builder: GraphBuilder) -> ir.Value:
@@ -75,7 +76,7 @@ class Lowerer:
 
             array = jax.random.key_data(value)
         array = np.asarray(array)
-        if array.size <= 16 or builder.isolated:
+        if (array.size <= 16 and id(value) not in self.const_names) or builder.isolated:
             result = builder.const(array)
         else:
             name = self.const_names.get(id(value), "weight")
@@ -113,12 +114,22 @@ class Lowerer:
         return [read(a) for a in jaxpr.outvars]
 
     def lower_eqn(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+        scope = jxi.name_stack(eqn)  # jax.named_scope / module paths from adapters
+        if scope:
+            with builder.name_scope(scope):
+                return self._lower_eqn(eqn, inputs, builder)
+        return self._lower_eqn(eqn, inputs, builder)
+
+    def _lower_eqn(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         name = eqn.primitive.name
         registration = lookup(name, self.options.overrides)
         previous_doc = builder.doc_string
-        builder.doc_string = jxi.source_line(eqn)
+        builder.doc_string = jxi.source_line(eqn) or previous_doc  # library code: the caller's line
         try:
-            if registration is not None and registration.min_opset <= self.options.opset:
+            key_jaxpr = self._on_key_data(eqn, registration)
+            if key_jaxpr is not None:
+                outs = self.lower_jaxpr(key_jaxpr, inputs, builder)
+            elif registration is not None and registration.min_opset <= self.options.opset:
                 ctx = LoweringContext(self, eqn, builder)
                 result = registration.rule(ctx, *inputs, **eqn.params)
                 outs = [result] if isinstance(result, ir.Value) else list(result)
@@ -138,6 +149,15 @@ class Lowerer:
         for var, value in zip(eqn.outvars, outs, strict=True):
             self._stamp(value, var.aval, name)
         return outs
+
+    def _on_key_data(self, eqn: Any, registration: Registration | None) -> Any | None:
+        """For an op that rearranges typed keys (slice, reshape, gather, ...), the same op on
+        their uint32 data as a jaxpr; None for other ops and for rules that handle keys."""
+        if registration is not None and registration.key_data:
+            return None
+        if not any(jxi.is_key_dtype(v.aval.dtype) for v in eqn.outvars):
+            return None
+        return jxi.key_data_jaxpr(eqn)
 
     def _stamp(self, value: ir.Value, aval: Any, prim: str) -> None:
         dtype, shape = onnx_aval(aval)
@@ -211,6 +231,8 @@ class LoweringContext:
         """A shape (ints and symbolic dims) as a 1-D int64 tensor; constant when static."""
         if not any(jxi.is_symbolic_dim(d) for d in dims):
             return self.builder.const(np.array([int(d) for d in dims], dtype=np.int64))
+        if len(dims) == 1:
+            return self.dim(dims[0])
         return self.op.Concat(*[self.dim(d) for d in dims], axis=0)
 
     def lower_sub(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder | None = None) -> list[ir.Value]:

@@ -6,6 +6,8 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
+_INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
+
 
 def cleanup(model: ir.Model) -> None:
     common.RemoveUnusedNodesPass()(model)
@@ -25,26 +27,30 @@ def fill_missing_types(model: ir.Model) -> None:
     """Give every value without a full type a dtype and shape from ONNX shape inference.
 
     Rules stamp each equation's outputs from the jaxpr; values made inside a rule are left to
-    this pass. Inference runs on a copy of the graph without initializer data, so the cost
-    does not grow with the size of the weights.
+    this pass. Inference runs on a copy of the graph without the data of large initializers,
+    so the cost does not grow with the size of the weights; small ones (axes, pads, shapes)
+    keep their data, which shape inference needs.
     """
     values = _all_values(model.graph)
     missing = [v for v in values if v.type is None or v.shape is None]
     if not missing:
         return
     graph = model.graph
-    initializers = list(graph.initializers.values())
+    order = list(graph.initializers.values())
+    initializers = [v for v in order if v.const_value is None or v.const_value.size > _INFERENCE_CONST_SIZE]
     saved = [(v, v.const_value) for v in initializers]
     try:
         for v in initializers:
             v.const_value = None
-        graph.initializers.clear()
+            graph.initializers.pop(v.name)
         graph.inputs.extend(initializers)
         proto = ir.serde.serialize_model(model)
     finally:
         del graph.inputs[len(graph.inputs) - len(initializers):]
         for v, tensor in saved:
             v.const_value = tensor
+        graph.initializers.clear()
+        for v in order:
             graph.register_initializer(v)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)

@@ -20,6 +20,7 @@ class Registration:
     rule: Rule
     min_opset: int
     onnx_ops: tuple[str, ...]  # the ONNX ops the rule emits, for the support table
+    key_data: bool = False  # the rule itself handles typed PRNG keys (given as their uint32 data)
 
 
 _RULES: dict[str, Registration] = {}
@@ -30,13 +31,22 @@ def primitive_name(prim: Any) -> str:
     return prim if isinstance(prim, str) else prim.name
 
 
-def register(prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = ()) -> Rule:
-    """Register ``rule`` for ``prim`` (a Primitive or its name); later registrations win."""
-    _RULES[primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops))
+def register(
+    prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False
+) -> Rule:
+    """Register ``rule`` for ``prim`` (a Primitive or its name); later registrations win.
+
+    Operands and results that are typed PRNG keys reach rules as their uint32 data. Ops that
+    only rearrange keys (slice, reshape, gather, ...) are lowered on that data by the
+    interpreter, not by their rule, unless the rule says ``key_data=True`` (it handles keys).
+    """
+    _RULES[primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops), key_data)
     return rule
 
 
-def lowering(prim: Any, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
+def lowering(
+    prim: Any, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False
+) -> Callable[[Rule], Rule]:
     """Decorator form of :func:`register`.
 
     Example::
@@ -47,7 +57,7 @@ def lowering(prim: Any, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = ()) -
     """
 
     def decorate(rule: Rule) -> Rule:
-        return register(prim, rule, min_opset=min_opset, onnx_ops=onnx_ops)
+        return register(prim, rule, min_opset=min_opset, onnx_ops=onnx_ops, key_data=key_data)
 
     return decorate
 

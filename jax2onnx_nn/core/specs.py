@@ -56,7 +56,7 @@ def _is_dtype_like(value: Any) -> bool:
             return True
         except TypeError:
             return False
-    return hasattr(value, "dtype") and isinstance(getattr(value, "dtype"), np.dtype) and not hasattr(value, "shape")
+    return hasattr(value, "dtype") and isinstance(value.dtype, np.dtype) and not hasattr(value, "shape")
 
 
 def _leaf_spec(value: Any, where: str, float_dtype: np.dtype) -> Any:
@@ -77,7 +77,7 @@ def _leaf_spec(value: Any, where: str, float_dtype: np.dtype) -> Any:
         isinstance(value, tuple)
         and len(value) == 2
         and _is_shape(value[0])
-        and _is_dtype_like(value[1])
+        and (_is_dtype_like(value[1]) or isinstance(value[1], str))
     ):
         return _ShapeSpec(tuple(value[0]), _as_dtype(value[1], where))
     raise SpecError(
@@ -93,7 +93,12 @@ def _is_spec_leaf(value: Any) -> bool:
         return True
     if _is_shape(value):
         return True
-    return isinstance(value, tuple) and len(value) == 2 and _is_shape(value[0]) and _is_dtype_like(value[1])
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and _is_shape(value[0])
+        and (_is_dtype_like(value[1]) or isinstance(value[1], str))
+    )
 
 
 @dataclass
@@ -135,6 +140,11 @@ def parse_specs(
     if not isinstance(inputs, (list, tuple)):
         raise SpecError(
             f"inputs must be a list with one spec per positional argument, got {type(inputs).__name__}"
+        )
+    if isinstance(inputs, tuple) and any(isinstance(d, str) for d in inputs) and _is_shape(inputs):
+        raise SpecError(
+            f"inputs must be a list with one spec per positional argument; {inputs!r} looks like "
+            f"a single shape: did you mean [{inputs!r}]?"
         )
     float_dtype = jnp.dtype("float64" if enable_double_precision else "float32")
 

@@ -7,6 +7,7 @@ values live in the main graph, where every body graph can see them.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,10 @@ class DimEvaluator:
     def known_vars(self) -> set[str]:
         return set(self._sources)
 
+    def var(self, name: str) -> ir.Value:
+        """The int64 tensor of shape [1] holding the dim variable ``name``."""
+        return self._var(name)
+
     def dim(self, d: Any) -> ir.Value:
         """An int64 tensor of shape [1] holding the dim ``d`` (int or symbolic)."""
         b = self.builder
@@ -45,6 +50,11 @@ class DimEvaluator:
             self._cache[key] = cached
         return cached
 
+    def _scope(self) -> Any:
+        """Dim nodes are named dims/...; nested evaluations do not repeat the scope."""
+        b = self.builder
+        return contextlib.nullcontext() if b.scope[-1:] == ["dims"] else b.name_scope("dims")
+
     def _var(self, name: str) -> ir.Value:
         if name in self._cache:
             return self._cache[name]
@@ -55,7 +65,7 @@ class DimEvaluator:
             )
         value, axis = self._sources[name]
         b = self.builder
-        with b.name_scope("dims"):
+        with self._scope():
             shape = b.op.Shape(value, start=axis, end=axis + 1, _name=f"shape_{name}")
         self._cache[name] = shape
         return shape
@@ -64,7 +74,7 @@ class DimEvaluator:
         b = self.builder
         total: ir.Value | None = None
         constant = 0
-        with b.name_scope("dims"):
+        with self._scope():
             for factors, coeff in jxi.dim_structure(d):
                 if not factors:
                     constant += coeff

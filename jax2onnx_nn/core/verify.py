@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import onnx
 
@@ -214,11 +215,13 @@ def verify(
                 param_leaves = jax.tree_util.tree_leaves(dict(input_params or {}))
                 if len(param_leaves) == len(flat) - n_args:
                     flat[n_args:] = [np.asarray(v) for v in param_leaves]
-            args, kwargs = jax.tree_util.tree_unflatten(treedef, flat)
+            # JAX arrays, so that fn sees what it sees in JAX (x.at[...], JAX indexing rules)
+            as_jax = [v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v) for v in flat]
+            args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
             expected = jax.tree_util.tree_leaves(fn(*args, **kwargs))
             actual = run_onnx(model, flat)
             outputs = [
-                compare(f"out_{j}", a, np.asarray(e), rtol, atol)
+                compare(f"out_{j}", a, _as_numpy(e), rtol, atol)
                 for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))
             ] if len(actual) == len(expected) else [
                 OutputComparison("outputs", "", (), 0.0, 0.0, False, f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs")
@@ -227,6 +230,13 @@ def verify(
             if input_values is not None:
                 break
     return report
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    """A JAX output as numpy; typed PRNG keys as their uint32 data, as ONNX holds them."""
+    if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
+        value = jax.random.key_data(value)
+    return np.asarray(value)
 
 
 def _model_x64(model: Any) -> bool:

@@ -1,3 +1,12 @@
 """Lowering families; importing this package registers all built-in rules."""
 
-from jax2onnx_nn.core.lowerings import elementwise, linalg, reductions, shapes  # noqa: F401
+from jax2onnx_nn.core.lowerings import (  # noqa: F401
+    control_flow,
+    elementwise,
+    indexing,
+    linalg,
+    random,
+    reductions,
+    shapes,
+    windows,
+)

@@ -156,7 +156,7 @@ def _expm1(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     u = ctx.op.Exp(x)
     one = _one(ctx, x)
     um1 = ctx.op.Sub(u, one)
-    r = ctx.op.Div(ctx.op.Mul(um1, x), ctx.op.Log(u))
+    r = ctx.op.Mul(um1, ctx.op.Div(x, ctx.op.Log(u)))  # x / log(u) ~ 1: no overflow
     r = ctx.op.Where(ctx.op.Equal(u, one), x, r)
     r = ctx.op.Where(ctx.op.Equal(um1, ctx.op.Neg(one)), ctx.op.Neg(one), r)
     return ctx.op.Where(ctx.op.IsInf(u), u, r)
@@ -166,7 +166,7 @@ def _log1p(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     # Kahan: log(u) * x / (u - 1) with u = 1 + x.
     one = _one(ctx, x)
     u = ctx.op.Add(one, x)
-    r = ctx.op.Div(ctx.op.Mul(ctx.op.Log(u), x), ctx.op.Sub(u, one))
+    r = ctx.op.Mul(ctx.op.Log(u), ctx.op.Div(x, ctx.op.Sub(u, one)))  # x / (u - 1) ~ 1: no overflow
     r = ctx.op.Where(ctx.op.Equal(u, one), x, r)
     return ctx.op.Where(ctx.op.Or(ctx.op.IsInf(u), ctx.op.Equal(u, ctx.const(0, like=x))), ctx.op.Log(u), r)
 
@@ -189,6 +189,11 @@ def _exp2(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
 @lowering("square", onnx_ops=("Mul",))
 def _square(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return ctx.op.Mul(x, x)
+
+
+@lowering("one_minus_square", onnx_ops=("Mul", "Sub"))
+def _one_minus_square(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+    return ctx.op.Sub(_one(ctx, x), ctx.op.Mul(x, x))  # tanh's derivative in JAX >= 0.12
 
 
 @lowering("rsqrt", onnx_ops=("Sqrt", "Div"))
@@ -323,7 +328,12 @@ def _shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arith
     dtype = onnx_aval(ctx.aval_in)[0]
     bits = dtype.itemsize * 8
     udtype = np.dtype(_UNSIGNED[dtype.itemsize])
-    negative = ctx.op.Less(x, ctx.const(0, like=x)) if (arithmetic and dtype.kind == "i") else None
+    negative = None
+    if arithmetic:  # the top bit is the sign, for unsigned types too (XLA semantics)
+        if dtype.kind == "i":
+            negative = ctx.op.Less(x, ctx.const(0, like=x))
+        else:
+            negative = ctx.op.GreaterOrEqual(x, ctx.const(1 << (bits - 1), like=x))
     source = ctx.op.Where(negative, ctx.op.BitwiseNot(x), x) if negative is not None else x
     ux = ctx.op.Cast(source, to=ir_dtype(udtype)) if dtype != udtype else source
     us = ctx.op.Cast(s, to=ir_dtype(udtype)) if dtype != udtype else s
@@ -432,12 +442,13 @@ def _reduce_precision(ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, 
     return ctx.op.Cast(ctx.op.Cast(x, to=target), to=x.dtype)
 
 
-def _passthrough(ctx: LoweringContext, x: ir.Value, *rest: ir.Value, **_: object) -> ir.Value:
-    return x
+def _passthrough(ctx: LoweringContext, *xs: ir.Value, **_: object) -> ir.Value | list[ir.Value]:
+    return xs[0] if len(xs) == 1 else list(xs)
 
 
+# primitives that do nothing to values once exported (gradients, sharding, placement, names)
 for _prim in ("stop_gradient", "optimization_barrier", "copy", "copy_p", "sharding_constraint", "device_put", "name", "pvary", "mesh_cast", "reshard"):
-    register(_prim, lambda ctx, *xs, **_: xs[0] if len(xs) == 1 else list(xs), onnx_ops=())
+    register(_prim, _passthrough, onnx_ops=())
 
 
 def _erf64(ctx: LoweringContext, x: ir.Value) -> ir.Value:

@@ -1,42 +1,245 @@
-"""dot_general -> MatMul/Einsum; conv_general_dilated -> Conv."""
+"""dot_general -> MatMul (or Einsum); conv_general_dilated -> Conv / ConvTranspose.
+
+Operands are cast to the result type first (``preferred_element_type``, mixed inputs), so
+each ONNX op computes in the type JAX returns; types without an onnxruntime kernel (int8
+MatMul, ...) are widened by the builder and wrap back like JAX's integer arithmetic.
+"""
 
 from __future__ import annotations
 
+import math
 import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
+from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lowerings.windows import (
+    can_conv,
+    conv_padding,
+    dilate,
+    dilated_dims,
+    filled,
+    has_zero,
+    int64s,
+    pad,
+    permute,
+    reshape,
+    window_slices,
+)
 from jax2onnx_nn.core.registry import lowering
 
 
-@lowering("dot_general", onnx_ops=("MatMul", "Einsum"))
-def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, preferred_element_type: object = None, **_: object) -> ir.Value:
+def _cast(ctx: LoweringContext, x: ir.Value, aval: Any, dtype: np.dtype) -> ir.Value:
+    return x if onnx_aval(aval)[0] == dtype else ctx.op.Cast(x, to=ir_dtype(dtype))
+
+
+# -- dot_general ------------------------------------------------------------------------------
+
+def _matmul_plan(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> tuple[bool, list[int], list[int]] | None:
+    """(swap operands?, lhs perm, rhs perm) making dot_general one numpy-style MatMul, or None.
+
+    MatMul contracts the last axis of its first operand with the second-to-last of its second
+    (the only axis of a vector) and broadcasts the leading axes, so it fits one contracting
+    axis with either batch axes and one free axis per side, or no batch axes and at most one
+    free axis on one side.
+    """
     (lc, rc), (lb, rb) = dimension_numbers
-    lrank, rrank = len(ctx.avals_in[0].shape), len(ctx.avals_in[1].shape)
-    out_dtype = onnx_aval(ctx.aval_out)[0]
-    in_dtype = onnx_aval(ctx.avals_in[0])[0]
-    if in_dtype != out_dtype:
-        lhs = ctx.op.Cast(lhs, to=ir_dtype(out_dtype))
-        rhs = ctx.op.Cast(rhs, to=ir_dtype(out_dtype))
-    elif onnx_aval(ctx.avals_in[1])[0] != out_dtype:
-        rhs = ctx.op.Cast(rhs, to=ir_dtype(out_dtype))
-    letters = iter(string.ascii_letters)
-    lhs_sub = [next(letters) for _ in range(lrank)]
-    rhs_sub = [""] * rrank
-    for a, b in zip(lb, rb):
-        rhs_sub[b] = lhs_sub[a]
-    for a, b in zip(lc, rc):
-        rhs_sub[b] = lhs_sub[a]
-    for i in range(rrank):
-        if not rhs_sub[i]:
-            rhs_sub[i] = next(letters)
-    out = [lhs_sub[i] for i in lb]
-    out += [lhs_sub[i] for i in range(lrank) if i not in lb and i not in lc]
-    out += [rhs_sub[i] for i in range(rrank) if i not in rb and i not in rc]
-    # plain matrix products become MatMul
-    if not lb and len(lc) == 1 and lc[0] == lrank - 1 and rrank == 2 and rc[0] == 0:
-        return ctx.op.MatMul(lhs, rhs)
-    equation = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}"
-    return ctx.op.Einsum(lhs, rhs, equation=equation)
+    if len(lc) != 1:
+        return None
+    lfree = [i for i in range(lhs_rank) if i not in lc and i not in lb]
+    rfree = [i for i in range(rhs_rank) if i not in rc and i not in rb]
+    if lb:
+        if len(lfree) != 1 or len(rfree) != 1:
+            return None
+        return False, [*lb, *lfree, *lc], [*rb, *rc, *rfree]
+    if rhs_rank == 1 and lhs_rank > 1 and lc[0] != lhs_rank - 1:
+        # vector @ matrix rather than transposed-matrix @ vector: onnxruntime fuses the
+        # latter into a FusedMatMul that computes a wrong result
+        return True, [*lfree[:-1], *lc, *lfree[-1:]], [*rc]
+    if rhs_rank <= 2 or lhs_rank == 1:
+        return False, [*lfree, *lc], [*rfree[:-1], *rc, *rfree[-1:]]
+    return None
+
+
+def _einsum_equation(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> str:
+    (lc, rc), (lb, rb) = dimension_numbers
+    letters = iter(string.ascii_lowercase + string.ascii_uppercase)
+    lhs = [next(letters) for _ in range(lhs_rank)]
+    rhs = [""] * rhs_rank
+    for a, b in [*zip(lb, rb, strict=True), *zip(lc, rc, strict=True)]:
+        rhs[b] = lhs[a]
+    rhs = [s or next(letters) for s in rhs]
+    out = [lhs[i] for i in lb]
+    out += [lhs[i] for i in range(lhs_rank) if i not in lb and i not in lc]
+    out += [rhs[i] for i in range(rhs_rank) if i not in rb and i not in rc]
+    return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
+
+
+@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose"))
+def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object) -> ir.Value:
+    out_dtype, out_shape = onnx_aval(ctx.aval_out)
+    if has_zero([*ctx.avals_in[0].shape, *ctx.avals_in[1].shape]):
+        # an empty result or an empty sum (onnxruntime's Einsum divides by zero on these)
+        return filled(ctx, ctx.const(np.zeros((), out_dtype)), out_shape)
+    # bool: count the true products in int32 (no overflow: at most the contracted size)
+    dtype = np.dtype(np.int32) if out_dtype == np.bool_ else out_dtype
+    lhs, rhs = (_cast(ctx, v, a, dtype) for v, a in zip((lhs, rhs), ctx.avals_in, strict=True))
+    ranks = len(ctx.avals_in[0].shape), len(ctx.avals_in[1].shape)
+    plan = _matmul_plan(*ranks, dimension_numbers)
+    if plan is not None:
+        swap, lhs_perm, rhs_perm = plan
+        operands = permute(ctx, lhs, lhs_perm), permute(ctx, rhs, rhs_perm)
+        out = ctx.op.MatMul(*(operands[::-1] if swap else operands))
+    else:
+        out = ctx.op.Einsum(lhs, rhs, equation=_einsum_equation(*ranks, dimension_numbers))
+    return ctx.op.Cast(out, to=ir.DataType.BOOL) if out_dtype == np.bool_ else out
+
+
+# -- conv_general_dilated ---------------------------------------------------------------------
+
+@lowering("conv_general_dilated", onnx_ops=("Conv", "ConvTranspose", "Transpose", "Einsum"))
+def _conv_general_dilated(
+    ctx: LoweringContext,
+    lhs: ir.Value,
+    rhs: ir.Value,
+    *,
+    window_strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    lhs_dilation: Sequence[int],
+    rhs_dilation: Sequence[int],
+    dimension_numbers: Any,
+    feature_group_count: int,
+    batch_group_count: int,
+    **_: object,
+) -> ir.Value:
+    """Transpose to NC<spatial> / OI<spatial>, convolve, transpose to the output layout."""
+    lhs_spec, rhs_spec, out_spec = (tuple(s) for s in dimension_numbers)
+    dtype, out_shape = onnx_aval(ctx.aval_out)
+    x_dims = [ctx.avals_in[0].shape[a] for a in lhs_spec]
+    w_dims = [ctx.avals_in[1].shape[a] for a in rhs_spec]
+    y_dims = [out_shape[a] for a in out_spec]
+    if any(jxi.is_symbolic_dim(k) for k in w_dims[2:]):
+        raise NotImplementedError("conv_general_dilated with a symbolic kernel size")
+    if has_zero(y_dims) or has_zero(x_dims[1:]) or has_zero(w_dims[1:]):
+        # an empty result, or an empty sum (no input feature, kernel tap or input position)
+        return filled(ctx, ctx.const(np.zeros((), dtype)), out_shape)
+    x = permute(ctx, _cast(ctx, lhs, ctx.avals_in[0], dtype), lhs_spec)
+    rhs = _cast(ctx, rhs, ctx.avals_in[1], dtype)
+    groups = feature_group_count
+    if batch_group_count > 1:
+        x, x_dims = _batch_groups_to_features(ctx, x, x_dims, batch_group_count)
+        groups = batch_group_count
+    conv = _Conv(tuple(window_strides), tuple(padding), tuple(lhs_dilation), tuple(rhs_dilation), groups, y_dims)
+    if conv.fits_conv_transpose(w_dims) and can_conv(dtype):
+        return permute(ctx, _conv_transpose(ctx, x, rhs, rhs_spec, w_dims, conv), np.argsort(out_spec))
+    w = permute(ctx, rhs, rhs_spec)
+    if not can_conv(dtype) or len(x_dims) == 2:
+        y = _conv_by_einsum(ctx, x, w, x_dims, w_dims, conv, dtype)
+    else:
+        zero = ctx.const(np.zeros((), dtype))
+        x = dilate(ctx, x, x_dims, (1, 1, *conv.lhs_dilation), zero)
+        x, pads = conv_padding(ctx, x, [(0, 0), (0, 0), *conv.padding], zero)
+        y = ctx.op.Conv(
+            x, w, kernel_shape=[int(k) for k in w_dims[2:]], strides=list(conv.strides),
+            dilations=list(conv.rhs_dilation), pads=pads, group=groups,
+        )
+    return permute(ctx, y, np.argsort(out_spec))
+
+
+@dataclass(frozen=True)
+class _Conv:
+    """The spatial parameters of one convolution; ``y_dims`` is its output in NC<spatial> order."""
+
+    strides: tuple[int, ...]
+    padding: tuple[tuple[int, int], ...]
+    lhs_dilation: tuple[int, ...]
+    rhs_dilation: tuple[int, ...]
+    groups: int
+    y_dims: list[Any]
+
+    def transpose_pads(self, w_dims: Sequence[Any]) -> tuple[list[int], list[int]]:
+        """ConvTranspose ``pads`` and ``output_padding`` equivalent to this conv's padding
+        (see _conv_transpose); padding past the kernel's reach at the end adds zeros there."""
+        span = [(int(k) - 1) * d for k, d in zip(w_dims[2:], self.rhs_dilation, strict=True)]
+        begin = [s - lo for s, (lo, _) in zip(span, self.padding, strict=True)]
+        end = [s - hi for s, (_, hi) in zip(span, self.padding, strict=True)]
+        return begin + [max(e, 0) for e in end], [max(-e, 0) for e in end]
+
+    def fits_conv_transpose(self, w_dims: Sequence[Any]) -> bool:
+        if all(d == 1 for d in self.lhs_dilation) or any(s != 1 for s in self.strides):
+            return False
+        if any(jxi.is_symbolic_dim(k) for k in w_dims):
+            return False
+        pads, extra = self.transpose_pads(w_dims)
+        # onnxruntime takes output_padding < max(stride, dilation) only
+        reach = [max(s, d) for s, d in zip(self.lhs_dilation, self.rhs_dilation, strict=True)]
+        return all(p >= 0 for p in pads) and all(e < r for e, r in zip(extra, reach, strict=True))
+
+
+def _batch_groups_to_features(ctx: LoweringContext, x: ir.Value, dims: list[Any], groups: int) -> tuple[ir.Value, list[Any]]:
+    """[G*N, C, S..] -> [N, G*C, S..]: batch group g (a block of the batch) meets feature group g."""
+    n, c, spatial = dims[0] // groups, dims[1], dims[2:]
+    x = reshape(ctx, x, [groups, n, c, *spatial])
+    x = ctx.op.Transpose(x, perm=[1, 0, *range(2, len(dims) + 1)])
+    new_dims = [n, groups * c, *spatial]
+    return reshape(ctx, x, new_dims), new_dims
+
+
+def _conv_transpose(ctx: LoweringContext, x: ir.Value, rhs: ir.Value, rhs_spec: Sequence[int], w_dims: Sequence[Any], conv: _Conv) -> ir.Value:
+    """A conv with lhs dilation s and stride 1 is a ConvTranspose with stride s.
+
+    With the input dilated by s and padded by lo, output y of the conv sums x[i] * w[k] over
+    i*s = y + k*d - lo. ConvTranspose (stride s, dilation d, pad_begin p) sums x[i] * w'[k']
+    over i*s + k'*d - p = y. With w' the kernel flipped (k' = K-1-k) and its in/out features
+    swapped per group, the two agree for p = (K-1)*d - lo; likewise at the end, where padding
+    past the kernel's reach becomes output_padding (zeros).
+    """
+    n = len(w_dims) - 2
+    out_f, in_f, kernel = int(w_dims[0]), int(w_dims[1]), [int(k) for k in w_dims[2:]]
+    g = conv.groups
+    if g == 1:  # one Transpose from the given layout to I, O, spatial
+        w = permute(ctx, rhs, [rhs_spec[1], rhs_spec[0], *rhs_spec[2:]])
+    else:
+        w = reshape(ctx, permute(ctx, rhs, rhs_spec), [g, out_f // g, in_f, *kernel])
+        w = ctx.op.Transpose(w, perm=[0, 2, 1, *range(3, 3 + n)])
+        w = reshape(ctx, w, [g * in_f, out_f // g, *kernel])
+    flip = [-1] * n
+    spatial = int64s(ctx, list(range(2, 2 + n)))
+    w = ctx.op.Slice(w, int64s(ctx, flip), int64s(ctx, [np.iinfo(np.int64).min] * n), spatial, int64s(ctx, flip))
+    pads, extra = conv.transpose_pads(w_dims)
+    return ctx.op.ConvTranspose(
+        x, w, kernel_shape=kernel, strides=list(conv.lhs_dilation), dilations=list(conv.rhs_dilation),
+        pads=pads, output_padding=extra if any(extra) else None, group=g,
+    )
+
+
+def _conv_by_einsum(ctx: LoweringContext, x: ir.Value, w: ir.Value, x_dims: list[Any], w_dims: list[Any], conv: _Conv, dtype: np.dtype) -> ir.Value:
+    """Conv for types onnxruntime has no Conv kernel for (float64, integers): gather one
+    strided slice of the input per kernel tap, then contract taps and features in an Einsum."""
+    n = len(x_dims) - 2
+    zero = ctx.const(np.zeros((), dtype))
+    x = dilate(ctx, x, x_dims, (1, 1, *conv.lhs_dilation), zero)
+    x = pad(ctx, x, [(0, 0), (0, 0), *conv.padding], zero)
+    dims = [*x_dims[:2], *(d + lo + hi for d, (lo, hi) in zip(dilated_dims(x_dims[2:], conv.lhs_dilation), conv.padding, strict=True))]
+    spatial = list(range(2, 2 + n))
+    kernel = [int(k) for k in w_dims[2:]]
+    taps = window_slices(ctx, x, dims, spatial, kernel, conv.strides, conv.rhs_dilation, conv.y_dims[2:])
+    taps = [ctx.op.Unsqueeze(t, int64s(ctx, [2])) for t in taps]
+    patches = ctx.op.Concat(*taps, axis=2) if len(taps) > 1 else taps[0]  # [N, C, taps, S'..]
+    k = math.prod(kernel)
+    g = conv.groups
+    out_f, in_f = w_dims[0], w_dims[1]
+    s = string.ascii_lowercase[-n:] if n else ""
+    if g == 1:
+        w = reshape(ctx, w, [out_f, in_f, k])
+        return ctx.op.Einsum(patches, w, equation=f"nck{s},ock->no{s}")
+    patches = reshape(ctx, patches, [x_dims[0], g, in_f, k, *conv.y_dims[2:]])
+    w = reshape(ctx, w, [g, out_f // g, in_f, k])
+    y = ctx.op.Einsum(patches, w, equation=f"ngck{s},gock->ngo{s}")
+    return reshape(ctx, y, conv.y_dims)

@@ -1,0 +1,53 @@
+"""Models the benchmark exports: each factory returns (callable, input specs, to_onnx options)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import jax
+
+
+def jax_mlp() -> tuple[Any, list[Any], dict[str, Any]]:
+    from jax2onnx_nn.demo import _mlp_function
+
+    return _mlp_function(), [("B", 30)], {}
+
+
+def flax_mlp() -> tuple[Any, list[Any], dict[str, Any]]:
+    from jax2onnx_nn.demo import _flax_mlp
+
+    return _flax_mlp(), [("B", 30)], {}
+
+
+def cnn() -> tuple[Any, list[Any], dict[str, Any]]:
+    from flax import nnx
+
+    class CNN(nnx.Module):
+        def __init__(self, *, rngs: nnx.Rngs) -> None:
+            self.conv1 = nnx.Conv(1, 32, kernel_size=(3, 3), rngs=rngs)
+            self.conv2 = nnx.Conv(32, 64, kernel_size=(3, 3), rngs=rngs)
+            self.linear1 = nnx.Linear(3136, 256, rngs=rngs)
+            self.linear2 = nnx.Linear(256, 10, rngs=rngs)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            x = nnx.avg_pool(nnx.relu(self.conv1(x)), window_shape=(2, 2), strides=(2, 2))
+            x = nnx.avg_pool(nnx.relu(self.conv2(x)), window_shape=(2, 2), strides=(2, 2))
+            x = x.reshape(x.shape[0], -1)
+            return self.linear2(nnx.relu(self.linear1(x)))
+
+    return CNN(rngs=nnx.Rngs(0)), [("B", 28, 28, 1)], {}
+
+
+def _gpt2(config: str) -> tuple[Any, list[Any], dict[str, Any]]:
+    gpt2 = importlib.import_module("examples.flax_gpt2")
+    model = gpt2.make_model(config)
+    return model, [(("B", "T"), "int32")], {"auto_functions": True}
+
+
+def gpt2_small() -> tuple[Any, list[Any], dict[str, Any]]:
+    return _gpt2("small")
+
+
+def gpt2_124m() -> tuple[Any, list[Any], dict[str, Any]]:
+    return _gpt2("124m")

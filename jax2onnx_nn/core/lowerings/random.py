@@ -1,0 +1,221 @@
+"""jax.random: typed PRNG keys and their hashes, bit-exact with JAX (no Random* ops).
+
+Keys are their uint32 data in ONNX: shape ``(*keys_shape, *key_data_shape)`` (see
+``onnx_aval``), so wrapping and unwrapping are identities, and ops that only rearrange keys
+(slice, reshape, gather, ...) are lowered on that data by the interpreter. ``random_seed``,
+``random_bits``, ``random_split`` and ``random_fold_in`` are lowered through the key
+implementation's own JAX code traced on the data: what JAX would run, including its
+``jax_threefry_partitionable`` choice at export time. Only the hashes those impls call
+(threefry2x32, and threefry4x32 / philox2x32 / philox4x32 of the other impls) are written out
+here, in integer ONNX ops. The ``rbg`` impls use XLA's RngBitGenerator, whose bits ONNX
+cannot reproduce; they stay unsupported.
+
+``bitcast_convert_type`` lives here too: it is how uniform floats are made from random bits.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.registry import lowering, register
+
+_THREEFRY_OPS = ("Add", "BitShift", "BitwiseOr", "BitwiseXor")
+
+
+def _identity(ctx: LoweringContext, keys: ir.Value, **_: Any) -> ir.Value:
+    return keys
+
+
+for _name in ("random_wrap", "random_unwrap", "random_clone"):
+    register(_name, _identity, key_data=True)
+
+
+def _through_key_impl(ctx: LoweringContext, *operands: ir.Value, **params: Any) -> list[ir.Value]:
+    return ctx.lower_sub(jxi.prng_impl_jaxpr(ctx.eqn), operands)
+
+
+for _name in ("random_seed", "random_bits", "random_split", "random_fold_in"):
+    register(_name, _through_key_impl, key_data=True, onnx_ops=_THREEFRY_OPS)
+
+
+@lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape"))
+def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) -> list[ir.Value]:
+    """Row-major flat indices of ``shape`` as 64-bit counts split into (high, low) uint32 words."""
+    shape_tensor = ctx.shape_tensor(shape)
+    if all(isinstance(d, (int, np.integer)) for d in shape):
+        size = int(np.prod(shape, dtype=np.int64))
+        limit = ctx.const(size, dtype=np.int64)
+    else:
+        size = None
+        limit = ctx.op.ReduceProd(shape_tensor, keepdims=0)
+    counts = ctx.op.Reshape(
+        ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64)), shape_tensor, allowzero=1
+    )
+    if size is not None and size <= 2**32:
+        high = ctx.op.ConstantOfShape(shape_tensor, value=np.zeros(1, np.uint32))
+        return [high, ctx.op.Cast(counts, to=ir.DataType.UINT32)]
+    words = ctx.const(2**32, dtype=np.int64)
+    high = ctx.op.Cast(ctx.op.Div(counts, words), to=ir.DataType.UINT32)
+    low = ctx.op.Cast(ctx.op.Mod(counts, words), to=ir.DataType.UINT32)
+    return [high, low]
+
+
+# -- the counter-based hashes of JAX's key impls (Salmon et al., "Parallel random numbers:
+# as easy as 1, 2, 3", SC 2011), in uint32 words; constants as in JAX / Random123.
+
+
+class _Words:
+    """uint32 arithmetic for the hashes: Add wraps modulo 2**32 in onnxruntime, as in XLA."""
+
+    def __init__(self, ctx: LoweringContext) -> None:
+        self.op = ctx.op
+        self.const = functools.cache(lambda value, dtype=np.uint32: ctx.const(value, dtype=dtype))
+
+    def add(self, *xs: ir.Value | int) -> ir.Value:
+        total, *rest = [x if isinstance(x, ir.Value) else self.const(x) for x in xs]
+        for x in rest:
+            total = self.op.Add(total, x)
+        return total
+
+    def xor(self, *xs: ir.Value | int) -> ir.Value:
+        total, *rest = [x if isinstance(x, ir.Value) else self.const(x) for x in xs]
+        for x in rest:
+            total = self.op.BitwiseXor(total, x)
+        return total
+
+    def rotate_left(self, x: ir.Value, r: int) -> ir.Value:
+        left = self.op.BitShift(x, self.const(r), direction="LEFT")
+        return self.op.BitwiseOr(left, self.op.BitShift(x, self.const(32 - r), direction="RIGHT"))
+
+    def mix(self, x: list[ir.Value], a: int, b: int, r: int) -> None:
+        """One threefry mix on words a, b: add b into a, rotate b, xor a into b."""
+        x[a] = self.add(x[a], x[b])
+        x[b] = self.xor(x[a], self.rotate_left(x[b], r))
+
+    def mulhilo(self, m: int, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(low, high) words of the 64-bit product m * x."""
+        product = self.op.Mul(self.op.Cast(x, to=ir.DataType.UINT64), self.const(m, np.uint64))
+        high = self.op.BitShift(product, self.const(32, np.uint64), direction="RIGHT")
+        return self.op.Cast(product, to=ir.DataType.UINT32), self.op.Cast(high, to=ir.DataType.UINT32)
+
+
+_SKEIN_PARITY = 0x1BD11BDA
+_THREEFRY2X32_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # per group of four rounds
+_THREEFRY4X32_ROTATIONS = ((10, 26), (11, 21), (13, 27), (23, 5), (6, 20), (17, 11), (25, 10), (18, 20))
+_PHILOX_WEYL = (0x9E3779B9, 0xBB67AE85)  # key bumps per round
+_PHILOX2X32_M = 0xD256D193
+_PHILOX4X32_M = (0xD2511F53, 0xCD9E8D57)
+
+
+@lowering("threefry2x32", onnx_ops=_THREEFRY_OPS)
+def _threefry2x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) -> list[ir.Value]:
+    w = _Words(ctx)
+    k0, k1, x0, x1 = keys_and_counts
+    ks = [k0, k1, w.xor(k0, k1, _SKEIN_PARITY)]
+    x = [w.add(x0, ks[0]), w.add(x1, ks[1])]
+    for group in range(5):  # 20 rounds, the key injected after every four
+        for r in _THREEFRY2X32_ROTATIONS[group % 2]:
+            w.mix(x, 0, 1, r)
+        x = [w.add(x[0], ks[(group + 1) % 3]), w.add(x[1], ks[(group + 2) % 3], group + 1)]
+    return x
+
+
+@lowering("threefry4x32", onnx_ops=_THREEFRY_OPS)
+def _threefry4x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) -> list[ir.Value]:
+    w = _Words(ctx)
+    keys, counts = keys_and_counts[:4], keys_and_counts[4:]
+    ks = [*keys, w.xor(*keys, _SKEIN_PARITY)]
+    x = [w.add(c, k) for c, k in zip(counts, ks, strict=False)]
+    for rnd in range(20):
+        r0, r1 = _THREEFRY4X32_ROTATIONS[rnd % 8]
+        (a0, b0), (a1, b1) = ((0, 1), (2, 3)) if rnd % 2 == 0 else ((0, 3), (2, 1))
+        w.mix(x, a0, b0, r0)
+        w.mix(x, a1, b1, r1)
+        if rnd % 4 == 3:
+            i = rnd // 4
+            x = [w.add(x[j], ks[(j + 1 + i) % 5]) for j in range(4)]
+            x[3] = w.add(x[3], i + 1)
+    return x
+
+
+@lowering("philox2x32", onnx_ops=("Mul", "Cast", "BitShift", "BitwiseXor", "Add"))
+def _philox2x32(ctx: LoweringContext, k0: ir.Value, x0: ir.Value, x1: ir.Value, **_: Any) -> list[ir.Value]:
+    w = _Words(ctx)
+    for rnd in range(10):
+        if rnd:
+            k0 = w.add(k0, _PHILOX_WEYL[0])
+        lo, hi = w.mulhilo(_PHILOX2X32_M, x0)
+        x0, x1 = w.xor(hi, x1, k0), lo
+    return [x0, x1]
+
+
+@lowering("philox4x32", onnx_ops=("Mul", "Cast", "BitShift", "BitwiseXor", "Add"))
+def _philox4x32(ctx: LoweringContext, k0: ir.Value, k1: ir.Value, *counts: ir.Value, **_: Any) -> list[ir.Value]:
+    w = _Words(ctx)
+    x0, x1, x2, x3 = counts
+    for rnd in range(10):
+        if rnd:
+            k0, k1 = w.add(k0, _PHILOX_WEYL[0]), w.add(k1, _PHILOX_WEYL[1])
+        lo0, hi0 = w.mulhilo(_PHILOX4X32_M[0], x0)
+        lo1, hi1 = w.mulhilo(_PHILOX4X32_M[1], x2)
+        x0, x1, x2, x3 = w.xor(hi1, x1, k0), lo1, w.xor(hi0, x3, k1), lo0
+    return [x0, x1, x2, x3]
+
+
+# -- bitcast_convert_type ---------------------------------------------------------------
+# uniform/normal/... turn random bits into floats by setting the exponent bits and
+# bitcasting. ONNX has BitCast only from opset 26, so an integer -> float bitcast of the same
+# width is rebuilt exactly from the bit fields: magnitude = significand * 2**exponent, the power
+# of two taken from a table (exact by construction), then inf/NaN and the sign.
+
+
+@functools.cache
+def _powers_of_two(dtype: np.dtype) -> np.ndarray:
+    """table[e] = the value of one unit in the last place for biased exponent field e."""
+    finfo = jnp.finfo(dtype)
+    bias = 2 ** (finfo.nexp - 1) - 1
+    exponents = np.maximum(np.arange(2**finfo.nexp), 1) - bias - finfo.nmant
+    return np.ldexp(1.0, exponents).astype(dtype)
+
+
+def _bits_to_float(ctx: LoweringContext, bits: ir.Value, utype: np.dtype, dtype: np.dtype) -> ir.Value:
+    op, finfo = ctx.op, jnp.finfo(dtype)
+    width, n_exp, n_mant = 8 * utype.itemsize, finfo.nexp, finfo.nmant
+
+    def u(value: int) -> ir.Value:
+        return ctx.const(value, dtype=utype)
+
+    mantissa = op.BitwiseAnd(bits, u(2**n_mant - 1))
+    exponent = op.BitwiseAnd(op.BitShift(bits, u(n_mant), direction="RIGHT"), u(2**n_exp - 1))
+    significand = op.Where(op.Greater(exponent, u(0)), op.BitwiseOr(mantissa, u(2**n_mant)), mantissa)
+    scale = op.Gather(ctx.const(_powers_of_two(dtype)), op.Cast(exponent, to=ir.DataType.INT64))
+    magnitude = op.Mul(op.Cast(significand, to=ir.DataType.from_numpy(dtype)), scale)
+    special = op.Where(op.Equal(mantissa, u(0)), ctx.const(np.inf, dtype=dtype), ctx.const(np.nan, dtype=dtype))
+    magnitude = op.Where(op.Equal(exponent, u(2**n_exp - 1)), special, magnitude)
+    # times ±1, not Where(negative, Neg(m), m): onnxruntime's Where returns +0.0 where it picks
+    # a -0.0 from its second input (measured, ORT 1.32), and the sign bit must stay
+    sign = op.Where(op.Greater(bits, u(2 ** (width - 1) - 1)), ctx.const(-1, dtype=dtype), ctx.const(1, dtype=dtype))
+    return op.Mul(magnitude, sign)
+
+
+@lowering("bitcast_convert_type", onnx_ops=("BitShift", "BitwiseAnd", "Gather", "Mul", "Where", "Cast"))
+def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any, **_: Any) -> ir.Value:
+    source, target = np.dtype(ctx.aval_in.dtype), np.dtype(new_dtype)
+    to_float = jnp.issubdtype(target, jnp.floating)
+    if source.itemsize != target.itemsize or source.kind not in "iu" or not (to_float or target.kind in "iu"):
+        raise NotImplementedError(
+            f"bitcast_convert_type from {source} to {target}: only integer -> integer or float "
+            "of the same width is supported (ONNX has no BitCast before opset 26)"
+        )
+    unsigned = np.dtype(f"uint{8 * source.itemsize}")
+    bits = x if source == unsigned else ctx.op.Cast(x, to=ir.DataType.from_numpy(unsigned))
+    if not to_float:
+        return bits if target == unsigned else ctx.op.Cast(bits, to=ir.DataType.from_numpy(target))
+    return _bits_to_float(ctx, bits, unsigned, target)

@@ -1,0 +1,871 @@
+"""Equinox layers as coarse ONNX ops.
+
+Each layer has a handler and a rule. The handler sees one call (``module, *args, **kwargs``)
+while an export runs and returns a :class:`CoarseCall` (which arrays play which role, the
+static config) or ``NotApplicable`` for anything it does not model: a subclass overriding a
+method, mixed dtypes, a padding mode, training-mode dropout... Those calls run the original
+``__call__`` and are lowered op by op, so they are never wrong. The rule emits the coarse op,
+or returns ``NotApplicable`` (a dtype, rank or opset it does not cover), and then the traced
+original call is lowered in its place.
+
+Equinox layers work on one example; batches come from ``jax.vmap``. The primitives here are
+re-bound under vmap (``jxi.rebind_under_vmap``), so a rule sees the vmapped operands with the
+batch dims in front, and ``vmap_levels`` says which operand carries which of them:
+``jax.vmap(linear)`` over ``("B", 784)`` is one Gemm with the batch dim kept symbolic.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import sys
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.patching import (
+    CoarseCall,
+    NotApplicable,
+    Operands,
+    active_options,
+    bind_coarse,
+    coarse_lowering,
+    coarse_wrapper,
+    is_array,
+)
+from jax2onnx_nn.equinox.functions import without_named_scope
+
+Handler = Callable[..., Any]
+MakeWrapper = Callable[[Any], Any]
+
+_F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_ALLOWED_OVERRIDES = frozenset({"__init__", "__call__", "__check_init__", "__post_init__", "__init_subclass__"})
+
+
+def eqx_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1) -> Callable[[Any], Any]:
+    """:func:`coarse_lowering` for a primitive that vmap re-binds on batched operands."""
+    jxi.rebind_under_vmap(primitive)
+    return coarse_lowering(primitive, onnx_ops=onnx_ops, min_opset=min_opset)
+
+
+# -- shared checks and helpers -------------------------------------------------------------
+
+
+def plain(module: Any, cls: type) -> bool:
+    """True when ``module`` is a ``cls`` whose subclasses (if any) override no method."""
+    mro = type(module).__mro__
+    if cls not in mro:
+        return False
+    for sub in mro[: mro.index(cls)]:
+        for name, value in vars(sub).items():
+            if name in _ALLOWED_OVERRIDES:
+                continue
+            if inspect.isfunction(value) or isinstance(value, (property, staticmethod, classmethod)):
+                return False
+    return True
+
+
+def float_arrays(*arrays: Any) -> bool:
+    """All arrays (None for absent ones) of one float32 / float64 dtype."""
+    present = [a for a in arrays if a is not None]
+    if not all(is_array(a) for a in present):
+        return False
+    dtypes = {np.dtype(a.dtype) for a in present}
+    return len(dtypes) == 1 and dtypes <= _F32_F64
+
+
+class Levels:
+    """Which operands of a coarse op carry which vmap dims (see ``jxi.rebind_under_vmap``)."""
+
+    def __init__(self, ctx: LoweringContext) -> None:
+        params = ctx.eqn.params
+        self.levels: tuple[tuple[bool, ...], ...] = tuple(params.get("vmap_levels", ()))
+        self.index = dict(params["roles"])
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+    def of(self, role: str) -> tuple[bool, ...]:
+        i = self.index[role]
+        return tuple(level[i] for level in self.levels)
+
+    def full(self, role: str) -> bool:
+        """The role's operand carries every vmap dim."""
+        return all(self.of(role))
+
+    def unbatched(self, *roles: str) -> bool:
+        return all(not any(self.of(r)) for r in roles if r in self.index)
+
+    def aligned(self, ctx: LoweringContext, role: str, value: ir.Value) -> ir.Value:
+        """The operand with a size-1 dim for each vmap dim it lacks, so that it broadcasts
+        against operands that carry them (numpy broadcasting aligns trailing dims)."""
+        missing = [i for i, has in enumerate(self.of(role)) if not has]
+        if not missing or all(not has for has in self.of(role)):
+            return value  # all dims or none: trailing alignment is right
+        return ctx.op.Unsqueeze(value, ctx.const(missing, dtype=np.int64))
+
+
+def _out_dtype(ctx: LoweringContext) -> np.dtype:
+    return onnx_aval(ctx.aval_out)[0]
+
+
+def _shape(ops: Operands, role: str) -> tuple[Any, ...]:
+    return tuple(ops.aval(role).shape)
+
+
+def _i64(ctx: LoweringContext, values: Sequence[int]) -> ir.Value:
+    return ctx.const(np.asarray(values, dtype=np.int64))
+
+
+# -- eqx.nn.Linear: Gemm (MatMul + Add beyond one batch dim) -------------------------------
+
+
+def _linear_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.Linear) or not float_arrays(x, module.weight, module.bias):
+        return NotApplicable
+    scalar_in, scalar_out = module.in_features == "scalar", module.out_features == "scalar"
+    if x.ndim != (0 if scalar_in else 1):
+        return NotApplicable
+    return CoarseCall(
+        "eqx_linear", inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
+        params={"scalar_in": scalar_in, "scalar_out": scalar_out},
+    )
+
+
+@eqx_lowering("eqx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Transpose"))
+def _linear(ctx: LoweringContext, ops: Operands, *, scalar_in: bool, scalar_out: bool) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched("weight", "bias"):
+        return NotApplicable
+    x, weight = ops["x"], ops["weight"]
+    bias = ops.get("bias")
+    if scalar_in:
+        x = ctx.op.Unsqueeze(x, _i64(ctx, [-1]))
+    rank = len(levels) + 1
+    if rank == 1:
+        y = ctx.op.MatMul(weight, x)
+        y = y if bias is None else ctx.op.Add(y, bias)
+    elif rank == 2:
+        y = ctx.op.Gemm(x, weight, bias, transB=1)
+    else:
+        y = ctx.op.MatMul(x, ctx.op.Transpose(weight, perm=[1, 0]))
+        y = y if bias is None else ctx.op.Add(y, bias)
+    return ctx.op.Squeeze(y, _i64(ctx, [-1])) if scalar_out else y
+
+
+# -- batch dims: ops that take exactly one batch dim (Conv, pools, norms, RNN cells) --------
+
+
+def _shape_of(ctx: LoweringContext, dims: Sequence[Any]) -> ir.Value:
+    """A Reshape target: ints (-1 for "the rest") and symbolic dims; constant when static."""
+    if not any(jxi.is_symbolic_dim(d) for d in dims):
+        return _i64(ctx, [int(d) for d in dims])
+    return ctx.shape_tensor(list(dims))
+
+
+def _flatten_batch(ctx: LoweringContext, x: ir.Value, per_example: Sequence[Any], n_levels: int, front: Sequence[int] = ()) -> ir.Value:
+    """``x`` (vmap dims, then one example) as ``[*front, N, *example]`` with all vmap dims in N."""
+    if n_levels == 1 and not front:
+        return x
+    if n_levels <= 1:
+        return ctx.op.Unsqueeze(x, _i64(ctx, list(range(len(front) + 1 - n_levels))))
+    if any(jxi.is_symbolic_dim(d) for d in per_example):
+        return ctx.op.Reshape(x, ctx.op.Concat(_i64(ctx, [*front, -1]), ctx.shape_tensor(list(per_example)), axis=0))
+    return ctx.op.Reshape(x, _i64(ctx, [*front, -1, *(int(d) for d in per_example)]))
+
+
+def _unflatten_batch(ctx: LoweringContext, y: ir.Value, n_levels: int, aval: Any, front: int = 0) -> ir.Value:
+    """The inverse of :func:`_flatten_batch` for an output of aval ``aval``."""
+    if n_levels == 1 and not front:
+        return y
+    if n_levels <= 1:
+        return ctx.op.Squeeze(y, _i64(ctx, list(range(front + 1 - n_levels))))
+    return ctx.op.Reshape(y, _shape_of(ctx, aval.shape))
+
+
+_DERIVED: weakref.WeakKeyDictionary[ir.Value, dict[str, ir.Value]] = weakref.WeakKeyDictionary()
+
+
+def _derived(ctx: LoweringContext, weight: ir.Value, suffix: str, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]) -> ir.Value:
+    """A weight rearranged for an ONNX op (reordered gates, a flipped kernel).
+
+    A constant weight is rearranged now, into an initializer that takes over its name (the
+    original, renamed ``<name>.<suffix>_source``, is dropped when nothing else uses it), so the
+    graph has no nodes for it; a weight that is a function input (inside ``@onnx_function``
+    bodies) or a runtime input is rearranged by nodes.
+    """
+    const = weight.const_value
+    if const is None or ctx.builder.isolated or weight.producer() is not None:
+        return node_fn(weight)
+    cache = _DERIVED.setdefault(weight, {})
+    if suffix not in cache:
+        name = weight.name or "weight"
+        derived = ctx.builder.initializer(array_fn(const.numpy()), f"{name}.{suffix}")
+        if not cache:  # the first rearrangement takes the weight's name
+            weight.name, derived.name = ctx.builder.names.fresh(f"{name}.{suffix}_source"), name
+        cache[suffix] = derived
+    return cache[suffix]
+
+
+# -- eqx.nn.Conv: Conv ---------------------------------------------------------------------
+
+
+def _conv_pads(padding: Any, spatial: Sequence[Any], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Any:
+    """ONNX ``pads`` (begins, then ends) or an ``auto_pad`` string; None if not modelled."""
+    if isinstance(padding, str):
+        if padding == "VALID":
+            return (0,) * (2 * len(kernel))
+        if any(jxi.is_symbolic_dim(d) for d in spatial):
+            return {"SAME": "SAME_UPPER", "SAME_LOWER": "SAME_LOWER"}.get(padding)
+        dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True))
+        pairs = jax.lax.padtype_to_pads(tuple(int(d) for d in spatial), dilated, tuple(stride), padding)
+    else:
+        pairs = padding
+    if not all(isinstance(v, (int, np.integer)) and v >= 0 for pair in pairs for v in pair):
+        return None  # negative padding crops: the lax path
+    return tuple(int(p[0]) for p in pairs) + tuple(int(p[1]) for p in pairs)
+
+
+def _conv_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.Conv) or not float_arrays(x, module.weight, module.bias):
+        return NotApplicable
+    if module.padding_mode != "ZEROS" or x.ndim != module.num_spatial_dims + 1:
+        return NotApplicable
+    pads = _conv_pads(module.padding, x.shape[1:], module.kernel_size, module.stride, module.dilation)
+    if pads is None:
+        return NotApplicable
+    return CoarseCall(
+        "eqx_conv", inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
+        params={"strides": tuple(module.stride), "dilations": tuple(module.dilation), "pads": pads, "group": int(module.groups)},
+    )
+
+
+def _bias_vector(ctx: LoweringContext, ops: Operands) -> ir.Value | None:
+    """A conv bias of shape (C, 1, ..., 1) as the (C,) vector ONNX takes."""
+    if "bias" not in ops:
+        return None
+    size = int(_shape(ops, "bias")[0])
+    return _derived(ctx, ops["bias"], "vector", lambda b: b.reshape(size), lambda b: ctx.op.Reshape(b, _i64(ctx, [size])))
+
+
+def _padding(pads: Any) -> dict[str, Any]:
+    return {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
+
+
+@eqx_lowering("eqx_conv", onnx_ops=("Conv", "Reshape"))
+def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
+    levels = Levels(ctx)
+    dtype = _out_dtype(ctx)
+    if not levels.full("x") or not levels.unbatched("weight", "bias") or not kernels.supports("Conv", dtype):
+        return NotApplicable
+    example = _shape(ops, "x")[len(levels):]
+    x = _flatten_batch(ctx, ops["x"], example, len(levels))
+    y = ctx.op.Conv(x, ops["weight"], _bias_vector(ctx, ops), strides=list(strides), dilations=list(dilations), group=group, **_padding(pads))
+    return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
+
+
+# -- eqx.nn.ConvTranspose: ConvTranspose with the kernel flipped and in/out swapped --------
+
+
+def _conv_transpose_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.ConvTranspose) or not float_arrays(x, module.weight, module.bias):
+        return NotApplicable
+    if module.padding_mode != "ZEROS" or x.ndim != module.num_spatial_dims + 1:
+        return NotApplicable
+    kernel, dilation = np.asarray(module.kernel_size), np.asarray(module.dilation)
+    # eqx runs a conv over the stride-dilated input with padding_t; ConvTranspose pads the
+    # other way round: begin = d(k-1) - p0t, end = d(k-1) - p1t (+ output_padding if negative)
+    padding_t = np.asarray(module._padding_transpose(), dtype=np.int64).reshape(-1, 2)
+    begin = dilation * (kernel - 1) - padding_t[:, 0]
+    end = dilation * (kernel - 1) - padding_t[:, 1]
+    output_padding = np.where(end < 0, -end, 0)
+    end = np.maximum(end, 0)
+    limit = np.maximum(np.asarray(module.stride), dilation)
+    if (begin < 0).any() or (output_padding >= limit).any():
+        return NotApplicable
+    return CoarseCall(
+        "eqx_conv_transpose", inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
+        params={
+            "strides": tuple(module.stride), "dilations": tuple(module.dilation), "group": int(module.groups),
+            "pads": tuple(int(v) for v in (*begin, *end)), "output_padding": tuple(int(v) for v in output_padding),
+        },
+    )
+
+
+def _transposed_kernel(w: np.ndarray, group: int) -> np.ndarray:
+    """eqx's (out, in/g, *k) correlation kernel as ONNX's (in, out/g, *k) ConvTranspose weight."""
+    spatial = tuple(range(2, w.ndim))
+    w = np.flip(w, axis=spatial)
+    out, in_g = w.shape[:2]
+    w = w.reshape(group, out // group, in_g, *w.shape[2:]).swapaxes(1, 2)
+    return np.ascontiguousarray(w.reshape(group * in_g, out // group, *w.shape[3:]))
+
+
+def _transposed_kernel_nodes(ctx: LoweringContext, w: ir.Value, shape: Sequence[int], group: int) -> ir.Value:
+    rank = len(shape)
+    out, in_g, spatial = int(shape[0]), int(shape[1]), [int(d) for d in shape[2:]]
+    big = np.iinfo(np.int64).max
+    w = ctx.op.Slice(w, _i64(ctx, [-1] * (rank - 2)), _i64(ctx, [-big] * (rank - 2)), _i64(ctx, list(range(2, rank))), _i64(ctx, [-1] * (rank - 2)))
+    w = ctx.op.Reshape(w, _i64(ctx, [group, out // group, in_g, *spatial]))
+    w = ctx.op.Transpose(w, perm=[0, 2, 1, *range(3, rank + 1)])
+    return ctx.op.Reshape(w, _i64(ctx, [group * in_g, out // group, *spatial]))
+
+
+@eqx_lowering("eqx_conv_transpose", onnx_ops=("ConvTranspose",))
+def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], group: int, pads: tuple[int, ...], output_padding: tuple[int, ...]) -> Any:
+    levels = Levels(ctx)
+    dtype = _out_dtype(ctx)
+    if not levels.full("x") or not levels.unbatched("weight", "bias") or not kernels.supports("ConvTranspose", dtype):
+        return NotApplicable
+    w_shape = _shape(ops, "weight")
+    weight = _derived(
+        ctx, ops["weight"], "transposed", lambda w: _transposed_kernel(w, group),
+        lambda w: _transposed_kernel_nodes(ctx, w, w_shape, group),
+    )
+    example = _shape(ops, "x")[len(levels):]
+    x = _flatten_batch(ctx, ops["x"], example, len(levels))
+    y = ctx.op.ConvTranspose(
+        x, weight, _bias_vector(ctx, ops), strides=list(strides), dilations=list(dilations), group=group,
+        pads=list(pads), output_padding=list(output_padding) if any(output_padding) else None,
+    )
+    return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
+
+
+# -- normalisations ------------------------------------------------------------------------
+
+_NO_STATE = object()  # a norm called without the (unused) state argument
+
+
+def _stash_type(dtype: np.dtype) -> int:
+    return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
+
+
+def _scale_or_ones(ctx: LoweringContext, ops: Operands, role: str, shape: Sequence[int], dtype: np.dtype, fill: float = 1.0) -> ir.Value:
+    return ops[role] if role in ops else ctx.const(np.full(tuple(shape), fill, dtype=dtype))
+
+
+def _norm_handler(cls: type, primitive: str) -> Handler:
+    """LayerNorm / RMSNorm: normalise over the whole example (``x.shape == module.shape``)."""
+
+    def handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
+        if state is not _NO_STATE or not plain(module, cls) or not float_arrays(x, module.weight, module.bias):
+            return NotApplicable
+        if tuple(x.shape) != tuple(module.shape) or x.ndim == 0:
+            return NotApplicable
+        return CoarseCall(
+            primitive, inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
+            params={"epsilon": float(module.eps), "shape": tuple(int(d) for d in module.shape)},
+        )
+
+    return handler
+
+
+_layer_norm_handler = _norm_handler(eqx.nn.LayerNorm, "eqx_layer_norm")
+_rms_norm_handler = _norm_handler(eqx.nn.RMSNorm, "eqx_rms_norm")
+
+
+@eqx_lowering("eqx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17)
+def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched("weight", "bias"):
+        return NotApplicable
+    dtype = _out_dtype(ctx)
+    scale = _scale_or_ones(ctx, ops, "weight", shape, dtype)
+    return ctx.op.LayerNormalization(ops["x"], scale, ops.get("bias"), axis=-len(shape), epsilon=epsilon, stash_type=_stash_type(dtype))
+
+
+@eqx_lowering("eqx_rms_norm", onnx_ops=("RMSNormalization", "Add"), min_opset=23)
+def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched("weight", "bias"):
+        return NotApplicable
+    dtype = _out_dtype(ctx)
+    scale = _scale_or_ones(ctx, ops, "weight", shape, dtype)
+    y = ctx.op.RMSNormalization(ops["x"], scale, axis=-len(shape), epsilon=epsilon, stash_type=_stash_type(dtype))
+    return y if "bias" not in ops else ctx.op.Add(y, ops["bias"])
+
+
+def _group_norm_handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
+    if state is not _NO_STATE or not plain(module, eqx.nn.GroupNorm) or not float_arrays(x, module.weight, module.bias):
+        return NotApplicable
+    if x.ndim < 2 or jxi.is_symbolic_dim(x.shape[0]) or int(x.shape[0]) % module.groups:
+        return NotApplicable
+    return CoarseCall(
+        "eqx_group_norm", inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
+        params={"epsilon": float(module.eps), "groups": int(module.groups), "channels": int(x.shape[0])},
+    )
+
+
+@eqx_lowering("eqx_group_norm", onnx_ops=("GroupNormalization",), min_opset=21)
+def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, groups: int, channels: int) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched("weight", "bias"):
+        return NotApplicable
+    dtype = _out_dtype(ctx)
+    example = _shape(ops, "x")[len(levels):]
+    x = _flatten_batch(ctx, ops["x"], example, len(levels))
+    scale = _scale_or_ones(ctx, ops, "weight", (channels,), dtype)
+    bias = _scale_or_ones(ctx, ops, "bias", (channels,), dtype, 0.0)
+    y = ctx.op.GroupNormalization(x, scale, bias, num_groups=groups, epsilon=epsilon, stash_type=_stash_type(dtype))
+    return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
+
+
+# -- eqx.nn.BatchNorm (inference, statistics from the State): BatchNormalization ----------
+
+
+def _batch_norm_spec(module: Any, x: Any, state: Any, inference: Any) -> Any:
+    effective = module.inference if inference is None else inference
+    if effective is not True or not plain(module, eqx.nn.BatchNorm) or not isinstance(state, eqx.nn.State):
+        return NotApplicable
+    if x.ndim < 1 or x.shape[0] != module.input_size:
+        return NotApplicable
+    weights = {"weight": module.weight, "bias": module.bias}
+    params: dict[str, Any] = {"epsilon": float(module.eps), "channels": int(module.input_size)}
+    if module.mode == "ema":
+        weights["mean"], weights["var"] = state.get(module.ema_state_index)
+    elif module.mode == "batch":
+        weights["mean"], weights["var"] = state.get(module.batch_state_index)
+        weights["counter"] = state.get(module.batch_counter)
+        params["momentum"] = float(module.momentum)
+    else:
+        return NotApplicable
+    if not float_arrays(x, *(w for role, w in weights.items() if role != "counter")):
+        return NotApplicable
+    return CoarseCall("eqx_batch_norm", inputs={"x": x}, weights=weights, params=params)
+
+
+def _batch_norm_wrapper(original: Any) -> Any:
+    """BatchNorm returns ``(y, state)``: the coarse op computes ``y``; in inference mode the
+    state comes back unchanged, so it is returned as it is."""
+    inner = without_named_scope(original, eqx.nn.BatchNorm)
+
+    @functools.wraps(original)
+    def call(self: Any, x: Any, state: Any, *, key: Any = None, inference: Any = None) -> Any:
+        if active_options() is None:
+            return original(self, x, state, key=key, inference=inference)
+        try:
+            spec = _batch_norm_spec(self, x, state, inference)
+        except Exception:  # a call the handler cannot read runs the original
+            spec = NotApplicable
+        if spec is not NotApplicable:
+
+            def normalise(module: Any, x: Any) -> Any:
+                return inner(module, x, state, inference=True)[0]
+
+            y = bind_coarse(spec, normalise, (self, x), {})
+            if y is not NotApplicable:
+                return y, state
+        return inner(self, x, state, key=key, inference=inference)
+
+    return call
+
+
+def _batch_statistics(ctx: LoweringContext, ops: Operands, momentum: float, dtype: np.dtype) -> tuple[ir.Value, ir.Value]:
+    """eqx's "batch" mode debiasing: stats / (1 - momentum**counter), or as they are at 0."""
+    counter = ctx.op.Cast(ops["counter"], to=ir_dtype(dtype))
+    power = ctx.op.Pow(ctx.const(np.asarray(momentum, dtype=dtype)), counter)
+    one = ctx.const(np.asarray(1, dtype=dtype))
+    scale = ctx.op.Where(ctx.op.Equal(counter, ctx.const(np.asarray(0, dtype=dtype))), one, ctx.op.Sub(one, power))
+    return ctx.op.Div(ops["mean"], scale), ctx.op.Div(ops["var"], scale)
+
+
+@eqx_lowering("eqx_batch_norm", onnx_ops=("BatchNormalization",))
+def _batch_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, channels: int, momentum: float | None = None) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched(*(r for r in ops if r != "x")):
+        return NotApplicable
+    dtype = _out_dtype(ctx)
+    mean, var = ops["mean"], ops["var"]
+    if momentum is not None:
+        mean, var = _batch_statistics(ctx, ops, momentum, dtype)
+    scale = _scale_or_ones(ctx, ops, "weight", (channels,), dtype)
+    bias = _scale_or_ones(ctx, ops, "bias", (channels,), dtype, 0.0)
+    example = _shape(ops, "x")[len(levels):]
+    x = _flatten_batch(ctx, ops["x"], example, len(levels))
+    y = ctx.op.BatchNormalization(x, scale, bias, mean, var, epsilon=epsilon)
+    return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
+
+
+# -- attention: eqx's dot_product_attention (what MultiheadAttention runs per head) --------
+
+
+def _attention_spec(query: Any, key_: Any, value: Any, mask: Any = None, dropout: Any = None, *, key: Any = None, inference: Any = None) -> Any:
+    if not float_arrays(query, key_, value) or not (query.ndim == key_.ndim == value.ndim == 2):
+        return NotApplicable
+    if dropout is not None:
+        p = dropout.p
+        active = not (isinstance(p, (int, float)) and p == 0) and (dropout.inference if inference is None else inference) is not True
+        if active or not plain(dropout, eqx.nn.Dropout):
+            return NotApplicable
+    inputs = {"query": query, "key": key_, "value": value}
+    if mask is not None:
+        if not is_array(mask) or mask.dtype != np.bool_ or tuple(mask.shape) != (query.shape[0], key_.shape[0]):
+            return NotApplicable
+        inputs["mask"] = mask
+    head = query.shape[-1]
+    if jxi.is_symbolic_dim(head):
+        return NotApplicable
+    return CoarseCall("eqx_attention", inputs=inputs, params={"scale": math.sqrt(head)})
+
+
+def _attention_wrapper(original: Any) -> Any:
+    signature = inspect.signature(original)
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        return _attention_spec(*bound.args, **bound.kwargs)
+
+    return coarse_wrapper(handler)(original)
+
+
+def _swap_last(ctx: LoweringContext, x: ir.Value, rank: int) -> ir.Value:
+    return ctx.op.Transpose(x, perm=[*range(rank - 2), rank - 1, rank - 2])
+
+
+@eqx_lowering("eqx_attention", onnx_ops=("MatMul", "Div", "Where", "Softmax"))
+def _attention(ctx: LoweringContext, ops: Operands, *, scale: float) -> Any:
+    levels = Levels(ctx)
+    if not all(any(levels.of(r)[i] for r in ops) for i in range(len(levels))):
+        return NotApplicable  # a vmap dim none of q, k, v, mask carries (only the dropout key)
+    dtype = _out_dtype(ctx)
+    q, k, v = (levels.aligned(ctx, r, ops[r]) for r in ("query", "key", "value"))
+    k_rank = len(levels) + 2 if any(levels.of("key")) else 2
+    logits = ctx.op.MatMul(ctx.op.Div(q, ctx.const(np.asarray(scale, dtype=dtype))), _swap_last(ctx, k, k_rank))
+    if "mask" in ops:
+        lowest = ctx.const(np.asarray(np.finfo(dtype).min, dtype=dtype))
+        logits = ctx.op.Where(levels.aligned(ctx, "mask", ops["mask"]), logits, lowest)
+    return ctx.op.MatMul(ctx.op.Softmax(logits, axis=-1), v)
+
+
+# -- eqx.nn.Embedding: Gather, with JAX's index semantics ----------------------------------
+
+
+def _embedding_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.Embedding) or not is_array(x) or x.ndim != 0 or not np.issubdtype(x.dtype, np.integer):
+        return NotApplicable
+    if not is_array(module.weight) or module.weight.ndim != 2 or module.weight.shape[0] == 0:
+        return NotApplicable
+    return CoarseCall("eqx_embedding", inputs={"x": x}, weights={"weight": module.weight})
+
+
+@eqx_lowering("eqx_embedding", onnx_ops=("Gather", "Where", "Clip"))
+def _embedding(ctx: LoweringContext, ops: Operands) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched("weight"):
+        return NotApplicable
+    # JAX indexing: a negative index counts from the end, then the index is clamped
+    rows = int(_shape(ops, "weight")[0])
+    dtype = onnx_aval(ops.aval("x"))[0]
+    index = ops["x"]
+    if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        index, dtype = ctx.op.Cast(index, to=ir.DataType.INT64), np.dtype(np.int64)
+        signed = np.issubdtype(onnx_aval(ops.aval("x"))[0], np.signedinteger)
+    else:
+        signed = True
+    zero = ctx.const(np.asarray(0, dtype=dtype))
+    if signed:
+        index = ctx.op.Where(ctx.op.Less(index, zero), ctx.op.Add(index, ctx.const(np.asarray(rows, dtype=dtype))), index)
+    index = ctx.op.Clip(index, zero, ctx.const(np.asarray(rows - 1, dtype=dtype)))
+    return ctx.op.Gather(ops["weight"], index, axis=0)
+
+
+# -- eqx.nn.PReLU: PRelu -------------------------------------------------------------------
+
+
+def _prelu_handler(module: Any, x: Any) -> Any:
+    slope = module.negative_slope
+    if not plain(module, eqx.nn.PReLU) or not float_arrays(x, slope) or slope.ndim > x.ndim:
+        return NotApplicable
+    return CoarseCall("eqx_prelu", inputs={"x": x}, weights={"slope": slope})
+
+
+@eqx_lowering("eqx_prelu", onnx_ops=("PRelu",))
+def _prelu(ctx: LoweringContext, ops: Operands) -> Any:
+    levels = Levels(ctx)
+    if not levels.full("x") or not levels.unbatched("slope") or not kernels.supports("PRelu", _out_dtype(ctx)):
+        return NotApplicable
+    return ctx.op.PRelu(ops["x"], ops["slope"])
+
+
+# -- eqx.nn.RotaryPositionalEmbedding: x * cos + rotate_half(x) * sin ----------------------
+
+
+def _rope_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.RotaryPositionalEmbedding) or not float_arrays(x) or x.ndim != 2:
+        return NotApplicable
+    seq, size = x.shape
+    if jxi.is_symbolic_dim(seq) or size != module.embedding_size or np.dtype(module.dtype) != np.dtype(x.dtype):
+        return NotApplicable
+    with jax.ensure_compile_time_eval():
+        cos, sin = type(module).precompute_freqs_cis(int(size), int(seq), module.theta, module.dtype)
+    tables = (np.tile(np.asarray(cos), (1, 2)), np.tile(np.asarray(sin), (1, 2)))
+    return CoarseCall("eqx_rope", inputs={"x": x}, params={"tables": _Tables(tables)})
+
+
+class _Tables:
+    """Constant tables as a hashable param (compared by content)."""
+
+    def __init__(self, arrays: tuple[np.ndarray, ...]) -> None:
+        self.arrays = arrays
+        self._key = tuple((a.dtype.str, a.shape, a.tobytes()) for a in arrays)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Tables) and other._key == self._key
+
+
+@eqx_lowering("eqx_rope", onnx_ops=("Slice", "Neg", "Concat", "Mul", "Add"))
+def _rope(ctx: LoweringContext, ops: Operands, *, tables: _Tables) -> Any:
+    if not Levels(ctx).full("x"):
+        return NotApplicable
+    x = ops["x"]
+    cos, sin = (ctx.const(t) for t in tables.arrays)
+    half = tables.arrays[0].shape[-1] // 2
+    first, second = ctx.op.Split(x, _i64(ctx, [half, half]), axis=-1, _outputs=2)
+    rotated = ctx.op.Concat(ctx.op.Neg(second), first, axis=-1)
+    return ctx.op.Add(ctx.op.Mul(x, cos), ctx.op.Mul(rotated, sin))
+
+
+# -- eqx.nn.GRUCell / LSTMCell: one step of ONNX GRU / LSTM -------------------------------
+
+# ONNX gate order from eqx's: GRU z, r, h from eqx's reset, update, new; LSTM i, o, f, c
+# from eqx's i, f, g, o.
+_GRU_ORDER = (1, 0, 2)
+_LSTM_ORDER = (0, 3, 1, 2)
+
+
+def _gru_handler(module: Any, input: Any, hidden: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.GRUCell) or not float_arrays(input, hidden, module.weight_ih, module.weight_hh, module.bias, module.bias_n):
+        return NotApplicable
+    if input.ndim != 1 or hidden.ndim != 1:
+        return NotApplicable
+    return CoarseCall(
+        "eqx_gru", inputs={"input": input, "hidden": hidden},
+        weights={"weight_ih": module.weight_ih, "weight_hh": module.weight_hh, "bias": module.bias, "bias_n": module.bias_n},
+        params={"hidden_size": int(module.hidden_size)},
+    )
+
+
+def _lstm_handler(module: Any, input: Any, hidden: Any, *, key: Any = None) -> Any:
+    if not isinstance(hidden, tuple) or len(hidden) != 2:
+        return NotApplicable
+    h, c = hidden
+    if not plain(module, eqx.nn.LSTMCell) or not float_arrays(input, h, c, module.weight_ih, module.weight_hh, module.bias):
+        return NotApplicable
+    if input.ndim != 1 or h.ndim != 1 or c.ndim != 1:
+        return NotApplicable
+    return CoarseCall(
+        "eqx_lstm", inputs={"input": input, "h": h, "c": c},
+        weights={"weight_ih": module.weight_ih, "weight_hh": module.weight_hh, "bias": module.bias},
+        params={"hidden_size": int(module.hidden_size)},
+    )
+
+
+def _gates(ctx: LoweringContext, ops: Operands, role: str, order: tuple[int, ...]) -> ir.Value:
+    """A weight or bias with its gate blocks in ONNX order, with a leading direction dim."""
+    shape = _shape(ops, role)
+    n = len(order)
+
+    def array(w: np.ndarray) -> np.ndarray:
+        blocks = np.split(w, n, axis=0)
+        return np.concatenate([blocks[i] for i in order], axis=0)[None]
+
+    def nodes(w: ir.Value) -> ir.Value:
+        blocks = ctx.op.Split(w, _i64(ctx, [int(shape[0]) // n] * n), axis=0, _outputs=n)
+        return ctx.op.Unsqueeze(ctx.op.Concat(*[blocks[i] for i in order], axis=0), _i64(ctx, [0]))
+
+    return _derived(ctx, ops[role], "onnx_gates", array, nodes)
+
+
+def _rnn_inputs(ctx: LoweringContext, ops: Operands, levels: Levels, roles: Sequence[str]) -> list[ir.Value] | None:
+    """Input and states as [1, N, features] (one time step, every vmap dim in N)."""
+    if not all(levels.full(r) for r in roles):
+        return None
+    return [_flatten_batch(ctx, ops[r], _shape(ops, r)[-1:], len(levels), front=(1,)) for r in roles]
+
+
+def _constants(ctx: LoweringContext, values: Sequence[ir.Value]) -> list[np.ndarray] | None:
+    """The values of constant weights (None inside function bodies or for runtime inputs)."""
+    if ctx.builder.isolated or any(v.const_value is None for v in values):
+        return None
+    return [v.const_value.numpy() for v in values]
+
+
+def _renamed_initializer(ctx: LoweringContext, weight: ir.Value, array: np.ndarray, suffix: str) -> ir.Value:
+    return _derived(ctx, weight, suffix, lambda _: array, lambda _: weight)
+
+
+def _reordered(blocks: Sequence[Any], order: Sequence[int]) -> list[Any]:
+    return [blocks[i] for i in order]
+
+
+def _gru_biases(ctx: LoweringContext, ops: Operands, size: int, dtype: np.dtype) -> ir.Value:
+    """ONNX's B = [Wb_z, Wb_r, Wb_h, Rb_z, Rb_r, Rb_h]: eqx's bias on the input side, bias_n
+    as Rb_h (inside the reset product, as linear_before_reset=1 computes it)."""
+    arrays = _constants(ctx, [ops["bias"], ops["bias_n"]])
+    if arrays is not None:
+        bias, bias_n = arrays
+        parts = [*_reordered(np.split(bias, 3), _GRU_ORDER), np.zeros(2 * size, dtype=dtype), bias_n]
+        return _renamed_initializer(ctx, ops["bias"], np.concatenate(parts)[None], "onnx_biases")
+    zeros = ctx.const(np.zeros((1, 2 * size), dtype=dtype))
+    return ctx.op.Concat(_gates(ctx, ops, "bias", _GRU_ORDER), zeros, ctx.op.Unsqueeze(ops["bias_n"], _i64(ctx, [0])), axis=1)
+
+
+def _lstm_biases(ctx: LoweringContext, ops: Operands, size: int, dtype: np.dtype) -> ir.Value:
+    """ONNX's B = [Wb_iofc, Rb_iofc]: eqx's one bias on the input side."""
+    arrays = _constants(ctx, [ops["bias"]])
+    if arrays is not None:
+        parts = [*_reordered(np.split(arrays[0], 4), _LSTM_ORDER), np.zeros(4 * size, dtype=dtype)]
+        return _renamed_initializer(ctx, ops["bias"], np.concatenate(parts)[None], "onnx_biases")
+    zeros = ctx.const(np.zeros((1, 4 * size), dtype=dtype))
+    return ctx.op.Concat(_gates(ctx, ops, "bias", _LSTM_ORDER), zeros, axis=1)
+
+
+def _rnn_output(ctx: LoweringContext, value: ir.Value, n_levels: int, aval: Any) -> ir.Value:
+    """A [1, N, hidden] state as the cell's output (vmap dims, hidden)."""
+    return _unflatten_batch(ctx, value, n_levels, aval, front=1)
+
+
+@eqx_lowering("eqx_gru", onnx_ops=("GRU",))
+def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
+    levels = Levels(ctx)
+    dtype = _out_dtype(ctx)
+    weights = [r for r in ops if r.startswith(("weight", "bias"))]
+    inputs = _rnn_inputs(ctx, ops, levels, ("input", "hidden"))
+    if inputs is None or not levels.unbatched(*weights) or not kernels.supports("GRU", dtype):
+        return NotApplicable
+    x, h = inputs
+    w, r = _gates(ctx, ops, "weight_ih", _GRU_ORDER), _gates(ctx, ops, "weight_hh", _GRU_ORDER)
+    bias = _gru_biases(ctx, ops, hidden_size, dtype) if "bias" in ops else None
+    _, y_h = ctx.op.GRU(x, w, r, bias, None, h, hidden_size=hidden_size, linear_before_reset=1, _outputs=2)
+    return [_rnn_output(ctx, y_h, len(levels), ctx.aval_out)]
+
+
+@eqx_lowering("eqx_lstm", onnx_ops=("LSTM",))
+def _lstm(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
+    levels = Levels(ctx)
+    dtype = _out_dtype(ctx)
+    weights = [r for r in ops if r.startswith(("weight", "bias"))]
+    inputs = _rnn_inputs(ctx, ops, levels, ("input", "h", "c"))
+    if inputs is None or not levels.unbatched(*weights) or not kernels.supports("LSTM", dtype):
+        return NotApplicable
+    x, h, c = inputs
+    w, r = _gates(ctx, ops, "weight_ih", _LSTM_ORDER), _gates(ctx, ops, "weight_hh", _LSTM_ORDER)
+    bias = _lstm_biases(ctx, ops, hidden_size, dtype) if "bias" in ops else None
+    _, y_h, y_c = ctx.op.LSTM(x, w, r, bias, None, h, c, hidden_size=hidden_size, _outputs=3)
+    return [_rnn_output(ctx, y_h, len(levels), ctx.avals_out[0]), _rnn_output(ctx, y_c, len(levels), ctx.avals_out[1])]
+
+
+# -- pools: MaxPool / AveragePool ----------------------------------------------------------
+
+_MAX_POOLS = (eqx.nn.MaxPool1d, eqx.nn.MaxPool2d, eqx.nn.MaxPool3d)
+_AVG_POOLS = (eqx.nn.AvgPool1d, eqx.nn.AvgPool2d, eqx.nn.AvgPool3d)
+_POOL_CLASSES = (*_MAX_POOLS, *_AVG_POOLS)
+
+
+def _pool_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    cls = next((c for c in _POOL_CLASSES if type(module) is c or plain(module, c)), None)
+    if cls is None or not plain(module, cls) or not float_arrays(x) or x.ndim != module.num_spatial_dims + 1:
+        return NotApplicable
+    kind = "max" if cls in _MAX_POOLS else "avg"
+    if module.operation is not (jax.lax.max if kind == "max" else jax.lax.add) or module.init != (-np.inf if kind == "max" else 0):
+        return NotApplicable
+    padding = module._update_padding_for_ceil(x.shape) if module.use_ceil else module.padding
+    kernel = tuple(int(k) for k in module.kernel_size)
+    pairs = [tuple(int(v) for v in p) for p in padding]
+    if any(not 0 <= v < k for (lo, hi), k in zip(pairs, kernel, strict=True) for v in (lo, hi)):
+        return NotApplicable  # onnxruntime requires pads smaller than the kernel
+    pads = tuple(p[0] for p in pairs) + tuple(p[1] for p in pairs)
+    return CoarseCall("eqx_pool", inputs={"x": x}, params={"kind": kind, "kernel": kernel, "strides": tuple(int(s) for s in module.stride), "pads": pads})
+
+
+def _exact_max_pool(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, **attrs: Any) -> ir.Value:
+    """MaxPool with JAX's results for NaN and -inf.
+
+    onnxruntime's MaxPool skips NaN and gives the lowest float for a window of -inf; JAX gives
+    NaN and -inf. A second pool over a flag (2: NaN, 1: above -inf, 0: -inf) says which
+    windows hold a NaN or only -inf.
+    """
+    y = ctx.op.MaxPool(x, **attrs)
+    two, one, zero = (ctx.const(np.asarray(v, dtype=dtype)) for v in (2, 1, 0))
+    above = ctx.op.Where(ctx.op.Greater(x, ctx.const(np.asarray(-np.inf, dtype=dtype))), one, zero)
+    flag = ctx.op.MaxPool(ctx.op.Where(ctx.op.IsNaN(x), two, above), **attrs)
+    y = ctx.op.Where(ctx.op.Equal(flag, zero), ctx.const(np.asarray(-np.inf, dtype=dtype)), y)
+    return ctx.op.Where(ctx.op.Equal(flag, two), ctx.const(np.asarray(np.nan, dtype=dtype)), y)
+
+
+def _pool(ctx: LoweringContext, x: ir.Value, kind: str, dtype: np.dtype, **attrs: Any) -> ir.Value:
+    if kind == "max":
+        return _exact_max_pool(ctx, x, dtype, **attrs)
+    return ctx.op.AveragePool(x, count_include_pad=1, **attrs)
+
+
+@eqx_lowering("eqx_pool", onnx_ops=("MaxPool", "AveragePool"))
+def _pool_rule(ctx: LoweringContext, ops: Operands, *, kind: str, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...]) -> Any:
+    levels = Levels(ctx)
+    dtype = _out_dtype(ctx)
+    if not levels.full("x") or not kernels.supports("MaxPool" if kind == "max" else "AveragePool", dtype):
+        return NotApplicable
+    example = _shape(ops, "x")[len(levels):]
+    x = _flatten_batch(ctx, ops["x"], example, len(levels))
+    y = _pool(ctx, x, kind, dtype, kernel_shape=list(kernel), strides=list(strides), pads=list(pads))
+    return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
+
+
+def _adaptive_pool_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+    if not plain(module, eqx.nn.AdaptivePool) or not float_arrays(x) or x.ndim != len(module.target_shape) + 1:
+        return NotApplicable
+    kind = {id(jax.numpy.mean): "avg", id(jax.numpy.max): "max"}.get(id(module.operation))
+    spatial = x.shape[1:]
+    if kind is None or any(jxi.is_symbolic_dim(d) for d in spatial):
+        return NotApplicable
+    targets = tuple(int(t) for t in module.target_shape)
+    if any(t <= 0 or int(d) % t for d, t in zip(spatial, targets, strict=True)):
+        return NotApplicable  # uneven windows (eqx's own split): the lax path
+    kernel = tuple(int(d) // t for d, t in zip(spatial, targets, strict=True))
+    return CoarseCall("eqx_pool", inputs={"x": x}, params={"kind": kind, "kernel": kernel, "strides": kernel, "pads": (0,) * (2 * len(kernel))})
+
+
+
+# -- the table -----------------------------------------------------------------------------
+
+
+def _coarse(cls: type, handler: Handler) -> tuple[Any, str, MakeWrapper]:
+    return cls, "__call__", lambda original: coarse_wrapper(handler)(without_named_scope(original, cls))
+
+
+def patches() -> list[tuple[Any, str, MakeWrapper]]:
+    """(owner, attribute, make_wrapper) of every patch applied while an export runs."""
+    attention_module = sys.modules[eqx.nn.MultiheadAttention.__module__]
+    return [
+        _coarse(eqx.nn.Linear, _linear_handler),
+        _coarse(eqx.nn.Conv, _conv_handler),
+        _coarse(eqx.nn.ConvTranspose, _conv_transpose_handler),
+        _coarse(eqx.nn.LayerNorm, _layer_norm_handler),
+        _coarse(eqx.nn.RMSNorm, _rms_norm_handler),
+        _coarse(eqx.nn.GroupNorm, _group_norm_handler),
+        (eqx.nn.BatchNorm, "__call__", _batch_norm_wrapper),
+        (attention_module, "dot_product_attention", _attention_wrapper),
+        _coarse(eqx.nn.Embedding, _embedding_handler),
+        _coarse(eqx.nn.PReLU, _prelu_handler),
+        _coarse(eqx.nn.RotaryPositionalEmbedding, _rope_handler),
+        _coarse(eqx.nn.GRUCell, _gru_handler),
+        _coarse(eqx.nn.LSTMCell, _lstm_handler),
+        *[_coarse(cls, _pool_handler) for cls in _POOL_CLASSES],
+        _coarse(eqx.nn.AdaptivePool, _adaptive_pool_handler),
+    ]
+
+
+__all__ = ["Levels", "eqx_lowering", "float_arrays", "patches", "plain"]

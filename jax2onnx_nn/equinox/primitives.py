@@ -1,0 +1,190 @@
+"""Lowerings for what Equinox's internals put in a jaxpr.
+
+Equinox defines its own primitives (``unvmap_any``/``all``/``max``, ``nonbatchable``,
+``nondifferentiable_backward``, ``select_if_vmap``, ``maybe_set``, the filter primitives of
+``eqxi.filter_primitive_def``, ...). Each has a JAX implementation, and the interpreter lowers
+primitives without a rule through it (``core/lower.py``), so they need no rule here; the tests
+of this package check that they export exactly.
+
+Two do need a rule here. ``noinline`` (``eqxi.noinline``) looks its function up by an index
+operand that is a constant of the export, so it is lowered through its implementation with
+that index filled in. And ``eqx.error_if``: its error branch runs a ``jax.pure_callback`` that
+raises in Python. An ONNX model cannot raise, so the exported model does what Equinox does
+with ``EQX_ON_ERROR=nan``: where JAX would raise, the checked values come out as NaN (the
+largest value for integers, True for booleans). Other Python callbacks stay unsupported.
+
+``lax.nextafter`` (diffrax steps to ``eqxi.nextafter(t)``) has no rule in the core yet; the
+exact lowering below is registered only where none is. It takes some fifty nodes, and an
+adaptive diffrax solve calls ``eqxi.nextafter`` / ``eqxi.prevbefore`` a hundred times, so
+while an export runs those two are ONNX functions: one FunctionProto, a call node per use.
+TODO(core/lowerings/elementwise.py): move ``_nextafter`` there; it is not Equinox-specific.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.functions import call_function
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.patching import active_options
+from jax2onnx_nn.core.registry import (
+    Registration,
+    load_builtin_and_plugins,
+    lookup,
+    register,
+    registered,
+)
+
+_ERROR_MODULE = "equinox._errors"
+
+
+def error_fill(dtype: np.dtype) -> np.ndarray:
+    """What ``EQX_ON_ERROR=nan`` puts in place of a value of this dtype."""
+    if np.issubdtype(dtype, np.inexact):
+        return np.array(np.nan, dtype=dtype)
+    if np.issubdtype(dtype, np.integer):
+        return np.array(np.iinfo(dtype).max, dtype=dtype)
+    return np.array(True, dtype=dtype)
+
+
+def _filled(ctx: LoweringContext, aval: Any) -> ir.Value:
+    dtype, shape = onnx_aval(aval)
+    value = ctx.const(error_fill(dtype))
+    return value if not shape else ctx.op.Expand(value, ctx.shape_tensor(shape))
+
+
+def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operands: ir.Value, callback: Any, **params: Any) -> list[ir.Value]:
+    fn = jxi.callback_function(callback)
+    if getattr(fn, "__module__", None) == _ERROR_MODULE:
+        return [_filled(ctx, aval) for aval in ctx.avals_out]
+    if previous is not None:
+        result = previous.rule(ctx, *operands, callback=callback, **params)
+        return [result] if isinstance(result, ir.Value) else list(result)
+    return _unsupported(ctx, "pure_callback")
+
+
+def _unsupported(ctx: LoweringContext, name: str) -> list[ir.Value]:
+    """Like any primitive without a rule: listed in the ConversionError of the export."""
+    ctx.lowerer.unsupported[name].append(ctx.builder.doc_string)
+    return [ir.Value(name=ctx.builder.names.fresh(f"unsupported_{name}")) for _ in ctx.avals_out]
+
+
+def _noinline(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, **params: Any) -> list[ir.Value]:
+    const = index.const_value
+    if const is None:
+        return _unsupported(ctx, "noinline")
+    concrete = const.numpy()
+    impl = ctx.eqn.primitive.impl
+
+    def run(*args: Any) -> Any:
+        return impl(concrete, *args, **params)
+
+    closed = jax.make_jaxpr(run)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in[1:]])
+    return ctx.lower_sub(closed, list(operands))
+
+
+# -- nextafter: exact without a float -> int bitcast (ONNX has BitCast only from opset 26) -----
+
+
+def _nextafter_constants(dtype: np.dtype) -> dict[str, Any]:
+    """Per precision: the step factor c (|x| * c lies strictly between half an ulp and 1.5
+    ulp of |x|, so |x| +- |x| * c rounds to the next float), the smallest subnormal, below
+    which (times two) the grid is uniform, and the scale that lifts small normals to where
+    |x| * c is still normal."""
+    info = np.finfo(dtype)
+    p = info.nmant + 1
+    return {
+        "c": dtype.type(2.0**-p * (1 + 2.0 ** (1 - p))),
+        "tiny": dtype.type(info.smallest_subnormal),
+        "uniform": dtype.type(2.0 * info.smallest_normal),
+        "direct": dtype.type(2.0 ** (info.minexp + p + 8)),
+        "scale": dtype.type(2.0 ** (2 * p + 16)),
+        "max": dtype.type(info.max),
+    }
+
+
+def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: Any) -> ir.Value:
+    dtype = onnx_aval(ctx.aval_out)[0]
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return _unsupported(ctx, "nextafter")[0]
+    k = {name: ctx.const(np.asarray(v, dtype=dtype)) for name, v in _nextafter_constants(dtype).items()}
+    zero, one = ctx.const(np.asarray(0, dtype=dtype)), ctx.const(np.asarray(1, dtype=dtype))
+    op = ctx.op
+    a = op.Abs(x)
+    # onnxruntime's NoopElimination reads a float64 constant as float32 and drops "+ 5e-324"
+    # (0.0f) as a no-op, so the smallest subnormal is made at run time (0 * |x| + tiny)
+    tiny = op.Max(op.Mul(a, zero), k["tiny"])
+    # |x| stepped away from zero (up) and toward zero (down), in three ranges of |x|
+    step = op.Mul(a, k["c"])
+    scaled = op.Mul(a, k["scale"])
+    scaled_step = op.Mul(scaled, k["c"])
+    small = op.Less(a, k["direct"])
+    uniform = op.Less(a, k["uniform"])
+
+    def stepped(sign: str) -> ir.Value:
+        direct = getattr(op, sign)(a, step)
+        lifted = op.Div(getattr(op, sign)(scaled, scaled_step), k["scale"])
+        return op.Where(uniform, getattr(op, sign)(a, tiny), op.Where(small, lifted, direct))
+
+    negative, rising, equal = op.Less(x, zero), op.Less(x, y), op.Equal(x, y)
+    magnitude = op.Where(op.Equal(negative, rising), stepped("Sub"), stepped("Add"))
+    magnitude = op.Where(op.IsInf(x), k["max"], magnitude)
+    result = op.Where(negative, op.Neg(magnitude), magnitude)
+    result = op.Where(op.Equal(x, zero), op.Where(rising, tiny, op.Neg(tiny)), result)
+    result = op.Where(equal, y, result)
+    # onnxruntime's Where drops the sign of -0.0: a zero result gets the sign of y (x == y)
+    # or of x (a step to zero) by a multiplication
+    signbit = {v.name: op.Less(op.Div(one, v), zero) for v in (x, y)}
+    negative_zero = op.And(op.Equal(result, zero), op.Where(equal, signbit[y.name], signbit[x.name]))
+    result = op.Mul(result, op.Where(negative_zero, op.Neg(one), one))
+    nan = op.Or(op.IsNaN(x), op.IsNaN(y))
+    return op.Where(nan, ctx.const(np.asarray(np.nan, dtype=dtype)), result)
+
+
+def _as_function(name: str) -> Callable[[Any], Any]:
+    """A ``make_wrapper``: calls during exports become calls of one ONNX function."""
+
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if active_options() is None:
+                return original(*args, **kwargs)
+            return call_function(original, args, kwargs, name=name, key=original)
+
+        return call
+
+    return make
+
+
+def patches() -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """(owner, attribute, make_wrapper) of the patches applied while an export runs."""
+    import equinox.internal as eqxi
+
+    return [(eqxi, name, _as_function(name)) for name in ("nextafter", "prevbefore") if hasattr(eqxi, name)]
+
+
+_REGISTERED = False
+
+
+def register_rules() -> None:
+    """Register the rules of this module once (over any rule registered before)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    _REGISTERED = True
+    load_builtin_and_plugins()
+    previous = registered().get("pure_callback")
+    register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("Expand",))
+    register("noinline", _noinline)
+    if lookup("nextafter") is None:
+        register("nextafter", _nextafter, onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where"))
+
+
+__all__ = ["error_fill", "patches", "register_rules"]

@@ -1,0 +1,78 @@
+"""The Flax NNX side of an export session (see ``core/patching.py``).
+
+For the duration of one export: the coarse-op patches of ``coarse.py`` are applied; when the
+exported callable is a module (or a bound method of one), it is traced on a copy made inside
+the trace and set to inference mode (or training mode if asked), so the user's module is never
+changed; its arrays are named by attribute path (``block1.linear1.kernel``); and module calls
+get name scopes (and ONNX functions with ``auto_functions``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from flax import nnx
+
+from jax2onnx_nn.core.patching import ExportOptions, Prepared, patch
+from jax2onnx_nn.flax import coarse
+from jax2onnx_nn.flax.functions import ModulePaths, module_call_classes, scoped_module_calls
+
+
+def exported_module(fn: Any) -> nnx.Module | None:
+    """The module an exported callable belongs to: the module itself or a method's owner."""
+    if isinstance(fn, nnx.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    if inspect.ismethod(fn) and isinstance(owner, nnx.Module):
+        return owner
+    return None
+
+
+def array_names(module: nnx.Module) -> dict[int, str]:
+    """id(array) -> dotted attribute path (``linear1.kernel``) for every array of the module."""
+    names: dict[int, str] = {}
+    for path, variable in nnx.to_flat_state(nnx.state(module)):
+        value = variable.get_value() if isinstance(variable, nnx.Variable) else variable
+        names.setdefault(id(value), ".".join(str(p) for p in path))
+    return names
+
+
+def set_mode(module: nnx.Module, training: bool) -> None:
+    """Dropout / BatchNorm (and any module with these flags) in inference or training mode."""
+    module.set_attributes(
+        deterministic=not training, use_running_average=not training, raise_if_not_found=False
+    )
+
+
+def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths) -> Callable[..., Any]:
+    """``fn`` run on a copy of ``module`` made inside the trace (its state updates stay there)."""
+    graphdef, state = nnx.split(module)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        copy = nnx.merge(graphdef, state, copy=True)  # new Variables: updates stay in the trace
+        set_mode(copy, training)
+        paths.index(copy)
+        if fn is module:
+            return copy(*args, **kwargs)
+        return fn.__func__(copy, *args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
+    with contextlib.ExitStack() as stack:
+        if options.coarse_ops:
+            for owner, name, make_wrapper in coarse.patches():
+                stack.enter_context(patch(owner, name, make_wrapper))
+        module = exported_module(prepared.fn)
+        if module is None:
+            yield prepared
+            return
+        paths = ModulePaths()
+        stack.enter_context(scoped_module_calls(module_call_classes(module), paths))
+        names = {**prepared.const_names, **array_names(module)}
+        yield Prepared(traced_copy(prepared.fn, module, options.training, paths), names)

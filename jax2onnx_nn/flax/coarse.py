@@ -1,0 +1,700 @@
+"""Flax NNX layers and activations as coarse ONNX ops.
+
+Each layer has a handler and a rule. The handler sees one call (``module, *args, **kwargs``)
+while an export runs and returns a :class:`CoarseCall` (which arrays play which role, the
+static config) or ``NotApplicable`` for anything it does not model: an unknown keyword, a
+subclass that overrides methods, a custom ``dot_general``, a padding mode, a mask... Those
+calls run the original ``__call__`` and are lowered op by op, so they are never wrong. The
+rule emits the coarse op, or returns ``NotApplicable`` (a dtype or opset it does not cover),
+and then the traced original call is lowered in its place.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx_ir as ir
+from flax import linen, nnx
+from flax.nnx.nn import dtypes as nnx_dtypes
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.patching import (
+    CoarseCall,
+    NotApplicable,
+    Operands,
+    coarse_lowering,
+    coarse_wrapper,
+    is_array,
+)
+
+Handler = Callable[..., Any]
+
+_F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_ALLOWED_OVERRIDES = frozenset({"__init__", "__init_subclass__", "__call__"})
+
+
+# -- shared checks and helpers -------------------------------------------------------------
+
+
+def _plain(module: Any, cls: type) -> bool:
+    """True when ``module`` is a ``cls`` whose subclasses (if any) override no method."""
+    mro = type(module).__mro__
+    if cls not in mro:
+        return False
+    for sub in mro[: mro.index(cls)]:
+        for name, value in vars(sub).items():
+            if name in _ALLOWED_OVERRIDES:
+                continue
+            if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
+                return False
+    return True
+
+
+def _one_input(args: tuple[Any, ...], kwargs: dict[str, Any], allowed: dict[str, Any]) -> Any:
+    """The single positional array argument, if the other keywords have their allowed values."""
+    if len(args) != 1 or not is_array(args[0]):
+        return NotApplicable
+    for key, value in kwargs.items():
+        if key not in allowed or value is not allowed[key]:
+            return NotApplicable
+    return args[0]
+
+
+def _value(variable: Any) -> Any:
+    return None if variable is None else variable.get_value()
+
+
+def _default_promote(module: Any) -> bool:
+    return getattr(module, "promote_dtype", nnx_dtypes.promote_dtype) is nnx_dtypes.promote_dtype
+
+
+def _out_dtype(ctx: LoweringContext) -> np.dtype:
+    return onnx_aval(ctx.aval_out)[0]
+
+
+def _cast(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype) -> ir.Value:
+    """Operand ``role`` in ``dtype`` (what flax's promote_dtype does before computing)."""
+    value = ops[role]
+    if onnx_aval(ops.aval(role))[0] == dtype:
+        return value
+    return ctx.op.Cast(value, to=ir_dtype(dtype))
+
+
+def _cast_or_fill(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype, size: int, fill: float) -> ir.Value:
+    """An optional per-feature weight, or a constant ``fill`` vector where it is absent."""
+    if role in ops:
+        return _cast(ctx, ops, role, dtype)
+    return ctx.const(np.full((size,), fill, dtype=dtype))
+
+
+def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
+    axes = (axes,) if isinstance(axes, int) else tuple(axes) if isinstance(axes, (tuple, list)) else None
+    if axes is None or not all(isinstance(a, int) and -rank <= a < rank for a in axes):
+        return None
+    return tuple(sorted(a % rank for a in axes))
+
+
+def _transpose(ctx: LoweringContext, x: ir.Value, perm: list[int]) -> ir.Value:
+    """``Transpose(x, perm)``; when ``x`` is itself a transpose that this one undoes (the
+    channels-last round trip between two coarse ops), the value before it instead."""
+    producer = x.producer()
+    if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
+        inner = list(producer.attributes["perm"].value)
+        if len(inner) == len(perm) and [inner[p] for p in perm] == list(range(len(perm))):
+            return producer.inputs[0]
+    return ctx.op.Transpose(x, perm=perm)
+
+
+def _layout_weight(ctx: LoweringContext, value: ir.Value, perm: list[int]) -> ir.Value:
+    """A weight in another layout: an initializer is stored transposed once (under the
+    original's name; the original, unused unless shared, gets ``/untransposed`` appended);
+    anything else (a function input) goes through a Transpose node."""
+    tensor = value.const_value
+    if tensor is None or value.producer() is not None or ctx.builder.isolated or value.name is None:
+        return _transpose(ctx, value, perm)
+    layouts = value.meta.setdefault("jax2onnx_nn.layouts", {})
+    if tuple(perm) not in layouts:
+        name = value.name
+        value.name = ctx.builder.names.fresh(f"{name}/untransposed")
+        transposed = ctx.builder.initializer(np.ascontiguousarray(np.transpose(tensor.numpy(), perm)), f"{name}/transposed")
+        transposed.name = name  # free again: the original was renamed
+        layouts[tuple(perm)] = transposed
+    return layouts[tuple(perm)]
+
+
+def _channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> tuple[ir.Value, list[int] | None]:
+    """Move ``axis`` to position 1 (ONNX's channel axis); returns the value and the inverse."""
+    if axis == 1:
+        return x, None
+    perm = [0, axis, *[i for i in range(1, rank) if i != axis]]
+    inverse = [perm.index(i) for i in range(rank)]
+    return _transpose(ctx, x, perm), inverse
+
+
+# -- nnx.Linear ----------------------------------------------------------------------------
+
+
+def _linear_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs, {"out_sharding": None})
+    if x is NotApplicable or x.ndim < 1 or not _plain(module, nnx.Linear) or not _default_promote(module):
+        return NotApplicable
+    if module.dot_general is not jax.lax.dot_general or module.preferred_element_type is not None:
+        return NotApplicable
+    return CoarseCall("nnx_linear", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)})
+
+
+@coarse_lowering("nnx_linear", onnx_ops=("Gemm", "MatMul", "Add"))
+def _linear(ctx: LoweringContext, ops: Operands) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype.kind != "f":
+        return NotApplicable
+    x, kernel = _cast(ctx, ops, "x", dtype), _cast(ctx, ops, "kernel", dtype)
+    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    if len(ops.aval("x").shape) == 2:
+        return ctx.op.Gemm(x, kernel, bias)
+    y = ctx.op.MatMul(x, kernel)
+    return y if bias is None else ctx.op.Add(y, bias)
+
+
+# -- nnx.LinearGeneral: contraction over trailing axes, as MatMul on flattened features ----
+
+
+def _linear_general_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs, {"out_sharding": None})
+    if x is NotApplicable or not _plain(module, nnx.LinearGeneral) or not _default_promote(module):
+        return NotApplicable
+    if module.batch_axis or module.dot_general_cls is not None or module.preferred_element_type is not None:
+        return NotApplicable
+    if module.dot_general not in (None, jax.lax.dot_general):
+        return NotApplicable
+    axes = _canonical_axes(module.axis, x.ndim)
+    n = 0 if axes is None else len(axes)
+    if axes is None or axes != tuple(range(x.ndim - n, x.ndim)) or n == x.ndim:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_linear_general", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+        params={"n_contract": n},
+    )
+
+
+@coarse_lowering("nnx_linear_general", onnx_ops=("Reshape", "MatMul", "Add"))
+def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype.kind != "f":
+        return NotApplicable
+    kernel_shape = tuple(ops.aval("kernel").shape)
+    k_in, k_out = kernel_shape[:n_contract], kernel_shape[n_contract:]
+    size_in, size_out = int(np.prod(k_in)), int(np.prod(k_out))
+    keep = len(ops.aval("x").shape) - n_contract
+    x = _cast(ctx, ops, "x", dtype)
+    if n_contract != 1:
+        x = ctx.op.Reshape(x, ctx.const([0] * keep + [size_in], dtype=np.int64))
+    kernel = _cast(ctx, ops, "kernel", dtype)
+    if len(kernel_shape) != 2:
+        kernel = ctx.op.Reshape(kernel, ctx.const([size_in, size_out], dtype=np.int64))
+    y = ctx.op.MatMul(x, kernel)
+    if "bias" in ops:
+        bias = _cast(ctx, ops, "bias", dtype)
+        if len(ops.aval("bias").shape) != 1:
+            bias = ctx.op.Reshape(bias, ctx.const([size_out], dtype=np.int64))
+        y = ctx.op.Add(y, bias)
+    if len(k_out) != 1:
+        y = ctx.op.Reshape(y, ctx.const([0] * keep + list(k_out), dtype=np.int64))
+    return y
+
+
+# -- nnx.Conv: channels-last conv as Transpose -> Conv -> Transpose ------------------------
+
+
+def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs, {"out_sharding": None})
+    if x is NotApplicable or not _plain(module, nnx.Conv) or not _default_promote(module):
+        return NotApplicable
+    kernel_size = tuple(module.kernel_size)
+    n = len(kernel_size)
+    if x.ndim != n + 2 or module.mask is not None or module.preferred_element_type is not None:
+        return NotApplicable
+    if module.conv_general_dilated is not jax.lax.conv_general_dilated:
+        return NotApplicable
+
+    def broadcast(v: Any) -> tuple[int, ...] | None:
+        v = 1 if v is None else v
+        v = (v,) * n if isinstance(v, int) else tuple(v)
+        return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
+
+    strides, input_dilation, dilation = (broadcast(v) for v in (module.strides, module.input_dilation, module.kernel_dilation))
+    if strides is None or dilation is None or input_dilation != (1,) * n:
+        return NotApplicable
+    pads = _conv_pads(module.padding, x.shape[1:-1], kernel_size, strides, dilation)
+    if pads is None:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_conv", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+        params={"strides": strides, "dilations": dilation, "pads": pads, "group": int(module.feature_group_count)},
+    )
+
+
+def _conv_pads(padding: Any, spatial: tuple[Any, ...], kernel_size: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...]) -> Any:
+    """ONNX ``pads`` (begins then ends) or an ``auto_pad`` string; None if not modelled."""
+    n = len(kernel_size)
+    if isinstance(padding, str):
+        if padding == "VALID":
+            return (0,) * (2 * n)
+        if padding not in ("SAME", "SAME_LOWER"):
+            return None  # CIRCULAR, REFLECT, CAUSAL pad the input first: lax path
+        if any(jxi.is_symbolic_dim(d) for d in spatial):
+            return "SAME_UPPER" if padding == "SAME" else "SAME_LOWER"
+        dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel_size, dilation, strict=True))
+        pairs = jax.lax.padtype_to_pads(tuple(int(d) for d in spatial), dilated, strides, padding)
+    elif isinstance(padding, int):
+        pairs = [(padding, padding)] * n
+    elif isinstance(padding, (list, tuple)) and len(padding) == n:
+        pairs = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
+    else:
+        return None
+    if not all(len(p) == 2 and all(isinstance(v, (int, np.integer)) and v >= 0 for v in p) for p in pairs):
+        return None
+    return tuple(int(p[0]) for p in pairs) + tuple(int(p[1]) for p in pairs)
+
+
+@coarse_lowering("nnx_conv", onnx_ops=("Transpose", "Conv"))
+def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _F32_F64 or not kernels.supports("Conv", dtype):
+        return NotApplicable
+    rank = len(ops.aval("x").shape)
+    x = _transpose(ctx, _cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
+    kernel = _cast(ctx, ops, "kernel", dtype)
+    kernel = _layout_weight(ctx, kernel, [rank - 1, rank - 2, *range(rank - 2)])
+    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    padding = {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
+    y = ctx.op.Conv(x, kernel, bias, strides=list(strides), dilations=list(dilations), group=group, **padding)
+    return ctx.op.Transpose(y, perm=[0, *range(2, rank), 1])
+
+
+# -- pooling: nnx.avg_pool (channels last) as AveragePool -----------------------------------
+
+
+def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
+    signature = inspect.signature(original)
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        try:
+            a = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return NotApplicable
+        x, window = a.get("inputs"), a.get("window_shape")
+        if not is_array(x) or not isinstance(window, (tuple, list)) or x.ndim != len(window) + 2:
+            return NotApplicable
+        n = len(window)
+        strides = tuple(a.get("strides") or (1,) * n)
+        if len(strides) != n or not all(isinstance(v, int) and v >= 1 for v in (*window, *strides)):
+            return NotApplicable
+        pads = _conv_pads(a.get("padding", "VALID"), x.shape[1:-1], tuple(window), strides, (1,) * n)
+        if pads is None or isinstance(pads, str):
+            return NotApplicable
+        return CoarseCall(
+            "nnx_avg_pool", inputs={"x": x},
+            params={"kernel_shape": tuple(window), "strides": strides, "pads": pads,
+                    "count_include_pad": bool(a.get("count_include_pad", True))},
+        )
+
+    return handler
+
+
+@coarse_lowering("nnx_avg_pool", onnx_ops=("Transpose", "AveragePool"))
+def _avg_pool(ctx: LoweringContext, ops: Operands, *, kernel_shape: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...], count_include_pad: bool) -> Any:
+    dtype = onnx_aval(ops.aval("x"))[0]
+    if dtype not in _F32_F64 or not kernels.supports("AveragePool", dtype):
+        return NotApplicable
+    rank = len(ops.aval("x").shape)
+    x = _transpose(ctx, ops["x"], [0, rank - 1, *range(1, rank - 1)])
+    y = ctx.op.AveragePool(
+        x, kernel_shape=list(kernel_shape), strides=list(strides), pads=list(pads), count_include_pad=int(count_include_pad)
+    )
+    return ctx.op.Transpose(y, perm=[0, *range(2, rank), 1])
+
+
+# -- nnx.Embed: Gather, with JAX's out-of-range semantics (NaN rows) -----------------------
+
+
+def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs, {"out_sharding": None})
+    if x is NotApplicable or not _plain(module, nnx.Embed) or not _default_promote(module):
+        return NotApplicable
+    if not jnp.issubdtype(x.dtype, jnp.integer) or module.num_embeddings == 1:
+        return NotApplicable
+    return CoarseCall("nnx_embed", inputs={"x": x}, weights={"embedding": _value(module.embedding)})
+
+
+@coarse_lowering("nnx_embed", onnx_ops=("Gather", "Where"))
+def _embed(ctx: LoweringContext, ops: Operands) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype.kind != "f":
+        return NotApplicable
+    n = int(ops.aval("embedding").shape[0])
+    index = ops["x"]
+    if onnx_aval(ops.aval("x"))[0] not in (np.dtype(np.int32), np.dtype(np.int64)):
+        index = ctx.op.Cast(index, to=ir_dtype(np.int64))
+    index_dtype = index.dtype.numpy() if index.dtype is not None else np.dtype(np.int64)
+    # JAX wraps indices in [-n, 0) once and gives NaN rows for indices out of range.
+    valid = ctx.op.And(
+        ctx.op.GreaterOrEqual(index, ctx.const(-n, dtype=index_dtype)), ctx.op.Less(index, ctx.const(n, dtype=index_dtype))
+    )
+    safe = ctx.op.Where(valid, index, ctx.const(0, dtype=index_dtype))
+    rows = ctx.op.Gather(_cast(ctx, ops, "embedding", dtype), safe, axis=0)
+    valid_rows = ctx.op.Unsqueeze(valid, ctx.const([-1], dtype=np.int64))
+    return ctx.op.Where(valid_rows, rows, ctx.const(np.nan, dtype=dtype))
+
+
+def _attend_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    query = _one_input(args, kwargs, {"out_sharding": None})
+    if query is NotApplicable or query.ndim < 1 or not _plain(module, nnx.Embed) or not _default_promote(module):
+        return NotApplicable
+    return CoarseCall("nnx_embed_attend", inputs={"x": query}, weights={"embedding": _value(module.embedding)})
+
+
+@coarse_lowering("nnx_embed_attend", onnx_ops=("Gemm", "MatMul", "Transpose"))
+def _attend(ctx: LoweringContext, ops: Operands) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype.kind != "f":
+        return NotApplicable
+    x, embedding = _cast(ctx, ops, "x", dtype), _cast(ctx, ops, "embedding", dtype)
+    if len(ops.aval("x").shape) == 2:
+        return ctx.op.Gemm(x, embedding, transB=1)
+    return ctx.op.MatMul(x, ctx.op.Transpose(embedding, perm=[1, 0]))
+
+
+# -- normalizations ------------------------------------------------------------------------
+
+
+def _norm_ok(module: Any, cls: type, x: Any) -> bool:
+    return _plain(module, cls) and _default_promote(module) and getattr(module, "axis_name", None) is None and x.ndim >= 1
+
+
+def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    if not args or len(args) > 2 or not is_array(args[0]) or set(kwargs) - {"use_running_average", "mask"}:
+        return NotApplicable
+    x = args[0]
+    use_running_average = args[1] if len(args) == 2 else kwargs.get("use_running_average")
+    if use_running_average is None:
+        use_running_average = module.use_running_average
+    if use_running_average is not True or not _norm_ok(module, nnx.BatchNorm, x) or x.ndim < 2:
+        return NotApplicable  # training mode computes batch statistics: lax path
+    axes = _canonical_axes(module.axis, x.ndim)
+    if axes is None or len(axes) != 1:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_batch_norm", inputs={"x": x},
+        weights={"mean": _value(module.mean), "var": _value(module.var), "scale": _value(module.scale), "bias": _value(module.bias)},
+        params={"axis": axes[0], "epsilon": float(module.epsilon)},
+    )
+
+
+@coarse_lowering("nnx_batch_norm", onnx_ops=("BatchNormalization", "Transpose"))
+def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _F32_F64:
+        return NotApplicable
+    rank = len(ops.aval("x").shape)
+    size = int(ops.aval("mean").shape[0])
+    x, inverse = _channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, axis)
+    scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
+    bias = _cast_or_fill(ctx, ops, "bias", dtype, size, 0.0)
+    mean, var = _cast(ctx, ops, "mean", dtype), _cast(ctx, ops, "var", dtype)
+    y = ctx.op.BatchNormalization(x, scale, bias, mean, var, epsilon=epsilon)
+    return y if inverse is None else ctx.op.Transpose(y, perm=inverse)
+
+
+def _last_axis_norm_handler(cls: type, primitive: str, weights: tuple[str, ...]) -> Handler:
+    """LayerNorm / RMSNorm over the last axis (the common configuration)."""
+
+    def handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+        x = _one_input(args, kwargs, {"mask": None})
+        if x is NotApplicable or not _norm_ok(module, cls, x):
+            return NotApplicable
+        last = (x.ndim - 1,)
+        if _canonical_axes(module.reduction_axes, x.ndim) != last or _canonical_axes(module.feature_axes, x.ndim) != last:
+            return NotApplicable
+        return CoarseCall(
+            primitive, inputs={"x": x}, weights={w: _value(getattr(module, w)) for w in weights},
+            params={"epsilon": float(module.epsilon), "size": int(module.num_features)},
+        )
+
+    return handler
+
+
+def _stash_type(dtype: np.dtype) -> int:
+    return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
+
+
+@coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",))
+def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _F32_F64:
+        return NotApplicable
+    x = _cast(ctx, ops, "x", dtype)
+    scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
+    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    return ctx.op.LayerNormalization(x, scale, bias, axis=-1, epsilon=epsilon, stash_type=_stash_type(dtype))
+
+
+@coarse_lowering("nnx_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23)
+def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _F32_F64:
+        return NotApplicable
+    x = _cast(ctx, ops, "x", dtype)
+    scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
+    return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=epsilon, stash_type=_stash_type(dtype))
+
+
+# -- attention: jax.nn.dot_product_attention (what nnx.MultiHeadAttention calls) -----------
+
+def _attention_handler(original: Callable[..., Any]) -> Handler:
+    signature = inspect.signature(original)
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return NotApplicable
+        return _attention_call(bound.arguments)
+
+    return handler
+
+
+def _attention_call(a: dict[str, Any]) -> Any:
+    q, k, v, bias, mask = (a.get(n) for n in ("query", "key", "value", "bias", "mask"))
+    if not all(is_array(t) and t.ndim == 4 for t in (q, k, v)):
+        return NotApplicable
+    if any(t is not None and not (is_array(t) and t.ndim == 4) for t in (bias, mask)):
+        return NotApplicable
+    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32 or q.shape[2] != k.shape[2]:
+        return NotApplicable  # grouped heads and low precision: lax path
+    if mask is not None and mask.dtype != np.bool_:
+        return NotApplicable
+    for name in ("query_seq_lengths", "key_value_seq_lengths", "local_window_size"):
+        if a.get(name) is not None:
+            return NotApplicable
+    if a.get("implementation") not in (None, "xla") or a.get("return_residual", False):
+        return NotApplicable
+    scale = a.get("scale")
+    head_dim = q.shape[-1]
+    if scale is None:
+        if jxi.is_symbolic_dim(head_dim):
+            return NotApplicable
+        scale = 1.0 / np.sqrt(head_dim)
+    if not isinstance(scale, (int, float)):
+        return NotApplicable
+    inputs = {"query": q, "key": k, "value": v}
+    if bias is not None:
+        inputs["bias"] = bias
+    if mask is not None:
+        inputs["mask"] = mask
+    return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))})
+
+
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where"))
+def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
+    dtype = np.dtype(np.float32)
+    q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
+    k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
+    v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
+    logits = ctx.op.Mul(ctx.op.MatMul(q, k), ctx.const(np.float32(scale)))
+    if "bias" in ops:
+        logits = ctx.op.Add(logits, _cast(ctx, ops, "bias", dtype))
+    keep = ops["mask"] if "mask" in ops else None
+    if is_causal:
+        t, s = ops.aval("query").shape[1], ops.aval("key").shape[1]
+        rows = ctx.op.Unsqueeze(_arange(ctx, t), ctx.const([1], dtype=np.int64))
+        causal = ctx.op.LessOrEqual(_arange(ctx, s), rows)  # [T, S]: key position <= query position
+        keep = causal if keep is None else ctx.op.And(keep, causal)
+    if keep is not None:
+        large_negative = np.float32(-0.7 * np.finfo(np.float32).max)
+        logits = ctx.op.Where(keep, logits, ctx.const(large_negative))
+    probs = ctx.op.Softmax(logits, axis=-1)
+    return ctx.op.Transpose(ctx.op.MatMul(probs, v), perm=[0, 2, 1, 3])
+
+
+def _arange(ctx: LoweringContext, n: Any) -> ir.Value:
+    if not jxi.is_symbolic_dim(n):
+        return ctx.const(np.arange(int(n), dtype=np.int64))
+    limit = ctx.op.Squeeze(ctx.dim(n), ctx.const([0], dtype=np.int64))
+    return ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64))
+
+
+# -- activations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation: its keyword config (name -> default) and its ONNX rule."""
+
+    config: dict[str, Any]
+    rule: Callable[..., Any]
+    dtypes: frozenset[np.dtype] = _F32_F64
+    min_opset: int = 1
+
+
+def _op(op_type: str, **attrs: Any) -> Callable[..., Any]:
+    return lambda ctx, x, **_: getattr(ctx.op, op_type)(x, **attrs)
+
+
+def _gelu(ctx: LoweringContext, x: ir.Value, *, approximate: bool) -> Any:
+    return ctx.op.Gelu(x, approximate="tanh" if approximate else "none")
+
+
+def _clip(low: float, high: float) -> Callable[..., Any]:
+    def rule(ctx: LoweringContext, x: ir.Value, **_: Any) -> Any:
+        dtype = x.dtype.numpy() if x.dtype is not None else np.float32
+        return ctx.op.Clip(x, ctx.const(low, dtype=dtype), ctx.const(high, dtype=dtype))
+
+    return rule
+
+
+_F32 = frozenset({np.dtype(np.float32)})
+
+# dtypes: where onnxruntime has a kernel that matches JAX (measured: no float64 kernel for
+# Elu, Selu, LeakyRelu, Softplus, HardSigmoid; float64 Gelu and LogSoftmax lose precision).
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": Activation({}, _op("Relu")),
+    "sigmoid": Activation({}, _op("Sigmoid")),
+    "gelu": Activation({"approximate": True}, _gelu, dtypes=_F32, min_opset=20),
+    "silu": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x))),
+    "swish": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x))),
+    "softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.Softmax(x, axis=axis)),
+    "log_softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.LogSoftmax(x, axis=axis), dtypes=_F32),
+    "elu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Elu(x, alpha=alpha), dtypes=_F32),
+    "celu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Celu(x, alpha=alpha), dtypes=_F32),
+    "selu": Activation({}, _op("Selu"), dtypes=_F32),
+    "leaky_relu": Activation({"negative_slope": 0.01}, lambda ctx, x, *, negative_slope: ctx.op.LeakyRelu(x, alpha=negative_slope), dtypes=_F32),
+    "softplus": Activation({}, _op("Softplus"), dtypes=_F32),
+    "mish": Activation({}, _op("Mish"), dtypes=_F32, min_opset=18),
+    "hard_sigmoid": Activation({}, _op("HardSigmoid", alpha=1.0 / 6.0, beta=0.5), dtypes=_F32),
+    "hard_silu": Activation({}, _op("HardSwish"), dtypes=_F32),
+    "hard_swish": Activation({}, _op("HardSwish"), dtypes=_F32),
+    "hard_tanh": Activation({}, _clip(-1.0, 1.0)),
+    "relu6": Activation({}, _clip(0.0, 6.0)),
+}
+
+
+def _activation_handler(name: str, activation: Activation, original: Callable[..., Any]) -> Handler:
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        if signature is None:
+            return NotApplicable
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return NotApplicable
+        values = list(bound.arguments.values())
+        x, given = values[0], dict(list(bound.arguments.items())[1:])
+        if not is_array(x) or np.dtype(x.dtype) not in activation.dtypes or set(given) - set(activation.config):
+            return NotApplicable
+        config = {**activation.config, **given}
+        if config.get("where", None) is not None:
+            return NotApplicable
+        config.pop("where", None)
+        if "axis" in config and not (isinstance(config["axis"], int) and -max(x.ndim, 1) <= config["axis"] < max(x.ndim, 1)):
+            return NotApplicable
+        if any(isinstance(v, bool) is False and not isinstance(v, (int, float)) for v in config.values()):
+            return NotApplicable
+        return CoarseCall(f"jax_nn_{name}", inputs={"x": x}, params={k: _plain_number(v) for k, v in config.items()})
+
+    return handler
+
+
+def _plain_number(v: Any) -> Any:
+    return v if isinstance(v, bool) else float(v) if isinstance(v, float) else int(v) if isinstance(v, int) else v
+
+
+def _register_activation(name: str, activation: Activation) -> None:
+    def rule(ctx: LoweringContext, ops: Operands, **config: Any) -> Any:
+        x = ops["x"]
+        if "axis" in config:
+            return NotApplicable if ops.aval("x").ndim == 0 else activation.rule(ctx, x, **config)
+        producer = x.producer()
+        if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
+            # elementwise: act before the layout transpose, so the next coarse op can undo it
+            return ctx.op.Transpose(activation.rule(ctx, producer.inputs[0], **config), perm=list(producer.attributes["perm"].value))
+        return activation.rule(ctx, x, **config)
+
+    coarse_lowering(f"jax_nn_{name}", min_opset=activation.min_opset)(rule)
+
+
+for _name, _activation in ACTIVATIONS.items():
+    _register_activation(_name, _activation)
+
+
+# -- the table -----------------------------------------------------------------------------
+
+ACTIVATION_NAMESPACES = (jax.nn, nnx)
+MakeWrapper = Callable[[Any], Any]
+
+
+def _sequential_wrapper(substitutes: dict[int, Any]) -> MakeWrapper:
+    """nnx.Sequential holding activations captured before the export (``nnx.relu``): its call
+    runs on a view whose layers are the patched functions, so they map to their coarse op."""
+
+    def make(original: Any) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            layers = list(getattr(self, "layers", None) or ())
+            swapped = [substitutes[id(f)][1] if substitutes.get(id(f), (None,))[0] is f else f for f in layers]
+            if all(a is b for a, b in zip(swapped, layers, strict=True)):
+                return original(self, *args, **kwargs)
+            return original(types.SimpleNamespace(layers=swapped), *args, **kwargs)
+
+        return call
+
+    return make
+
+
+def patches() -> list[tuple[Any, str, MakeWrapper]]:
+    """(owner, attribute, make_wrapper) of every patch applied while an export runs."""
+    table: list[tuple[Any, str, Handler]] = [
+        (nnx.Linear, "__call__", _linear_handler),
+        (nnx.LinearGeneral, "__call__", _linear_general_handler),
+        (nnx.Conv, "__call__", _conv_handler),
+        (nnx.Embed, "__call__", _embed_handler),
+        (nnx.Embed, "attend", _attend_handler),
+        (nnx.BatchNorm, "__call__", _batch_norm_handler),
+        (nnx.LayerNorm, "__call__", _last_axis_norm_handler(nnx.LayerNorm, "nnx_layer_norm", ("scale", "bias"))),
+        (nnx.RMSNorm, "__call__", _last_axis_norm_handler(nnx.RMSNorm, "nnx_rms_norm", ("scale",))),
+        (jax.nn, "dot_product_attention", _attention_handler(jax.nn.dot_product_attention)),
+        (nnx, "avg_pool", _avg_pool_handler(nnx.avg_pool)),
+        (linen, "avg_pool", _avg_pool_handler(linen.avg_pool)),
+    ]
+    for namespace in ACTIVATION_NAMESPACES:
+        for name, activation in ACTIVATIONS.items():
+            original = getattr(namespace, name, None)
+            if original is not None:
+                table.append((namespace, name, _activation_handler(name, activation, original)))
+    # one wrapper per original function, whatever namespace it is reached through
+    substitutes: dict[int, tuple[Any, Any]] = {}
+
+    def shared(handler: Handler) -> MakeWrapper:
+        def make(original: Any) -> Any:
+            if id(original) not in substitutes:
+                substitutes[id(original)] = (original, coarse_wrapper(handler)(original))
+            return substitutes[id(original)][1]
+
+        return make
+
+    result: list[tuple[Any, str, MakeWrapper]] = [(owner, attr, shared(h)) for owner, attr, h in table]
+    result.append((nnx.Sequential, "__call__", _sequential_wrapper(substitutes)))
+    return result

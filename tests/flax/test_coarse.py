@@ -1,0 +1,304 @@
+"""nnx layers and activations as coarse ONNX ops; every option either honoured or left to
+the lax path (then the numbers are still JAX's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jax2onnx_nn.flax.coarse import ACTIVATIONS
+from tests.flax.helpers import assert_module_matches, node_ops
+
+SMALL = settings(max_examples=5)
+
+
+class Apply(nnx.Module):
+    """Wraps a layer (and optional call arguments) as the exported module."""
+
+    def __init__(self, layer: Any, **call_kwargs: Any) -> None:
+        self.layer = layer
+        self.call_kwargs = call_kwargs
+
+    def __call__(self, *args: Any) -> Any:
+        return self.layer(*args, **self.call_kwargs)
+
+
+# -- Linear / LinearGeneral ------------------------------------------------------------------
+
+
+@SMALL
+@given(rank=st.integers(1, 3), din=st.integers(1, 5), dout=st.integers(1, 5), use_bias=st.booleans(), batch=st.integers(0, 3))
+def test_linear(rank: int, din: int, dout: int, use_bias: bool, batch: int) -> None:
+    layer = nnx.Linear(din, dout, use_bias=use_bias, rngs=nnx.Rngs(0))
+    shape = (batch, 2, din)[3 - rank :]
+    model = assert_module_matches(Apply(layer), [shape])
+    if rank == 2:
+        assert node_ops(model) == ["Gemm"]
+    else:
+        assert node_ops(model) == ["MatMul", "Add"] if use_bias else ["MatMul"]
+
+
+def test_linear_integer_input_is_promoted() -> None:
+    model = assert_module_matches(Apply(nnx.Linear(3, 2, rngs=nnx.Rngs(0))), [(("B", 3), "int32")], sizes={"B": [2]})
+    assert node_ops(model) == ["Cast", "Gemm"]
+
+
+def _custom_dot(lhs: Any, rhs: Any, dims: Any, **kwargs: Any) -> Any:
+    return jax.lax.dot_general(lhs, rhs, dims, **kwargs) * 2.0
+
+
+class ScaledLinear(nnx.Linear):
+    def extra(self) -> None:  # any method override: the layer is not plain nnx.Linear any more
+        pass
+
+
+class RenamedLinear(nnx.Linear):
+    pass
+
+
+@pytest.mark.parametrize(
+    "layer, coarse",
+    [
+        (nnx.Linear(4, 3, dot_general=_custom_dot, rngs=nnx.Rngs(0)), False),
+        (nnx.Linear(4, 3, preferred_element_type=jnp.float32, rngs=nnx.Rngs(0)), False),
+        (ScaledLinear(4, 3, rngs=nnx.Rngs(0)), False),
+        (RenamedLinear(4, 3, rngs=nnx.Rngs(0)), True),
+    ],
+)
+def test_linear_options_it_does_not_model(layer: Any, coarse: bool) -> None:
+    model = assert_module_matches(Apply(layer), [("B", 4)], sizes={"B": [3]})
+    assert ("Gemm" in node_ops(model)) == coarse
+
+
+@SMALL
+@given(heads=st.integers(1, 3), head_dim=st.integers(1, 4), use_bias=st.booleans())
+def test_linear_general_split_and_merge_heads(heads: int, head_dim: int, use_bias: bool) -> None:
+    split = nnx.LinearGeneral(5, (heads, head_dim), use_bias=use_bias, rngs=nnx.Rngs(0))
+    merge = nnx.LinearGeneral((heads, head_dim), 5, axis=(-2, -1), use_bias=use_bias, rngs=nnx.Rngs(1))
+    model = assert_module_matches(Apply(nnx.Sequential(split, merge)), [("B", 3, 5)], sizes={"B": [2]})
+    assert node_ops(model).count("MatMul") == 2 and "Einsum" not in node_ops(model)
+
+
+def test_linear_general_batch_axis_stays_exact() -> None:
+    layer = nnx.LinearGeneral(4, 3, batch_axis={0: 2}, rngs=nnx.Rngs(0))
+    assert_module_matches(Apply(layer), [(2, 5, 4)])
+
+
+# -- Conv ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=10)
+@given(
+    ndim=st.integers(1, 2),
+    kernel=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    dilation=st.integers(1, 2),
+    padding=st.sampled_from(["SAME", "VALID", 1, "pairs", "SAME_LOWER"]),
+    groups=st.sampled_from([1, 2]),
+    use_bias=st.booleans(),
+    size=st.integers(4, 7),
+)
+def test_conv(ndim: int, kernel: int, stride: int, dilation: int, padding: Any, groups: int, use_bias: bool, size: int) -> None:
+    pad = [(0, 1)] * ndim if padding == "pairs" else padding
+    layer = nnx.Conv(
+        4, 6, (kernel,) * ndim, strides=stride, kernel_dilation=dilation, padding=pad,
+        feature_group_count=groups, use_bias=use_bias, rngs=nnx.Rngs(0),
+    )
+    model = assert_module_matches(Apply(layer), [("B", *(size,) * ndim, 4)], sizes={"B": [2]})
+    assert node_ops(model).count("Conv") == 1
+
+
+def test_conv_symbolic_spatial_dims_same_padding() -> None:
+    layer = nnx.Conv(3, 5, (3, 3), strides=2, rngs=nnx.Rngs(0))
+    model = assert_module_matches(Apply(layer), [("B", "H", "W", 3)], sizes={"B": [1, 2], "H": [5, 8], "W": [7, 4]})
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    assert {a.name: a.s for a in conv.attribute if a.name == "auto_pad"} == {"auto_pad": b"SAME_UPPER"}
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (nnx.Conv(3, 4, (3, 3), padding="CIRCULAR", rngs=nnx.Rngs(0)), (2, 6, 6, 3)),
+        (nnx.Conv(3, 4, (3,), padding="CAUSAL", rngs=nnx.Rngs(0)), (2, 6, 3)),
+        (nnx.Conv(3, 4, (2, 2), input_dilation=2, padding=[(1, 1), (0, 1)], rngs=nnx.Rngs(0)), (2, 5, 5, 3)),
+        (nnx.Conv(3, 4, (3, 3), mask=np.tril(np.ones((3, 3, 3, 4), np.float32)), rngs=nnx.Rngs(0)), (2, 5, 5, 3)),
+        (nnx.Conv(3, 4, (3, 3), rngs=nnx.Rngs(0)), (2, 2, 5, 5, 3)),  # two batch dims
+    ],
+)
+def test_conv_options_left_to_the_lax_path(layer: Any, shape: tuple[int, ...]) -> None:
+    assert_module_matches(Apply(layer), [shape])
+
+
+# -- Embed ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_embed_including_out_of_range_indices(dtype: str) -> None:
+    layer = nnx.Embed(12, 4, rngs=nnx.Rngs(0))
+    values = [0, 11, 12, 200] if dtype == "uint8" else [0, 11, -1, -12, 12, -13, 40]
+    ids = np.array([values], dtype=dtype)
+    with jax.enable_x64(dtype == "int64"):
+        model = assert_module_matches(Apply(layer), [ids], enable_double_precision=dtype == "int64")
+    assert "Gather" in node_ops(model)
+
+
+def test_embed_attend_is_the_tied_head() -> None:
+    layer = nnx.Embed(7, 4, rngs=nnx.Rngs(0))
+
+    class Tied(nnx.Module):
+        def __init__(self) -> None:
+            self.embed = layer
+
+        def __call__(self, ids: Any) -> Any:
+            return self.embed.attend(self.embed(ids) * 2.0)
+
+    model = assert_module_matches(Tied(), [(("B", "T"), "int32")], sizes={"B": [1, 2], "T": [3, 5]})
+    assert "MatMul" in node_ops(model) and "Einsum" not in node_ops(model)
+    assert [i.name for i in model.graph.initializer if i.name.startswith("embed")] == ["embed.embedding"]
+
+
+# -- normalizations ------------------------------------------------------------------------
+
+
+@SMALL
+@given(rank=st.integers(2, 4), use_scale=st.booleans(), use_bias=st.booleans(), channels_first=st.booleans())
+def test_batch_norm_inference(rank: int, use_scale: bool, use_bias: bool, channels_first: bool) -> None:
+    axis = 1 if channels_first else -1
+    layer = nnx.BatchNorm(3, axis=axis, use_scale=use_scale, use_bias=use_bias, epsilon=1e-3, rngs=nnx.Rngs(0))
+    layer.mean.set_value(jnp.array([0.5, -1.0, 2.0]))
+    layer.var.set_value(jnp.array([0.25, 2.0, 1.5]))
+    shape = ("B", 3, 4, 5)[:rank] if channels_first else ("B", 4, 5, 3)[4 - rank :] if rank < 4 else ("B", 4, 5, 3)
+    if not channels_first:
+        shape = ("B", *shape[1:]) if shape[0] != "B" else shape
+    model = assert_module_matches(Apply(layer), [shape], sizes={"B": [1, 3]})
+    assert node_ops(model).count("BatchNormalization") == 1
+
+
+def test_batch_norm_call_argument_overrides_the_mode() -> None:
+    layer = nnx.BatchNorm(3, use_running_average=False, rngs=nnx.Rngs(0))
+    model = assert_module_matches(Apply(layer, use_running_average=True), [("B", 3)], sizes={"B": [2]})
+    assert node_ops(model) == ["BatchNormalization"]
+
+
+@SMALL
+@given(rank=st.integers(1, 3), use_scale=st.booleans(), use_bias=st.booleans(), eps=st.sampled_from([1e-6, 1e-2]))
+def test_layer_norm(rank: int, use_scale: bool, use_bias: bool, eps: float) -> None:
+    layer = nnx.LayerNorm(6, use_scale=use_scale, use_bias=use_bias, epsilon=eps, rngs=nnx.Rngs(0))
+    shape = (2, 3, 6)[3 - rank :]
+    model = assert_module_matches(Apply(layer), [shape])
+    assert node_ops(model) == ["LayerNormalization"]
+
+
+def test_layer_norm_over_two_axes_is_exact() -> None:
+    layer = nnx.LayerNorm(6, reduction_axes=(-2, -1), feature_axes=-1, rngs=nnx.Rngs(0))
+    model = assert_module_matches(Apply(layer), [(2, 3, 6)])
+    assert "LayerNormalization" not in node_ops(model)
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+def test_rms_norm(opset: int) -> None:
+    layer = nnx.RMSNorm(6, epsilon=1e-5, rngs=nnx.Rngs(0))
+    model = assert_module_matches(Apply(layer), [("B", 6)], sizes={"B": [1, 4]}, opset=opset)
+    assert ("RMSNormalization" in node_ops(model)) == (opset >= 23)
+
+
+# -- attention ------------------------------------------------------------------------------
+
+
+@settings(max_examples=4)
+@given(heads=st.sampled_from([1, 2, 4]), mask=st.sampled_from([None, "causal", "padding"]))
+def test_multi_head_attention(heads: int, mask: str | None) -> None:
+    layer = nnx.MultiHeadAttention(num_heads=heads, in_features=8, qkv_features=8, decode=False, rngs=nnx.Rngs(0))
+
+    class Attend(nnx.Module):
+        def __init__(self) -> None:
+            self.attn = layer
+
+        def __call__(self, x: Any) -> Any:
+            if mask == "causal":
+                return self.attn(x, mask=nnx.make_causal_mask(x[..., 0]))
+            if mask == "padding":
+                keep = x[..., 0] > 0
+                return self.attn(x, mask=nnx.make_attention_mask(keep, keep))
+            return self.attn(x)
+
+    model = assert_module_matches(Attend(), [("B", "T", 8)], sizes={"B": [2], "T": [5]})
+    assert node_ops(model).count("Softmax") == 1 and "Einsum" not in node_ops(model)
+
+
+@SMALL
+@given(causal=st.booleans(), with_bias=st.booleans(), with_mask=st.booleans(), scale=st.sampled_from([None, 0.3]))
+def test_dot_product_attention(causal: bool, with_bias: bool, with_mask: bool, scale: float | None) -> None:
+    def attend(q: Any, k: Any, v: Any, bias: Any, keep: Any) -> Any:
+        return jax.nn.dot_product_attention(
+            q, k, v, bias=bias if with_bias else None, mask=keep > 0 if with_mask else None,
+            is_causal=causal, scale=scale,
+        )
+
+    specs = [("B", "T", 2, 4), ("B", "S", 2, 4), ("B", "S", 2, 4), ("B", 2, "T", "S"), ("B", 1, "T", "S")]
+    model = assert_module_matches(attend, specs, sizes={"B": [1, 2], "T": [3, 4], "S": [3, 5]})
+    assert node_ops(model).count("Softmax") == 1
+
+
+def test_grouped_query_attention_stays_exact() -> None:
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return jax.nn.dot_product_attention(q, k, v)
+
+    assert_module_matches(attend, [(2, 3, 4, 8), (2, 5, 2, 8), (2, 5, 2, 8)])
+
+
+# -- activations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("namespace", ["jax.nn", "nnx"])
+def test_activation(name: str, namespace: str) -> None:
+    module = jax.nn if namespace == "jax.nn" else nnx
+    fn = getattr(module, name, None)
+    if fn is None:
+        pytest.skip(f"{namespace} has no {name}")
+    model = assert_module_matches(lambda x: getattr(module, name)(x * 4.0), [("B", 7)], sizes={"B": [1, 5]})
+    assert node_ops(model)[0] == "Mul" and len(node_ops(model)) <= 3
+
+
+@pytest.mark.parametrize(
+    "call, coarse_op",
+    [
+        (lambda x: jax.nn.gelu(x, approximate=False), "Gelu"),
+        (lambda x: jax.nn.softmax(x, axis=0), "Softmax"),
+        (lambda x: jax.nn.leaky_relu(x, negative_slope=0.3), "LeakyRelu"),
+        (lambda x: jax.nn.elu(x, 0.5), "Elu"),
+        (lambda x: jax.nn.softmax(x, where=x > 0), None),
+        (lambda x: jax.nn.gelu(x.astype(jnp.float16)).astype(jnp.float32), None),
+    ],
+)
+def test_activation_arguments(call: Any, coarse_op: str | None) -> None:
+    model = assert_module_matches(call, [(3, 5)], rtol=1e-3 if coarse_op is None else None, atol=1e-3 if coarse_op is None else None)
+    if coarse_op is not None:
+        assert coarse_op in node_ops(model)
+
+
+def test_gelu_below_opset_20_is_decomposed() -> None:
+    model = assert_module_matches(lambda x: nnx.gelu(x), [(4,)], opset=19)
+    assert "Gelu" not in node_ops(model)
+
+
+def test_activations_float64_exact() -> None:
+    with jax.enable_x64(True):
+        for name in ("relu", "sigmoid", "softmax", "silu", "gelu", "elu"):
+            assert_module_matches(
+                lambda x, n=name: getattr(jax.nn, n)(x * 4.0), [((3, 4), "float64")], enable_double_precision=True
+            )
+
+
+def test_captured_activation_in_sequential() -> None:
+    seq = nnx.Sequential(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), nnx.silu, nnx.Linear(4, 2, rngs=nnx.Rngs(1)), jax.nn.softmax)
+    model = assert_module_matches(Apply(seq), [("B", 3)], sizes={"B": [2]})
+    assert node_ops(model) == ["Gemm", "Sigmoid", "Mul", "Gemm", "Softmax"]
