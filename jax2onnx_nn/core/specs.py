@@ -65,7 +65,7 @@ def _leaf_spec(value: Any, where: str, float_dtype: np.dtype) -> Any:
         return value
     if isinstance(value, bool):
         return jax.ShapeDtypeStruct((), jnp.bool_)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, np.ndarray):
+    if isinstance(value, int):  # a Python int; numpy scalars keep their dtype (below)
         return jax.ShapeDtypeStruct((), jnp.dtype("int64" if jax.config.jax_enable_x64 else "int32"))
     if isinstance(value, float):
         return jax.ShapeDtypeStruct((), float_dtype)
