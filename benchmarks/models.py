@@ -39,10 +39,13 @@ def cnn() -> tuple[Any, list[Any], dict[str, Any]]:
     return CNN(rngs=nnx.Rngs(0)), [("B", 28, 28, 1)], {}
 
 
-def _gpt2(config: str) -> tuple[Any, list[Any], dict[str, Any]]:
+def _gpt2(size: str, **options: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+    from flax import nnx
+
     gpt2 = importlib.import_module("examples.flax_gpt2")
-    model = gpt2.make_model(config)
-    return model, [(("B", "T"), "int32")], {"auto_functions": True}
+    config = gpt2.GPTConfig.gpt2() if size == "124m" else gpt2.GPTConfig.small()
+    model = gpt2.GPT(config, rngs=nnx.Rngs(0))
+    return model, list(gpt2.TOKENS), {"auto_functions": True, **options}
 
 
 def gpt2_small() -> tuple[Any, list[Any], dict[str, Any]]:
@@ -51,3 +54,12 @@ def gpt2_small() -> tuple[Any, list[Any], dict[str, Any]]:
 
 def gpt2_124m() -> tuple[Any, list[Any], dict[str, Any]]:
     return _gpt2("124m")
+
+
+def gpt2_small_lax() -> tuple[Any, list[Any], dict[str, Any]]:
+    """The same model through the lax-level path alone (no coarse ops, no functions)."""
+    return _gpt2("small", auto_functions=False, coarse_ops=False)
+
+
+def gpt2_124m_lax() -> tuple[Any, list[Any], dict[str, Any]]:
+    return _gpt2("124m", auto_functions=False, coarse_ops=False)
