@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -17,6 +17,7 @@ class DemoModel:
     make: Callable[[], Any]
     inputs: list[Any]
     sizes: dict[str, list[int]]
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def _mlp_function() -> Any:
@@ -44,19 +45,34 @@ def _flax_mlp() -> Any:
             x = nnx.gelu(self.dropout(self.bn(self.linear1(x))))
             return self.linear2(x)
 
-    model = MLP(30, 20, 10, rngs=nnx.Rngs(0))
-    model.eval()
-    return model
+    # left in training mode, as users have it: exports (and verify) use inference mode
+    return MLP(30, 20, 10, rngs=nnx.Rngs(0))
+
+
+def _gpt2_small() -> Any:
+    """The nanoGPT-layout example of the repository (examples/flax_gpt2.py), small config."""
+    import importlib
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from flax import nnx
+
+    gpt2 = importlib.import_module("examples.flax_gpt2")
+    return gpt2.GPT(gpt2.GPTConfig.small(), rngs=nnx.Rngs(0))
 
 
 def demo_models() -> list[DemoModel]:
     models = [DemoModel("jax_mlp", _mlp_function, [("B", 30)], {"B": [1, 7, 128]})]
     try:
         import flax  # noqa: F401
-
-        models.append(DemoModel("flax_mlp", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
     except ImportError:
-        pass
+        return models
+    models.append(DemoModel("flax_mlp", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    if os.path.exists(os.path.join(examples, "flax_gpt2.py")):
+        models.append(DemoModel("gpt2_small", _gpt2_small, [(("B", "T"), "int32")], {"B": [1, 2], "T": [8, 32]}, {"auto_functions": True}))
     return models
 
 
@@ -71,7 +87,7 @@ def run_demo(out_dir: str = "out") -> int:
         model_fn = demo.make()
         path = os.path.join(out_dir, f"{demo.name}.onnx")
         start = time.perf_counter()
-        model = to_onnx(model_fn, demo.inputs, path=path)
+        model = to_onnx(model_fn, demo.inputs, path=path, **demo.options)
         seconds = time.perf_counter() - start
         report = verify(model_fn, model, demo.inputs, sizes=demo.sizes)
         status = "verified" if report.ok else "MISMATCH"

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.patching import ExportOptions, export_session
 from jax2onnx_nn.core.specs import parse_specs
 
 DEFAULT_SIZE = 3
@@ -175,6 +176,8 @@ def verify(
     atol: float | None = None,
     seed: int = 0,
     input_values: Sequence[Any] | None = None,
+    on_run: Callable[[VerifyRun, list[Any], list[np.ndarray], list[np.ndarray]], None] | None = None,
+    training: bool = False,
 ) -> VerifyReport:
     """Run ``model`` in onnxruntime and ``fn`` in JAX on the same random inputs and compare.
 
@@ -189,6 +192,10 @@ def verify(
         rtol, atol: float tolerances (default by dtype: f32 1e-5, f64 1e-12); ints and bools
             are always compared exactly.
         input_values: flat concrete inputs to use instead of random ones (one run).
+        on_run: called after each run with the run, its flat inputs, the onnxruntime outputs
+            and the JAX outputs (for diffs that need the arrays themselves).
+        training: as for ``to_onnx``: modules are compared in the mode they were exported in
+            (inference by default), on a copy; the module itself is not changed.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok``, ``report.max_abs``, ``report.max_rel``;
@@ -218,7 +225,9 @@ def verify(
             # JAX arrays, so that fn sees what it sees in JAX (x.at[...], JAX indexing rules)
             as_jax = [v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v) for v in flat]
             args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
-            expected = jax.tree_util.tree_leaves(fn(*args, **kwargs))
+            # the reference is what was exported: modules in the same (inference) mode
+            with export_session(fn, ExportOptions(training=training, coarse_ops=False)) as prepared:
+                expected = jax.tree_util.tree_leaves(prepared.fn(*args, **kwargs))
             actual = run_onnx(model, flat)
             outputs = [
                 compare(f"out_{j}", a, _as_numpy(e), rtol, atol)
@@ -227,6 +236,8 @@ def verify(
                 OutputComparison("outputs", "", (), 0.0, 0.0, False, f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs")
             ]
             report.runs.append(VerifyRun(run_sizes, outputs))
+            if on_run is not None:
+                on_run(report.runs[-1], flat, actual, [_as_numpy(e) for e in expected])
             if input_values is not None:
                 break
     return report
