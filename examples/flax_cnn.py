@@ -14,6 +14,7 @@ import onnx
 from flax import nnx
 
 from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.flax import mode_copy
 
 
 class CNN(nnx.Module):
@@ -40,8 +41,7 @@ IMAGES = [("B", 28, 28, 1)]
 def main(path: str = "cnn.onnx") -> onnx.ModelProto:
     model = CNN(rngs=nnx.Rngs(0))
     onnx_model = to_onnx(model, IMAGES, path=path)
-    reference = nnx.merge(*nnx.split(model))
-    reference.eval()
+    reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, IMAGES, sizes={"B": [1, 8]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model

@@ -12,6 +12,7 @@ import onnx
 from flax import nnx
 
 from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.flax import mode_copy
 
 
 class MLP(nnx.Module):
@@ -29,8 +30,7 @@ class MLP(nnx.Module):
 def main(path: str = "mlp.onnx") -> onnx.ModelProto:
     model = MLP(din=30, dmid=20, dout=10, rngs=nnx.Rngs(0))
     onnx_model = to_onnx(model, [("B", 30)], path=path)
-    reference = nnx.merge(*nnx.split(model))
-    reference.eval()  # the export is in inference mode; the model itself is left as it is
+    reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, [("B", 30)], sizes={"B": [1, 7, 128]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model

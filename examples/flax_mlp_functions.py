@@ -12,6 +12,7 @@ import onnx
 from flax import nnx
 
 from jax2onnx_nn import onnx_function, to_onnx, verify
+from jax2onnx_nn.flax import mode_copy
 
 
 @onnx_function
@@ -37,8 +38,7 @@ class MyModel(nnx.Module):
 def main(path: str = "model_with_function.onnx") -> onnx.ModelProto:
     model = MyModel(256, rngs=nnx.Rngs(0))
     onnx_model = to_onnx(model, [(100, 256)], path=path)
-    reference = nnx.merge(*nnx.split(model))
-    reference.eval()
+    reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, [(100, 256)]))
     print("functions:", [f.name for f in onnx_model.functions])
     print("main graph:", [f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])

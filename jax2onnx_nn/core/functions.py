@@ -87,8 +87,15 @@ def function_method(original: Callable[..., Any], name: str, *, key: Hashable) -
 
 
 def call_function(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, name: str, key: Hashable) -> Any:
-    """``fn(*args, **kwargs)`` as one ONNX function call (when lowered)."""
-    arrays, body, operands, out_tree, n_consts = trace_call(fn, args, kwargs)
+    """``fn(*args, **kwargs)`` as one ONNX function call (when lowered).
+
+    A call whose body cannot be traced on its own (a module updating its state in training
+    mode) runs inline instead; a genuine error is raised again by that call.
+    """
+    try:
+        arrays, body, operands, out_tree, n_consts = trace_call(fn, args, kwargs)
+    except Exception:
+        return fn(*args, **kwargs)
     names = _argument_names(fn, args, kwargs, arrays)
     outs = jxi.body_primitive(PRIMITIVE).bind(
         *operands, body=body, name=name, key=key, num_consts=n_consts, input_names=names

@@ -256,7 +256,6 @@ def coarse_wrapper(handler: Handler) -> Callable[[Any], Any]:
                     return result
             return original(*args, **kwargs)
 
-        call.__wrapped_original__ = original  # type: ignore[attr-defined]
         return call
 
     return make

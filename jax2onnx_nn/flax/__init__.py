@@ -5,6 +5,7 @@
 """
 
 from jax2onnx_nn.core.functions import onnx_function
+from jax2onnx_nn.flax.adapter import mode_copy
 from jax2onnx_nn.flax.mixin import OnnxExportable, export_onnx
 
-__all__ = ["OnnxExportable", "export_onnx", "onnx_function"]
+__all__ = ["OnnxExportable", "export_onnx", "mode_copy", "onnx_function"]

@@ -47,13 +47,39 @@ def set_mode(module: nnx.Module, training: bool) -> None:
     )
 
 
-def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths) -> Callable[..., Any]:
+def mode_copy(module: nnx.Module, training: bool = False) -> nnx.Module:
+    """A copy of ``module`` in the mode an export uses: what to compare an export with.
+
+    The copy has Variables of its own (state updates in training mode stay in it).
+
+    Example::
+
+        verify(mode_copy(model), to_onnx(model, [("B", 30)]), [("B", 30)])
+    """
+    copy = nnx.merge(*nnx.split(module), copy=True)
+    set_mode(copy, training)
+    return copy
+
+
+def substitute_captured(root: nnx.Module, substitutes: dict[int, tuple[Any, Any]]) -> None:
+    """Module attributes holding functions captured before the export (``self.act = nnx.gelu``,
+    ``partial(nnx.avg_pool, ...)``) get the patched versions, on the export's own copy."""
+    for _, node in nnx.graph.iter_graph(root):
+        if isinstance(node, nnx.Module):
+            for name, value in list(vars(node).items()):
+                new = coarse.substitute(value, substitutes) if callable(value) else value
+                if new is not value:
+                    setattr(node, name, new)
+
+
+def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths, substitutes: dict[int, tuple[Any, Any]]) -> Callable[..., Any]:
     """``fn`` run on a copy of ``module`` made inside the trace (its state updates stay there)."""
     graphdef, state = nnx.split(module)
 
     def run(*args: Any, **kwargs: Any) -> Any:
         copy = nnx.merge(graphdef, state, copy=True)  # new Variables: updates stay in the trace
         set_mode(copy, training)
+        substitute_captured(copy, substitutes)
         paths.index(copy)
         if fn is module:
             return copy(*args, **kwargs)
@@ -65,8 +91,9 @@ def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths)
 @contextlib.contextmanager
 def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
     with contextlib.ExitStack() as stack:
+        substitutes: dict[int, tuple[Any, Any]] = {}
         if options.coarse_ops:
-            for owner, name, make_wrapper in coarse.patches():
+            for owner, name, make_wrapper in coarse.patches(substitutes):
                 stack.enter_context(patch(owner, name, make_wrapper))
         module = exported_module(prepared.fn)
         if module is None:
@@ -75,4 +102,4 @@ def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepa
         paths = ModulePaths()
         stack.enter_context(scoped_module_calls(module_call_classes(module), paths))
         names = {**prepared.const_names, **array_names(module)}
-        yield Prepared(traced_copy(prepared.fn, module, options.training, paths), names)
+        yield Prepared(traced_copy(prepared.fn, module, options.training, paths, substitutes), names)

@@ -11,6 +11,7 @@ and then the traced original call is lowered in its place.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections.abc import Callable
@@ -97,6 +98,10 @@ def _cast_or_fill(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtyp
     return ctx.const(np.full((size,), fill, dtype=dtype))
 
 
+def _has_empty_dim(*avals: Any) -> bool:
+    return any(not jxi.is_symbolic_dim(d) and int(d) == 0 for a in avals for d in a.shape)
+
+
 def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
     axes = (axes,) if isinstance(axes, int) else tuple(axes) if isinstance(axes, (tuple, list)) else None
     if axes is None or not all(isinstance(a, int) and -rank <= a < rank for a in axes):
@@ -115,21 +120,32 @@ def _transpose(ctx: LoweringContext, x: ir.Value, perm: list[int]) -> ir.Value:
     return ctx.op.Transpose(x, perm=perm)
 
 
-def _layout_weight(ctx: LoweringContext, value: ir.Value, perm: list[int]) -> ir.Value:
-    """A weight in another layout: an initializer is stored transposed once (under the
-    original's name; the original, unused unless shared, gets ``/untransposed`` appended);
-    anything else (a function input) goes through a Transpose node."""
+def _folded_weight(ctx: LoweringContext, value: ir.Value, key: tuple[Any, ...], transform: Callable[[np.ndarray], np.ndarray], fallback: Callable[[ir.Value], ir.Value]) -> ir.Value:
+    """A weight in the form a coarse op needs. An initializer is transformed once at export
+    time and stored under the original's name (the original, unused unless shared, gets
+    ``/original`` appended); anything else (a function input) goes through ``fallback``."""
     tensor = value.const_value
     if tensor is None or value.producer() is not None or ctx.builder.isolated or value.name is None:
-        return _transpose(ctx, value, perm)
-    layouts = value.meta.setdefault("jax2onnx_nn.layouts", {})
-    if tuple(perm) not in layouts:
+        return fallback(value)
+    folded = value.meta.setdefault("jax2onnx_nn.folded", {})
+    if key not in folded:
         name = value.name
-        value.name = ctx.builder.names.fresh(f"{name}/untransposed")
-        transposed = ctx.builder.initializer(np.ascontiguousarray(np.transpose(tensor.numpy(), perm)), f"{name}/transposed")
-        transposed.name = name  # free again: the original was renamed
-        layouts[tuple(perm)] = transposed
-    return layouts[tuple(perm)]
+        value.name = ctx.builder.names.fresh(f"{name}/original")
+        new = ctx.builder.initializer(np.ascontiguousarray(transform(tensor.numpy())), f"{name}/folded")
+        new.name = name  # free again: the original was renamed
+        folded[key] = new
+    return folded[key]
+
+
+def _layout_weight(ctx: LoweringContext, value: ir.Value, perm: list[int]) -> ir.Value:
+    return _folded_weight(ctx, value, ("transpose", *perm), lambda a: np.transpose(a, perm), lambda v: _transpose(ctx, v, perm))
+
+
+def _reshaped_weight(ctx: LoweringContext, value: ir.Value, shape: list[int]) -> ir.Value:
+    return _folded_weight(
+        ctx, value, ("reshape", *shape), lambda a: a.reshape(shape),
+        lambda v: ctx.op.Reshape(v, ctx.const(shape, dtype=np.int64)),
+    )
 
 
 def _channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> tuple[ir.Value, list[int] | None]:
@@ -201,12 +217,12 @@ def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> 
         x = ctx.op.Reshape(x, ctx.const([0] * keep + [size_in], dtype=np.int64))
     kernel = _cast(ctx, ops, "kernel", dtype)
     if len(kernel_shape) != 2:
-        kernel = ctx.op.Reshape(kernel, ctx.const([size_in, size_out], dtype=np.int64))
+        kernel = _reshaped_weight(ctx, kernel, [size_in, size_out])
     y = ctx.op.MatMul(x, kernel)
     if "bias" in ops:
         bias = _cast(ctx, ops, "bias", dtype)
         if len(ops.aval("bias").shape) != 1:
-            bias = ctx.op.Reshape(bias, ctx.const([size_out], dtype=np.int64))
+            bias = _reshaped_weight(ctx, bias, [size_out])
         y = ctx.op.Add(y, bias)
     if len(k_out) != 1:
         y = ctx.op.Reshape(y, ctx.const([0] * keep + list(k_out), dtype=np.int64))
@@ -270,8 +286,8 @@ def _conv_pads(padding: Any, spatial: tuple[Any, ...], kernel_size: tuple[int, .
 @coarse_lowering("nnx_conv", onnx_ops=("Transpose", "Conv"))
 def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
     dtype = _out_dtype(ctx)
-    if dtype not in _F32_F64 or not kernels.supports("Conv", dtype):
-        return NotApplicable
+    if dtype not in _F32_F64 or not kernels.supports("Conv", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
+        return NotApplicable  # onnxruntime's Conv rejects empty images
     rank = len(ops.aval("x").shape)
     x = _transpose(ctx, _cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
     kernel = _cast(ctx, ops, "kernel", dtype)
@@ -301,8 +317,8 @@ def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
         if len(strides) != n or not all(isinstance(v, int) and v >= 1 for v in (*window, *strides)):
             return NotApplicable
         pads = _conv_pads(a.get("padding", "VALID"), x.shape[1:-1], tuple(window), strides, (1,) * n)
-        if pads is None or isinstance(pads, str):
-            return NotApplicable
+        if pads is None or isinstance(pads, str) or any(p >= k for p, k in zip(pads, (*window, *window), strict=True)):
+            return NotApplicable  # onnxruntime needs each pad smaller than the window
         return CoarseCall(
             "nnx_avg_pool", inputs={"x": x},
             params={"kernel_shape": tuple(window), "strides": strides, "pads": pads,
@@ -315,7 +331,7 @@ def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
 @coarse_lowering("nnx_avg_pool", onnx_ops=("Transpose", "AveragePool"))
 def _avg_pool(ctx: LoweringContext, ops: Operands, *, kernel_shape: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...], count_include_pad: bool) -> Any:
     dtype = onnx_aval(ops.aval("x"))[0]
-    if dtype not in _F32_F64 or not kernels.supports("AveragePool", dtype):
+    if dtype not in _F32_F64 or not kernels.supports("AveragePool", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable
     rank = len(ops.aval("x").shape)
     x = _transpose(ctx, ops["x"], [0, rank - 1, *range(1, rank - 1)])
@@ -654,7 +670,7 @@ def _sequential_wrapper(substitutes: dict[int, Any]) -> MakeWrapper:
     def make(original: Any) -> Any:
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             layers = list(getattr(self, "layers", None) or ())
-            swapped = [substitutes[id(f)][1] if substitutes.get(id(f), (None,))[0] is f else f for f in layers]
+            swapped = [substitute(f, substitutes) for f in layers]
             if all(a is b for a, b in zip(swapped, layers, strict=True)):
                 return original(self, *args, **kwargs)
             return original(types.SimpleNamespace(layers=swapped), *args, **kwargs)
@@ -664,8 +680,25 @@ def _sequential_wrapper(substitutes: dict[int, Any]) -> MakeWrapper:
     return make
 
 
-def patches() -> list[tuple[Any, str, MakeWrapper]]:
-    """(owner, attribute, make_wrapper) of every patch applied while an export runs."""
+def substitute(value: Any, substitutes: dict[int, tuple[Any, Any]]) -> Any:
+    """``value`` with a captured original function (also inside a ``functools.partial``)
+    replaced by its patched version; ``value`` itself when there is none."""
+    hit = substitutes.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    if isinstance(value, functools.partial):
+        func = substitute(value.func, substitutes)
+        if func is not value.func:
+            return functools.partial(func, *value.args, **value.keywords)
+    return value
+
+
+def patches(substitutes: dict[int, tuple[Any, Any]]) -> list[tuple[Any, str, MakeWrapper]]:
+    """(owner, attribute, make_wrapper) of every patch applied while an export runs.
+
+    ``substitutes`` is filled with id(original function) -> (original, patched function), for
+    functions captured before the export (``nnx.Sequential(..., nnx.relu)``, ``self.act``).
+    """
     table: list[tuple[Any, str, Handler]] = [
         (nnx.Linear, "__call__", _linear_handler),
         (nnx.LinearGeneral, "__call__", _linear_general_handler),
@@ -685,8 +718,6 @@ def patches() -> list[tuple[Any, str, MakeWrapper]]:
             if original is not None:
                 table.append((namespace, name, _activation_handler(name, activation, original)))
     # one wrapper per original function, whatever namespace it is reached through
-    substitutes: dict[int, tuple[Any, Any]] = {}
-
     def shared(handler: Handler) -> MakeWrapper:
         def make(original: Any) -> Any:
             if id(original) not in substitutes:

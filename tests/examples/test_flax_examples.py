@@ -15,12 +15,7 @@ from flax import nnx  # noqa: E402
 from examples import flax_cnn, flax_gpt2, flax_mlp, flax_mlp_functions  # noqa: E402
 from jax2onnx_nn import to_onnx, verify  # noqa: E402
 from jax2onnx_nn.core.functions import DOMAIN  # noqa: E402
-
-
-def _reference(module: nnx.Module) -> nnx.Module:
-    copy = nnx.merge(*nnx.split(module), copy=True)
-    copy.eval()
-    return copy
+from jax2onnx_nn.flax import mode_copy  # noqa: E402
 
 
 def _node_count(model) -> int:
@@ -42,7 +37,7 @@ def test_readme_functions(tmp_path: Path) -> None:
 def test_cnn() -> None:
     module = flax_cnn.CNN(rngs=nnx.Rngs(0))
     model = to_onnx(module, flax_cnn.IMAGES)
-    verify(_reference(module), model, flax_cnn.IMAGES, sizes={"B": [1, 5]}).raise_if_failed()
+    verify(mode_copy(module), model, flax_cnn.IMAGES, sizes={"B": [1, 5]}).raise_if_failed()
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("Conv") == 2 and ops.count("BatchNormalization") == 2 and ops.count("AveragePool") == 2
     assert ops.count("Transpose") == 2  # in and out of channels-first once
@@ -55,14 +50,14 @@ def test_gpt2_small(tied_head: bool) -> None:
     module = flax_gpt2.GPT(config, rngs=nnx.Rngs(0))
     sizes = {"B": [1, 3], "T": [config.block_size, 5]}
     model = to_onnx(module, flax_gpt2.TOKENS, auto_functions=True)
-    verify(_reference(module), model, flax_gpt2.TOKENS, sizes=sizes).raise_if_failed()
+    verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes=sizes).raise_if_failed()
     assert sorted(f.name for f in model.functions) == ["Block", "CausalSelfAttention", "MLP"]
     assert [n.op_type for n in model.graph.node if n.domain == DOMAIN] == ["Block"] * config.n_layer
     dims = [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["B", "T"]
     plain = to_onnx(module, flax_gpt2.TOKENS)
     lax_level = to_onnx(module, flax_gpt2.TOKENS, coarse_ops=False)
-    verify(_reference(module), lax_level, flax_gpt2.TOKENS, sizes=sizes).raise_if_failed()
+    verify(mode_copy(module), lax_level, flax_gpt2.TOKENS, sizes=sizes).raise_if_failed()
     assert _node_count(model) < len(plain.graph.node) < len(lax_level.graph.node) / 2
 
 
@@ -73,7 +68,7 @@ def test_gpt2_124m() -> None:
     model = to_onnx(module, flax_gpt2.TOKENS, auto_functions=True)
     export_seconds = time.perf_counter() - start
     assert sorted(f.name for f in model.functions) == ["Block", "CausalSelfAttention", "MLP"]
-    report = verify(_reference(module), model, flax_gpt2.TOKENS, sizes={"B": [1, 2], "T": [64, 17]}, rtol=1e-4, atol=1e-4)
+    report = verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes={"B": [1, 2], "T": [64, 17]}, rtol=1e-4, atol=1e-4)
     report.raise_if_failed()
     lax_level = to_onnx(module, flax_gpt2.TOKENS, coarse_ops=False)
     assert _node_count(model) < len(lax_level.graph.node) / 5

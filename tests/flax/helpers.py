@@ -1,4 +1,4 @@
-"""Shared helpers of the Flax tests: an inference-mode reference and a one-call check."""
+"""Shared helpers of the Flax tests: a one-call export-and-compare check."""
 
 from __future__ import annotations
 
@@ -9,13 +9,7 @@ import onnx
 from flax import nnx
 
 from jax2onnx_nn import to_onnx, verify
-
-
-def mode_copy(module: nnx.Module, training: bool = False) -> nnx.Module:
-    """A copy of ``module`` in inference or training mode (its state updates stay in the copy)."""
-    copy = nnx.merge(*nnx.split(module), copy=True)
-    copy.set_attributes(deterministic=not training, use_running_average=not training, raise_if_not_found=False)
-    return copy
+from jax2onnx_nn.flax import mode_copy
 
 
 def assert_module_matches(

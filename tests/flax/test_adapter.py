@@ -13,7 +13,8 @@ from flax import nnx
 from examples.flax_mlp import MLP
 from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core import patching
-from tests.flax.helpers import assert_module_matches, mode_copy, node_names, node_ops
+from jax2onnx_nn.flax import mode_copy
+from tests.flax.helpers import assert_module_matches, node_names, node_ops
 
 README_NAMES = {
     "linear1.kernel", "linear1.bias", "bn.mean", "bn.var", "bn.scale", "bn.bias", "linear2.kernel", "linear2.bias",
@@ -151,3 +152,24 @@ def test_double_precision_module() -> None:
         module = Stateful(nnx.Rngs(8))
         module.linear.kernel.set_value(jnp.asarray(module.linear.kernel.get_value(), jnp.float64))
         assert_module_matches(module, [(("B", 5), "float64")], sizes={"B": [2]}, enable_double_precision=True)
+
+
+class Captured(nnx.Module):
+    """Functions stored on the module before the export (the Flax tutorial's pooling idiom)."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        from functools import partial
+
+        self.conv = nnx.Conv(2, 3, (3, 3), rngs=rngs)
+        self.act = nnx.gelu
+        self.pool = partial(nnx.avg_pool, window_shape=(2, 2), strides=(2, 2))
+
+    def __call__(self, x: Any) -> Any:
+        return self.pool(self.act(self.conv(x)))
+
+
+def test_functions_captured_on_the_module_map_to_coarse_ops() -> None:
+    module = Captured(nnx.Rngs(9))
+    onnx_model = assert_module_matches(module, [("B", 6, 6, 2)], sizes={"B": [2]})
+    assert node_ops(onnx_model) == ["Transpose", "Conv", "Gelu", "AveragePool", "Transpose"]
+    assert module.act is nnx.gelu  # the user's module keeps its own attributes

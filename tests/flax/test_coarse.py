@@ -112,7 +112,8 @@ def test_conv(ndim: int, kernel: int, stride: int, dilation: int, padding: Any, 
         feature_group_count=groups, use_bias=use_bias, rngs=nnx.Rngs(0),
     )
     model = assert_module_matches(Apply(layer), [("B", *(size,) * ndim, 4)], sizes={"B": [2]})
-    assert node_ops(model).count("Conv") == 1
+    empty = padding == "VALID" and (kernel - 1) * dilation + 1 > size
+    assert node_ops(model).count("Conv") == (0 if empty else 1)
 
 
 def test_conv_symbolic_spatial_dims_same_padding() -> None:
@@ -302,3 +303,42 @@ def test_captured_activation_in_sequential() -> None:
     seq = nnx.Sequential(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), nnx.silu, nnx.Linear(4, 2, rngs=nnx.Rngs(1)), jax.nn.softmax)
     model = assert_module_matches(Apply(seq), [("B", 3)], sizes={"B": [2]})
     assert node_ops(model) == ["Gemm", "Sigmoid", "Mul", "Gemm", "Softmax"]
+
+
+# -- pooling and layouts ---------------------------------------------------------------------
+
+
+@SMALL
+@given(
+    window=st.integers(1, 3), stride=st.integers(1, 2), padding=st.sampled_from(["VALID", "SAME", ((1, 0), (0, 1))]),
+    count_include_pad=st.booleans(),
+)
+def test_avg_pool(window: int, stride: int, padding: Any, count_include_pad: bool) -> None:
+    def pool(x: Any) -> Any:
+        return nnx.avg_pool(x, (window, window), (stride, stride), padding, count_include_pad)
+
+    model = assert_module_matches(pool, [("B", 6, 5, 3)], sizes={"B": [2]})
+    pads_fit = padding != ((1, 0), (0, 1)) or window > 1
+    assert (node_ops(model) == ["Transpose", "AveragePool", "Transpose"]) == pads_fit
+
+
+def test_avg_pool_symbolic_same_padding_stays_exact() -> None:
+    assert_module_matches(lambda x: nnx.avg_pool(x, (2, 2), padding="SAME"), [("B", "H", 4, 3)], sizes={"H": [3, 4]})
+
+
+def test_channels_last_round_trips_cancel_and_kernels_are_stored_channels_first() -> None:
+    class Net(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.conv1 = nnx.Conv(3, 4, (3, 3), rngs=rngs)
+            self.bn = nnx.BatchNorm(4, rngs=rngs)
+            self.conv2 = nnx.Conv(4, 2, (1, 1), rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            y = nnx.relu(self.bn(self.conv1(x)))
+            return self.conv2(nnx.avg_pool(y, (2, 2), (2, 2))) + self.conv1.bias[:2]
+
+    model = assert_module_matches(Net(nnx.Rngs(0)), [("B", 6, 6, 3)], sizes={"B": [1, 3]})
+    ops = node_ops(model)
+    assert ops.count("Transpose") == 2 and ops[:2] == ["Transpose", "Conv"]
+    kernels = {i.name: tuple(i.dims) for i in model.graph.initializer if i.name.endswith("kernel")}
+    assert kernels == {"conv1.kernel": (4, 3, 3, 3), "conv2.kernel": (2, 4, 1, 1)}

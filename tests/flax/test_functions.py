@@ -149,3 +149,10 @@ def test_functions_outside_exports_are_plain_calls() -> None:
     x = np.ones((2, 8), np.float32)
     expected = module.block2(module.block1(x))
     np.testing.assert_array_equal(module(x), expected)
+
+
+def test_training_mode_state_updates_run_inline() -> None:
+    model = assert_module_matches(
+        MyModel(8, rngs=nnx.Rngs(6)), [(4, 8)], training=True, auto_functions=True
+    )
+    assert len(model.functions) == 0  # BatchNorm updates its statistics: no function boundary

@@ -10,9 +10,8 @@ import pytest
 from flax import nnx
 
 from examples.flax_mlp import MLP
-from jax2onnx_nn.flax import OnnxExportable, export_onnx
+from jax2onnx_nn.flax import OnnxExportable, export_onnx, mode_copy
 from jax2onnx_nn.testing.assertions import op_types
-from tests.flax.helpers import mode_copy
 
 
 class Classifier(nnx.Module, OnnxExportable):
