@@ -31,35 +31,30 @@ def _mlp_function() -> Any:
     return mlp
 
 
-def _flax_mlp() -> Any:
-    from flax import nnx
-
-    class MLP(nnx.Module):
-        def __init__(self, din: int, dmid: int, dout: int, *, rngs: nnx.Rngs) -> None:
-            self.linear1 = nnx.Linear(din, dmid, rngs=rngs)
-            self.dropout = nnx.Dropout(rate=0.1, rngs=rngs)
-            self.bn = nnx.BatchNorm(dmid, rngs=rngs)
-            self.linear2 = nnx.Linear(dmid, dout, rngs=rngs)
-
-        def __call__(self, x: jax.Array) -> jax.Array:
-            x = nnx.gelu(self.dropout(self.bn(self.linear1(x))))
-            return self.linear2(x)
-
-    # left in training mode, as users have it: exports (and verify) use inference mode
-    return MLP(30, 20, 10, rngs=nnx.Rngs(0))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _gpt2_small() -> Any:
-    """The nanoGPT-layout example of the repository (examples/flax_gpt2.py), small config."""
+def _example(name: str) -> Any:
+    """A module of the repository's examples/ folder (the demo runs from a checkout)."""
     import importlib
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    if _ROOT not in sys.path:
+        sys.path.insert(0, _ROOT)
+    return importlib.import_module(f"examples.{name}")
+
+
+def _flax_mlp() -> Any:
     from flax import nnx
 
-    gpt2 = importlib.import_module("examples.flax_gpt2")
+    # left in training mode, as users have it: exports (and verify) use inference mode
+    return _example("flax_mlp").MLP(30, 20, 10, rngs=nnx.Rngs(0))
+
+
+def _gpt2_small() -> Any:
+    from flax import nnx
+
+    gpt2 = _example("flax_gpt2")
     return gpt2.GPT(gpt2.GPTConfig.small(), rngs=nnx.Rngs(0))
 
 
@@ -69,9 +64,8 @@ def demo_models() -> list[DemoModel]:
         import flax  # noqa: F401
     except ImportError:
         return models
-    models.append(DemoModel("flax_mlp", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
-    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-    if os.path.exists(os.path.join(examples, "flax_gpt2.py")):
+    if os.path.exists(os.path.join(_ROOT, "examples", "flax_gpt2.py")):
+        models.append(DemoModel("flax_mlp", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
         models.append(DemoModel("gpt2_small", _gpt2_small, [(("B", "T"), "int32")], {"B": [1, 2], "T": [8, 32]}, {"auto_functions": True}))
     return models
 
