@@ -711,6 +711,10 @@ def patches(substitutes: dict[int, tuple[Any, Any]]) -> list[tuple[Any, str, Mak
         (jax.nn, "dot_product_attention", _attention_handler(jax.nn.dot_product_attention)),
         (nnx, "avg_pool", _avg_pool_handler(nnx.avg_pool)),
         (linen, "avg_pool", _avg_pool_handler(linen.avg_pool)),
+        (nnx.GroupNorm, "__call__", _group_norm_handler),
+        (nnx.ConvTranspose, "__call__", _conv_transpose_handler),
+        (nnx.GRUCell, "__call__", _gru_cell_handler),
+        (nnx.LSTMCell, "__call__", _lstm_cell_handler),
     ]
     for namespace in ACTIVATION_NAMESPACES:
         for name, activation in ACTIVATIONS.items():
@@ -729,3 +733,290 @@ def patches(substitutes: dict[int, tuple[Any, Any]]) -> list[tuple[Any, str, Mak
     result: list[tuple[Any, str, MakeWrapper]] = [(owner, attr, shared(h)) for owner, attr, h in table]
     result.append((nnx.Sequential, "__call__", _sequential_wrapper(substitutes)))
     return result
+
+
+# -- nnx.GroupNorm: GroupNormalization (opset 21: per-channel scale and bias) ---------------
+
+
+def _group_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs, {"mask": None})
+    if x is NotApplicable or not _norm_ok(module, nnx.GroupNorm, x) or x.ndim < 2 or module.axis_index_groups is not None:
+        return NotApplicable
+    size = int(module.num_groups) * int(module.group_size)
+    if getattr(module, "feature_axis", -1) not in (-1, x.ndim - 1) or x.shape[-1] != size:
+        return NotApplicable
+    default_axes = tuple(range(1, x.ndim))
+    if module.reduction_axes is not None and _canonical_axes(module.reduction_axes, x.ndim) != default_axes:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_group_norm", inputs={"x": x}, weights={"scale": _value(module.scale), "bias": _value(module.bias)},
+        params={"epsilon": float(module.epsilon), "num_groups": int(module.num_groups), "size": size},
+    )
+
+
+# Opset 18's GroupNormalization takes per-group scale and bias (not what flax has): from 21 only.
+@coarse_lowering("nnx_group_norm", onnx_ops=("GroupNormalization", "Transpose"), min_opset=21)
+def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, num_groups: int, size: int) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _F32_F64 or _has_empty_dim(ops.aval("x")):
+        return NotApplicable  # JAX gives NaN statistics for empty groups
+    rank = len(ops.aval("x").shape)
+    x, inverse = _channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, rank - 1)
+    scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
+    bias = _cast_or_fill(ctx, ops, "bias", dtype, size, 0.0)
+    y = ctx.op.GroupNormalization(x, scale, bias, num_groups=num_groups, epsilon=epsilon, stash_type=_stash_type(dtype))
+    return y if inverse is None else ctx.op.Transpose(y, perm=inverse)
+
+
+# -- nnx.ConvTranspose: lax.conv_transpose as ONNX ConvTranspose ---------------------------
+#
+# lax.conv_transpose is a stride-dilated convolution with the kernel as given (no flip) and
+# pads (a, b); ONNX ConvTranspose is the gradient of Conv: the kernel flipped, and pads
+# (k - 1 - a, k - 1 - b) for the dilated kernel size k. A negative end pad only appends
+# positions no input reaches (output_padding); a negative begin pad is not expressible.
+
+
+def _conv_transpose_pads(padding: Any, kernel: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(ONNX pads, output_padding) equal to lax.conv_transpose's padding; None if none is."""
+    n = len(kernel)
+    dilated = [(k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True)]
+    pairs = []
+    for k, s in zip(dilated, strides, strict=True):
+        if padding == "SAME":
+            total = k + s - 2
+            a = k - 1 if s > k - 1 else -(-total // 2)
+        elif padding == "VALID":
+            total, a = k + s - 2 + max(k - s, 0), k - 1
+        else:
+            break
+        pairs.append((a, total - a))
+    if not isinstance(padding, str):
+        if not isinstance(padding, (tuple, list)) or len(padding) != n:
+            return None
+        pairs = [tuple(p) for p in padding]
+        if not all(len(p) == 2 and all(isinstance(v, (int, np.integer)) for v in p) for p in pairs):
+            return None
+    if len(pairs) != n:
+        return None
+    begins = [k - 1 - int(a) for k, (a, _) in zip(dilated, pairs, strict=True)]
+    ends = [k - 1 - int(b) for k, (_, b) in zip(dilated, pairs, strict=True)]
+    extra = [max(-e, 0) for e in ends]
+    if min(begins) < 0 or any(x >= s for x, s in zip(extra, strides, strict=True)):
+        return None  # onnxruntime requires output_padding < stride
+    return tuple(begins) + tuple(max(e, 0) for e in ends), tuple(extra)
+
+
+def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs, {})
+    if x is NotApplicable or not _plain(module, nnx.ConvTranspose) or not _default_promote(module):
+        return NotApplicable
+    kernel_size = tuple(module.kernel_size)
+    n = len(kernel_size)
+    if x.ndim != n + 2 or module.mask is not None or module.preferred_element_type is not None:
+        return NotApplicable
+
+    def broadcast(v: Any) -> tuple[int, ...] | None:
+        v = 1 if v is None else v
+        v = (v,) * n if isinstance(v, int) else tuple(v)
+        return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
+
+    strides, dilation = broadcast(module.strides), broadcast(module.kernel_dilation)
+    if strides is None or dilation is None:
+        return NotApplicable
+    padding = module.padding
+    if isinstance(padding, int):
+        padding = ((padding, padding),) * n
+    elif isinstance(padding, (tuple, list)):
+        padding = tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+    pads = _conv_transpose_pads(padding, kernel_size, strides, dilation)
+    if pads is None:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_conv_transpose", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+        params={"strides": strides, "dilations": dilation, "pads": pads[0], "output_padding": pads[1],
+                "transpose_kernel": bool(module.transpose_kernel)},
+    )
+
+
+def _flip_spatial(ctx: LoweringContext, kernel: ir.Value, n: int) -> ir.Value:
+    axes = list(range(n))
+    return ctx.op.Slice(
+        kernel, ctx.const([-1] * n, dtype=np.int64), ctx.const([np.iinfo(np.int64).min] * n, dtype=np.int64),
+        ctx.const(axes, dtype=np.int64), ctx.const([-1] * n, dtype=np.int64),
+    )
+
+
+def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, n: int, transpose_kernel: bool) -> ir.Value:
+    """The flax kernel ``(*k, in, out)`` (``(*k, out, in)`` with ``transpose_kernel``) as
+    ONNX's ``(in, out, *k)``, flipped spatially unless flax already flips it."""
+    if transpose_kernel:
+        return _layout_weight(ctx, kernel, [n + 1, n, *range(n)])
+    perm = [n, n + 1, *range(n)]
+    spatial = tuple(range(n))
+    return _folded_weight(
+        ctx, kernel, ("flip-transpose", *perm), lambda a: np.transpose(np.flip(a, spatial), perm),
+        lambda v: ctx.op.Transpose(_flip_spatial(ctx, v, n), perm=perm),
+    )
+
+
+@coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose"))
+def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: tuple[int, ...], output_padding: tuple[int, ...], transpose_kernel: bool) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _F32_F64 or not kernels.supports("ConvTranspose", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
+        return NotApplicable
+    rank = len(ops.aval("x").shape)
+    x = _transpose(ctx, _cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
+    kernel = _conv_transpose_weight(ctx, _cast(ctx, ops, "kernel", dtype), rank - 2, transpose_kernel)
+    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    y = ctx.op.ConvTranspose(
+        x, kernel, bias, strides=list(strides), dilations=list(dilations), pads=list(pads), output_padding=list(output_padding)
+    )
+    return ctx.op.Transpose(y, perm=[0, *range(2, rank), 1])
+
+
+# -- nnx.GRUCell / nnx.LSTMCell: one step of ONNX GRU / LSTM --------------------------------
+#
+# flax's GRU computes n = tanh(x W_n + b_n + r * (h R_n)), which is ONNX GRU with
+# linear_before_reset=1 (and no recurrent bias); its LSTM is ONNX LSTM without peepholes.
+# Only the gate order differs (flax r, z, n and i, f, g, o; ONNX z, r, h and i, o, f, c), so
+# the weights are reordered at export time. One call is one time step: sequence length 1.
+
+_SIGMOIDS = frozenset({id(jax.nn.sigmoid), id(nnx.sigmoid)})
+_TANHS = frozenset({id(jnp.tanh), id(nnx.tanh)})
+
+
+def _is_one_of(fn: Any, ids: frozenset[int]) -> bool:
+    """``fn`` is one of the functions, or a patched version of one (``__wrapped__`` chain:
+    the export substitutes captured activations)."""
+    for _ in range(4):
+        if id(fn) in ids:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def _plain_dense(layer: Any, use_bias: bool) -> bool:
+    """An inner nnx.Linear that computes exactly ``x @ kernel (+ bias)`` in float32."""
+    return (
+        type(layer) is nnx.Linear and _default_promote(layer) and layer.dot_general is jax.lax.dot_general
+        and layer.preferred_element_type is None and (layer.bias is not None) == use_bias
+        and layer.dtype in (None, jnp.float32) and _value(layer.kernel).dtype == np.float32
+    )
+
+
+def _cell_ok(module: Any, cls: type, h: Any, x: Any) -> bool:
+    return (
+        _plain(module, cls) and _default_promote(module) and module.dtype in (None, jnp.float32)
+        and _is_one_of(module.gate_fn, _SIGMOIDS) and _is_one_of(module.activation_fn, _TANHS)
+        and all(is_array(t) and t.ndim == 2 and t.dtype == np.float32 for t in (h, x))
+    )
+
+
+def _gru_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    if len(args) != 2 or kwargs:
+        return NotApplicable
+    h, x = args
+    if not _cell_ok(module, nnx.GRUCell, h, x) or not _plain_dense(module.dense_i, True) or not _plain_dense(module.dense_h, False):
+        return NotApplicable
+    return CoarseCall(
+        "nnx_gru_cell", inputs={"h": h, "x": x},
+        weights={"w": _value(module.dense_i.kernel), "b": _value(module.dense_i.bias), "r": _value(module.dense_h.kernel)},
+        params={"hidden": int(module.hidden_features)},
+    )
+
+
+def _gate_weight(ctx: LoweringContext, kernel: ir.Value, order: tuple[int, ...], hidden: int) -> ir.Value:
+    """Kernels ``(in, gates * hidden)`` in flax's gate order as ONNX's ``(1, gates * hidden, in)``;
+    a bias ``(gates * hidden,)`` as ONNX's ``(1, 2 * gates * hidden)`` (zero recurrent bias)."""
+    index = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in order])
+
+    def transform(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([a[index], np.zeros_like(a)])[None] if a.ndim == 1 else a[:, index].T[None]
+
+    def fallback(v: ir.Value) -> ir.Value:
+        rank = 1 if v.shape is None else len(v.shape)
+        picked = ctx.op.Gather(v, ctx.const(index, dtype=np.int64), axis=rank - 1)
+        if rank == 2:
+            picked = ctx.op.Transpose(picked, perm=[1, 0])
+        else:
+            picked = ctx.op.Pad(picked, ctx.const([0, len(index)], dtype=np.int64))
+        return ctx.op.Unsqueeze(picked, ctx.const([0], dtype=np.int64))
+
+    return _folded_weight(ctx, kernel, ("gates", hidden, *order), transform, fallback)
+
+
+def _one_step(ctx: LoweringContext, value: ir.Value) -> ir.Value:
+    return ctx.op.Unsqueeze(value, ctx.const([0], dtype=np.int64))
+
+
+def _last_state(ctx: LoweringContext, value: ir.Value) -> ir.Value:
+    return ctx.op.Squeeze(value, ctx.const([0], dtype=np.int64))
+
+
+@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze"))
+def _gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
+    if _has_empty_dim(ops.aval("x"), ops.aval("h")):
+        return NotApplicable
+    order = (1, 0, 2)  # flax r, z, n -> ONNX z, r, h
+    w, r = _gate_weight(ctx, ops["w"], order, hidden), _gate_weight(ctx, ops["r"], order, hidden)
+    b = _gate_weight(ctx, ops["b"], order, hidden)
+    _, h = ctx.op.GRU(
+        _one_step(ctx, ops["x"]), w, r, b, None, _one_step(ctx, ops["h"]),
+        hidden_size=hidden, linear_before_reset=1, _outputs=2,
+    )
+    h = _last_state(ctx, h)
+    return [h, h]
+
+
+def _lstm_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    if len(args) != 2 or kwargs or not isinstance(args[0], tuple) or len(args[0]) != 2:
+        return NotApplicable
+    (c, h), x = args
+    if not _cell_ok(module, nnx.LSTMCell, h, x) or not (is_array(c) and c.ndim == 2 and c.dtype == np.float32):
+        return NotApplicable
+    inputs, hidden = (module.ii, module.io, module.if_, module.ig), (module.hi, module.ho, module.hf, module.hg)  # ONNX order
+    if not all(_plain_dense(d, False) for d in inputs) or not all(_plain_dense(d, True) for d in hidden):
+        return NotApplicable
+    weights = {f"w{i}": _value(d.kernel) for i, d in enumerate(inputs)}
+    weights |= {f"r{i}": _value(d.kernel) for i, d in enumerate(hidden)}
+    weights |= {f"b{i}": _value(d.bias) for i, d in enumerate(hidden)}
+    return CoarseCall("nnx_lstm_cell", inputs={"c": c, "h": h, "x": x}, weights=weights, params={"hidden": int(module.hidden_features)})
+
+
+def _stacked_weight(ctx: LoweringContext, parts: list[ir.Value], transpose: bool, name: str) -> ir.Value:
+    """Per-gate kernels ``(in, hidden)`` as ONNX's ``(1, gates * hidden, in)`` (biases
+    ``(hidden,)`` as ``(1, 2 * gates * hidden)``, input biases zero): one initializer when all
+    parts are weights."""
+    def stack(arrays: list[np.ndarray]) -> np.ndarray:
+        if not transpose:
+            arrays = [np.zeros_like(a) for a in arrays] + arrays
+        return np.concatenate([a.T if transpose else a for a in arrays], axis=0)[None]
+
+    first = parts[0]
+    if all(p.const_value is not None and p.producer() is None and p.name for p in parts) and not ctx.builder.isolated:
+        folded = first.meta.setdefault("jax2onnx_nn.folded", {})
+        key = ("stacked", transpose, *(p.name for p in parts))
+        if key not in folded:
+            stem = first.name.rsplit(".", 2)[0] if first.name.count(".") >= 2 else first.name
+            folded[key] = ctx.builder.initializer(np.ascontiguousarray(stack([p.const_value.numpy() for p in parts])), f"{stem}.{name}")
+        return folded[key]
+    laid = [ctx.op.Transpose(p, perm=[1, 0]) if transpose else p for p in parts]
+    stacked = ctx.op.Concat(*laid, axis=0)
+    if not transpose:
+        stacked = ctx.op.Pad(stacked, ctx.const([sum(int(p.shape[0]) for p in parts), 0], dtype=np.int64))
+    return ctx.op.Unsqueeze(stacked, ctx.const([0], dtype=np.int64))
+
+
+@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze"))
+def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
+    if _has_empty_dim(ops.aval("x"), ops.aval("h")):
+        return NotApplicable
+    w = _stacked_weight(ctx, [ops[f"w{i}"] for i in range(4)], True, "W")
+    r = _stacked_weight(ctx, [ops[f"r{i}"] for i in range(4)], True, "R")
+    b = _stacked_weight(ctx, [ops[f"b{i}"] for i in range(4)], False, "B")
+    _, h, c = ctx.op.LSTM(
+        _one_step(ctx, ops["x"]), w, r, b, None, _one_step(ctx, ops["h"]), _one_step(ctx, ops["c"]),
+        hidden_size=hidden, _outputs=3,
+    )
+    h = _last_state(ctx, h)
+    return [_last_state(ctx, c), h, h]

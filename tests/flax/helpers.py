@@ -31,6 +31,7 @@ def assert_module_matches(
     report = verify(
         reference, model, inputs, sizes=sizes, rtol=rtol, atol=atol,
         enable_double_precision=to_onnx_options.get("enable_double_precision", False),
+        training=to_onnx_options.get("training", False),
     )
     report.raise_if_failed()
     return model

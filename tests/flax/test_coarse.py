@@ -342,3 +342,217 @@ def test_channels_last_round_trips_cancel_and_kernels_are_stored_channels_first(
     assert ops.count("Transpose") == 2 and ops[:2] == ["Transpose", "Conv"]
     kernels = {i.name: tuple(i.dims) for i in model.graph.initializer if i.name.endswith("kernel")}
     assert kernels == {"conv1.kernel": (4, 3, 3, 3), "conv2.kernel": (2, 4, 1, 1)}
+
+
+# -- GroupNorm -----------------------------------------------------------------------------
+
+
+@SMALL
+@given(
+    rank=st.integers(2, 4), groups=st.sampled_from([1, 2, 3, 6]), use_scale=st.booleans(), use_bias=st.booleans(),
+    eps=st.sampled_from([1e-6, 1e-2]), opset=st.sampled_from([18, 21, 23]),
+)
+def test_group_norm(rank: int, groups: int, use_scale: bool, use_bias: bool, eps: float, opset: int) -> None:
+    layer = nnx.GroupNorm(6, num_groups=groups, use_scale=use_scale, use_bias=use_bias, epsilon=eps, rngs=nnx.Rngs(0))
+    if use_scale:
+        layer.scale.set_value(jax.random.normal(jax.random.key(1), (6,)))
+    if use_bias:
+        layer.bias.set_value(jax.random.normal(jax.random.key(2), (6,)))
+    shape = ("B", 4, 3, 6)[4 - rank :] if rank < 4 else ("B", 4, 3, 6)
+    shape = ("B", *shape[1:]) if rank > 1 else shape
+    # flax's variance E[x^2] - E[x]^2 loses digits to cancellation in tiny groups (both paths)
+    model = assert_module_matches(Apply(layer), [shape], sizes={"B": [1, 3]}, opset=opset, rtol=1e-4, atol=1e-4)
+    # opset 18's GroupNormalization has per-group scale and bias: decomposed there
+    assert ("GroupNormalization" in node_ops(model)) == (opset >= 21)
+
+
+def test_group_norm_float64() -> None:
+    with jax.enable_x64(True):
+        layer = nnx.GroupNorm(6, num_groups=2, param_dtype=jnp.float64, rngs=nnx.Rngs(0))
+        model = assert_module_matches(Apply(layer), [(("B", 5, 6), "float64")], sizes={"B": [2]}, enable_double_precision=True)
+    assert "GroupNormalization" in node_ops(model)
+
+
+def test_group_norm_by_group_size() -> None:
+    layer = nnx.GroupNorm(6, num_groups=None, group_size=3, rngs=nnx.Rngs(0))
+    model = assert_module_matches(Apply(layer), [("B", 2, 6)], sizes={"B": [1, 2]})
+    node = next(n for n in model.graph.node if n.op_type == "GroupNormalization")
+    assert {a.name: a.i for a in node.attribute if a.name == "num_groups"} == {"num_groups": 2}
+
+
+@pytest.mark.parametrize(
+    "layer, shape, call_kwargs",
+    [
+        (nnx.GroupNorm(6, num_groups=3, reduction_axes=(-2, -1), rngs=nnx.Rngs(0)), (2, 3, 4, 6), {}),
+        (nnx.GroupNorm(6, num_groups=2, rngs=nnx.Rngs(0)), (2, 0, 6), {}),
+    ],
+)
+def test_group_norm_options_left_to_the_lax_path(layer: Any, shape: tuple[int, ...], call_kwargs: dict[str, Any]) -> None:
+    model = assert_module_matches(Apply(layer, **call_kwargs), [shape])
+    assert "GroupNormalization" not in node_ops(model)
+
+
+def test_group_norm_mask_is_left_to_the_lax_path() -> None:
+    layer = nnx.GroupNorm(6, num_groups=2, rngs=nnx.Rngs(0))
+    model = assert_module_matches(lambda x: layer(x, mask=x > -0.5), [("B", 4, 6)], sizes={"B": [2]})
+    assert "GroupNormalization" not in node_ops(model)
+
+
+def test_conv_group_norm_conv_keeps_channels_first() -> None:
+    class Net(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.conv1 = nnx.Conv(3, 4, (3, 3), rngs=rngs)
+            self.norm = nnx.GroupNorm(4, num_groups=2, rngs=rngs)
+            self.conv2 = nnx.Conv(4, 2, (1, 1), rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.conv2(nnx.silu(self.norm(self.conv1(x))))
+
+    model = assert_module_matches(Net(nnx.Rngs(0)), [("B", 5, 5, 3)], sizes={"B": [1, 2]})
+    ops = node_ops(model)
+    assert ops.count("Transpose") == 2 and ops.count("GroupNormalization") == 1
+
+
+# -- ConvTranspose ---------------------------------------------------------------------------
+
+
+@settings(max_examples=12)
+@given(
+    ndim=st.integers(1, 2),
+    kernel=st.integers(1, 4),
+    stride=st.integers(1, 3),
+    dilation=st.integers(1, 2),
+    padding=st.sampled_from(["SAME", "VALID", 0, 1, ((0, 2),), ((-1, 1),), ((3, 0),)]),
+    transpose_kernel=st.booleans(),
+    use_bias=st.booleans(),
+    size=st.integers(1, 5),
+)
+def test_conv_transpose(ndim: int, kernel: int, stride: int, dilation: int, padding: Any, transpose_kernel: bool, use_bias: bool, size: int) -> None:
+    pad = padding * ndim if isinstance(padding, tuple) else padding
+    layer = nnx.ConvTranspose(
+        3, 4, (kernel,) * ndim, strides=stride, kernel_dilation=dilation, padding=pad,
+        transpose_kernel=transpose_kernel, use_bias=use_bias, rngs=nnx.Rngs(0),
+    )
+    if use_bias:
+        layer.bias.set_value(jax.random.normal(jax.random.key(1), (4,)))
+    model = assert_module_matches(Apply(layer), [("B", *(size,) * ndim, 3)], sizes={"B": [1, 2]})
+    dilated = (kernel - 1) * dilation + 1
+    pairs = {"SAME": None, "VALID": None, 0: (0, 0), 1: (1, 1)}.get(padding, padding[0] if isinstance(padding, tuple) else None)
+    # SAME and VALID always are expressible; explicit pads need ONNX pads >= 0, output_padding < stride
+    expressible = pairs is None or (pairs[0] <= dilated - 1 and pairs[1] - (dilated - 1) < stride)
+    empty = any(d.dim_value == 0 for d in model.graph.output[0].type.tensor_type.shape.dim[1:])
+    if expressible and not empty:
+        assert node_ops(model) == ["Transpose", "ConvTranspose", "Transpose"]
+
+
+def test_conv_transpose_symbolic_spatial_dims() -> None:
+    layer = nnx.ConvTranspose(2, 3, (3, 3), strides=2, rngs=nnx.Rngs(0))
+    model = assert_module_matches(Apply(layer), [("B", "H", "W", 2)], sizes={"B": [1, 2], "H": [3, 5], "W": [4, 1]})
+    assert node_ops(model) == ["Transpose", "ConvTranspose", "Transpose"]
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (nnx.ConvTranspose(3, 4, (3, 3), padding="CIRCULAR", rngs=nnx.Rngs(0)), (2, 4, 4, 3)),
+        (nnx.ConvTranspose(3, 4, (3, 3), mask=np.tril(np.ones((3, 3, 3, 4), np.float32)), rngs=nnx.Rngs(0)), (2, 4, 4, 3)),
+        (nnx.ConvTranspose(3, 4, (2, 2), rngs=nnx.Rngs(0)), (2, 2, 4, 4, 3)),  # two batch dims
+        (nnx.ConvTranspose(3, 4, (2,), padding=((4, 0),), rngs=nnx.Rngs(0)), (2, 5, 3)),  # negative ONNX begin pad
+    ],
+)
+def test_conv_transpose_options_left_to_the_lax_path(layer: Any, shape: tuple[int, ...]) -> None:
+    model = assert_module_matches(Apply(layer), [shape])
+    assert node_ops(model) != ["Transpose", "ConvTranspose", "Transpose"]
+
+
+def test_conv_then_conv_transpose_keeps_channels_first() -> None:
+    class Net(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.down = nnx.Conv(2, 4, (3, 3), strides=2, rngs=rngs)
+            self.up = nnx.ConvTranspose(4, 2, (3, 3), strides=2, rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.up(nnx.relu(self.down(x)))
+
+    model = assert_module_matches(Net(nnx.Rngs(0)), [("B", 8, 8, 2)], sizes={"B": [1, 3]})
+    assert node_ops(model) == ["Transpose", "Conv", "Relu", "ConvTranspose", "Transpose"]
+    kernels = {i.name: tuple(i.dims) for i in model.graph.initializer if i.name.endswith("kernel")}
+    assert kernels == {"down.kernel": (4, 2, 3, 3), "up.kernel": (4, 2, 3, 3)}
+
+
+# -- GRUCell / LSTMCell ----------------------------------------------------------------------
+
+
+class Cell(nnx.Module):
+    """Runs a recurrent cell over ``xs`` (batch, time, features) with jax.lax.scan."""
+
+    def __init__(self, cell: Any, hidden: int, lstm: bool) -> None:
+        self.cell, self.hidden, self.lstm = cell, hidden, lstm
+
+    def __call__(self, xs: Any) -> Any:
+        h = jnp.zeros((xs.shape[0], self.hidden), xs.dtype) + 0.5
+        carry = (h * 2.0, h) if self.lstm else h
+        return jax.lax.scan(lambda c, x: self.cell(c, x), carry, jnp.swapaxes(xs, 0, 1))
+
+
+def _random_biases(cell: Any) -> None:
+    for i, (_, param) in enumerate(nnx.to_flat_state(nnx.state(cell, nnx.Param))):
+        if param.get_value().ndim == 1:
+            param.set_value(jax.random.normal(jax.random.key(i), param.get_value().shape))
+
+
+def _ops_in_bodies(nodes: Any) -> list[str]:
+    """Op types inside the control-flow bodies of ``nodes``, recursively."""
+    return [op for node in nodes for a in node.attribute for n in a.g.node for op in (n.op_type, *_ops_in_bodies([n]))]
+
+
+@SMALL
+@given(lstm=st.booleans(), features=st.integers(1, 4), hidden=st.integers(1, 5))
+def test_recurrent_cell_over_a_sequence(lstm: bool, features: int, hidden: int) -> None:
+    cls = nnx.LSTMCell if lstm else nnx.GRUCell
+    cell = cls(features, hidden, rngs=nnx.Rngs(0))
+    _random_biases(cell)
+    model = assert_module_matches(Cell(cell, hidden, lstm), [("B", "T", features)], sizes={"B": [1, 3], "T": [1, 6]})
+    assert ("LSTM" if lstm else "GRU") in _ops_in_bodies(model.graph.node)
+
+
+@pytest.mark.parametrize("lstm", [False, True])
+def test_recurrent_cell_single_step(lstm: bool) -> None:
+    cls = nnx.LSTMCell if lstm else nnx.GRUCell
+    cell = cls(3, 4, rngs=nnx.Rngs(0))
+    _random_biases(cell)
+    if lstm:
+        model = assert_module_matches(lambda c, h, x: cell((c, h), x), [("B", 4), ("B", 4), ("B", 3)], sizes={"B": [1, 4]})
+    else:
+        model = assert_module_matches(cell, [("B", 4), ("B", 3)], sizes={"B": [1, 4]})
+    assert node_ops(model).count("LSTM" if lstm else "GRU") == 1
+
+
+@pytest.mark.parametrize(
+    "cell, shape",
+    [
+        (nnx.GRUCell(3, 4, activation_fn=nnx.relu, rngs=nnx.Rngs(0)), (2, 3)),
+        (nnx.GRUCell(3, 4, gate_fn=nnx.hard_sigmoid, rngs=nnx.Rngs(0)), (2, 3)),
+        (nnx.GRUCell(3, 4, rngs=nnx.Rngs(0)), (2, 2, 3)),  # two batch dims
+        (nnx.LSTMCell(3, 4, activation_fn=nnx.gelu, rngs=nnx.Rngs(0)), (2, 3)),
+        (nnx.LSTMCell(3, 4, rngs=nnx.Rngs(0)), (2, 2, 3)),
+    ],
+)
+def test_recurrent_cell_options_left_to_the_lax_path(cell: Any, shape: tuple[int, ...]) -> None:
+    lstm = isinstance(cell, nnx.LSTMCell)
+    carry_shape = (*shape[:-1], 4)
+    if lstm:
+        model = assert_module_matches(lambda c, h, x: cell((c, h), x), [carry_shape, carry_shape, shape], rtol=1e-5, atol=1e-5)
+    else:
+        model = assert_module_matches(cell, [carry_shape, shape])
+    assert "GRU" not in node_ops(model) and "LSTM" not in node_ops(model)
+
+
+@pytest.mark.parametrize("lstm", [False, True])
+def test_recurrent_cell_as_a_function_takes_its_weights_as_inputs(lstm: bool) -> None:
+    cls = nnx.LSTMCell if lstm else nnx.GRUCell
+    cell = cls(3, 4, rngs=nnx.Rngs(0))
+    _random_biases(cell)
+    model = assert_module_matches(Apply(Cell(cell, 4, lstm)), [("B", "T", 3)], sizes={"B": [2], "T": [3]}, auto_functions=True)
+    [function] = [f for f in model.functions if f.name == "Cell"]
+    assert _ops_in_bodies(function.node).count("LSTM" if lstm else "GRU") == 1
