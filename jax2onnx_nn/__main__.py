@@ -1,66 +1,357 @@
-"""Command line: ``python -m jax2onnx_nn {demo,export,inspect,ops}``."""
+"""Command line: ``python -m jax2onnx_nn {export,demo,inspect,ops}`` (also ``jax2onnx-nn``).
+
+Exit codes: 0 success; 1 the exported model disagrees with JAX (``--verify``); 2 bad
+arguments (a MODULE:ATTR that cannot be imported or found, a bad ``--input``, a bad option);
+3 the export failed (unsupported primitives, an error in the exported code). Errors are one
+message, not a traceback; ``--debug`` shows the traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import importlib.util
+import inspect
+import math
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+OK, MISMATCH, USAGE, EXPORT_FAILED = 0, 1, 2, 3
 
-def _parse_input(text: str) -> Any:
-    """``B,30`` -> ("B", 30); ``B,T:int32`` -> (("B", "T"), "int32")."""
+
+class UsageError(Exception):
+    """A bad command line: reported as one message, exit code 2."""
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def parse_input(text: str) -> Any:
+    """``B,30`` -> ("B", 30); ``B,T:int32`` -> (("B", "T"), "int32"); ``:int32`` -> a scalar."""
+    import jax.numpy as jnp
+
+    from jax2onnx_nn.core import jax_internals as jxi
+
     shape_text, _, dtype = text.partition(":")
-    dims: list[Any] = []
-    for part in shape_text.split(","):
-        part = part.strip()
-        if not part:
+    dims: list[int | str] = []
+    for part in (p.strip() for p in shape_text.split(",")) if shape_text.strip() else ():
+        if part.isdigit():
+            dims.append(int(part))
             continue
-        dims.append(int(part) if part.lstrip("-").isdigit() else part)
-    return (tuple(dims), dtype) if dtype else tuple(dims)
-
-
-def _load_target(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise SystemExit(f"error: expected MODULE:ATTR, got {spec!r}")
-    sys.path.insert(0, os.getcwd())
+        try:
+            if not any(c.isalpha() for c in part):
+                raise ValueError("a dim is a size >= 0 or contains a name")
+            jxi.parse_symbolic_shape(part, jxi.new_symbolic_scope())
+        except Exception as err:
+            raise UsageError(
+                f"--input {text!r}: {part!r} is not a dim (a size like 30, a name like B, or an "
+                f"expression like 2*B); expected e.g. --input B,30 or --input B,T:int32"
+            ) from err
+        dims.append(part)
+    if not dtype:
+        return tuple(dims)
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise SystemExit(f"error: cannot import {module_name!r}: {err}") from err
+        jnp.dtype(dtype)
+    except TypeError as err:
+        raise UsageError(f"--input {text!r}: {dtype!r} is not a dtype (e.g. float32, int32, bool)") from err
+    return (tuple(dims), dtype)
+
+
+def _import(module_name: str) -> Any:
+    if module_name.endswith(".py") or os.sep in module_name:
+        path = os.path.abspath(module_name)
+        if not os.path.isfile(path):
+            raise UsageError(f"cannot import {module_name!r}: no such file")
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
+            raise UsageError(f"cannot import {module_name!r}: no module named {err.name!r} (run from the folder that contains it, or install it)") from err
+        raise
+
+
+def load_target(text: str, debug: bool = False) -> Any:
+    """``MODULE:ATTR`` (or ``path/to/file.py:ATTR``) -> the object; ATTR may be dotted."""
+    module_name, sep, attr = text.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"expected MODULE:ATTR (e.g. mypkg.models:make_model), got {text!r}")
+    try:
+        module = _import(module_name)
+    except UsageError:
+        raise
+    except Exception as err:
+        if debug:
+            raise
+        raise UsageError(f"importing {module_name!r} failed: {type(err).__name__}: {err}") from err
     target: Any = module
-    for part in attr.split("."):
+    for i, part in enumerate(attr.split(".")):
         if not hasattr(target, part):
-            raise SystemExit(f"error: {module_name!r} has no attribute {attr!r}")
+            owner = ".".join([module_name, *attr.split(".")[:i]])
+            names = sorted(n for n in dir(target) if not n.startswith("_") and callable(getattr(target, n, None)))
+            hint = f"; callables there: {', '.join(names[:12])}" if names else ""
+            raise UsageError(f"{owner!r} has no attribute {part!r}{hint}")
         target = getattr(target, part)
     return target
 
 
-def _summary(model: Any) -> str:
+def _is_factory(target: Any) -> bool:
+    """A class, or a function taking no parameters at all: called to get the exportable."""
+    if isinstance(target, type):
+        return True
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, functools.partial)):
+        return False
+    try:
+        return not inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def exportable(target: Any, name: str, debug: bool = False) -> Any:
+    """The callable to export: ``target`` itself, or what a factory (class, zero-parameter
+    function) returns."""
+    if _is_factory(target):
+        try:
+            target = target()
+        except Exception as err:
+            if debug:
+                raise
+            kind = "class" if isinstance(target, type) else "factory"
+            raise UsageError(f"calling the {kind} {name}() failed: {type(err).__name__}: {err}") from err
+    if not callable(target):
+        raise UsageError(f"{name} is a {type(target).__name__}: expected a function, a module instance, or a class / zero-argument factory returning one")
+    return target
+
+
+def _names(text: str | None) -> list[str | int] | None:
+    if not text:
+        return None
+    return [int(t) if t.lstrip("-").isdigit() else t for t in (p.strip() for p in text.split(",")) if t]
+
+
+def _sizes(texts: Sequence[str]) -> dict[str, list[int]]:
+    sizes: dict[str, list[int]] = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        try:
+            sizes[name.strip()] = [int(v) for v in values.split(",")]
+            if not sep or not name.strip() or min(sizes[name.strip()]) < 1:
+                raise ValueError
+        except ValueError as err:
+            raise UsageError(f"--size {text!r}: expected NAME=N[,N...] with sizes >= 1, e.g. --size B=1,8") from err
+    return sizes
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from jax2onnx_nn import MAX_OPSET, MIN_OPSET, ConversionError, SpecError, to_onnx
+
+    inputs = [parse_input(t) for t in args.input]
+    sizes = _sizes(args.size)
+    if args.opset is not None and not MIN_OPSET <= args.opset <= MAX_OPSET:
+        raise UsageError(f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}")
+    fn = exportable(load_target(args.target, args.debug), args.target, args.debug)
+    options: dict[str, Any] = dict(
+        opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
+        inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
+    )
+    start = time.perf_counter()
+    try:
+        model = to_onnx(fn, inputs, path=args.output, **options)
+    except SpecError as err:
+        if args.debug:
+            raise
+        raise UsageError(f"bad --input for {args.target}: {err}") from err
+    except ConversionError as err:
+        if args.debug:
+            raise
+        print(f"jax2onnx-nn: error: {err}", file=sys.stderr)
+        return EXPORT_FAILED
+    except Exception as err:
+        if args.debug:
+            raise
+        print(f"jax2onnx-nn: error: exporting {args.target} failed: {type(err).__name__}: {err}\n"
+              f"(run with --debug for the traceback)", file=sys.stderr)
+        return EXPORT_FAILED
+    print(f"wrote {os.path.abspath(args.output)} in {time.perf_counter() - start:.2f}s")
+    print(_summary(model))
+    if not args.verify:
+        return OK
+    from jax2onnx_nn.testing.roundtrip import dim_names_of, roundtrip
+
+    sizes = sizes or {name: [1, 4] for name in dim_names_of(inputs)}
+    result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes, enable_double_precision=args.f64)
+    print(result)
+    return OK if result.ok else MISMATCH
+
+
+# -- inspect --------------------------------------------------------------------------------
+
+
+def _graphs(graph: Any) -> Iterator[Any]:
+    """A graph and all its sub-graphs (If/Loop/Scan bodies), depth first."""
     import onnx
 
-    def dims(vi: Any) -> str:
-        t = vi.type.tensor_type
-        shape = [d.dim_param or str(d.dim_value) for d in t.shape.dim]
-        return f"{vi.name}: {onnx.TensorProto.DataType.Name(t.elem_type).lower()}[{', '.join(shape)}]"
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
 
-    ops = Counter(n.op_type for n in model.graph.node)
-    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
-    lines = ["inputs:  " + "; ".join(dims(v) for v in model.graph.input)]
-    lines.append("outputs: " + "; ".join(dims(v) for v in model.graph.output))
-    lines.append(f"nodes:   {len(model.graph.node)} ({', '.join(f'{k} x{v}' for k, v in ops.most_common())})")
+
+def _nodes(graph_or_function: Any) -> Iterator[Any]:
+    import onnx
+
+    for node in graph_or_function.node:
+        yield node
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                yield from _nodes(sub)
+
+
+def tensor_bytes(tensor: Any, base_dir: str | None = None) -> tuple[int, bool]:
+    """(bytes of a TensorProto's data, stored externally?): external data (its ``length``, or
+    the rest of the file), raw_data, or the typed fields (sub-byte types packed)."""
+    import onnx
+
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in tensor.external_data}
+        if "length" in info:
+            return int(info["length"]), True
+        path = os.path.join(base_dir or "", info.get("location", ""))
+        size = os.path.getsize(path) if os.path.isfile(path) else 0
+        return max(size - int(info.get("offset", 0)), 0), True
+    if tensor.HasField("raw_data"):
+        return len(tensor.raw_data), False
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return sum(len(s) for s in tensor.string_data), False
+    count = math.prod(tensor.dims)
+    bits = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1): 4}.get(tensor.data_type)
+    if bits is not None:
+        return (count * bits + 7) // 8, False
+    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize, False
+
+
+def _value_text(vi: Any) -> str:
+    t = vi.type.tensor_type
+    dims = ", ".join(d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in t.shape.dim)
+    dtype = _dtype_name(t.elem_type)
+    return f"{vi.name}: {dtype}[{dims}]"
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except (KeyError, ValueError, TypeError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "?"
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _histogram(counts: Counter[str]) -> str:
+    return ", ".join(f"{op} {n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _function_calls(model: Any) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
+    """Per local function: its call nodes, and how often it runs per run of the model (a call
+    inside a function called twice runs twice)."""
+    local = {(f.domain, f.name): f for f in model.functions}
+    main = Counter((n.domain, n.op_type) for n in _nodes(model.graph) if (n.domain, n.op_type) in local)
+    inner = {key: Counter((n.domain, n.op_type) for n in _nodes(f) if (n.domain, n.op_type) in local) for key, f in local.items()}
+    sites = sum(inner.values(), Counter(main))
+    runs: Counter[tuple[str, str]] = Counter(main)
+    for _ in range(len(local)):  # functions call each other without cycles: depth <= count
+        deeper = Counter(main)
+        for caller, callees in inner.items():
+            for callee, n in callees.items():
+                deeper[callee] += n * runs[caller]
+        runs = deeper
+    return sites, runs
+
+
+def _summary(model: Any, base_dir: str | None = None) -> str:
+    """A one-screen summary of a ModelProto: I/O with dims, op histogram, functions and their
+    call counts, initializer bytes, opsets."""
+    g = model.graph
+    main_ops = Counter(n.op_type for n in _nodes(g))
+    n_sub = sum(len(s.node) for s in list(_graphs(g))[1:])
+    lines = ["inputs:  " + ("; ".join(_value_text(v) for v in g.input) or "(none)")]
+    lines.append("outputs: " + "; ".join(_value_text(v) for v in g.output))
+    inside = f", {n_sub} in sub-graphs" if n_sub else ""
+    lines.append(f"nodes:   {sum(main_ops.values())}{inside}: {_histogram(main_ops)}")
     if model.functions:
-        calls = Counter(n.op_type for n in model.graph.node if n.domain)
-        lines.append("functions: " + ", ".join(f"{f.name} (called {calls.get(f.name, 0)}x)" for f in model.functions))
-    lines.append(f"weights: {len(model.graph.initializer)} initializers, {weight_bytes / 1e6:.2f} MB")
+        sites, runs = _function_calls(model)
+        lines.append(f"functions: {len(model.functions)}")
+        for f in model.functions:
+            key = (f.domain, f.name)
+            where = f" ({sites[key]} call node{'s' * (sites[key] != 1)})" if sites[key] != runs[key] else ""
+            lines.append(f"  {f.domain}.{f.name}: called {runs[key]}x{where}, {len(f.node)} nodes ({_histogram(Counter(n.op_type for n in f.node))})")
+    sizes = [tensor_bytes(t, base_dir) for t in g.initializer]
+    total = sum(b for b, _ in sizes)
+    external = sum(b for b, ext in sizes if ext)
+    ext_text = f", {_size_text(external)} in external data" if external else ""
+    lines.append(f"weights: {len(g.initializer)} initializers, {_size_text(total)}{ext_text}")
     opsets = ", ".join(f"{o.domain or 'ai.onnx'}={o.version}" for o in model.opset_import)
-    lines.append(f"opset:   {opsets}")
+    lines.append(f"opset:   {opsets} (IR version {model.ir_version})")
     return "\n".join(lines)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import onnx
+
+    if not os.path.isfile(args.model):
+        raise UsageError(f"{args.model}: no such file")
+    try:
+        model = onnx.load(args.model, load_external_data=False)
+    except Exception as err:
+        if args.debug:
+            raise
+        raise UsageError(f"{args.model} is not an ONNX model: {type(err).__name__}: {err}") from err
+    print(f"{args.model}: {model.graph.name or '(unnamed graph)'}, produced by {model.producer_name or '?'} {model.producer_version}")
+    print(_summary(model, os.path.dirname(os.path.abspath(args.model))))
+    return OK
+
+
+# -- ops and demo ---------------------------------------------------------------------------
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    from jax2onnx_nn.testing.support import markdown_table, read_record, support_rows
+
+    tested = read_record()
+    if args.markdown:
+        print(markdown_table(tested))
+        return OK
+    rows = [r for r in support_rows(tested) if not args.pattern or args.pattern in r.primitive]
+    width = max((len(r.primitive) for r in rows), default=10) + 2
+    tested_head = "  tested" if tested is not None else ""
+    print(f"{'primitive'.ljust(width)}opset{tested_head}  ONNX ops")
+    for r in rows:
+        mark = ("  yes   " if r.tested else "  no    ") if tested is not None else ""
+        print(f"{r.primitive.ljust(width)}{r.min_opset:<5}{mark}  {r.onnx_ops}")
+    return OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -69,69 +360,53 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.out)
 
 
-def _cmd_export(args: argparse.Namespace) -> int:
-    from jax2onnx_nn import ConversionError, to_onnx, verify
-
-    target = _load_target(args.target)
-    if not callable(target):
-        raise SystemExit(f"error: {args.target} is not callable")
-    if isinstance(target, type) or (getattr(target, "__code__", None) is not None and target.__code__.co_argcount == 0 and not args.input):
-        target = target()
-    inputs = [_parse_input(t) for t in args.input]
-    start = time.perf_counter()
-    try:
-        model = to_onnx(target, inputs, path=args.output, opset=args.opset, enable_double_precision=args.f64)
-    except ConversionError as err:
-        if args.debug:
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.output} in {time.perf_counter() - start:.2f}s")
-    print(_summary(model))
-    if args.verify:
-        report = verify(target, model, inputs, enable_double_precision=args.f64)
-        print(report)
-        return 0 if report.ok else 1
-    return 0
+# -- main -----------------------------------------------------------------------------------
 
 
-def _cmd_inspect(args: argparse.Namespace) -> int:
-    import onnx
-
-    print(_summary(onnx.load(args.model, load_external_data=False)))
-    return 0
-
-
-def _cmd_ops(args: argparse.Namespace) -> int:
-    from jax2onnx_nn.core.registry import registered
-
-    for name, reg in registered().items():
-        print(f"{name:32s} {' '.join(reg.onnx_ops)}")
-    return 0
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    parser = argparse.ArgumentParser(
+        prog="jax2onnx-nn", description="Export JAX programs (functions, Flax NNX and Equinox modules) to ONNX.",
+        epilog="exit codes: 0 ok, 1 verification mismatch, 2 bad arguments, 3 export failed",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{export,demo,inspect,ops}")
+    export = sub.add_parser("export", parents=[common], help="export MODULE:ATTR to an .onnx file",
+                            description="ATTR: a function, a module instance, or a class / zero-argument factory returning one.")
+    export.add_argument("target", metavar="MODULE:ATTR", help="e.g. mypkg.models:make_model or path/to/file.py:model")
+    export.add_argument("--input", action="append", default=[], metavar="SPEC",
+                        help="one per positional argument: B,30 (float32, symbolic B) or B,T:int32; :float32 is a scalar")
+    export.add_argument("-o", "--output", required=True, metavar="PATH")
+    export.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21)")
+    export.add_argument("--f64", action="store_true", help="enable_double_precision: float64 stays float64")
+    export.add_argument("--functions", action="store_true", help="auto_functions: module classes become ONNX functions")
+    export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
+    export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")
+    export.add_argument("--verify", action="store_true", help="compare onnxruntime with JAX on random inputs")
+    export.add_argument("--size", action="append", default=[], metavar="NAME=N,..", help="sizes of a symbolic dim for --verify, e.g. B=1,8 (default 1,4)")
+    export.set_defaults(func=_cmd_export)
+    demo = sub.add_parser("demo", parents=[common], help="export the built-in example models and verify them")
+    demo.add_argument("--out", default="out", help="folder for the .onnx files (default ./out)")
+    demo.set_defaults(func=_cmd_demo)
+    inspect_ = sub.add_parser("inspect", parents=[common], help="summarize an .onnx file")
+    inspect_.add_argument("model", metavar="MODEL.onnx")
+    inspect_.set_defaults(func=_cmd_inspect)
+    ops = sub.add_parser("ops", parents=[common], help="the support table: primitives, ONNX ops, tested")
+    ops.add_argument("pattern", nargs="?", help="only primitives whose name contains this")
+    ops.add_argument("--markdown", action="store_true", help="print the README's markdown table")
+    ops.set_defaults(func=_cmd_ops)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jax2onnx-nn", description="Export JAX programs to ONNX.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="export the built-in example models and verify them")
-    demo.add_argument("--out", default="out", help="folder for the .onnx files (default ./out)")
-    demo.set_defaults(func=_cmd_demo)
-    export = sub.add_parser("export", help="export MODULE:ATTR (callable, module or factory)")
-    export.add_argument("target")
-    export.add_argument("--input", action="append", default=[], help="one input spec: B,30 or B,T:int32")
-    export.add_argument("-o", "--output", required=True)
-    export.add_argument("--opset", type=int, default=None)
-    export.add_argument("--f64", action="store_true", help="enable_double_precision")
-    export.add_argument("--verify", action="store_true", help="compare onnxruntime with JAX")
-    export.add_argument("--debug", action="store_true", help="show tracebacks")
-    export.set_defaults(func=_cmd_export)
-    inspect_ = sub.add_parser("inspect", help="summarize an .onnx file")
-    inspect_.add_argument("model")
-    inspect_.set_defaults(func=_cmd_inspect)
-    ops = sub.add_parser("ops", help="list supported primitives")
-    ops.set_defaults(func=_cmd_ops)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as err:
+        if args.debug:
+            raise
+        print(f"jax2onnx-nn: error: {err}", file=sys.stderr)
+        return USAGE
 
 
 if __name__ == "__main__":

@@ -1,40 +1,35 @@
 """Regenerate the README's support table from the lowering registry (never edit it by hand).
 
-    python scripts/gen_support_table.py          # rewrite README.md in place
-    python scripts/gen_support_table.py --check  # exit 1 if README.md is stale
+    python scripts/gen_support_table.py           # rewrite README.md in place
+    python scripts/gen_support_table.py --check   # exit 1 if README.md is stale
+    python scripts/gen_support_table.py --record  # rerun the tests, rewrite the "tested"
+                                                  # record (tests/lowered_primitives.txt), then README.md
+
+The "tested" column says whether a passing test of the suite lowers the primitive with its
+registered rule; it is read from ``tests/lowered_primitives.txt``, which ``--record`` rewrites
+by running ``pytest tests`` (slow tests skipped) with the recording plugin
+``jax2onnx_nn.testing.coverage``. Extra arguments after ``--`` go to pytest.
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import subprocess
 import sys
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 BEGIN = "<!-- support-table:begin -->"
 END = "<!-- support-table:end -->"
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+README = ROOT / "README.md"
+RECORD = ROOT / "tests" / "lowered_primitives.txt"
 
 
 def render() -> str:
-    from jax2onnx_nn.core.lower import CALL_BODIES
-    from jax2onnx_nn.core.registry import registered
+    sys.path.insert(0, str(ROOT))
+    from jax2onnx_nn.testing.support import markdown_table, read_record
 
-    rows = ["| JAX primitive | ONNX ops | min opset |", "|---|---|---|"]
-    for name, reg in registered().items():
-        ops = ", ".join(reg.onnx_ops) or "(no node)"
-        rows.append(f"| `{name}` | {ops} | {max(reg.min_opset, 17)} |")
-    for name in sorted(CALL_BODIES):
-        rows.append(f"| `{name}` | (body inlined) | 17 |")
-    try:
-        from jax2onnx_nn.core.patching import coarse_table
-
-        modules = coarse_table()
-    except ImportError:
-        modules = []
-    if modules:
-        rows += ["", "| Module / function | ONNX ops |", "|---|---|"]
-        rows += [f"| `{target}` | {', '.join(ops)} |" for target, ops in modules]
-    return "\n".join(rows)
+    return markdown_table(read_record(RECORD))
 
 
 def updated(text: str) -> str:
@@ -47,10 +42,28 @@ def updated(text: str) -> str:
     return f"{head}{BEGIN}\n{render()}\n{END}{tail}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args()
+def record(pytest_args: list[str]) -> int:
+    """Run the test suite with the recording plugin; the record is written from passing tests."""
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "-p", "jax2onnx_nn.testing.coverage", "--record-lowered", str(RECORD),
+        *(pytest_args or ["tests"]),
+    ]
+    print("running:", " ".join(command))
+    return subprocess.run(command, cwd=ROOT).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--record", action="store_true", help="rerun the tests to rewrite the tested record first")
+    parser.add_argument("pytest_args", nargs="*", help="with --record: pytest arguments (default: tests)")
+    args = parser.parse_args(argv)
+    if args.record:
+        rc = record(args.pytest_args)
+        if rc not in (0, 1):  # 1: some tests failed; their primitives are not counted
+            print(f"pytest exited with {rc}; record not trusted, README unchanged")
+            return rc
     text = README.read_text()
     new = updated(text)
     if args.check:

@@ -1,11 +1,20 @@
 """The README stays true: its support table is the registry's, its commands are the real ones."""
 
+import importlib.metadata
 import importlib.util
 import pathlib
 import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+pytest_plugins = ["pytester"]
+
+
+def _example(name):
+    """The code block after ``<!-- example: name -->`` in the README."""
+    text = (ROOT / "README.md").read_text()
+    return text.split(f"<!-- example: {name} -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def _generator():
@@ -16,9 +25,20 @@ def _generator():
 
 
 def test_support_table_is_generated_from_the_registry():
-    gen = _generator()
-    text = (ROOT / "README.md").read_text()
-    assert gen.updated(text) == text, "README support table is stale: run python scripts/gen_support_table.py"
+    # in a fresh process: this test session's registry also holds rules that tests registered
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_support_table.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_support_table_has_a_tested_column_from_the_record():
+    table = _generator().render()
+    record = (ROOT / "tests" / "lowered_primitives.txt").read_text().split()
+    assert table.splitlines()[0] == "| JAX primitive | ONNX ops | min opset | tested |"
+    assert "| `add` | Add | 17 | yes |" in table and "add" in record
+    untested = [line for line in table.splitlines() if line.endswith("| no |")]
+    assert all(line.split("`")[1] not in record for line in untested)
 
 
 def test_support_table_lists_core_primitives():
@@ -38,3 +58,17 @@ def test_ci_runs_the_readme_test_command():
 def test_cli_ops_lists_the_registry():
     out = subprocess.run([sys.executable, "-m", "jax2onnx_nn", "ops"], capture_output=True, text=True, check=True).stdout
     assert "dot_general" in out and "MatMul" in out
+
+
+def test_custom_primitive_example_runs(tmp_path):
+    # in a fresh process: the example registers a rule, which must not leak into this session
+    (tmp_path / "example.py").write_text(_example("custom-primitive"))
+    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_fixture_example_passes(pytester):
+    pytester.makepyfile(test_example=_example("fixture-tests"))
+    installed = any(ep.name == "jax2onnx_nn" for ep in importlib.metadata.entry_points(group="pytest11"))
+    plugin = [] if installed else ["-p", "jax2onnx_nn.testing.plugin"]
+    pytester.runpytest("-p", "no:cacheprovider", *plugin).assert_outcomes(passed=3)

@@ -15,6 +15,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
+from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, LoweringOptions, onnx_aval
 from jax2onnx_nn.core.passes import cleanup, fill_missing_types
 from jax2onnx_nn.core.patching import ExportOptions, export_session
@@ -45,6 +46,8 @@ def to_onnx(
     training: bool = False,
     auto_functions: bool = False,
     coarse_ops: bool = True,
+    inputs_as_nchw: Sequence[str | int] | None = None,
+    outputs_as_nchw: Sequence[str | int] | None = None,
 ) -> onnx.ModelProto:
     """Export a JAX callable to ONNX.
 
@@ -70,6 +73,9 @@ def to_onnx(
             call, as ``@onnx_function`` does for one class.
         coarse_ops: lower framework layers (``nnx.Linear``, ``nnx.LayerNorm``, ...) to one
             coarse ONNX op each (``Gemm``, ``LayerNormalization``, ...) instead of lax ops.
+        inputs_as_nchw / outputs_as_nchw: graph inputs / outputs (names or flat indices) of a
+            channels-last (NHWC) callable to expose channels-first (NCHW); the boundary
+            Transposes fold into the first/last Conv's own where possible.
 
     Returns:
         The ``onnx.ModelProto``.
@@ -87,6 +93,7 @@ def to_onnx(
         output_names=output_names, opset=opset, enable_double_precision=enable_double_precision,
         model_name=model_name, lowerings=lowerings, constraints=constraints,
         training=training, auto_functions=auto_functions, coarse_ops=coarse_ops,
+        inputs_as_nchw=inputs_as_nchw, outputs_as_nchw=outputs_as_nchw,
     )
     if path is not None:
         save_model(model, path)
@@ -110,6 +117,8 @@ def export_model(
     training: bool = False,
     auto_functions: bool = False,
     coarse_ops: bool = True,
+    inputs_as_nchw: Sequence[str | int] | None = None,
+    outputs_as_nchw: Sequence[str | int] | None = None,
 ) -> ir.Model:
     """Like :func:`to_onnx` but returns the ``onnx_ir.Model`` (weights not yet copied).
 
@@ -157,6 +166,7 @@ def export_model(
          "jax2onnx_nn.enable_double_precision": str(enable_double_precision)}
     )
     lowered_at = time.perf_counter()
+    apply_layout(model, inputs_as_nchw, outputs_as_nchw)
     cleanup(model)
     fill_missing_types(model)
     if timings is not None:

@@ -7,8 +7,7 @@ from typing import Any
 
 import onnx
 
-from jax2onnx_nn.core.api import to_onnx
-from jax2onnx_nn.core.verify import verify
+from jax2onnx_nn.testing.roundtrip import roundtrip
 
 
 def assert_exports_match(
@@ -26,18 +25,22 @@ def assert_exports_match(
     """Export ``fn``, validate the model with the ONNX checker, and compare onnxruntime with JAX.
 
     ``input_values`` (flat, in input order) are used as given; otherwise random inputs are drawn
-    for every size in ``sizes``. Raises AssertionError with a per-output table on mismatch.
-    Returns the model so tests can assert properties of the graph too.
+    for every size in ``sizes``. Raises AssertionError with a per-output table and the largest
+    element differences on mismatch. Returns the model so tests can assert properties of the
+    graph too.
+
+    Example::
+
+        model = assert_exports_match(lambda x: jnp.cumsum(x, axis=1), [("B", 5)], sizes={"B": [1, 4]})
+        assert op_types(model) == ["CumSum"]
     """
-    model = to_onnx(fn, inputs, enable_double_precision=enable_double_precision, **to_onnx_options)
-    onnx.checker.check_model(model)
-    report = verify(
-        fn, model, inputs, sizes=sizes, input_values=input_values, rtol=rtol, atol=atol,
-        enable_double_precision=enable_double_precision, seed=seed,
-        input_params=to_onnx_options.get("input_params"),
+    __tracebackhide__ = True
+    result = roundtrip(
+        fn, inputs, sizes=sizes, input_values=input_values, rtol=rtol, atol=atol, seed=seed,
+        enable_double_precision=enable_double_precision, **to_onnx_options,
     )
-    report.raise_if_failed()
-    return model
+    result.raise_if_failed()
+    return result.model
 
 
 def op_types(model: onnx.ModelProto) -> list[str]:
