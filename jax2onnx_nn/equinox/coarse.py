@@ -17,6 +17,7 @@ batch dims in front, and ``vmap_levels`` says which operand carries which of the
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import math
 import sys
@@ -113,6 +114,12 @@ class Levels:
         if not missing or all(not has for has in self.of(role)):
             return value  # all dims or none: trailing alignment is right
         return ctx.op.Unsqueeze(value, ctx.const(missing, dtype=np.int64))
+
+
+def _has_empty(ctx: LoweringContext) -> bool:
+    """Some operand or result has a size-0 dim (onnxruntime's Conv/pools reject those; the
+    lax path handles them)."""
+    return any(d == 0 for aval in (*ctx.avals_in, *ctx.avals_out) for d in aval.shape if not jxi.is_symbolic_dim(d))
 
 
 def _out_dtype(ctx: LoweringContext) -> np.dtype:
@@ -264,6 +271,8 @@ def _padding(pads: Any) -> dict[str, Any]:
 
 @eqx_lowering("eqx_conv", onnx_ops=("Conv", "Reshape"))
 def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     dtype = _out_dtype(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias") or not kernels.supports("Conv", dtype):
@@ -323,6 +332,8 @@ def _transposed_kernel_nodes(ctx: LoweringContext, w: ir.Value, shape: Sequence[
 
 @eqx_lowering("eqx_conv_transpose", onnx_ops=("ConvTranspose",))
 def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], group: int, pads: tuple[int, ...], output_padding: tuple[int, ...]) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     dtype = _out_dtype(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias") or not kernels.supports("ConvTranspose", dtype):
@@ -408,6 +419,8 @@ def _group_norm_handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any
 
 @eqx_lowering("eqx_group_norm", onnx_ops=("GroupNormalization",), min_opset=21)
 def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, groups: int, channels: int) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
         return NotApplicable
@@ -481,6 +494,8 @@ def _batch_statistics(ctx: LoweringContext, ops: Operands, momentum: float, dtyp
 
 @eqx_lowering("eqx_batch_norm", onnx_ops=("BatchNormalization",))
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, channels: int, momentum: float | None = None) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched(*(r for r in ops if r != "x")):
         return NotApplicable
@@ -600,15 +615,30 @@ def _prelu(ctx: LoweringContext, ops: Operands) -> Any:
 # -- eqx.nn.RotaryPositionalEmbedding: x * cos + rotate_half(x) * sin ----------------------
 
 
-def _rope_handler(module: Any, x: Any, *, key: Any = None) -> Any:
+def _rope_tables(original: Any, module: Any, seq: int, size: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The cos and sin tables eqx multiplies with, read off the layer itself.
+
+    eqx caches its tables per (size, dtype) only, not per ``theta``, so recomputing them could
+    give other numbers than the layer uses. The layer is linear: y = x * cos + rotate_half(x) *
+    sin, so x = [1, 0] gives [cos_1, sin_2] and x = [0, 1] gives [-sin_1, cos_2] exactly.
+    """
+    half = size // 2
+    ones, zeros = np.ones((seq, half), dtype), np.zeros((seq, half), dtype)
+    with jax.ensure_compile_time_eval():
+        first = np.asarray(original(module, np.concatenate([ones, zeros], axis=1)))
+        second = np.asarray(original(module, np.concatenate([zeros, ones], axis=1)))
+    cos = np.concatenate([first[:, :half], second[:, half:]], axis=1)
+    sin = np.concatenate([-second[:, :half], first[:, half:]], axis=1)
+    return cos, sin
+
+
+def _rope_handler(original: Any, module: Any, x: Any, *, key: Any = None) -> Any:
     if not plain(module, eqx.nn.RotaryPositionalEmbedding) or not float_arrays(x) or x.ndim != 2:
         return NotApplicable
     seq, size = x.shape
     if jxi.is_symbolic_dim(seq) or size != module.embedding_size or np.dtype(module.dtype) != np.dtype(x.dtype):
         return NotApplicable
-    with jax.ensure_compile_time_eval():
-        cos, sin = type(module).precompute_freqs_cis(int(size), int(seq), module.theta, module.dtype)
-    tables = (np.tile(np.asarray(cos), (1, 2)), np.tile(np.asarray(sin), (1, 2)))
+    tables = _rope_tables(original, module, int(seq), int(size), np.dtype(x.dtype))
     return CoarseCall("eqx_rope", inputs={"x": x}, params={"tables": _Tables(tables)})
 
 
@@ -624,6 +654,10 @@ class _Tables:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Tables) and other._key == self._key
+
+    def __repr__(self) -> str:  # printed in jaxprs: equal tables print alike (function dedup)
+        digest = hashlib.sha256(repr(self._key).encode()).hexdigest()[:16]
+        return f"Tables({digest})"
 
 
 @eqx_lowering("eqx_rope", onnx_ops=("Slice", "Neg", "Concat", "Mul", "Add"))
@@ -740,6 +774,8 @@ def _rnn_output(ctx: LoweringContext, value: ir.Value, n_levels: int, aval: Any)
 
 @eqx_lowering("eqx_gru", onnx_ops=("GRU",))
 def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     dtype = _out_dtype(ctx)
     weights = [r for r in ops if r.startswith(("weight", "bias"))]
@@ -755,6 +791,8 @@ def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
 
 @eqx_lowering("eqx_lstm", onnx_ops=("LSTM",))
 def _lstm(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     dtype = _out_dtype(ctx)
     weights = [r for r in ops if r.startswith(("weight", "bias"))]
@@ -814,6 +852,8 @@ def _pool(ctx: LoweringContext, x: ir.Value, kind: str, dtype: np.dtype, **attrs
 
 @eqx_lowering("eqx_pool", onnx_ops=("MaxPool", "AveragePool"))
 def _pool_rule(ctx: LoweringContext, ops: Operands, *, kind: str, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...]) -> Any:
+    if _has_empty(ctx):
+        return NotApplicable
     levels = Levels(ctx)
     dtype = _out_dtype(ctx)
     if not levels.full("x") or not kernels.supports("MaxPool" if kind == "max" else "AveragePool", dtype):
@@ -846,6 +886,16 @@ def _coarse(cls: type, handler: Handler) -> tuple[Any, str, MakeWrapper]:
     return cls, "__call__", lambda original: coarse_wrapper(handler)(without_named_scope(original, cls))
 
 
+def _coarse_with_original(cls: type, handler: Handler) -> tuple[Any, str, MakeWrapper]:
+    """For a handler that also needs the original method: ``handler(original, module, ...)``."""
+
+    def make(original: Any) -> Any:
+        inner = without_named_scope(original, cls)
+        return coarse_wrapper(functools.partial(handler, inner))(inner)
+
+    return cls, "__call__", make
+
+
 def patches() -> list[tuple[Any, str, MakeWrapper]]:
     """(owner, attribute, make_wrapper) of every patch applied while an export runs."""
     attention_module = sys.modules[eqx.nn.MultiheadAttention.__module__]
@@ -860,7 +910,7 @@ def patches() -> list[tuple[Any, str, MakeWrapper]]:
         (attention_module, "dot_product_attention", _attention_wrapper),
         _coarse(eqx.nn.Embedding, _embedding_handler),
         _coarse(eqx.nn.PReLU, _prelu_handler),
-        _coarse(eqx.nn.RotaryPositionalEmbedding, _rope_handler),
+        _coarse_with_original(eqx.nn.RotaryPositionalEmbedding, _rope_handler),
         _coarse(eqx.nn.GRUCell, _gru_handler),
         _coarse(eqx.nn.LSTMCell, _lstm_handler),
         *[_coarse(cls, _pool_handler) for cls in _POOL_CLASSES],

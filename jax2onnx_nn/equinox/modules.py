@@ -3,7 +3,7 @@
 An Equinox module is a pytree: its arrays are the weights, everything else is static config
 (``eqx.filter`` semantics). Exported callables hold modules in a few ways: the callable is a
 module, a bound method of one (``model.encode``), or a function that closes over one
-(``lambda x: model(x)``, ``jax.vmap(model)``). :func:`retarget` finds them, puts a copy in
+(``lambda x: model(x)``, ``jax.vmap(model)``, ``jax.jit(model)``). :func:`retarget` finds them, puts a copy in
 export mode in their place (``eqx.nn.inference_mode`` unless training is asked for), and
 :func:`array_names` names every array by its pytree path (``layers.0.weight``).
 """
@@ -60,6 +60,11 @@ def retarget(fn: Any, convert: Convert, depth: int = 0) -> tuple[Any, dict[str, 
         return _retarget_partial(fn, convert, depth)
     if isinstance(fn, types.FunctionType) and fn.__closure__:
         return _retarget_closure(fn, convert, depth)
+    wrapped = getattr(fn, "__wrapped__", None)
+    if not isinstance(fn, types.FunctionType) and callable(wrapped):
+        # ``jax.jit(model)``: exporting the wrapped callable traces the same computation
+        inner, roots = retarget(wrapped, convert, depth + 1)
+        return (inner, roots) if roots else (fn, {})
     return fn, {}
 
 
