@@ -32,6 +32,9 @@ from jax2onnx_nn.core.symbolic import DimEvaluator
 
 DOMAIN = "jax2onnx_nn"
 PRIMITIVE = "onnx_function_call"
+# A function call lowers its body whatever the operand shapes, so under vmap it is re-bound on
+# the batched operands (one function over the batch) rather than inlined.
+jxi.rebind_under_vmap(PRIMITIVE)
 
 T = TypeVar("T")
 

@@ -18,15 +18,9 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.functions import PRIMITIVE, call_function
+from jax2onnx_nn.core.functions import call_function
 from jax2onnx_nn.core.patching import active_options, patch
 from jax2onnx_nn.equinox.modules import prefixes, submodules
-
-# A function call lowers its body whatever the operand shapes, so under vmap it is re-bound
-# on the batched operands (one function over the batch) rather than inlined.
-# TODO(core/functions.py): this opt-in belongs beside PRIMITIVE; it is harmless to repeat.
-jxi.rebind_under_vmap(PRIMITIVE)
 
 _NAMED_SCOPE_CODE = jax.named_scope("probe")(lambda: None).__code__
 

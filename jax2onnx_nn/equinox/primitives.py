@@ -17,7 +17,7 @@ largest value for integers, True for booleans). Other Python callbacks stay unsu
 exact lowering below is registered only where none is. It takes some fifty nodes, and an
 adaptive diffrax solve calls ``eqxi.nextafter`` / ``eqxi.prevbefore`` a hundred times, so
 while an export runs those two are ONNX functions: one FunctionProto, a call node per use.
-TODO(core/lowerings/elementwise.py): move ``_nextafter`` there; it is not Equinox-specific.
+The ``nextafter`` rule itself lives in core/lowerings/elementwise.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from jax2onnx_nn.core.patching import active_options
 from jax2onnx_nn.core.registry import (
     Registration,
     load_builtin_and_plugins,
-    lookup,
     register,
     registered,
 )
@@ -90,64 +89,6 @@ def _noinline(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, **para
     return ctx.lower_sub(closed, list(operands))
 
 
-# -- nextafter: exact without a float -> int bitcast (ONNX has BitCast only from opset 26) -----
-
-
-def _nextafter_constants(dtype: np.dtype) -> dict[str, Any]:
-    """Per precision: the step factor c (|x| * c lies strictly between half an ulp and 1.5
-    ulp of |x|, so |x| +- |x| * c rounds to the next float), the smallest subnormal, below
-    which (times two) the grid is uniform, and the scale that lifts small normals to where
-    |x| * c is still normal."""
-    info = np.finfo(dtype)
-    p = info.nmant + 1
-    return {
-        "c": dtype.type(2.0**-p * (1 + 2.0 ** (1 - p))),
-        "tiny": dtype.type(info.smallest_subnormal),
-        "uniform": dtype.type(2.0 * info.smallest_normal),
-        "direct": dtype.type(2.0 ** (info.minexp + p + 8)),
-        "scale": dtype.type(2.0 ** (2 * p + 16)),
-        "max": dtype.type(info.max),
-    }
-
-
-def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: Any) -> ir.Value:
-    dtype = onnx_aval(ctx.aval_out)[0]
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return _unsupported(ctx, "nextafter")[0]
-    k = {name: ctx.const(np.asarray(v, dtype=dtype)) for name, v in _nextafter_constants(dtype).items()}
-    zero, one = ctx.const(np.asarray(0, dtype=dtype)), ctx.const(np.asarray(1, dtype=dtype))
-    op = ctx.op
-    a = op.Abs(x)
-    # onnxruntime's NoopElimination reads a float64 constant as float32 and drops "+ 5e-324"
-    # (0.0f) as a no-op, so the smallest subnormal is made at run time (0 * |x| + tiny)
-    tiny = op.Max(op.Mul(a, zero), k["tiny"])
-    # |x| stepped away from zero (up) and toward zero (down), in three ranges of |x|
-    step = op.Mul(a, k["c"])
-    scaled = op.Mul(a, k["scale"])
-    scaled_step = op.Mul(scaled, k["c"])
-    small = op.Less(a, k["direct"])
-    uniform = op.Less(a, k["uniform"])
-
-    def stepped(sign: str) -> ir.Value:
-        direct = getattr(op, sign)(a, step)
-        lifted = op.Div(getattr(op, sign)(scaled, scaled_step), k["scale"])
-        return op.Where(uniform, getattr(op, sign)(a, tiny), op.Where(small, lifted, direct))
-
-    negative, rising, equal = op.Less(x, zero), op.Less(x, y), op.Equal(x, y)
-    magnitude = op.Where(op.Equal(negative, rising), stepped("Sub"), stepped("Add"))
-    magnitude = op.Where(op.IsInf(x), k["max"], magnitude)
-    result = op.Where(negative, op.Neg(magnitude), magnitude)
-    result = op.Where(op.Equal(x, zero), op.Where(rising, tiny, op.Neg(tiny)), result)
-    result = op.Where(equal, y, result)
-    # onnxruntime's Where drops the sign of -0.0: a zero result gets the sign of y (x == y)
-    # or of x (a step to zero) by a multiplication
-    signbit = {v.name: op.Less(op.Div(one, v), zero) for v in (x, y)}
-    negative_zero = op.And(op.Equal(result, zero), op.Where(equal, signbit[y.name], signbit[x.name]))
-    result = op.Mul(result, op.Where(negative_zero, op.Neg(one), one))
-    nan = op.Or(op.IsNaN(x), op.IsNaN(y))
-    return op.Where(nan, ctx.const(np.asarray(np.nan, dtype=dtype)), result)
-
-
 def _as_function(name: str) -> Callable[[Any], Any]:
     """A ``make_wrapper``: calls during exports become calls of one ONNX function."""
 
@@ -183,8 +124,6 @@ def register_rules() -> None:
     previous = registered().get("pure_callback")
     register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("Expand",))
     register("noinline", _noinline)
-    if lookup("nextafter") is None:
-        register("nextafter", _nextafter, onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where"))
 
 
 __all__ = ["error_fill", "patches", "register_rules"]

@@ -75,7 +75,7 @@ def test_unary_bounded(name, dtype, data):
 BINARY_FLOAT = {
     "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide,
     "max": jnp.maximum, "min": jnp.minimum, "pow": jnp.power, "rem": jax.lax.rem,
-    "atan2": jnp.arctan2, "eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less,
+    "atan2": jnp.arctan2, "nextafter": jnp.nextafter, "eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less,
     "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
 }
 
