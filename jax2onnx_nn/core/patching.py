@@ -306,8 +306,65 @@ def coarse_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset
     return decorate
 
 
+
+# -- module boundaries (shared by the adapters) ------------------------------------------------
+
+
+class ModuleCallStack:
+    """Paths of the modules of an exported copy, and the stack of module calls in progress.
+
+    Adapters fill ``paths`` (``id(module) -> path``) and ``root_ids`` in their own ``index``;
+    ``entered`` gives each call its name scope relative to the enclosing module call.
+    """
+
+    def __init__(self) -> None:
+        self.paths: dict[int, tuple[str, ...]] = {}
+        self.root_ids: set[int] = set()
+        self._keep: list[Any] = []  # keeps id() unique while the export runs
+        self._local = threading.local()
+
+    def record(self, module: Any, path: tuple[str, ...]) -> None:
+        """Remember ``module`` at ``path`` unless it was seen first elsewhere."""
+        if id(module) not in self.paths:
+            self.paths[id(module)] = path
+            self._keep.append(module)
+
+    @property
+    def stack(self) -> list[tuple[Any, tuple[str, ...]]]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack
+
+    @contextlib.contextmanager
+    def entered(self, module: Any, path: tuple[str, ...]) -> Iterator[str]:
+        """Push a module call; yields its scope relative to the enclosing module call."""
+        outer = self.stack[-1][1] if self.stack else ()
+        relative = path[len(outer):] if path[: len(outer)] == outer else path
+        self.stack.append((module, path))
+        try:
+            yield "/".join(relative)
+        finally:
+            self.stack.pop()
+
+
+def overrides_nothing(module: Any, cls: type, allowed: frozenset[str]) -> bool:
+    """True when ``module`` is a ``cls`` whose subclasses (if any) override no method beyond
+    ``allowed``: a coarse op models ``cls`` itself, not what a subclass changed."""
+    mro = type(module).__mro__
+    if cls not in mro:
+        return False
+    for sub in mro[: mro.index(cls)]:
+        for name, value in vars(sub).items():
+            if name in allowed:
+                continue
+            if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
+                return False
+    return True
+
 __all__ = [
     "ADAPTERS",
+    "ModuleCallStack",
+    "overrides_nothing",
     "CoarseCall",
     "ExportOptions",
     "NotApplicable",

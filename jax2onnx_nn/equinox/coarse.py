@@ -43,6 +43,7 @@ from jax2onnx_nn.core.patching import (
     coarse_lowering,
     coarse_wrapper,
     is_array,
+    overrides_nothing,
 )
 from jax2onnx_nn.equinox.functions import without_named_scope
 
@@ -64,16 +65,7 @@ def eqx_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: i
 
 def plain(module: Any, cls: type) -> bool:
     """True when ``module`` is a ``cls`` whose subclasses (if any) override no method."""
-    mro = type(module).__mro__
-    if cls not in mro:
-        return False
-    for sub in mro[: mro.index(cls)]:
-        for name, value in vars(sub).items():
-            if name in _ALLOWED_OVERRIDES:
-                continue
-            if inspect.isfunction(value) or isinstance(value, (property, staticmethod, classmethod)):
-                return False
-    return True
+    return overrides_nothing(module, cls, _ALLOWED_OVERRIDES)
 
 
 def float_arrays(*arrays: Any) -> bool:

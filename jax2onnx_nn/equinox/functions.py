@@ -11,7 +11,6 @@ function call (one FunctionProto per distinct class, config and input types), as
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ import equinox as eqx
 import jax
 
 from jax2onnx_nn.core.functions import call_function
-from jax2onnx_nn.core.patching import active_options, patch
+from jax2onnx_nn.core.patching import ModuleCallStack, active_options, patch
 from jax2onnx_nn.equinox.modules import prefixes, submodules
 
 _NAMED_SCOPE_CODE = jax.named_scope("probe")(lambda: None).__code__
@@ -32,14 +31,8 @@ def without_named_scope(method: Any, cls: type) -> Any:
     return method
 
 
-class ModulePaths:
+class ModulePaths(ModuleCallStack):
     """Pytree paths of the modules of the exported copy, and the stack of active calls."""
-
-    def __init__(self) -> None:
-        self.paths: dict[int, tuple[str, ...]] = {}
-        self.root_ids: set[int] = set()
-        self._keep: list[Any] = []
-        self._local = threading.local()
 
     def index(self, roots: dict[str, Any]) -> None:
         """Record the path of every module of the roots (the first path wins)."""
@@ -48,26 +41,7 @@ class ModulePaths:
             for path, module in submodules(root):
                 if not path and not prefix:
                     self.root_ids.add(id(module))
-                if id(module) not in self.paths:
-                    self.paths[id(module)] = prefix + path
-                    self._keep.append(module)  # keeps id() unique while the export runs
-
-    @property
-    def stack(self) -> list[tuple[Any, tuple[str, ...]]]:
-        if not hasattr(self._local, "stack"):
-            self._local.stack = []
-        return self._local.stack
-
-    @contextlib.contextmanager
-    def entered(self, module: Any, path: tuple[str, ...]) -> Iterator[str]:
-        """Push a module call; yields its scope relative to the enclosing module call."""
-        outer = self.stack[-1][1] if self.stack else ()
-        relative = path[len(outer):] if path[: len(outer)] == outer else path
-        self.stack.append((module, path))
-        try:
-            yield "/".join(relative)
-        finally:
-            self.stack.pop()
+                self.record(module, prefix + path)
 
 
 def module_call_classes(roots: dict[str, Any]) -> list[type]:

@@ -36,6 +36,7 @@ from jax2onnx_nn.core.patching import (
     coarse_lowering,
     coarse_wrapper,
     is_array,
+    overrides_nothing,
 )
 
 Handler = Callable[..., Any]
@@ -49,16 +50,7 @@ _ALLOWED_OVERRIDES = frozenset({"__init__", "__init_subclass__", "__call__"})
 
 def _plain(module: Any, cls: type) -> bool:
     """True when ``module`` is a ``cls`` whose subclasses (if any) override no method."""
-    mro = type(module).__mro__
-    if cls not in mro:
-        return False
-    for sub in mro[: mro.index(cls)]:
-        for name, value in vars(sub).items():
-            if name in _ALLOWED_OVERRIDES:
-                continue
-            if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
-                return False
-    return True
+    return overrides_nothing(module, cls, _ALLOWED_OVERRIDES)
 
 
 def _one_input(args: tuple[Any, ...], kwargs: dict[str, Any], allowed: dict[str, Any]) -> Any:

@@ -10,7 +10,6 @@ function call (one FunctionProto per distinct class, config and input types), as
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,42 +17,18 @@ import jax
 from flax import nnx
 
 from jax2onnx_nn.core.functions import call_function, onnx_function
-from jax2onnx_nn.core.patching import active_options, patch
+from jax2onnx_nn.core.patching import ModuleCallStack, active_options, patch
 
 
-class ModulePaths:
+class ModulePaths(ModuleCallStack):
     """Attribute paths of the modules of the exported copy, and the stack of active calls."""
-
-    def __init__(self) -> None:
-        self.paths: dict[int, tuple[str, ...]] = {}
-        self.root_id: int | None = None
-        self._keep: list[Any] = []
-        self._local = threading.local()
 
     def index(self, root: nnx.Module) -> None:
         """Record the path of every module reachable from ``root`` (the first path wins)."""
-        self.root_id = id(root)
+        self.root_ids = {id(root)}
         for path, node in nnx.graph.iter_graph(root):
-            if isinstance(node, nnx.Module) and id(node) not in self.paths:
-                self.paths[id(node)] = tuple(str(p) for p in path)
-                self._keep.append(node)  # keeps id() unique while the export runs
-
-    @property
-    def stack(self) -> list[tuple[Any, tuple[str, ...]]]:
-        if not hasattr(self._local, "stack"):
-            self._local.stack = []
-        return self._local.stack
-
-    @contextlib.contextmanager
-    def entered(self, module: Any, path: tuple[str, ...]) -> Iterator[str]:
-        """Push a module call; yields its scope relative to the enclosing module call."""
-        outer = self.stack[-1][1] if self.stack else ()
-        relative = path[len(outer):] if path[: len(outer)] == outer else path
-        self.stack.append((module, path))
-        try:
-            yield "/".join(relative)
-        finally:
-            self.stack.pop()
+            if isinstance(node, nnx.Module):
+                self.record(node, tuple(str(p) for p in path))
 
 
 def module_call_classes(root: nnx.Module) -> list[type]:
@@ -88,7 +63,7 @@ def scope_wrapper(paths: ModulePaths) -> Callable[[Any], Any]:
             with paths.entered(self, path) as scope, jax.named_scope(scope) if scope else contextlib.nullcontext():
                 if (
                     options.auto_functions
-                    and id(self) != paths.root_id
+                    and id(self) not in paths.root_ids
                     and _auto_function_class(type(self))
                     and not getattr(original, "__onnx_function__", False)
                 ):
