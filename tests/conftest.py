@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "default", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "default", max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
     "quick", max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow]
