@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -205,7 +206,9 @@ def test_inspect_counts_calls_of_nested_functions(workdir, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "functions: 2" in out
     assert "jax2onnx_nn.pair: called 2x, 2 nodes (block 2)" in out
-    assert "jax2onnx_nn.block: called 4x (2 call nodes), 3 nodes" in out
+    # the body is MatMul + relu: 2 nodes when the Flax adapter (imported by other tests in this
+    # process) maps jax.nn.relu to Relu, 3 when relu is lowered from lax; the count is the point
+    assert re.search(r"jax2onnx_nn\.block: called 4x \(2 call nodes\), [23] nodes", out)
 
 
 def test_inspect_counts_initializer_bytes_of_every_storage(tmp_path, monkeypatch, capsys):
