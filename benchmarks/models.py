@@ -16,8 +16,10 @@ def jax_mlp() -> tuple[Any, list[Any], dict[str, Any]]:
 
 def flax_mlp() -> tuple[Any, list[Any], dict[str, Any]]:
     from jax2onnx_nn.demo import _flax_mlp
+    from jax2onnx_nn.flax import mode_copy
 
-    return _flax_mlp(), [("B", 30)], {}
+    # inference mode, as exported, so that jax.jit runs the same computation
+    return mode_copy(_flax_mlp()), [("B", 30)], {}
 
 
 def cnn() -> tuple[Any, list[Any], dict[str, Any]]:
