@@ -8,6 +8,7 @@
 from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
 from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.functions import onnx_function
+from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
 from jax2onnx_nn.core.registry import lowering, register
 from jax2onnx_nn.core.verify import VerifyReport, verify
 
@@ -17,11 +18,15 @@ __all__ = [
     "DEFAULT_OPSET",
     "MAX_OPSET",
     "MIN_OPSET",
+    "CoarseCall",
     "ConversionError",
+    "NotApplicable",
     "SpecError",
     "VerifyReport",
+    "coarse_lowering",
     "export_model",
     "lowering",
+    "map_calls",
     "onnx_function",
     "register",
     "to_onnx",

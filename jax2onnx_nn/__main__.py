@@ -338,19 +338,28 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
-    from jax2onnx_nn.testing.support import markdown_table, read_record, support_rows
+    from jax2onnx_nn.testing.support import (
+        markdown_table,
+        module_support_rows,
+        read_record,
+        support_rows,
+    )
 
     tested = read_record()
     if args.markdown:
         print(markdown_table(tested))
         return OK
-    rows = [r for r in support_rows(tested) if not args.pattern or args.pattern in r.primitive]
-    width = max((len(r.primitive) for r in rows), default=10) + 2
-    tested_head = "  tested" if tested is not None else ""
-    print(f"{'primitive'.ljust(width)}opset{tested_head}  ONNX ops")
-    for r in rows:
-        mark = ("  yes   " if r.tested else "  no    ") if tested is not None else ""
-        print(f"{r.primitive.ljust(width)}{r.min_opset:<5}{mark}  {r.onnx_ops}")
+    for title, all_rows in (("primitive", support_rows(tested)), ("module / function", module_support_rows(tested))):
+        rows = [r for r in all_rows if not args.pattern or args.pattern in r.primitive]
+        if not rows:
+            continue
+        width = max(len(r.primitive) for r in rows) + 2
+        tested_head = "  tested" if tested is not None else ""
+        print(f"{title.ljust(width)}opset{tested_head}  ONNX ops")
+        for r in rows:
+            mark = ("  -     " if r.tested is None else "  yes   " if r.tested else "  no    ") if tested is not None else ""
+            print(f"{r.primitive.ljust(width)}{r.min_opset or '-':<5}{mark}  {r.onnx_ops}")
+        print()
     return OK
 
 

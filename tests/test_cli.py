@@ -245,6 +245,8 @@ def test_ops_prints_the_support_table(tmp_path):
     result = _run(tmp_path, "ops", "dot_")
     assert result.returncode == 0
     assert "dot_general" in result.stdout and "MatMul" in result.stdout and "reduce_sum" not in result.stdout
+    modules = _run(tmp_path, "ops", "Linear").stdout
+    assert "nnx.Linear" in modules and "eqx.nn.Linear" in modules and "Gemm" in modules
     table = _run(tmp_path, "ops", "--markdown").stdout.strip()
     assert table in (ROOT / "README.md").read_text()  # the README's table is this very output
 

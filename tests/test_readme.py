@@ -47,6 +47,18 @@ def test_support_table_lists_core_primitives():
         assert f"| `{prim}` |" in table
 
 
+def test_support_table_lists_modules_with_their_coarse_ops():
+    from jax2onnx_nn.testing.support import module_rows
+
+    table = _generator().render()
+    record = set((ROOT / "tests" / "lowered_primitives.txt").read_text().split())
+    for line in ("| `nnx.Linear` | Gemm, MatMul, Add | 17 |", "| `eqx.nn.Conv2d` | Conv, Reshape | 17 |", "| `jax.nn.gelu` | Gelu | 20 |"):
+        assert line in table
+    for row in module_rows():  # "yes" exactly when a passing test lowered the module's coarse op
+        expected = "-" if row.primitive is None else "yes" if row.primitive in record else "no"
+        assert any(line.startswith(f"| `{row.target}` |") and line.endswith(f"| {expected} |") for line in table.splitlines()), row
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "<!-- test-command -->" in ci
@@ -63,6 +75,12 @@ def test_cli_ops_lists_the_registry():
 def test_custom_primitive_example_runs(tmp_path):
     # in a fresh process: the example registers a rule, which must not leak into this session
     (tmp_path / "example.py").write_text(_example("custom-primitive"))
+    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_custom_module_example_runs(tmp_path):
+    (tmp_path / "example.py").write_text(_example("custom-module"))
     result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

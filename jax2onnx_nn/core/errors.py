@@ -33,7 +33,7 @@ class ConversionError(Exception):
         )
         lines = [f"{len(records)} unsupported primitive(s); nothing was exported:"]
         for r in records:
-            where = ", ".join(r.locations[:5]) + (" ..." if len(r.locations) > 5 else "")
+            where = ", ".join(loc or "<unknown location>" for loc in r.locations[:5]) + (" ..." if len(r.locations) > 5 else "")
             lines.append(f"  {r.primitive} (used {r.count}x) at {where}")
         lines.append(
             "Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}."

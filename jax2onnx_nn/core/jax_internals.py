@@ -9,6 +9,8 @@ dtypes) is reached through the small functions below.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,12 +84,34 @@ def dim_vars(d: Any) -> set[str]:
     return set(d._get_vars()) if is_symbolic_dim(d) else set()
 
 
+# Frames that are not the user's line either: this package (coarse-op wrappers, batching
+# rules), and the frameworks whose layers the user calls.
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_FRAMEWORKS = ("flax", "equinox")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    paths = (getattr(sys.modules.get(name), "__file__", None) for name in _FRAMEWORKS)
+    return (_OWN_DIR, *(os.path.dirname(p) + os.sep for p in paths if p))
+
+
 def source_line(eqn: Any) -> str:
-    """The user's source location of an equation, like ``model.py:12 (__call__)``."""
+    """The user's source location of an equation, like ``model.py:12 (__call__)``: the
+    innermost frame outside JAX, this package and the frameworks, else outside JAX and this
+    package; "" when there is none (an equation made by a batching rule of ours whose
+    traceback ends at the ``jax.vmap`` boundary), so that the caller's line stands."""
     try:
-        return _source_info_util.summarize(eqn.source_info)
+        frames = list(_source_info_util.user_frames(eqn.source_info.traceback))
+        library = _library_dirs()
+        frame = next((f for f in frames if not f.file_name.startswith(library)), None)
+        if frame is None:
+            frame = next((f for f in frames if not f.file_name.startswith(_OWN_DIR)), None)
+        if frame is None:
+            return ""
+        column = f":{frame.start_column}" if frame.start_column else ""
+        return f"{frame.file_name}:{frame.start_line}{column} ({frame.function_name})"
     except Exception:  # pragma: no cover - defensive: source info is best effort
-        return "<unknown location>"
+        return ""
 
 
 def name_stack(eqn: Any) -> str:

@@ -10,7 +10,7 @@ equation output are stamped from the jaxpr's avals.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,6 +234,52 @@ class LoweringContext:
         if len(dims) == 1:
             return self.dim(dims[0])
         return self.op.Concat(*[self.dim(d) for d in dims], axis=0)
+
+    def derived_weight(
+        self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
+    ) -> ir.Value:
+        """A weight rearranged for an ONNX op (transposed, reshaped, gates reordered).
+
+        An initializer is rearranged once, now, into an initializer that takes over its name
+        (the original, renamed ``<name>/original``, is dropped unless something else uses it),
+        so the graph has no node for it and no second copy; a weight that is a graph or
+        function input is rearranged by ``node_fn``'s nodes. ``key`` names the rearrangement
+        (equal keys share one result).
+        """
+        tensor = weight.const_value
+        if tensor is None or weight.producer() is not None or self.builder.isolated or weight.name is None:
+            return node_fn(weight)
+        cache = weight.meta.setdefault("jax2onnx_nn.derived", {})
+        if key not in cache:
+            name = weight.name
+            derived = self.builder.initializer(np.ascontiguousarray(array_fn(tensor.numpy())), f"{name}/derived")
+            if not cache:  # the first rearrangement takes the weight's name
+                weight.name, derived.name = self.builder.names.fresh(f"{name}/original"), name
+            cache[key] = derived
+        return cache[key]
+
+    def transposed_weight(self, weight: ir.Value, perm: Sequence[int]) -> ir.Value:
+        """:meth:`derived_weight` for a transpose."""
+        perm = [int(p) for p in perm]
+        return self.derived_weight(weight, ("transpose", *perm), lambda a: np.transpose(a, perm), lambda v: self.transpose(v, perm))
+
+    def reshaped_weight(self, weight: ir.Value, shape: Sequence[int]) -> ir.Value:
+        """:meth:`derived_weight` for a reshape to a static shape."""
+        shape = [int(d) for d in shape]
+        return self.derived_weight(
+            weight, ("reshape", *shape), lambda a: a.reshape(shape), lambda v: self.op.Reshape(v, self.const(shape, dtype=np.int64))
+        )
+
+    def transpose(self, x: ir.Value, perm: Sequence[int]) -> ir.Value:
+        """``Transpose(x, perm)``; when ``x`` is itself a transpose this one undoes (the
+        channels-last round trip between two coarse ops), the value before it instead."""
+        perm = [int(p) for p in perm]
+        producer = x.producer()
+        if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
+            inner = list(producer.attributes["perm"].value)
+            if len(inner) == len(perm) and [inner[p] for p in perm] == list(range(len(perm))):
+                return producer.inputs[0]
+        return self.op.Transpose(x, perm=perm)
 
     def lower_sub(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder | None = None) -> list[ir.Value]:
         """Lower a sub-jaxpr (a body) into ``builder`` (default: the current one)."""

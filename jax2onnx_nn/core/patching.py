@@ -89,6 +89,7 @@ class Prepared:
 # Adapters, imported lazily: (module whose presence in sys.modules enables it, adapter module).
 # An adapter module defines ``export_session(prepared, options) -> ContextManager[Prepared]``.
 ADAPTERS: list[tuple[str, str]] = [
+    ("jax", "jax2onnx_nn.core.jax_nn"),
     ("flax.nnx", "jax2onnx_nn.flax.adapter"),
     ("equinox", "jax2onnx_nn.equinox.adapter"),
 ]
@@ -113,6 +114,9 @@ def export_session(fn: Callable[..., Any], options: ExportOptions = ExportOption
         previous = active_options()
         prepared = Prepared(fn)
         if previous is None:
+            if options.coarse_ops:
+                for owner, name, make_wrapper in _MAPPED_CALLS:
+                    stack.enter_context(patch(owner, name, make_wrapper))
             for trigger, module_name in ADAPTERS:
                 if trigger in sys.modules:
                     adapter = importlib.import_module(module_name)
@@ -281,13 +285,42 @@ class Operands(Mapping[str, ir.Value]):
         return self._avals[role]
 
 
-def coarse_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1) -> Callable[[Any], Any]:
+@dataclass(frozen=True)
+class ModuleRow:
+    """One row of the support table of modules: what a user calls and what it becomes."""
+
+    target: str  # "nnx.Linear", "eqx.nn.Conv2d", "jax.nn.gelu"
+    onnx_ops: str
+    min_opset: int
+    primitive: str | None  # the coarse primitive, None for a module that adds no node of its own
+
+
+_MODULE_ROWS: dict[str, ModuleRow] = {}
+
+
+def module_rows() -> list[ModuleRow]:
+    """The modules and functions the imported adapters map, in declaration order."""
+    return list(_MODULE_ROWS.values())
+
+
+def describe_module(target: str, what: str) -> None:
+    """A module without a coarse op of its own (``eqx.nn.Dropout``: no node in inference,
+    ``nnx.Sequential``: its layers), for the support table."""
+    _MODULE_ROWS[target] = ModuleRow(target, what, 1, None)
+
+
+def coarse_lowering(
+    primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1, covers: tuple[str, ...] = ()
+) -> Callable[[Any], Any]:
     """Register ``rule(ctx, ops: Operands, **config)`` for a coarse primitive.
 
     The rule returns the op's output value(s) or :data:`NotApplicable`, in which case the
     body (the traced original call) is lowered in its place. Below ``min_opset`` the body is
-    lowered too.
+    lowered too. ``covers`` names the modules and functions whose calls bind the primitive
+    (``"nnx.Linear"``), for the support table.
     """
+    for target in covers:
+        _MODULE_ROWS[target] = ModuleRow(target, ", ".join(onnx_ops), min_opset, primitive)
 
     def decorate(rule: Any) -> Any:
         def lower(ctx: Any, *operands: ir.Value, body: Any, roles: tuple[tuple[str, int], ...], config: tuple[tuple[str, Any], ...] = (), **_: Any) -> Any:
@@ -307,15 +340,49 @@ def coarse_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset
 
 
 
+_MAPPED_CALLS: list[tuple[Any, str, Callable[[Any], Any]]] = []
+
+
+def map_calls(owner: Any, name: str = "__call__") -> Callable[[Handler], Handler]:
+    """Decorator: while an export runs, calls of ``owner.name`` (a class's method, or a
+    function of a module namespace) go through the decorated handler, which returns a
+    :class:`CoarseCall` (bind that coarse primitive) or :data:`NotApplicable` (run the original,
+    lowered op by op). Pair it with a :func:`coarse_lowering` rule for the primitive.
+
+    Example: a user module as one ONNX op::
+
+        @map_calls(ScaledTanh)
+        def _scaled_tanh_call(module, x):
+            return CoarseCall("scaled_tanh", inputs={"x": x}, weights={"scale": module.scale})
+
+        @coarse_lowering("scaled_tanh", onnx_ops=("Tanh", "Mul"), covers=("ScaledTanh",))
+        def _scaled_tanh(ctx, ops):
+            return ctx.op.Mul(ctx.op.Tanh(ops["x"]), ops["scale"])
+    """
+
+    def decorate(handler: Handler) -> Handler:
+        _MAPPED_CALLS[:] = [entry for entry in _MAPPED_CALLS if (entry[0], entry[1]) != (owner, name)]
+        _MAPPED_CALLS.append((owner, name, coarse_wrapper(handler)))
+        return handler
+
+    return decorate
+
+
 # -- module boundaries (shared by the adapters) ------------------------------------------------
 
 
 class ModuleCallStack:
     """Paths of the modules of an exported copy, and the stack of module calls in progress.
 
-    Adapters fill ``paths`` (``id(module) -> path``) and ``root_ids`` in their own ``index``;
-    ``entered`` gives each call its name scope relative to the enclosing module call.
+    Adapters fill ``paths`` (``id(module) -> path``) and ``root_ids`` in their own ``index``,
+    name the framework's own layers (``library``: never functions, they are coarse ops
+    already) and may strip a framework decorator from a method (``unwrap``).
+    :meth:`scoped_calls` then wraps module classes so that, while exporting, each call of a
+    known module runs in the name scope of its path relative to the enclosing module call and,
+    with ``auto_functions``, a call of a user class becomes an ONNX function call.
     """
+
+    library: str = "\0"  # module-name prefix of the framework's own layer classes
 
     def __init__(self) -> None:
         self.paths: dict[int, tuple[str, ...]] = {}
@@ -347,6 +414,55 @@ class ModuleCallStack:
             self.stack.pop()
 
 
+    def unwrap(self, method: Any, cls: type) -> Any:
+        """``method`` of ``cls`` as the export runs it (an adapter may drop a decorator)."""
+        return method
+
+    def becomes_function(self, module: Any, original: Any) -> bool:
+        """Whether a call of ``module`` becomes an ONNX function under ``auto_functions``:
+        user classes only, not the exported root, not what ``@onnx_function`` handles."""
+        return (
+            id(module) not in self.root_ids
+            and not type(module).__module__.startswith(self.library)
+            and not getattr(original, "__onnx_function__", False)
+        )
+
+    def wrapper(self, cls: type) -> Callable[[Any], Any]:
+        """A ``make_wrapper`` for :func:`patch` of ``cls.__call__``."""
+
+        def make(original: Any) -> Any:
+            inner = self.unwrap(original, cls)
+
+            def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+                options = active_options()
+                if options is None:
+                    return original(module, *args, **kwargs)
+                path = self.paths.get(id(module))
+                stack = self.stack
+                if path is None or (stack and stack[-1][0] is module):
+                    return inner(module, *args, **kwargs)  # unknown module (made by a transform), or super()
+                with self.entered(module, path) as scope, jax.named_scope(scope) if scope else contextlib.nullcontext():
+                    if options.auto_functions and self.becomes_function(module, original):
+                        # imported here: core/functions.py imports this module
+                        from jax2onnx_nn.core.functions import call_function
+
+                        return call_function(inner, (module, *args), kwargs, name=type(module).__name__, key=type(module))
+                    return inner(module, *args, **kwargs)
+
+            call.__wrapped__ = original  # type: ignore[attr-defined]
+            return call
+
+        return make
+
+    @contextlib.contextmanager
+    def scoped_calls(self, classes: list[type]) -> Iterator[None]:
+        """Wrap the ``__call__`` of ``classes`` (see the class docstring) while the block runs."""
+        with contextlib.ExitStack() as stack:
+            for cls in classes:
+                stack.enter_context(patch(cls, "__call__", self.wrapper(cls)))
+            yield
+
+
 def overrides_nothing(module: Any, cls: type, allowed: frozenset[str]) -> bool:
     """True when ``module`` is a ``cls`` whose subclasses (if any) override no method beyond
     ``allowed``: a coarse op models ``cls`` itself, not what a subclass changed."""
@@ -363,6 +479,9 @@ def overrides_nothing(module: Any, cls: type, allowed: frozenset[str]) -> bool:
 
 __all__ = [
     "ADAPTERS",
+    "ModuleRow",
+    "describe_module",
+    "module_rows",
     "ModuleCallStack",
     "overrides_nothing",
     "CoarseCall",
@@ -376,6 +495,7 @@ __all__ = [
     "coarse_wrapper",
     "export_session",
     "is_array",
+    "map_calls",
     "patch",
     "split_arrays",
     "trace_call",

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from jax2onnx_nn.core.patching import ExportOptions, Prepared, patch
 from jax2onnx_nn.equinox import coarse, primitives
-from jax2onnx_nn.equinox.functions import ModulePaths, module_call_classes, scoped_module_calls
+from jax2onnx_nn.equinox.functions import ModulePaths, module_call_classes
 from jax2onnx_nn.equinox.modules import array_names, export_copy, retarget
 
 primitives.register_rules()
@@ -35,5 +35,5 @@ def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepa
             return
         paths = ModulePaths()
         paths.index(roots)
-        stack.enter_context(scoped_module_calls(module_call_classes(roots), paths))
+        stack.enter_context(paths.scoped_calls(module_call_classes(roots)))
         yield Prepared(fn, {**array_names(roots), **prepared.const_names})

@@ -21,7 +21,6 @@ import hashlib
 import inspect
 import math
 import sys
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from jax2onnx_nn.core.patching import (
     bind_coarse,
     coarse_lowering,
     coarse_wrapper,
+    describe_module,
     is_array,
     overrides_nothing,
 )
@@ -54,10 +54,10 @@ _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _ALLOWED_OVERRIDES = frozenset({"__init__", "__call__", "__check_init__", "__post_init__", "__init_subclass__"})
 
 
-def eqx_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1) -> Callable[[Any], Any]:
+def eqx_lowering(primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1, covers: tuple[str, ...] = ()) -> Callable[[Any], Any]:
     """:func:`coarse_lowering` for a primitive that vmap re-binds on batched operands."""
     jxi.rebind_under_vmap(primitive)
-    return coarse_lowering(primitive, onnx_ops=onnx_ops, min_opset=min_opset)
+    return coarse_lowering(primitive, onnx_ops=onnx_ops, min_opset=min_opset, covers=covers)
 
 
 # -- shared checks and helpers -------------------------------------------------------------
@@ -141,7 +141,10 @@ def _linear_handler(module: Any, x: Any, *, key: Any = None) -> Any:
     )
 
 
-@eqx_lowering("eqx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Transpose"))
+@eqx_lowering(
+    "eqx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Transpose"),
+    covers=("eqx.nn.Linear",),
+)
 def _linear(ctx: LoweringContext, ops: Operands, *, scalar_in: bool, scalar_out: bool) -> Any:
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
@@ -157,7 +160,7 @@ def _linear(ctx: LoweringContext, ops: Operands, *, scalar_in: bool, scalar_out:
     elif rank == 2:
         y = ctx.op.Gemm(x, weight, bias, transB=1)
     else:
-        y = ctx.op.MatMul(x, ctx.op.Transpose(weight, perm=[1, 0]))
+        y = ctx.op.MatMul(x, ctx.transposed_weight(weight, [1, 0]))
         y = y if bias is None else ctx.op.Add(y, bias)
     return ctx.op.Squeeze(y, _i64(ctx, [-1])) if scalar_out else y
 
@@ -190,30 +193,6 @@ def _unflatten_batch(ctx: LoweringContext, y: ir.Value, n_levels: int, aval: Any
     if n_levels <= 1:
         return ctx.op.Squeeze(y, _i64(ctx, list(range(front + 1 - n_levels))))
     return ctx.op.Reshape(y, _shape_of(ctx, aval.shape))
-
-
-_DERIVED: weakref.WeakKeyDictionary[ir.Value, dict[str, ir.Value]] = weakref.WeakKeyDictionary()
-
-
-def _derived(ctx: LoweringContext, weight: ir.Value, suffix: str, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]) -> ir.Value:
-    """A weight rearranged for an ONNX op (reordered gates, a flipped kernel).
-
-    A constant weight is rearranged now, into an initializer that takes over its name (the
-    original, renamed ``<name>.<suffix>_source``, is dropped when nothing else uses it), so the
-    graph has no nodes for it; a weight that is a function input (inside ``@onnx_function``
-    bodies) or a runtime input is rearranged by nodes.
-    """
-    const = weight.const_value
-    if const is None or ctx.builder.isolated or weight.producer() is not None:
-        return node_fn(weight)
-    cache = _DERIVED.setdefault(weight, {})
-    if suffix not in cache:
-        name = weight.name or "weight"
-        derived = ctx.builder.initializer(array_fn(const.numpy()), f"{name}.{suffix}")
-        if not cache:  # the first rearrangement takes the weight's name
-            weight.name, derived.name = ctx.builder.names.fresh(f"{name}.{suffix}_source"), name
-        cache[suffix] = derived
-    return cache[suffix]
 
 
 # -- eqx.nn.Conv: Conv ---------------------------------------------------------------------
@@ -254,14 +233,17 @@ def _bias_vector(ctx: LoweringContext, ops: Operands) -> ir.Value | None:
     if "bias" not in ops:
         return None
     size = int(_shape(ops, "bias")[0])
-    return _derived(ctx, ops["bias"], "vector", lambda b: b.reshape(size), lambda b: ctx.op.Reshape(b, _i64(ctx, [size])))
+    return ctx.reshaped_weight(ops["bias"], [size])
 
 
 def _padding(pads: Any) -> dict[str, Any]:
     return {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
 
 
-@eqx_lowering("eqx_conv", onnx_ops=("Conv", "Reshape"))
+@eqx_lowering(
+    "eqx_conv", onnx_ops=("Conv", "Reshape"),
+    covers=("eqx.nn.Conv", "eqx.nn.Conv1d", "eqx.nn.Conv2d", "eqx.nn.Conv3d"),
+)
 def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -322,7 +304,10 @@ def _transposed_kernel_nodes(ctx: LoweringContext, w: ir.Value, shape: Sequence[
     return ctx.op.Reshape(w, _i64(ctx, [group * in_g, out // group, *spatial]))
 
 
-@eqx_lowering("eqx_conv_transpose", onnx_ops=("ConvTranspose",))
+@eqx_lowering(
+    "eqx_conv_transpose", onnx_ops=("ConvTranspose",),
+    covers=("eqx.nn.ConvTranspose", "eqx.nn.ConvTranspose1d", "eqx.nn.ConvTranspose2d", "eqx.nn.ConvTranspose3d"),
+)
 def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], group: int, pads: tuple[int, ...], output_padding: tuple[int, ...]) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -331,8 +316,8 @@ def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, 
     if not levels.full("x") or not levels.unbatched("weight", "bias") or not kernels.supports("ConvTranspose", dtype):
         return NotApplicable
     w_shape = _shape(ops, "weight")
-    weight = _derived(
-        ctx, ops["weight"], "transposed", lambda w: _transposed_kernel(w, group),
+    weight = ctx.derived_weight(
+        ops["weight"], "transposed", lambda w: _transposed_kernel(w, group),
         lambda w: _transposed_kernel_nodes(ctx, w, w_shape, group),
     )
     example = _shape(ops, "x")[len(levels):]
@@ -377,7 +362,10 @@ _layer_norm_handler = _norm_handler(eqx.nn.LayerNorm, "eqx_layer_norm")
 _rms_norm_handler = _norm_handler(eqx.nn.RMSNorm, "eqx_rms_norm")
 
 
-@eqx_lowering("eqx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17)
+@eqx_lowering(
+    "eqx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17,
+    covers=("eqx.nn.LayerNorm",),
+)
 def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
@@ -387,7 +375,10 @@ def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: t
     return ctx.op.LayerNormalization(ops["x"], scale, ops.get("bias"), axis=-len(shape), epsilon=epsilon, stash_type=_stash_type(dtype))
 
 
-@eqx_lowering("eqx_rms_norm", onnx_ops=("RMSNormalization", "Add"), min_opset=23)
+@eqx_lowering(
+    "eqx_rms_norm", onnx_ops=("RMSNormalization", "Add"), min_opset=23,
+    covers=("eqx.nn.RMSNorm",),
+)
 def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
@@ -401,7 +392,8 @@ def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tup
 def _group_norm_handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
     if state is not _NO_STATE or not plain(module, eqx.nn.GroupNorm) or not float_arrays(x, module.weight, module.bias):
         return NotApplicable
-    if x.ndim < 2 or jxi.is_symbolic_dim(x.shape[0]) or int(x.shape[0]) % module.groups:
+    # x is (channels, *spatial), spatial possibly empty: ONNX takes (N, C) as well as (N, C, ...)
+    if x.ndim < 1 or jxi.is_symbolic_dim(x.shape[0]) or int(x.shape[0]) % module.groups:
         return NotApplicable
     return CoarseCall(
         "eqx_group_norm", inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
@@ -409,7 +401,10 @@ def _group_norm_handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any
     )
 
 
-@eqx_lowering("eqx_group_norm", onnx_ops=("GroupNormalization",), min_opset=21)
+@eqx_lowering(
+    "eqx_group_norm", onnx_ops=("GroupNormalization",), min_opset=21,
+    covers=("eqx.nn.GroupNorm",),
+)
 def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, groups: int, channels: int) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -484,7 +479,10 @@ def _batch_statistics(ctx: LoweringContext, ops: Operands, momentum: float, dtyp
     return ctx.op.Div(ops["mean"], scale), ctx.op.Div(ops["var"], scale)
 
 
-@eqx_lowering("eqx_batch_norm", onnx_ops=("BatchNormalization",))
+@eqx_lowering(
+    "eqx_batch_norm", onnx_ops=("BatchNormalization",),
+    covers=("eqx.nn.BatchNorm",),
+)
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, channels: int, momentum: float | None = None) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -516,7 +514,9 @@ def _attention_spec(query: Any, key_: Any, value: Any, mask: Any = None, dropout
             return NotApplicable
     inputs = {"query": query, "key": key_, "value": value}
     if mask is not None:
-        if not is_array(mask) or mask.dtype != np.bool_ or tuple(mask.shape) != (query.shape[0], key_.shape[0]):
+        # eqx masks with jnp.where, which takes any real dtype (nonzero is True): the Equinox
+        # BERT example passes a float mask
+        if not is_array(mask) or np.dtype(mask.dtype).kind not in "biuf" or tuple(mask.shape) != (query.shape[0], key_.shape[0]):
             return NotApplicable
         inputs["mask"] = mask
     head = query.shape[-1]
@@ -539,7 +539,18 @@ def _swap_last(ctx: LoweringContext, x: ir.Value, rank: int) -> ir.Value:
     return ctx.op.Transpose(x, perm=[*range(rank - 2), rank - 1, rank - 2])
 
 
-@eqx_lowering("eqx_attention", onnx_ops=("MatMul", "Div", "Where", "Softmax"))
+def _mask_as_bool(ctx: LoweringContext, ops: Operands) -> ir.Value:
+    """The mask as jnp.where reads it: ``mask != 0`` unless it is bool (NaN counts as True)."""
+    dtype = onnx_aval(ops.aval("mask"))[0]
+    if dtype == np.bool_:
+        return ops["mask"]
+    return ctx.op.Not(ctx.op.Equal(ops["mask"], ctx.const(np.asarray(0, dtype=dtype))))
+
+
+@eqx_lowering(
+    "eqx_attention", onnx_ops=("MatMul", "Div", "Where", "Softmax", "Equal", "Not"),
+    covers=("eqx.nn.MultiheadAttention",),
+)
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float) -> Any:
     levels = Levels(ctx)
     if not all(any(levels.of(r)[i] for r in ops) for i in range(len(levels))):
@@ -550,7 +561,7 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float) -> Any:
     logits = ctx.op.MatMul(ctx.op.Div(q, ctx.const(np.asarray(scale, dtype=dtype))), _swap_last(ctx, k, k_rank))
     if "mask" in ops:
         lowest = ctx.const(np.asarray(np.finfo(dtype).min, dtype=dtype))
-        logits = ctx.op.Where(levels.aligned(ctx, "mask", ops["mask"]), logits, lowest)
+        logits = ctx.op.Where(levels.aligned(ctx, "mask", _mask_as_bool(ctx, ops)), logits, lowest)
     return ctx.op.MatMul(ctx.op.Softmax(logits, axis=-1), v)
 
 
@@ -565,7 +576,10 @@ def _embedding_handler(module: Any, x: Any, *, key: Any = None) -> Any:
     return CoarseCall("eqx_embedding", inputs={"x": x}, weights={"weight": module.weight})
 
 
-@eqx_lowering("eqx_embedding", onnx_ops=("Gather", "Where", "Clip"))
+@eqx_lowering(
+    "eqx_embedding", onnx_ops=("Gather", "Where", "Clip"),
+    covers=("eqx.nn.Embedding",),
+)
 def _embedding(ctx: LoweringContext, ops: Operands) -> Any:
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("weight"):
@@ -596,7 +610,10 @@ def _prelu_handler(module: Any, x: Any) -> Any:
     return CoarseCall("eqx_prelu", inputs={"x": x}, weights={"slope": slope})
 
 
-@eqx_lowering("eqx_prelu", onnx_ops=("PRelu",))
+@eqx_lowering(
+    "eqx_prelu", onnx_ops=("PRelu",),
+    covers=("eqx.nn.PReLU",),
+)
 def _prelu(ctx: LoweringContext, ops: Operands) -> Any:
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("slope") or not kernels.supports("PRelu", _out_dtype(ctx)):
@@ -652,7 +669,10 @@ class _Tables:
         return f"Tables({digest})"
 
 
-@eqx_lowering("eqx_rope", onnx_ops=("Slice", "Neg", "Concat", "Mul", "Add"))
+@eqx_lowering(
+    "eqx_rope", onnx_ops=("Slice", "Neg", "Concat", "Mul", "Add"),
+    covers=("eqx.nn.RotaryPositionalEmbedding",),
+)
 def _rope(ctx: LoweringContext, ops: Operands, *, tables: _Tables) -> Any:
     if not Levels(ctx).full("x"):
         return NotApplicable
@@ -712,7 +732,7 @@ def _gates(ctx: LoweringContext, ops: Operands, role: str, order: tuple[int, ...
         blocks = ctx.op.Split(w, _i64(ctx, [int(shape[0]) // n] * n), axis=0, _outputs=n)
         return ctx.op.Unsqueeze(ctx.op.Concat(*[blocks[i] for i in order], axis=0), _i64(ctx, [0]))
 
-    return _derived(ctx, ops[role], "onnx_gates", array, nodes)
+    return ctx.derived_weight(ops[role], "onnx_gates", array, nodes)
 
 
 def _rnn_inputs(ctx: LoweringContext, ops: Operands, levels: Levels, roles: Sequence[str]) -> list[ir.Value] | None:
@@ -730,7 +750,7 @@ def _constants(ctx: LoweringContext, values: Sequence[ir.Value]) -> list[np.ndar
 
 
 def _renamed_initializer(ctx: LoweringContext, weight: ir.Value, array: np.ndarray, suffix: str) -> ir.Value:
-    return _derived(ctx, weight, suffix, lambda _: array, lambda _: weight)
+    return ctx.derived_weight(weight, suffix, lambda _: array, lambda _: weight)
 
 
 def _reordered(blocks: Sequence[Any], order: Sequence[int]) -> list[Any]:
@@ -764,7 +784,10 @@ def _rnn_output(ctx: LoweringContext, value: ir.Value, n_levels: int, aval: Any)
     return _unflatten_batch(ctx, value, n_levels, aval, front=1)
 
 
-@eqx_lowering("eqx_gru", onnx_ops=("GRU",))
+@eqx_lowering(
+    "eqx_gru", onnx_ops=("GRU",),
+    covers=("eqx.nn.GRUCell",),
+)
 def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -781,7 +804,10 @@ def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
     return [_rnn_output(ctx, y_h, len(levels), ctx.aval_out)]
 
 
-@eqx_lowering("eqx_lstm", onnx_ops=("LSTM",))
+@eqx_lowering(
+    "eqx_lstm", onnx_ops=("LSTM",),
+    covers=("eqx.nn.LSTMCell",),
+)
 def _lstm(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -842,7 +868,10 @@ def _pool(ctx: LoweringContext, x: ir.Value, kind: str, dtype: np.dtype, **attrs
     return ctx.op.AveragePool(x, count_include_pad=1, **attrs)
 
 
-@eqx_lowering("eqx_pool", onnx_ops=("MaxPool", "AveragePool"))
+@eqx_lowering(
+    "eqx_pool", onnx_ops=("MaxPool", "AveragePool"),
+    covers=("eqx.nn.MaxPool1d", "eqx.nn.MaxPool2d", "eqx.nn.MaxPool3d", "eqx.nn.AvgPool1d", "eqx.nn.AvgPool2d", "eqx.nn.AvgPool3d", "eqx.nn.AdaptiveAvgPool1d", "eqx.nn.AdaptiveAvgPool2d", "eqx.nn.AdaptiveAvgPool3d", "eqx.nn.AdaptiveMaxPool1d", "eqx.nn.AdaptiveMaxPool2d", "eqx.nn.AdaptiveMaxPool3d"),
+)
 def _pool_rule(ctx: LoweringContext, ops: Operands, *, kind: str, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...]) -> Any:
     if _has_empty(ctx):
         return NotApplicable
@@ -886,6 +915,13 @@ def _coarse_with_original(cls: type, handler: Handler) -> tuple[Any, str, MakeWr
         return coarse_wrapper(functools.partial(handler, inner))(inner)
 
     return cls, "__call__", make
+
+
+describe_module("eqx.nn.MLP", "its Linear layers and activations")
+describe_module("eqx.nn.Sequential", "its layers")
+describe_module("eqx.nn.Lambda", "its function")
+describe_module("eqx.nn.Dropout", "(no node: identity in inference)")
+describe_module("eqx.nn.Identity", "(no node)")
 
 
 def patches() -> list[tuple[Any, str, MakeWrapper]]:

@@ -10,15 +10,12 @@ function call (one FunctionProto per distinct class, config and input types), as
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
 import jax
 
-from jax2onnx_nn.core.functions import call_function
-from jax2onnx_nn.core.patching import ModuleCallStack, active_options, patch
+from jax2onnx_nn.core.patching import ModuleCallStack
 from jax2onnx_nn.equinox.modules import prefixes, submodules
 
 _NAMED_SCOPE_CODE = jax.named_scope("probe")(lambda: None).__code__
@@ -32,7 +29,16 @@ def without_named_scope(method: Any, cls: type) -> Any:
 
 
 class ModulePaths(ModuleCallStack):
-    """Pytree paths of the modules of the exported copy, and the stack of active calls."""
+    """Pytree paths of the modules of the exported copy, and the stack of active calls.
+
+    Equinox's own layers never become functions (each is one coarse op, or a few ops,
+    already), and their calls lose Equinox's ``eqx.nn...`` name scope: the path says more.
+    """
+
+    library = "equinox"
+
+    def unwrap(self, method: Any, cls: type) -> Any:
+        return without_named_scope(method, cls)
 
     def index(self, roots: dict[str, Any]) -> None:
         """Record the path of every module of the roots (the first path wins)."""
@@ -55,51 +61,4 @@ def module_call_classes(roots: dict[str, Any]) -> list[type]:
     return list(seen)
 
 
-def auto_function_class(cls: type) -> bool:
-    """Classes that become functions under ``auto_functions``: the user's own classes.
-
-    Equinox's layers are left out: each is one coarse op (or a few ops) already.
-    """
-    return not cls.__module__.startswith("equinox")
-
-
-def scope_wrapper(paths: ModulePaths, cls: type) -> Callable[[Any], Any]:
-    """A ``make_wrapper`` for :func:`patch`: module calls get a name scope (and functions)."""
-
-    def make(original: Any) -> Any:
-        inner = without_named_scope(original, cls)
-
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            options = active_options()
-            if options is None:
-                return original(self, *args, **kwargs)
-            path = paths.paths.get(id(self))
-            stack = paths.stack
-            if path is None or (stack and stack[-1][0] is self):
-                return inner(self, *args, **kwargs)  # unknown module (rebuilt by a transform), or super()
-            with paths.entered(self, path) as scope, jax.named_scope(scope) if scope else contextlib.nullcontext():
-                if (
-                    options.auto_functions
-                    and id(self) not in paths.root_ids
-                    and auto_function_class(type(self))
-                    and not getattr(original, "__onnx_function__", False)
-                ):
-                    return call_function(inner, (self, *args), kwargs, name=type(self).__name__, key=type(self))
-                return inner(self, *args, **kwargs)
-
-        call.__wrapped__ = original  # type: ignore[attr-defined]
-        return call
-
-    return make
-
-
-@contextlib.contextmanager
-def scoped_module_calls(classes: list[type], paths: ModulePaths) -> Iterator[None]:
-    """Wrap the ``__call__`` of ``classes`` with :func:`scope_wrapper` while exporting."""
-    with contextlib.ExitStack() as stack:
-        for cls in classes:
-            stack.enter_context(patch(cls, "__call__", scope_wrapper(paths, cls)))
-        yield
-
-
-__all__ = ["ModulePaths", "auto_function_class", "module_call_classes", "scope_wrapper", "scoped_module_calls", "without_named_scope"]
+__all__ = ["ModulePaths", "module_call_classes", "without_named_scope"]

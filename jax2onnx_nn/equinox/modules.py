@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax2onnx_nn.core import jax_nn
+
 _MAX_DEPTH = 4  # closures of closures of ...: jax.vmap(model) is two levels deep
 
 Convert = Callable[[Any], Any]
@@ -36,9 +38,17 @@ def _has_modules(tree: Any) -> bool:
 
 def export_copy(tree: Any, training: bool) -> Any:
     """``tree`` with every module in inference mode (or training mode), numpy weights as JAX
-    arrays (so that they are recognised as weights when traced); arrays are shared."""
+    arrays (so that they are recognised as weights when traced), and captured ``jax.nn``
+    functions (``eqx.nn.MLP(activation=jax.nn.gelu)``) patched for the export; arrays are
+    shared."""
     tree = eqx.nn.inference_mode(tree, value=not training)
-    return jax.tree_util.tree_map(lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x, tree)
+    return jax.tree_util.tree_map(_for_export, tree)
+
+
+def _for_export(leaf: Any) -> Any:
+    if isinstance(leaf, np.ndarray):
+        return jnp.asarray(leaf)
+    return jax_nn.substitute(leaf) if callable(leaf) else leaf
 
 
 def retarget(fn: Any, convert: Convert, depth: int = 0) -> tuple[Any, dict[str, Any]]:

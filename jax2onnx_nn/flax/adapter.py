@@ -16,9 +16,10 @@ from typing import Any
 
 from flax import nnx
 
+from jax2onnx_nn.core import jax_nn
 from jax2onnx_nn.core.patching import ExportOptions, Prepared, patch
 from jax2onnx_nn.flax import coarse
-from jax2onnx_nn.flax.functions import ModulePaths, module_call_classes, scoped_module_calls
+from jax2onnx_nn.flax.functions import ModulePaths, module_call_classes
 
 
 def exported_module(fn: Any) -> nnx.Module | None:
@@ -61,25 +62,25 @@ def mode_copy(module: nnx.Module, training: bool = False) -> nnx.Module:
     return copy
 
 
-def substitute_captured(root: nnx.Module, substitutes: dict[int, tuple[Any, Any]]) -> None:
+def substitute_captured(root: nnx.Module) -> None:
     """Module attributes holding functions captured before the export (``self.act = nnx.gelu``,
     ``partial(nnx.avg_pool, ...)``) get the patched versions, on the export's own copy."""
     for _, node in nnx.graph.iter_graph(root):
         if isinstance(node, nnx.Module):
             for name, value in list(vars(node).items()):
-                new = coarse.substitute(value, substitutes) if callable(value) else value
+                new = jax_nn.substitute(value) if callable(value) else value
                 if new is not value:
                     setattr(node, name, new)
 
 
-def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths, substitutes: dict[int, tuple[Any, Any]]) -> Callable[..., Any]:
+def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths) -> Callable[..., Any]:
     """``fn`` run on a copy of ``module`` made inside the trace (its state updates stay there)."""
     graphdef, state = nnx.split(module)
 
     def run(*args: Any, **kwargs: Any) -> Any:
         copy = nnx.merge(graphdef, state, copy=True)  # new Variables: updates stay in the trace
         set_mode(copy, training)
-        substitute_captured(copy, substitutes)
+        substitute_captured(copy)
         paths.index(copy)
         if fn is module:
             return copy(*args, **kwargs)
@@ -91,15 +92,14 @@ def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths,
 @contextlib.contextmanager
 def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
     with contextlib.ExitStack() as stack:
-        substitutes: dict[int, tuple[Any, Any]] = {}
         if options.coarse_ops:
-            for owner, name, make_wrapper in coarse.patches(substitutes):
+            for owner, name, make_wrapper in coarse.patches():
                 stack.enter_context(patch(owner, name, make_wrapper))
         module = exported_module(prepared.fn)
         if module is None:
             yield prepared
             return
         paths = ModulePaths()
-        stack.enter_context(scoped_module_calls(module_call_classes(module), paths))
+        stack.enter_context(paths.scoped_calls(module_call_classes(module)))
         names = {**prepared.const_names, **array_names(module)}
-        yield Prepared(traced_copy(prepared.fn, module, options.training, paths, substitutes), names)
+        yield Prepared(traced_copy(prepared.fn, module, options.training, paths), names)

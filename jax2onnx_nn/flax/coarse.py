@@ -11,11 +11,9 @@ and then the traced original call is lowered in its place.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -26,7 +24,7 @@ from flax import linen, nnx
 from flax.nnx.nn import dtypes as nnx_dtypes
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core import jax_nn, kernels
 from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
@@ -35,6 +33,7 @@ from jax2onnx_nn.core.patching import (
     Operands,
     coarse_lowering,
     coarse_wrapper,
+    describe_module,
     is_array,
     overrides_nothing,
 )
@@ -101,52 +100,13 @@ def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
     return tuple(sorted(a % rank for a in axes))
 
 
-def _transpose(ctx: LoweringContext, x: ir.Value, perm: list[int]) -> ir.Value:
-    """``Transpose(x, perm)``; when ``x`` is itself a transpose that this one undoes (the
-    channels-last round trip between two coarse ops), the value before it instead."""
-    producer = x.producer()
-    if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
-        inner = list(producer.attributes["perm"].value)
-        if len(inner) == len(perm) and [inner[p] for p in perm] == list(range(len(perm))):
-            return producer.inputs[0]
-    return ctx.op.Transpose(x, perm=perm)
-
-
-def _folded_weight(ctx: LoweringContext, value: ir.Value, key: tuple[Any, ...], transform: Callable[[np.ndarray], np.ndarray], fallback: Callable[[ir.Value], ir.Value]) -> ir.Value:
-    """A weight in the form a coarse op needs. An initializer is transformed once at export
-    time and stored under the original's name (the original, unused unless shared, gets
-    ``/original`` appended); anything else (a function input) goes through ``fallback``."""
-    tensor = value.const_value
-    if tensor is None or value.producer() is not None or ctx.builder.isolated or value.name is None:
-        return fallback(value)
-    folded = value.meta.setdefault("jax2onnx_nn.folded", {})
-    if key not in folded:
-        name = value.name
-        value.name = ctx.builder.names.fresh(f"{name}/original")
-        new = ctx.builder.initializer(np.ascontiguousarray(transform(tensor.numpy())), f"{name}/folded")
-        new.name = name  # free again: the original was renamed
-        folded[key] = new
-    return folded[key]
-
-
-def _layout_weight(ctx: LoweringContext, value: ir.Value, perm: list[int]) -> ir.Value:
-    return _folded_weight(ctx, value, ("transpose", *perm), lambda a: np.transpose(a, perm), lambda v: _transpose(ctx, v, perm))
-
-
-def _reshaped_weight(ctx: LoweringContext, value: ir.Value, shape: list[int]) -> ir.Value:
-    return _folded_weight(
-        ctx, value, ("reshape", *shape), lambda a: a.reshape(shape),
-        lambda v: ctx.op.Reshape(v, ctx.const(shape, dtype=np.int64)),
-    )
-
-
 def _channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> tuple[ir.Value, list[int] | None]:
     """Move ``axis`` to position 1 (ONNX's channel axis); returns the value and the inverse."""
     if axis == 1:
         return x, None
     perm = [0, axis, *[i for i in range(1, rank) if i != axis]]
     inverse = [perm.index(i) for i in range(rank)]
-    return _transpose(ctx, x, perm), inverse
+    return ctx.transpose(x, perm), inverse
 
 
 # -- nnx.Linear ----------------------------------------------------------------------------
@@ -161,7 +121,7 @@ def _linear_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall("nnx_linear", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)})
 
 
-@coarse_lowering("nnx_linear", onnx_ops=("Gemm", "MatMul", "Add"))
+@coarse_lowering("nnx_linear", onnx_ops=("Gemm", "MatMul", "Add"), covers=("nnx.Linear",))
 def _linear(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -195,7 +155,7 @@ def _linear_general_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-@coarse_lowering("nnx_linear_general", onnx_ops=("Reshape", "MatMul", "Add"))
+@coarse_lowering("nnx_linear_general", onnx_ops=("Reshape", "MatMul", "Add"), covers=("nnx.LinearGeneral",))
 def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -209,12 +169,12 @@ def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> 
         x = ctx.op.Reshape(x, ctx.const([0] * keep + [size_in], dtype=np.int64))
     kernel = _cast(ctx, ops, "kernel", dtype)
     if len(kernel_shape) != 2:
-        kernel = _reshaped_weight(ctx, kernel, [size_in, size_out])
+        kernel = ctx.reshaped_weight(kernel, [size_in, size_out])
     y = ctx.op.MatMul(x, kernel)
     if "bias" in ops:
         bias = _cast(ctx, ops, "bias", dtype)
         if len(ops.aval("bias").shape) != 1:
-            bias = _reshaped_weight(ctx, bias, [size_out])
+            bias = ctx.reshaped_weight(bias, [size_out])
         y = ctx.op.Add(y, bias)
     if len(k_out) != 1:
         y = ctx.op.Reshape(y, ctx.const([0] * keep + list(k_out), dtype=np.int64))
@@ -275,15 +235,15 @@ def _conv_pads(padding: Any, spatial: tuple[Any, ...], kernel_size: tuple[int, .
     return tuple(int(p[0]) for p in pairs) + tuple(int(p[1]) for p in pairs)
 
 
-@coarse_lowering("nnx_conv", onnx_ops=("Transpose", "Conv"))
+@coarse_lowering("nnx_conv", onnx_ops=("Transpose", "Conv"), covers=("nnx.Conv",))
 def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64 or not kernels.supports("Conv", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable  # onnxruntime's Conv rejects empty images
     rank = len(ops.aval("x").shape)
-    x = _transpose(ctx, _cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
+    x = ctx.transpose(_cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
     kernel = _cast(ctx, ops, "kernel", dtype)
-    kernel = _layout_weight(ctx, kernel, [rank - 1, rank - 2, *range(rank - 2)])
+    kernel = ctx.transposed_weight(kernel, [rank - 1, rank - 2, *range(rank - 2)])
     bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
     padding = {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
     y = ctx.op.Conv(x, kernel, bias, strides=list(strides), dilations=list(dilations), group=group, **padding)
@@ -320,13 +280,13 @@ def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
     return handler
 
 
-@coarse_lowering("nnx_avg_pool", onnx_ops=("Transpose", "AveragePool"))
+@coarse_lowering("nnx_avg_pool", onnx_ops=("Transpose", "AveragePool"), covers=("nnx.avg_pool", "flax.linen.avg_pool"))
 def _avg_pool(ctx: LoweringContext, ops: Operands, *, kernel_shape: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...], count_include_pad: bool) -> Any:
     dtype = onnx_aval(ops.aval("x"))[0]
     if dtype not in _F32_F64 or not kernels.supports("AveragePool", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable
     rank = len(ops.aval("x").shape)
-    x = _transpose(ctx, ops["x"], [0, rank - 1, *range(1, rank - 1)])
+    x = ctx.transpose(ops["x"], [0, rank - 1, *range(1, rank - 1)])
     y = ctx.op.AveragePool(
         x, kernel_shape=list(kernel_shape), strides=list(strides), pads=list(pads), count_include_pad=int(count_include_pad)
     )
@@ -345,7 +305,7 @@ def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall("nnx_embed", inputs={"x": x}, weights={"embedding": _value(module.embedding)})
 
 
-@coarse_lowering("nnx_embed", onnx_ops=("Gather", "Where"))
+@coarse_lowering("nnx_embed", onnx_ops=("Gather", "Where"), covers=("nnx.Embed",))
 def _embed(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -372,7 +332,7 @@ def _attend_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall("nnx_embed_attend", inputs={"x": query}, weights={"embedding": _value(module.embedding)})
 
 
-@coarse_lowering("nnx_embed_attend", onnx_ops=("Gemm", "MatMul", "Transpose"))
+@coarse_lowering("nnx_embed_attend", onnx_ops=("Gemm", "MatMul", "Transpose"), covers=("nnx.Embed.attend",))
 def _attend(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -409,7 +369,7 @@ def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-@coarse_lowering("nnx_batch_norm", onnx_ops=("BatchNormalization", "Transpose"))
+@coarse_lowering("nnx_batch_norm", onnx_ops=("BatchNormalization", "Transpose"), covers=("nnx.BatchNorm",))
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
@@ -446,7 +406,7 @@ def _stash_type(dtype: np.dtype) -> int:
     return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
 
 
-@coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",))
+@coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",), covers=("nnx.LayerNorm",))
 def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
@@ -457,7 +417,7 @@ def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: in
     return ctx.op.LayerNormalization(x, scale, bias, axis=-1, epsilon=epsilon, stash_type=_stash_type(dtype))
 
 
-@coarse_lowering("nnx_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23)
+@coarse_lowering("nnx_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23, covers=("nnx.RMSNorm",))
 def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
@@ -467,229 +427,30 @@ def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int)
     return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=epsilon, stash_type=_stash_type(dtype))
 
 
-# -- attention: jax.nn.dot_product_attention (what nnx.MultiHeadAttention calls) -----------
-
-def _attention_handler(original: Callable[..., Any]) -> Handler:
-    signature = inspect.signature(original)
-
-    def handler(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
-            return NotApplicable
-        return _attention_call(bound.arguments)
-
-    return handler
-
-
-def _attention_call(a: dict[str, Any]) -> Any:
-    q, k, v, bias, mask = (a.get(n) for n in ("query", "key", "value", "bias", "mask"))
-    if not all(is_array(t) and t.ndim == 4 for t in (q, k, v)):
-        return NotApplicable
-    if any(t is not None and not (is_array(t) and t.ndim == 4) for t in (bias, mask)):
-        return NotApplicable
-    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32 or q.shape[2] != k.shape[2]:
-        return NotApplicable  # grouped heads and low precision: lax path
-    if mask is not None and mask.dtype != np.bool_:
-        return NotApplicable
-    for name in ("query_seq_lengths", "key_value_seq_lengths", "local_window_size"):
-        if a.get(name) is not None:
-            return NotApplicable
-    if a.get("implementation") not in (None, "xla") or a.get("return_residual", False):
-        return NotApplicable
-    scale = a.get("scale")
-    head_dim = q.shape[-1]
-    if scale is None:
-        if jxi.is_symbolic_dim(head_dim):
-            return NotApplicable
-        scale = 1.0 / np.sqrt(head_dim)
-    if not isinstance(scale, (int, float)):
-        return NotApplicable
-    inputs = {"query": q, "key": k, "value": v}
-    if bias is not None:
-        inputs["bias"] = bias
-    if mask is not None:
-        inputs["mask"] = mask
-    return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))})
-
-
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where"))
-def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
-    dtype = np.dtype(np.float32)
-    q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
-    k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
-    v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
-    logits = ctx.op.Mul(ctx.op.MatMul(q, k), ctx.const(np.float32(scale)))
-    if "bias" in ops:
-        logits = ctx.op.Add(logits, _cast(ctx, ops, "bias", dtype))
-    keep = ops["mask"] if "mask" in ops else None
-    if is_causal:
-        t, s = ops.aval("query").shape[1], ops.aval("key").shape[1]
-        rows = ctx.op.Unsqueeze(_arange(ctx, t), ctx.const([1], dtype=np.int64))
-        causal = ctx.op.LessOrEqual(_arange(ctx, s), rows)  # [T, S]: key position <= query position
-        keep = causal if keep is None else ctx.op.And(keep, causal)
-    if keep is not None:
-        large_negative = np.float32(-0.7 * np.finfo(np.float32).max)
-        logits = ctx.op.Where(keep, logits, ctx.const(large_negative))
-    probs = ctx.op.Softmax(logits, axis=-1)
-    return ctx.op.Transpose(ctx.op.MatMul(probs, v), perm=[0, 2, 1, 3])
-
-
-def _arange(ctx: LoweringContext, n: Any) -> ir.Value:
-    if not jxi.is_symbolic_dim(n):
-        return ctx.const(np.arange(int(n), dtype=np.int64))
-    limit = ctx.op.Squeeze(ctx.dim(n), ctx.const([0], dtype=np.int64))
-    return ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64))
-
-
-# -- activations ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Activation:
-    """An activation: its keyword config (name -> default) and its ONNX rule."""
-
-    config: dict[str, Any]
-    rule: Callable[..., Any]
-    dtypes: frozenset[np.dtype] = _F32_F64
-    min_opset: int = 1
-
-
-def _op(op_type: str, **attrs: Any) -> Callable[..., Any]:
-    return lambda ctx, x, **_: getattr(ctx.op, op_type)(x, **attrs)
-
-
-def _gelu(ctx: LoweringContext, x: ir.Value, *, approximate: bool) -> Any:
-    return ctx.op.Gelu(x, approximate="tanh" if approximate else "none")
-
-
-def _clip(low: float, high: float) -> Callable[..., Any]:
-    def rule(ctx: LoweringContext, x: ir.Value, **_: Any) -> Any:
-        dtype = x.dtype.numpy() if x.dtype is not None else np.float32
-        return ctx.op.Clip(x, ctx.const(low, dtype=dtype), ctx.const(high, dtype=dtype))
-
-    return rule
-
-
-_F32 = frozenset({np.dtype(np.float32)})
-
-# dtypes: where onnxruntime has a kernel that matches JAX (measured: no float64 kernel for
-# Elu, Selu, LeakyRelu, Softplus, HardSigmoid; float64 Gelu and LogSoftmax lose precision).
-ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation({}, _op("Relu")),
-    "sigmoid": Activation({}, _op("Sigmoid")),
-    "gelu": Activation({"approximate": True}, _gelu, dtypes=_F32, min_opset=20),
-    "silu": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x))),
-    "swish": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x))),
-    "softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.Softmax(x, axis=axis)),
-    "log_softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.LogSoftmax(x, axis=axis), dtypes=_F32),
-    "elu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Elu(x, alpha=alpha), dtypes=_F32),
-    "celu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Celu(x, alpha=alpha), dtypes=_F32),
-    "selu": Activation({}, _op("Selu"), dtypes=_F32),
-    "leaky_relu": Activation({"negative_slope": 0.01}, lambda ctx, x, *, negative_slope: ctx.op.LeakyRelu(x, alpha=negative_slope), dtypes=_F32),
-    "softplus": Activation({}, _op("Softplus"), dtypes=_F32),
-    "mish": Activation({}, _op("Mish"), dtypes=_F32, min_opset=18),
-    "hard_sigmoid": Activation({}, _op("HardSigmoid", alpha=1.0 / 6.0, beta=0.5), dtypes=_F32),
-    "hard_silu": Activation({}, _op("HardSwish"), dtypes=_F32),
-    "hard_swish": Activation({}, _op("HardSwish"), dtypes=_F32),
-    "hard_tanh": Activation({}, _clip(-1.0, 1.0)),
-    "relu6": Activation({}, _clip(0.0, 6.0)),
-}
-
-
-def _activation_handler(name: str, activation: Activation, original: Callable[..., Any]) -> Handler:
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
-        signature = None
-
-    def handler(*args: Any, **kwargs: Any) -> Any:
-        if signature is None:
-            return NotApplicable
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
-            return NotApplicable
-        values = list(bound.arguments.values())
-        x, given = values[0], dict(list(bound.arguments.items())[1:])
-        if not is_array(x) or np.dtype(x.dtype) not in activation.dtypes or set(given) - set(activation.config):
-            return NotApplicable
-        config = {**activation.config, **given}
-        if config.get("where", None) is not None:
-            return NotApplicable
-        config.pop("where", None)
-        if "axis" in config and not (isinstance(config["axis"], int) and -max(x.ndim, 1) <= config["axis"] < max(x.ndim, 1)):
-            return NotApplicable
-        if any(isinstance(v, bool) is False and not isinstance(v, (int, float)) for v in config.values()):
-            return NotApplicable
-        return CoarseCall(f"jax_nn_{name}", inputs={"x": x}, params={k: _plain_number(v) for k, v in config.items()})
-
-    return handler
-
-
-def _plain_number(v: Any) -> Any:
-    return v if isinstance(v, bool) else float(v) if isinstance(v, float) else int(v) if isinstance(v, int) else v
-
-
-def _register_activation(name: str, activation: Activation) -> None:
-    def rule(ctx: LoweringContext, ops: Operands, **config: Any) -> Any:
-        x = ops["x"]
-        if "axis" in config:
-            return NotApplicable if ops.aval("x").ndim == 0 else activation.rule(ctx, x, **config)
-        producer = x.producer()
-        if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
-            # elementwise: act before the layout transpose, so the next coarse op can undo it
-            return ctx.op.Transpose(activation.rule(ctx, producer.inputs[0], **config), perm=list(producer.attributes["perm"].value))
-        return activation.rule(ctx, x, **config)
-
-    coarse_lowering(f"jax_nn_{name}", min_opset=activation.min_opset)(rule)
-
-
-for _name, _activation in ACTIVATIONS.items():
-    _register_activation(_name, _activation)
-
-
 # -- the table -----------------------------------------------------------------------------
 
-ACTIVATION_NAMESPACES = (jax.nn, nnx)
 MakeWrapper = Callable[[Any], Any]
 
 
-def _sequential_wrapper(substitutes: dict[int, Any]) -> MakeWrapper:
+def _sequential_wrapper(original: Any) -> Any:
     """nnx.Sequential holding activations captured before the export (``nnx.relu``): its call
     runs on a view whose layers are the patched functions, so they map to their coarse op."""
 
-    def make(original: Any) -> Any:
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            layers = list(getattr(self, "layers", None) or ())
-            swapped = [substitute(f, substitutes) for f in layers]
-            if all(a is b for a, b in zip(swapped, layers, strict=True)):
-                return original(self, *args, **kwargs)
-            return original(types.SimpleNamespace(layers=swapped), *args, **kwargs)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        layers = list(getattr(self, "layers", None) or ())
+        swapped = [jax_nn.substitute(f) for f in layers]
+        if all(a is b for a, b in zip(swapped, layers, strict=True)):
+            return original(self, *args, **kwargs)
+        return original(types.SimpleNamespace(layers=swapped), *args, **kwargs)
 
-        return call
-
-    return make
+    return call
 
 
-def substitute(value: Any, substitutes: dict[int, tuple[Any, Any]]) -> Any:
-    """``value`` with a captured original function (also inside a ``functools.partial``)
-    replaced by its patched version; ``value`` itself when there is none."""
-    hit = substitutes.get(id(value))
-    if hit is not None and hit[0] is value:
-        return hit[1]
-    if isinstance(value, functools.partial):
-        func = substitute(value.func, substitutes)
-        if func is not value.func:
-            return functools.partial(func, *value.args, **value.keywords)
-    return value
-
-
-def patches(substitutes: dict[int, tuple[Any, Any]]) -> list[tuple[Any, str, MakeWrapper]]:
+def patches() -> list[tuple[Any, str, MakeWrapper]]:
     """(owner, attribute, make_wrapper) of every patch applied while an export runs.
 
-    ``substitutes`` is filled with id(original function) -> (original, patched function), for
-    functions captured before the export (``nnx.Sequential(..., nnx.relu)``, ``self.act``).
+    ``jax.nn`` itself is patched by ``core/jax_nn.py`` in every export; here its re-exports in
+    ``flax.nnx`` (``nnx.relu``, ``nnx.gelu``...) get the same patched functions.
     """
     table: list[tuple[Any, str, Handler]] = [
         (nnx.Linear, "__call__", _linear_handler),
@@ -700,31 +461,18 @@ def patches(substitutes: dict[int, tuple[Any, Any]]) -> list[tuple[Any, str, Mak
         (nnx.BatchNorm, "__call__", _batch_norm_handler),
         (nnx.LayerNorm, "__call__", _last_axis_norm_handler(nnx.LayerNorm, "nnx_layer_norm", ("scale", "bias"))),
         (nnx.RMSNorm, "__call__", _last_axis_norm_handler(nnx.RMSNorm, "nnx_rms_norm", ("scale",))),
-        (jax.nn, "dot_product_attention", _attention_handler(jax.nn.dot_product_attention)),
-        (nnx, "avg_pool", _avg_pool_handler(nnx.avg_pool)),
-        (linen, "avg_pool", _avg_pool_handler(linen.avg_pool)),
         (nnx.GroupNorm, "__call__", _group_norm_handler),
         (nnx.ConvTranspose, "__call__", _conv_transpose_handler),
         (nnx.GRUCell, "__call__", _gru_cell_handler),
         (nnx.LSTMCell, "__call__", _lstm_cell_handler),
     ]
-    for namespace in ACTIVATION_NAMESPACES:
-        for name, activation in ACTIVATIONS.items():
-            original = getattr(namespace, name, None)
-            if original is not None:
-                table.append((namespace, name, _activation_handler(name, activation, original)))
-    # one wrapper per original function, whatever namespace it is reached through
-    def shared(handler: Handler) -> MakeWrapper:
-        def make(original: Any) -> Any:
-            if id(original) not in substitutes:
-                substitutes[id(original)] = (original, coarse_wrapper(handler)(original))
-            return substitutes[id(original)][1]
-
-        return make
-
-    result: list[tuple[Any, str, MakeWrapper]] = [(owner, attr, shared(h)) for owner, attr, h in table]
-    result.append((nnx.Sequential, "__call__", _sequential_wrapper(substitutes)))
-    return result
+    return [
+        *[(owner, attr, coarse_wrapper(handler)) for owner, attr, handler in table],
+        (nnx, "avg_pool", jax_nn.shared(_avg_pool_handler)),
+        (linen, "avg_pool", jax_nn.shared(_avg_pool_handler)),
+        *jax_nn.namespace_patches(nnx),
+        (nnx.Sequential, "__call__", _sequential_wrapper),
+    ]
 
 
 # -- nnx.GroupNorm: GroupNormalization (opset 21: per-channel scale and bias) ---------------
@@ -747,7 +495,7 @@ def _group_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 # Opset 18's GroupNormalization takes per-group scale and bias (not what flax has): from 21 only.
-@coarse_lowering("nnx_group_norm", onnx_ops=("GroupNormalization", "Transpose"), min_opset=21)
+@coarse_lowering("nnx_group_norm", onnx_ops=("GroupNormalization", "Transpose"), min_opset=21, covers=("nnx.GroupNorm",))
 def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, num_groups: int, size: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64 or _has_empty_dim(ops.aval("x")):
@@ -842,22 +590,22 @@ def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, n: int, trans
     """The flax kernel ``(*k, in, out)`` (``(*k, out, in)`` with ``transpose_kernel``) as
     ONNX's ``(in, out, *k)``, flipped spatially unless flax already flips it."""
     if transpose_kernel:
-        return _layout_weight(ctx, kernel, [n + 1, n, *range(n)])
+        return ctx.transposed_weight(kernel, [n + 1, n, *range(n)])
     perm = [n, n + 1, *range(n)]
     spatial = tuple(range(n))
-    return _folded_weight(
-        ctx, kernel, ("flip-transpose", *perm), lambda a: np.transpose(np.flip(a, spatial), perm),
+    return ctx.derived_weight(
+        kernel, ("flip-transpose", *perm), lambda a: np.transpose(np.flip(a, spatial), perm),
         lambda v: ctx.op.Transpose(_flip_spatial(ctx, v, n), perm=perm),
     )
 
 
-@coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose"))
+@coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose"), covers=("nnx.ConvTranspose",))
 def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: tuple[int, ...], output_padding: tuple[int, ...], transpose_kernel: bool) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64 or not kernels.supports("ConvTranspose", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable
     rank = len(ops.aval("x").shape)
-    x = _transpose(ctx, _cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
+    x = ctx.transpose(_cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
     kernel = _conv_transpose_weight(ctx, _cast(ctx, ops, "kernel", dtype), rank - 2, transpose_kernel)
     bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
     y = ctx.op.ConvTranspose(
@@ -934,7 +682,7 @@ def _gate_weight(ctx: LoweringContext, kernel: ir.Value, order: tuple[int, ...],
             picked = ctx.op.Pad(picked, ctx.const([0, len(index)], dtype=np.int64))
         return ctx.op.Unsqueeze(picked, ctx.const([0], dtype=np.int64))
 
-    return _folded_weight(ctx, kernel, ("gates", hidden, *order), transform, fallback)
+    return ctx.derived_weight(kernel, ("gates", hidden, *order), transform, fallback)
 
 
 def _one_step(ctx: LoweringContext, value: ir.Value) -> ir.Value:
@@ -945,7 +693,7 @@ def _last_state(ctx: LoweringContext, value: ir.Value) -> ir.Value:
     return ctx.op.Squeeze(value, ctx.const([0], dtype=np.int64))
 
 
-@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze"))
+@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze"), covers=("nnx.GRUCell",))
 def _gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
@@ -999,7 +747,7 @@ def _stacked_weight(ctx: LoweringContext, parts: list[ir.Value], transpose: bool
     return ctx.op.Unsqueeze(stacked, ctx.const([0], dtype=np.int64))
 
 
-@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze"))
+@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze"), covers=("nnx.LSTMCell",))
 def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
@@ -1012,3 +760,10 @@ def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     )
     h = _last_state(ctx, h)
     return [_last_state(ctx, c), h, h]
+
+
+# -- modules without a coarse op of their own (for the support table) -----------------------
+
+describe_module("nnx.MultiHeadAttention", "its Linear layers, and jax.nn.dot_product_attention")
+describe_module("nnx.Dropout", "(no node: identity in inference)")
+describe_module("nnx.Sequential", "its layers")

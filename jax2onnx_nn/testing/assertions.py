@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
+import numpy as np
 import onnx
 
+from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.testing.roundtrip import roundtrip
 
 
@@ -41,6 +44,29 @@ def assert_exports_match(
     )
     result.raise_if_failed()
     return result.model
+
+
+def assert_exports_match_on(fn: Callable[..., Any], *values: Any, enable_double_precision: bool | None = None, **options: Any) -> onnx.ModelProto:
+    """:func:`assert_exports_match` for the shapes and dtypes of ``values`` (arrays, PRNG keys,
+    or pytrees of them), compared on exactly these values: what a property test draws.
+
+    Double precision is enabled when any value is 64-bit, unless ``enable_double_precision``
+    says otherwise.
+
+    Example::
+
+        assert_exports_match_on(jnp.cumsum, np.array([1.0, np.nan, 2.0], np.float32))
+    """
+    __tracebackhide__ = True
+    values = jax.tree_util.tree_map(lambda v: v if _is_key(v) else np.asarray(v), values)
+    leaves = jax.tree_util.tree_leaves(values)
+    if enable_double_precision is None:
+        enable_double_precision = any(not _is_key(v) and v.dtype.itemsize == 8 for v in leaves)
+    return assert_exports_match(fn, list(values), input_values=leaves, enable_double_precision=enable_double_precision, **options)
+
+
+def _is_key(value: Any) -> bool:
+    return hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype)
 
 
 def op_types(model: onnx.ModelProto) -> list[str]:

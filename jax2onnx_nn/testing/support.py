@@ -1,4 +1,5 @@
-"""The support table: every registered primitive, its ONNX ops, and whether it is tested.
+"""The support tables: every registered primitive and every module or function mapped to a
+coarse op, with their ONNX ops and whether they are tested.
 
 A primitive counts as *tested* when a passing test ran its lowering rule; the record is the
 committed file ``tests/lowered_primitives.txt`` (see :mod:`jax2onnx_nn.testing.coverage`).
@@ -7,8 +8,13 @@ The README's table (``scripts/gen_support_table.py``) and ``jax2onnx-nn ops`` re
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 from dataclasses import dataclass
+
+from jax2onnx_nn.core import patching
+from jax2onnx_nn.core.api import MIN_OPSET
+from jax2onnx_nn.core.patching import ModuleRow
 
 RECORD = pathlib.Path(__file__).resolve().parents[2] / "tests" / "lowered_primitives.txt"
 
@@ -29,29 +35,47 @@ def read_record(path: pathlib.Path = RECORD) -> set[str] | None:
 
 
 def support_rows(tested: set[str] | None = None) -> list[SupportRow]:
-    """One row per registered rule, then the call-like primitives whose body is inlined."""
-    from jax2onnx_nn.core.api import MIN_OPSET
+    """One row per registered lax-level rule, then the call-like primitives whose body is
+    inlined (the coarse ops of modules are in :func:`module_rows`)."""
     from jax2onnx_nn.core.lower import CALL_BODIES
     from jax2onnx_nn.core.registry import registered
 
     def is_tested(name: str) -> bool | None:
         return None if tested is None else name in tested
 
+    coarse = {row.primitive for row in module_rows()}
     rows = [
         SupportRow(name, ", ".join(reg.onnx_ops) or "(no node)", max(reg.min_opset, MIN_OPSET), is_tested(name))
         for name, reg in registered().items()
+        if name not in coarse
     ]
     rows += [SupportRow(name, "(body inlined)", MIN_OPSET, is_tested(name)) for name in sorted(CALL_BODIES)]
     return rows
 
 
-def module_rows() -> list[tuple[str, ...]]:
-    """(module or function, ONNX ops) of the framework adapters' coarse ops, when declared."""
-    try:
-        from jax2onnx_nn.core.patching import coarse_table  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    return [(target, ", ".join(ops)) for target, ops in coarse_table()]
+ADAPTER_MODULES = ("jax2onnx_nn.core.jax_nn", "jax2onnx_nn.flax.coarse", "jax2onnx_nn.equinox.coarse")
+
+
+def module_rows() -> list[ModuleRow]:
+    """The modules and functions mapped to coarse ops, of every adapter whose framework is
+    installed (importing it declares them)."""
+    for name in ADAPTER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # the framework is not installed: its adapter has no rows
+            continue
+    return patching.module_rows()
+
+
+def module_support_rows(tested: set[str] | None = None) -> list[SupportRow]:
+    """:func:`module_rows` as support rows: ``primitive`` is the module or function, opset 0
+    and tested None for a module without a coarse op of its own."""
+    return [
+        SupportRow(row.target, row.onnx_ops, max(row.min_opset, MIN_OPSET), None if tested is None else row.primitive in tested)
+        if row.primitive
+        else SupportRow(row.target, row.onnx_ops, 0, None)
+        for row in module_rows()
+    ]
 
 
 def markdown_table(tested: set[str] | None) -> str:
@@ -63,8 +87,16 @@ def markdown_table(tested: set[str] | None) -> str:
     for row in support_rows(tested):
         mark = f" {'yes' if row.tested else 'no'} |" if with_tested else ""
         lines.append(f"| `{row.primitive}` | {row.onnx_ops} | {row.min_opset} |{mark}")
-    modules = module_rows()
-    if modules:
-        lines += ["", "| Module / function | ONNX ops |", "|---|---|"]
-        lines += [f"| `{target}` | {ops} |" for target, ops in modules]
+    lines += [
+        "",
+        "Modules and functions mapped to one coarse op each (a call the op does not model exactly",
+        "is lowered primitive by primitive instead; below the opset shown it always is):",
+        "",
+        "| Module / function | ONNX ops | from opset |" + (" tested |" if with_tested else ""),
+        "|---|---|---|" + ("---|" if with_tested else ""),
+    ]
+    for row in module_support_rows(tested):
+        opset = row.min_opset or "-"
+        mark = f" {'-' if row.tested is None else 'yes' if row.tested else 'no'} |" if with_tested else ""
+        lines.append(f"| `{row.primitive}` | {row.onnx_ops} | {opset} |{mark}")
     return "\n".join(lines)

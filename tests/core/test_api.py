@@ -156,6 +156,25 @@ def test_every_value_is_typed():
             assert out in inferred, f"{out} of {node.op_type} has no type"
 
 
+def test_nodes_carry_the_users_source_line():
+    def f(x):
+        y = jnp.tanh(x) * 2.0
+        return jax.nn.softmax(y, axis=-1)  # a coarse op: its wrapper's frames are ours, skipped
+
+    model = to_onnx(f, [("B", 8)])
+    lines = {n.op_type: n.doc_string for n in model.graph.node}
+    here = os.path.basename(__file__)
+    first = f.__code__.co_firstlineno
+    assert f"{here}:{first + 1}" in lines["Tanh"] and "(test_nodes_carry_the_users_source_line.<locals>.f)" in lines["Tanh"]
+    assert f"{here}:{first + 2}" in lines["Softmax"]
+    assert all("jax2onnx_nn" + os.sep not in doc for doc in lines.values())
+
+
+def test_vmapped_library_calls_without_a_user_frame_have_no_misleading_line():
+    model = to_onnx(jax.vmap(lambda v: jax.nn.gelu(v, approximate=False)), [("B", 4)])
+    assert all("jax2onnx_nn" + os.sep not in n.doc_string for n in model.graph.node)
+
+
 def test_same_export_twice_is_byte_identical():
     def f(x, w):
         return jax.nn.relu(x @ w) * 2

@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 from jax import lax
 
 from jax2onnx_nn import onnx_function
-from jax2onnx_nn.testing import assert_exports_match
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 
 FLOATS = [np.float32, np.float64]
 floats = st.sampled_from(FLOATS)
@@ -30,9 +30,7 @@ def _floats(dtype, shape, lo=-2.0, hi=2.0):
 
 def _check(fn, args, x64, **kwargs):
     """Export ``fn`` with ``args`` (pytrees of arrays) as specs and inputs; compare with JAX."""
-    model = assert_exports_match(
-        fn, list(args), input_values=jax.tree_util.tree_leaves(list(args)), enable_double_precision=x64, **kwargs
-    )
+    model = assert_exports_match_on(fn, *args, enable_double_precision=x64, **kwargs)
     _assert_bodies_typed(model.graph)
     return model
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from jax2onnx_nn.testing import assert_exports_match
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 
 FLOATS = [np.float32, np.float64]
 INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -25,11 +25,6 @@ def _arrays(dtype, shape, *, finite=False, elements=None):
             else st.floats(width=width, allow_subnormal=False)
         )
     return hnp.arrays(dtype, shape, elements=elements)
-
-
-def _check(fn, values, x64):
-    specs = [(v.shape, v.dtype) for v in values]
-    assert_exports_match(fn, specs, input_values=values, enable_double_precision=x64)
 
 
 UNARY_ANY = {
@@ -58,7 +53,7 @@ def test_unary_float(name, dtype, data):
     x = data.draw(_arrays(dtype, data.draw(shapes), finite=finite))
     if name in ("log", "sqrt", "rsqrt"):
         x = np.abs(x)
-    _check(fn, [x], dtype == np.float64)
+    assert_exports_match_on(fn, x, enable_double_precision=dtype == np.float64)
 
 
 @pytest.mark.parametrize("name", sorted(UNARY_BOUNDED))
@@ -69,7 +64,7 @@ def test_unary_bounded(name, dtype, data):
     lo, hi = (float(np.asarray(v, dtype)) for v in (lo, hi))
     elements = st.floats(lo, hi, width=np.finfo(dtype).bits, allow_subnormal=False)
     x = data.draw(_arrays(dtype, data.draw(shapes), elements=elements))
-    _check(fn, [x], dtype == np.float64)
+    assert_exports_match_on(fn, x, enable_double_precision=dtype == np.float64)
 
 
 BINARY_FLOAT = {
@@ -91,7 +86,7 @@ def test_binary_float(name, dtype, data):
     if name == "pow":
         x = np.abs(x)
         y = np.clip(y, -20, 20)
-    _check(BINARY_FLOAT[name], [x, y], dtype == np.float64)
+    assert_exports_match_on(BINARY_FLOAT[name], x, y, enable_double_precision=dtype == np.float64)
 
 
 BINARY_INT = {
@@ -115,16 +110,16 @@ def test_binary_int(name, dtype, data):
         y = np.where(y == 0, 1, y).astype(dtype)
         if np.dtype(dtype).kind == "i":  # INT_MIN / -1 overflows in C; JAX and ONNX differ there
             x = np.where(x == np.iinfo(dtype).min, 0, x).astype(dtype)
-    _check(BINARY_INT[name], [x, y], True)
+    assert_exports_match_on(BINARY_INT[name], x, y, enable_double_precision=True)
 
 
 @pytest.mark.parametrize("dtype", INTS + [np.bool_])
 @given(data=st.data())
 def test_not_and_popcount(dtype, data):
     x = data.draw(_arrays(dtype, data.draw(shapes)))
-    _check(jnp.invert, [x], True)
+    assert_exports_match_on(jnp.invert, x, enable_double_precision=True)
     if dtype != np.bool_:
-        _check(jax.lax.population_count, [x], True)
+        assert_exports_match_on(jax.lax.population_count, x, enable_double_precision=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int8, np.uint16, np.bool_])
@@ -134,11 +129,11 @@ def test_select_n_and_clamp(dtype, data):
     which = data.draw(hnp.arrays(np.bool_, shape))
     a = data.draw(_arrays(dtype, shape, finite=True))
     b = data.draw(_arrays(dtype, shape, finite=True))
-    _check(jax.lax.select, [which, a, b], True)
+    assert_exports_match_on(jax.lax.select, which, a, b, enable_double_precision=True)
     idx = data.draw(hnp.arrays(np.int32, shape, elements=st.integers(0, 2)))
-    _check(lambda i, x, y: jax.lax.select_n(i, x, y, x), [idx, a, b], True)
+    assert_exports_match_on(lambda i, x, y: jax.lax.select_n(i, x, y, x), idx, a, b, enable_double_precision=True)
     if dtype != np.bool_:
-        _check(lambda x, y: jax.lax.clamp(np.asarray(2, dtype), x, y), [a, b], True)
+        assert_exports_match_on(lambda x, y: jax.lax.clamp(np.asarray(2, dtype), x, y), a, b, enable_double_precision=True)
 
 
 ALL_DTYPES = [np.bool_, *INTS, np.float16, np.float32, np.float64, jnp.bfloat16]
@@ -166,17 +161,17 @@ def test_convert_element_type(src, data):
         outs = [jax.lax.convert_element_type(v, np.dtype(t)) for t in ALL_DTYPES]
         return [o.astype(np.float32) if o.dtype == bf16 else o for o in outs]
 
-    _check(convert_all, [x], True)
+    assert_exports_match_on(convert_all, x, enable_double_precision=True)
 
 
 @given(data=st.data())
 def test_integer_pow(data):
     y = data.draw(st.integers(-4, 7))
     x = data.draw(_arrays(np.float32, data.draw(shapes), elements=st.floats(0.5, 4, width=32)))
-    _check(lambda v: jax.lax.integer_pow(v, y), [x], False)
+    assert_exports_match_on(lambda v: jax.lax.integer_pow(v, y), x, enable_double_precision=False)
     xi = data.draw(_arrays(np.int32, x.shape, elements=st.integers(-5, 5)))
     if y >= 0:
-        _check(lambda v: jax.lax.integer_pow(v, y), [xi], False)
+        assert_exports_match_on(lambda v: jax.lax.integer_pow(v, y), xi, enable_double_precision=False)
 
 
 def test_symbolic_batch_elementwise_chain():

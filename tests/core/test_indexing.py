@@ -14,7 +14,7 @@ from jax import lax
 
 from jax2onnx_nn import ConversionError
 from jax2onnx_nn.core.api import to_onnx
-from jax2onnx_nn.testing import assert_exports_match
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
 
 DTYPES = [np.float32, np.float64, np.int32, np.bool_]
@@ -25,10 +25,7 @@ SPECIAL_FLOATS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0]
 
 def _check(fn, *values, **kwargs):
     """Export ``fn`` for the given concrete values and compare; JAX sees them as jax arrays."""
-    x64 = any(np.dtype(v.dtype).itemsize == 8 for v in values)
-    specs = [(v.shape, v.dtype) for v in values]
-    jax_fn = lambda *args: fn(*map(jnp.asarray, args))  # noqa: E731
-    return assert_exports_match(jax_fn, specs, input_values=list(values), enable_double_precision=x64, **kwargs)
+    return assert_exports_match_on(lambda *args: fn(*map(jnp.asarray, args)), *values, **kwargs)
 
 
 def _elements(dtype, *, special: bool = True) -> st.SearchStrategy:

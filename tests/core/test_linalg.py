@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from jax import lax
 
-from jax2onnx_nn.testing import assert_exports_match
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
 
 SMALL_INTS = st.integers(-3, 3)
@@ -27,12 +27,6 @@ def _values(data, dtype, shape) -> np.ndarray:
     if dtype.kind == "f":
         return data.draw(hnp.arrays(np.int8, shape, elements=SMALL_INTS)).astype(dtype)
     return data.draw(hnp.arrays(dtype, shape))
-
-
-def _check(fn, *values, **kwargs):
-    values = [np.asarray(v) for v in values]
-    x64 = any(v.dtype.itemsize == 8 for v in values)
-    return assert_exports_match(fn, [(v.shape, v.dtype) for v in values], input_values=values, enable_double_precision=x64, **kwargs)
 
 
 # -- dot_general ------------------------------------------------------------------------------
@@ -59,7 +53,7 @@ def test_dot_general_matches_jax(problem, dtype, normal, data):
         # random normal values: at most 9 products per sum, rounding stays far below 1e-5
         assert_exports_match(fn, [(lhs_shape, dtype), (rhs_shape, dtype)], enable_double_precision=dtype == np.float64)
         return
-    _check(fn, _values(data, dtype, lhs_shape), _values(data, dtype, rhs_shape))
+    assert_exports_match_on(fn, _values(data, dtype, lhs_shape), _values(data, dtype, rhs_shape))
 
 
 PREFERRED = [
@@ -87,11 +81,11 @@ def test_dot_bfloat16_and_mixed_inputs():
 
     rng = np.random.default_rng(0)
     x, y = (rng.integers(-3, 4, s).astype(np.float32) for s in [(3, 4), (4, 5)])
-    _check(bf16_dot, x, y)
+    assert_exports_match_on(bf16_dot, x, y)
     # the result is cast back too: onnxruntime returns no bf16 outputs
-    _check(lambda x, y: jnp.dot(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)).astype(jnp.float32), x, y)
+    assert_exports_match_on(lambda x, y: jnp.dot(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)).astype(jnp.float32), x, y)
     xi = rng.integers(-100, 100, (3, 4)).astype(np.int8)
-    _check(lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))), xi, y)
+    assert_exports_match_on(lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))), xi, y)
 
 
 EINSUM_GRAPHS = {
@@ -138,9 +132,9 @@ def test_dot_symbolic_dims(spec, shapes):
 def test_dot_integer_wraps_like_jax():
     x = np.full((2, 3), 100, np.int8)
     y = np.full((3, 4), 100, np.int8)
-    _check(jnp.dot, x, y)
+    assert_exports_match_on(jnp.dot, x, y)
     big = np.full((2, 3), 2**30, np.int32)
-    _check(lambda a, b: jnp.einsum("ij,jk->ik", a, b), big, big.T.copy())
+    assert_exports_match_on(lambda a, b: jnp.einsum("ij,jk->ik", a, b), big, big.T.copy())
 
 
 # -- conv_general_dilated ---------------------------------------------------------------------
@@ -213,7 +207,7 @@ def test_conv_matches_jax(problem, dtype, normal, data):
         specs = [(x_shape, dtype), (w_shape, dtype)]
         assert_exports_match(_conv_fn(problem), specs, enable_double_precision=dtype == np.float64)
         return
-    _check(_conv_fn(problem), _values(data, dtype, x_shape), _values(data, dtype, w_shape))
+    assert_exports_match_on(_conv_fn(problem), _values(data, dtype, x_shape), _values(data, dtype, w_shape))
 
 
 CONV_TYPES = [
@@ -237,10 +231,10 @@ def test_conv_float16_and_bfloat16():
     x = rng.integers(-3, 4, (2, 3, 6, 6)).astype(np.float16)
     w = rng.integers(-3, 4, (4, 3, 3, 3)).astype(np.float16)
     conv = lambda a, b: lax.conv_general_dilated(a, b, (1, 1), "SAME")  # noqa: E731
-    model = _check(conv, x, w)
+    model = assert_exports_match_on(conv, x, w)
     assert op_types(model) == ["Conv"]  # onnxruntime has a float16 Conv kernel
     bf16 = jnp.bfloat16  # fed and returned as f32: onnxruntime takes and returns no bf16
-    _check(lambda a, b: conv(a.astype(bf16), b.astype(bf16)).astype(np.float32), x.astype(np.float32), w.astype(np.float32))
+    assert_exports_match_on(lambda a, b: conv(a.astype(bf16), b.astype(bf16)).astype(np.float32), x.astype(np.float32), w.astype(np.float32))
 
 
 FLAX_LAYOUT = ("NHWC", "HWIO", "NHWC")
@@ -271,7 +265,7 @@ def test_conv_transpose(layout, padding, strides, kernel, dilation, transpose_ke
     def fn(x, w):
         return lax.conv_transpose(x, w, strides, padding, rhs_dilation=dilation, dimension_numbers=layout, transpose_kernel=transpose_kernel)
 
-    model = _check(fn, _values(data, np.float32, x_shape), _values(data, np.float32, w_shape))
+    model = assert_exports_match_on(fn, _values(data, np.float32, x_shape), _values(data, np.float32, w_shape))
     if padding in ("SAME", "VALID") and max(strides) > 1:
         assert "ConvTranspose" in op_types(model) and "Conv" not in op_types(model)
 
@@ -282,13 +276,13 @@ def test_conv_transpose(layout, padding, strides, kernel, dilation, transpose_ke
     ids=str,
 )
 def test_conv_empty(x_shape, w_shape):
-    _check(lambda x, w: lax.conv_general_dilated(x, w, (1,), [(1, 1)]), np.ones(x_shape, np.float32), np.ones(w_shape, np.float32))
+    assert_exports_match_on(lambda x, w: lax.conv_general_dilated(x, w, (1,), [(1, 1)]), np.ones(x_shape, np.float32), np.ones(w_shape, np.float32))
 
 
 def test_conv_without_spatial_dims():
     rng = np.random.default_rng(2)
     x, w = rng.integers(-3, 4, (3, 4)).astype(np.float32), rng.integers(-3, 4, (5, 4)).astype(np.float32)
-    _check(lambda a, b: lax.conv_general_dilated(a, b, (), []), x, w)
+    assert_exports_match_on(lambda a, b: lax.conv_general_dilated(a, b, (), []), x, w)
 
 
 def test_conv_symbolic_batch_with_batch_groups():

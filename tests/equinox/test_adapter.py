@@ -69,10 +69,18 @@ def test_weights_are_named_by_pytree_path_and_static_fields_are_config() -> None
 def test_node_names_are_module_paths_without_equinox_scopes() -> None:
     model = export_onnx(Classifier(KEY), [(4,)], batch=True)
     assert node_names(model) == [
-        "encoder/layers/0/Gemm", "encoder/relu/Max", "encoder/norms/first/LayerNormalization",
+        "encoder/layers/0/Gemm", "encoder/Relu", "encoder/norms/first/LayerNormalization",
         "encoder/layers/1/Gemm", "encoder/Mul", "head/Gemm",
     ]
     assert not any("eqx.nn" in name for name in node_names(model))
+
+
+def test_node_source_lines_are_the_models_lines_not_library_ones() -> None:
+    model = export_onnx(Classifier(KEY), [(4,)], batch=True)
+    encoder_line = f"test_adapter.py:{Encoder.__call__.__code__.co_firstlineno + 1}"
+    docs = {n.name: n.doc_string for n in model.graph.node}
+    assert encoder_line in docs["encoder/layers/0/Gemm"] and encoder_line in docs["encoder/norms/first/LayerNormalization"]
+    assert all(doc.startswith(__file__) for doc in docs.values()), docs  # no equinox or jax2onnx_nn frame
 
 
 def test_export_runs_in_inference_mode_on_a_copy() -> None:

@@ -23,7 +23,7 @@ def _check(reference: Any, model: onnx.ModelProto, specs: list[Any], sizes: dict
 def test_mlp_is_one_gemm_per_linear(tmp_path: Any) -> None:
     model = eqx_mlp.main(str(tmp_path / "mlp.onnx"))
     _check(jax.vmap(eqx.nn.inference_mode(eqx_mlp.Classifier(jax.random.key(0)))), model, [("B", 784)], {"B": [1, 9]})
-    assert node_ops(model)[:5] == ["Gemm", "Max", "Gemm", "Max", "Gemm"]
+    assert node_ops(model)[:5] == ["Gemm", "Relu", "Gemm", "Relu", "Gemm"]
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "B"
 
 

@@ -13,7 +13,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jax2onnx_nn.flax.coarse import ACTIVATIONS
+from jax2onnx_nn.core.jax_nn import ACTIVATIONS
 from tests.flax.helpers import assert_module_matches, node_ops
 
 SMALL = settings(max_examples=5)

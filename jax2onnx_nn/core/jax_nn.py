@@ -1,0 +1,300 @@
+"""``jax.nn`` functions as coarse ONNX ops, in every export (with or without a framework).
+
+While an export runs, the activations of ``jax.nn`` (``relu``, ``gelu``, ``softmax``, ...) and
+``jax.nn.dot_product_attention`` are patched: a call the table models binds one coarse
+primitive, lowered to one ONNX op (``Relu``, ``Gelu``, ``Softmax``) or the attention core
+(MatMul / Softmax / MatMul), and any other call (an unknown keyword, a dtype onnxruntime has no
+exact kernel for, ``where=``) runs the original and is lowered op by op.
+
+Functions captured before the export (``eqx.nn.MLP(activation=jax.nn.gelu)``,
+``self.act = nnx.relu``) are not reached through the namespace: adapters swap them for the
+patched version on the export's own copy of the model with :func:`substitute`. One patched
+function serves every namespace an original is reachable through (``nnx.relu is jax.nn.relu``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.patching import (
+    CoarseCall,
+    ExportOptions,
+    Handler,
+    NotApplicable,
+    Operands,
+    Prepared,
+    coarse_lowering,
+    coarse_wrapper,
+    is_array,
+    patch,
+)
+
+MakeWrapper = Callable[[Any], Any]
+
+_F32 = frozenset({np.dtype(np.float32)})
+_F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def _cast(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype) -> ir.Value:
+    value = ops[role]
+    if onnx_aval(ops.aval(role))[0] == dtype:
+        return value
+    return ctx.op.Cast(value, to=ir_dtype(dtype))
+
+
+# -- attention: jax.nn.dot_product_attention (what nnx.MultiHeadAttention calls) -----------
+
+def _attention_handler(original: Callable[..., Any]) -> Handler:
+    signature = inspect.signature(original)
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return NotApplicable
+        return _attention_call(bound.arguments)
+
+    return handler
+
+
+def _attention_call(a: dict[str, Any]) -> Any:
+    q, k, v, bias, mask = (a.get(n) for n in ("query", "key", "value", "bias", "mask"))
+    if not all(is_array(t) and t.ndim == 4 for t in (q, k, v)):
+        return NotApplicable
+    if any(t is not None and not (is_array(t) and t.ndim == 4) for t in (bias, mask)):
+        return NotApplicable
+    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32 or q.shape[2] != k.shape[2]:
+        return NotApplicable  # grouped heads and low precision: lax path
+    if mask is not None and mask.dtype != np.bool_:
+        return NotApplicable
+    for name in ("query_seq_lengths", "key_value_seq_lengths", "local_window_size"):
+        if a.get(name) is not None:
+            return NotApplicable
+    if a.get("implementation") not in (None, "xla") or a.get("return_residual", False):
+        return NotApplicable
+    scale = a.get("scale")
+    head_dim = q.shape[-1]
+    if scale is None:
+        if jxi.is_symbolic_dim(head_dim):
+            return NotApplicable
+        scale = 1.0 / np.sqrt(head_dim)
+    if not isinstance(scale, (int, float)):
+        return NotApplicable
+    inputs = {"query": q, "key": k, "value": v}
+    if bias is not None:
+        inputs["bias"] = bias
+    if mask is not None:
+        inputs["mask"] = mask
+    return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))})
+
+
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where"), covers=("jax.nn.dot_product_attention",))
+def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
+    dtype = np.dtype(np.float32)
+    q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
+    k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
+    v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
+    logits = ctx.op.Mul(ctx.op.MatMul(q, k), ctx.const(np.float32(scale)))
+    if "bias" in ops:
+        logits = ctx.op.Add(logits, _cast(ctx, ops, "bias", dtype))
+    keep = ops["mask"] if "mask" in ops else None
+    if is_causal:
+        t, s = ops.aval("query").shape[1], ops.aval("key").shape[1]
+        rows = ctx.op.Unsqueeze(_arange(ctx, t), ctx.const([1], dtype=np.int64))
+        causal = ctx.op.LessOrEqual(_arange(ctx, s), rows)  # [T, S]: key position <= query position
+        keep = causal if keep is None else ctx.op.And(keep, causal)
+    if keep is not None:
+        large_negative = np.float32(-0.7 * np.finfo(np.float32).max)
+        logits = ctx.op.Where(keep, logits, ctx.const(large_negative))
+    probs = ctx.op.Softmax(logits, axis=-1)
+    return ctx.op.Transpose(ctx.op.MatMul(probs, v), perm=[0, 2, 1, 3])
+
+
+def _arange(ctx: LoweringContext, n: Any) -> ir.Value:
+    if not jxi.is_symbolic_dim(n):
+        return ctx.const(np.arange(int(n), dtype=np.int64))
+    limit = ctx.op.Squeeze(ctx.dim(n), ctx.const([0], dtype=np.int64))
+    return ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64))
+
+
+# -- activations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation: its keyword config (name -> default), its ONNX rule and the ops it emits."""
+
+    config: dict[str, Any]
+    rule: Callable[..., Any]
+    onnx_ops: tuple[str, ...]
+    dtypes: frozenset[np.dtype] = _F32_F64
+    min_opset: int = 1
+
+
+def _op(op_type: str, **attrs: Any) -> Callable[..., Any]:
+    return lambda ctx, x, **_: getattr(ctx.op, op_type)(x, **attrs)
+
+
+def _gelu(ctx: LoweringContext, x: ir.Value, *, approximate: bool) -> Any:
+    return ctx.op.Gelu(x, approximate="tanh" if approximate else "none")
+
+
+def _clip(low: float, high: float) -> Callable[..., Any]:
+    def rule(ctx: LoweringContext, x: ir.Value, **_: Any) -> Any:
+        dtype = x.dtype.numpy() if x.dtype is not None else np.float32
+        return ctx.op.Clip(x, ctx.const(low, dtype=dtype), ctx.const(high, dtype=dtype))
+
+    return rule
+
+
+# dtypes: where onnxruntime has a kernel that matches JAX (measured: no float64 kernel for
+# Elu, Selu, LeakyRelu, Softplus, HardSigmoid; float64 Gelu and LogSoftmax lose precision).
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": Activation({}, _op("Relu"), ("Relu",)),
+    "sigmoid": Activation({}, _op("Sigmoid"), ("Sigmoid",)),
+    "gelu": Activation({"approximate": True}, _gelu, ("Gelu",), dtypes=_F32, min_opset=20),
+    "silu": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")),
+    "swish": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")),
+    "softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.Softmax(x, axis=axis), ("Softmax",)),
+    "log_softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.LogSoftmax(x, axis=axis), ("LogSoftmax",), dtypes=_F32),
+    "elu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Elu(x, alpha=alpha), ("Elu",), dtypes=_F32),
+    "celu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Celu(x, alpha=alpha), ("Celu",), dtypes=_F32),
+    "selu": Activation({}, _op("Selu"), ("Selu",), dtypes=_F32),
+    "leaky_relu": Activation({"negative_slope": 0.01}, lambda ctx, x, *, negative_slope: ctx.op.LeakyRelu(x, alpha=negative_slope), ("LeakyRelu",), dtypes=_F32),
+    "softplus": Activation({}, _op("Softplus"), ("Softplus",), dtypes=_F32),
+    "mish": Activation({}, _op("Mish"), ("Mish",), dtypes=_F32, min_opset=18),
+    "hard_sigmoid": Activation({}, _op("HardSigmoid", alpha=1.0 / 6.0, beta=0.5), ("HardSigmoid",), dtypes=_F32),
+    "hard_silu": Activation({}, _op("HardSwish"), ("HardSwish",), dtypes=_F32),
+    "hard_swish": Activation({}, _op("HardSwish"), ("HardSwish",), dtypes=_F32),
+    "hard_tanh": Activation({}, _clip(-1.0, 1.0), ("Clip",)),
+    "relu6": Activation({}, _clip(0.0, 6.0), ("Clip",)),
+}
+
+
+def _activation_handler(name: str, activation: Activation, original: Callable[..., Any]) -> Handler:
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        if signature is None:
+            return NotApplicable
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return NotApplicable
+        values = list(bound.arguments.values())
+        x, given = values[0], dict(list(bound.arguments.items())[1:])
+        if not is_array(x) or np.dtype(x.dtype) not in activation.dtypes or set(given) - set(activation.config):
+            return NotApplicable
+        config = {**activation.config, **given}
+        if config.get("where", None) is not None:
+            return NotApplicable
+        config.pop("where", None)
+        if "axis" in config:
+            axis = config["axis"]
+            if not isinstance(axis, int) or isinstance(axis, bool) or x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+                return NotApplicable
+            config["axis"] = axis - x.ndim if axis >= 0 else axis  # counted from the end: vmap adds dims in front
+        if any(isinstance(v, bool) is False and not isinstance(v, (int, float)) for v in config.values()):
+            return NotApplicable
+        return CoarseCall(f"jax_nn_{name}", inputs={"x": x}, params={k: _plain_number(v) for k, v in config.items()})
+
+    return handler
+
+
+def _plain_number(v: Any) -> Any:
+    return v if isinstance(v, bool) else float(v) if isinstance(v, float) else int(v) if isinstance(v, int) else v
+
+
+def _register_activation(name: str, activation: Activation) -> None:
+    def rule(ctx: LoweringContext, ops: Operands, **config: Any) -> Any:
+        x = ops["x"]
+        if "axis" in config:  # a negative axis (see the handler): right under vmap too
+            return activation.rule(ctx, x, **config)
+        producer = x.producer()
+        if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
+            # elementwise: act before the layout transpose, so the next coarse op can undo it
+            return ctx.op.Transpose(activation.rule(ctx, producer.inputs[0], **config), perm=list(producer.attributes["perm"].value))
+        return activation.rule(ctx, x, **config)
+
+    coarse_lowering(f"jax_nn_{name}", onnx_ops=activation.onnx_ops, min_opset=activation.min_opset, covers=(f"jax.nn.{name}",))(rule)
+    jxi.rebind_under_vmap(f"jax_nn_{name}")  # the rules act on the trailing dims only
+
+
+for _name, _activation in ACTIVATIONS.items():
+    _register_activation(_name, _activation)
+
+
+# -- the patches ---------------------------------------------------------------------------
+
+_PATCHED: dict[int, tuple[Any, Any]] = {}
+"""id(original function) -> (original, patched), filled while an export's patches are applied."""
+
+
+def shared(handler_for: Callable[[Any], Handler]) -> MakeWrapper:
+    """A ``make_wrapper`` for :func:`patch` of a function: one patched function per original
+    (``coarse_wrapper(handler_for(original))``), whatever namespace it is reached through, so
+    that :func:`substitute` finds it for a captured original."""
+
+    def make(original: Any) -> Any:
+        if id(original) not in _PATCHED:
+            _PATCHED[id(original)] = (original, coarse_wrapper(handler_for(original))(original))
+        return _PATCHED[id(original)][1]
+
+    return make
+
+
+def namespace_patches(namespace: Any) -> list[tuple[Any, str, MakeWrapper]]:
+    """(namespace, name, make_wrapper) for each function of the table ``namespace`` holds
+    (``jax.nn``, or a framework's re-export of it such as ``flax.nnx``)."""
+    result: list[tuple[Any, str, MakeWrapper]] = []
+    for name, activation in ACTIVATIONS.items():
+        if callable(getattr(namespace, name, None)):
+            result.append((namespace, name, shared(functools.partial(_activation_handler, name, activation))))
+    if callable(getattr(namespace, "dot_product_attention", None)):
+        result.append((namespace, "dot_product_attention", shared(_attention_handler)))
+    return result
+
+
+def substitute(value: Any) -> Any:
+    """``value`` with a captured original function (also inside a ``functools.partial``)
+    replaced by its patched version, while an export runs; ``value`` itself otherwise."""
+    hit = _PATCHED.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    if isinstance(value, functools.partial):
+        func = substitute(value.func)
+        if func is not value.func:
+            return functools.partial(func, *value.args, **value.keywords)
+    return value
+
+
+@contextlib.contextmanager
+def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
+    """The adapter of ``jax.nn`` (see ``core/patching.py``): its patches, for every export
+    (an exported ``jax.nn.gelu`` itself is one of the captured functions)."""
+    if not options.coarse_ops:
+        yield prepared
+        return
+    with contextlib.ExitStack() as stack:
+        stack.callback(_PATCHED.clear)
+        for owner, name, make_wrapper in namespace_patches(jax.nn):
+            stack.enter_context(patch(owner, name, make_wrapper))
+        yield Prepared(substitute(prepared.fn), prepared.const_names)
+
+
+__all__ = ["ACTIVATIONS", "Activation", "export_session", "namespace_patches", "shared", "substitute"]

@@ -1,0 +1,98 @@
+"""``jax.nn`` activations and attention as coarse ops in plain JAX exports (core/jax_nn.py):
+one ONNX op per call, under ``jax.vmap`` too, and the lax path for what the op does not model."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from jax2onnx_nn import to_onnx
+from jax2onnx_nn.core.jax_nn import ACTIVATIONS
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types
+
+ELEMENTWISE = sorted(name for name, a in ACTIVATIONS.items() if "axis" not in a.config)
+
+
+def _floats(dtype, shape):
+    # no subnormals: XLA on CPU flushes them to zero, onnxruntime does not
+    return hnp.arrays(dtype, shape, elements=st.floats(-8, 8, width=np.finfo(dtype).bits, allow_subnormal=False))
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+@given(data=st.data())
+def test_elementwise_activation_is_its_onnx_op(name, data):
+    activation = ACTIVATIONS[name]
+    dtype = data.draw(st.sampled_from(sorted(activation.dtypes, key=str)))
+    x = data.draw(_floats(dtype, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)))
+    model = assert_exports_match_on(getattr(jax.nn, name), x)
+    if x.size:  # an empty input may fold to a constant
+        assert set(op_types(model)) <= set(activation.onnx_ops) | {"Cast"}, op_types(model)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@given(data=st.data())
+def test_softmax_axes_under_vmap(name, data):
+    """A positive axis inside ``jax.vmap`` still names the per-example axis."""
+    shape = data.draw(hnp.array_shapes(min_dims=2, max_dims=3, min_side=1, max_side=4))
+    in_axis = data.draw(st.integers(0, len(shape) - 1))
+    axis = data.draw(st.integers(-(len(shape) - 1), len(shape) - 2))
+    fn = jax.vmap(lambda v: getattr(jax.nn, name)(v, axis=axis), in_axes=in_axis)
+    model = assert_exports_match_on(fn, data.draw(_floats(np.float32, shape)))
+    assert ACTIVATIONS[name].onnx_ops[0] in op_types(model)
+
+
+def test_vmapped_activation_stays_one_op_with_a_symbolic_batch():
+    fn = jax.vmap(jax.vmap(lambda v: jax.nn.gelu(v, approximate=False)))
+    model = assert_exports_match(fn, [("B", 3, 5)], sizes={"B": [1, 4]})
+    assert op_types(model) == ["Gelu"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "B"
+
+
+@pytest.mark.parametrize(
+    "call, expected",
+    [
+        (lambda x: jax.nn.relu(x), ["Relu"]),
+        (lambda x: jax.nn.softmax(x, axis=0), ["Softmax"]),
+        (lambda x: jax.nn.leaky_relu(x, 0.3), ["LeakyRelu"]),
+        (lambda x: jax.nn.softmax(x, where=x > 0), None),  # where=: the lax path
+        (lambda x: jax.nn.gelu(x.astype(jnp.float16)).astype(jnp.float32), None),  # no exact float16 kernel
+    ],
+)
+def test_calls_the_op_does_not_model_take_the_lax_path(call, expected):
+    model = assert_exports_match(call, [(3, 5)], rtol=1e-3 if expected is None else None, atol=1e-3 if expected is None else None)
+    if expected is not None:
+        assert op_types(model) == expected
+    else:
+        assert len(op_types(model)) > 1
+
+
+def test_coarse_ops_false_exports_lax_ops():
+    model = to_onnx(jax.nn.softmax, [(2, 5)], coarse_ops=False)
+    assert "Softmax" not in op_types(model) and "ReduceMax" in op_types(model)
+
+
+def test_patches_are_undone_after_an_export():
+    original = jax.nn.gelu
+    to_onnx(jax.nn.gelu, [(4,)])
+    assert jax.nn.gelu is original
+
+
+@given(data=st.data())
+def test_dot_product_attention_in_a_plain_function(data):
+    b, t, s, n, h = (data.draw(st.integers(1, 4)) for _ in range(5))
+    causal = data.draw(st.booleans()) and t == s
+    with_mask = data.draw(st.booleans())
+    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, n, h), (b, s, n, h)))
+    mask = data.draw(hnp.arrays(np.bool_, (b, n, t, s)))
+    mask[..., 0] = True  # every query attends to at least one key (else JAX and ONNX both average)
+
+    def attend(q, k, v, mask):
+        return jax.nn.dot_product_attention(q, k, v, mask=mask if with_mask else None, is_causal=causal)
+
+    model = assert_exports_match_on(attend, q, k, v, mask, rtol=1e-5, atol=1e-6)
+    assert "Softmax" in op_types(model) and "ReduceMax" not in op_types(model)
