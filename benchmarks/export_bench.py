@@ -28,8 +28,11 @@ MODELS: dict[str, tuple[str, str]] = {
     "gpt2_124m": ("benchmarks.models", "gpt2_124m"),
     "gpt2_small_lax": ("benchmarks.models", "gpt2_small_lax"),
     "gpt2_124m_lax": ("benchmarks.models", "gpt2_124m_lax"),
+    "eqx_mlp": ("benchmarks.models", "eqx_mlp"),
+    "eqx_transformer": ("benchmarks.models", "eqx_transformer"),
+    "eqx_vit": ("benchmarks.models", "eqx_vit"),
 }
-DEFAULT = ["jax_mlp", "flax_mlp", "cnn", "gpt2_small", "gpt2_small_lax"]
+DEFAULT = ["jax_mlp", "flax_mlp", "cnn", "gpt2_small", "gpt2_small_lax", "eqx_mlp", "eqx_transformer", "eqx_vit"]
 
 
 def _median_ms(run: Any, repeat: int) -> float:

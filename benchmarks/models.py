@@ -65,3 +65,27 @@ def gpt2_small_lax() -> tuple[Any, list[Any], dict[str, Any]]:
 
 def gpt2_124m_lax() -> tuple[Any, list[Any], dict[str, Any]]:
     return _gpt2("124m", auto_functions=False, coarse_ops=False)
+
+
+def _vmapped_eqx(module_name: str, factory: str, inputs: list[Any], **options: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+    """An Equinox example batched with ``jax.vmap`` over a symbolic B, in inference mode."""
+    import equinox as eqx
+
+    model = getattr(importlib.import_module(module_name), factory)(jax.random.key(0))
+    return jax.vmap(eqx.nn.inference_mode(model)), inputs, options
+
+
+def eqx_mlp() -> tuple[Any, list[Any], dict[str, Any]]:
+    return _vmapped_eqx("examples.eqx_mlp", "Classifier", [("B", 784)])
+
+
+def eqx_transformer() -> tuple[Any, list[Any], dict[str, Any]]:
+    transformer = importlib.import_module("examples.eqx_transformer")
+    return _vmapped_eqx(
+        "examples.eqx_transformer", "TransformerBlock", [("B", transformer.SEQUENCE, transformer.WIDTH)], opset=23
+    )
+
+
+def eqx_vit() -> tuple[Any, list[Any], dict[str, Any]]:
+    vit = importlib.import_module("examples.eqx_vit")
+    return _vmapped_eqx("examples.eqx_vit", "VisionTransformer", [("B", vit.CHANNELS, vit.IMAGE, vit.IMAGE)])
