@@ -83,7 +83,7 @@ def run_demo(out_dir: str = "out") -> int:
         start = time.perf_counter()
         model = to_onnx(model_fn, demo.inputs, path=path, **demo.options)
         seconds = time.perf_counter() - start
-        report = verify(model_fn, model, demo.inputs, sizes=demo.sizes)
+        report = verify(model_fn, model, demo.inputs, sizes=demo.sizes, jit=True)
         status = "verified" if report.ok else "MISMATCH"
         print(f"== {demo.name}: {path} (exported in {seconds:.2f}s, {status} vs JAX, max abs err {report.max_abs:.2g})")
         print(_summary(model))

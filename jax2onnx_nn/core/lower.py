@@ -235,6 +235,14 @@ class LoweringContext:
             return self.dim(dims[0])
         return self.op.Concat(*[self.dim(d) for d in dims], axis=0)
 
+    def zeros(self, aval: Any) -> ir.Value:
+        """Zeros of an aval's dtype and (possibly symbolic) shape: a constant when small and
+        static, else one ``ConstantOfShape`` (no large constant in the file)."""
+        dtype, shape = onnx_aval(aval)
+        if not any(jxi.is_symbolic_dim(d) for d in shape) and int(np.prod(shape, dtype=np.int64)) <= 16:
+            return self.const(np.zeros(shape, dtype))
+        return self.op.ConstantOfShape(self.shape_tensor(shape), value=ir.tensor(np.zeros(1, dtype)))
+
     def derived_weight(
         self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
     ) -> ir.Value:

@@ -164,6 +164,18 @@ def run_onnx(model: onnx.ModelProto | str | os.PathLike[str] | bytes, flat_input
     return session.run(None, feeds)
 
 
+def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -> Any:
+    """``fn(*args, **kwargs)``, compiled with ``jax.jit`` if asked (one XLA program instead of
+    one per op: much faster for real models) and it can be (a reference that needs concrete
+    values runs op by op)."""
+    if not jit:
+        return fn(*args, **kwargs)
+    try:
+        return jax.jit(fn)(*args, **kwargs)
+    except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError):
+        return fn(*args, **kwargs)
+
+
 def verify(
     fn: Callable[..., Any],
     model: onnx.ModelProto | str | os.PathLike[str],
@@ -178,6 +190,7 @@ def verify(
     input_values: Sequence[Any] | None = None,
     on_run: Callable[[VerifyRun, list[Any], list[np.ndarray], list[np.ndarray]], None] | None = None,
     training: bool = False,
+    jit: bool = False,
 ) -> VerifyReport:
     """Run ``model`` in onnxruntime and ``fn`` in JAX on the same random inputs and compare.
 
@@ -196,6 +209,9 @@ def verify(
             and the JAX outputs (for diffs that need the arrays themselves).
         training: as for ``to_onnx``: modules are compared in the mode they were exported in
             (inference by default), on a copy; the module itself is not changed.
+        jit: run ``fn`` compiled by ``jax.jit`` (several times faster on real models). Off by
+            default: XLA compiles whole programs, and a rare program (a jitted philox4x32 key
+            stream, on jax 0.10) never finishes compiling, where op by op it runs.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok``, ``report.max_abs``, ``report.max_rel``;
@@ -227,7 +243,7 @@ def verify(
             args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
             # the reference is what was exported: modules in the same (inference) mode
             with export_session(fn, ExportOptions(training=training, coarse_ops=False)) as prepared:
-                expected = jax.tree_util.tree_leaves(prepared.fn(*args, **kwargs))
+                expected = jax.tree_util.tree_leaves(_reference_call(prepared.fn, args, kwargs, jit))
             actual = run_onnx(model, flat)
             outputs = [
                 compare(f"out_{j}", a, _as_numpy(e), rtol, atol)

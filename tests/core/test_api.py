@@ -257,3 +257,19 @@ def test_key_input_becomes_uint32_data():
     model = to_onnx(lambda k: jax.random.key_data(k), [key])
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT32
     assert _dims(model.graph.input[0]) == [2]
+
+
+def test_verify_can_compile_the_reference():
+    def f(x):
+        return jnp.tanh(x) @ x.T
+
+    model = to_onnx(f, [("B", 4)])
+    eager = verify(f, model, [("B", 4)], sizes={"B": [1, 3]})
+    compiled = verify(f, model, [("B", 4)], sizes={"B": [1, 3]}, jit=True)
+    assert eager.ok and compiled.ok and compiled.max_abs == pytest.approx(eager.max_abs, abs=1e-6)
+
+    def needs_values(x):  # a reference jax.jit cannot compile runs op by op
+        return x * float(jnp.max(x) > 0)
+
+    model = to_onnx(lambda x: x * (jnp.max(x) > 0).astype(x.dtype), [(4,)])
+    verify(needs_values, model, [(4,)], jit=True).raise_if_failed()

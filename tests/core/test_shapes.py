@@ -509,3 +509,12 @@ def test_every_rule_at_the_opset_bounds(opset):
         return lax.dynamic_slice_in_dim(z, i, 2), jnp.expand_dims(z, 0).T
 
     assert_exports_match(pipeline, [("B", 3), (1, 3), ((), "int32")], sizes=SIZES, opset=opset)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_])
+def test_empty_buffers_are_zeros_of_their_shape(dtype):
+    """``lax.empty`` (scan buffers of newer JAX) has unspecified contents; XLA and we give zeros.
+    A symbolic shape becomes one ConstantOfShape, not a constant in the file."""
+    model = assert_exports_match(lambda x: jax.lax.empty((x.shape[0], 40), dtype), [("B", 3)], sizes={"B": [1, 5]})
+    assert [n.op_type for n in model.graph.node][-1] == "ConstantOfShape"
+    assert_exports_match(lambda x: x + jax.lax.empty((), np.float32), [(2,)])

@@ -17,7 +17,7 @@ from tests.equinox.helpers import all_ops, initializer_names, node_ops
 
 def _check(reference: Any, model: onnx.ModelProto, specs: list[Any], sizes: dict[str, list[int]], **options: Any) -> None:
     onnx.checker.check_model(model, full_check=True)
-    verify(reference, model, specs, sizes=sizes, **options).raise_if_failed()
+    verify(reference, model, specs, sizes=sizes, jit=True, **options).raise_if_failed()
 
 
 def test_mlp_is_one_gemm_per_linear(tmp_path: Any) -> None:

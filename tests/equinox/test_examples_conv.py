@@ -44,7 +44,7 @@ def _first_dims(model: onnx.ModelProto, op_types: set[str]) -> set[str]:
 
 def _check(reference: Any, model: onnx.ModelProto, specs: list[Any]) -> None:
     onnx.checker.check_model(model, full_check=True)
-    verify(reference, model, specs, sizes=SIZES).raise_if_failed()
+    verify(reference, model, specs, sizes=SIZES, jit=True).raise_if_failed()
 
 
 def _batch_dims(values: Any) -> list[str]:

@@ -71,7 +71,7 @@ def vit_onnx(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
 def test_vit_matches_jax(vit: eqx_vit.VisionTransformer, vit_onnx: onnx.ModelProto) -> None:
     onnx.checker.check_model(vit_onnx, full_check=True)
     spec = [("B", eqx_vit.CHANNELS, eqx_vit.IMAGE, eqx_vit.IMAGE)]
-    verify(_batched(vit), vit_onnx, spec, sizes={"B": [1, 3]}).raise_if_failed()
+    verify(_batched(vit), vit_onnx, spec, sizes={"B": [1, 3]}, jit=True).raise_if_failed()
     assert _batch_dims(vit_onnx) == ["B", "B"]
 
 
@@ -102,7 +102,7 @@ def bert_onnx(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
 def test_bert_matches_jax(bert: eqx_bert.BertClassifier, bert_onnx: onnx.ModelProto, batch: int, padded: bool) -> None:
     inputs = eqx_bert.example_batch(batch, padded=padded, seed=batch)
     assert (inputs[1] == 0).any() == padded
-    report = verify(_batched(bert), bert_onnx, eqx_bert.BATCHED_INPUTS, input_values=inputs)
+    report = verify(_batched(bert), bert_onnx, eqx_bert.BATCHED_INPUTS, input_values=inputs, jit=True)
     report.raise_if_failed()
 
 

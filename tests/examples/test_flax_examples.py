@@ -37,7 +37,7 @@ def test_readme_functions(tmp_path: Path) -> None:
 def test_cnn() -> None:
     module = flax_cnn.CNN(rngs=nnx.Rngs(0))
     model = to_onnx(module, flax_cnn.IMAGES)
-    verify(mode_copy(module), model, flax_cnn.IMAGES, sizes={"B": [1, 5]}).raise_if_failed()
+    verify(mode_copy(module), model, flax_cnn.IMAGES, sizes={"B": [1, 5]}, jit=True).raise_if_failed()
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("Conv") == 2 and ops.count("BatchNormalization") == 2 and ops.count("AveragePool") == 2
     assert ops.count("Transpose") == 2  # in and out of channels-first once
@@ -50,14 +50,14 @@ def test_gpt2_small(tied_head: bool) -> None:
     module = flax_gpt2.GPT(config, rngs=nnx.Rngs(0))
     sizes = {"B": [1, 3], "T": [config.block_size, 5]}
     model = to_onnx(module, flax_gpt2.TOKENS, auto_functions=True)
-    verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes=sizes).raise_if_failed()
+    verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes=sizes, jit=True).raise_if_failed()
     assert sorted(f.name for f in model.functions) == ["Block", "CausalSelfAttention", "MLP"]
     assert [n.op_type for n in model.graph.node if n.domain == DOMAIN] == ["Block"] * config.n_layer
     dims = [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["B", "T"]
     plain = to_onnx(module, flax_gpt2.TOKENS)
     lax_level = to_onnx(module, flax_gpt2.TOKENS, coarse_ops=False)
-    verify(mode_copy(module), lax_level, flax_gpt2.TOKENS, sizes=sizes).raise_if_failed()
+    verify(mode_copy(module), lax_level, flax_gpt2.TOKENS, sizes=sizes, jit=True).raise_if_failed()
     assert _node_count(model) < len(plain.graph.node) < len(lax_level.graph.node) / 2
 
 
@@ -68,7 +68,7 @@ def test_gpt2_124m() -> None:
     model = to_onnx(module, flax_gpt2.TOKENS, auto_functions=True)
     export_seconds = time.perf_counter() - start
     assert sorted(f.name for f in model.functions) == ["Block", "CausalSelfAttention", "MLP"]
-    report = verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes={"B": [1, 2], "T": [64, 17]}, rtol=1e-4, atol=1e-4)
+    report = verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes={"B": [1, 2], "T": [64, 17]}, rtol=1e-4, atol=1e-4, jit=True)
     report.raise_if_failed()
     lax_level = to_onnx(module, flax_gpt2.TOKENS, coarse_ops=False)
     assert _node_count(model) < len(lax_level.graph.node) / 5

@@ -33,7 +33,7 @@ def _all_ops(model: onnx.ModelProto) -> list[str]:
 def _check(module: nnx.Module, specs: list, sizes: dict, **options: object) -> onnx.ModelProto:
     model = to_onnx(module, specs, **options)
     onnx.checker.check_model(model, full_check=True)
-    verify(mode_copy(module), model, specs, sizes=sizes).raise_if_failed()
+    verify(mode_copy(module), model, specs, sizes=sizes, jit=True).raise_if_failed()
     return model
 
 

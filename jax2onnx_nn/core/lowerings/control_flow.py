@@ -237,19 +237,12 @@ def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, revers
     consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]
     symbolic = jxi.is_symbolic_dim(length)
     if not symbolic and int(length) == 0:
-        return [*init, *[_empty(ctx, aval) for aval in ctx.avals_out[num_carry:]]]
+        return [*init, *[ctx.zeros(aval) for aval in ctx.avals_out[num_carry:]]]
     if xs and not symbolic:
         return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse)
     # ONNX Scan fails on an empty sequence in onnxruntime, and a length that is a symbolic dim
     # may be 0 at run time; a Loop with a trip count runs 0 times correctly.
     return _scan_as_loop(ctx, jaxpr, consts, init, xs, length, reverse)
-
-
-def _empty(ctx: LoweringContext, aval: Any) -> ir.Value:
-    dtype, shape = onnx_aval(aval)
-    if not any(jxi.is_symbolic_dim(d) for d in shape):
-        return ctx.const(np.zeros(shape, dtype))
-    return ctx.op.ConstantOfShape(ctx.shape_tensor(shape), value=np.zeros(1, dtype))
 
 
 def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool) -> list[ir.Value]:

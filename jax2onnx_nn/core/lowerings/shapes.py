@@ -373,6 +373,19 @@ def _iota(ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimens
     return _expand(ctx, view, target)
 
 
+@lowering("empty", onnx_ops=("ConstantOfShape",))
+def _empty(ctx: LoweringContext, *dyn: ir.Value, **_: object) -> ir.Value:
+    """An uninitialised buffer (``jnp.empty``, scan buffers of newer JAX): zeros."""
+    if dyn:
+        raise NotImplementedError("empty with dynamic (run-time) shape operands")
+    return ctx.zeros(ctx.aval_out)
+
+
+@lowering("empty2", onnx_ops=("Constant",))
+def _empty_scalar(ctx: LoweringContext, **_: object) -> ir.Value:
+    return ctx.zeros(ctx.aval_out)
+
+
 @lowering("dim_as_value", onnx_ops=("Squeeze", "Cast"))
 def _dim_as_value(ctx: LoweringContext, *, dim: Any, **_: object) -> ir.Value:
     value = ctx.op.Squeeze(ctx.dim(dim), _ints(ctx, [0]))
