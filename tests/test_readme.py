@@ -59,6 +59,12 @@ def test_support_table_lists_modules_with_their_coarse_ops():
         assert any(line.startswith(f"| `{row.target}` |") and line.endswith(f"| {expected} |") for line in table.splitlines()), row
 
 
+def test_every_example_is_listed():
+    readme = (ROOT / "README.md").read_text()
+    examples = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != "__init__.py")
+    assert [name for name in examples if f"`examples/{name}`" not in readme] == []
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "<!-- test-command -->" in ci
