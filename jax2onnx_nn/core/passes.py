@@ -1,15 +1,113 @@
-"""Clean-up after lowering: dead nodes, common subexpressions, and types for every value."""
+"""Clean-up after lowering: exact constant folding, dead nodes, common subexpressions, and
+types for every value."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common
+from onnx.reference import ReferenceEvaluator
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
 
 
+# Ops whose result on constants is exact whatever the dtype (they move or select elements)...
+_MOVING_OPS = frozenset({
+    "Gather", "GatherElements", "GatherND", "Slice", "Reshape", "Unsqueeze", "Squeeze", "Expand",
+    "Concat", "Transpose", "Where", "Identity", "Flatten",
+})
+# ...and ops that are exact on integers and bools only (float arithmetic is left to the runtime:
+# its rounding is the runtime's, and folding must not change a number).
+_INTEGER_OPS = frozenset({
+    "Add", "Sub", "Mul", "Neg", "Abs", "Min", "Max", "Clip", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "Equal", "And", "Or", "Xor", "Not", "Range", "Cast",
+})
+_FOLD_GROWTH_BYTES = 1024  # a folded result may be larger than its inputs by this much (iota: a Range)
+_SHARED_WEIGHT_BYTES = 1 << 16  # above this, a weight also read elsewhere is not folded into a copy
+
+
+def _exact_dtype(dtype: ir.DataType | None) -> bool:
+    return dtype is not None and (dtype.is_integer() or dtype == ir.DataType.BOOL)
+
+
+def fold_constants(model: ir.Model) -> int:
+    """Replace main-graph nodes whose inputs are all initializers by initializers holding their
+    result, for ops whose result is exact (element moves and selections of any dtype,
+    integer and bool arithmetic). Index computations on constant positions (embedding
+    lookups of ``arange`` positions, clamps of constant indices) disappear. A result is not
+    folded when it would be more than 1 KiB larger than its inputs (a long ``Range`` stays a
+    node), nor when it is large and a large input is also read elsewhere (a weight would be
+    stored twice). A rearranged weight keeps the weight's name. Returns the number folded."""
+    graph = model.graph
+    outputs = {id(v) for v in graph.outputs}
+    opset = model.opset_imports.get("", 21)
+    folded = 0
+    for node in list(graph):
+        if node.domain != "" or node.op_type not in _MOVING_OPS | _INTEGER_OPS or not node.inputs:
+            continue
+        inputs = [v for v in node.inputs if v is not None]
+        if not all(v.const_value is not None and v.producer() is None and v.name in graph.initializers for v in inputs):
+            continue
+        if any(id(out) in outputs for out in node.outputs) or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        if node.op_type in _INTEGER_OPS and not all(_exact_dtype(v.dtype) for v in (*inputs, out)):
+            continue
+        result = _evaluate(node, opset)
+        if result is None or result.nbytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
+            continue
+        if result.nbytes > _SHARED_WEIGHT_BYTES and any(len(v.uses()) > 1 for v in inputs if v.const_value.nbytes > _SHARED_WEIGHT_BYTES):
+            continue  # a large weight read elsewhere too: folding would store it twice
+        name = out.name
+        source = node.inputs[0]
+        if node.op_type in _MOVING_OPS and source is not None and len(source.uses()) == 1 and source.name:
+            # a rearranged weight keeps the weight's name (``bn.mean``); the original is dropped
+            name, source.name = source.name, _unused_name(graph, f"{source.name}/original")
+        constant = ir.Value(name=None, shape=ir.Shape(result.shape), type=out.type, const_value=ir.tensor(result))
+        ir.convenience.replace_all_uses_with(out, constant)
+        graph.remove(node, safe=True)
+        if source is not None and source.name in graph.initializers and not source.uses():
+            graph.initializers.pop(source.name)
+        constant.name = name
+        graph.register_initializer(constant)
+        folded += 1
+    return folded
+
+
+def _unused_name(graph: ir.Graph, name: str) -> str:
+    candidate, i = name, 0
+    while candidate in graph.initializers:
+        i += 1
+        candidate = f"{name}_{i}"
+    return candidate
+
+
+def _evaluate(node: ir.Node, opset: int) -> np.ndarray | None:
+    """The node's result on its constant inputs, by ONNX's reference implementation; None
+    for an op, dtype or case it does not cover (the node then stays)."""
+    try:
+        proto = ir.serde.serialize_node(node)
+        names = [f"in{i}" if v is not None else "" for i, v in enumerate(node.inputs)]
+        del proto.input[:]
+        proto.input.extend(names)
+        del proto.output[:]
+        proto.output.append("out")
+        feeds = {n: v.const_value.numpy() for n, v in zip(names, node.inputs, strict=True) if v is not None}
+        inputs = [
+            onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ]
+        graph = onnx.helper.make_graph([proto], "fold", inputs, [onnx.helper.make_empty_tensor_value_info("out")])
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+        (result,) = ReferenceEvaluator(model).run(None, feeds)
+    except Exception:  # noqa: BLE001 - the reference's coverage decides, not ours
+        return None
+    return np.asarray(result)
+
+
 def cleanup(model: ir.Model) -> None:
+    fold_constants(model)
     common.RemoveUnusedNodesPass()(model)
     common.CommonSubexpressionEliminationPass()(model)
     common.RemoveUnusedNodesPass()(model)

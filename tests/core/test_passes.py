@@ -1,0 +1,66 @@
+"""Clean-up passes: exact constant folding (it must never change a number), dead nodes."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jax2onnx_nn import to_onnx
+from jax2onnx_nn.testing import assert_exports_match, op_types
+
+TABLE = np.arange(40, dtype=np.float32).reshape(10, 4) / 7.0
+
+
+@given(start=st.integers(-12, 12), length=st.integers(0, 6))
+def test_lookups_at_constant_positions_become_initializers(start, length):
+    """An embedding lookup of constant positions (clamped as JAX clamps) folds to its rows."""
+
+    def f(x):
+        positions = jnp.arange(length) + start
+        return x + jnp.take(jnp.asarray(TABLE), positions, axis=0, mode="clip").sum(axis=0)
+
+    model = assert_exports_match(f, [("B", 4)], sizes={"B": [1, 3]})
+    assert not {"Gather", "Clip", "Less", "Where"} & set(op_types(model)), op_types(model)
+
+
+def test_integer_arithmetic_on_constants_folds():
+    model = assert_exports_match(lambda x: x + (jnp.arange(5, dtype=jnp.int32) * 3 - 7), [((2, 5), "int32")])
+    assert op_types(model) == ["Add"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_arithmetic_on_constants_is_left_to_the_runtime(dtype):
+    """Folding float ops would round with numpy, not the runtime: they stay nodes."""
+    c = np.linspace(-1, 1, 5).astype(dtype)
+    model = assert_exports_match(lambda x: x * jnp.exp(jnp.asarray(c)), [((5,), dtype)], enable_double_precision=dtype == np.float64)
+    assert "Exp" in op_types(model)
+
+
+def test_a_fold_that_would_grow_the_file_is_not_made():
+    model = to_onnx(lambda x: x + jnp.broadcast_to(jnp.arange(3, dtype=jnp.int32), (512, 512, 3)), [((512, 512, 3), "int32")])
+    assert "Expand" in op_types(model)
+    assert sum(i.ByteSize() for i in model.graph.initializer) < 1024
+
+
+def test_unused_weights_after_folding_are_dropped():
+    weights = np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32)
+
+    def f(x):
+        return x + jnp.asarray(weights)[jnp.arange(3)]
+
+    model = assert_exports_match(f, [("B", 3, 8)], sizes={"B": [2]})
+    assert [int(np.prod(i.dims)) for i in model.graph.initializer] == [3 * 8]  # the rows used, not the table
+
+
+def test_a_large_weight_read_twice_is_not_stored_twice():
+    weights = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)  # 128 KiB
+
+    def f(x, i):
+        w = jnp.asarray(weights)
+        return x @ w.T, w[i]  # a transpose of the weight, and the weight itself
+
+    model = assert_exports_match(f, [(3, 256), ((), "int32")])
+    assert sum(int(np.prod(t.dims)) for t in model.graph.initializer) < 2 * weights.size
