@@ -73,6 +73,17 @@ def test_uniform_matches_jax(shape: tuple[int, ...], dtype: Any, seed: int, kind
 
 
 @few
+@given(shape=shapes, dtype=float_dtypes, seed=seeds, kind=key_kinds, part=partitionable, lower=st.floats(-3, 0.5), width=st.floats(0.1, 4))
+def test_truncated_normal_matches_jax(shape: tuple[int, ...], dtype: Any, seed: int, kind: str, part: bool, lower: float, width: float) -> None:
+    """erf_inv of a uniform draw clamped with nextafter inside (lower, upper)."""
+    tolerance = {"rtol": 1e-11, "atol": 1e-11} if dtype == np.float64 else {"rtol": 1e-5, "atol": 1e-6}
+    assert_random_matches(
+        lambda k: jax.random.truncated_normal(k, lower, lower + width, shape, dtype), [make_key(kind, seed)],
+        partitionable=part, x64=dtype == np.float64, **tolerance,
+    )
+
+
+@few
 @given(shape=shapes, dtype=float_dtypes, seed=seeds, kind=key_kinds, part=partitionable)
 def test_normal_matches_jax(shape: tuple[int, ...], dtype: Any, seed: int, kind: str, part: bool) -> None:
     # The uniform draw under erf_inv is exact (above); erf_inv's float64 lowering differs from
