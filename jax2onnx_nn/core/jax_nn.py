@@ -47,7 +47,8 @@ _F32 = frozenset({np.dtype(np.float32)})
 _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
-def _cast(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype) -> ir.Value:
+def cast_operand(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype) -> ir.Value:
+    """Operand ``role`` in ``dtype`` (a Cast only when it has another dtype)."""
     value = ops[role]
     if onnx_aval(ops.aval(role))[0] == dtype:
         return value
@@ -108,7 +109,7 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
     v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
     logits = ctx.op.Mul(ctx.op.MatMul(q, k), ctx.const(np.float32(scale)))
     if "bias" in ops:
-        logits = ctx.op.Add(logits, _cast(ctx, ops, "bias", dtype))
+        logits = ctx.op.Add(logits, cast_operand(ctx, ops, "bias", dtype))
     keep = ops["mask"] if "mask" in ops else None
     if is_causal:
         t, s = ops.aval("query").shape[1], ops.aval("key").shape[1]
@@ -297,4 +298,4 @@ def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepa
         yield Prepared(substitute(prepared.fn), prepared.const_names)
 
 
-__all__ = ["ACTIVATIONS", "Activation", "export_session", "namespace_patches", "shared", "substitute"]
+__all__ = ["ACTIVATIONS", "Activation", "cast_operand", "export_session", "namespace_patches", "shared", "substitute"]

@@ -74,12 +74,7 @@ def _out_dtype(ctx: LoweringContext) -> np.dtype:
     return onnx_aval(ctx.aval_out)[0]
 
 
-def _cast(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype) -> ir.Value:
-    """Operand ``role`` in ``dtype`` (what flax's promote_dtype does before computing)."""
-    value = ops[role]
-    if onnx_aval(ops.aval(role))[0] == dtype:
-        return value
-    return ctx.op.Cast(value, to=ir_dtype(dtype))
+_cast = jax_nn.cast_operand  # operands in the dtype flax's promote_dtype computes in
 
 
 def _cast_or_fill(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype, size: int, fill: float) -> ir.Value:
@@ -184,6 +179,14 @@ def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> 
 # -- nnx.Conv: channels-last conv as Transpose -> Conv -> Transpose ------------------------
 
 
+def _per_axis(v: Any, n: int) -> tuple[int, ...] | None:
+    """A stride or dilation option (None, an int, or one int per spatial axis) as ``n`` ints
+    >= 1; None for anything else."""
+    v = 1 if v is None else v
+    v = (v,) * n if isinstance(v, int) else tuple(v)
+    return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
+
+
 def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _one_input(args, kwargs, {"out_sharding": None})
     if x is NotApplicable or not _plain(module, nnx.Conv) or not _default_promote(module):
@@ -195,12 +198,7 @@ def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if module.conv_general_dilated is not jax.lax.conv_general_dilated:
         return NotApplicable
 
-    def broadcast(v: Any) -> tuple[int, ...] | None:
-        v = 1 if v is None else v
-        v = (v,) * n if isinstance(v, int) else tuple(v)
-        return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
-
-    strides, input_dilation, dilation = (broadcast(v) for v in (module.strides, module.input_dilation, module.kernel_dilation))
+    strides, input_dilation, dilation = (_per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation))
     if strides is None or dilation is None or input_dilation != (1,) * n:
         return NotApplicable
     pads = _conv_pads(module.padding, x.shape[1:-1], kernel_size, strides, dilation)
@@ -555,12 +553,7 @@ def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if x.ndim != n + 2 or module.mask is not None or module.preferred_element_type is not None:
         return NotApplicable
 
-    def broadcast(v: Any) -> tuple[int, ...] | None:
-        v = 1 if v is None else v
-        v = (v,) * n if isinstance(v, int) else tuple(v)
-        return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
-
-    strides, dilation = broadcast(module.strides), broadcast(module.kernel_dilation)
+    strides, dilation = _per_axis(module.strides, n), _per_axis(module.kernel_dilation, n)
     if strides is None or dilation is None:
         return NotApplicable
     padding = module.padding
