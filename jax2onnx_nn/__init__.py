@@ -10,6 +10,7 @@ from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.functions import onnx_function
 from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
 from jax2onnx_nn.core.registry import lowering, register
+from jax2onnx_nn.core.runtimes import RUNTIMES, RuntimeUnavailable
 from jax2onnx_nn.core.verify import VerifyReport, verify
 
 __version__ = "0.1.0"
@@ -21,6 +22,8 @@ __all__ = [
     "CoarseCall",
     "ConversionError",
     "NotApplicable",
+    "RUNTIMES",
+    "RuntimeUnavailable",
     "SpecError",
     "VerifyReport",
     "coarse_lowering",

@@ -1,4 +1,4 @@
-"""Run an exported model in onnxruntime and the callable in JAX on the same inputs."""
+"""Run an exported model in a runtime (onnxruntime by default) and the callable in JAX on the same inputs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import onnx
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.patching import ExportOptions, export_session
+from jax2onnx_nn.core.runtimes import open_session
 from jax2onnx_nn.core.specs import parse_specs
 
 DEFAULT_SIZE = 3
@@ -54,6 +55,7 @@ class VerifyRun:
 
 @dataclass
 class VerifyReport:
+    runtime: str = "onnxruntime"
     runs: list[VerifyRun] = field(default_factory=list)
 
     @property
@@ -82,7 +84,7 @@ class VerifyReport:
 
     def raise_if_failed(self) -> None:
         if not self.ok:
-            raise AssertionError("onnxruntime and JAX disagree:\n" + str(self))
+            raise AssertionError(f"{self.runtime} and JAX disagree:\n" + str(self))
 
 
 def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | None = None, atol: float | None = None) -> OutputComparison:
@@ -148,20 +150,14 @@ def random_inputs(avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random
     return values
 
 
-def run_onnx(model: onnx.ModelProto | str | os.PathLike[str] | bytes, flat_inputs: Sequence[Any]) -> list[np.ndarray]:
-    """Run a model in onnxruntime (CPU) on flat inputs given in graph-input order."""
-    import onnxruntime as ort
+def run_onnx(model: onnx.ModelProto | str | os.PathLike[str] | bytes, flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
+    """Run a model in ``runtime`` (default onnxruntime CPU) on flat inputs in graph-input order."""
+    return open_session(model, runtime)(_feeds(flat_inputs))
 
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model) if not isinstance(model, bytes) else model
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    feeds = {}
-    for meta, value in zip(session.get_inputs(), flat_inputs, strict=True):
-        if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
-            value = jax.random.key_data(value)
-        feeds[meta.name] = np.asarray(value)
-    return session.run(None, feeds)
+
+def _feeds(flat_inputs: Sequence[Any]) -> list[np.ndarray]:
+    """Flat inputs as numpy arrays; typed PRNG keys as their uint32 key data."""
+    return [np.asarray(jax.random.key_data(v) if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else v) for v in flat_inputs]
 
 
 def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -> Any:
@@ -191,8 +187,9 @@ def verify(
     on_run: Callable[[VerifyRun, list[Any], list[np.ndarray], list[np.ndarray]], None] | None = None,
     training: bool = False,
     jit: bool = False,
+    runtime: str = "onnxruntime",
 ) -> VerifyReport:
-    """Run ``model`` in onnxruntime and ``fn`` in JAX on the same random inputs and compare.
+    """Run ``model`` in ``runtime`` and ``fn`` in JAX on the same random inputs and compare.
 
     Args:
         fn: the exported callable.
@@ -216,13 +213,17 @@ def verify(
     Returns:
         A :class:`VerifyReport`; ``report.ok``, ``report.max_abs``, ``report.max_rel``;
         ``report.raise_if_failed()`` raises an AssertionError with the comparison table.
+
+    Raises:
+        RuntimeUnavailable: ``runtime`` is not installed here (the message says how to install).
     """
+    session = open_session(model, runtime)
     if enable_double_precision is None:
         enable_double_precision = _model_x64(model)
     rng = np.random.default_rng(seed)
     sizes = {k: list(v) if isinstance(v, (list, tuple)) else [int(v)] for k, v in (sizes or {}).items()}
     n_runs = max((len(v) for v in sizes.values()), default=1)
-    report = VerifyReport()
+    report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
         specs = parse_specs(inputs, input_params=dict(input_params or {}), enable_double_precision=enable_double_precision)
         pairs, treedef = specs.flat()
@@ -244,7 +245,7 @@ def verify(
             # the reference is what was exported: modules in the same (inference) mode
             with export_session(fn, ExportOptions(training=training, coarse_ops=False)) as prepared:
                 expected = jax.tree_util.tree_leaves(_reference_call(prepared.fn, args, kwargs, jit))
-            actual = run_onnx(model, flat)
+            actual = session(_feeds(flat))
             outputs = [
                 compare(f"out_{j}", a, _as_numpy(e), rtol, atol)
                 for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))

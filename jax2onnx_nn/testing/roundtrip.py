@@ -39,7 +39,8 @@ class RoundTrip:
         return self.report.ok
 
     def __str__(self) -> str:
-        head = "onnxruntime matches JAX" if self.ok else "onnxruntime and JAX disagree"
+        runtime = self.report.runtime
+        head = f"{runtime} matches JAX" if self.ok else f"{runtime} and JAX disagree"
         parts = [f"{head} ({self.model.graph.name}, opset {_opset(self.model)}):", str(self.report)]
         parts += self.diffs
         if self.saved_to:
@@ -47,7 +48,7 @@ class RoundTrip:
         return "\n".join(parts)
 
     def raise_if_failed(self) -> None:
-        """Raise an AssertionError with the diff when onnxruntime and JAX disagree."""
+        """Raise an AssertionError with the diff when the runtime and JAX disagree."""
         if not self.ok:
             raise AssertionError(str(self))
 
@@ -65,6 +66,7 @@ def roundtrip(
     onnx_model: onnx.ModelProto | None = None,
     full_check: bool = False,
     save_dir: str | os.PathLike[str] | None = None,
+    runtime: str = "onnxruntime",
     **to_onnx_options: Any,
 ) -> RoundTrip:
     """Export ``model_or_fn`` (unless ``onnx_model`` is given), run the ONNX checker, and
@@ -84,6 +86,7 @@ def roundtrip(
         onnx_model: an already exported model to check instead of exporting.
         full_check: run the checker with strict shape inference.
         save_dir: on a mismatch, save the model there (the path is in the diff).
+        runtime: where the model runs (see :func:`jax2onnx_nn.verify`).
         **to_onnx_options: options of :func:`jax2onnx_nn.to_onnx`.
 
     Returns:
@@ -116,6 +119,7 @@ def roundtrip(
     report = verify(
         fn, model, specs, sizes=sizes, input_params=input_params, enable_double_precision=x64,
         rtol=rtol, atol=atol, seed=seed, input_values=input_values, on_run=collect, training=training,
+        runtime=runtime,
     )
     result = RoundTrip(model, report, diffs)
     if not result.ok and save_dir is not None:

@@ -1,0 +1,221 @@
+"""Run an ONNX model in one of the runtimes users deploy to, on flat numpy inputs.
+
+``onnxruntime`` (CPU), ``openvino`` (CPU plugin) and ``tract`` run in this process through
+their Python packages; ``onnxruntime-web`` runs its WASM backend under Node.js through
+``web_runner.mjs``: one Node process per Python process serves every request (start-up and
+WASM compilation are paid once), exchanging raw tensor files named in JSON lines. Each runtime
+is an optional dependency: :func:`missing_reason` says why one cannot run here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
+
+# Where ``npm install onnxruntime-web`` was run (a folder holding node_modules/onnxruntime-web):
+# $JAX2ONNX_NN_ORT_WEB, else the repository's runtimes/web.
+_WEB_DEFAULT = Path(__file__).resolve().parents[2] / "runtimes" / "web"
+_WEB_RUNNER = Path(__file__).with_name("web_runner.mjs")
+
+Session = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime asked for is not installed here (the message says how to install it)."""
+
+
+def _check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+
+
+def web_package_dir() -> Path:
+    return Path(os.environ.get("JAX2ONNX_NN_ORT_WEB", _WEB_DEFAULT))
+
+
+def missing_reason(runtime: str) -> str | None:
+    """None if ``runtime`` can run here, else why not and how to install it."""
+    _check_runtime(runtime)
+    if runtime == "onnxruntime-web":
+        if shutil.which("node") is None:
+            return "onnxruntime-web needs Node.js (`node` is not on PATH)"
+        if not (web_package_dir() / "node_modules" / "onnxruntime-web").is_dir():
+            return (f"onnxruntime-web is not installed in {web_package_dir()} "
+                    "(run `npm ci` there, or set JAX2ONNX_NN_ORT_WEB to a folder where "
+                    "`npm install onnxruntime-web` was run)")
+        return None
+    module = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tract": "tract"}[runtime]
+    try:
+        __import__(module)
+    except ImportError:
+        return f"{runtime} is not installed (pip install 'jax2onnx_nn[{runtime}]')"
+    return None
+
+
+def open_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], runtime: str = "onnxruntime") -> Session:
+    """Load ``model`` in ``runtime``; the result maps flat inputs (graph-input order) to outputs.
+
+    Raises:
+        RuntimeUnavailable: the runtime is not installed here.
+        ValueError: an unknown runtime name.
+    """
+    reason = missing_reason(runtime)
+    if reason is not None:
+        raise RuntimeUnavailable(reason)
+    data = _model_bytes(model)
+    return {"onnxruntime": _onnxruntime, "openvino": _openvino, "tract": _tract, "onnxruntime-web": _web}[runtime](data)
+
+
+def run_model(model: onnx.ModelProto | bytes | str | os.PathLike[str], flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
+    """Run ``model`` once in ``runtime`` on flat inputs (graph-input order)."""
+    return open_session(model, runtime)([np.asarray(v) for v in flat_inputs])
+
+
+def _model_bytes(model: onnx.ModelProto | bytes | str | os.PathLike[str]) -> bytes:
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    if isinstance(model, bytes):
+        return model
+    return Path(model).read_bytes()
+
+
+def _onnxruntime(data: bytes) -> Session:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return session.run(None, dict(zip(names, flat, strict=True)))
+
+    return run
+
+
+def _openvino(data: bytes) -> Session:
+    import openvino as ov
+
+    core = ov.Core()
+    # f32 stays f32 (the CPU plugin may otherwise compute in bf16 where the CPU has it)
+    compiled = core.compile_model(core.read_model(model=data, weights=b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+    def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
+        request = compiled.create_infer_request()
+        results = request.infer(list(flat))
+        return [np.array(results[out]) for out in compiled.outputs]
+
+    return run
+
+
+def _tract(data: bytes) -> Session:
+    import tract
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        path.write_bytes(data)
+        runnable = tract.onnx().load(str(path)).into_model().into_runnable()
+
+    def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
+        # tract has no bool tensors from numpy; it takes the arrays as they are otherwise
+        return [out.to_numpy() for out in runnable.run([np.ascontiguousarray(v) for v in flat])]
+
+    return run
+
+
+class _WebRunner:
+    """The Node.js process that runs models in onnxruntime-web (WASM), shared by all sessions."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="jax2onnx_nn-web-"))
+        self.process = subprocess.Popen(
+            ["node", str(_WEB_RUNNER), str(web_package_dir())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.calls = 0
+
+    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(payload) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            err = self.process.stderr.read() if self.process.stderr else ""
+            raise RuntimeError(f"the onnxruntime-web runner exited: {err.strip()}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_runner: _WebRunner | None = None
+
+
+def _web_runner() -> _WebRunner:
+    global _runner
+    if _runner is None or _runner.process.poll() is not None:
+        _runner = _WebRunner()
+        atexit.register(_runner.close)
+    return _runner
+
+
+_WEB_DTYPES = frozenset(
+    "float32 float64 float16 int8 uint8 int16 uint16 int32 uint32 int64 uint64 bool".split()
+)
+
+
+def _web(data: bytes) -> Session:
+    runner = _web_runner()
+    model_path = runner.dir / f"{hashlib.sha1(data).hexdigest()}.onnx"
+    if not model_path.exists():
+        model_path.write_bytes(data)
+    graph = onnx.load_from_string(data).graph
+    initializers = {i.name for i in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in initializers]
+
+    def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
+        runner.calls += 1
+        out_dir = runner.dir / f"call{runner.calls}"
+        out_dir.mkdir()
+        inputs = []
+        for i, (name, value) in enumerate(zip(names, flat, strict=True)):
+            value = np.ascontiguousarray(value)
+            if value.dtype.name not in _WEB_DTYPES:
+                raise TypeError(f"onnxruntime-web has no tensor type for {value.dtype} (input {name})")
+            file = out_dir / f"in_{i}.bin"
+            value.tofile(file)
+            inputs.append({"name": name, "dtype": value.dtype.name, "shape": list(value.shape), "file": str(file)})
+        try:
+            reply = runner.request({"model": str(model_path), "inputs": inputs, "out": str(out_dir)})
+            if "error" in reply:
+                raise RuntimeError(f"onnxruntime-web: {reply['error']}")
+            return [_read_tensor(o) for o in reply["outputs"]]
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+    return run
+
+
+def _read_tensor(meta: dict[str, Any]) -> np.ndarray:
+    dtype = np.dtype("bool" if meta["dtype"] == "bool" else meta["dtype"])
+    return np.fromfile(meta["file"], dtype=dtype).reshape(meta["shape"])
