@@ -106,6 +106,7 @@ def fold_transposes(model: ir.Model) -> int:
     constants (permuted copies are added as initializers). Returns how many Transposes were
     folded; orphaned first Transposes are left for the dead-node pass."""
     folded = 0
+    names: _Names | None = None
     for node, in_function in list(_all_nodes(model)):
         if node.graph is None or not _is_transpose(node):
             continue
@@ -117,8 +118,13 @@ def fold_transposes(model: ir.Model) -> int:
         if not all(_can_permute(op, len(p1), not in_function) for op in ops):
             continue
         inverse = np.argsort(p1).tolist()
+        tail = ops[-1].outputs[0] if ops else None
+        tail_shape = None if tail is None else tail.shape
         for op in ops:
             _permute_operands(op, first.outputs[0], first.inputs[0], inverse, model.graph)
+        if tail is not None and (tail.is_graph_output() or any(use.node is not node for use in tail.uses())):
+            names = names or _Names(model)
+            _restore_layout(tail, tail_shape, p1, node, names)
         source = ops[-1].outputs[0] if ops else first.inputs[0]
         composed = [p1[p] for p in _perm(node)]
         folded += 1
@@ -127,6 +133,30 @@ def fold_transposes(model: ir.Model) -> int:
         node.replace_input_with(0, source)
         node.attributes["perm"] = ir.AttrInt64s("perm", composed)
     return folded
+
+
+def _restore_layout(value: ir.Value, shape: ir.Shape | None, perm: list[int], folded: ir.Node, names: _Names) -> None:
+    """Give every consumer of ``value`` except ``folded`` (other nodes, the graph's or the
+    function's outputs) the layout it had before its producer was rewritten to work on
+    un-transposed data: a ``Transpose(value, perm)`` in front of them. A graph output keeps its
+    name on the restored value."""
+    producer = value.producer()
+    graph = producer.graph
+    node = ir.Node("", "Transpose", [value], [ir.AttrInt64s("perm", perm)], name=names.fresh(f"{producer.name or 'value'}/restore_layout"))
+    restored = node.outputs[0]
+    restored.type, restored.shape = value.type, shape
+    graph.insert_after(producer, node)
+    for use in list(value.uses()):
+        if use.node is not folded and use.node is not node:
+            use.node.replace_input_with(use.idx, restored)
+    if value.is_graph_output():
+        restored.name = value.name
+        value.name = names.fresh(f"{value.name}_transposed")
+        for i, output in enumerate(graph.outputs):
+            if output is value:
+                graph.outputs[i] = restored
+    else:
+        restored.name = names.fresh(f"{value.name or 'value'}_restored")
 
 
 def _bypass(node: ir.Node, source: ir.Value) -> bool:
@@ -266,10 +296,16 @@ def nchw_reference(fn: Any, inputs: Sequence[Any], model: Any, **parse_options: 
 class _Names:
     """Fresh value/node names for a graph that is already built."""
 
-    def __init__(self, graph: ir.Graph) -> None:
+    def __init__(self, graph_or_model: ir.Graph | ir.Model) -> None:
+        graph = graph_or_model.graph if isinstance(graph_or_model, ir.Model) else graph_or_model
         self._taken: set[str] = {v.name for v in graph.inputs if v.name}
         self._taken.update(v.name for v in graph.initializers.values() if v.name)
-        for node in ir.traversal.RecursiveGraphIterator(graph):
+        nodes: Any = ir.traversal.RecursiveGraphIterator(graph)
+        if isinstance(graph_or_model, ir.Model):
+            nodes = (node for node, _ in _all_nodes(graph_or_model))
+            for function in graph_or_model.functions.values():
+                self._taken.update(v.name for v in function.inputs if v.name)
+        for node in nodes:
             if node.name:
                 self._taken.add(node.name)
             self._taken.update(v.name for v in node.outputs if v.name)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jax2onnx_nn import SpecError, to_onnx
+from jax2onnx_nn import SpecError, onnx_function, to_onnx
 from jax2onnx_nn.testing import assert_exports_match
 
 W = np.asarray(jax.random.normal(jax.random.key(0), (3, 3, 4, 8)), np.float32)
@@ -177,3 +177,94 @@ def test_a_transposed_input_used_twice_still_folds_into_the_conv():
     assert _ops(model)["Transpose"] == 1  # the view for the sum (the kernel's layout is folded into it)
     abs_node = next(n for n in model.graph.node if n.op_type == "Abs")
     assert abs_node.input[0] == "x"
+
+
+# -- every consumer of a value whose layout the pass changed still sees the old layout --------
+
+W1D = np.asarray(jax.random.normal(jax.random.key(1), (1, 4, 1)), np.float32)
+
+
+def test_a_moved_op_that_is_also_a_graph_output_keeps_its_shape():
+    def f(x):
+        v0 = jax.lax.conv_general_dilated(x, W1D, (1,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"))
+        v1 = jnp.clip(v0, -0.5, 0.75)
+        return v0, v1, jnp.transpose(v1, (1, 0, 2))
+
+    model = assert_exports_match(f, [("B", 4, 4)], sizes={"B": [1, 3]})
+    assert [_dims(v) for v in model.graph.output] == [["B", 4, 1], ["B", 4, 1], [4, "B", 1]]
+
+
+def test_a_residual_add_of_a_moved_value_and_a_channels_last_one():
+    w = np.asarray(jax.random.normal(jax.random.key(2), (3, 3, 8, 8)), np.float32) * 0.2
+
+    def f(x):  # ConvNeXt-style: the activated conv output feeds the next conv and the skip Add
+        y = jnp.tanh(_conv_nhwc(x, w))
+        return _conv_nhwc(y, w) + y, y + x
+
+    assert_exports_match(f, [("B", 5, 6, 8)], sizes={"B": [2]})
+    assert_exports_match(f, [("B", 5, 6, 8)], sizes={"B": [2]}, inputs_as_nchw=[0], outputs_as_nchw=[0, 1])
+
+
+def test_a_dense_block_concat_of_moved_values():
+    w = np.asarray(jax.random.normal(jax.random.key(3), (3, 3, 4, 4)), np.float32) * 0.2
+
+    def f(x):  # DenseNet-style: each stage's output feeds the next conv and the channel Concat
+        y1 = jnp.clip(_conv_nhwc(x, w), 0.0, 6.0)
+        y2 = jnp.clip(_conv_nhwc(y1, w), 0.0, 6.0)
+        return jnp.concatenate([x, y1, y2], axis=-1)
+
+    model = assert_exports_match(f, [("B", 6, 6, 4)], sizes={"B": [1, 2]}, inputs_as_nchw=[0])
+    assert _dims(model.graph.output[0]) == ["B", 6, 6, 12]
+
+
+_PERMS = [(0, 1, 2, 3), (0, 3, 1, 2), (0, 2, 3, 1), (0, 2, 1, 3), (0, 1, 3, 2), (0, 3, 2, 1)]
+_STEPS = ("conv", "tanh", "clip", "scale", "bias", "add", "concat", "transpose")
+
+
+def _random_dag(steps: list[tuple[str, int, int]], outputs: list[int]):
+    """A channels-last network from drawn steps: each step reads earlier values (by index
+    modulo how many exist) and appends one; the function returns the chosen values."""
+
+    def f(x):
+        values = [x]
+        for i, (kind, a, b) in enumerate(steps):
+            v = values[a % len(values)]
+            rng = np.random.default_rng(i)
+            c = v.shape[-1]
+            if kind == "conv":
+                w = rng.normal(size=(3, 3, c, 3)).astype(np.float32) / (3 * c)
+                values.append(_conv_nhwc(v, w))
+            elif kind == "tanh":
+                values.append(jnp.tanh(v))
+            elif kind == "clip":
+                values.append(jnp.clip(v, -0.5, 0.5))
+            elif kind == "scale":
+                values.append(v * rng.normal(size=(c,)).astype(np.float32))
+            elif kind == "bias":
+                values.append(v + rng.normal(size=(c,)).astype(np.float32))
+            elif kind == "add":
+                same = [u for u in values if u.shape == v.shape]
+                values.append(v + same[b % len(same)])
+            elif kind == "concat":
+                fits = [u for u in values if u.shape[:-1] == v.shape[:-1]]
+                values.append(jnp.concatenate([v, fits[b % len(fits)]], axis=-1))
+            else:
+                values.append(jnp.transpose(v, _PERMS[b % len(_PERMS)]))
+        return tuple(values[j % len(values)] for j in outputs)
+
+    return f
+
+
+@given(
+    steps=st.lists(st.tuples(st.sampled_from(_STEPS), st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=9),
+    outputs=st.lists(st.integers(0, 99), min_size=1, max_size=3),
+    nchw_in=st.booleans(),
+    nchw_out=st.booleans(),
+    as_function=st.booleans(),
+)
+def test_random_channels_last_dags_keep_every_layout(steps, outputs, nchw_in, nchw_out, as_function):
+    f = _random_dag(steps, [-1, *outputs])
+    if as_function:  # the same network as the body of an ONNX function, outputs included
+        f = onnx_function(f, name="block")
+    options = {"inputs_as_nchw": [0] if nchw_in else None, "outputs_as_nchw": [0] if nchw_out else None}
+    assert_exports_match(f, [("B", 4, 5, 3)], sizes={"B": [2]}, **options)
