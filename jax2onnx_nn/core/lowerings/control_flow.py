@@ -86,12 +86,26 @@ def _int64(ctx: LoweringContext, value: ir.Value) -> ir.Value:
 
 # -- cond / switch ----------------------------------------------------------------------------
 
+@lowering("platform_index", onnx_ops=())
+def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: object) -> ir.Value:
+    """``lax.platform_dependent``'s branch index: the CPU branch (the numerics an exported
+    model is checked against), else the default branch (``None``)."""
+    groups = list(platforms)
+    index = next((i for i, g in enumerate(groups) if g is not None and "cpu" in g), None)
+    if index is None:
+        index = next((i for i, g in enumerate(groups) if g is None), len(groups))
+    return ctx.const(index, dtype=ctx.aval_out.dtype)
+
+
 @lowering("cond", onnx_ops=("If", "Equal"), key_data=True)
 def _cond(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object) -> list[ir.Value]:
     if not ctx.avals_out:
         return []
     if len(branches) == 1:
         return ctx.lower_sub(branches[0], operands)
+    if index.const_value is not None:  # e.g. a platform_index: only the chosen branch is exported
+        chosen = int(np.clip(index.const_value.numpy(), 0, len(branches) - 1))
+        return ctx.lower_sub(branches[chosen], operands)
     source = _bool_source(index)
     if len(branches) == 2 and source is not None:
         return _if(ctx, source, branches[1], branches[0], operands)

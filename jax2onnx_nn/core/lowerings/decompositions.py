@@ -1,0 +1,219 @@
+"""lax.linalg: matrix factorizations and solves as exact decompositions into ONNX arithmetic.
+
+ONNX has no linear-algebra ops besides ``Det``, ``MatMul`` and ``Einsum``, so every rule here
+is an algorithm written in JAX (slices, ``where``, products and sums on the operands' avals,
+leading batch dims included) and lowered through the interpreter like any other jaxpr. Each
+algorithm is a sequence of steps over the matrix size ``n``: for a static ``n`` up to
+``UNROLL_LIMIT`` the steps are unrolled (static slices, masks folded into constants); for a
+larger or symbolic ``n`` they become one ONNX ``Loop`` whose body is the same step on a traced
+index (``dynamic_slice`` reads, ``where`` writes), so the graph size does not grow with ``n``.
+
+Steps write through ``where`` with masks, never by multiplying with 0/1 masks, so inf and NaN
+stay where LAPACK puts them: a NaN in a row does not leak into the rows it is not added to.
+
+What LAPACK (JAX's CPU path) does on degenerate inputs, and what these rules do the same way:
+
+- ``cholesky`` reads the lower triangle and keeps the input's strict upper triangle (``potrf``
+  works in place); a pivot ``<= 0`` (not PD) makes the whole matrix NaN, a NaN pivot only
+  propagates.
+- ``triangular_solve`` reads only the named triangle (and no diagonal with
+  ``unit_diagonal``) and divides plainly: a zero pivot gives inf, or NaN for 0/0.
+- ``lu`` pivots on the first entry of largest magnitude in the column (``idamax``; NaN entries
+  are never chosen over numbers) and skips the division by a zero pivot (``getf2``), so a
+  singular matrix factors without NaN and ``det`` is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx_ir as ir
+from jax import lax
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.registry import lowering
+
+# Largest static matrix size whose steps are unrolled; above it (or for a symbolic size) the
+# steps run in one ONNX Loop. Chosen by benchmarks/linalg_bench.py (graph size and latency).
+UNROLL_LIMIT = 16
+
+Index = Any  # a Python int (unrolled step) or a traced int32 scalar (a Loop iteration)
+
+
+def lower_as_jax(ctx: LoweringContext, fn: Callable[..., Any], operands: Sequence[ir.Value]) -> list[ir.Value]:
+    """Lower the equation as ``fn``, JAX code traced on the equation's input avals."""
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
+    closed = jax.make_jaxpr(fn)(*specs)
+    return ctx.lower_sub(closed, list(operands))
+
+
+# -- the step machinery: unrolled for small static sizes, an ONNX Loop otherwise ----------------
+def iterate(n: Any, step: Callable[[Index, Any], Any], carry: Any, *, reverse: bool = False) -> Any:
+    """``carry = step(j, carry)`` for j in 0..n-1 (n-1..0 with ``reverse``)."""
+    if not jxi.is_symbolic_dim(n) and int(n) <= UNROLL_LIMIT:
+        for j in range(int(n) - 1, -1, -1) if reverse else range(int(n)):
+            carry = step(j, carry)
+        return carry
+    if reverse:
+        return lax.fori_loop(0, n, lambda t, c: step(n - 1 - t, c), carry)
+    return lax.fori_loop(0, n, step, carry)
+
+
+def _index(x: jax.Array, j: Index, axis: int) -> jax.Array:
+    """``x`` at index ``j`` of ``axis`` (the axis dropped): a static slice for an int."""
+    if isinstance(j, int):
+        return lax.index_in_dim(x, j, axis, keepdims=False)
+    return lax.dynamic_index_in_dim(x, j, axis, keepdims=False)
+
+
+def _row(x: jax.Array, j: Index) -> jax.Array:
+    return _index(x, j, x.ndim - 2)
+
+
+def _col(x: jax.Array, j: Index) -> jax.Array:
+    return _index(x, j, x.ndim - 1)
+
+
+def _pick(x: jax.Array, at: jax.Array, axis: int) -> jax.Array:
+    """``x`` at a per-batch traced index ``at`` along ``axis``, exactly (a masked sum, no
+    products with 0 that would turn inf into NaN)."""
+    at = lax.expand_dims(at, tuple(range(at.ndim, x.ndim)))
+    hits = lax.broadcasted_iota(jnp.int32, x.shape, axis) == at
+    return jnp.sum(jnp.where(hits, x, jnp.zeros((), x.dtype)), axis=axis, dtype=x.dtype)
+
+
+def _mT(x: jax.Array) -> jax.Array:
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _ids(n: Any) -> jax.Array:
+    return lax.iota(jnp.int32, n)
+
+
+# -- cholesky ----------------------------------------------------------------------------------
+def cholesky(a: jax.Array) -> jax.Array:
+    """Right-looking Cholesky of the lower triangle: column j is the trailing matrix's column j
+    over the square root of its pivot; the trailing matrix loses that column's outer product."""
+    n = a.shape[-1]
+    ids = _ids(n)
+    below = ids[:, None] >= ids[None, :]
+
+    def step(j: Index, carry: tuple) -> tuple:
+        work, factor, failed = carry
+        col = _col(work, j)
+        pivot = _index(col, j, col.ndim - 1)
+        lcol = jnp.where(ids >= j, col / jnp.sqrt(pivot)[..., None], jnp.zeros((), a.dtype))
+        work = work - lcol[..., :, None] * lcol[..., None, :]
+        factor = jnp.where(ids[None, :] == j, lcol[..., :, None], factor)
+        return work, factor, failed | (pivot <= 0)
+
+    failed = jnp.zeros(a.shape[:-2], bool)
+    _, factor, failed = iterate(n, step, (a, jnp.zeros_like(a), failed))
+    factor = jnp.where(below, factor, a)
+    return jnp.where(failed[..., None, None], jnp.asarray(np.nan, a.dtype), factor)
+
+
+@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Where", "Loop"))
+def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
+    del params  # none today (symmetrize_input is applied before the primitive)
+    return lower_as_jax(ctx, cholesky, [a])
+
+
+# -- triangular_solve --------------------------------------------------------------------------
+def substitute(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) -> jax.Array:
+    """Solve ``a @ x = b`` for a triangular ``a`` (..., m, m), ``b`` (..., m, k), row by row:
+    x_i = (b_i - a_i,<i . x_<i) / a_ii, forward for ``lower``, backward otherwise."""
+    m = a.shape[-1]
+    ids = _ids(m)
+    strict = ids[:, None] > ids[None, :] if lower else ids[:, None] < ids[None, :]
+    off = jnp.where(strict, a, jnp.zeros((), a.dtype))  # rows not yet solved are 0 in x
+
+    def step(i: Index, x: jax.Array) -> jax.Array:
+        row = _row(off, i)[..., None, :] @ x  # (..., 1, k)
+        xi = _row(b, i)[..., None, :] - row
+        if not unit_diagonal:
+            xi = xi / _index(_row(a, i), i, a.ndim - 2)[..., None, None]
+        return jnp.where(ids[:, None] == i, xi, x)
+
+    return iterate(m, step, jnp.zeros_like(b), reverse=not lower)
+
+
+def triangular_solve(
+    a: jax.Array, b: jax.Array, *, left_side: bool, lower: bool, transpose_a: bool, conjugate_a: bool, unit_diagonal: bool
+) -> jax.Array:
+    """``op(a) @ x = b`` (left side) or ``x @ op(a) = b``, op = transpose/conjugate as asked."""
+    if conjugate_a:
+        a = jnp.conj(a)
+    if not left_side:  # x a = b  <=>  a^T x^T = b^T
+        b, transpose_a = _mT(b), not transpose_a
+    if transpose_a:
+        a, lower = _mT(a), not lower
+    x = substitute(a, b, lower=lower, unit_diagonal=unit_diagonal)
+    return x if left_side else _mT(x)
+
+
+@lowering("triangular_solve", onnx_ops=("Slice", "MatMul", "Sub", "Div", "Where", "Loop"))
+def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
+    return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params), [a, b])
+
+
+# -- lu ----------------------------------------------------------------------------------------
+def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """LU with partial pivoting of ``a`` (..., m, n) as ``getrf``: (lu, pivots, permutation)."""
+    m, n = a.shape[-2], a.shape[-1]
+    k = m if m is n else min(m, n)
+    rows, cols = _ids(m), _ids(n)
+    batch = a.shape[:-2]
+
+    def step(j: Index, carry: tuple) -> tuple:
+        work, perm, pivots = carry
+        col = _col(work, j)
+        magnitude = jnp.where(jnp.isnan(col), -1, jnp.abs(col))
+        p = jnp.argmax(jnp.where(rows >= j, magnitude, -2), axis=-1).astype(jnp.int32)
+        row_j, row_p = _row(work, j), _pick(work, p, work.ndim - 2)
+        is_j, is_p = rows == j, rows[..., :] == p[..., None]
+        work = jnp.where(is_j[..., :, None], row_p[..., None, :], jnp.where(is_p[..., :, None], row_j[..., None, :], work))
+        perm_j, perm_p = _index(perm, j, perm.ndim - 1), _pick(perm, p, perm.ndim - 1)
+        perm = jnp.where(is_j, perm_p[..., None], jnp.where(is_p, perm_j[..., None], perm))
+        pivot = _index(row_p, j, row_p.ndim - 1)[..., None]
+        col = _col(work, j)
+        multipliers = jnp.where(pivot != 0, col / jnp.where(pivot != 0, pivot, 1), col)
+        under = rows[:, None] > j
+        work = jnp.where(under & (cols[None, :] > j), work - multipliers[..., :, None] * row_p[..., None, :], work)
+        work = jnp.where(under & (cols[None, :] == j), multipliers[..., :, None], work)
+        pivots = jnp.where(_ids(k) == j, p[..., None], pivots)
+        return work, perm, pivots
+
+    perm = jnp.broadcast_to(rows, (*batch, m))
+    work, perm, pivots = iterate(k, step, (a, perm, jnp.zeros((*batch, k), jnp.int32)))
+    return work, pivots, perm
+
+
+@lowering("lu", onnx_ops=("Slice", "ArgMax", "Where", "ReduceSum", "Div", "Mul", "Sub", "Loop"))
+def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
+    del params
+    return lower_as_jax(ctx, lu, [a])
+
+
+def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array:
+    """The permutation the row swaps ``i <-> pivots[i]`` make of ``0..permutation_size-1``."""
+    ids = _ids(permutation_size)
+
+    def step(i: Index, perm: jax.Array) -> jax.Array:
+        p = _index(pivots, i, pivots.ndim - 1)
+        at_i, at_p = _index(perm, i, perm.ndim - 1), _pick(perm, p, perm.ndim - 1)
+        is_p = ids == p[..., None]
+        return jnp.where(ids == i, at_p[..., None], jnp.where(is_p, at_i[..., None], perm))
+
+    perm = jnp.broadcast_to(ids, (*pivots.shape[:-1], permutation_size))
+    return iterate(pivots.shape[-1], step, perm)
+
+
+@lowering("lu_pivots_to_permutation", onnx_ops=("Slice", "Where", "ReduceSum", "Loop"))
+def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permutation_size: int) -> list[ir.Value]:
+    return lower_as_jax(ctx, lambda p: pivots_to_permutation(p, permutation_size), [pivots])

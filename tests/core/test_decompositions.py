@@ -1,0 +1,169 @@
+"""lax.linalg factorizations and solves, and the jnp.linalg / jax.scipy.linalg functions built
+on them: onnxruntime vs JAX on hypothesis-drawn sizes, batch dims, dtypes and well-conditioned
+matrices, the degenerate inputs LAPACK defines (singular, not PD, NaN, size 0), and graph sizes.
+
+Matrices come from a drawn seed: SPD ones as ``m m^T / n + I`` and general ones as Gaussian plus
+``n I``, so solves are well conditioned and JAX's and our rounding stay within the tolerances
+(float32 1e-5, float64 1e-10 relative).
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jax import lax
+
+from jax2onnx_nn.core.lowerings import decompositions
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing.assertions import op_types
+
+SIZES = st.sampled_from([0, 1, 2, 5, 16])
+BATCHES = st.sampled_from([(), (2,), (1, 3)])
+DTYPES = st.sampled_from([np.float32, np.float64])
+SEEDS = st.integers(0, 2**16)
+
+
+def _tol(dtype) -> dict:
+    return {"rtol": 1e-10, "atol": 1e-10} if np.dtype(dtype) == np.float64 else {"rtol": 1e-5, "atol": 1e-5}
+
+
+def spd(seed: int, batch: tuple, n: int, dtype=np.float32) -> np.ndarray:
+    m = np.random.default_rng(seed).normal(size=(*batch, n, n))
+    return (m @ np.swapaxes(m, -1, -2) / max(n, 1) + np.eye(n)).astype(dtype)
+
+
+def general(seed: int, batch: tuple, n: int, k: int | None = None, dtype=np.float32, shift: float = 1.0) -> np.ndarray:
+    """Gaussian (n, k), plus ``shift * n`` on the diagonal (well conditioned for solves)."""
+    k = n if k is None else k
+    m = np.random.default_rng(seed).normal(size=(*batch, n, k))
+    return (m + shift * max(n, 1) * np.eye(n, k)).astype(dtype)
+
+
+def rhs(seed: int, batch: tuple, n: int, k: int, dtype=np.float32) -> np.ndarray:
+    return np.random.default_rng(seed + 1).normal(size=(*batch, n, k)).astype(dtype)
+
+
+# -- primitives --------------------------------------------------------------------------------
+@given(n=SIZES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_cholesky_matches_jax(n, batch, dtype, seed):
+    a = spd(seed, batch, n, dtype) + np.triu(general(seed, batch, n, dtype=dtype), 1)  # upper is not read
+    assert_exports_match_on(lambda a: lax.linalg.cholesky(a, symmetrize_input=False), a, **_tol(dtype))
+
+
+@given(
+    n=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
+    left_side=st.booleans(), lower=st.booleans(), transpose_a=st.booleans(), unit_diagonal=st.booleans(),
+    conjugate_a=st.booleans(),
+)
+def test_triangular_solve_matches_jax(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a):
+    a = general(seed, batch, n, dtype=dtype)  # both triangles set: only the named one is read
+    b = rhs(seed, batch, n, k, dtype) if left_side else np.swapaxes(rhs(seed, batch, n, k, dtype), -1, -2)
+    if unit_diagonal:  # the unit triangle must be well conditioned too
+        a = np.where(np.eye(n, dtype=bool), a, a / max(n, 1))
+    flags = dict(left_side=left_side, lower=lower, transpose_a=transpose_a, conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
+    assert_exports_match_on(lambda a, b: lax.linalg.triangular_solve(a, b, **flags), a, b, **_tol(dtype))
+
+
+@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (3, 5), (5, 3), (1, 4)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_lu_matches_jax(shape, batch, dtype, seed):
+    a = general(seed, batch, *shape, dtype=dtype, shift=0.0)  # pivoting is exercised
+    assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype))
+
+
+@given(k=st.sampled_from([0, 1, 3, 5]), extra=st.integers(0, 2), batch=BATCHES, seed=SEEDS)
+def test_lu_pivots_to_permutation_matches_jax(k, extra, batch, seed):
+    size = k + extra
+    rng = np.random.default_rng(seed)
+    pivots = (np.arange(k) + rng.integers(0, size - np.arange(k), size=(*batch, k))).astype(np.int32)
+    assert_exports_match_on(lambda p: lax.linalg.lu_pivots_to_permutation(p, size), pivots)
+
+
+# -- the functions users call ------------------------------------------------------------------
+SOLVERS = {
+    "solve": lambda a, b: jnp.linalg.solve(a, b),
+    "inv": lambda a, b: jnp.linalg.inv(a),
+    "det": lambda a, b: jnp.linalg.det(a),
+    "slogdet": lambda a, b: jnp.linalg.slogdet(a),
+    "cholesky": lambda a, b: jnp.linalg.cholesky(a),
+    "cho_solve": lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b),
+    "cho_solve_upper": lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=False), b),
+    "lu_solve": lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b),
+    "lu_solve_trans": lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b, trans=1),
+    "lu": lambda a, b: jsl.lu(a),
+    "solve_triangular": lambda a, b: jsl.solve_triangular(a, b, lower=True),
+    "matrix_power": lambda a, b: jnp.linalg.matrix_power(a, -3),
+    "multi_dot": lambda a, b: jnp.linalg.multi_dot([a, b, jnp.swapaxes(b, -1, -2), a]),
+}
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize(("n", "batch", "dtype"), [(5, (2,), np.float32), pytest.param(2, (), np.float64)])
+def test_linalg_functions_match_jax(name, n, batch, dtype):
+    """Each function once per dtype (the primitives under them get the hypothesis draws)."""
+    if name in ("multi_dot", "lu"):  # no batch dims in JAX either
+        batch = ()
+    a, b = spd(7, batch, n, dtype), rhs(7, batch, n, 2, dtype)
+    assert_exports_match_on(SOLVERS[name], a, b, **_tol(dtype))
+
+
+@pytest.mark.parametrize("name", ["solve", "inv", "slogdet", "cho_solve"])
+def test_symbolic_batch(name):
+    """A symbolic batch dim ("B", 4, 4), the matrices drawn SPD for every B."""
+    values = [spd(s, (b,), 4) for s, b in enumerate([1, 3])]
+    for a in values:
+        fn = SOLVERS[name]
+        assert_exports_match(lambda a, fn=fn: fn(a, a), [("B", 4, 4)], input_values=[a])
+
+
+def test_under_vmap():
+    a, b = spd(0, (3,), 4), rhs(0, (3,), 4, 1)[..., 0]
+    assert_exports_match_on(jax.vmap(jnp.linalg.solve), a, b)
+    assert_exports_match_on(jax.vmap(jax.vmap(jnp.linalg.cholesky)), spd(1, (2, 3), 3))
+
+
+@pytest.mark.parametrize("n", [24, pytest.param(64, marks=pytest.mark.slow)])
+def test_looped_sizes(n):
+    """Above the unroll limit the steps are one ONNX Loop: the graph does not grow with n."""
+    assert n > decompositions.UNROLL_LIMIT
+    a, b = spd(0, (2,), n), rhs(0, (2,), n, 3)
+    model = assert_exports_match_on(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4)
+    assert op_types(model).count("Loop") == 3 and len(model.graph.node) < 40
+    assert_exports_match_on(jnp.linalg.inv, general(0, (2,), n), rtol=1e-4, atol=1e-4)
+    assert_exports_match_on(lax.linalg.lu, general(1, (), n, shift=0.0), rtol=1e-4, atol=1e-4)
+
+
+# -- degenerate inputs -------------------------------------------------------------------------
+DEGENERATE = {
+    "not_pd": (lambda a: jnp.linalg.cholesky(a), np.array([[1.0, 2, 0], [2, 1, 0], [0, 0, 1]])),
+    "nan_cholesky": (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), np.array([[1.0, 0], [np.nan, 1]])),
+    "singular_inv": (jnp.linalg.inv, np.ones((2, 2))),
+    "singular_det": (jnp.linalg.det, np.ones((3, 3))),
+    "singular_slogdet": (jnp.linalg.slogdet, np.ones((3, 3))),
+    "zero_lu": (lax.linalg.lu, np.zeros((3, 3))),
+    "rank1_lu": (lax.linalg.lu, np.ones((3, 3))),
+    "nan_solve": (lambda a: jnp.linalg.solve(a, jnp.ones(2)), np.array([[1.0, np.nan], [2, 1]])),
+    "zero_pivot_trsm": (lambda a: lax.linalg.triangular_solve(a, jnp.array([[0.0], [1]]), left_side=True, lower=True), np.array([[0.0, 0], [1, 1]])),
+    "size_0_inv": (jnp.linalg.inv, np.zeros((0, 0))),
+    "size_0_batch": (jnp.linalg.cholesky, np.zeros((0, 3, 3))),
+}
+
+
+@pytest.mark.parametrize("name", DEGENERATE)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_degenerate_inputs_as_jax(name, dtype):
+    fn, a = DEGENERATE[name]
+    assert_exports_match_on(fn, a.astype(dtype))
+
+
+# -- graph size --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("fn", "limit"), [
+    (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 70),
+    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 70),
+])
+def test_small_graphs(fn, limit):
+    """A 4x4 factorization is a few dozen nodes."""
+    model = assert_exports_match_on(fn, spd(0, (), 4))
+    assert len(model.graph.node) <= limit
