@@ -18,13 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes
-from jax import lax
 
 from jax2onnx_nn.core.api import to_onnx
-from jax2onnx_nn.core.errors import ConversionError
-from jax2onnx_nn.core.jax_internals import x64 as jax_x64
 from jax2onnx_nn.core.registry import registered
-from jax2onnx_nn.core.verify import run_onnx
 from jax2onnx_nn.testing import assert_exports_match
 
 # Each example exports a graph with one or more 20-round threefry hashes; fewer examples
@@ -255,38 +251,3 @@ def test_one_threefry_hash_per_draw(part: bool) -> None:
     assert ops.count("BitShift") == 40
 
 
-@pytest.mark.parametrize(
-    ("source", "target"),
-    [(np.uint32, np.float32), (np.int32, np.float32), (np.uint64, np.float64), (np.int64, np.float64),
-     (np.uint16, np.float16), (np.int32, np.uint32), (np.uint64, np.int64)],
-)
-def test_bitcast_to_float_is_bit_exact(source: Any, target: Any) -> None:
-    """Every exponent (zero, subnormal, normal, inf/NaN), both signs, random mantissas."""
-    width = 8 * np.dtype(source).itemsize
-    rng = np.random.default_rng(width)
-    unsigned = np.dtype(f"uint{width}")
-    if np.dtype(target).kind == "f":
-        n_mant = np.finfo(target).nmant
-        fields = np.arange(2 ** (width - n_mant), dtype=np.uint64) << np.uint64(n_mant)  # sign+exponent
-        mantissas = rng.integers(0, 2**n_mant, size=(len(fields), 3), dtype=np.uint64)
-        mantissas[:, 0] = 0
-        bits = (fields[:, None] | mantissas).astype(unsigned).ravel()
-    else:
-        bits = rng.integers(0, 2**width, size=1000, dtype=np.uint64).astype(unsigned)
-    values = bits.view(source)
-    x64 = width == 64
-    with jax_x64(x64):
-        model = to_onnx(lambda x: lax.bitcast_convert_type(x, target), [(values.shape, source)], enable_double_precision=x64)
-        (actual,) = run_onnx(model, [values])
-        expected = np.asarray(lax.bitcast_convert_type(values, target))
-    if np.dtype(target).kind == "f":
-        nan = np.isnan(expected)
-        np.testing.assert_array_equal(np.isnan(actual), nan)
-        np.testing.assert_array_equal(actual[~nan].view(unsigned), expected[~nan].view(unsigned))
-    else:
-        np.testing.assert_array_equal(actual, expected)
-
-
-def test_bitcast_from_float_is_reported() -> None:
-    with pytest.raises(ConversionError, match="bitcast_convert_type from float32 to int32"):
-        to_onnx(lambda x: lax.bitcast_convert_type(x, np.int32), [(3,)])

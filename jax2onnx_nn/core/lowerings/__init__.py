@@ -1,6 +1,7 @@
 """Lowering families; importing this package registers all built-in rules."""
 
 from jax2onnx_nn.core.lowerings import (  # noqa: F401
+    bits,
     control_flow,
     decompositions,
     elementwise,

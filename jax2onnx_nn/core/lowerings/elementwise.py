@@ -383,12 +383,39 @@ def _select_n(ctx: LoweringContext, which: ir.Value, *cases: ir.Value) -> ir.Val
     if len(cases) == 1:
         return ctx.op.Identity(cases[0])
     if _is_bool(ctx.avals_in[0]):
-        return ctx.op.Where(which, cases[1], cases[0])
+        return _where(ctx, which, cases[1], cases[0])
     # an integer selector: a chain of Wheres, last case first
     result = cases[-1]
     for i in range(len(cases) - 2, -1, -1):
-        result = ctx.op.Where(ctx.op.Equal(which, ctx.const(i, like=ctx.avals_in[0])), cases[i], result)
+        result = _where(ctx, ctx.op.Equal(which, ctx.const(i, like=ctx.avals_in[0])), cases[i], result)
     return result
+
+
+def _where(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+    """``Where(which, x, y)`` that keeps a -0.0 picked from ``x``: onnxruntime's Where gives
+    +0.0 there (it merges "x where which, else 0" with "y where not which" by ``!= 0``), so
+    a zero picked from an ``x`` that may be -0.0 gets its sign back by a multiplication."""
+    result = ctx.op.Where(which, x, y)
+    if not _may_be_negative_zero(x):
+        return result
+    lost = ctx.op.And(which, _is_negative_zero(ctx, x))
+    return ctx.op.Mul(result, ctx.op.Where(lost, ctx.const(-1, like=x), _one(ctx, x)))
+
+
+_SAME_VALUES = frozenset(["Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Transpose", "Flatten"])
+
+
+def _may_be_negative_zero(value: ir.Value) -> bool:
+    """False when ``value`` is provably never -0.0: not a float, a constant without one, an Abs."""
+    if value.dtype is None or not value.dtype.is_floating_point():
+        return False
+    while value.const_value is None and (producer := value.producer()) is not None and producer.op_type in _SAME_VALUES:
+        value = producer.inputs[0]
+    if value.const_value is not None:
+        array = value.const_value.numpy()
+        return bool(np.any((array == 0) & np.signbit(array)))
+    producer = value.producer()
+    return producer is None or producer.op_type != "Abs"
 
 
 @lowering("clamp", onnx_ops=("Max", "Min"))

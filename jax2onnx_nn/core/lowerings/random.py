@@ -10,7 +10,7 @@ implementation's own JAX code traced on the data: what JAX would run, including 
 here, in integer ONNX ops. The ``rbg`` impls use XLA's RngBitGenerator, whose bits ONNX
 cannot reproduce; they stay unsupported.
 
-``bitcast_convert_type`` lives here too: it is how uniform floats are made from random bits.
+Uniform floats are made from random bits by ``bitcast_convert_type`` (core/lowerings/bits.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 import onnx_ir as ir
 
@@ -167,55 +166,3 @@ def _philox4x32(ctx: LoweringContext, k0: ir.Value, k1: ir.Value, *counts: ir.Va
         lo1, hi1 = w.mulhilo(_PHILOX4X32_M[1], x2)
         x0, x1, x2, x3 = w.xor(hi1, x1, k0), lo1, w.xor(hi0, x3, k1), lo0
     return [x0, x1, x2, x3]
-
-
-# -- bitcast_convert_type ---------------------------------------------------------------
-# uniform/normal/... turn random bits into floats by setting the exponent bits and
-# bitcasting. ONNX has BitCast only from opset 26, so an integer -> float bitcast of the same
-# width is rebuilt exactly from the bit fields: magnitude = significand * 2**exponent, the power
-# of two taken from a table (exact by construction), then inf/NaN and the sign.
-
-
-@functools.cache
-def _powers_of_two(dtype: np.dtype) -> np.ndarray:
-    """table[e] = the value of one unit in the last place for biased exponent field e."""
-    finfo = jnp.finfo(dtype)
-    bias = 2 ** (finfo.nexp - 1) - 1
-    exponents = np.maximum(np.arange(2**finfo.nexp), 1) - bias - finfo.nmant
-    return np.ldexp(1.0, exponents).astype(dtype)
-
-
-def _bits_to_float(ctx: LoweringContext, bits: ir.Value, utype: np.dtype, dtype: np.dtype) -> ir.Value:
-    op, finfo = ctx.op, jnp.finfo(dtype)
-    width, n_exp, n_mant = 8 * utype.itemsize, finfo.nexp, finfo.nmant
-
-    def u(value: int) -> ir.Value:
-        return ctx.const(value, dtype=utype)
-
-    mantissa = op.BitwiseAnd(bits, u(2**n_mant - 1))
-    exponent = op.BitwiseAnd(op.BitShift(bits, u(n_mant), direction="RIGHT"), u(2**n_exp - 1))
-    significand = op.Where(op.Greater(exponent, u(0)), op.BitwiseOr(mantissa, u(2**n_mant)), mantissa)
-    scale = op.Gather(ctx.const(_powers_of_two(dtype)), op.Cast(exponent, to=ir.DataType.INT64))
-    magnitude = op.Mul(op.Cast(significand, to=ir.DataType.from_numpy(dtype)), scale)
-    special = op.Where(op.Equal(mantissa, u(0)), ctx.const(np.inf, dtype=dtype), ctx.const(np.nan, dtype=dtype))
-    magnitude = op.Where(op.Equal(exponent, u(2**n_exp - 1)), special, magnitude)
-    # times ±1, not Where(negative, Neg(m), m): onnxruntime's Where returns +0.0 where it picks
-    # a -0.0 from its second input (measured, ORT 1.32), and the sign bit must stay
-    sign = op.Where(op.Greater(bits, u(2 ** (width - 1) - 1)), ctx.const(-1, dtype=dtype), ctx.const(1, dtype=dtype))
-    return op.Mul(magnitude, sign)
-
-
-@lowering("bitcast_convert_type", onnx_ops=("BitShift", "BitwiseAnd", "Gather", "Mul", "Where", "Cast"))
-def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any, **_: Any) -> ir.Value:
-    source, target = np.dtype(ctx.aval_in.dtype), np.dtype(new_dtype)
-    to_float = jnp.issubdtype(target, jnp.floating)
-    if source.itemsize != target.itemsize or source.kind not in "iu" or not (to_float or target.kind in "iu"):
-        raise NotImplementedError(
-            f"bitcast_convert_type from {source} to {target}: only integer -> integer or float "
-            "of the same width is supported (ONNX has no BitCast before opset 26)"
-        )
-    unsigned = np.dtype(f"uint{8 * source.itemsize}")
-    bits = x if source == unsigned else ctx.op.Cast(x, to=ir.DataType.from_numpy(unsigned))
-    if not to_float:
-        return bits if target == unsigned else ctx.op.Cast(bits, to=ir.DataType.from_numpy(target))
-    return _bits_to_float(ctx, bits, unsigned, target)
