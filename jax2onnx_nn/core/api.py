@@ -131,12 +131,14 @@ def export_model(
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
     options = ExportOptions(training=training, auto_functions=auto_functions, coarse_ops=coarse_ops)
     with jxi.x64(enable_double_precision), export_session(fn, options) as prepared:
+        arg_names = _positional_names(fn)
         specs = parse_specs(
             inputs, input_params=dict(input_params or {}),
             enable_double_precision=enable_double_precision, constraints=constraints,
+            arg_names=arg_names,
         )
         started = time.perf_counter()
-        traced = trace(prepared.fn, specs)
+        traced = trace(prepared.fn, specs, arg_names)
         traced_at = time.perf_counter()
         names = _input_names(fn, traced.in_names, input_names)
         builder = GraphBuilder(model_name or _callable_name(fn))

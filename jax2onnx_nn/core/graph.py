@@ -93,7 +93,8 @@ class GraphBuilder:
         self.names: _Names = parent.names if parent else _Names()
         self.constants: _Constants = _Constants() if (parent is None or self.isolated) else parent.constants
         self.scope: list[str] = list(parent.scope) if parent else []
-        self.doc_string: str | None = None
+        # the source line of the equation being lowered; a body graph starts with its owner's
+        self.doc_string: str | None = parent.doc_string if parent else None
         self.op = OpNamespace(self)
         self.opset_imports: dict[str, int] = parent.opset_imports if parent else {}
 

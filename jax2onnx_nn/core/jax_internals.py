@@ -87,24 +87,26 @@ def dim_vars(d: Any) -> set[str]:
 # Frames that are not the user's line either: this package (coarse-op wrappers, batching
 # rules), and the frameworks whose layers the user calls.
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_FRAMEWORKS = ("flax", "equinox")
+_FRAMEWORKS = ("jax", "numpy", "flax", "equinox", "keras")
 
 
-def _library_dirs() -> tuple[str, ...]:
+def library_dirs() -> tuple[str, ...]:
+    """Folders of code that is not the user's: this package, JAX and the frameworks."""
     paths = (getattr(sys.modules.get(name), "__file__", None) for name in _FRAMEWORKS)
     return (_OWN_DIR, *(os.path.dirname(p) + os.sep for p in paths if p))
 
 
-def source_line(eqn: Any) -> str:
+def source_line(eqn: Any, *, library_ok: bool = False) -> str:
     """The user's source location of an equation, like ``model.py:12 (__call__)``: the
-    innermost frame outside JAX, this package and the frameworks, else outside JAX and this
-    package; "" when there is none (an equation made by a batching rule of ours whose
-    traceback ends at the ``jax.vmap`` boundary), so that the caller's line stands."""
+    innermost frame outside JAX, this package and the frameworks; "" when there is none (a
+    body JAX traced inside a library function, an equation made by a batching rule of
+    ours), so that the caller's line stands. ``library_ok``: else the innermost frame outside
+    JAX and this package (a framework layer exported by itself has no user frame at all)."""
     try:
         frames = list(_source_info_util.user_frames(eqn.source_info.traceback))
-        library = _library_dirs()
+        library = library_dirs()
         frame = next((f for f in frames if not f.file_name.startswith(library)), None)
-        if frame is None:
+        if frame is None and library_ok:
             frame = next((f for f in frames if not f.file_name.startswith(_OWN_DIR)), None)
         if frame is None:
             return ""
@@ -203,7 +205,11 @@ def callback_function(callback: Any) -> Any | None:
 
 
 def is_extended_dtype(dtype: Any) -> bool:
-    return isinstance(dtype, jax.dtypes.ExtendedDType)
+    """True for JAX's extended dtypes (typed PRNG keys, ...), which numpy does not know."""
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.extended))
+    except TypeError:
+        return False
 
 
 def evaluate_dim(d: Any, sizes: dict[str, int], default: int) -> int:

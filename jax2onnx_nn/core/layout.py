@@ -271,7 +271,7 @@ def nchw_reference(fn: Any, inputs: Sequence[Any], model: Any, **parse_options: 
     outs = _positions(meta.get(OUTPUTS_KEY))
     if not ins and not outs:
         return fn, list(inputs)
-    specs = parse_specs(inputs, **parse_options)
+    specs = parse_specs(inputs, warn=False, **parse_options)
     leaves, treedef = jax.tree_util.tree_flatten((specs.args, specs.kwargs))
     leaves = [_permuted_struct(leaf, to_channels_first(len(leaf.shape))) if i in ins else leaf for i, leaf in enumerate(leaves)]
     n_args = len(jax.tree_util.tree_leaves(specs.args))

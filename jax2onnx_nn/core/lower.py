@@ -124,7 +124,8 @@ class Lowerer:
         name = eqn.primitive.name
         registration = lookup(name, self.options.overrides)
         previous_doc = builder.doc_string
-        builder.doc_string = jxi.source_line(eqn) or previous_doc  # library code: the caller's line
+        # library code (a body traced inside jnp/equinox functions): the caller's line
+        builder.doc_string = jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
         try:
             key_jaxpr = self._on_key_data(eqn, registration)
             if key_jaxpr is not None:

@@ -14,6 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 
 
@@ -59,9 +60,10 @@ class DimEvaluator:
         if name in self._cache:
             return self._cache[name]
         if name not in self._sources:
-            raise ValueError(
+            raise SpecError(
                 f"the symbolic dim {name!r} cannot be read from any input shape; every dim "
-                "variable must appear alone as a dim of some input"
+                f"variable must appear alone as a dim of some input (e.g. give an input the "
+                f"shape ({name!r}, ...) rather than only expressions such as '2*{name}')"
             )
         value, axis = self._sources[name]
         b = self.builder

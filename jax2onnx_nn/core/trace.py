@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.specs import InputSpecs
+
+# Errors JAX raises when the shapes or the number of the inputs do not fit the function
+# (dot_general contracting dims, broadcasting, reshape sizes, an undecidable comparison of
+# symbolic dims, a wrong number of arguments); the function itself is fine for other specs.
+_SHAPE_ERRORS = (TypeError, ValueError, IndexError, jax.errors.InconclusiveDimensionOperation)
+# Errors about values that are not known while tracing: not a spec problem.
+_VALUE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                 jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
 
 
 @dataclass
@@ -20,8 +31,13 @@ class Traced:
     out_avals: list[Any]
 
 
-def trace(fn: Callable[..., Any], specs: InputSpecs) -> Traced:
-    """Trace ``fn(*args, **kwargs)`` with symbolic shapes; closed-over arrays become consts."""
+def trace(fn: Callable[..., Any], specs: InputSpecs, arg_names: Sequence[str] = ()) -> Traced:
+    """Trace ``fn(*args, **kwargs)`` with symbolic shapes; closed-over arrays become consts.
+
+    Raises:
+        SpecError: JAX rejected the shapes while tracing (``dot_general requires contracting
+            dimensions ...``); the message lists the input specs and the user's source line.
+    """
     pairs, treedef = specs.flat()
     leaves = [leaf for _, leaf in pairs]
 
@@ -29,6 +45,44 @@ def trace(fn: Callable[..., Any], specs: InputSpecs) -> Traced:
         args, kwargs = jax.tree_util.tree_unflatten(treedef, flat_args)
         return fn(*args, **kwargs)
 
-    closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
+    try:
+        closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
+    except _VALUE_ERRORS:
+        raise
+    except (SpecError, ConversionError):
+        raise
+    except _SHAPE_ERRORS as err:
+        raise _spec_error(err, specs, arg_names) from None
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shapes)
     return Traced(closed, [name for name, _ in pairs], leaves, out_tree, out_leaves)
+
+
+def _spec_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str]) -> SpecError:
+    """A SpecError for a shape error raised while tracing: what JAX said, where, with which
+    inputs. The JAX error stays reachable as ``.jax_error`` (not chained, so no traceback from
+    inside JAX is printed)."""
+    message = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+    where = user_frame(err.__traceback__)
+    lines = [f"the inputs do not fit the function: {type(err).__name__}: {message}"]
+    if where:
+        lines.append(f"  at {where}")
+    lines.append("input specs:")
+    lines += [f"  {line}" for line in specs.describe(arg_names)]
+    if isinstance(err, jax.errors.InconclusiveDimensionOperation):
+        lines.append("A comparison of symbolic dims is not decided by the specs: add constraints=(\"B >= 2\",) "
+                     "for what the function assumes, or give that dim a fixed size.")
+    else:
+        lines.append("Change the specs (rank, sizes, dtypes, number of inputs) to what the function expects.")
+    spec_error = SpecError("\n".join(lines))
+    spec_error.jax_error = err  # type: ignore[attr-defined]
+    return spec_error
+
+
+def user_frame(tb: Any) -> str:
+    """``file:line (function)`` of the innermost frame of a traceback in the user's code
+    (outside JAX, this package and the frameworks), or ""."""
+    library = jxi.library_dirs()
+    for frame in reversed(traceback.extract_tb(tb)):
+        if not frame.filename.startswith((*library, "<frozen")):
+            return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return ""

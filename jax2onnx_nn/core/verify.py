@@ -225,13 +225,13 @@ def verify(
     n_runs = max((len(v) for v in sizes.values()), default=1)
     report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
-        specs = parse_specs(inputs, input_params=dict(input_params or {}), enable_double_precision=enable_double_precision)
+        specs = parse_specs(inputs, input_params=dict(input_params or {}), enable_double_precision=enable_double_precision, warn=False)
         pairs, treedef = specs.flat()
         avals = [leaf for _, leaf in pairs]
         for i in range(n_runs):
             run_sizes = {k: v[i % len(v)] for k, v in sizes.items()}
-            if input_values is not None:
-                flat = list(input_values)
+            if input_values is not None:  # as the graph takes them (float64 -> float32 without x64)
+                flat = [_as_input(v, aval) for v, aval in zip(input_values, avals, strict=True)]
             else:
                 flat = random_inputs(avals, run_sizes, rng)
                 n_args = len(jax.tree_util.tree_leaves(specs.args))
@@ -258,6 +258,13 @@ def verify(
             if input_values is not None:
                 break
     return report
+
+
+def _as_input(value: Any, aval: Any) -> Any:
+    """A user-given input value in the dtype of its graph input (typed keys as they are)."""
+    if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
+        return value
+    return np.asarray(value, dtype=aval.dtype)
 
 
 def _as_numpy(value: Any) -> np.ndarray:

@@ -185,7 +185,7 @@ def element_diff(
 def dim_names_of(specs: Sequence[Any]) -> list[str]:
     """The symbolic dim names the specs use, in order of first use."""
     names: dict[str, None] = {}
-    for leaf in jax.tree_util.tree_leaves(parse_specs(list(specs)).args):
+    for leaf in jax.tree_util.tree_leaves(parse_specs(list(specs), warn=False).args):
         for d in leaf.shape:
             if jxi.is_symbolic_dim(d):
                 names.update(dict.fromkeys(sorted(jxi.dim_vars(d))))

@@ -121,7 +121,7 @@ def inputs_for(
 
 
 def _structs(specs: Sequence[Any], enable_double_precision: bool = False) -> list[Any]:
-    parsed = parse_specs(list(specs), enable_double_precision=enable_double_precision)
+    parsed = parse_specs(list(specs), enable_double_precision=enable_double_precision, warn=False)
     return jax.tree_util.tree_leaves(parsed.args)
 
 

@@ -175,6 +175,46 @@ def test_vmapped_library_calls_without_a_user_frame_have_no_misleading_line():
     assert all("jax2onnx_nn" + os.sep not in n.doc_string for n in model.graph.node)
 
 
+def _all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+
+
+def _polyval(p, x):
+    return jnp.polyval(p, x)  # a jitted library function with a lax.scan body
+
+
+def _checkpointed_loop(x):
+    import equinox as eqx  # equinox internals: a while loop built inside its own jit
+
+    return eqx.internal.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x), kind="checkpointed", max_steps=4)[1]
+
+
+@pytest.mark.parametrize("fn, specs", [(_polyval, [(4,), ("B",)]), (_checkpointed_loop, [(3,)])], ids=["jnp", "equinox"])
+def test_library_bodies_carry_the_callers_line(fn, specs, monkeypatch):
+    """Bodies JAX traced inside library code have no user frame: their nodes, and the
+    unsupported primitives in them, are reported at the user's line that called the library."""
+    here = f"{__file__}:{fn.__code__.co_firstlineno + (1 if fn is _polyval else 3)}"
+    pytest.importorskip("equinox")
+    try:
+        model = to_onnx(fn, specs)
+    except ConversionError as err:  # a JAX whose jnp.polyval is one primitive we do not lower
+        assert all(loc.startswith(here) for use in err.unsupported for loc in use.locations)
+    else:
+        docs = {n.doc_string for n in _all_nodes(model.graph)}
+        assert all(d.startswith(here) for d in docs), docs
+    from jax2onnx_nn.core import registry
+
+    monkeypatch.delitem(registry._RULES, "mul")  # make an op of the body unsupported
+    with pytest.raises(ConversionError) as info:
+        to_onnx(fn, specs)
+    locations = [loc for use in info.value.unsupported for loc in use.locations]
+    assert locations and all(loc.startswith(here) for loc in locations), locations
+
+
 def test_same_export_twice_is_byte_identical():
     def f(x, w):
         return jax.nn.relu(x @ w) * 2
