@@ -232,17 +232,48 @@ def evaluate_dim(d: Any, sizes: dict[str, int], default: int) -> int:
     return total
 
 
-# -- typed PRNG keys ----------------------------------------------------------------------
-# Keys are represented by their uint32 data. What a key impl does (seed, split, fold_in,
-# random_bits) is JAX code in its PRNGImpl (public via jax.extend.random.define_prng_impl);
-# only reaching the impl from a key dtype is internal.
+# -- values ONNX holds as real data with trailing dims ------------------------------------
+# Typed PRNG keys are represented by their uint32 data (trailing dims: the key shape), complex
+# numbers by real (real, imag) pairs (one trailing dim of 2). What a key impl does (seed,
+# split, fold_in, random_bits) is JAX code in its PRNGImpl (public via
+# jax.extend.random.define_prng_impl); only reaching the impl from a key dtype is internal.
 
 
-def key_data_struct(aval: Any) -> jax.ShapeDtypeStruct:
-    """The uint32 data behind an aval of typed keys; other avals as they are."""
+def is_complex_dtype(dtype: Any) -> bool:
+    return jax.dtypes.issubdtype(dtype, np.complexfloating)
+
+
+def real_dtype(dtype: Any) -> np.dtype:
+    """The float dtype of a complex dtype's parts (complex64 -> float32); others unchanged."""
+    return np.finfo(dtype).dtype if is_complex_dtype(dtype) else np.dtype(dtype)
+
+
+def data_dims(dtype: Any) -> tuple[int, ...]:
+    """The trailing dims the real data behind one element of ``dtype`` adds: the key shape
+    for PRNG keys, (2,) for complex numbers, () for everything else."""
+    if is_key_dtype(dtype):
+        return key_data_shape(dtype)
+    return (2,) if is_complex_dtype(dtype) else ()
+
+
+def data_struct(aval: Any) -> jax.ShapeDtypeStruct:
+    """The real data behind an aval (keys: uint32 words, complex: float pairs); other avals as
+    they are."""
     if is_key_dtype(aval.dtype):
         return jax.ShapeDtypeStruct(tuple(aval.shape) + key_data_shape(aval.dtype), np.dtype(np.uint32))
+    if is_complex_dtype(aval.dtype):
+        return jax.ShapeDtypeStruct((*aval.shape, 2), real_dtype(aval.dtype))
     return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
+
+
+def to_data(value: Any) -> Any:
+    """A concrete value as the real data ONNX holds for it (keys: uint32, complex: pairs)."""
+    if hasattr(value, "dtype") and is_key_dtype(value.dtype):
+        return np.asarray(jax.random.key_data(value))
+    value = np.asarray(value)
+    if is_complex_dtype(value.dtype):
+        return np.stack([value.real, value.imag], axis=-1)
+    return value
 
 
 def _vmapped(f: Any, n: int) -> Any:
@@ -251,11 +282,11 @@ def _vmapped(f: Any, n: int) -> Any:
     return f
 
 
-def _trace_as(eqn: Any, fn: Any, avals: list[Any]) -> Any:
-    """make_jaxpr of ``fn`` on the key data of ``avals``; its equations keep ``eqn``'s user
+def trace_on_data(eqn: Any, fn: Any, avals: list[Any]) -> Any:
+    """make_jaxpr of ``fn`` on the real data of ``avals``; its equations keep ``eqn``'s user
     source line (so an unsupported primitive inside is reported where the user wrote it)."""
     with _source_info_util.user_context(eqn.source_info.traceback):
-        return jax.make_jaxpr(fn)(*[key_data_struct(a) for a in avals])
+        return jax.make_jaxpr(fn)(*[data_struct(a) for a in avals])
 
 
 def prng_impl_jaxpr(eqn: Any) -> Any:
@@ -285,23 +316,25 @@ def prng_impl_jaxpr(eqn: Any) -> Any:
             return fold_in(keys, jax.numpy.broadcast_to(msgs, shape))
     else:
         raise ValueError(f"{name} is not a PRNG primitive")
-    return _trace_as(eqn, fn, avals_in)
+    return trace_on_data(eqn, fn, avals_in)
 
 
-def key_data_jaxpr(eqn: Any) -> Any | None:
-    """An equation that makes typed keys from typed keys (slice, reshape, gather, select_n, ...)
-    as the same primitive on the keys' uint32 data.
+def data_jaxpr(eqn: Any) -> Any | None:
+    """An equation whose outputs are keys (or complex numbers) and that acts on each word of
+    the real data independently (slice, reshape, gather, select_n, ...; for complex numbers
+    also add, reduce_sum, ...) as the same primitive on that data.
 
-    Each word of the key data is an array shaped like the keys, so the op on keys is the op
-    vmapped over the trailing key-data dims; JAX's batching rules adjust its params. Returns
-    None when the equation has a sub-jaxpr, outputs that are not keys, or cannot be traced.
+    Each word of the data is an array shaped like the values, so the op is the op vmapped over
+    the trailing data dims; JAX's batching rules adjust its params. Operands without data dims
+    (indices, predicates) are shared. Returns None when the equation has a sub-jaxpr, outputs
+    of another kind, or cannot be traced.
     """
     avals_out = [v.aval for v in eqn.outvars]
-    if subjaxprs_of(eqn.params) or not all(is_key_dtype(a.dtype) for a in avals_out):
+    n_data_dims = len(data_dims(avals_out[0].dtype))
+    if subjaxprs_of(eqn.params) or not n_data_dims or any(data_dims(a.dtype) != data_dims(avals_out[0].dtype) for a in avals_out):
         return None
     avals_in = [v.aval for v in eqn.invars]
-    n_data_dims = len(key_data_shape(avals_out[0].dtype))
-    in_axes = [-1 if is_key_dtype(a.dtype) else None for a in avals_in]
+    in_axes = [-1 if data_dims(a.dtype) else None for a in avals_in]
 
     def fn(*args: Any) -> Any:
         out = eqn.primitive.bind(*args, **eqn.params)
@@ -310,7 +343,7 @@ def key_data_jaxpr(eqn: Any) -> Any | None:
     for _ in range(n_data_dims):
         fn = jax.vmap(fn, in_axes=in_axes, out_axes=-1)
     try:
-        return _trace_as(eqn, fn, avals_in)
+        return trace_on_data(eqn, fn, avals_in)
     except Exception:
         return None
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.graph import GraphBuilder, ir_shape, set_type
 from jax2onnx_nn.core.registry import Registration, lookup
@@ -39,10 +40,13 @@ CALL_BODIES: dict[str, tuple[str, ...]] = {
 
 
 def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
-    """The ONNX dtype and shape a JAX aval is represented by (keys become their uint32 data)."""
-    if jxi.is_key_dtype(aval.dtype):
-        return np.dtype(np.uint32), tuple(aval.shape) + jxi.key_data_shape(aval.dtype)
-    return np.dtype(aval.dtype), tuple(aval.shape)
+    """The ONNX dtype and shape a JAX aval is represented by: keys become their uint32 data,
+    complex numbers real (real, imag) pairs in a trailing dim of 2."""
+    struct = jxi.data_struct(aval)
+    return np.dtype(struct.dtype), tuple(struct.shape)
+
+
+_NO_PAIRS = object()  # a complex op that has no lowering on (real, imag) pairs
 
 
 @dataclass
@@ -70,12 +74,7 @@ class Lowerer:
         hit = self._consts.get(id(value))
         if hit is not None and not builder.isolated:
             return hit[1]
-        array = value
-        if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
-            import jax
-
-            array = jax.random.key_data(value)
-        array = np.asarray(array)
+        array = jxi.to_data(value)
         if (array.size <= 16 and id(value) not in self.const_names) or builder.isolated:
             result = builder.const(array)
         else:
@@ -86,8 +85,7 @@ class Lowerer:
         return result
 
     def literal(self, atom: Any, builder: GraphBuilder) -> ir.Value:
-        dtype, _ = onnx_aval(atom.aval)
-        return builder.const(np.asarray(jxi.literal_value(atom), dtype=dtype))
+        return builder.const(jxi.to_data(np.asarray(jxi.literal_value(atom), dtype=atom.aval.dtype)))
 
     # -- jaxprs ---------------------------------------------------------------------------
     def lower_jaxpr(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
@@ -127,9 +125,12 @@ class Lowerer:
         # library code (a body traced inside jnp/equinox functions): the caller's line
         builder.doc_string = jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
         try:
-            key_jaxpr = self._on_key_data(eqn, registration)
-            if key_jaxpr is not None:
-                outs = self.lower_jaxpr(key_jaxpr, inputs, builder)
+            data_jaxpr = self._on_data(eqn, registration)
+            if data_jaxpr is _NO_PAIRS:
+                self.unsupported[f"{name} on complex numbers"].append(builder.doc_string)
+                outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
+            elif data_jaxpr is not None:
+                outs = self.lower_jaxpr(data_jaxpr, inputs, builder)
             elif registration is not None and registration.min_opset <= self.options.opset:
                 ctx = LoweringContext(self, eqn, builder)
                 result = registration.rule(ctx, *inputs, **eqn.params)
@@ -151,14 +152,27 @@ class Lowerer:
             self._stamp(value, var.aval, name)
         return outs
 
-    def _on_key_data(self, eqn: Any, registration: Registration | None) -> Any | None:
-        """For an op that rearranges typed keys (slice, reshape, gather, ...), the same op on
-        their uint32 data as a jaxpr; None for other ops and for rules that handle keys."""
-        if registration is not None and registration.key_data:
+    def _on_data(self, eqn: Any, registration: Registration | None) -> Any | None:
+        """For an op on typed keys or complex numbers, the same computation on their real data
+        (uint32 words, float pairs) as a jaxpr; None for other ops, for rules that handle the
+        data themselves, and for call-like and control-flow ops (their bodies are lowered on
+        the data).
+
+        Keys: any op that makes keys from keys only rearranges them. Complex numbers: see
+        ``core/complex.py``; a complex op with no lowering on pairs is ``_NO_PAIRS``.
+        """
+        if registration is not None and (registration.key_data or registration.complex_pairs):
             return None
-        if not any(jxi.is_key_dtype(v.aval.dtype) for v in eqn.outvars):
+        if eqn.primitive.name in CALL_BODIES or jxi.subjaxprs_of(eqn.params):
             return None
-        return jxi.key_data_jaxpr(eqn)
+        if any(jxi.is_key_dtype(v.aval.dtype) for v in eqn.outvars):
+            return jxi.data_jaxpr(eqn)
+        if complex_pairs.touches_complex(eqn):
+            jaxpr = complex_pairs.pairs_jaxpr(eqn)
+            if jaxpr is None and registration is not None:
+                return _NO_PAIRS  # (a library primitive without a rule: its impl, below)
+            return jaxpr
+        return None
 
     def _stamp(self, value: ir.Value, aval: Any, prim: str) -> None:
         dtype, shape = onnx_aval(aval)

@@ -21,6 +21,7 @@ class Registration:
     min_opset: int
     onnx_ops: tuple[str, ...]  # the ONNX ops the rule emits, for the support table
     key_data: bool = False  # the rule itself handles typed PRNG keys (given as their uint32 data)
+    complex_pairs: bool = False  # the rule itself handles complex values (given as float pairs)
 
 
 _RULES: dict[str, Registration] = {}
@@ -32,20 +33,25 @@ def primitive_name(prim: Any) -> str:
 
 
 def register(
-    prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False
+    prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False,
+    complex_pairs: bool = False,
 ) -> Rule:
     """Register ``rule`` for ``prim`` (a Primitive or its name); later registrations win.
 
     Operands and results that are typed PRNG keys reach rules as their uint32 data. Ops that
     only rearrange keys (slice, reshape, gather, ...) are lowered on that data by the
     interpreter, not by their rule, unless the rule says ``key_data=True`` (it handles keys).
+    Complex operands and results reach rules as float (real, imag) pairs; complex equations
+    are lowered on the pairs by the interpreter (``core/complex.py``), not by their rule,
+    unless the rule says ``complex_pairs=True``.
     """
-    _RULES[primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops), key_data)
+    _RULES[primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops), key_data, complex_pairs)
     return rule
 
 
 def lowering(
-    prim: Any, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False
+    prim: Any, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False,
+    complex_pairs: bool = False,
 ) -> Callable[[Rule], Rule]:
     """Decorator form of :func:`register`.
 
@@ -57,7 +63,7 @@ def lowering(
     """
 
     def decorate(rule: Rule) -> Rule:
-        return register(prim, rule, min_opset=min_opset, onnx_ops=onnx_ops, key_data=key_data)
+        return register(prim, rule, min_opset=min_opset, onnx_ops=onnx_ops, key_data=key_data, complex_pairs=complex_pairs)
 
     return decorate
 

@@ -116,7 +116,8 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | N
     nan_a, nan_e = np.isnan(a), np.isnan(e)
     same_special = (nan_a & nan_e) | (np.isinf(e) & (a == e))
     finite = ~(nan_a | nan_e | np.isinf(a) | np.isinf(e))
-    err = np.where(finite, np.abs(a - e), 0.0)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are special
+        err = np.where(finite, np.abs(a - e), 0.0)
     rel = np.where(finite, err / np.maximum(np.abs(e), np.finfo(np.float64).tiny), 0.0)
     base.max_abs = float(err.max())
     base.max_rel = float(np.where(err > atol, rel, 0.0).max())
@@ -145,19 +146,23 @@ def random_inputs(avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random
             values.append(rng.integers(-10, 11, size=shape).astype(dtype))
         elif dtype.kind == "u":
             values.append(rng.integers(0, 21, size=shape).astype(dtype))
+        elif dtype.kind == "c":
+            values.append((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype))
         else:
             values.append(rng.standard_normal(shape).astype(dtype))
     return values
 
 
 def run_onnx(model: onnx.ModelProto | str | os.PathLike[str] | bytes, flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
-    """Run a model in ``runtime`` (default onnxruntime CPU) on flat inputs in graph-input order."""
+    """Run a model in ``runtime`` (default onnxruntime CPU) on flat inputs in graph-input order
+    (complex inputs may be given as complex arrays: they are fed as their (real, imag) pairs)."""
     return open_session(model, runtime)(_feeds(flat_inputs))
 
 
 def _feeds(flat_inputs: Sequence[Any]) -> list[np.ndarray]:
-    """Flat inputs as numpy arrays; typed PRNG keys as their uint32 key data."""
-    return [np.asarray(jax.random.key_data(v) if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else v) for v in flat_inputs]
+    """Flat inputs as numpy arrays, as ONNX holds them: typed PRNG keys as their uint32 key
+    data, complex numbers as float (real, imag) pairs."""
+    return [jxi.to_data(v) for v in flat_inputs]
 
 
 def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -> Any:
@@ -268,10 +273,9 @@ def _as_input(value: Any, aval: Any) -> Any:
 
 
 def _as_numpy(value: Any) -> np.ndarray:
-    """A JAX output as numpy; typed PRNG keys as their uint32 data, as ONNX holds them."""
-    if hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype):
-        value = jax.random.key_data(value)
-    return np.asarray(value)
+    """A JAX output as numpy, as ONNX holds it: typed PRNG keys as their uint32 data, complex
+    numbers as float (real, imag) pairs in a trailing dim of 2."""
+    return jxi.to_data(value)
 
 
 def _model_x64(model: Any) -> bool:

@@ -61,7 +61,7 @@ def assert_exports_match_on(fn: Callable[..., Any], *values: Any, enable_double_
     values = jax.tree_util.tree_map(lambda v: v if _is_key(v) else np.asarray(v), values)
     leaves = jax.tree_util.tree_leaves(values)
     if enable_double_precision is None:
-        enable_double_precision = any(not _is_key(v) and v.dtype.itemsize == 8 for v in leaves)
+        enable_double_precision = any(not _is_key(v) and jxi.real_dtype(v.dtype).itemsize == 8 for v in leaves)
     return assert_exports_match(fn, list(values), input_values=leaves, enable_double_precision=enable_double_precision, **options)
 
 

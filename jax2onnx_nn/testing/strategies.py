@@ -96,15 +96,32 @@ def arrays_for(
 ) -> st.SearchStrategy[np.ndarray]:
     """Arrays matching one input spec, symbolic dims set from ``sizes`` (unnamed: 3).
 
-    Floats are finite by default (no NaN/inf; pass ``elements`` for other values); ints and
-    bools cover their whole range.
+    Floats are finite by default (no NaN/inf; pass ``elements`` for other values), complex
+    numbers are pairs of such floats (:func:`complex_numbers`); ints and bools cover their
+    whole range.
     """
     (leaf,) = _structs([spec], enable_double_precision)
     shape = tuple(jxi.evaluate_dim(d, dict(sizes or {}), 3) for d in leaf.shape)
     dtype = np.dtype(leaf.dtype)
     if elements is None and dtype.kind == "f":
         elements = st.floats(allow_nan=False, allow_infinity=False, width=min(dtype.itemsize * 8, 64))
+    if elements is None and dtype.kind == "c":
+        elements = complex_numbers(dtype)
     return hnp.arrays(dtype, shape, elements=elements)
+
+
+def complex_numbers(
+    dtype: Any = np.complex64, *, min_value: float | None = None, max_value: float | None = None,
+    allow_special: bool = False,
+) -> st.SearchStrategy[complex]:
+    """Complex numbers of ``dtype`` as pairs of floats of its part width, each part in
+    ``[min_value, max_value]`` (default: any finite float), no subnormals (XLA on CPU flushes
+    them); ``allow_special`` adds infinite, NaN and signed-zero parts."""
+    width = np.finfo(dtype).bits
+    part = st.floats(min_value, max_value, width=width, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+    if allow_special:
+        part = part | st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan])
+    return st.builds(complex, part, part)
 
 
 def inputs_for(
@@ -125,4 +142,4 @@ def _structs(specs: Sequence[Any], enable_double_precision: bool = False) -> lis
     return jax.tree_util.tree_leaves(parsed.args)
 
 
-__all__ = ["arrays_for", "dim_names_of", "input_specs", "inputs_for", "shapes", "sizes_for"]
+__all__ = ["arrays_for", "complex_numbers", "dim_names_of", "input_specs", "inputs_for", "shapes", "sizes_for"]

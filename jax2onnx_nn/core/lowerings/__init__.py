@@ -2,6 +2,7 @@
 
 from jax2onnx_nn.core.lowerings import (  # noqa: F401
     bits,
+    complex,
     control_flow,
     decompositions,
     elementwise,

@@ -1,0 +1,291 @@
+"""Complex arithmetic on (real, imag) pairs: one JAX function per primitive (``core/complex.py``
+says how they are used). Each follows what XLA computes, so that results agree with JAX also
+for infinite and NaN parts where XLA defines them (division, abs, sqrt, exp fix-ups below).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.complex import pair_impl
+
+Array = Any
+
+
+def _parts(x: Array, aval: Any) -> tuple[Array, Array | None]:
+    """(real, imag) of an operand; imag is None for a real operand."""
+    if jxi.is_complex_dtype(aval.dtype):
+        return x[..., 0], x[..., 1]
+    return x, None
+
+
+def _pair(re: Array, im: Array) -> Array:
+    re, im = jnp.broadcast_arrays(re, im)
+    return jnp.stack([re, im.astype(re.dtype)], axis=-1)
+
+
+def _mul(ar: Array, ai: Array, br: Array, bi: Array) -> tuple[Array, Array]:
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+def _div(ar: Array, ai: Array, br: Array, bi: Array) -> tuple[Array, Array]:
+    """Smith's division (no overflow of |b|^2), with C99 Annex G's fix-ups for a zero or an
+    infinite divisor, as XLA does."""
+    big_re = jnp.abs(br) >= jnp.abs(bi)
+    ratio = jnp.where(big_re, bi / br, br / bi)
+    denom = jnp.where(big_re, br + bi * ratio, bi + br * ratio)
+    re = jnp.where(big_re, ar + ai * ratio, ar * ratio + ai) / denom
+    im = jnp.where(big_re, ai - ar * ratio, ai * ratio - ar) / denom
+    # C99 Annex G: where Smith's formula gives NaN for both parts, the fix-ups below
+    both_nan = jnp.isnan(re) & jnp.isnan(im)
+    zero_den = (br == 0) & (bi == 0) & both_nan
+    inf = jnp.array(np.inf, ar.dtype)
+    negative = (br < 0) | ((br == 0) & (1 / br < 0))  # signbit without a bitcast
+    signed_inf = jnp.where(negative, -inf, inf)
+    re = jnp.where(zero_den, signed_inf * ar, re)
+    im = jnp.where(zero_den, signed_inf * ai, im)
+    def unit(v: Array) -> Array:  # +-1 for an infinite part, 0 for a finite (or NaN) one
+        return jnp.where(jnp.isinf(v), jnp.sign(v), jnp.zeros_like(v))
+
+    finite_num, finite_den = jnp.isfinite(ar) & jnp.isfinite(ai), jnp.isfinite(br) & jnp.isfinite(bi)
+    inf_den = (jnp.isinf(br) | jnp.isinf(bi)) & finite_num & both_nan
+    re = jnp.where(inf_den, 0 * (ar * unit(br) + ai * unit(bi)), re)
+    im = jnp.where(inf_den, 0 * (ai * unit(br) - ar * unit(bi)), im)
+    inf_num = (jnp.isinf(ar) | jnp.isinf(ai)) & finite_den & both_nan & ~zero_den
+    re = jnp.where(inf_num, inf * (unit(ar) * br + unit(ai) * bi), re)
+    im = jnp.where(inf_num, inf * (unit(ai) * br - unit(ar) * bi), im)
+    return re, im
+
+
+@functools.cache
+def _abs_of_inf_nan_is_inf() -> bool:
+    """Whether XLA's abs(inf + nan i) is inf (C99; jax 0.12) or NaN (jax 0.10): asked of JAX."""
+    with jax.ensure_compile_time_eval():
+        return bool(np.isinf(jnp.abs(jnp.array(complex(np.inf, np.nan), np.complex64))))
+
+
+def _abs(re: Array, im: Array) -> Array:
+    """hypot without overflow: max * sqrt(1 + (min/max)^2); inf and NaN parts as in XLA."""
+    a, b = jnp.abs(re), jnp.abs(im)
+    big, small = jnp.maximum(a, b), jnp.minimum(a, b)
+    ratio = small / jnp.where(big == 0, 1, big)
+    result = big * jnp.sqrt(1 + ratio * ratio)
+    nan, inf = jnp.isnan(a) | jnp.isnan(b), jnp.isinf(a) | jnp.isinf(b)
+    if _abs_of_inf_nan_is_inf():
+        return jnp.where(inf, jnp.inf, jnp.where(nan, jnp.nan, result))
+    return jnp.where(nan, jnp.nan, jnp.where(inf, jnp.inf, result))
+
+
+def _exp(re: Array, im: Array) -> tuple[Array, Array]:
+    scale = jnp.exp(re)
+    # exp(x + 0i) = exp(x) + 0i exactly, also for x = inf (where inf * sin(0) would be NaN)
+    return scale * jnp.cos(im), jnp.where(im == 0, im, scale * jnp.sin(im))
+
+
+def _log(re: Array, im: Array) -> tuple[Array, Array]:
+    return jnp.log(_abs(re, im)), lax.atan2(im, re)
+
+
+def _sqrt(re: Array, im: Array) -> tuple[Array, Array]:
+    """The principal root from t = sqrt((|re| + |z|) / 2) (no cancellation); the imaginary part
+    takes its sign from ``im < 0`` (XLA gives sqrt(-1 - 0i) = +i)."""
+    t = jnp.sqrt(0.5 * jnp.abs(re) + 0.5 * _abs(re, im))
+    half = im / (2 * jnp.where(t == 0, 1, t))
+    signed_t = jnp.where(im < 0, -t, t)
+    out_re = jnp.where(re >= 0, t, jnp.abs(half))
+    out_im = jnp.where(re >= 0, half, signed_t)
+    inf_im = jnp.isinf(im)
+    return jnp.where(inf_im, jnp.inf, out_re), jnp.where(inf_im, im, out_im)
+
+
+def _like_pairs(fn: Any, nan_in_nan_out: bool = False) -> Any:
+    """A (re, im) -> (re, im) function as a pair impl of a unary complex primitive;
+    ``nan_in_nan_out``: a NaN part makes both parts NaN (XLA's log and sqrt)."""
+
+    def impl(x: Array, **_: Any) -> Array:
+        re, im = fn(x[..., 0], x[..., 1])
+        if nan_in_nan_out:
+            nan = jnp.isnan(x[..., 0]) | jnp.isnan(x[..., 1])
+            re, im = jnp.where(nan, jnp.nan, re), jnp.where(nan, jnp.nan, im)
+        return _pair(re, im)
+
+    return impl
+
+
+pair_impl("exp")(_like_pairs(_exp))
+pair_impl("log")(_like_pairs(_log, nan_in_nan_out=True))
+pair_impl("sqrt")(_like_pairs(_sqrt, nan_in_nan_out=True))
+
+
+@pair_impl("complex")
+def _complex(re: Array, im: Array, **_: Any) -> Array:
+    return _pair(re, im)
+
+
+@pair_impl("real")
+def _real(x: Array, **_: Any) -> Array:
+    return x[..., 0]
+
+
+@pair_impl("imag")
+def _imag(x: Array, **_: Any) -> Array:
+    return x[..., 1]
+
+
+@pair_impl("conj")
+def _conj(x: Array, *, avals_in: list[Any], **_: Any) -> Array:
+    re, im = _parts(x, avals_in[0])
+    return _pair(re, jnp.zeros_like(re) if im is None else -im)
+
+
+@pair_impl("abs")
+def _abs_impl(x: Array, **_: Any) -> Array:
+    return _abs(x[..., 0], x[..., 1])
+
+
+@pair_impl("sign")
+def _sign(x: Array, **_: Any) -> Array:
+    re, im = x[..., 0], x[..., 1]
+    magnitude = _abs(re, im)
+    zero = magnitude == 0
+    safe = jnp.where(zero, 1, magnitude)
+    return _pair(jnp.where(zero, re, re / safe), jnp.where(zero, im, im / safe))
+
+
+@pair_impl("mul")
+def _mul_impl(x: Array, y: Array, **_: Any) -> Array:
+    return _pair(*_mul(x[..., 0], x[..., 1], y[..., 0], y[..., 1]))
+
+
+@pair_impl("div")
+def _div_impl(x: Array, y: Array, **_: Any) -> Array:
+    return _pair(*_div(x[..., 0], x[..., 1], y[..., 0], y[..., 1]))
+
+
+@pair_impl("eq")
+def _eq(x: Array, y: Array, **_: Any) -> Array:
+    return (x[..., 0] == y[..., 0]) & (x[..., 1] == y[..., 1])
+
+
+@pair_impl("ne")
+def _ne(x: Array, y: Array, **_: Any) -> Array:
+    return (x[..., 0] != y[..., 0]) | (x[..., 1] != y[..., 1])
+
+
+@pair_impl("integer_pow")
+def _integer_pow(x: Array, *, y: int, **_: Any) -> Array:
+    """Square-and-multiply in the order of JAX's own lowering (so rounding and the inf/NaN
+    parts of the result are JAX's), then one division for a negative power."""
+    re, im = x[..., 0], x[..., 1]
+    if y == 0:
+        return _pair(jnp.ones_like(re), jnp.zeros_like(im))
+    n = abs(y)
+    acc = None
+    while n > 0:
+        if n & 1:
+            acc = (re, im) if acc is None else _mul(*acc, re, im)
+        n >>= 1
+        if n > 0:
+            re, im = _mul(re, im, re, im)
+    assert acc is not None
+    if y < 0:
+        acc = _div(jnp.ones_like(acc[0]), jnp.zeros_like(acc[1]), *acc)
+    return _pair(*acc)
+
+
+@pair_impl("pow")
+def _pow(x: Array, y: Array, *, avals_in: list[Any], **_: Any) -> Array:
+    """x ** y = exp(y log x); x ** 0 is 1 for every x and 0 ** y is 0 for real y > 0, as in
+    XLA (other infinite or NaN parts may differ from XLA's special cases)."""
+    xr, xi = _parts(x, avals_in[0])
+    yr, yi = _parts(y, avals_in[1])
+    yr = yr.astype(xr.dtype)
+    yi = jnp.zeros_like(yr) if yi is None else yi
+    lr, li = _log(xr, xi)
+    re, im = _exp(*_mul(yr, yi, lr, li))
+    x_zero = (xr == 0) & (xi == 0)
+    y_zero = (yr == 0) & (yi == 0)
+    zero_power = x_zero & (yr > 0) & (yi == 0)
+    re = jnp.where(y_zero, 1, jnp.where(zero_power, 0, re))
+    im = jnp.where(y_zero | zero_power, 0, im)
+    return _pair(re, im)
+
+
+@pair_impl("convert_element_type")
+def _convert_element_type(x: Array, *, avals_in: list[Any], avals_out: list[Any], new_dtype: Any, **_: Any) -> Array:
+    """To complex: (x, 0); complex to complex: both parts cast; to real: the real part (as
+    JAX does, with its ComplexWarning); to bool: re != 0 or im != 0."""
+    re, im = _parts(x, avals_in[0])
+    out = np.dtype(avals_out[0].dtype)
+    if jxi.is_complex_dtype(out):
+        part = jxi.real_dtype(out)
+        return _pair(re.astype(part), jnp.zeros(re.shape, part) if im is None else im.astype(part))
+    if out == np.bool_:
+        return (re != 0) | (im != 0)
+    return re.astype(out)
+
+
+def _real_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Params of a dot/conv with a complex ``preferred_element_type`` made real."""
+    preferred = params.get("preferred_element_type")
+    if preferred is not None and jxi.is_complex_dtype(preferred):
+        params = {**params, "preferred_element_type": jxi.real_dtype(preferred)}
+    return params
+
+
+def _bilinear(op: Any, x: Array, y: Array, avals_in: list[Any], params: dict[str, Any]) -> Array:
+    """A bilinear op (dot_general, conv) on complex operands: four real ops (fewer when one
+    operand is real). Exact: no Gauss 3-product trick, whose cancellation loses digits."""
+    xr, xi = _parts(x, avals_in[0])
+    yr, yi = _parts(y, avals_in[1])
+    params = _real_params(params)
+
+    def apply(a: Array, b: Array) -> Array:
+        return op(a, b, **params)
+
+    re = apply(xr, yr)
+    if xi is not None and yi is not None:
+        return _pair(re - apply(xi, yi), apply(xr, yi) + apply(xi, yr))
+    return _pair(re, apply(xr, yi) if xi is None else apply(xi, yr))
+
+
+@pair_impl("dot_general")
+def _dot_general(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any], **params: Any) -> Array:
+    del avals_out  # implied by the operands
+    return _bilinear(lax.dot_general_p.bind, x, y, avals_in, params)
+
+
+@pair_impl("conv_general_dilated")
+def _conv(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any], **params: Any) -> Array:
+    del avals_out
+    return _bilinear(lax.conv_general_dilated_p.bind, x, y, avals_in, params)
+
+
+@pair_impl("reduce_prod")
+def _reduce_prod(x: Array, *, axes: tuple[int, ...], avals_in: list[Any], **_: Any) -> Array:
+    """Products of halves until one element is left (static sizes)."""
+    re, im = x[..., 0], x[..., 1]
+    keep = [d for d in range(re.ndim) if d not in axes]
+    shape = [re.shape[d] for d in keep]
+    if any(jxi.is_symbolic_dim(re.shape[d]) for d in axes):
+        raise NotImplementedError("reduce_prod of complex numbers over a symbolic dim")
+    size = int(np.prod([re.shape[d] for d in axes], dtype=np.int64))
+    re = jnp.transpose(re, [*keep, *axes]).reshape(*shape, size)
+    im = jnp.transpose(im, [*keep, *axes]).reshape(*shape, size)
+    if size == 0:
+        return _pair(jnp.ones(shape, re.dtype), jnp.zeros(shape, re.dtype))
+    while re.shape[-1] > 1:
+        n = re.shape[-1]
+        if n % 2:
+            pad = [(0, 0)] * (re.ndim - 1) + [(0, 1)]
+            re, im = jnp.pad(re, pad, constant_values=1), jnp.pad(im, pad)
+            n += 1
+        re, im = _mul(re[..., : n // 2], im[..., : n // 2], re[..., n // 2 :], im[..., n // 2 :])
+    return _pair(re[..., 0], im[..., 0])

@@ -1,0 +1,152 @@
+"""Complex numbers as (real, imag) pairs: onnxruntime vs JAX on hypothesis-drawn complex values,
+infinite and NaN parts included, complex64 and complex128."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from jax2onnx_nn import ConversionError, to_onnx
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing.strategies import complex_numbers
+
+COMPLEX = [np.complex64, np.complex128]
+shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+
+
+def _arrays(dtype, shape, *, special=True, bound=10.0):
+    # bounded parts: products stay far from overflow, where XLA's fused multiply-adds and
+    # onnxruntime's separate ones legitimately round differently
+    return hnp.arrays(dtype, shape, elements=complex_numbers(dtype, min_value=-bound, max_value=bound, allow_special=special))
+
+
+def _tolerance(dtype):
+    return {"rtol": 1e-5, "atol": 1e-4} if dtype == np.complex64 else {}
+
+
+def test_complex_graph_io_are_float_pairs():
+    model = to_onnx(lambda z: z * z, [((2, "B"), "complex64")])
+    (inp,), (out,) = model.graph.input, model.graph.output
+    for value in (inp, out):
+        dims = [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+        assert value.type.tensor_type.elem_type == 1 and dims == [2, "B", 2]  # float32 [2, B, 2]
+
+
+STRUCTURAL = {
+    "reshape_transpose": lambda z: z.T.reshape(-1),
+    "broadcast": lambda z: jnp.broadcast_to(z, (2, *z.shape)),
+    "concat_slice": lambda z: jnp.concatenate([z, z[::-1]], axis=0)[1::2],
+    "pad": lambda z: jnp.pad(z, 1, constant_values=1 - 2j),
+    "gather": lambda z: jnp.take(z, jnp.array([0, -1, 0]), axis=0),
+    "scatter": lambda z: z.at[0].set(z[-1]).at[-1].add(z[0]),
+    "select": lambda z: jnp.where(jnp.isnan(z.real), z, -z),
+    "roll_flip": lambda z: jnp.flip(jnp.roll(z, 1, axis=0), axis=-1),
+    "dynamic_slice": lambda z: jax.lax.dynamic_slice_in_dim(z, z.shape[0] // 2, 1, axis=0),
+    "squeeze_expand": lambda z: jnp.squeeze(z[None, :1], axis=(0, 1)),
+    "sum_cumsum": lambda z: (z.sum(axis=0), jnp.cumsum(z, axis=-1)),
+    "add_sub_neg": lambda z: (z + z[::-1]) - (-z),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURAL))
+@given(data=st.data())
+def test_rearranging_and_linear_ops_act_on_pairs(name, data):
+    dtype = data.draw(st.sampled_from(COMPLEX))
+    z = data.draw(_arrays(dtype, data.draw(shapes)))
+    assert_exports_match_on(STRUCTURAL[name], z)
+
+
+UNARY = {
+    "abs": jnp.abs, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "sign": jnp.sign,
+    "conj": jnp.conj, "real": jnp.real, "imag": jnp.imag, "square": lambda z: z**2,
+    "cube": lambda z: z**3, "reciprocal": lambda z: z**-1, "pow_5": lambda z: z**5,
+    "to_bool": lambda z: z.astype(bool), "to_real": lambda z: jnp.real(z).astype(np.float32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@given(data=st.data())
+def test_unary(name, data):
+    dtype = data.draw(st.sampled_from(COMPLEX))
+    z = data.draw(_arrays(dtype, data.draw(shapes), bound=30.0 if name in ("exp", "pow_5") else 10.0))
+    assert_exports_match_on(UNARY[name], z, **_tolerance(dtype))
+
+
+BINARY = {
+    "mul": jnp.multiply, "div": jnp.divide, "eq": jnp.equal, "ne": jnp.not_equal,
+    "complex": lambda x, y: jax.lax.complex(x.real, y.imag),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@given(data=st.data())
+def test_binary(name, data):
+    dtype = data.draw(st.sampled_from(COMPLEX))
+    shape = data.draw(shapes)
+    x, y = data.draw(_arrays(dtype, shape)), data.draw(_arrays(dtype, shape))
+    if name == "eq":
+        y = np.where(np.arange(y.size).reshape(y.shape) % 2 == 0, x, y)  # equal elements too
+    assert_exports_match_on(BINARY[name], x, y, **_tolerance(dtype))
+
+
+@given(data=st.data())
+def test_pow_finite(data):
+    dtype = data.draw(st.sampled_from(COMPLEX))
+    shape = data.draw(shapes)
+    x = data.draw(_arrays(dtype, shape, special=False, bound=4.0))
+    y = data.draw(_arrays(dtype, shape, special=False, bound=2.0))
+    # exp(y log x) amplifies the parts' rounding: compare relative to the result's magnitude
+    scale = float(np.max(np.nan_to_num(np.abs(np.asarray(jnp.power(x, y)))), initial=1.0))
+    assert_exports_match_on(jnp.power, x, y, rtol=1e-4 if dtype == np.complex64 else 1e-10, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_casts_to_and_from_complex(dtype):
+    x = np.array([[1.5, -2.0, np.inf], [np.nan, 0.0, -0.0]], np.float32)
+    fns = lambda v: (v.astype(dtype), (v.astype(dtype) * 1j).astype(np.complex64), jax.lax.complex(v, -v))  # noqa: E731
+    assert_exports_match_on(fns, x.astype(np.float64 if dtype == np.complex128 else np.float32))
+
+
+BILINEAR = {
+    "matmul": (lambda a, b: a @ b, [("B", 3), (3, 4)]),
+    "einsum": (lambda a, b: jnp.einsum("bi,ij->bj", a, b), [("B", 3), (3, 2)]),
+    "batched_dot": (lambda a, b: jnp.einsum("bij,bjk->bik", a, b), [("B", 2, 3), ("B", 3, 2)]),
+    "real_times_complex": (lambda a, b: a.real @ b, [("B", 3), (3, 4)]),
+    "conv": (
+        lambda a, b: jax.lax.conv_general_dilated(a, b, (1,), "SAME", feature_group_count=1),
+        [("B", 2, 7), (3, 2, 3)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BILINEAR))
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_dot_general_and_conv(name, dtype):
+    fn, shapes_ = BILINEAR[name]
+    specs = [(s, np.dtype(dtype).name) for s in shapes_]
+    assert_exports_match(fn, specs, sizes={"B": [1, 3]}, enable_double_precision=dtype == np.complex128)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@given(data=st.data())
+def test_reduce_prod(dtype, data):
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5))
+    z = data.draw(_arrays(dtype, shape, special=False, bound=1.5))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    assert_exports_match_on(lambda v: jnp.prod(v, axis=axis), z, **_tolerance(dtype))
+
+
+def test_complex_inside_control_flow():
+    def body(carry, x):
+        return carry * x + 1j, jnp.abs(carry)
+
+    fn = lambda z: jax.lax.scan(body, z[0], z)  # noqa: E731
+    assert_exports_match(fn, [((5, 2), "complex64")])
+
+
+def test_complex_op_without_a_pair_lowering_is_named():
+    with pytest.raises(ConversionError, match="sin on complex numbers"):
+        to_onnx(jnp.sin, [((3,), "complex64")])
