@@ -5,13 +5,18 @@
 >>> model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)])
 """
 
-from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
-from jax2onnx_nn.core.errors import ConversionError, SpecError
-from jax2onnx_nn.core.functions import onnx_function
-from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
-from jax2onnx_nn.core.registry import lowering, register
-from jax2onnx_nn.core.runtimes import RUNTIMES, RuntimeUnavailable
-from jax2onnx_nn.core.verify import VerifyReport, verify
+from jax2onnx_nn.core.registry import builtin_rules, load_builtins
+
+with builtin_rules():  # the rules our modules register on import are the built-in layer
+    from jax2onnx_nn.core import jax_nn  # noqa: F401  (jax.nn functions as coarse ops)
+    from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
+    from jax2onnx_nn.core.errors import ConversionError, SpecError
+    from jax2onnx_nn.core.functions import onnx_function
+    from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
+    from jax2onnx_nn.core.registry import lowering, register
+    from jax2onnx_nn.core.runtimes import RUNTIMES, RuntimeUnavailable
+    from jax2onnx_nn.core.verify import VerifyReport, verify
+load_builtins()
 
 __version__ = "0.1.0"
 

@@ -2,13 +2,15 @@
 
     python scripts/gen_support_table.py           # rewrite README.md in place
     python scripts/gen_support_table.py --check   # exit 1 if README.md is stale
-    python scripts/gen_support_table.py --record  # rerun the tests, rewrite the "tested"
-                                                  # record (tests/lowered_primitives.txt), then README.md
+    python scripts/gen_support_table.py --record  # rerun the tests, rewrite the records
+                                                  # (tests/lowered_primitives.txt, tests/emitted_ops.txt), then README.md
 
 The "tested" column says whether a passing test of the suite lowers the primitive with its
 registered rule; it is read from ``tests/lowered_primitives.txt``, which ``--record`` rewrites
 by running ``pytest tests`` (slow tests skipped) with the recording plugin
-``jax2onnx_nn.testing.coverage``. Extra arguments after ``--`` go to pytest.
+``jax2onnx_nn.testing.coverage``; the same run records the ONNX ops each rule emitted
+(``tests/emitted_ops.txt``), which ``tests/test_readme.py`` checks against the declared
+``onnx_ops=``. Extra arguments after ``--`` go to pytest.
 """
 
 from __future__ import annotations

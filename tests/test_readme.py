@@ -96,3 +96,26 @@ def test_fixture_example_passes(pytester):
     installed = any(ep.name == "jax2onnx_nn" for ep in importlib.metadata.entry_points(group="pytest11"))
     plugin = [] if installed else ["-p", "jax2onnx_nn.testing.plugin"]
     pytester.runpytest("-p", "no:cacheprovider", *plugin).assert_outcomes(passed=3)
+
+
+def test_every_onnx_op_a_rule_emitted_in_the_tests_is_declared():
+    """The ONNX ops column is the rules' ``onnx_ops=``; the recording plugin wrote down the ops
+    each built-in rule really emitted in passing tests (``tests/emitted_ops.txt``)."""
+    from jax2onnx_nn.core import registry
+    from jax2onnx_nn.testing.coverage import EMITTED_NAME, read_emitted
+    from jax2onnx_nn.testing.support import module_rows
+
+    module_rows()  # imports the installed adapters: their coarse ops are registered then
+    emitted = read_emitted(ROOT / "tests" / EMITTED_NAME)
+    assert emitted and "dot_general" in emitted
+    undeclared = {}
+    for name, ops in sorted(emitted.items()):
+        if registry.layer_of(name) in (None, registry.USER):
+            continue  # an adapter that is not installed, or a rule a test registered
+        # an activation after a layout Transpose moves that Transpose after itself (the first
+        # one is left without users): no node of its own
+        moved = {"Transpose"} if name.startswith("jax_nn_") else set()
+        missing = ops - set(registry.lookup(name).onnx_ops) - moved
+        if missing:
+            undeclared[name] = sorted(missing)
+    assert undeclared == {}, "declare these in the rules' onnx_ops= (or stop emitting them)"

@@ -143,7 +143,7 @@ class _FunctionDims(DimEvaluator):
         return value
 
 
-@lowering(PRIMITIVE)
+@lowering(PRIMITIVE, onnx_ops=("Identity",))  # and the function call node; Identity: outputs passed through
 def _function_call(ctx: LoweringContext, *operands: ir.Value, body: Any, name: str, key: Hashable, num_consts: int, input_names: Sequence[str] = (), **_: Any) -> list[ir.Value]:
     functions: dict[Any, _Emitted] = ctx.lowerer.functions
     avals = ctx.avals_in

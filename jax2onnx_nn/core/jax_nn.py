@@ -101,7 +101,7 @@ def _attention_call(a: dict[str, Any]) -> Any:
     return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))})
 
 
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where"), covers=("jax.nn.dot_product_attention",))
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul"), covers=("jax.nn.dot_product_attention",))
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
     dtype = np.dtype(np.float32)
     q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H

@@ -44,7 +44,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.registry import register
+from jax2onnx_nn.core.registry import builtin_rules, register
 
 
 class _NotApplicableType:
@@ -119,7 +119,8 @@ def export_session(fn: Callable[..., Any], options: ExportOptions = ExportOption
                     stack.enter_context(patch(owner, name, make_wrapper))
             for trigger, module_name in ADAPTERS:
                 if trigger in sys.modules:
-                    adapter = importlib.import_module(module_name)
+                    with builtin_rules():
+                        adapter = importlib.import_module(module_name)
                     prepared = stack.enter_context(adapter.export_session(prepared, options))
         _STATE.options = options
         try:

@@ -1,18 +1,35 @@
-"""The table of lowering rules: primitive name -> rule.
+"""The table of lowering rules: primitive name -> rule, in layers that decide who wins.
 
 Rules are keyed by primitive *name* so that the same table serves every JAX version (the
 Python objects behind ``lax.add_p`` move between modules; their names do not) and so that a
 plugin can register a rule for a primitive it only knows by name.
+
+A lookup asks, in this order, and the first layer that has the name wins:
+
+1. ``lowerings=`` of the export being run (:func:`lookup`'s ``overrides``),
+2. user registrations (:func:`lowering` / :func:`register` called by user code),
+3. entry-point plugins (group ``jax2onnx_nn.lowerings``, loaded on the first lookup),
+4. built-ins (this package's rules, registered when the package is imported).
+
+The layer a registration goes to is given by who registers, not by when: our own modules
+register inside :func:`builtin_rules`, plugins are loaded inside the plugin layer, and
+everything else is a user registration. So a user rule for ``tanh`` registered before the
+first export is the one every export uses; within one layer the later registration wins.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.metadata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Rule = Callable[..., Any]  # rule(ctx, *operand_values, **eqn.params) -> Value | Sequence[Value]
+
+BUILTIN, PLUGIN, USER = "builtin", "plugin", "user"
+_LAYERS = (USER, PLUGIN, BUILTIN)  # lookup order, the winner first
 
 
 @dataclass(frozen=True)
@@ -24,7 +41,8 @@ class Registration:
     complex_pairs: bool = False  # the rule itself handles complex values (given as float pairs)
 
 
-_RULES: dict[str, Registration] = {}
+_TABLES: dict[str, dict[str, Registration]] = {layer: {} for layer in _LAYERS}
+_CURRENT_LAYER: contextvars.ContextVar[str] = contextvars.ContextVar("jax2onnx_nn_layer", default=USER)
 _PLUGINS_LOADED = False
 
 
@@ -32,11 +50,30 @@ def primitive_name(prim: Any) -> str:
     return prim if isinstance(prim, str) else prim.name
 
 
+@contextlib.contextmanager
+def builtin_rules() -> Iterator[None]:
+    """Registrations made in this block are built-ins (our modules, on their import)."""
+    with _layer(BUILTIN):
+        yield
+
+
+@contextlib.contextmanager
+def _layer(layer: str) -> Iterator[None]:
+    token = _CURRENT_LAYER.set(layer)
+    try:
+        yield
+    finally:
+        _CURRENT_LAYER.reset(token)
+
+
 def register(
     prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False,
     complex_pairs: bool = False,
 ) -> Rule:
-    """Register ``rule`` for ``prim`` (a Primitive or its name); later registrations win.
+    """Register ``rule`` for ``prim`` (a Primitive or its name).
+
+    A user registration overrides the built-in and plugin rules for every later export;
+    registering the same name again replaces the earlier registration.
 
     Operands and results that are typed PRNG keys reach rules as their uint32 data. Ops that
     only rearrange keys (slice, reshape, gather, ...) are lowered on that data by the
@@ -45,7 +82,7 @@ def register(
     are lowered on the pairs by the interpreter (``core/complex.py``), not by their rule,
     unless the rule says ``complex_pairs=True``.
     """
-    _RULES[primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops), key_data, complex_pairs)
+    _TABLES[_CURRENT_LAYER.get()][primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops), key_data, complex_pairs)
     return rule
 
 
@@ -68,25 +105,40 @@ def lowering(
     return decorate
 
 
-def load_builtin_and_plugins() -> None:
-    """Import our lowering families once, then lowerings shipped by other packages."""
+def load_builtins() -> None:
+    """Import our lowering families (they register on import, as built-ins)."""
+    with builtin_rules():
+        from jax2onnx_nn.core import lowerings  # noqa: F401
+
+
+def load_plugins() -> None:
+    """Load the lowerings shipped by other packages, once, into the plugin layer."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
-    from jax2onnx_nn.core import lowerings  # noqa: F401  (registers on import)
-
-    for entry in importlib.metadata.entry_points(group="jax2onnx_nn.lowerings"):
-        loaded = entry.load()
-        if callable(loaded):
-            loaded()
+    with _layer(PLUGIN):
+        for entry in importlib.metadata.entry_points(group="jax2onnx_nn.lowerings"):
+            loaded = entry.load()
+            if callable(loaded):
+                loaded()
 
 
 def lookup(name: str, overrides: Mapping[str, Registration] | None = None) -> Registration | None:
-    load_builtin_and_plugins()
+    """The rule an export uses for primitive ``name``: see the module docstring for the order."""
+    load_plugins()
     if overrides and name in overrides:
         return overrides[name]
-    return _RULES.get(name)
+    for layer in _LAYERS:
+        registration = _TABLES[layer].get(name)
+        if registration is not None:
+            return registration
+    return None
+
+
+def builtin(name: str) -> Registration | None:
+    """Our own rule for ``name`` (what a wrapping rule of an adapter builds on)."""
+    return _TABLES[BUILTIN].get(name)
 
 
 def normalize_overrides(lowerings: Mapping[Any, Rule] | None) -> dict[str, Registration]:
@@ -94,6 +146,13 @@ def normalize_overrides(lowerings: Mapping[Any, Rule] | None) -> dict[str, Regis
 
 
 def registered() -> dict[str, Registration]:
-    """All registered rules by primitive name (for the support table and the CLI)."""
-    load_builtin_and_plugins()
-    return dict(sorted(_RULES.items()))
+    """The rule each primitive name gets by default (for the support table and the CLI)."""
+    load_plugins()
+    names = set().union(*_TABLES.values())
+    return {name: reg for name in sorted(names) if (reg := lookup(name)) is not None}
+
+
+def layer_of(name: str) -> str | None:
+    """Which layer's rule :func:`lookup` returns for ``name`` without overrides."""
+    load_plugins()
+    return next((layer for layer in _LAYERS if name in _TABLES[layer]), None)

@@ -8,7 +8,10 @@
 and the export runs on an ``eqx.nn.inference_mode`` copy.
 """
 
-from jax2onnx_nn.core.functions import onnx_function
-from jax2onnx_nn.equinox.mixin import OnnxExportable, batched_spec, export_onnx
+from jax2onnx_nn.core.registry import builtin_rules
+
+with builtin_rules():  # our rules: below plugins and user registrations
+    from jax2onnx_nn.core.functions import onnx_function
+    from jax2onnx_nn.equinox.mixin import OnnxExportable, batched_spec, export_onnx
 
 __all__ = ["OnnxExportable", "batched_spec", "export_onnx", "onnx_function"]

@@ -36,9 +36,9 @@ from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import active_options
 from jax2onnx_nn.core.registry import (
     Registration,
-    load_builtin_and_plugins,
+    builtin,
+    builtin_rules,
     register,
-    registered,
 )
 
 _ERROR_MODULE = "equinox._errors"
@@ -115,15 +115,15 @@ _REGISTERED = False
 
 
 def register_rules() -> None:
-    """Register the rules of this module once (over any rule registered before)."""
+    """Register the rules of this module once, as built-ins (``pure_callback`` wraps ours)."""
     global _REGISTERED
     if _REGISTERED:
         return
     _REGISTERED = True
-    load_builtin_and_plugins()
-    previous = registered().get("pure_callback")
-    register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("Expand",))
-    register("noinline", _noinline)
+    previous = builtin("pure_callback")
+    with builtin_rules():
+        register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("Expand",))
+        register("noinline", _noinline)
 
 
 __all__ = ["error_fill", "patches", "register_rules"]

@@ -4,8 +4,11 @@
 >>> onnx_model = export_onnx(model, [("B", 30)])      # any nnx.Module
 """
 
-from jax2onnx_nn.core.functions import onnx_function
-from jax2onnx_nn.flax.adapter import mode_copy
-from jax2onnx_nn.flax.mixin import OnnxExportable, export_onnx
+from jax2onnx_nn.core.registry import builtin_rules
+
+with builtin_rules():  # our rules: below plugins and user registrations
+    from jax2onnx_nn.core.functions import onnx_function
+    from jax2onnx_nn.flax.adapter import mode_copy
+    from jax2onnx_nn.flax.mixin import OnnxExportable, export_onnx
 
 __all__ = ["OnnxExportable", "export_onnx", "mode_copy", "onnx_function"]

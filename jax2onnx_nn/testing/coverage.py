@@ -1,8 +1,12 @@
-"""Record which primitives the test suite lowers: the "tested" column of the support table.
+"""Record which primitives the test suite lowers and which ONNX ops their rules emit.
 
-A primitive counts as tested when a passing test ran its registered lowering rule (per-call
-``lowerings=`` overrides do not count). ``python scripts/gen_support_table.py --record`` runs
-the test suite with this module as a pytest plugin and rewrites the committed record::
+A primitive counts as tested when a passing test ran its built-in lowering rule (per-call
+``lowerings=`` overrides, plugins and rules registered by tests do not count): the "tested" column of the support table. The ONNX
+ops each rule emitted (one ``primitive op_type`` line per pair; the nodes of the rules it
+lowers in turn, of symbolic-dim arithmetic and of Constants are not its own) are the check on
+the declared ``onnx_ops=``: ``tests/test_readme.py`` asserts that every recorded op is
+declared, so the support table cannot lie. ``python scripts/gen_support_table.py --record``
+runs the test suite with this module as a pytest plugin and rewrites both committed records::
 
     python -m pytest -p jax2onnx_nn.testing.coverage --record-lowered tests/lowered_primitives.txt
 """
@@ -17,19 +21,24 @@ from typing import Any
 
 import pytest
 
+EMITTED_NAME = "emitted_ops.txt"  # beside the lowered record
+
 
 @contextlib.contextmanager
-def recording(seen: set[str]) -> Iterator[None]:
+def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> Iterator[None]:
     """While active, add to ``seen`` the name of every primitive whose registered rule runs
-    (or whose body is inlined)."""
-    from jax2onnx_nn.core import lower
+    (or whose body is inlined), and to ``emitted`` its (name, ONNX op type) pairs."""
+    from jax2onnx_nn.core import lower, registry
+    from jax2onnx_nn.core.graph import GraphBuilder
+    from jax2onnx_nn.core.symbolic import DimEvaluator
 
     original = lower.lookup
+    running: list[str | None] = []  # the rule whose nodes are being added (None: dim arithmetic)
 
     def lookup(name: str, overrides: Any = None) -> Any:
         registration = original(name, overrides)
-        if overrides and name in overrides:
-            return registration
+        if (overrides and name in overrides) or registry.layer_of(name) != registry.BUILTIN:
+            return registration  # a test's or a plugin's rule: not what the support table records
         if registration is None:
             if name in lower.CALL_BODIES:
                 seen.add(name)
@@ -37,15 +46,53 @@ def recording(seen: set[str]) -> Iterator[None]:
 
         def rule(*args: Any, **kwargs: Any) -> Any:
             seen.add(name)
-            return registration.rule(*args, **kwargs)
+            with _running(name):
+                return registration.rule(*args, **kwargs)
 
         return dataclasses.replace(registration, rule=rule)
 
+    @contextlib.contextmanager
+    def _running(name: str | None) -> Iterator[None]:
+        running.append(name)
+        try:
+            yield
+        finally:
+            running.pop()
+
+    add_node, dim, var = GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var
+
+    def recorded_add_node(self: GraphBuilder, op_type: str, *args: Any, **kwargs: Any) -> Any:
+        if emitted is not None and running and running[-1] is not None and kwargs.get("domain", "") == "":
+            emitted.add((running[-1], op_type))
+        return add_node(self, op_type, *args, **kwargs)
+
+    def recorded_dim(self: DimEvaluator, d: Any) -> Any:
+        with _running(None):
+            return dim(self, d)
+
+    def recorded_var(self: DimEvaluator, name: str) -> Any:
+        with _running(None):
+            return var(self, name)
+
     lower.lookup = lookup
+    GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = recorded_add_node, recorded_dim, recorded_var  # type: ignore[method-assign]
     try:
         yield
     finally:
         lower.lookup = original
+        GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = add_node, dim, var  # type: ignore[method-assign]
+
+
+def read_emitted(path: pathlib.Path) -> dict[str, set[str]] | None:
+    """The recorded ONNX op types per primitive, or None when there is no record."""
+    if not path.exists():
+        return None
+    emitted: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, op_type = line.split()
+            emitted.setdefault(name, set()).add(op_type)
+    return emitted
 
 
 class _Recorder:
@@ -55,11 +102,13 @@ class _Recorder:
         self.path = path
         self.current: set[str] = set()
         self.passed: set[str] = set()
+        self.current_emitted: set[tuple[str, str]] = set()
+        self.emitted: set[tuple[str, str]] = set()
         self.failed = False
         self._stack = contextlib.ExitStack()
 
     def start(self) -> None:
-        self._stack.enter_context(recording(self.current))
+        self._stack.enter_context(recording(self.current, self.current_emitted))
 
     def stop(self) -> None:
         self._stack.close()
@@ -67,16 +116,21 @@ class _Recorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self.current.clear()
+        self.current_emitted.clear()
         self.failed = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.failed = self.failed or report.failed
         if report.when == "teardown" and not self.failed:
             self.passed.update(self.current)
+            self.emitted.update(self.current_emitted)
 
     def write(self) -> None:
         lines = ["# Primitives lowered by passing tests; python scripts/gen_support_table.py --record"]
         self.path.write_text("\n".join([*lines, *sorted(self.passed)]) + "\n")
+        head = ["# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py --record"]
+        pairs = [f"{name} {op_type}" for name, op_type in sorted(self.emitted)]
+        (self.path.parent / EMITTED_NAME).write_text("\n".join([*head, *pairs]) + "\n")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

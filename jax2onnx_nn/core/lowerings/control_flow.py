@@ -97,7 +97,7 @@ def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: obje
     return ctx.const(index, dtype=ctx.aval_out.dtype)
 
 
-@lowering("cond", onnx_ops=("If", "Equal"), key_data=True)
+@lowering("cond", onnx_ops=("If", "Equal", "Identity"), key_data=True)
 def _cond(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object) -> list[ir.Value]:
     if not ctx.avals_out:
         return []
@@ -148,7 +148,7 @@ def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
 
-@lowering("while", onnx_ops=("Loop", "Where", "ReduceSum"), key_data=True)
+@lowering("while", onnx_ops=("Loop", "Where", "ReduceSum", "Cast", "Greater", "Identity", "Max", "Sub", "Unsqueeze"), key_data=True)
 def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
@@ -245,7 +245,7 @@ def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
 
 # -- scan -------------------------------------------------------------------------------------
 
-@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice"), key_data=True)
+@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub"), key_data=True)
 def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object) -> list[ir.Value]:
     num_consts, num_carry = jxi.scan_counts(params)
     consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]

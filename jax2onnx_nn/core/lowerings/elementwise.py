@@ -145,8 +145,21 @@ _F64_FORMULAS = {
     "acosh": _f64_acosh, "atanh": _f64_atanh, "atan": _f64_atan, "asin": _f64_asin,
     "acos": _f64_acos, "erf": _f64_erf,
 }
+# the ops of the float64 formulas (and of the float16 path), beside the float32 op itself
+_F64_ONNX_OPS = {
+    "tan": ("Cos", "Div", "Sin"),
+    "sinh": ("Div", "Equal", "Exp", "IsInf", "Log", "Mul", "Neg", "Sub", "Where"),
+    "cosh": ("Add", "Exp", "Mul", "Neg"),
+    "asinh": ("Abs", "Add", "Div", "Equal", "Greater", "IsInf", "Log", "Mul", "Or", "Sign", "Sqrt", "Sub", "Where"),
+    "acosh": ("Add", "Div", "Equal", "Greater", "IsInf", "Log", "Mul", "Or", "Sqrt", "Sub", "Where"),
+    "atanh": ("Add", "Div", "Equal", "IsInf", "Log", "Mul", "Or", "Sub", "Where"),
+    "atan": ("Add", "Cast", "Cos", "Div", "IsInf", "Mul", "Not", "Sign", "Sin", "Sub", "Where"),
+    "asin": ("Add", "Atan", "Cast", "Cos", "Div", "IsInf", "Mul", "Not", "Sign", "Sin", "Sqrt", "Sub", "Where"),
+    "acos": ("Add", "Atan", "Cast", "Cos", "Div", "Equal", "IsInf", "Mul", "Neg", "Not", "Sign", "Sin", "Sqrt", "Sub", "Where"),
+    "erf": ("Abs", "Add", "Div", "Exp", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Sub", "Where"),
+}
 for _prim, _op in FLOAT32_ONLY.items():
-    register(_prim, partial(_float32_only, _op, _prim), onnx_ops=(_op,))
+    register(_prim, partial(_float32_only, _op, _prim), onnx_ops=(_op, *_F64_ONNX_OPS.get(_prim, ())))
 
 
 # -- accurate formulas ----------------------------------------------------------------------
@@ -171,12 +184,12 @@ def _log1p(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Where(ctx.op.Or(ctx.op.IsInf(u), ctx.op.Equal(u, ctx.const(0, like=x))), ctx.op.Log(u), r)
 
 
-@lowering("expm1", onnx_ops=("Exp", "Log", "Where"))
+@lowering("expm1", onnx_ops=("Exp", "Log", "Where", "Div", "Equal", "IsInf", "Mul", "Neg", "Sub"))
 def _expm1_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return _expm1(ctx, x)
 
 
-@lowering("log1p", onnx_ops=("Log", "Where"))
+@lowering("log1p", onnx_ops=("Log", "Where", "Add", "Div", "Equal", "IsInf", "Mul", "Or", "Sub"))
 def _log1p_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return _log1p(ctx, x)
 
@@ -201,7 +214,7 @@ def _rsqrt(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return ctx.op.Div(_one(ctx, x), ctx.op.Sqrt(x))
 
 
-@lowering("cbrt", onnx_ops=("Pow", "Sign", "Abs"))
+@lowering("cbrt", onnx_ops=("Pow", "Sign", "Abs", "And", "Div", "Greater", "IsInf", "Mul", "Not", "Sub", "Where"))
 def _cbrt(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     # Pow gives a seed; one Newton step y -= (y^3 - |x|) / (3 y^2) makes it correctly rounded-ish
     a = ctx.op.Abs(x)
@@ -218,13 +231,13 @@ def _is_finite(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsInf(x)))
 
 
-@lowering("erfc", onnx_ops=("Erf", "Sub"))
+@lowering("erfc", onnx_ops=("Erf", "Sub", "Abs", "Add", "Div", "Exp", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Where"))
 def _erfc(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     erf = _float32_only("Erf", "erf", ctx, x)
     return ctx.op.Sub(_one(ctx, x), erf)
 
 
-@lowering("round", onnx_ops=("Round", "Floor"))
+@lowering("round", onnx_ops=("Round", "Floor", "Abs", "Add", "Cast", "GreaterOrEqual", "IsInf", "Mul", "Sign", "Sub", "Where"))
 def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0, **_: object) -> ir.Value:
     if int(rounding_method) == 1:  # TO_NEAREST_EVEN
         return ctx.op.Round(x)
@@ -251,7 +264,7 @@ def _pow(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Valu
     return ctx.op.Pow(x, y)
 
 
-@lowering("integer_pow", onnx_ops=("Mul", "Div"))
+@lowering("integer_pow", onnx_ops=("Mul", "Div", "Expand", "Shape"))
 def _integer_pow(ctx: LoweringContext, x: ir.Value, *, y: int) -> ir.Value:
     # Repeated squaring, like XLA: exact for integers, and the same rounding as JAX for floats.
     if y == 0:
@@ -268,7 +281,7 @@ def _integer_pow(ctx: LoweringContext, x: ir.Value, *, y: int) -> ir.Value:
     return ctx.op.Div(ctx.const(1, like=x), result) if y < 0 else result
 
 
-@lowering("atan2", onnx_ops=("Atan", "Div", "Where"))
+@lowering("atan2", onnx_ops=("Atan", "Div", "Where", "Add", "And", "Cast", "Cos", "Equal", "IsInf", "Less", "Mul", "Not", "Or", "Sign", "Sin", "Sub"))
 def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value, **_: object) -> ir.Value:
     # atan(y/x) fixed up by quadrant; signed zeros and infinities follow C atan2
     dtype = onnx_aval(ctx.aval_in)[0]
@@ -348,22 +361,22 @@ def _shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arith
     return result
 
 
-@lowering("shift_left", onnx_ops=("BitShift",))
+@lowering("shift_left", onnx_ops=("BitShift", "Cast", "Less", "Where"))
 def _shift_left(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
     return _shift(ctx, x, s, "LEFT", arithmetic=False)
 
 
-@lowering("shift_right_logical", onnx_ops=("BitShift",))
+@lowering("shift_right_logical", onnx_ops=("BitShift", "Cast", "Less", "Where"))
 def _shift_right_logical(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
     return _shift(ctx, x, s, "RIGHT", arithmetic=False)
 
 
-@lowering("shift_right_arithmetic", onnx_ops=("BitShift",))
+@lowering("shift_right_arithmetic", onnx_ops=("BitShift", "BitwiseNot", "Cast", "GreaterOrEqual", "Less", "Where"))
 def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
     return _shift(ctx, x, s, "RIGHT", arithmetic=True)
 
 
-@lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add"))
+@lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Cast"))
 def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     dtype = onnx_aval(ctx.aval_in)[0]
     udtype = np.dtype(_UNSIGNED[dtype.itemsize])
@@ -378,7 +391,7 @@ def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Valu
 
 # -- selection, clamping, conversion --------------------------------------------------------
 
-@lowering("select_n", onnx_ops=("Where",))
+@lowering("select_n", onnx_ops=("Where", "Equal"))
 def _select_n(ctx: LoweringContext, which: ir.Value, *cases: ir.Value) -> ir.Value:
     if len(cases) == 1:
         return ctx.op.Identity(cases[0])
@@ -423,7 +436,7 @@ def _clamp(ctx: LoweringContext, lo: ir.Value, x: ir.Value, hi: ir.Value) -> ir.
     return ctx.op.Min(ctx.op.Max(x, lo), hi)
 
 
-@lowering("convert_element_type", onnx_ops=("Cast",))
+@lowering("convert_element_type", onnx_ops=("Cast", "Equal", "GreaterOrEqual", "IsNaN", "Max", "Min", "Not", "Where"))
 def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: object, **_: object) -> ir.Value:
     src, dst = onnx_aval(ctx.aval_in)[0], onnx_aval(ctx.aval_out)[0]
     if src == dst:
@@ -502,7 +515,7 @@ def _erf64(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Mul(ctx.op.Sign(x), r)
 
 
-@lowering("erf_inv", onnx_ops=("Log", "Sqrt", "Where"))
+@lowering("erf_inv", onnx_ops=("Log", "Sqrt", "Where", "Abs", "Add", "Div", "Equal", "Exp", "IsInf", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Sub"))
 def _erf_inv(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     """Giles' single-precision approximation (as XLA uses), refined by Newton in float64."""
     dtype = onnx_aval(ctx.aval_in)[0]
@@ -554,7 +567,7 @@ def _nextafter_constants(dtype: np.dtype) -> dict[str, object]:
     }
 
 
-@lowering("nextafter", onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where"))
+@lowering("nextafter", onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where", "And", "Equal", "IsInf", "IsNaN", "Less", "Max", "Neg", "Or"))
 def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
     dtype = onnx_aval(ctx.aval_out)[0]
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):

@@ -229,7 +229,7 @@ def _mode(mode: Any) -> lax.GatherScatterMode:
 
 
 # -- gather -----------------------------------------------------------------------------------
-@lowering("gather", onnx_ops=("Gather", "GatherElements", "GatherND", "Slice", "Where"))
+@lowering("gather", onnx_ops=("Gather", "GatherElements", "GatherND", "Slice", "Where", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Expand", "GreaterOrEqual", "LessOrEqual", "Max", "Min", "ReduceMin", "Reshape", "Squeeze", "Transpose", "Unsqueeze"))
 def _gather(ctx: LoweringContext, operand: ir.Value, indices: ir.Value, *, dimension_numbers: Any,
             slice_sizes: Sequence[Dim], mode: Any, fill_value: Any = None, **_: object) -> ir.Value:
     dn = dimension_numbers
@@ -422,4 +422,8 @@ def _is_overwrite(update_jaxpr: Any) -> bool:
 
 
 for _prim, _reduction in SCATTER.items():
-    register(_prim, partial(_scatter, _reduction), onnx_ops=("ScatterND", "Compress"))
+    register(_prim, partial(_scatter, _reduction), onnx_ops=(
+        "ScatterND", "Compress", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Div", "Equal", "Expand",
+        "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Range", "ReduceMin",
+        "Reshape", "Squeeze", "Transpose", "Unsqueeze", "Where",
+    ))

@@ -81,7 +81,7 @@ def _einsum_equation(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> 
     return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
 
 
-@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose"))
+@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "Expand"))
 def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object) -> ir.Value:
     out_dtype, out_shape = onnx_aval(ctx.aval_out)
     if has_zero([*ctx.avals_in[0].shape, *ctx.avals_in[1].shape]):
@@ -103,7 +103,7 @@ def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimensio
 
 # -- conv_general_dilated ---------------------------------------------------------------------
 
-@lowering("conv_general_dilated", onnx_ops=("Conv", "ConvTranspose", "Transpose", "Einsum"))
+@lowering("conv_general_dilated", onnx_ops=("Conv", "ConvTranspose", "Transpose", "Einsum", "Cast", "Concat", "Expand", "Pad", "Reshape", "Slice", "Unsqueeze"))
 def _conv_general_dilated(
     ctx: LoweringContext,
     lhs: ir.Value,

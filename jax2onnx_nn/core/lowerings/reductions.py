@@ -135,14 +135,14 @@ def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: t
     return r
 
 
-REDUCE = {
-    "reduce_sum": (_reduce_arith, "ReduceSum"),
-    "reduce_prod": (_reduce_arith, "ReduceProd"),
-    "reduce_max": (_reduce_extremum, "ReduceMax"),
-    "reduce_min": (_reduce_extremum, "ReduceMin"),
+REDUCE = {  # rule, ONNX op, the ops of its special cases (integer and NaN handling, ...)
+    "reduce_sum": (_reduce_arith, "ReduceSum", ("Cast", "CumSum", "Gather", "Pad")),
+    "reduce_prod": (_reduce_arith, "ReduceProd", ("Add", "Gather", "Less", "Loop", "Mul", "Neg", "Pad", "Slice", "Squeeze")),
+    "reduce_max": (_reduce_extremum, "ReduceMax", ("Add", "Cast", "Clip", "IsNaN", "Where")),
+    "reduce_min": (_reduce_extremum, "ReduceMin", ("Add", "Cast", "Clip", "IsNaN", "ReduceMax", "Where")),
 }
-for _prim, (_rule, _op) in REDUCE.items():
-    register(_prim, partial(_rule, _op), onnx_ops=(_op,))
+for _prim, (_rule, _op, _more) in REDUCE.items():
+    register(_prim, partial(_rule, _op), onnx_ops=(_op, *_more))
 
 
 # -- reduce_and / or / xor: bool and bitwise ---------------------------------------------------
@@ -172,7 +172,7 @@ def _reduce_bits(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple
 
 BITWISE = {"reduce_and": "ReduceMin", "reduce_or": "ReduceMax", "reduce_xor": "ReduceSum"}
 for _prim, _op in BITWISE.items():
-    register(_prim, partial(_reduce_bits, _op), onnx_ops=(_op, "BitShift", "Mod", "MatMul"))
+    register(_prim, partial(_reduce_bits, _op), onnx_ops=(_op, "BitShift", "Mod", "MatMul", "Cast", "Unsqueeze"))
 
 
 # -- argmax / argmin ---------------------------------------------------------------------------
@@ -189,8 +189,8 @@ def _arg(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ..
     return r if out == _I64 else _cast(ctx.builder, r, out)
 
 
-register("argmax", partial(_arg, "ArgMax"), onnx_ops=("ArgMax", "IsNaN", "Where"))
-register("argmin", partial(_arg, "ArgMin"), onnx_ops=("ArgMin", "IsNaN", "Where"))
+register("argmax", partial(_arg, "ArgMax"), onnx_ops=("ArgMax", "IsNaN", "Where", "Add", "Cast", "ReduceMax"))
+register("argmin", partial(_arg, "ArgMin"), onnx_ops=("ArgMin", "IsNaN", "Where", "Add", "ArgMax", "Cast", "ReduceMax"))
 
 
 # -- cumulative reductions ---------------------------------------------------------------------
@@ -281,7 +281,7 @@ def _doubling_loop(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tu
 
 
 for _prim in SCANS:
-    register(_prim, partial(_scan, _prim), onnx_ops=("Pad", "Slice", "Loop"))
+    register(_prim, partial(_scan, _prim), onnx_ops=("Pad", "Slice", "Loop", "Add", "Less", "Mul", "Neg", "Squeeze"))
 
 
 # -- sort / top_k --------------------------------------------------------------------------------
@@ -329,7 +329,7 @@ def _lex_order(
     return order
 
 
-@lowering("sort", onnx_ops=("TopK", "GatherElements"))
+@lowering("sort", onnx_ops=("TopK", "GatherElements", "Add", "Cast", "IsInf", "IsNaN", "Where"))
 def _sort(ctx: LoweringContext, *operands: ir.Value, dimension: int, num_keys: int = 1, **_: object) -> list[ir.Value]:
     # JAX's sort is stable when asked, and any stable order is a valid unstable one
     n = ctx.aval_in.shape[dimension]
@@ -344,7 +344,7 @@ def _sort(ctx: LoweringContext, *operands: ir.Value, dimension: int, num_keys: i
     return [ctx.op.GatherElements(v, order, axis=dimension) for v in operands]
 
 
-@lowering("top_k", onnx_ops=("TopK", "GatherElements"))
+@lowering("top_k", onnx_ops=("TopK", "GatherElements", "Add", "And", "Cast", "Equal", "Greater", "IsInf", "IsNaN", "Less", "Or", "Reciprocal", "Where"))
 def _top_k(ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: object) -> list[ir.Value]:
     # XLA's top_k uses the total order of floats: -0 < +0 and NaN above +inf
     shape = ctx.aval_in.shape
@@ -358,7 +358,7 @@ def _top_k(ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: ob
 
 # -- reduce with a custom computation ------------------------------------------------------------
 
-@lowering("reduce", onnx_ops=("Slice", "Concat", "Squeeze"))
+@lowering("reduce", onnx_ops=("Slice", "Concat", "Squeeze", "Expand"))
 def _reduce_custom(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions: tuple[int, ...], **_: object) -> list[ir.Value]:
     """A pairwise tree: halve each reduced axis, combining elements 2i and 2i+1 by the
     computation (traced elementwise at the half's shape), so every partial result covers a

@@ -118,7 +118,7 @@ def _expand(ctx: LoweringContext, y: ir.Value, target: Sequence[Any], key_rank: 
 
 
 # -- reshape / broadcast / transpose ----------------------------------------------------------
-@lowering("reshape", onnx_ops=("Reshape", "Transpose"), key_data=True)
+@lowering("reshape", onnx_ops=("Reshape", "Transpose", "Concat"), key_data=True)
 def _reshape(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, new_sizes: tuple, dimensions: Sequence[int] | None = None, **_: object) -> ir.Value:
     if dyn:
         raise NotImplementedError("reshape with dynamic (run-time) shape operands")
@@ -131,7 +131,7 @@ def _reshape(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, new_sizes: tuple
     return _reshape_to(ctx, x, onnx_aval(ctx.aval_out)[1])
 
 
-@lowering("broadcast_in_dim", onnx_ops=("Unsqueeze", "Expand"), key_data=True)
+@lowering("broadcast_in_dim", onnx_ops=("Unsqueeze", "Expand", "Concat", "Slice"), key_data=True)
 def _broadcast_in_dim(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, shape: tuple, broadcast_dimensions: Sequence[int], **_: object) -> ir.Value:
     if dyn:
         raise NotImplementedError("broadcast_in_dim with dynamic (run-time) shape operands")
@@ -201,7 +201,7 @@ def _unstack(ctx: LoweringContext, x: ir.Value, *, axis: int, **_: object) -> li
     return [ctx.op.Squeeze(p, _ints(ctx, [axis])) for p in parts]
 
 
-@lowering("split", onnx_ops=("Split",), key_data=True)
+@lowering("split", onnx_ops=("Split", "Concat"), key_data=True)
 def _split(ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int, **_: object) -> list[ir.Value]:
     if len(sizes) == 1:
         return [x]
@@ -210,7 +210,7 @@ def _split(ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int
 
 
 # -- pad / slice / rev ------------------------------------------------------------------------
-@lowering("pad", onnx_ops=("Pad", "Slice", "Unsqueeze", "Reshape"))
+@lowering("pad", onnx_ops=("Pad", "Slice", "Unsqueeze", "Reshape", "Concat"))
 def _pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, *, padding_config: Sequence[tuple[int, int, int]], **_: object) -> ir.Value:
     if _key_rank(ctx.aval_in):
         raise NotImplementedError("pad of an array of PRNG keys")
@@ -305,7 +305,7 @@ def _as_int64_vector(ctx: LoweringContext, index: ir.Value, aval: Any) -> ir.Val
     return ctx.op.Unsqueeze(index, _ints(ctx, [0]))
 
 
-@lowering("dynamic_slice", onnx_ops=("Slice", "Min", "Max"), key_data=True)
+@lowering("dynamic_slice", onnx_ops=("Slice", "Min", "Max", "Add", "Cast", "Unsqueeze"), key_data=True)
 def _dynamic_slice(ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_sizes: Sequence[Any], **_: object) -> ir.Value:
     shape = tuple(ctx.aval_in.shape)
     if len(starts) != len(shape):
@@ -322,7 +322,7 @@ def _dynamic_slice(ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_s
     return ctx.op.Slice(x, begins, ends, _ints(ctx, axes))
 
 
-@lowering("dynamic_update_slice", onnx_ops=("Slice", "Concat", "Min", "Max"), key_data=True)
+@lowering("dynamic_update_slice", onnx_ops=("Slice", "Concat", "Min", "Max", "Add", "Cast", "Unsqueeze"), key_data=True)
 def _dynamic_update_slice(ctx: LoweringContext, x: ir.Value, update: ir.Value, *starts: ir.Value, **_: object) -> ir.Value:
     shape, window = tuple(ctx.aval_in.shape), tuple(ctx.avals_in[1].shape)
     axes = [a for a, (d, n) in enumerate(zip(shape, window, strict=True)) if not _same(d, n)]
@@ -350,7 +350,7 @@ def _splice(ctx: LoweringContext, x: ir.Value, update: ir.Value, axes: Sequence[
 
 
 # -- iota / dim_as_value ----------------------------------------------------------------------
-@lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand"))
+@lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand", "Concat", "Squeeze"))
 def _iota(ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimension: int, **_: object) -> ir.Value:
     if dyn:
         raise NotImplementedError("iota with dynamic (run-time) shape operands")
@@ -373,7 +373,7 @@ def _iota(ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimens
     return _expand(ctx, view, target)
 
 
-@lowering("empty", onnx_ops=("ConstantOfShape",))
+@lowering("empty", onnx_ops=("ConstantOfShape", "Concat"))
 def _empty(ctx: LoweringContext, *dyn: ir.Value, **_: object) -> ir.Value:
     """An uninitialised buffer (``jnp.empty``, scan buffers of newer JAX): zeros."""
     if dyn:

@@ -253,7 +253,8 @@ def _window_reduction(op: str, ctx: LoweringContext, x: ir.Value, **params: Any)
 
 _WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
 for _prim, _op in {"reduce_window_sum": "add", "reduce_window_max": "max", "reduce_window_min": "min"}.items():
-    register(_prim, partial(_window_reduction, _op), onnx_ops=("Conv", "Slice", "Sum") if _op == "add" else ("Slice", _op.capitalize()))
+    _ops = ("Conv", "Slice", "Sum", "Transpose") if _op == "add" else ("Slice", _op.capitalize())
+    register(_prim, partial(_window_reduction, _op), onnx_ops=(*_ops, "Concat", "Expand", "Pad", "Reshape", "Unsqueeze"))
 
 # The bodies of generic reduce_windows we lower: one of these primitives on the two inputs.
 _BODY_OPS = frozenset(["add", "mul", "max", "min", "and", "or"])
@@ -289,4 +290,4 @@ def _reduce_window(ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts
     return fold(ctx, op, [folded, init], dtype)
 
 
-register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv"))
+register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv", "Expand", "Pad", "Reshape", "Unsqueeze"))
