@@ -42,6 +42,7 @@ class Registration:
 
 
 _TABLES: dict[str, dict[str, Registration]] = {layer: {} for layer in _LAYERS}
+_RULES = _TABLES[BUILTIN]  # our rules (tests take one out to see a primitive unsupported)
 _CURRENT_LAYER: contextvars.ContextVar[str] = contextvars.ContextVar("jax2onnx_nn_layer", default=USER)
 _PLUGINS_LOADED = False
 

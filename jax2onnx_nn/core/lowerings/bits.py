@@ -164,7 +164,7 @@ def from_bits(ctx: LoweringContext, bits: ir.Value, dtype: Any) -> ir.Value:
 
 # -- bitcast_convert_type ---------------------------------------------------------------------
 
-@lowering("bitcast_convert_type", onnx_ops=("BitCast", "BitShift", "BitwiseAnd", "BitwiseOr", "Gather", "Div", "Mul", "Where", "Cast"))
+@lowering("bitcast_convert_type", onnx_ops=("BitCast", "BitShift", "BitwiseAnd", "BitwiseOr", "Gather", "Div", "Mul", "Where", "Cast", "Abs", "Add", "And", "Equal", "Greater", "GreaterOrEqual", "IsNaN", "Less", "Or"))
 def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any, **_: Any) -> ir.Value:
     source, target = onnx_aval(ctx.aval_in)[0], onnx_aval(ctx.aval_out)[0]
     if np.bool_ in (source, target):

@@ -44,7 +44,7 @@ for _name in ("random_seed", "random_bits", "random_split", "random_fold_in"):
     register(_name, _through_key_impl, key_data=True, onnx_ops=_THREEFRY_OPS)
 
 
-@lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape"))
+@lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape", "Concat", "Div", "Mod", "ReduceProd"))
 def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) -> list[ir.Value]:
     """Row-major flat indices of ``shape`` as 64-bit counts split into (high, low) uint32 words."""
     shape_tensor = ctx.shape_tensor(shape)
