@@ -6,7 +6,7 @@ input is ``("B", "T")`` int32 tokens, ``T <= block_size``. ``GPTConfig.gpt2()`` 
 configuration; ``GPTConfig.small()`` a CI-sized one. With ``auto_functions=True`` each block
 class becomes one ONNX function.
 
-Run ``python -m examples.flax_gpt2 [small|gpt2] [out.onnx]``.
+Run ``python -m examples.flax_gpt2 [out.onnx] [small|gpt2]``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ class GPT(nnx.Module):
 TOKENS = [(("B", "T"), "int32")]
 
 
-def main(size: str = "small", path: str | None = None) -> onnx.ModelProto:
+def main(path: str | None = "gpt2.onnx", size: str = "small") -> onnx.ModelProto:
+    """``python -m examples.flax_gpt2 [out.onnx] [small|gpt2]``: the CI-sized 2-layer model by
+    default, the 124M GPT-2 configuration with ``gpt2``."""
     config = GPTConfig.gpt2() if size == "gpt2" else GPTConfig.small()
     model = GPT(config, rngs=nnx.Rngs(0))
     start = time.perf_counter()

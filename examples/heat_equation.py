@@ -2,12 +2,20 @@
 
 The grid size N is symbolic in the exported graph: dx, the stable time step and the number
 of steps are computed at run time from N and the inputs, so one ONNX file serves every grid.
+Run ``python -m examples.heat_equation [out.onnx]``.
 """
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+import onnx
+
+from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.core.jax_internals import x64
 
 
 def heat_solve(u0: jax.Array, alpha: jax.Array, t_end: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -40,9 +48,18 @@ def initial_condition(n: int) -> jax.Array:
     return jnp.sin(jnp.pi * x) + 0.5 * jnp.sin(3 * jnp.pi * x)
 
 
-if __name__ == "__main__":
-    from jax2onnx_nn import to_onnx, verify
-
+def main(path: str | None = "heat_equation.onnx") -> onnx.ModelProto:
+    """Export with a symbolic grid and check it against JAX on two grids: a valid problem
+    (alpha > 0, as the CFL step needs; random inputs would give a negative step and a loop
+    that never ends)."""
     specs = [(("N",), "float64"), ((), "float64"), ((), "float64")]
-    model = to_onnx(heat_solve, specs, enable_double_precision=True, constraints=("N >= 3",), path="heat_equation.onnx")
-    print(verify(heat_solve, model, specs, sizes={"N": [11, 41]}, enable_double_precision=True))
+    model = to_onnx(heat_solve, specs, enable_double_precision=True, constraints=("N >= 3",), path=path)
+    with x64(True):
+        for n in (11, 41):
+            values = [np.asarray(initial_condition(n)), np.float64(0.5), np.float64(0.02)]
+            print(verify(heat_solve, model, specs, input_values=values, enable_double_precision=True))
+    return model
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

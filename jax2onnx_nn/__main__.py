@@ -2,7 +2,9 @@
 
 Exit codes: 0 success; 1 the exported model disagrees with JAX (``--verify``); 2 bad
 arguments (a MODULE:ATTR that cannot be imported or found, a bad ``--input``, a bad option);
-3 the export failed (unsupported primitives, an error in the exported code). Errors are one
+3 the export failed (unsupported primitives, an error in the exported code); ``ops PATTERN``
+exits 1 when nothing matches; 4 an extra that is needed is not installed (onnxruntime for
+``--verify`` and ``demo``). Errors are one
 message, not a traceback; ``--debug`` shows the traceback.
 """
 
@@ -22,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 OK, MISMATCH, USAGE, EXPORT_FAILED = 0, 1, 2, 3
+NOT_FOUND = 1  # ``ops PATTERN`` matching nothing
+MISSING_EXTRA = 4  # ``--verify`` / ``demo`` without onnxruntime installed
 
 
 class UsageError(Exception):
@@ -188,10 +192,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(_summary(model))
     if not args.verify:
         return OK
+    from jax2onnx_nn.core.runtimes import RuntimeUnavailable
     from jax2onnx_nn.testing.roundtrip import dim_names_of, roundtrip
 
     sizes = sizes or {name: [1, 4] for name in dim_names_of(inputs)}
-    result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes, enable_double_precision=args.f64)
+    try:
+        result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes, enable_double_precision=args.f64)
+    except RuntimeUnavailable as err:
+        if args.debug:
+            raise
+        print(f"jax2onnx-nn: error: --verify runs the model in onnxruntime: {err}; {os.path.abspath(args.output)} was written", file=sys.stderr)
+        return MISSING_EXTRA
     print(result)
     return OK if result.ok else MISMATCH
 
@@ -349,10 +360,13 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     if args.markdown:
         print(markdown_table(tested))
         return OK
+    pattern = (args.pattern or "").lower()
+    found = 0
     for title, all_rows in (("primitive", support_rows(tested)), ("module / function", module_support_rows(tested))):
-        rows = [r for r in all_rows if not args.pattern or args.pattern in r.primitive]
+        rows = [r for r in all_rows if pattern in r.primitive.lower()]
         if not rows:
             continue
+        found += len(rows)
         width = max(len(r.primitive) for r in rows) + 2
         tested_head = "  tested" if tested is not None else ""
         print(f"{title.ljust(width)}opset{tested_head}  ONNX ops")
@@ -360,6 +374,10 @@ def _cmd_ops(args: argparse.Namespace) -> int:
             mark = ("  -     " if r.tested is None else "  yes   " if r.tested else "  no    ") if tested is not None else ""
             print(f"{r.primitive.ljust(width)}{r.min_opset or '-':<5}{mark}  {r.onnx_ops}")
         print()
+    if not found:
+        print(f"jax2onnx-nn: {args.pattern!r} is not supported: no primitive, module or function "
+              "name contains it (case-insensitive); `python -m jax2onnx_nn ops` lists all", file=sys.stderr)
+        return NOT_FOUND
     return OK
 
 
@@ -377,7 +395,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     parser = argparse.ArgumentParser(
         prog="jax2onnx-nn", description="Export JAX programs (functions, Flax NNX and Equinox modules) to ONNX.",
-        epilog="exit codes: 0 ok, 1 verification mismatch, 2 bad arguments, 3 export failed",
+        epilog="exit codes: 0 ok, 1 verification mismatch (ops: nothing matches), 2 bad arguments, 3 export failed, 4 onnxruntime missing",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{export,demo,inspect,ops}")
     export = sub.add_parser("export", parents=[common], help="export MODULE:ATTR to an .onnx file",
@@ -401,7 +419,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect_.add_argument("model", metavar="MODEL.onnx")
     inspect_.set_defaults(func=_cmd_inspect)
     ops = sub.add_parser("ops", parents=[common], help="the support table: primitives, ONNX ops, tested")
-    ops.add_argument("pattern", nargs="?", help="only primitives whose name contains this")
+    ops.add_argument("pattern", nargs="?", help="only primitives / modules whose name contains this (any case)")
     ops.add_argument("--markdown", action="store_true", help="print the README's markdown table")
     ops.set_defaults(func=_cmd_ops)
     return parser

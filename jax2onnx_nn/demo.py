@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import jax
 @dataclass
 class DemoModel:
     name: str
+    what: str  # one line: what the model is
     make: Callable[[], Any]
     inputs: list[Any]
     sizes: dict[str, list[int]]
@@ -51,7 +53,7 @@ def _flax_mlp() -> Any:
     return _example("flax_mlp").MLP(30, 20, 10, rngs=nnx.Rngs(0))
 
 
-def _gpt2_small() -> Any:
+def _toy_gpt() -> Any:
     from flax import nnx
 
     gpt2 = _example("flax_gpt2")
@@ -59,33 +61,67 @@ def _gpt2_small() -> Any:
 
 
 def demo_models() -> list[DemoModel]:
-    models = [DemoModel("jax_mlp", _mlp_function, [("B", 30)], {"B": [1, 7, 128]})]
+    models = [DemoModel("jax_mlp", "a plain JAX function: x @ w1, gelu, @ w2 (30 -> 20 -> 10)", _mlp_function, [("B", 30)], {"B": [1, 7, 128]})]
     try:
         import flax  # noqa: F401
     except ImportError:
         return models
     if os.path.exists(os.path.join(_ROOT, "examples", "flax_gpt2.py")):
-        models.append(DemoModel("flax_mlp", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
-        models.append(DemoModel("gpt2_small", _gpt2_small, [(("B", "T"), "int32")], {"B": [1, 2], "T": [8, 32]}, {"auto_functions": True}))
+        models.append(DemoModel("flax_mlp", "the README's Flax NNX MLP: Linear, BatchNorm, Dropout, gelu (inference mode)", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
+        models.append(DemoModel(
+            "toy_gpt", "a toy GPT: GPT-2's architecture at 2 layers, 2 heads, width 32, vocabulary 97 (not the 124M GPT-2); one ONNX function per block",
+            _toy_gpt, [(("B", "T"), "int32")], {"B": [1, 2], "T": [8, 32]}, {"auto_functions": True},
+        ))
     return models
 
 
+def _sizes_text(report: Any) -> str:
+    """``B=1 T=8, B=2 T=32``: the sizes of the symbolic dims of each verified run."""
+    return ", ".join(" ".join(f"{k}={v}" for k, v in run.sizes.items()) or "static shapes" for run in report.runs)
+
+
+def _tolerance_text(report: Any) -> str:
+    """The default tolerance of each float dtype among the outputs; ints and bools exact."""
+    from jax2onnx_nn.core.verify import default_tolerance
+
+    dtypes = dict.fromkeys(o.dtype for run in report.runs for o in run.outputs)
+    parts = []
+    for dtype in dtypes:
+        rtol, atol = default_tolerance(dtype)
+        parts.append(f"{dtype} rtol {rtol:g}, atol {atol:g}" if rtol or atol else f"{dtype} exact")
+    return "; ".join(parts)
+
+
 def run_demo(out_dir: str = "out") -> int:
-    from jax2onnx_nn.__main__ import _summary
+    """Export each demo model into ``out_dir``, verify it against JAX, print a summary.
+
+    Returns the exit code: 0 all verified, 1 a mismatch, 4 onnxruntime is not installed (one
+    line naming the extra and the files written so far).
+    """
+    from jax2onnx_nn.__main__ import MISSING_EXTRA, _summary
     from jax2onnx_nn.core.api import to_onnx
+    from jax2onnx_nn.core.runtimes import RuntimeUnavailable
     from jax2onnx_nn.core.verify import verify
 
     os.makedirs(out_dir, exist_ok=True)
     failures = 0
+    written: list[str] = []
     for demo in demo_models():
         model_fn = demo.make()
         path = os.path.join(out_dir, f"{demo.name}.onnx")
         start = time.perf_counter()
         model = to_onnx(model_fn, demo.inputs, path=path, **demo.options)
+        written.append(path)
         seconds = time.perf_counter() - start
-        report = verify(model_fn, model, demo.inputs, sizes=demo.sizes, jit=True)
+        try:
+            report = verify(model_fn, model, demo.inputs, sizes=demo.sizes, jit=True)
+        except RuntimeUnavailable as err:
+            print(f"jax2onnx-nn: error: the demo verifies in onnxruntime: {err}; written so far: {', '.join(written)}", file=sys.stderr)
+            return MISSING_EXTRA
         status = "verified" if report.ok else "MISMATCH"
-        print(f"== {demo.name}: {path} (exported in {seconds:.2f}s, {status} vs JAX, max abs err {report.max_abs:.2g})")
+        print(f"== {demo.name}: {demo.what}")
+        print(f"   {path} (exported in {seconds:.2f}s); {status} vs JAX in onnxruntime at {_sizes_text(report)}: "
+              f"max abs err {report.max_abs:.2g}, max rel err {report.max_rel:.2g} (tolerance {_tolerance_text(report)})")
         print(_summary(model))
         if not report.ok:
             print(report)

@@ -99,6 +99,31 @@ def _run(workdir, *args):
 # -- export in a subprocess, as users run it ----------------------------------------------------
 
 
+HIDE_ONNXRUNTIME = textwrap.dedent(
+    """
+    import sys
+
+    sys.modules["onnxruntime"] = None  # as if it were not installed: importing it fails
+    from jax2onnx_nn.__main__ import main
+
+    codes = [main(["export", "usermodels:mlp", "--input", "B,30", "-o", "mlp.onnx", "--verify"]),
+             main(["demo", "--out", "out"])]
+    print("codes", *codes)
+    """
+)
+
+
+def test_without_onnxruntime_verify_and_demo_name_the_extra_and_the_files_written(workdir):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", HIDE_ONNXRUNTIME], cwd=workdir, capture_output=True, text=True, env=env, timeout=300)
+    assert "codes 4 4" in result.stdout, result.stdout + result.stderr
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 2 and "Traceback" not in result.stderr, result.stderr
+    assert all("pip install 'jax2onnx_nn[onnxruntime]'" in line for line in errors)
+    assert errors[0].endswith(f"{workdir / 'mlp.onnx'} was written") and (workdir / "mlp.onnx").exists()
+    assert errors[1].endswith(f"written so far: {os.path.join('out', 'jax_mlp.onnx')}")
+
+
 def test_export_and_verify_succeeds(workdir):
     result = _run(workdir, "export", "usermodels:mlp", "--input", "B,30", "-o", "mlp.onnx", "--verify", "--size", "B=1,5")
     assert result.returncode == 0, result.stderr
@@ -251,6 +276,15 @@ def test_ops_prints_the_support_table(tmp_path):
     assert table in (ROOT / "README.md").read_text()  # the README's table is this very output
 
 
+def test_ops_matches_any_case_modules_too_and_says_what_is_not_supported(capsys):
+    assert main(["ops", "conv"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("conv_general_dilated", "nnx.Conv ", "nnx.ConvTranspose", "eqx.nn.Conv2d"))
+    assert main(["ops", "no_such_op"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "'no_such_op' is not supported" in captured.err
+
+
 @pytest.mark.parametrize(
     ("text", "spec"),
     [("B,30", ("B", 30)), ("B,T:int32", (("B", "T"), "int32")), (":bool", ((), "bool")), ("2*B, 3", ("2*B", 3)), ("", ())],
@@ -272,5 +306,10 @@ def test_demo_prints_where_the_files_are_and_a_summary(tmp_path):
     assert f"files in {tmp_path / 'out'}" in out
     assert "all models verified" in out
     assert "jax_mlp" in out and "inputs:  x: float32[B, 30]" in out
+    # which sizes were verified, with which tolerance; the toy GPT is called what it is
+    assert "verified vs JAX in onnxruntime at B=1, B=7, B=128" in out
+    assert "(tolerance float32 rtol 1e-05, atol 1e-05)" in out
+    assert "verified vs JAX in onnxruntime at B=1 T=8, B=2 T=32" in out
+    assert "a toy GPT: GPT-2's architecture at 2 layers" in out and "gpt2_small" not in out
     assert (tmp_path / "out" / "jax_mlp.onnx").exists()
     assert len(out.splitlines()) < 60  # one screen

@@ -116,11 +116,13 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | N
     nan_a, nan_e = np.isnan(a), np.isnan(e)
     same_special = (nan_a & nan_e) | (np.isinf(e) & (a == e))
     finite = ~(nan_a | nan_e | np.isinf(a) | np.isinf(e))
-    with np.errstate(invalid="ignore"):  # inf - inf where both are special
-        err = np.where(finite, np.abs(a - e), 0.0)
-    rel = np.where(finite, err / np.maximum(np.abs(e), np.finfo(np.float64).tiny), 0.0)
+    # differences of finite pairs only: inf - inf would warn (and mean nothing)
+    err = np.abs(np.subtract(a, e, out=np.zeros_like(e), where=finite))
+    # relative to the expected value where it is not 0 (a 0 is only compared absolutely)
+    relative = finite & (e != 0)
+    rel = np.divide(err, np.abs(e), out=np.zeros_like(e), where=relative)
     base.max_abs = float(err.max())
-    base.max_rel = float(np.where(err > atol, rel, 0.0).max())
+    base.max_rel = float(rel.max())
     bad = ~(same_special | (finite & (err <= atol + rtol * np.abs(e))))
     base.ok = not bool(bad.any())
     if not base.ok:
