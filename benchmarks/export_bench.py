@@ -1,38 +1,65 @@
-"""Export benchmark: per model, export time (trace / lower / passes / serialize), graph size,
-peak memory, and onnxruntime latency against jax.jit on the same inputs.
+"""Export benchmark: one table of export time (trace / lower / passes / serialize), memory,
+graph size and onnxruntime latency against jax.jit, per model.
 
-    python benchmarks/export_bench.py                 # the default set
-    python benchmarks/export_bench.py --models gpt2_124m --batch 1
+    python -m benchmarks.export_bench                    # the default set
+    python -m benchmarks.export_bench --models gpt2_124m_b1 heat_fori
+    python -m benchmarks.export_bench --big              # also the 300M / 600M-parameter MLPs
+    python -m benchmarks.export_bench --memory-modes     # big models: RSS per mode (path, proto, ir)
 
-Each model runs in a fresh subprocess so that peak RSS is its own.
+Each model runs in a fresh subprocess, so that its memory is its own. Columns:
+
+- ``trace/lower/passes/serialize/total``: seconds of a warm export (the second in the process),
+  serialize = ``ir.to_proto`` + ``SerializeToString``; ``jaxpr``: ``jax.make_jaxpr`` of the same
+  function on concrete inputs (warm), ``warm/jaxpr`` their ratio; ``s/layer`` for the GPT-2
+  depth series.
+- ``rss/w``: peak RSS above the process baseline (model built, nothing exported yet) during the
+  first export, ``to_onnx(..., path=...)`` unless ``--mode`` says otherwise, over the weight bytes.
+- ``nodes``: nodes of the main graph + nodes of function bodies (``fn``: function count).
+- ``init_mb``, ``file_mb``: initializer bytes, size of the written file (with external data).
+- ``ort_ms``, ``jit_ms``, ``ort/jit``: median latency at the row's batch size.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
-# name -> (module, factory returning (callable, input specs, concrete sizes for symbolic dims))
-MODELS: dict[str, tuple[str, str]] = {
-    "jax_mlp": ("benchmarks.models", "jax_mlp"),
-    "flax_mlp": ("benchmarks.models", "flax_mlp"),
-    "cnn": ("benchmarks.models", "cnn"),
-    "gpt2_small": ("benchmarks.models", "gpt2_small"),
-    "gpt2_124m": ("benchmarks.models", "gpt2_124m"),
-    "gpt2_small_lax": ("benchmarks.models", "gpt2_small_lax"),
-    "gpt2_124m_lax": ("benchmarks.models", "gpt2_124m_lax"),
-    "eqx_mlp": ("benchmarks.models", "eqx_mlp"),
-    "eqx_transformer": ("benchmarks.models", "eqx_transformer"),
-    "eqx_vit": ("benchmarks.models", "eqx_vit"),
+# name -> (factory in benchmarks.models, its arguments, batch, sequence length)
+MODELS: dict[str, tuple[str, tuple[Any, ...], int, int]] = {
+    "jax_mlp": ("jax_mlp", (), 8, 0),
+    "flax_mlp": ("flax_mlp", (), 8, 0),
+    "cnn": ("cnn", (), 8, 0),
+    "vit": ("vit", (), 8, 0),
+    "eqx_vit": ("eqx_vit", (), 8, 0),
+    "gpt_4l": ("gpt_4l", (), 8, 64),
+    "gpt2_small": ("gpt2_small", (), 8, 16),
+    "gpt2_124m_b1": ("gpt2_124m", (), 1, 64),
+    "gpt2_124m_b8": ("gpt2_124m", (), 8, 64),
+    "gpt2_L2": ("gpt2_layers", (2,), 1, 64),
+    "gpt2_L4": ("gpt2_layers", (4,), 1, 64),
+    "gpt2_L8": ("gpt2_layers", (8,), 1, 64),
+    "gpt2_L12": ("gpt2_layers", (12,), 1, 64),
+    "gru": ("gru", (), 8, 64),
+    "heat_fori": ("heat_fori", (), 1, 0),
+    "heat_while": ("heat_while", (), 1, 0),
+    "mlp_300m": ("big_mlp", (300,), 8, 0),
+    "mlp_600m": ("big_mlp", (600,), 8, 0),
 }
-DEFAULT = ["jax_mlp", "flax_mlp", "cnn", "gpt2_small", "gpt2_small_lax", "eqx_mlp", "eqx_transformer", "eqx_vit"]
+BIG = ["mlp_300m", "mlp_600m"]
+DEFAULT = [name for name in MODELS if name not in BIG]
+COLUMNS = [
+    "model", "trace", "lower", "passes", "serialize", "total", "jaxpr", "warm/jaxpr", "s/layer", "rss/w",
+    "nodes", "fn", "init_mb", "file_mb", "ort_ms", "jit_ms", "ort/jit",
+]
 
 
 def _median_ms(run: Any, repeat: int) -> float:
@@ -45,83 +72,173 @@ def _median_ms(run: Any, repeat: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def bench_one(name: str, batch: int, repeat: int) -> dict[str, Any]:
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak_rss() -> None:
+    """Linux: make VmHWM (the peak RSS) restart from the current RSS."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _count_nodes(proto: Any) -> int:
+    def count(nodes: Any) -> int:
+        total = 0
+        for node in nodes:
+            total += 1
+            for attr in node.attribute:
+                total += count(attr.g.node) if attr.HasField("g") else 0
+                total += sum(count(g.node) for g in attr.graphs)
+        return total
+
+    return count(proto.graph.node) + sum(count(f.node) for f in proto.functions)
+
+
+def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any]:
     import jax
     import numpy as np
     import onnx_ir as ir
-    import onnxruntime as ort
 
-    from jax2onnx_nn import export_model
+    from jax2onnx_nn import export_model, to_onnx
+    from jax2onnx_nn.core import jax_internals as jxi
     from jax2onnx_nn.core.specs import parse_specs
     from jax2onnx_nn.core.verify import random_inputs
 
-    module, factory = MODELS[name]
-    fn, inputs, options = getattr(importlib.import_module(module), factory)()
+    factory, args, batch, seq = MODELS[name]
+    fn, inputs, options = getattr(importlib.import_module("benchmarks.models"), factory)(*args)
+    x64 = bool(options.get("enable_double_precision"))
+    row: dict[str, Any] = {"model": name, "batch": batch}
+
+    # first export: memory above the baseline, in the chosen mode
+    tmp = tempfile.mkdtemp(prefix="export_bench-")
+    path = os.path.join(tmp, "model.onnx")
+    gc.collect()
+    baseline = _rss_kb("VmRSS")
+    _reset_peak_rss()
+    if mode == "path":
+        to_onnx(fn, inputs, path=path, **options)
+    elif mode == "proto":
+        to_onnx(fn, inputs, **options)
+    else:
+        export_model(fn, inputs, **options)
+    peak = _rss_kb("VmHWM") - baseline
+
+    # second export: the warm timings
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model = export_model(fn, inputs, timings=timings, **options)
+    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     t = time.perf_counter()
-    proto = ir.to_proto(model)
-    data = proto.SerializeToString()
+    if weight_bytes < 1.8e9:
+        proto = ir.to_proto(model)
+        data: Any = proto.SerializeToString()
+    else:
+        proto, data = None, None
     timings["serialize"] = time.perf_counter() - t
     total = time.perf_counter() - start
+    if mode != "path":
+        from jax2onnx_nn.core.api import save_model
 
-    specs = parse_specs(inputs)
-    avals = [leaf for _, leaf in specs.flat()[0]]
-    sizes = {"B": batch, "T": 16 if name.startswith("gpt2_small") else 64}
-    flat = random_inputs(avals, sizes, np.random.default_rng(0))
-    if name.startswith("gpt2"):
-        flat = [np.random.default_rng(0).integers(0, 90, size=np.shape(flat[0])).astype(np.int32)]
-    session_options = ort.SessionOptions()
-    session_options.intra_op_num_threads = 2
-    session = ort.InferenceSession(data, session_options, providers=["CPUExecutionProvider"])
-    feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
-    ort_ms = _median_ms(lambda: session.run(None, feeds), repeat)
-    jitted = jax.jit(fn)
-    jax_ms = _median_ms(lambda: jax.block_until_ready(jitted(*flat)), repeat)
-    return {
-        "model": name,
-        "trace_s": round(timings["trace"], 3),
-        "lower_s": round(timings["lower"], 3),
-        "passes_s": round(timings["passes"], 3),
-        "serialize_s": round(timings["serialize"], 3),
-        "export_s": round(total, 3),
-        "nodes": len(proto.graph.node),
-        "functions": len(proto.functions),
-        "file_mb": round(len(data) / 1e6, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "ort_ms": round(ort_ms, 3),
-        "jax_jit_ms": round(jax_ms, 3),
-        "ort_vs_jax": round(ort_ms / jax_ms, 2) if jax_ms else None,
-        "batch": batch,
-    }
+        save_model(model, path)
+    file_bytes = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp))
+    if proto is None:
+        import onnx
+
+        proto = onnx.load(path, load_external_data=False)
+    del model
+    row.update({k: round(timings[k], 3) for k in ("trace", "lower", "passes", "serialize")})
+    row["total"] = round(total, 3)
+    if name.startswith("gpt2_L"):
+        row["s/layer"] = round(total / args[0], 3)
+    row["rss/w"] = round(peak * 1024 / max(weight_bytes, 1), 2)
+    row["nodes"], row["fn"] = _count_nodes(proto), len(proto.functions)
+    row["init_mb"], row["file_mb"] = round(weight_bytes / 1e6, 2), round(file_bytes / 1e6, 2)
+
+    with jxi.x64(x64):
+        specs = parse_specs(inputs, enable_double_precision=x64)
+        avals = [leaf for _, leaf in specs.flat()[0]]
+        rng = np.random.default_rng(0)
+        flat = random_inputs(avals, {"B": batch, "T": seq}, rng)
+        if name.startswith("gpt"):
+            flat = [rng.integers(0, 90, size=np.shape(flat[0])).astype(np.int32)]
+        from jax2onnx_nn.testing.roundtrip import reference_for
+
+        reference = reference_for(fn)
+        # a fresh closure each time: jax caches traces by function; the module's weights are
+        # constants of the jaxpr, as in the export
+        jax.make_jaxpr(lambda *xs: reference(*xs))(*flat)
+        t = time.perf_counter()
+        jax.make_jaxpr(lambda *xs: reference(*xs))(*flat)
+        row["jaxpr"] = round(time.perf_counter() - t, 4)
+        row["warm/jaxpr"] = round(total / row["jaxpr"], 2)
+        if latency:
+            import onnxruntime as ort
+
+            session_options = ort.SessionOptions()
+            session_options.intra_op_num_threads = 2
+            session = ort.InferenceSession(path if data is None else data, session_options, providers=["CPUExecutionProvider"])
+            feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
+            row["ort_ms"] = round(_median_ms(lambda: session.run(None, feeds), repeat), 3)
+            jitted = jax.jit(reference)
+            row["jit_ms"] = round(_median_ms(lambda: jax.block_until_ready(jitted(*flat)), repeat), 3)
+            row["ort/jit"] = round(row["ort_ms"] / row["jit_ms"], 2)
+    for f in os.listdir(tmp):
+        os.remove(os.path.join(tmp, f))
+    os.rmdir(tmp)
+    return row
+
+
+def _run(name: str, args: argparse.Namespace, mode: str) -> dict[str, Any] | None:
+    command = [sys.executable, "-m", "benchmarks.export_bench", "--one", name, "--repeat", str(args.repeat), "--mode", mode]
+    if args.no_latency:
+        command.append("--no-latency")
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=DEFAULT, choices=sorted(MODELS))
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--models", nargs="*", default=None, choices=sorted(MODELS))
+    parser.add_argument("--big", action="store_true", help="also the 300M / 600M-parameter MLPs")
+    parser.add_argument("--mode", default="path", choices=["path", "proto", "ir"], help="export mode of the memory column")
+    parser.add_argument("--memory-modes", action="store_true", help="for the big models, a row per export mode")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--no-latency", action="store_true", help="skip onnxruntime / jax.jit latencies")
+    parser.add_argument("--json", help="also write the rows there")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(bench_one(args.one, args.batch, args.repeat)))
+        print(json.dumps(bench_one(args.one, args.repeat, args.mode, not args.no_latency)))
         return 0
-    rows = []
-    for name in args.models:
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.export_bench", "--one", name, "--batch", str(args.batch), "--repeat", str(args.repeat)],
-            capture_output=True, text=True,
-        )
-        if proc.returncode != 0:
-            print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
-            continue
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    columns = ["model", "trace_s", "lower_s", "passes_s", "serialize_s", "export_s", "nodes", "functions", "file_mb", "peak_rss_mb", "ort_ms", "jax_jit_ms", "ort_vs_jax"]
-    print(" | ".join(columns))
+    names = args.models or DEFAULT + (BIG if args.big else [])
+    rows, failed = [], 0
+    for name in names:
+        modes = ["path", "proto", "ir"] if args.memory_modes and name in BIG else [args.mode]
+        for mode in modes:
+            row = _run(name, args, mode)
+            if row is None:
+                failed += 1
+                continue
+            if len(modes) > 1:
+                row["model"] = f"{name} ({mode})"
+            rows.append(row)
+            print(" | ".join(str(row.get(c, "")) for c in COLUMNS), file=sys.stderr, flush=True)
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
     for row in rows:
-        print(" | ".join(str(row.get(c)) for c in columns))
-    return 0 if len(rows) == len(args.models) else 1
+        print("| " + " | ".join(str(row.get(c, "")) for c in COLUMNS) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

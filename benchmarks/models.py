@@ -41,11 +41,13 @@ def cnn() -> tuple[Any, list[Any], dict[str, Any]]:
     return CNN(rngs=nnx.Rngs(0)), [("B", 28, 28, 1)], {}
 
 
-def _gpt2(size: str, **options: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+def _gpt2(size: str, config: dict[str, Any] | None = None, **options: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+    import dataclasses
+
     from flax import nnx
 
     gpt2 = importlib.import_module("examples.flax_gpt2")
-    config = gpt2.GPTConfig.gpt2() if size == "124m" else gpt2.GPTConfig.small()
+    config = dataclasses.replace(gpt2.GPTConfig.gpt2() if size == "124m" else gpt2.GPTConfig.small(), **(config or {}))
     model = gpt2.GPT(config, rngs=nnx.Rngs(0))
     return model, list(gpt2.TOKENS), {"auto_functions": True, **options}
 
@@ -89,3 +91,88 @@ def eqx_transformer() -> tuple[Any, list[Any], dict[str, Any]]:
 def eqx_vit() -> tuple[Any, list[Any], dict[str, Any]]:
     vit = importlib.import_module("examples.eqx_vit")
     return _vmapped_eqx("examples.eqx_vit", "VisionTransformer", [("B", vit.CHANNELS, vit.IMAGE, vit.IMAGE)])
+
+
+def vit() -> tuple[Any, list[Any], dict[str, Any]]:
+    """The tiny Flax ViT of examples/flax_vit.py, in inference mode."""
+    from flax import nnx
+
+    from jax2onnx_nn.flax import mode_copy
+
+    vit_module = importlib.import_module("examples.flax_vit")
+    config = vit_module.ViTConfig.small()
+    return mode_copy(vit_module.ViT(config, rngs=nnx.Rngs(0))), config.images, {}
+
+
+def gpt_4l() -> tuple[Any, list[Any], dict[str, Any]]:
+    """A 4-layer GPT of width 256 (8 heads), symbolic batch and sequence, no functions."""
+    return _gpt2("small", config={"n_layer": 4, "n_embd": 256, "n_head": 8, "block_size": 64}, auto_functions=False)
+
+
+def gpt2_layers(n_layer: int) -> tuple[Any, list[Any], dict[str, Any]]:
+    """GPT-2 124M's width with ``n_layer`` blocks (export time per layer)."""
+    return _gpt2("124m", config={"n_layer": n_layer})
+
+
+def gru() -> tuple[Any, list[Any], dict[str, Any]]:
+    from flax import nnx
+
+    from jax2onnx_nn.flax import mode_copy
+
+    module = importlib.import_module("examples.flax_gru")
+    model = module.GRUClassifier(module.FEATURES, module.HIDDEN, module.CLASSES, rngs=nnx.Rngs(0))
+    return mode_copy(model), list(module.SEQUENCES), {}
+
+
+HEAT_STEPS, HEAT_POINTS = 200, 256
+
+
+def _heat_step(u: jax.Array) -> jax.Array:
+    import jax.numpy as jnp
+
+    dx = 1.0 / (u.shape[0] - 1)
+    lap = (u[:-2] - 2.0 * u[1:-1] + u[2:]) / (dx * dx)
+    interior = u[1:-1] + 0.4 * dx * dx * lap
+    return jnp.concatenate([jnp.zeros((1,), u.dtype), interior, jnp.zeros((1,), u.dtype)])
+
+
+def heat_fori() -> tuple[Any, list[Any], dict[str, Any]]:
+    """float64 explicit heat equation, 200 steps of a fori_loop on a 256-point grid."""
+
+    def heat_fori(u0: jax.Array) -> jax.Array:
+        return jax.lax.fori_loop(0, HEAT_STEPS, lambda i, u: _heat_step(u), u0)
+
+    return heat_fori, [((HEAT_POINTS,), "float64")], {"enable_double_precision": True}
+
+
+def heat_while() -> tuple[Any, list[Any], dict[str, Any]]:
+    """The same stepper as a while_loop on a step counter."""
+    import jax.numpy as jnp
+
+    def heat_while(u0: jax.Array) -> jax.Array:
+        def body(state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            i, u = state
+            return i + 1, _heat_step(u)
+
+        return jax.lax.while_loop(lambda s: s[0] < HEAT_STEPS, body, (jnp.zeros((), jnp.int32), u0))[1]
+
+    return heat_while, [((HEAT_POINTS,), "float64")], {"enable_double_precision": True}
+
+
+def big_mlp(params_m: int) -> tuple[Any, list[Any], dict[str, Any]]:
+    """An MLP of 4096-wide Linear layers with about ``params_m`` million float32 parameters."""
+    from flax import nnx
+
+    width = 4096
+    depth = max(1, round(params_m * 1e6 / (width * width + width)))
+
+    class BigMLP(nnx.Module):
+        def __init__(self, *, rngs: nnx.Rngs) -> None:
+            self.layers = nnx.List([nnx.Linear(width, width, rngs=rngs) for _ in range(depth)])
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for layer in self.layers:
+                x = nnx.relu(layer(x))
+            return x
+
+    return BigMLP(rngs=nnx.Rngs(0)), [("B", width)], {}
