@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from jax2onnx_nn.core.lower import Lowerer, LoweringOptions, onnx_aval
 from jax2onnx_nn.core.passes import cleanup, fill_missing_types
 from jax2onnx_nn.core.patching import ExportOptions, export_session
 from jax2onnx_nn.core.registry import Rule, normalize_overrides
+from jax2onnx_nn.core.save import check_path, save_model
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.trace import trace
 
@@ -27,7 +27,6 @@ MIN_OPSET = 17
 MAX_OPSET = 23
 DEFAULT_OPSET = 21
 _IR_VERSION = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}
-_EXTERNAL_DATA_THRESHOLD = 1_800_000_000  # bytes of weights above which files get external data
 
 
 def to_onnx(
@@ -48,6 +47,7 @@ def to_onnx(
     coarse_ops: bool = True,
     inputs_as_nchw: Sequence[str | int] | None = None,
     outputs_as_nchw: Sequence[str | int] | None = None,
+    external_data: bool | None = None,
 ) -> onnx.ModelProto:
     """Export a JAX callable to ONNX.
 
@@ -63,7 +63,9 @@ def to_onnx(
             the argument names and pytree paths (``x``, ``params/w``) and ``out_0``, ...
         opset: ONNX opset, between 17 and 23 (default 21).
         enable_double_precision: trace with x64 on, so float64 work stays float64.
-        path: also write the model there (atomically; external data above ~1.8 GB).
+        path: also write the model there: atomically, tensor by tensor from the weights'
+            buffers (no second copy), with the umask's permissions. Checked first: a missing
+            folder or a directory raises at once.
         model_name: the graph's name (default: the callable's name).
         lowerings: ``{primitive_or_name: rule}`` overriding built-in rules for this export.
         constraints: symbolic dim constraints, e.g. ``("B >= 2",)``.
@@ -76,18 +78,27 @@ def to_onnx(
         inputs_as_nchw / outputs_as_nchw: graph inputs / outputs (names or flat indices) of a
             channels-last (NHWC) callable to expose channels-first (NCHW); the boundary
             Transposes fold into the first/last Conv's own where possible.
+        external_data: with ``path``: ``True`` writes the weights to ``<path>.data`` beside
+            the model, ``False`` one file (at most 2 GB), ``None`` (default) external data above
+            ~1.8 GB of weights.
 
     Returns:
-        The ``onnx.ModelProto``.
+        The ``onnx.ModelProto``; when written with external data, its tensors reference
+        ``<path>.data`` (it serializes, and ``onnx.load`` of the file gives it back).
 
     Raises:
         ConversionError: unsupported primitives (all listed, with source lines).
         SpecError: an input spec that cannot be understood.
+        FileNotFoundError, IsADirectoryError, PermissionError: ``path`` cannot be written.
 
     Example::
 
         model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)])
     """
+    if path is not None:
+        path = check_path(path)
+    elif external_data is not None:
+        raise ValueError("external_data needs a path to write the weights beside")
     model = export_model(
         fn, inputs, input_params=input_params, input_names=input_names,
         output_names=output_names, opset=opset, enable_double_precision=enable_double_precision,
@@ -95,9 +106,8 @@ def to_onnx(
         training=training, auto_functions=auto_functions, coarse_ops=coarse_ops,
         inputs_as_nchw=inputs_as_nchw, outputs_as_nchw=outputs_as_nchw,
     )
-    if path is not None:
-        save_model(model, path)
-    return ir.to_proto(model)
+    saved = None if path is None else save_model(model, path, external_data=external_data)
+    return ir.to_proto(model) if saved is None else saved
 
 
 def export_model(
@@ -235,21 +245,4 @@ def _set_outputs(builder: GraphBuilder, outs: list[ir.Value], avals: list[Any], 
         builder.outputs.append(value)
 
 
-def save_model(model: ir.Model, path: str | os.PathLike[str]) -> None:
-    """Write atomically: to a temporary file beside ``path``, then rename over it."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-    fd, tmp = tempfile.mkstemp(prefix=".jax2onnx_nn-", suffix=".onnx", dir=directory)
-    os.close(fd)
-    try:
-        if weight_bytes > _EXTERNAL_DATA_THRESHOLD:
-            data_name = os.path.basename(path) + ".data"
-            ir.save(model, tmp, external_data=data_name)
-        else:
-            ir.save(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "export_model", "save_model", "to_onnx"]
