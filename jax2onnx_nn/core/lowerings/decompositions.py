@@ -173,8 +173,11 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     def step(j: Index, carry: tuple) -> tuple:
         work, perm, pivots = carry
         col = _col(work, j)
-        magnitude = jnp.where(jnp.isnan(col), -1, jnp.abs(col))
-        p = jnp.argmax(jnp.where(rows >= j, magnitude, -2), axis=-1).astype(jnp.int32)
+        # first row of largest magnitude at or below j; NaN (-1) only if nothing else is left
+        magnitude = jnp.where(jnp.isnan(col), jnp.asarray(-1, col.dtype), jnp.abs(col))
+        magnitude = jnp.where(rows >= j, magnitude, jnp.asarray(-2, col.dtype))
+        largest = jnp.max(magnitude, axis=-1, keepdims=True)
+        p = jnp.min(jnp.where(magnitude == largest, rows, m), axis=-1)
         row_j, row_p = _row(work, j), _pick(work, p, work.ndim - 2)
         is_j, is_p = rows == j, rows[..., :] == p[..., None]
         work = jnp.where(is_j[..., :, None], row_p[..., None, :], jnp.where(is_p[..., :, None], row_j[..., None, :], work))
@@ -182,7 +185,7 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         perm = jnp.where(is_j, perm_p[..., None], jnp.where(is_p, perm_j[..., None], perm))
         pivot = _index(row_p, j, row_p.ndim - 1)[..., None]
         col = _col(work, j)
-        multipliers = jnp.where(pivot != 0, col / jnp.where(pivot != 0, pivot, 1), col)
+        multipliers = jnp.where(pivot != 0, col / jnp.where(pivot != 0, pivot, jnp.ones((), a.dtype)), col)
         under = rows[:, None] > j
         work = jnp.where(under & (cols[None, :] > j), work - multipliers[..., :, None] * row_p[..., None, :], work)
         work = jnp.where(under & (cols[None, :] == j), multipliers[..., :, None], work)
