@@ -160,8 +160,9 @@ def test_degenerate_inputs_as_jax(name, dtype):
 
 # -- graph size --------------------------------------------------------------------------------
 @pytest.mark.parametrize(("fn", "limit"), [
-    (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 70),
-    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 70),
+    (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 60),
+    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 40),
+    (lambda a: lax.linalg.lu(a), 200),
 ])
 def test_small_graphs(fn, limit):
     """A 4x4 factorization is a few dozen nodes."""

@@ -64,27 +64,39 @@ def iterate(n: Any, step: Callable[[Index, Any], Any], carry: Any, *, reverse: b
     return lax.fori_loop(0, n, step, carry)
 
 
-def _index(x: jax.Array, j: Index, axis: int) -> jax.Array:
-    """``x`` at index ``j`` of ``axis`` (the axis dropped): a static slice for an int."""
+def _at(x: jax.Array, j: Index, axis: int) -> jax.Array:
+    """``x`` at index ``j`` of ``axis``, kept as a size-1 axis: a static slice for an int."""
+    axis = axis % x.ndim
     if isinstance(j, int):
-        return lax.index_in_dim(x, j, axis, keepdims=False)
-    return lax.dynamic_index_in_dim(x, j, axis, keepdims=False)
+        return lax.slice_in_dim(x, j, j + 1, axis=axis)
+    return lax.dynamic_slice_in_dim(x, j, 1, axis=axis)
 
 
-def _row(x: jax.Array, j: Index) -> jax.Array:
-    return _index(x, j, x.ndim - 2)
+def _pick(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
+    """The entries of ``x`` where ``hits`` (one per line along ``axis``), kept as a size-1
+    axis: a masked sum, exact (no products with 0 that would turn inf into NaN)."""
+    return jnp.sum(where(hits, x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True, dtype=x.dtype)
 
 
-def _col(x: jax.Array, j: Index) -> jax.Array:
-    return _index(x, j, x.ndim - 1)
+def where(which: jax.Array, x: Any, y: Any) -> jax.Array:
+    """``jnp.where`` for the steps, exported as one plain ONNX ``Where`` (which broadcasts):
+    the generic ``select_n`` rule adds a sign fix-up for a -0.0 picked from ``x`` and an
+    ``Expand`` per broadcast operand, five nodes where the masks here need one. A zero the
+    masks pick may lose its sign; LAPACK promises none either."""
+    x = jnp.asarray(x)
+    y = jnp.asarray(y, x.dtype)
+    specs = [jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for v in (which, x, y)]
+    body = jax.make_jaxpr(jnp.where)(*specs)
+    return jxi.body_primitive(_SELECT).bind(which, x, y, body=body)[0]
 
 
-def _pick(x: jax.Array, at: jax.Array, axis: int) -> jax.Array:
-    """``x`` at a per-batch traced index ``at`` along ``axis``, exactly (a masked sum, no
-    products with 0 that would turn inf into NaN)."""
-    at = lax.expand_dims(at, tuple(range(at.ndim, x.ndim)))
-    hits = lax.broadcasted_iota(jnp.int32, x.shape, axis) == at
-    return jnp.sum(jnp.where(hits, x, jnp.zeros((), x.dtype)), axis=axis, dtype=x.dtype)
+_SELECT = "linalg_select"
+
+
+@lowering(_SELECT, onnx_ops=("Where",))
+def _linalg_select(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value, *, body: Any) -> ir.Value:
+    del body  # jnp.where, which ONNX Where computes with its own broadcasting
+    return ctx.op.Where(which, x, y)
 
 
 def _mT(x: jax.Array) -> jax.Array:
@@ -101,21 +113,20 @@ def cholesky(a: jax.Array) -> jax.Array:
     over the square root of its pivot; the trailing matrix loses that column's outer product."""
     n = a.shape[-1]
     ids = _ids(n)
-    below = ids[:, None] >= ids[None, :]
 
     def step(j: Index, carry: tuple) -> tuple:
         work, factor, failed = carry
-        col = _col(work, j)
-        pivot = _index(col, j, col.ndim - 1)
-        lcol = jnp.where(ids >= j, col / jnp.sqrt(pivot)[..., None], jnp.zeros((), a.dtype))
-        work = work - lcol[..., :, None] * lcol[..., None, :]
-        factor = jnp.where(ids[None, :] == j, lcol[..., :, None], factor)
+        col = _at(work, j, -1)  # (..., n, 1)
+        pivot = _at(col, j, -2)  # (..., 1, 1)
+        lcol = where(ids[:, None] >= j, col / jnp.sqrt(pivot), jnp.zeros((), a.dtype))
+        work = work - lcol * _mT(lcol)
+        factor = where(ids[None, :] == j, lcol, factor)
         return work, factor, failed | (pivot <= 0)
 
-    failed = jnp.zeros(a.shape[:-2], bool)
+    failed = jnp.zeros((*a.shape[:-2], 1, 1), bool)
     _, factor, failed = iterate(n, step, (a, jnp.zeros_like(a), failed))
-    factor = jnp.where(below, factor, a)
-    return jnp.where(failed[..., None, None], jnp.asarray(np.nan, a.dtype), factor)
+    factor = where(ids[:, None] >= ids[None, :], factor, a)
+    return where(failed, jnp.asarray(np.nan, a.dtype), factor)
 
 
 @lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Where", "Loop"))
@@ -131,14 +142,13 @@ def substitute(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) 
     m = a.shape[-1]
     ids = _ids(m)
     strict = ids[:, None] > ids[None, :] if lower else ids[:, None] < ids[None, :]
-    off = jnp.where(strict, a, jnp.zeros((), a.dtype))  # rows not yet solved are 0 in x
+    off = where(strict, a, jnp.zeros((), a.dtype))  # rows not yet solved are 0 in x
 
     def step(i: Index, x: jax.Array) -> jax.Array:
-        row = _row(off, i)[..., None, :] @ x  # (..., 1, k)
-        xi = _row(b, i)[..., None, :] - row
+        xi = _at(b, i, -2) - _at(off, i, -2) @ x  # (..., 1, k)
         if not unit_diagonal:
-            xi = xi / _index(_row(a, i), i, a.ndim - 2)[..., None, None]
-        return jnp.where(ids[:, None] == i, xi, x)
+            xi = xi / _at(_at(a, i, -2), i, -1)
+        return where(ids[:, None] == i, xi, x)
 
     return iterate(m, step, jnp.zeros_like(b), reverse=not lower)
 
@@ -171,30 +181,29 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     batch = a.shape[:-2]
 
     def step(j: Index, carry: tuple) -> tuple:
-        work, perm, pivots = carry
-        col = _col(work, j)
+        work, perm, pivots = carry  # perm (..., m, 1), pivots (..., 1, k)
+        col = _at(work, j, -1)
         # first row of largest magnitude at or below j; NaN (-1) only if nothing else is left
-        magnitude = jnp.where(jnp.isnan(col), jnp.asarray(-1, col.dtype), jnp.abs(col))
-        magnitude = jnp.where(rows >= j, magnitude, jnp.asarray(-2, col.dtype))
-        largest = jnp.max(magnitude, axis=-1, keepdims=True)
-        p = jnp.min(jnp.where(magnitude == largest, rows, m), axis=-1)
-        row_j, row_p = _row(work, j), _pick(work, p, work.ndim - 2)
-        is_j, is_p = rows == j, rows[..., :] == p[..., None]
-        work = jnp.where(is_j[..., :, None], row_p[..., None, :], jnp.where(is_p[..., :, None], row_j[..., None, :], work))
-        perm_j, perm_p = _index(perm, j, perm.ndim - 1), _pick(perm, p, perm.ndim - 1)
-        perm = jnp.where(is_j, perm_p[..., None], jnp.where(is_p, perm_j[..., None], perm))
-        pivot = _index(row_p, j, row_p.ndim - 1)[..., None]
-        col = _col(work, j)
-        multipliers = jnp.where(pivot != 0, col / jnp.where(pivot != 0, pivot, jnp.ones((), a.dtype)), col)
+        magnitude = where(jnp.isnan(col), jnp.asarray(-1, col.dtype), jnp.abs(col))
+        magnitude = where(rows[:, None] >= j, magnitude, jnp.asarray(-2, col.dtype))
+        largest = jnp.max(magnitude, axis=-2, keepdims=True)
+        p = jnp.min(where(magnitude == largest, rows[:, None], m), axis=-2, keepdims=True)  # (..., 1, 1)
+        is_j, is_p = rows[:, None] == j, rows[:, None] == p
+        row_j, row_p = _at(work, j, -2), _pick(work, is_p, -2)
+        work = where(is_j, row_p, where(is_p, row_j, work))
+        perm = where(is_j, _pick(perm, is_p, -2), where(is_p, _at(perm, j, -2), perm))
+        pivot = _at(row_p, j, -1)
+        col = _at(work, j, -1)
+        multipliers = where(pivot != 0, col / where(pivot != 0, pivot, jnp.ones((), a.dtype)), col)
         under = rows[:, None] > j
-        work = jnp.where(under & (cols[None, :] > j), work - multipliers[..., :, None] * row_p[..., None, :], work)
-        work = jnp.where(under & (cols[None, :] == j), multipliers[..., :, None], work)
-        pivots = jnp.where(_ids(k) == j, p[..., None], pivots)
+        work = where(under & (cols[None, :] > j), work - multipliers * row_p, work)
+        work = where(under & (cols[None, :] == j), multipliers, work)
+        pivots = where(_ids(k)[None, :] == j, p, pivots)
         return work, perm, pivots
 
-    perm = jnp.broadcast_to(rows, (*batch, m))
-    work, perm, pivots = iterate(k, step, (a, perm, jnp.zeros((*batch, k), jnp.int32)))
-    return work, pivots, perm
+    perm = jnp.broadcast_to(rows[:, None], (*batch, m, 1))
+    work, perm, pivots = iterate(k, step, (a, perm, jnp.zeros((*batch, 1, k), jnp.int32)))
+    return work, pivots[..., 0, :], perm[..., 0]
 
 
 @lowering("lu", onnx_ops=("Slice", "ArgMax", "Where", "ReduceSum", "Div", "Mul", "Sub", "Loop"))
@@ -208,10 +217,8 @@ def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array
     ids = _ids(permutation_size)
 
     def step(i: Index, perm: jax.Array) -> jax.Array:
-        p = _index(pivots, i, pivots.ndim - 1)
-        at_i, at_p = _index(perm, i, perm.ndim - 1), _pick(perm, p, perm.ndim - 1)
-        is_p = ids == p[..., None]
-        return jnp.where(ids == i, at_p[..., None], jnp.where(is_p, at_i[..., None], perm))
+        is_p = ids == _at(pivots, i, -1)
+        return where(ids == i, _pick(perm, is_p, -1), where(is_p, _at(perm, i, -1), perm))
 
     perm = jnp.broadcast_to(ids, (*pivots.shape[:-1], permutation_size))
     return iterate(pivots.shape[-1], step, perm)
