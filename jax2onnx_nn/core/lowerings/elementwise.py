@@ -407,13 +407,10 @@ def _select_n(ctx: LoweringContext, which: ir.Value, *cases: ir.Value) -> ir.Val
 def _where(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
     """``Where(which, x, y)`` that keeps a -0.0 picked from ``x``: onnxruntime's Where gives
     +0.0 there (it merges "x where which, else 0" with "y where not which" by ``!= 0``), so
-    a zero picked from an ``x`` that may be -0.0 gets its sign back: by swapping the branches
-    (one ``Not``) when ``y`` is never -0.0, else by a multiplication."""
-    if not _may_be_negative_zero(x):
-        return ctx.op.Where(which, x, y)
-    if not _may_be_negative_zero(y):  # y's zeros are never negative: swap the branches instead
-        return ctx.op.Where(ctx.op.Not(which), y, x)
+    a zero picked from an ``x`` that may be -0.0 gets its sign back by a multiplication."""
     result = ctx.op.Where(which, x, y)
+    if not _may_be_negative_zero(x):
+        return result
     lost = ctx.op.And(which, _is_negative_zero(ctx, x))
     return ctx.op.Mul(result, ctx.op.Where(lost, ctx.const(-1, like=x), _one(ctx, x)))
 
