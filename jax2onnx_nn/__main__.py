@@ -160,19 +160,21 @@ def _sizes(texts: Sequence[str]) -> dict[str, list[int]]:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from jax2onnx_nn import MAX_OPSET, MIN_OPSET, ConversionError, SpecError, to_onnx
+    from jax2onnx_nn.core.config import ExportConfig
 
     inputs = [parse_input(t) for t in args.input]
     sizes = _sizes(args.size)
-    if args.opset is not None and not MIN_OPSET <= args.opset <= MAX_OPSET:
-        raise UsageError(f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}")
+    try:  # validated here, before the target is loaded, and once: to_onnx takes this config
+        config = ExportConfig(
+            opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
+            inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
+        )
+    except ValueError as err:
+        raise UsageError(f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}") from err
     fn = exportable(load_target(args.target, args.debug), args.target, args.debug)
-    options: dict[str, Any] = dict(
-        opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
-        inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
-    )
     start = time.perf_counter()
     try:
-        model = to_onnx(fn, inputs, path=args.output, **options)
+        model = to_onnx(fn, inputs, config, path=args.output)
     except SpecError as err:
         if args.debug:
             raise

@@ -12,44 +12,41 @@ import onnx
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-exported)
+    DEFAULT_OPSET,
+    MAX_OPSET,
+    MIN_OPSET,
+    ExportConfig,
+    with_options_signature,
+)
 from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.layout import apply_layout
-from jax2onnx_nn.core.lower import Lowerer, LoweringOptions, onnx_aval
+from jax2onnx_nn.core.lower import Lowerer, onnx_aval
 from jax2onnx_nn.core.passes import cleanup, fill_missing_types
-from jax2onnx_nn.core.patching import ExportOptions, export_session
-from jax2onnx_nn.core.registry import Rule, normalize_overrides
+from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.save import check_path, save_model
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.trace import trace
 
-MIN_OPSET = 17
-MAX_OPSET = 23
-DEFAULT_OPSET = 21
 _IR_VERSION = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}
 
 
+@with_options_signature
 def to_onnx(
     fn: Callable[..., Any],
     inputs: Sequence[Any],
+    config: ExportConfig | None = None,
     *,
-    input_params: Mapping[str, Any] | None = None,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
-    opset: int | None = None,
-    enable_double_precision: bool = False,
     path: str | os.PathLike[str] | None = None,
-    model_name: str | None = None,
-    lowerings: Mapping[Any, Rule] | None = None,
-    constraints: Sequence[str] = (),
-    training: bool = False,
-    auto_functions: bool = False,
-    coarse_ops: bool = True,
-    inputs_as_nchw: Sequence[str | int] | None = None,
-    outputs_as_nchw: Sequence[str | int] | None = None,
     external_data: bool | None = None,
+    **options: Any,
 ) -> onnx.ModelProto:
     """Export a JAX callable to ONNX.
+
+    The options are the fields of :class:`~jax2onnx_nn.core.config.ExportConfig`, given as
+    keywords or as a ``config`` (keywords then change it); they are validated once (an
+    unknown option raises ``TypeError``, an opset out of range ``ValueError``).
 
     Args:
         fn: a function, a ``jax.jit``-ed function, or a Flax NNX / Equinox module.
@@ -57,30 +54,13 @@ def to_onnx(
             symbolic dims, the same name is the same dim everywhere), a ``(shape, dtype)``
             pair, a ``jax.ShapeDtypeStruct``, an array, a Python scalar (a runtime scalar
             input) or a pytree of these.
-        input_params: keyword arguments of ``fn`` exported as named runtime inputs, e.g.
-            ``{"deterministic": True}`` (the value gives the spec).
-        input_names / output_names: names of the flat graph inputs / outputs; default from
-            the argument names and pytree paths (``x``, ``params/w``) and ``out_0``, ...
-        opset: ONNX opset, between 17 and 23 (default 21).
-        enable_double_precision: trace with x64 on, so float64 work stays float64.
         path: also write the model there: atomically, tensor by tensor from the weights'
             buffers (no second copy), with the umask's permissions. Checked first: a missing
             folder or a directory raises at once.
-        model_name: the graph's name (default: the callable's name).
-        lowerings: ``{primitive_or_name: rule}`` overriding built-in rules for this export.
-        constraints: symbolic dim constraints, e.g. ``("B >= 2",)``.
-        training: export modules in training mode (BatchNorm batch statistics, Dropout
-            active); default: inference mode, on a copy (the module is never changed).
-        auto_functions: make every call of a user-defined module class an ONNX function
-            call, as ``@onnx_function`` does for one class.
-        coarse_ops: lower framework layers (``nnx.Linear``, ``nnx.LayerNorm``, ...) to one
-            coarse ONNX op each (``Gemm``, ``LayerNormalization``, ...) instead of lax ops.
-        inputs_as_nchw / outputs_as_nchw: graph inputs / outputs (names or flat indices) of a
-            channels-last (NHWC) callable to expose channels-first (NCHW); the boundary
-            Transposes fold into the first/last Conv's own where possible.
         external_data: with ``path``: ``True`` writes the weights to ``<path>.data`` beside
             the model, ``False`` one file (at most 2 GB), ``None`` (default) external data above
             ~1.8 GB of weights.
+        {options}
 
     Returns:
         The ``onnx.ModelProto``; when written with external data, its tensors reference
@@ -99,61 +79,44 @@ def to_onnx(
         path = check_path(path)
     elif external_data is not None:
         raise ValueError("external_data needs a path to write the weights beside")
-    model = export_model(
-        fn, inputs, input_params=input_params, input_names=input_names,
-        output_names=output_names, opset=opset, enable_double_precision=enable_double_precision,
-        model_name=model_name, lowerings=lowerings, constraints=constraints,
-        training=training, auto_functions=auto_functions, coarse_ops=coarse_ops,
-        inputs_as_nchw=inputs_as_nchw, outputs_as_nchw=outputs_as_nchw,
-    )
+    model = export_model(fn, inputs, config, **options)
     saved = None if path is None else save_model(model, path, external_data=external_data)
     return ir.to_proto(model) if saved is None else saved
 
 
+@with_options_signature
 def export_model(
     fn: Callable[..., Any],
     inputs: Sequence[Any],
+    config: ExportConfig | None = None,
     *,
-    input_params: Mapping[str, Any] | None = None,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
-    opset: int | None = None,
-    enable_double_precision: bool = False,
-    model_name: str | None = None,
-    lowerings: Mapping[Any, Rule] | None = None,
-    constraints: Sequence[str] = (),
     const_names: Mapping[int, str] | None = None,
     timings: dict[str, float] | None = None,
-    training: bool = False,
-    auto_functions: bool = False,
-    coarse_ops: bool = True,
-    inputs_as_nchw: Sequence[str | int] | None = None,
-    outputs_as_nchw: Sequence[str | int] | None = None,
+    **options: Any,
 ) -> ir.Model:
     """Like :func:`to_onnx` but returns the ``onnx_ir.Model`` (weights not yet copied).
 
-    ``timings``, if given, receives the seconds spent tracing, lowering and in clean-up passes.
+    ``config`` (an :class:`ExportConfig`) or the options as keywords (both: the keywords
+    change the config). ``timings``, if given, receives the seconds spent tracing, lowering
+    and in clean-up passes.
     """
-    opset = DEFAULT_OPSET if opset is None else int(opset)
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ValueError(f"opset must be between {MIN_OPSET} and {MAX_OPSET}, got {opset}")
+    config = ExportConfig(**options) if config is None else config.replace(**options) if options else config
     if not callable(fn):
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
-    options = ExportOptions(training=training, auto_functions=auto_functions, coarse_ops=coarse_ops)
-    with jxi.x64(enable_double_precision), export_session(fn, options) as prepared:
+    with jxi.x64(config.enable_double_precision), export_session(fn, config) as prepared:
         arg_names = _positional_names(fn)
         specs = parse_specs(
-            inputs, input_params=dict(input_params or {}),
-            enable_double_precision=enable_double_precision, constraints=constraints,
+            inputs, input_params=dict(config.input_params),
+            enable_double_precision=config.enable_double_precision, constraints=config.constraints,
             arg_names=arg_names,
         )
         started = time.perf_counter()
         traced = trace(prepared.fn, specs, arg_names)
         traced_at = time.perf_counter()
-        names = _input_names(fn, traced.in_names, input_names)
-        builder = GraphBuilder(model_name or _callable_name(fn))
-        builder.opset_imports[""] = opset
-        lowerer = Lowerer(builder, LoweringOptions(opset, enable_double_precision, normalize_overrides(lowerings)))
+        names = _input_names(fn, traced.in_names, config.input_names)
+        builder = GraphBuilder(config.model_name or _callable_name(fn))
+        builder.opset_imports[""] = config.opset
+        lowerer = Lowerer(builder, config)
         lowerer.const_names.update(prepared.const_names)
         lowerer.const_names.update(const_names or {})
         graph_inputs = []
@@ -168,17 +131,17 @@ def export_model(
             raise ConversionError(f"cannot export: {err}") from err
         if lowerer.unsupported:
             raise ConversionError.from_unsupported(lowerer.unsupported)
-    _set_outputs(builder, outs, traced.out_avals, output_names)
+    _set_outputs(builder, outs, traced.out_avals, config.output_names)
     model = ir.Model(
-        builder.build_graph(), ir_version=_IR_VERSION[opset], producer_name="jax2onnx_nn",
+        builder.build_graph(), ir_version=_IR_VERSION[config.opset], producer_name="jax2onnx_nn",
         producer_version=_version(), functions=[f.function for f in lowerer.functions.values()],
     )
     model.metadata_props.update(
-        {"jax2onnx_nn.jax_version": jax.__version__, "jax2onnx_nn.opset": str(opset),
-         "jax2onnx_nn.enable_double_precision": str(enable_double_precision)}
+        {"jax2onnx_nn.jax_version": jax.__version__, "jax2onnx_nn.opset": str(config.opset),
+         "jax2onnx_nn.enable_double_precision": str(config.enable_double_precision)}
     )
     lowered_at = time.perf_counter()
-    apply_layout(model, inputs_as_nchw, outputs_as_nchw)
+    apply_layout(model, config.inputs_as_nchw, config.outputs_as_nchw)
     cleanup(model)
     fill_missing_types(model)
     if timings is not None:

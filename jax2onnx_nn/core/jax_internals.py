@@ -382,6 +382,11 @@ def rebind_under_vmap(name: str) -> None:
     _REBOUND_UNDER_VMAP.add(name)
 
 
+def is_body_primitive(prim: Any) -> bool:
+    """Whether ``prim`` was made by :func:`body_primitive` (its ``body`` param is its meaning)."""
+    return _BODY_PRIMITIVES.get(prim.name) is prim
+
+
 def body_primitive(name: str) -> Any:
     """A primitive (one per name) whose ``body`` param, a ClosedJaxpr, is what it computes.
 

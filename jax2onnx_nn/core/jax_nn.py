@@ -30,7 +30,7 @@ from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
-    ExportOptions,
+    ExportConfig,
     Handler,
     NotApplicable,
     Operands,
@@ -285,7 +285,7 @@ def substitute(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
+def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
     """The adapter of ``jax.nn`` (see ``core/patching.py``): its patches, for every export
     (an exported ``jax.nn.gelu`` itself is one of the captured functions)."""
     if not options.coarse_ops:

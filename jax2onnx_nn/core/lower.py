@@ -10,8 +10,7 @@ equation output are stamped from the jaxpr's avals.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.graph import GraphBuilder, ir_shape, set_type
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator
@@ -49,19 +49,12 @@ def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
 _NO_PAIRS = object()  # a complex op that has no lowering on (real, imag) pairs
 
 
-@dataclass
-class LoweringOptions:
-    opset: int
-    enable_double_precision: bool = False
-    overrides: Mapping[str, Registration] = field(default_factory=dict)
-
-
 class Lowerer:
     """State of one export: the root builder, symbolic dims, unsupported primitives seen."""
 
-    def __init__(self, builder: GraphBuilder, options: LoweringOptions) -> None:
+    def __init__(self, builder: GraphBuilder, config: ExportConfig) -> None:
         self.root = builder
-        self.options = options
+        self.config = config
         self.dims = DimEvaluator(builder)
         self.unsupported: dict[str, list[str]] = defaultdict(list)
         self._consts: dict[int, tuple[Any, ir.Value]] = {}
@@ -120,7 +113,7 @@ class Lowerer:
 
     def _lower_eqn(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         name = eqn.primitive.name
-        registration = lookup(name, self.options.overrides)
+        registration = lookup(name, self.config.lowerings)
         previous_doc = builder.doc_string
         # library code (a body traced inside jnp/equinox functions): the caller's line
         builder.doc_string = jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
@@ -131,11 +124,12 @@ class Lowerer:
                 outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
             elif data_jaxpr is not None:
                 outs = self.lower_jaxpr(data_jaxpr, inputs, builder)
-            elif registration is not None and registration.min_opset <= self.options.opset:
+            elif registration is not None and registration.min_opset <= self.config.opset:
                 ctx = LoweringContext(self, eqn, builder)
                 result = registration.rule(ctx, *inputs, **eqn.params)
                 outs = [result] if isinstance(result, ir.Value) else list(result)
-            elif name in CALL_BODIES:
+            elif name in CALL_BODIES or jxi.is_body_primitive(eqn.primitive):
+                # no rule, or the rule needs a newer opset: the body is what it computes
                 outs = self._lower_call(eqn, inputs, builder)
             else:
                 impl = jxi.primitive_impl_jaxpr(eqn.primitive, eqn.params, [v.aval for v in eqn.invars])
@@ -186,10 +180,8 @@ class Lowerer:
         set_type(value, dtype, shape)
 
     def _lower_call(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
-        body = next(
-            (eqn.params[k] for k in CALL_BODIES[eqn.primitive.name] if eqn.params.get(k) is not None),
-            None,
-        )
+        keys = CALL_BODIES.get(eqn.primitive.name, ("body",))
+        body = next((eqn.params[k] for k in keys if eqn.params.get(k) is not None), None)
         if body is None:
             raise AssertionError(f"no body found in the params of {eqn.primitive.name}")
         scope = eqn.params.get("name") if eqn.primitive.name in ("pjit", "jit") else None
@@ -226,7 +218,7 @@ class LoweringContext:
 
     @property
     def opset(self) -> int:
-        return self.lowerer.options.opset
+        return self.lowerer.config.opset
 
     @property
     def source_line(self) -> str:
@@ -315,4 +307,4 @@ class LoweringContext:
         return value
 
 
-__all__ = ["Lowerer", "LoweringContext", "LoweringOptions", "onnx_aval", "ir_shape"]
+__all__ = ["Lowerer", "LoweringContext", "onnx_aval", "ir_shape"]

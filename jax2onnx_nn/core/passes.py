@@ -41,7 +41,7 @@ def fold_constants(model: ir.Model) -> int:
     stored twice). A rearranged weight keeps the weight's name. Returns the number folded."""
     graph = model.graph
     outputs = {id(v) for v in graph.outputs}
-    opset = model.opset_imports.get("", 21)
+    opset = model.opset_imports[""]  # set by the export from its config
     folded = 0
     for node in list(graph):
         if node.domain != "" or node.op_type not in _MOVING_OPS | _INTEGER_OPS or not node.inputs:

@@ -44,6 +44,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.registry import builtin_rules, register
 
 
@@ -69,13 +70,7 @@ NotApplicable = _NotApplicableType()
 # -- export sessions ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ExportOptions:
-    """Adapter options of one export (see :func:`jax2onnx_nn.to_onnx`)."""
-
-    training: bool = False
-    auto_functions: bool = False
-    coarse_ops: bool = True
+ExportOptions = ExportConfig  # the name adapters used before the one export config
 
 
 @dataclass
@@ -98,18 +93,19 @@ _LOCK = threading.RLock()
 _STATE = threading.local()
 
 
-def active_options() -> ExportOptions | None:
+def active_options() -> ExportConfig | None:
     """The options of the export running in this thread, or None outside exports."""
     return getattr(_STATE, "options", None)
 
 
 @contextlib.contextmanager
-def export_session(fn: Callable[..., Any], options: ExportOptions = ExportOptions()) -> Iterator[Prepared]:
+def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) -> Iterator[Prepared]:
     """Prepare ``fn`` for tracing and keep the adapters' patches applied meanwhile.
 
     Exports are serialised by a lock. A nested export (an export started while tracing
     another one, in the same thread) reuses the patches of the outer one.
     """
+    options = ExportConfig() if options is None else options
     with _LOCK, contextlib.ExitStack() as stack:
         previous = active_options()
         prepared = Prepared(fn)
@@ -316,8 +312,8 @@ def coarse_lowering(
     """Register ``rule(ctx, ops: Operands, **config)`` for a coarse primitive.
 
     The rule returns the op's output value(s) or :data:`NotApplicable`, in which case the
-    body (the traced original call) is lowered in its place. Below ``min_opset`` the body is
-    lowered too. ``covers`` names the modules and functions whose calls bind the primitive
+    body (the traced original call) is lowered in its place. Below ``min_opset`` the
+    interpreter does not call the rule and lowers the body too. ``covers`` names the modules and functions whose calls bind the primitive
     (``"nnx.Linear"``), for the support table.
     """
     for target in covers:
@@ -325,16 +321,14 @@ def coarse_lowering(
 
     def decorate(rule: Any) -> Any:
         def lower(ctx: Any, *operands: ir.Value, body: Any, roles: tuple[tuple[str, int], ...], config: tuple[tuple[str, Any], ...] = (), **_: Any) -> Any:
-            result: Any = NotApplicable
-            if ctx.opset >= min_opset:
-                avals = ctx.avals_in
-                ops = Operands({r: operands[i] for r, i in roles}, {r: avals[i] for r, i in roles})
-                result = rule(ctx, ops, **dict(config))
+            avals = ctx.avals_in
+            ops = Operands({r: operands[i] for r, i in roles}, {r: avals[i] for r, i in roles})
+            result = rule(ctx, ops, **dict(config))
             if result is NotApplicable:
                 return ctx.lower_sub(body, list(operands))
             return result
 
-        register(primitive, lower, onnx_ops=onnx_ops)
+        register(primitive, lower, onnx_ops=onnx_ops, min_opset=min_opset)
         return rule
 
     return decorate
@@ -486,6 +480,7 @@ __all__ = [
     "ModuleCallStack",
     "overrides_nothing",
     "CoarseCall",
+    "ExportConfig",
     "ExportOptions",
     "NotApplicable",
     "Operands",

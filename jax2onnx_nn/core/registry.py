@@ -143,7 +143,8 @@ def builtin(name: str) -> Registration | None:
 
 
 def normalize_overrides(lowerings: Mapping[Any, Rule] | None) -> dict[str, Registration]:
-    return {primitive_name(p): Registration(r, 1, ()) for p, r in (lowerings or {}).items()}
+    """``{primitive_or_name: rule}`` as registrations by name (registrations kept as they are)."""
+    return {primitive_name(p): r if isinstance(r, Registration) else Registration(r, 1, ()) for p, r in (lowerings or {}).items()}
 
 
 def registered() -> dict[str, Registration]:

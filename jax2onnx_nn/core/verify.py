@@ -14,7 +14,8 @@ import numpy as np
 import onnx
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.patching import ExportOptions, export_session
+from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.runtimes import open_session
 from jax2onnx_nn.core.specs import parse_specs
 
@@ -250,7 +251,7 @@ def verify(
             as_jax = [v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v) for v in flat]
             args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
             # the reference is what was exported: modules in the same (inference) mode
-            with export_session(fn, ExportOptions(training=training, coarse_ops=False)) as prepared:
+            with export_session(fn, ExportConfig(training=training, coarse_ops=False)) as prepared:
                 expected = jax.tree_util.tree_leaves(_reference_call(prepared.fn, args, kwargs, jit))
             actual = session(_feeds(flat))
             outputs = [

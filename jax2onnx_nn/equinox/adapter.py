@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from jax2onnx_nn.core.patching import ExportOptions, Prepared, patch
+from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.patching import Prepared, patch
 from jax2onnx_nn.equinox import coarse, primitives
 from jax2onnx_nn.equinox.functions import ModulePaths, module_call_classes
 from jax2onnx_nn.equinox.modules import array_names, export_copy, retarget
@@ -22,7 +23,7 @@ primitives.register_rules()
 
 
 @contextlib.contextmanager
-def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
+def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
     with contextlib.ExitStack() as stack:
         for owner, name, make_wrapper in primitives.patches():
             stack.enter_context(patch(owner, name, make_wrapper))

@@ -17,7 +17,8 @@ from typing import Any
 from flax import nnx
 
 from jax2onnx_nn.core import jax_nn
-from jax2onnx_nn.core.patching import ExportOptions, Prepared, patch
+from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.patching import Prepared, patch
 from jax2onnx_nn.flax import coarse
 from jax2onnx_nn.flax.functions import ModulePaths, module_call_classes
 
@@ -90,7 +91,7 @@ def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths)
 
 
 @contextlib.contextmanager
-def export_session(prepared: Prepared, options: ExportOptions) -> Iterator[Prepared]:
+def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
     with contextlib.ExitStack() as stack:
         if options.coarse_ops:
             for owner, name, make_wrapper in coarse.patches():

@@ -1,0 +1,119 @@
+"""One export's configuration: built and validated once by the API, then passed down.
+
+Every stage reads the same frozen :class:`ExportConfig`: the export session and the adapters
+(``training``, ``auto_functions``, ``coarse_ops``), the specs (``input_params``,
+``constraints``, ``enable_double_precision``), the interpreter (``opset``, ``lowerings``) and
+the passes (``inputs_as_nchw`` / ``outputs_as_nchw``).
+
+Adding an option: add a field here, ``my_option: T = _option(default, "what it does")``
+(normalise or validate it in ``__post_init__``), read it where it is used
+(``config.my_option``), and add the CLI flag in ``__main__.py``. ``to_onnx`` and
+``export_model`` take it as a keyword argument without change (they accept exactly the
+fields of this class) and their ``help()`` lists it with its documentation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jax2onnx_nn.core.registry import Registration, normalize_overrides
+
+MIN_OPSET = 17
+MAX_OPSET = 23
+DEFAULT_OPSET = 21
+
+
+def _option(default: Any, doc: str) -> Any:
+    """A field of :class:`ExportConfig` with its documentation (shown in ``help(to_onnx)``)."""
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+def _names(value: Any) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """The options of one export (the keyword arguments of :func:`jax2onnx_nn.to_onnx`)."""
+
+    input_params: Mapping[str, Any] = _option(
+        {}, "keyword arguments of ``fn`` exported as named runtime inputs, e.g. "
+        "``{\"deterministic\": True}`` (the value gives the spec).")
+    input_names: tuple[str, ...] | None = _option(
+        None, "names of the flat graph inputs; default from the argument names and pytree "
+        "paths (``x``, ``params/w``).")
+    output_names: tuple[str, ...] | None = _option(None, "names of the flat graph outputs; default ``out_0``, ...")
+    opset: int = _option(DEFAULT_OPSET, f"ONNX opset, between {MIN_OPSET} and {MAX_OPSET} (default {DEFAULT_OPSET}).")
+    enable_double_precision: bool = _option(False, "trace with x64 on, so float64 work stays float64.")
+    model_name: str | None = _option(None, "the graph's name (default: the callable's name).")
+    lowerings: Mapping[str, Registration] = _option(
+        {}, "``{primitive_or_name: rule}`` overriding every other rule for this export.")
+    constraints: tuple[str, ...] = _option((), "symbolic dim constraints, e.g. ``(\"B >= 2\",)``.")
+    training: bool = _option(
+        False, "export modules in training mode (BatchNorm batch statistics, Dropout active); "
+        "default: inference mode, on a copy (the module is never changed).")
+    auto_functions: bool = _option(
+        False, "make every call of a user-defined module class an ONNX function call, as "
+        "``@onnx_function`` does for one class.")
+    coarse_ops: bool = _option(
+        True, "lower framework layers (``nnx.Linear``, ``nnx.LayerNorm``, ...) to one coarse ONNX "
+        "op each (``Gemm``, ``LayerNormalization``, ...) instead of lax ops.")
+    inputs_as_nchw: tuple[str | int, ...] | None = _option(
+        None, "graph inputs (names or flat indices) of a channels-last (NHWC) callable to expose "
+        "channels-first (NCHW); the boundary Transposes fold into the first Conv's own where possible.")
+    outputs_as_nchw: tuple[str | int, ...] | None = _option(None, "the same for graph outputs.")
+
+    def __post_init__(self) -> None:
+        opset = DEFAULT_OPSET if self.opset is None else int(self.opset)
+        if not MIN_OPSET <= opset <= MAX_OPSET:
+            raise ValueError(f"opset must be between {MIN_OPSET} and {MAX_OPSET}, got {opset}")
+        normalized = {
+            "opset": opset,
+            "input_params": dict(self.input_params or {}),
+            "input_names": _names(self.input_names),
+            "output_names": _names(self.output_names),
+            "lowerings": normalize_overrides(self.lowerings),
+            "constraints": tuple(self.constraints or ()),
+            "inputs_as_nchw": _names(self.inputs_as_nchw),
+            "outputs_as_nchw": _names(self.outputs_as_nchw),
+            "enable_double_precision": bool(self.enable_double_precision),
+        }
+        for name, value in normalized.items():
+            object.__setattr__(self, name, value)
+
+    def replace(self, **changes: Any) -> ExportConfig:
+        """A copy with some options changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def option_names() -> tuple[str, ...]:
+    """The keyword arguments an export accepts (the fields of :class:`ExportConfig`)."""
+    return tuple(f.name for f in dataclasses.fields(ExportConfig))
+
+
+def with_options_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Show the options as keyword parameters of ``fn`` (which takes ``**options``) in
+    ``help()`` and ``inspect.signature``, and document them where the docstring says
+    ``{options}``, from the fields of :class:`ExportConfig`."""
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    defaults = ExportConfig()
+    for f in dataclasses.fields(ExportConfig):
+        default = getattr(defaults, f.name)
+        if f.name == "opset" or isinstance(default, Mapping):
+            default = None
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=f.type))
+    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    if fn.__doc__ and "{options}" in fn.__doc__:
+        lines = [f"        {f.name}: {f.metadata['doc']}" for f in dataclasses.fields(ExportConfig)]
+        fn.__doc__ = fn.__doc__.replace("        {options}", "\n".join(lines))
+    return fn
+
+
+__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "ExportConfig", "option_names", "with_options_signature"]
