@@ -6,6 +6,7 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     control_flow,
     decompositions,
     elementwise,
+    fft,
     indexing,
     linalg,
     random,

@@ -1,0 +1,165 @@
+"""lax.fft (FFT, IFFT, RFFT, IRFFT over 1-3 trailing axes) on (real, imag) pairs, one axis at a
+time, by ONNX ``DFT`` or by one ``MatMul`` against an exact DFT matrix.
+
+Which one, per axis (measured with ``benchmarks/fft_accuracy.py``): onnxruntime's DFT is a
+radix-2 FFT for power-of-two lengths (accurate, O(n log n)) and a direct sum with float32
+twiddle angles otherwise (float32 error ~n * 1e-7 of the spectrum's max: 2e-5 at n = 100);
+its inverse scales float64 by a float32 1/n (5e-8 error). So: a static length that is not a
+power of two (up to :data:`MATMUL_MAX`) or is small is a MatMul with a matrix computed in
+float64 at export (angles reduced exactly, mod n); power-of-two and symbolic lengths use
+DFT; inverses are forward transforms of the conjugate, scaled by us in the data's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.registry import lowering
+
+MATMUL_MAX = 1024  # longest non-power-of-two axis done by MatMul (its matrix: (2n)^2 floats)
+MATMUL_ALWAYS = 32  # up to this length MatMul is also used for powers of two (it is faster)
+
+FFT, IFFT, RFFT, IRFFT = 0, 1, 2, 3
+
+
+def _use_matmul(n: Any) -> bool:
+    if jxi.is_symbolic_dim(n):
+        return False
+    n = int(n)
+    return n <= MATMUL_ALWAYS or (n & (n - 1) != 0 and n <= MATMUL_MAX)
+
+
+def _angles(rows: int, cols: int, n: int) -> np.ndarray:
+    """2 pi (t k mod n) / n for t < rows, k < cols: exact reduction before the float64 angle."""
+    t, k = np.arange(rows)[:, None], np.arange(cols)[None, :]
+    return 2 * np.pi * ((t * k) % n) / n
+
+
+def dft_matrix(n: int, kind: int, dtype: Any) -> np.ndarray:
+    """The real matrix M with ``pairs.reshape(..., 2 * n_in) @ M`` the transform over one
+    axis of length ``n`` (pairs interleaved (re0, im0, re1, ...); RFFT takes real input,
+    IRFFT gives real output). Inverses include 1/n; IRFFT weighs the bins k and n-k, and
+    ignores the imaginary parts of bins 0 and n/2, as numpy and JAX do."""
+    m = n // 2 + 1
+    if kind in (FFT, IFFT):
+        theta = _angles(n, n, n)
+        c, s = np.cos(theta), np.sin(theta) * (1 if kind == IFFT else -1)
+        out = np.empty((2 * n, 2 * n))
+        out[0::2, 0::2], out[0::2, 1::2] = c, s  # re_t contributes (c, s) to (re_k, im_k)
+        out[1::2, 0::2], out[1::2, 1::2] = -s, c  # im_t contributes (-s, c)
+        if kind == IFFT:
+            out /= n
+    elif kind == RFFT:
+        theta = _angles(n, m, n)
+        out = np.empty((n, 2 * m))
+        out[:, 0::2], out[:, 1::2] = np.cos(theta), -np.sin(theta)
+    else:
+        theta = _angles(m, n, n)
+        weight = np.full((m, 1), 2.0)
+        weight[0] = 1.0
+        if n % 2 == 0:
+            weight[-1] = 1.0
+        out = np.empty((2 * m, n))
+        out[0::2], out[1::2] = weight * np.cos(theta) / n, -weight * np.sin(theta) / n
+    return out.astype(dtype)
+
+
+class _Axis:
+    """Transforms over one axis of a (real, imag) pair tensor (rank = complex rank + 1)."""
+
+    def __init__(self, ctx: LoweringContext, dtype: np.dtype, rank: int) -> None:
+        self.ctx, self.op, self.dtype, self.rank = ctx, ctx.op, dtype, rank
+
+    def _to_last(self, x: ir.Value, axis: int, last: int) -> tuple[ir.Value, list[int] | None]:
+        if axis == last:
+            return x, None
+        perm = [d for d in range(self.rank) if d != axis]
+        perm.insert(last, axis)
+        return self.op.Transpose(x, perm=perm), perm
+
+    def matmul(self, x: ir.Value, axis: int, n: int, kind: int) -> ir.Value:
+        """One MatMul over ``axis`` (moved before the pair dim, and back)."""
+        real_in, real_out = kind == RFFT, kind == IRFFT
+        last = self.rank - 2  # the last axis of the values (of a real input: its last)
+        x, perm = self._to_last(x, axis, last)
+        keep = [0] * last  # (sizes, not -1: a batch dim may be 0)
+        matrix = dft_matrix(n, kind, self.dtype)
+        if not real_in:  # (..., n_in, 2) -> (..., 2 n_in)
+            x = self.op.Reshape(x, self.ctx.const([*keep, matrix.shape[0]], dtype=np.int64))
+        y = self.op.MatMul(x, self.ctx.const(matrix))
+        if not real_out:  # (..., 2 n_out) -> (..., n_out, 2)
+            y = self.op.Reshape(y, self.ctx.const([*keep, matrix.shape[1] // 2, 2], dtype=np.int64))
+        if perm is not None:  # (only complex-to-complex axes are moved)
+            y = self.op.Transpose(y, perm=[int(p) for p in np.argsort(perm)])
+        return y
+
+    def dft(self, x: ir.Value, axis: int, onesided: bool = False) -> ir.Value:
+        """Forward ONNX DFT over ``axis`` of its full length."""
+        if self.ctx.opset >= 20:
+            return self.op.DFT(x, None, self.ctx.const(np.int64(axis)), onesided=int(onesided))
+        return self.op.DFT(x, axis=axis, onesided=int(onesided))
+
+    def conj_scaled(self, x: ir.Value, n: Any) -> ir.Value:
+        """conj(x) / n (n = 1: conj(x))."""
+        sign = self.ctx.const(np.array([1, -1], self.dtype))
+        if isinstance(n, int) and n == 1:
+            return self.op.Mul(x, sign)
+        if not jxi.is_symbolic_dim(n):
+            return self.op.Mul(x, self.ctx.const(np.array([1, -1], self.dtype) / int(n)))
+        return self.op.Div(self.op.Mul(x, sign), self.op.Cast(self.ctx.dim(n), to=ir.DataType.from_numpy(self.dtype)))
+
+    def complex(self, x: ir.Value, axis: int, n: Any, inverse: bool) -> ir.Value:
+        if _use_matmul(n):
+            return self.matmul(x, axis, int(n), IFFT if inverse else FFT)
+        if not inverse:
+            return self.dft(x, axis)
+        return self.conj_scaled(self.dft(self.conj_scaled(x, 1), axis), n)  # ifft = conj(fft(conj)) / n
+
+    def real_to_complex(self, x: ir.Value, n: Any) -> ir.Value:
+        """RFFT over the last axis of a real tensor (rank - 1 dims)."""
+        if _use_matmul(n):
+            return self.matmul(x, self.rank - 2, int(n), RFFT)
+        return self.dft(self.op.Unsqueeze(x, self.ctx.const([-1], dtype=np.int64)), self.rank - 2, onesided=True)
+
+    def complex_to_real(self, x: ir.Value, n: Any) -> ir.Value:
+        """IRFFT over the last complex axis: the full Hermitian spectrum (bins n-k are the
+        conjugates of bins k), its inverse transform, the real part."""
+        axis = self.rank - 2
+        if _use_matmul(n):
+            return self.matmul(x, axis, int(n), IRFFT)
+        ctx = self.ctx
+        m = n // 2 + 1
+        i64 = lambda v: ctx.const(np.array(v, np.int64))  # noqa: E731
+        # bins n-m .. 1 (reversed), conjugated: X[n - k] for k = m .. n-1
+        mirrored = self.op.Slice(x, ctx.dim(n - m), i64([0]), i64([axis]), i64([-1]))
+        full = self.op.Concat(self.op.Slice(x, i64([0]), ctx.dim(m), i64([axis])), self.conj_scaled(mirrored, 1), axis=axis)
+        spectrum = self.dft(self.conj_scaled(full, 1), axis)
+        real = self.op.Gather(spectrum, i64(0), axis=self.rank - 1)
+        return self.op.Div(real, self.op.Cast(ctx.dim(n), to=ir.DataType.from_numpy(self.dtype)))
+
+
+@lowering("fft", onnx_ops=("DFT", "MatMul"), complex_pairs=True)
+def _fft(ctx: LoweringContext, x: ir.Value, *, fft_type: Any, fft_lengths: tuple[Any, ...]) -> ir.Value:
+    kind = int(getattr(fft_type, "value", fft_type))
+    complex_aval = ctx.aval_out if kind == RFFT else ctx.aval_in
+    dtype = jxi.real_dtype(complex_aval.dtype)
+    rank = len(complex_aval.shape) + 1  # of the pair tensor
+    axes = list(range(rank - 1 - len(fft_lengths), rank - 1))
+    t = _Axis(ctx, dtype, rank)
+    if kind in (FFT, IFFT):
+        for axis, n in zip(axes, fft_lengths, strict=True):
+            x = t.complex(x, axis, n, inverse=kind == IFFT)
+        return x
+    if kind == RFFT:
+        x = t.real_to_complex(x, fft_lengths[-1])
+        for axis, n in zip(axes[:-1], fft_lengths[:-1], strict=True):
+            x = t.complex(x, axis, n, inverse=False)
+        return x
+    for axis, n in zip(axes[:-1], fft_lengths[:-1], strict=True):
+        x = t.complex(x, axis, n, inverse=True)
+    return t.complex_to_real(x, fft_lengths[-1])
