@@ -81,6 +81,37 @@ def test_lu_pivots_to_permutation_matches_jax(k, extra, batch, seed):
     assert_exports_match_on(lambda p: lax.linalg.lu_pivots_to_permutation(p, size), pivots)
 
 
+@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (5, 3), (3, 5), (4, 1)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+def test_qr_matches_jax(shape, batch, dtype, seed, full_matrices):
+    """Q and R themselves, not only Q @ R: the reflectors are LAPACK's, so are R's signs."""
+    a = general(seed, batch, *shape, dtype=dtype, shift=0.0)
+    assert_exports_match_on(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a, **_tol(dtype))
+
+
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r", "raw"])
+@pytest.mark.parametrize("shape", [(5, 3)])
+def test_jnp_qr_modes(mode, shape):
+    a = general(3, (2,), *shape, shift=0.0)
+    if mode == "raw":
+        a = a[0]  # jnp.linalg.qr(mode="raw") takes no batch dims
+    assert_exports_match_on(lambda a: jnp.linalg.qr(a, mode=mode), a)
+
+
+def test_householder_product_matches_jax():
+    from jax._src.lax import linalg as lax_linalg
+
+    a = general(4, (2,), 6, 4, shift=0.0)
+    assert_exports_match_on(lambda a: lax_linalg.householder_product(*lax_linalg.geqrf(a)), a)
+
+
+def test_qr_of_columns_already_zero():
+    """A zero column below the diagonal is no reflection (tau 0), as in dlarfg."""
+    a = np.zeros((3, 3), np.float32)
+    a[0, 0] = -2.0
+    assert_exports_match_on(lax.linalg.qr, a)
+    assert_exports_match_on(lax.linalg.qr, np.zeros((2, 4, 3), np.float64))
+
+
 # -- the functions users call ------------------------------------------------------------------
 SOLVERS = {
     "solve": lambda a, b: jnp.linalg.solve(a, b),

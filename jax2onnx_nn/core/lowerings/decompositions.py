@@ -35,6 +35,7 @@ import onnx_ir as ir
 from jax import lax
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.registry import lowering
 
@@ -227,3 +228,85 @@ def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array
 @lowering("lu_pivots_to_permutation", onnx_ops=("Slice", "Where", "ReduceSum", "Loop"))
 def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permutation_size: int) -> list[ir.Value]:
     return lower_as_jax(ctx, lambda p: pivots_to_permutation(p, permutation_size), [pivots])
+
+
+# -- qr: Householder reflections as LAPACK's geqrf / orgqr --------------------------------------
+def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Householder QR of ``a`` (..., m, n) packed as ``geqrf``: R on and above the diagonal,
+    the reflectors' vectors (implicit 1 on the diagonal) below it, and their ``taus``.
+
+    Each reflector is ``dlarfg``'s: ``beta = -sign(alpha) * |x|`` (``sign(0) = +``), so R's
+    diagonal has LAPACK's signs and ``qr`` matches JAX's Q and R, not just their product; a
+    column already zero below the diagonal gets ``tau = 0`` (no reflection)."""
+    m, n = a.shape[-2], a.shape[-1]
+    k = m if m is n else min(m, n)
+    rows, cols = _ids(m)[:, None], _ids(n)[None, :]
+    zero, one = jnp.zeros((), a.dtype), jnp.ones((), a.dtype)
+
+    def step(j: Index, carry: tuple) -> tuple:
+        r, taus = carry
+        x = _at(r, j, -1)  # (..., m, 1)
+        alpha = _at(x, j, -2)  # (..., 1, 1)
+        below = rows > j
+        tail = where(below, x, zero)
+        xnorm = jnp.sqrt(jnp.sum(tail * tail, axis=-2, keepdims=True))
+        trivial = xnorm == 0
+        norm = jnp.hypot(alpha, xnorm)
+        beta = where(alpha >= 0, -norm, norm)
+        tau = where(trivial, zero, (beta - alpha) / beta)
+        v = where(below, x / where(trivial, one, alpha - beta), where(rows == j, one, zero))
+        r = where(cols > j, r - (tau * v) * (_mT(v) @ r), r)
+        r = where(cols == j, where(rows == j, where(trivial, alpha, beta), where(below, v, x)), r)
+        return r, where(_ids(k)[None, :] == j, tau, taus)
+
+    packed, taus = iterate(k, step, (a, jnp.zeros((*a.shape[:-2], 1, k), a.dtype)))
+    return packed, taus[..., 0, :]
+
+
+def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None) -> jax.Array:
+    """The first ``columns`` (default n) columns of H_0 ... H_{k-1}, H_j = I - tau_j v_j v_j^T
+    with v_j read below the diagonal of ``packed`` (``orgqr``'s backward accumulation)."""
+    m, n = packed.shape[-2], packed.shape[-1]
+    columns = n if columns is None else columns
+    rows = _ids(m)[:, None]
+    zero, one = jnp.zeros((), packed.dtype), jnp.ones((), packed.dtype)
+    taus = taus[..., None, :]  # (..., 1, k)
+
+    def step(j: Index, q: jax.Array) -> jax.Array:
+        v = where(rows > j, _at(packed, j, -1), where(rows == j, one, zero))
+        return q - (_at(taus, j, -1) * v) * (_mT(v) @ q)
+
+    eye = (rows == _ids(columns)[None, :]).astype(packed.dtype)
+    q = jnp.broadcast_to(eye, (*packed.shape[:-2], m, columns))
+    return iterate(taus.shape[-1], step, q, reverse=True)
+
+
+def qr(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.Array]:
+    """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n)."""
+    m, n = a.shape[-2], a.shape[-1]
+    k = m if m is n else min(m, n)
+    packed, taus = geqrf(a)
+    r = where(_ids(m)[:, None] <= _ids(n)[None, :], packed, jnp.zeros((), a.dtype))
+    if full_matrices:
+        return householder_product(packed, taus, m), r
+    return householder_product(packed, taus, k), r[..., :k, :]
+
+
+@lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
+def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
+    del params
+    return lower_as_jax(ctx, geqrf, [a])
+
+
+@lowering("householder_product", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Where", "Loop"))
+def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **params: Any) -> list[ir.Value]:
+    del params
+    return lower_as_jax(ctx, householder_product, [a, taus])
+
+
+@lowering("qr", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
+def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
+    del params  # use_magma: a GPU choice
+    if pivoting:
+        raise ConversionError(f"qr(pivoting=True) at {ctx.source_line or '<unknown location>'} is not supported; use pivoting=False")
+    return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices), [a])
