@@ -1,5 +1,8 @@
 import os
 
+# Keras 3 runs on JAX in these tests; the backend is chosen once, when keras is first imported.
+os.environ["KERAS_BACKEND"] = "jax"
+
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ _SHAPE_ERRORS = (TypeError, ValueError, IndexError, jax.errors.InconclusiveDimen
 # Errors about values that are not known while tracing: not a spec problem.
 _VALUE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
                  jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -61,9 +63,12 @@ def _spec_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str])
     """A SpecError for a shape error raised while tracing: what JAX said, where, with which
     inputs. The JAX error stays reachable as ``.jax_error`` (not chained, so no traceback from
     inside JAX is printed)."""
-    message = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+    # the first lines of JAX's message (frameworks wrap it: Keras puts its own line first)
+    text = _ANSI.sub("", str(err))  # Keras bolds its message with terminal escapes
+    message = [line.strip() for line in text.strip().splitlines() if line.strip()][:4] or [type(err).__name__]
     where = user_frame(err.__traceback__)
-    lines = [f"the inputs do not fit the function: {type(err).__name__}: {message}"]
+    lines = [f"the inputs do not fit the function: {type(err).__name__}: {message[0].rstrip('.')}"]
+    lines += [f"  {line}" for line in message[1:]]
     if where:
         lines.append(f"  at {where}")
     lines.append("input specs:")

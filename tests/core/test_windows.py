@@ -141,6 +141,8 @@ def test_pooling_graphs():
         ("max", ("B", "T", 4), (1, 3, 1), (1, 1, 1), ((1, 1), (0, 0), (0, 0))),  # over a symbolic axis
         ("sum", ("B", "T", 4), (1, 3, 1), (1, 1, 1), ((1, 1), (0, 0), (0, 0))),
         ("sum", ("B", 5), (2, 2), (1, 1), "VALID"),  # a window over the batch axis too
+        ("max", ("B", "H", "W", 2), (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),  # padding from H, W at run time
+        ("sum", ("B", "H", "W", 2), (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
     ],
     ids=str,
 )
@@ -151,7 +153,20 @@ def test_reduce_window_symbolic_dims(name, shape, window, strides, padding, dtyp
     def fn(x):
         return lax.reduce_window(x, identity(x.dtype), computation, window, strides, padding)
 
-    assert_exports_match(fn, [(shape, dtype)], sizes={"B": [2, 3], "T": [3, 6]}, enable_double_precision=dtype == np.float64)
+    sizes = {"B": [2, 3], "T": [3, 6], "H": [5, 8], "W": [7, 4]}
+    assert_exports_match(fn, [(shape, dtype)], sizes=sizes, enable_double_precision=dtype == np.float64)
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (3, 2)])
+def test_conv_same_padding_of_symbolic_spatial_dims(strides):
+    """"SAME" padding of a symbolic height/width is an expression: padded at run time."""
+    w = np.random.default_rng(0).normal(size=(3, 3, 2, 4)).astype(np.float32)
+
+    def fn(x):
+        return lax.conv_general_dilated(x, w, strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    model = assert_exports_match(fn, [("B", "H", "W", 2)], sizes={"B": [1, 2], "H": [5, 8], "W": [7, 4]})
+    assert "Conv" in op_types(model)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,11 @@ def has_zero(dims: Sequence[Any]) -> bool:
 
 def pad(ctx: LoweringContext, x: ir.Value, padding: Padding, fill: ir.Value) -> ir.Value:
     """``lax.pad`` without interior padding: positive pads hold ``fill``, negative ones crop."""
+    if _symbolic(padding):
+        # "SAME" padding of a symbolic size (max(..., 0) expressions, never negative): the
+        # amounts are computed at run time
+        amounts = [ctx.dim(lo) for lo, _ in padding] + [ctx.dim(hi) for _, hi in padding]
+        return ctx.op.Pad(x, ctx.op.Concat(*amounts, axis=0), fill)
     grow = [max(lo, 0) for lo, _ in padding] + [max(hi, 0) for _, hi in padding]
     if any(grow):
         x = ctx.op.Pad(x, ctx.const(np.asarray(grow, np.int64)), fill)
@@ -60,6 +65,10 @@ def pad(ctx: LoweringContext, x: ir.Value, padding: Padding, fill: ir.Value) -> 
     starts = [-min(padding[a][0], 0) for a in crop]
     ends = [padding[a][1] if padding[a][1] < 0 else _INT64_MAX for a in crop]
     return ctx.op.Slice(x, int64s(ctx, starts), int64s(ctx, ends), int64s(ctx, crop))
+
+
+def _symbolic(padding: Padding) -> bool:
+    return any(jxi.is_symbolic_dim(p) for pair in padding for p in pair)
 
 
 def dilate(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any], factors: Sequence[int], fill: ir.Value) -> ir.Value:
@@ -232,6 +241,8 @@ def sum_by_conv(
 def conv_padding(ctx: LoweringContext, x: ir.Value, padding: Padding, zero: ir.Value) -> tuple[ir.Value, list[int]]:
     """Padding of the spatial axes (from axis 2) as Conv ``pads``, or applied first if any is negative."""
     spatial = padding[2:]
+    if _symbolic(padding):
+        return pad(ctx, x, padding, zero), [0] * (2 * len(spatial))
     if all(lo >= 0 and hi >= 0 for lo, hi in spatial):
         return x, [lo for lo, _ in spatial] + [hi for _, hi in spatial]
     return pad(ctx, x, padding, zero), [0] * (2 * len(spatial))
