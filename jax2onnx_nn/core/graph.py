@@ -117,13 +117,13 @@ class GraphBuilder:
         return value
 
     def initializer(self, array: Any, name: str) -> ir.Value:
-        """A named weight; wraps the array's buffer without copying it."""
-        array = np.asarray(array)
-        tensor = ir.Tensor(array, name=None)
+        """A named weight; wraps the array's buffer without copying it (or takes a tensor,
+        such as a lazily computed one, as it is)."""
+        tensor = array if isinstance(array, ir.LazyTensor) else ir.Tensor(np.asarray(array), name=None)
         value = ir.Value(
             name=self.names.fresh(name),
             type=ir.TensorType(tensor.dtype),
-            shape=ir.Shape(array.shape),
+            shape=ir.Shape(tensor.shape),
             const_value=tensor,
         )
         if self.isolated:
@@ -298,3 +298,17 @@ def _infer_dtypes(node: ir.Node, inputs: list[ir.Value | None], attrs: dict[str,
         return
     for out in outputs:
         out.type = ir.TensorType(dtype)
+
+
+def tensor_bytes(tensor: ir.TensorProtocol) -> memoryview | bytes:
+    """The little-endian bytes of a tensor, a view of its buffer when it has one (a lazily
+    computed tensor is computed now, once): what gets written, hashed or compared without a
+    copy of the weight."""
+    if isinstance(tensor, ir.LazyTensor):
+        tensor = tensor._evaluate()  # noqa: SLF001 - one evaluation, not one per access
+    if isinstance(tensor, ir.Tensor) and tensor.dtype.bitwidth % 8 == 0 and tensor.dtype != ir.DataType.STRING:
+        array = np.asarray(tensor.numpy())
+        if array.dtype.byteorder == ">":
+            array = array.byteswap().view(array.dtype.newbyteorder("<"))
+        return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    return tensor.tobytes()

@@ -255,11 +255,12 @@ class LoweringContext:
     ) -> ir.Value:
         """A weight rearranged for an ONNX op (transposed, reshaped, gates reordered).
 
-        An initializer is rearranged once, now, into an initializer that takes over its name
+        An initializer is rearranged into an initializer that takes over its name
         (the original, renamed ``<name>/original``, is dropped unless something else uses it),
         so the graph has no node for it and no second copy; a weight that is a graph or
         function input is rearranged by ``node_fn``'s nodes. ``key`` names the rearrangement
-        (equal keys share one result).
+        (equal keys share one result). The rearranged data is computed lazily, when the
+        tensor is written: the export never holds a second copy of the weight.
         """
         tensor = weight.const_value
         if tensor is None or weight.producer() is not None or self.builder.isolated or weight.name is None:
@@ -267,7 +268,10 @@ class LoweringContext:
         cache = weight.meta.setdefault("jax2onnx_nn.derived", {})
         if key not in cache:
             name = weight.name
-            derived = self.builder.initializer(np.ascontiguousarray(array_fn(tensor.numpy())), f"{name}/derived")
+            # the result's shape, from data that takes no memory (views of it stay free)
+            shape = np.shape(array_fn(np.broadcast_to(np.zeros((), tensor.dtype.numpy()), tensor.shape.numpy())))
+            lazy = ir.LazyTensor(lambda: ir.Tensor(np.ascontiguousarray(array_fn(tensor.numpy()))), dtype=tensor.dtype, shape=ir.Shape(shape))
+            derived = self.builder.initializer(lazy, f"{name}/derived")
             if not cache:  # the first rearrangement takes the weight's name
                 weight.name, derived.name = self.builder.names.fresh(f"{name}/original"), name
             cache[key] = derived

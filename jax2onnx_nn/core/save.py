@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-import numpy as np
 import onnx
 import onnx_ir as ir
+
+from jax2onnx_nn.core.graph import tensor_bytes
 
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000  # bytes of weights above which files get external data
 PROTOBUF_LIMIT = 2**31 - 1  # a serialized protobuf message is at most this long
@@ -103,7 +104,7 @@ def _save_external(model: ir.Model, path: str, streamed: list[ir.Value]) -> onnx
         offset = 0
         for value, tensor in saved:
             offset += data.write(b"\0" * (-offset % _ALIGNMENT))
-            length = data.write(_raw_bytes(tensor))
+            length = data.write(tensor_bytes(tensor))
             references.append(ir.ExternalTensor(
                 location, offset, length, tensor.dtype, shape=tensor.shape, name=value.name or "", base_dir=base_dir
             ))
@@ -150,11 +151,11 @@ def _write_initializer_fragment(out: BinaryIO, value: ir.Value) -> None:
     """``ModelProto{graph{initializer{tensor}}}`` with the raw bytes written from the buffer."""
     tensor = value.const_value
     head = onnx.TensorProto(name=value.name, dims=list(tensor.shape.numpy()), data_type=tensor.dtype.value).SerializeToString()
-    raw = _raw_bytes(tensor)
+    raw = tensor_bytes(tensor)
     size = len(raw) if isinstance(raw, bytes) else raw.nbytes
-    tensor_bytes = len(head) + len(_field(9, size)) + size  # TensorProto.raw_data = 9
-    initializer = _field(5, tensor_bytes)  # GraphProto.initializer = 5
-    out.write(_field(7, len(initializer) + tensor_bytes))  # ModelProto.graph = 7
+    message_size = len(head) + len(_field(9, size)) + size  # TensorProto.raw_data = 9
+    initializer = _field(5, message_size)  # GraphProto.initializer = 5
+    out.write(_field(7, len(initializer) + message_size))  # ModelProto.graph = 7
     out.write(initializer)
     out.write(head)
     out.write(_field(9, size))
@@ -175,19 +176,6 @@ def _varint(n: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
-
-
-def _raw_bytes(tensor: ir.TensorProtocol) -> memoryview | bytes:
-    """The little-endian bytes of a tensor, a view of its buffer when it has one (a lazily
-    computed tensor is computed now, once)."""
-    if isinstance(tensor, ir.LazyTensor):
-        tensor = tensor._evaluate()  # noqa: SLF001 - one evaluation, not one per access
-    if isinstance(tensor, ir.Tensor) and tensor.dtype.bitwidth % 8 == 0:
-        array = np.asarray(tensor.numpy())
-        if array.dtype.byteorder == ">":
-            array = array.byteswap().view(array.dtype.newbyteorder("<"))
-        return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-    return tensor.tobytes()
 
 
 @contextmanager

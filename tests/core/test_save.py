@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 
@@ -172,3 +173,14 @@ def test_export_memory_stays_below_the_weight_bytes(tmp_path):
     # writing streams the weights from their buffers; a returned ModelProto is one copy by nature
     assert peaks["external"] < 0.3 and peaks["export_model"] < 0.3, peaks
     assert peaks["proto"] < 1.1 and peaks["path"] < 1.1, peaks
+
+
+def test_a_rearranged_weight_is_computed_when_written_not_at_export(tmp_path):
+    from flax import nnx
+
+    conv = nnx.Conv(3, 8, kernel_size=(3, 3), rngs=nnx.Rngs(0))  # HWIO kernel, ONNX wants OIHW
+    model = export_model(conv, [("B", 6, 6, 3)])
+    (kernel,) = [v for v in model.graph.initializers.values() if v.const_value.shape == ir.Shape([8, 3, 3, 3])]
+    assert isinstance(kernel.const_value, ir.LazyTensor)
+    save_model(model, tmp_path / "conv.onnx")
+    _check_runs_like_jax(str(tmp_path / "conv.onnx"), conv, (2, 6, 6, 3))
