@@ -3,11 +3,16 @@ types for every value."""
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 import numpy as np
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnx.reference import ReferenceEvaluator
+
+from jax2onnx_nn.core.graph import tensor_bytes
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
 
@@ -106,8 +111,36 @@ def _evaluate(node: ir.Node, opset: int) -> np.ndarray | None:
     return np.asarray(result)
 
 
+def merge_duplicate_initializers(model: ir.Model) -> int:
+    """Make initializers with equal dtype, shape and data one (a weight closed over twice, a
+    kernel rearranged the same way by two rules). Only tensors that share dtype and shape with
+    another are read, and those by a digest of their buffer, so a model of distinct weights
+    costs nothing. Returns how many were merged."""
+    graph = model.graph
+    groups: dict[tuple[Any, tuple[int, ...]], list[ir.Value]] = {}
+    for value in graph.initializers.values():
+        if value.const_value is not None and not value.is_graph_input() and not value.is_graph_output():
+            groups.setdefault((value.const_value.dtype, tuple(value.const_value.shape.numpy())), []).append(value)
+    merged = 0
+    for values in groups.values():
+        if len(values) < 2:
+            continue
+        kept: dict[bytes, ir.Value] = {}
+        for value in values:
+            data = tensor_bytes(value.const_value)
+            key = hashlib.blake2b(data, digest_size=16).digest()
+            first = kept.setdefault(key, value)
+            if first is value or data != tensor_bytes(first.const_value):
+                continue
+            value.replace_all_uses_with(first)
+            graph.initializers.pop(value.name)
+            merged += 1
+    return merged
+
+
 def cleanup(model: ir.Model) -> None:
     fold_constants(model)
+    merge_duplicate_initializers(model)
     common.RemoveUnusedNodesPass()(model)
     common.CommonSubexpressionEliminationPass()(model)
     common.RemoveUnusedNodesPass()(model)

@@ -64,3 +64,15 @@ def test_a_large_weight_read_twice_is_not_stored_twice():
 
     model = assert_exports_match(f, [(3, 256), ((), "int32")])
     assert sum(int(np.prod(t.dims)) for t in model.graph.initializer) < 2 * weights.size
+
+
+def test_equal_weights_are_stored_once():
+    w = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+    copy = w.copy()  # a distinct array with the same data
+    other = w + 1.0
+
+    def f(x):
+        return jnp.tanh(x @ w) @ copy + x @ other
+
+    model = assert_exports_match(f, [("B", 32)], sizes={"B": [2]})
+    assert sorted(t.dims[0] * t.dims[1] for t in model.graph.initializer if len(t.dims) == 2) == [1024, 1024]
