@@ -12,9 +12,11 @@ with builtin_rules():  # the rules our modules register on import are the built-
     from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
     from jax2onnx_nn.core.errors import ConversionError, SpecError
     from jax2onnx_nn.core.functions import onnx_function
+    from jax2onnx_nn.core.passes import inline_functions
     from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
     from jax2onnx_nn.core.registry import lowering, register
     from jax2onnx_nn.core.runtimes import RUNTIMES, RuntimeUnavailable
+    from jax2onnx_nn.core.targets import TARGETS, Target
     from jax2onnx_nn.core.verify import VerifyReport, verify
 load_builtins()
 
@@ -30,9 +32,12 @@ __all__ = [
     "RUNTIMES",
     "RuntimeUnavailable",
     "SpecError",
+    "TARGETS",
+    "Target",
     "VerifyReport",
     "coarse_lowering",
     "export_model",
+    "inline_functions",
     "lowering",
     "map_calls",
     "onnx_function",

@@ -168,6 +168,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         config = ExportConfig(
             opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
             inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
+            target=args.deploy_target, functions="inline" if args.inline_functions else None,
         )
     except ValueError as err:
         raise UsageError(f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}") from err
@@ -409,6 +410,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21)")
     export.add_argument("--f64", action="store_true", help="enable_double_precision: float64 stays float64")
     export.add_argument("--functions", action="store_true", help="auto_functions: module classes become ONNX functions")
+    export.add_argument("--target", dest="deploy_target", default=None, choices=["onnxruntime", "onnxruntime-web", "openvino", "tract", "tensorrt"],
+                        help="the runtime the model is for (default onnxruntime): kernel types, loop forms, NaN and integer semantics")
+    export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")
     export.add_argument("--verify", action="store_true", help="compare onnxruntime with JAX on random inputs")

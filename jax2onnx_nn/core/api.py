@@ -12,6 +12,7 @@ import onnx
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core import kernels
 from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-exported)
     DEFAULT_OPSET,
     MAX_OPSET,
@@ -23,10 +24,12 @@ from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
-from jax2onnx_nn.core.passes import cleanup, fill_missing_types
+from jax2onnx_nn.core.passes import cleanup, fill_missing_types, inline_functions
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.save import check_path, save_model
 from jax2onnx_nn.core.specs import parse_specs
+from jax2onnx_nn.core.target_rewrites import apply_rewrites
+from jax2onnx_nn.core.targets import Target
 from jax2onnx_nn.core.trace import trace
 
 _IR_VERSION = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}
@@ -67,7 +70,8 @@ def to_onnx(
         ``<path>.data`` (it serializes, and ``onnx.load`` of the file gives it back).
 
     Raises:
-        ConversionError: unsupported primitives (all listed, with source lines).
+        ConversionError: unsupported primitives (all listed, with source lines), or ops the
+            target cannot run (named, with source lines).
         SpecError: an input spec that cannot be understood.
         FileNotFoundError, IsADirectoryError, PermissionError: ``path`` cannot be written.
 
@@ -103,7 +107,7 @@ def export_model(
     config = ExportConfig(**options) if config is None else config.replace(**options) if options else config
     if not callable(fn):
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
-    with jxi.x64(config.enable_double_precision), export_session(fn, config) as prepared:
+    with jxi.x64(config.enable_double_precision), export_session(fn, config) as prepared, kernels.target_kernels(config.target.kernels):
         arg_names = _positional_names(fn)
         specs = parse_specs(
             inputs, input_params=dict(config.input_params),
@@ -138,15 +142,40 @@ def export_model(
     )
     model.metadata_props.update(
         {"jax2onnx_nn.jax_version": jax.__version__, "jax2onnx_nn.opset": str(config.opset),
-         "jax2onnx_nn.enable_double_precision": str(config.enable_double_precision)}
+         "jax2onnx_nn.enable_double_precision": str(config.enable_double_precision),
+         "jax2onnx_nn.target": config.target.name}
     )
     lowered_at = time.perf_counter()
     apply_layout(model, config.inputs_as_nchw, config.outputs_as_nchw)
+    if config.functions == "inline":
+        inline_functions(model)
     cleanup(model)
+    if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
+        cleanup(model)
     fill_missing_types(model)
+    _check_target_ops(model, config.target)
     if timings is not None:
         timings.update(trace=traced_at - started, lower=lowered_at - traced_at, passes=time.perf_counter() - lowered_at)
     return model
+
+
+def _check_target_ops(model: ir.Model, profile: Target) -> None:
+    """Ops the target cannot run, named with the source lines that made them, before writing."""
+    if profile.ops is None:
+        return
+    missing: dict[str, list[str]] = {}
+    nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
+    nodes += [n for f in model.functions.values() for n in ir.traversal.RecursiveGraphIterator(f.graph)]
+    for node in nodes:
+        if node.domain in ("", "ai.onnx") and node.op_type not in profile.ops:
+            missing.setdefault(node.op_type, []).append(node.doc_string or "")
+    if missing:
+        lines = [f"target {profile.name} cannot run {len(missing)} ONNX op(s) this model needs; nothing was exported:"]
+        for op, where in sorted(missing.items()):
+            places = list(dict.fromkeys(w or "<unknown location>" for w in where))
+            lines.append(f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}")
+        lines.append("Export for another target, or avoid the JAX operations these lines use.")
+        raise ConversionError("\n".join(lines))
 
 
 def _version() -> str:

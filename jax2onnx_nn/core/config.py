@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jax2onnx_nn.core.registry import Registration, normalize_overrides
+from jax2onnx_nn.core.targets import Target, get_target
 
 MIN_OPSET = 17
 MAX_OPSET = 23
@@ -49,7 +50,9 @@ class ExportConfig:
         None, "names of the flat graph inputs; default from the argument names and pytree "
         "paths (``x``, ``params/w``).")
     output_names: tuple[str, ...] | None = _option(None, "names of the flat graph outputs; default ``out_0``, ...")
-    opset: int = _option(DEFAULT_OPSET, f"ONNX opset, between {MIN_OPSET} and {MAX_OPSET} (default {DEFAULT_OPSET}).")
+    opset: int | None = _option(
+        None, f"ONNX opset, between {MIN_OPSET} and {MAX_OPSET} (default {DEFAULT_OPSET}, or the "
+        "target's newest if older).")
     enable_double_precision: bool = _option(False, "trace with x64 on, so float64 work stays float64.")
     model_name: str | None = _option(None, "the graph's name (default: the callable's name).")
     lowerings: Mapping[str, Registration] = _option(
@@ -68,13 +71,28 @@ class ExportConfig:
         None, "graph inputs (names or flat indices) of a channels-last (NHWC) callable to expose "
         "channels-first (NCHW); the boundary Transposes fold into the first Conv's own where possible.")
     outputs_as_nchw: tuple[str | int, ...] | None = _option(None, "the same for graph outputs.")
+    target: str | Target | None = _option(
+        None, "the runtime the model is for: ``\"onnxruntime\"`` (default), ``\"onnxruntime-web\"``, "
+        "``\"openvino\"``, ``\"tract\"``, ``\"tensorrt\"`` (profiles in ``jax2onnx_nn.TARGETS``): the "
+        "graph is written so that it runs there and computes JAX's numbers.")
+    functions: str | None = _option(
+        None, "``\"keep\"`` ONNX functions or ``\"inline\"`` their bodies (node names keep the call's "
+        "name as prefix); default: keep, except for targets without model-local functions.")
 
     def __post_init__(self) -> None:
-        opset = DEFAULT_OPSET if self.opset is None else int(self.opset)
-        if not MIN_OPSET <= opset <= MAX_OPSET:
-            raise ValueError(f"opset must be between {MIN_OPSET} and {MAX_OPSET}, got {opset}")
+        profile = get_target(self.target)
+        newest = min(MAX_OPSET, profile.max_opset or MAX_OPSET)
+        opset = min(DEFAULT_OPSET, newest) if self.opset is None else int(self.opset)
+        if not MIN_OPSET <= opset <= newest:
+            for_target = f" for target {profile.name}" if newest < MAX_OPSET else ""
+            raise ValueError(f"opset must be between {MIN_OPSET} and {newest}{for_target}, got {opset}")
+        functions = self.functions or ("keep" if profile.model_functions else "inline")
+        if functions not in ("keep", "inline"):
+            raise ValueError(f"functions must be 'keep' or 'inline', got {functions!r}")
         normalized = {
             "opset": opset,
+            "target": profile,
+            "functions": functions,
             "input_params": dict(self.input_params or {}),
             "input_names": _names(self.input_names),
             "output_names": _names(self.output_names),

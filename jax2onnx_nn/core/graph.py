@@ -176,7 +176,7 @@ class GraphBuilder:
         values = [self._as_value(x) for x in inputs]
         original = widened = None
         kernel = kernels.kernel_key(op_type, attrs)
-        if domain == "" and kernel in kernels.SUPPORTED:
+        if domain == "" and kernel in kernels.table():
             original, widened = self._kernel_dtype(kernel, values)
             if widened is not None:
                 t_inputs = kernels.T_INPUTS.get(kernel, range(len(values)))

@@ -9,7 +9,9 @@ cast back. Ops not listed take every type. The table was measured on onnxruntime
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -77,14 +79,32 @@ def _bfloat16() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def _parse() -> dict[str, frozenset[np.dtype]]:
+def _parse(texts: Mapping[str, str]) -> dict[str, frozenset[np.dtype]]:
     def dt(a: str) -> np.dtype:
         return _bfloat16() if a == "bf16" else np.dtype(_ABBREV[a])
 
-    return {op: frozenset(dt(a) for a in text.split()) for op, text in _SUPPORTED_TEXT.items()}
+    return {op: frozenset(dt(a) for a in text.split()) for op, text in texts.items()}
 
 
-SUPPORTED: dict[str, frozenset[np.dtype]] = _parse()
+SUPPORTED: dict[str, frozenset[np.dtype]] = _parse(_SUPPORTED_TEXT)
+# The table of the export that is running: onnxruntime CPU's with a target's differences
+# (core/targets.py; onnxruntime-web's WASM build, for example, has fewer Where kernels).
+_active: ContextVar[Mapping[str, frozenset[np.dtype]]] = ContextVar("kernels", default=SUPPORTED)
+
+
+def table() -> Mapping[str, frozenset[np.dtype]]:
+    """``{op: element types it has kernels for}`` of the running export's target."""
+    return _active.get()
+
+
+@contextmanager
+def target_kernels(differences: Mapping[str, str]) -> Iterator[None]:
+    """Use onnxruntime CPU's table with ``differences`` (``{op: "i32 f32 ..."}``) replaced."""
+    token = _active.set({**SUPPORTED, **_parse(differences)} if differences else SUPPORTED)
+    try:
+        yield
+    finally:
+        _active.reset(token)
 
 # Which inputs carry the op's main element type T (default: all) and which outputs have type T
 # (default: output 0). Outputs of a fixed type (bool, int64) are not cast back.
@@ -121,7 +141,7 @@ def kernel_key(op_type: str, attrs: Mapping[str, Any]) -> str:
 
 
 def supports(op_type: str, dtype: np.dtype) -> bool:
-    allowed = SUPPORTED.get(op_type)
+    allowed = table().get(op_type)
     return allowed is None or np.dtype(dtype) in allowed
 
 

@@ -22,6 +22,7 @@ from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.graph import GraphBuilder, ir_shape, set_type
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator
+from jax2onnx_nn.core.targets import Target
 
 # Call-like primitives whose body is lowered inline, with the param that holds the body.
 CALL_BODIES: dict[str, tuple[str, ...]] = {
@@ -219,6 +220,11 @@ class LoweringContext:
     @property
     def opset(self) -> int:
         return self.lowerer.config.opset
+
+    @property
+    def target(self) -> Target:
+        """The deployment target's profile (core/targets.py): how loops are written, ..."""
+        return self.lowerer.config.target
 
     @property
     def source_line(self) -> str:

@@ -21,6 +21,7 @@ from jax2onnx_nn.core.registry import lowering
 OnnxType = tuple[np.dtype, tuple[Any, ...]]
 _BOOL_SCALAR: OnnxType = (np.dtype(np.bool_), ())
 # Loop counters whose range int64 holds, so that the trip count ``hi - lo`` is exact.
+_RANGE_DTYPES = frozenset(np.dtype(t) for t in (np.int16, np.int32, np.int64))
 _COUNTER_DTYPES = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32))
 
 
@@ -231,6 +232,17 @@ def _counted_trips(
     return ctx.op.Max(trips, ctx.const(0, dtype=np.int64))
 
 
+def _counter(jaxpr: Any, num_consts: int, num_carry: int) -> int | None:
+    """The carry of a scan body that counts steps (``i -> i + 1``, an integer scalar of a type
+    ONNX Range takes): fori_loop's."""
+    body = jxi.as_closed(jaxpr).jaxpr
+    for k in range(num_carry):
+        var = body.invars[num_consts + k]
+        if np.dtype(var.aval.dtype) in _RANGE_DTYPES and var.aval.shape == () and _adds_one(body, var, body.outvars[k]):
+            return k
+    return None
+
+
 def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
     """True when ``var_out = var_in + 1`` in ``jaxpr``."""
     if jxi.is_literal(var_out):
@@ -252,26 +264,48 @@ def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, revers
     symbolic = jxi.is_symbolic_dim(length)
     if not symbolic and int(length) == 0:
         return [*init, *[ctx.zeros(aval) for aval in ctx.avals_out[num_carry:]]]
-    if xs and not symbolic:
+    if xs and (not symbolic or ctx.target.scan_symbolic):
         return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse)
+    counter = _counter(jaxpr, num_consts, num_carry) if not xs and not symbolic and not reverse else None
+    if counter is not None and ctx.target.scan_ticks:
+        # a fori_loop: Scan over the counter's values (Scan needs a scanned input, and tract
+        # drops one the body does not read), each step reading it in place of the carry
+        start = init[counter]
+        ticks = ctx.op.Range(start, ctx.op.Add(start, ctx.const(int(length), like=start)), ctx.const(1, like=start))
+        return _scan_as_scan(ctx, jaxpr, consts, init, [ticks], reverse, counter=counter)
     # ONNX Scan fails on an empty sequence in onnxruntime, and a length that is a symbolic dim
     # may be 0 at run time; a Loop with a trip count runs 0 times correctly.
     return _scan_as_loop(ctx, jaxpr, consts, init, xs, length, reverse)
 
 
-def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool) -> list[ir.Value]:
+def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool, counter: int | None = None) -> list[ir.Value]:
+    """An ONNX Scan. With ``counter``, ``xs`` holds that carry's values: the body reads them
+    instead of the carry, which leaves the Scan's state (its final value is ``xs[-1] + 1``)."""
     closed = jxi.as_closed(jaxpr)
     in_avals = closed.in_avals[len(consts):]
     body = _body(ctx, "scan_body")
     carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
-    x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
-    outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
-    graph = _set_outputs(body, outs, _types(closed.out_avals))
-    n_ys = len(ctx.avals_out) - len(init)
+    out_avals, avals_out, state = list(closed.out_avals), list(ctx.avals_out), list(init)
+    if counter is not None:
+        tick = _add_input(body, "tick", in_avals[counter])
+        body.inputs.remove(carries[counter])
+        carries[counter] = tick
+        outs = ctx.lower_sub(jaxpr, [*consts, *carries], body)
+        del outs[counter], out_avals[counter], avals_out[counter], state[counter]
+    else:
+        x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
+        outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
+    graph = _set_outputs(body, outs, _types(out_avals))
+    n_ys = len(avals_out) - len(state)
     directions = {}
     if reverse:
         directions = {"scan_input_directions": [1] * len(xs), "scan_output_directions": [1] * n_ys or None}
-    return _node(ctx, "Scan", [*init, *xs], ctx.avals_out, body=graph, num_scan_inputs=len(xs), **directions)
+    results = _node(ctx, "Scan", [*state, *xs], avals_out, body=graph, num_scan_inputs=len(xs), **directions)
+    if counter is not None:
+        n = ctx.const(1, like=init[counter])
+        last = ctx.op.Add(ctx.op.Squeeze(ctx.op.Slice(xs[0], ctx.const([-1], dtype=np.int64), ctx.const([2**62], dtype=np.int64)), ctx.const([0], dtype=np.int64)), n)
+        results.insert(counter, ctx.typed(last, ctx.avals_out[counter]))
+    return results
 
 
 def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], length: Any, reverse: bool) -> list[ir.Value]:

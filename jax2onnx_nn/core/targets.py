@@ -1,0 +1,106 @@
+"""Deployment targets: how the graph is written so that a runtime runs it and computes JAX's numbers.
+
+A :class:`Target` is data: the opsets the runtime loads, whether it runs model-local functions,
+how a static-length loop is written, the element types its kernels lack (the builder widens,
+as it does for onnxruntime CPU in core/kernels.py), the graph rewrites that make its ops compute
+what JAX computes, and the ops it cannot run at all. ``to_onnx(..., target=...)`` looks the
+profile up in :data:`TARGETS`; the rewrites live in core/target_rewrites.py.
+
+What each profile says was measured with the runtimes themselves (onnxruntime 1.32,
+onnxruntime-web 1.30 WASM under Node.js 20, OpenVINO 2026.4 CPU, tract 0.23) or, for TensorRT
+(no GPU here), read from onnx-tensorrt's operator support list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class Target:
+    """How to write a graph for one runtime.
+
+    Attributes:
+        name: the runtime (``"onnxruntime"``, ``"openvino"``, ...).
+        max_opset: the newest opset it loads (None: whatever the exporter supports).
+        model_functions: it runs model-local ONNX functions; if not, calls are inlined.
+        scan_symbolic: a ``lax.scan`` of symbolic length is an ONNX ``Scan`` (else a ``Loop``:
+            onnxruntime's Scan fails on an empty sequence, and a symbolic length may be 0).
+        scan_ticks: a ``fori_loop`` of static length is a ``Scan`` over its counter's values
+            (else a ``Loop``). On onnxruntime 1.32 Scan is faster than Loop
+            (benchmarks/scan_vs_loop.py); tract has no Loop; OpenVINO ran a Scan over
+            ticks too few times. A static-length scan with scanned inputs is always a ``Scan``, a
+            data-dependent ``while_loop`` always a ``Loop``.
+        kernels: ``{op: element types}`` where its kernels differ from onnxruntime CPU's
+            (core/kernels.py); inputs of a type not listed are widened.
+        rewrites: names of the graph rewrites (core/target_rewrites.py) that make its ops
+            compute JAX's numbers, e.g. NaN-propagating ``Max``.
+        ops: the ONNX ops it runs (None: every op this exporter emits); an export that needs
+            another one fails before writing, naming the op and the source line.
+    """
+
+    name: str
+    max_opset: int | None = None
+    model_functions: bool = True
+    scan_symbolic: bool = False
+    scan_ticks: bool = True
+    kernels: Mapping[str, str] = field(default_factory=dict)
+    rewrites: tuple[str, ...] = ()
+    ops: frozenset[str] | None = None
+
+
+# The ops onnx-tensorrt's TensorRT 10.0 importer supports (its docs/operators.md, opsets 9..20).
+# It has no BitShift, Bitwise*, DFT, STFT or BitCast, so jax.random bit kernels and FFTs cannot
+# be exported for it; everything else this exporter emits is there.
+_TENSORRT_OPS = frozenset("""
+Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization Cast
+CastLike Ceil Celu Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos Cosh CumSum
+DeformConv DepthToSpace DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand EyeLike
+Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalLpPool
+GlobalMaxPool Greater GreaterOrEqual GridSample GroupNormalization GRU HardSigmoid HardSwish
+Hardmax Identity If ImageScaler InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu
+Less LessOrEqual Log LogSoftmax Loop LRN LSTM LpNormalization LpPool MatMul Max MaxPool Mean
+MeanVarianceNormalization Min Mish Mod Mul Neg NonMaxSuppression NonZero Not OneHot Or Pad
+ParametricSoftplus Pow PRelu QuantizeLinear RandomNormal RandomNormalLike RandomUniform
+RandomUniformLike Range Reciprocal ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax
+ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize ReverseSequence
+RNN RoiAlign Round ScaledTanh Scan Scatter ScatterElements ScatterND Selu Shape Shrink Sigmoid
+Sign Sin Sinh Size Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan
+Tanh ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Upsample Where Xor
+""".split())
+
+TARGETS: Mapping[str, Target] = MappingProxyType({
+    "onnxruntime": Target("onnxruntime"),
+    "onnxruntime-web": Target(
+        "onnxruntime-web",
+        # its WASM build registers fewer type instances than onnxruntime CPU
+        kernels={"Where": "i32 i64 u8 f16 f32 f64", "BitShift": "u8 u32 u64"},
+    ),
+    "openvino": Target(
+        "openvino", model_functions=False, scan_symbolic=True, scan_ticks=False,
+        # its CPU plugin computes uint32 Add/BitShift through float and keeps int64 in 32 bits;
+        # int32 arithmetic wraps as it should; its Max/Min return the other operand for NaN
+        rewrites=("uint32_as_int32", "nan_propagating_max_min"),
+    ),
+    "tract": Target(
+        "tract", model_functions=False, scan_symbolic=True,
+        rewrites=("nan_propagating_max_min",),
+    ),
+    "tensorrt": Target(
+        "tensorrt", max_opset=20, model_functions=False, scan_symbolic=True, ops=_TENSORRT_OPS,
+    ),
+})
+
+DEFAULT_TARGET = "onnxruntime"
+
+
+def get_target(target: str | Target | None) -> Target:
+    """The profile for a target name (None: onnxruntime); a :class:`Target` is used as given."""
+    if isinstance(target, Target):
+        return target
+    name = DEFAULT_TARGET if target is None else target
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
+    return TARGETS[name]
