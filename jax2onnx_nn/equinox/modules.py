@@ -3,15 +3,14 @@
 An Equinox module is a pytree: its arrays are the weights, everything else is static config
 (``eqx.filter`` semantics). Exported callables hold modules in a few ways: the callable is a
 module, a bound method of one (``model.encode``), or a function that closes over one
-(``lambda x: model(x)``, ``jax.vmap(model)``, ``jax.jit(model)``). :func:`retarget` finds them, puts a copy in
+(``lambda x: model(x)``, ``jax.vmap(model)``, ``jax.jit(model)``), a global or a default
+argument it names, a partial's argument. :func:`retarget` finds them, puts a copy in
 export mode in their place (``eqx.nn.inference_mode`` unless training is asked for), and
 :func:`array_names` names every array by its pytree path (``layers.0.weight``).
 """
 
 from __future__ import annotations
 
-import functools
-import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,9 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx_nn.core import jax_nn
-
-_MAX_DEPTH = 4  # closures of closures of ...: jax.vmap(model) is two levels deep
+from jax2onnx_nn.core import jax_nn, reach
 
 Convert = Callable[[Any], Any]
 
@@ -51,72 +48,30 @@ def _for_export(leaf: Any) -> Any:
     return jax_nn.substitute(leaf) if callable(leaf) else leaf
 
 
-def retarget(fn: Any, convert: Convert, depth: int = 0) -> tuple[Any, dict[str, Any]]:
-    """``fn`` rebuilt around converted copies of the modules it holds, and those copies by
-    name (``""`` for the callable's own module, else the closure variable's name).
-
-    Callables holding no module come back unchanged with no roots.
-    """
-    if isinstance(fn, eqx.Module):
-        new = convert(fn)
-        owner = getattr(new, "__self__", None)  # eqx's BoundMethod: a module holding its owner
-        return new, {"": owner if _is_module(owner) else new}
-    if isinstance(fn, types.MethodType) and _is_module(fn.__self__):
-        owner = convert(fn.__self__)
-        return types.MethodType(fn.__func__, owner), {"": owner}
-    if depth >= _MAX_DEPTH:
-        return fn, {}
-    if isinstance(fn, functools.partial):
-        return _retarget_partial(fn, convert, depth)
-    if isinstance(fn, types.FunctionType) and fn.__closure__:
-        return _retarget_closure(fn, convert, depth)
-    wrapped = getattr(fn, "__wrapped__", None)
-    if not isinstance(fn, types.FunctionType) and callable(wrapped):
-        # ``jax.jit(model)``: exporting the wrapped callable traces the same computation
-        inner, roots = retarget(wrapped, convert, depth + 1)
-        return (inner, roots) if roots else (fn, {})
-    return fn, {}
+def _holds(value: Any) -> bool:
+    return _has_modules(value) or isinstance(value, eqx.nn.State)
 
 
-def _retarget_partial(fn: functools.partial, convert: Convert, depth: int) -> tuple[Any, dict[str, Any]]:
-    func, roots = retarget(fn.func, convert, depth + 1)
-    args, keywords = fn.args, fn.keywords
-    if _has_modules((args, keywords)):
-        args, keywords = convert((args, keywords))
-        roots = {**roots, "args": (args, keywords)}
-    if not roots:
-        return fn, {}
-    return functools.partial(func, *args, **keywords), roots
+def _owner(value: Any) -> Any:
+    """An eqx BoundMethod (a module holding its owner) stands for its owner module."""
+    owner = getattr(value, "__self__", None)
+    return owner if _is_module(value) and _is_module(owner) else value
 
 
-def _retarget_closure(fn: types.FunctionType, convert: Convert, depth: int) -> tuple[Any, dict[str, Any]]:
-    cells, roots, changed = [], {}, False
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
-        try:
-            content = cell.cell_contents
-        except ValueError:  # an empty cell (a variable not assigned yet)
-            cells.append(cell)
-            continue
-        new, found = content, {}
-        if callable(content) and not isinstance(content, type):
-            new, inner = retarget(content, convert, depth + 1)
-            found = {(f"{name}.{k}" if k else name): v for k, v in inner.items()}
-        elif _has_modules(content) or isinstance(content, eqx.nn.State):
-            new = convert(content)
-            found = {name: new}
-        if new is not content:
-            changed = True
-            cells.append(types.CellType(new))
-        else:
-            cells.append(cell)
-        roots.update(found)
-    if not changed:
-        return fn, roots
-    rebuilt = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
-    rebuilt.__kwdefaults__ = fn.__kwdefaults__
-    rebuilt.__qualname__ = fn.__qualname__
-    rebuilt.__dict__.update(fn.__dict__)
-    return rebuilt, roots
+def retarget(fn: Any, convert: Convert) -> tuple[Any, dict[str, Any]]:
+    """``fn`` rebuilt around converted copies of the modules it reaches (see
+    :func:`jax2onnx_nn.core.reach.retarget`), and those copies by name (``""`` for the
+    callable's own module, else the variable's name). Callables reaching no module come
+    back unchanged with no roots."""
+    new, roots = reach.retarget(fn, _holds, convert)
+    roots = {name: _owner(root) for name, root in roots.items()}
+    if len(roots) == 1:  # one module in a dict / list: named as if it were passed itself
+        (name, root), = roots.items()
+        leaves = jax.tree_util.tree_leaves(root, is_leaf=lambda x: _is_module(x) or isinstance(x, eqx.nn.State))
+        modules = [leaf for leaf in leaves if _is_module(leaf)]
+        if len(modules) == 1 and not any(isinstance(leaf, eqx.nn.State) for leaf in leaves):
+            roots = {name: modules[0]}
+    return new, roots
 
 
 # -- names ------------------------------------------------------------------------------------

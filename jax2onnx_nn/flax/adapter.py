@@ -1,8 +1,9 @@
 """The Flax NNX side of an export session (see ``core/patching.py``).
 
 For the duration of one export: the coarse-op patches of ``coarse.py`` are applied; when the
-exported callable is a module (or a bound method of one), it is traced on a copy made inside
-the trace and set to inference mode (or training mode if asked), so the user's module is never
+exported callable is a module (or a bound method of one), or reaches modules (a lambda or
+function closing over one, a global or default it names, a partial's argument, a dict / list
+of them: ``core/reach.py``), it is traced on copies made inside the trace and set to inference mode (or training mode if asked), so the user's module is never
 changed; its arrays are named by attribute path (``block1.linear1.kernel``); and module calls
 get name scopes (and ONNX functions with ``auto_functions``).
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from flax import nnx
 
-from jax2onnx_nn.core import jax_nn
+from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patch
 from jax2onnx_nn.flax import coarse
@@ -33,13 +34,69 @@ def exported_module(fn: Any) -> nnx.Module | None:
     return None
 
 
-def array_names(module: nnx.Module) -> dict[int, str]:
+def array_names(module: nnx.Module, prefix: tuple[str, ...] = ()) -> dict[int, str]:
     """id(array) -> dotted attribute path (``linear1.kernel``) for every array of the module."""
     names: dict[int, str] = {}
     for path, variable in nnx.to_flat_state(nnx.state(module)):
         value = variable.get_value() if isinstance(variable, nnx.Variable) else variable
-        names.setdefault(id(value), ".".join(str(p) for p in path))
+        names.setdefault(id(value), ".".join(str(p) for p in (*prefix, *path)))
     return names
+
+
+def _is_module(value: Any) -> bool:
+    return isinstance(value, nnx.Module)
+
+
+def _holds(value: Any) -> bool:
+    return reach.containers_hold(value, _is_module)
+
+
+def reached_modules(fn: Any) -> list[tuple[tuple[str, ...], nnx.Module]]:
+    """(path prefix, module) for every module a callable reaches through closures, defaults,
+    globals, partial arguments and the dicts / lists holding them; no prefix when there is
+    only one (it is exported as if it were passed itself)."""
+    _, roots = reach.retarget(fn, _holds, lambda value: value)
+    found: dict[int, tuple[tuple[str, ...], nnx.Module]] = {}
+
+    def walk(value: Any, path: tuple[str, ...]) -> None:
+        if _is_module(value):
+            found.setdefault(id(value), (path, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, (*path, str(k)))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, (*path, str(i)))
+
+    for name, value in roots.items():
+        walk(value, tuple(p for p in name.split(".") if p))
+    modules = list(found.values())
+    return [((), modules[0][1])] if len(modules) == 1 else modules
+
+
+def traced_closure(fn: Any, modules: list[tuple[tuple[str, ...], nnx.Module]], training: bool, paths: ModulePaths) -> Callable[..., Any]:
+    """``fn`` rebuilt, inside the trace, around copies of the modules it reaches (in the
+    export's mode; their state updates stay in the trace), as :func:`traced_copy` does for a
+    module passed itself."""
+    splits = {id(module): nnx.split(module) for _, module in modules}
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        copies: dict[int, nnx.Module] = {}
+
+        def copy_of(module: nnx.Module) -> nnx.Module:
+            if id(module) not in copies and id(module) in splits:
+                copy = nnx.merge(*splits[id(module)], copy=True)
+                set_mode(copy, training)
+                substitute_captured(copy)
+                copies[id(module)] = copy
+            return copies.get(id(module), module)
+
+        rebuilt, _ = reach.retarget(fn, _holds, lambda value: reach.map_containers(value, _is_module, copy_of))
+        for prefix, module in modules:
+            paths.index(copy_of(module), prefix)
+        return rebuilt(*args, **kwargs)
+
+    return run
 
 
 def set_mode(module: nnx.Module, training: bool) -> None:
@@ -97,10 +154,19 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
             for owner, name, make_wrapper in coarse.patches():
                 stack.enter_context(patch(owner, name, make_wrapper))
         module = exported_module(prepared.fn)
-        if module is None:
+        paths = ModulePaths()
+        if module is not None:
+            stack.enter_context(paths.scoped_calls(module_call_classes(module)))
+            names = {**prepared.const_names, **array_names(module)}
+            yield Prepared(traced_copy(prepared.fn, module, options.training, paths), names)
+            return
+        modules = reached_modules(prepared.fn)
+        if not modules:
             yield prepared
             return
-        paths = ModulePaths()
-        stack.enter_context(paths.scoped_calls(module_call_classes(module)))
-        names = {**prepared.const_names, **array_names(module)}
-        yield Prepared(traced_copy(prepared.fn, module, options.training, paths), names)
+        classes = list(dict.fromkeys(c for _, m in modules for c in module_call_classes(m)))
+        stack.enter_context(paths.scoped_calls(classes))
+        names = dict(prepared.const_names)
+        for prefix, m in modules:
+            names = {**array_names(m, prefix), **names}
+        yield Prepared(traced_closure(prepared.fn, modules, options.training, paths), names)

@@ -23,12 +23,14 @@ class ModulePaths(ModuleCallStack):
 
     library = "flax."
 
-    def index(self, root: nnx.Module) -> None:
-        """Record the path of every module reachable from ``root`` (the first path wins)."""
-        self.root_ids = {id(root)}
+    def index(self, root: nnx.Module, prefix: tuple[str, ...] = ()) -> None:
+        """Record the path of every module reachable from ``root`` (the first path wins);
+        ``prefix``: the root's own path, when an export reaches several modules."""
+        if not prefix:
+            self.root_ids.add(id(root))
         for path, node in nnx.graph.iter_graph(root):
             if isinstance(node, nnx.Module):
-                self.record(node, tuple(str(p) for p in path))
+                self.record(node, prefix + tuple(str(p) for p in path))
 
 
 def module_call_classes(root: nnx.Module) -> list[type]:
