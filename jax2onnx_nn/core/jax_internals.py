@@ -175,7 +175,10 @@ def primitive_impl_jaxpr(prim: Any, params: dict[str, Any], avals: list[Any]) ->
     Returns the ClosedJaxpr of the implementation, or None when the implementation is not
     itself JAX code (it binds the same primitive again, or cannot be traced).
     """
-    impl = getattr(prim, "impl", None)
+    # JAX >= 0.12 defines some jnp functions (searchsorted, frexp, ldexp, nonzero, ...) as
+    # "hijax" primitives, all bound as ``call_hi_primitive``; ``to_lojax`` is their expansion
+    # into ordinary lax primitives, while ``impl`` would bind them again.
+    impl = getattr(prim, "to_lojax", None) or getattr(prim, "impl", None)
     if impl is None:
         return None
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]

@@ -111,7 +111,7 @@ def target_kernels(differences: Mapping[str, str]) -> Iterator[None]:
 T_INPUTS: dict[str, tuple[int, ...]] = {
     "Where": (1, 2), "Pad": (0, 2), "Expand": (0,), "Tile": (0,), "CumSum": (0,), "TopK": (0,),
     "ReduceSum": (0,), "ReduceMax": (0,), "ReduceMin": (0,), "ReduceProd": (0,), "ReduceL2": (0,),
-    "ArgMax": (0,), "ArgMin": (0,), "Pow": (0,), "ReverseSequence": (0,), "MaxPool": (0,),
+    "ArgMax": (0,), "ArgMin": (0,), "Pow": (0, 1), "ReverseSequence": (0,), "MaxPool": (0,),
     "Compress": (0,),
     "GRU": (0, 1, 2, 3, 5), "LSTM": (0, 1, 2, 3, 5, 6, 7), "RotaryEmbedding": (0, 1, 2),
     **{f"{op}[{r}]": (0, 2) for op in ("ScatterND", "ScatterElements") for r in ("add", "mul", "min", "max")},

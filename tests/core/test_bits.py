@@ -228,3 +228,148 @@ def _ops(fn: Callable[..., Any], specs: Sequence[Any]) -> list[str]:
 def test_where_adds_nothing_when_no_negative_zero_can_be_picked() -> None:
     assert _ops(lambda c, v: jnp.where(c, 1.0, v), [((3,), np.bool_), (3,)]) == ["Where"]
     assert _ops(lambda c, v: jnp.where(c, jnp.abs(v), v), [((3,), np.bool_), (3,)]) == ["Abs", "Where"]
+
+
+# -- nextafter, spacing, frexp, ldexp ----------------------------------------------------------------
+# XLA on CPU flushes subnormals to zero (README, Limitations); onnxruntime and numpy do not, and
+# JAX >= 0.12's frexp flushes them by its own integer algorithm. So the reference is JAX, except
+# where an input or the IEEE result is subnormal: there the export may give JAX's value or
+# numpy's IEEE one (ml_dtypes for bfloat16); off those places numpy must agree with JAX.
+
+def _subnormal(values: np.ndarray, dtype: Any) -> np.ndarray:
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    return (v > 0) & (v < float(jnp.finfo(dtype).smallest_normal))
+
+
+def ieee_reference(
+    actual: np.ndarray, expected: np.ndarray, ieee: np.ndarray, dtype: Any, *inputs: np.ndarray, underflows: np.ndarray | None = None
+) -> np.ndarray:
+    """JAX's ``expected``, or numpy's ``ieee`` where a subnormal is involved (an input, the
+    result, or ``underflows``: the exact result before rounding) and ``actual`` is not JAX's."""
+    ieee = np.asarray(ieee).astype(expected.dtype)
+    flushed = _subnormal(ieee, dtype) if expected.dtype.kind == "f" else np.zeros(ieee.shape, bool)
+    if underflows is not None:
+        flushed = flushed | underflows
+    for x in inputs:
+        if x.dtype.kind == "f" or x.dtype == BF16:
+            flushed = flushed | _subnormal(x, dtype)
+    assert_same_bits(np.where(flushed, expected, ieee), expected, any_nan=True)  # numpy agrees elsewhere
+    u = unsigned(expected.dtype)
+    is_jax = actual.view(u) == expected.view(u) if expected.dtype.kind == "f" else actual == expected
+    return np.where(flushed & ~is_jax, ieee, expected)
+
+
+def _ldexp_underflows(x: np.ndarray, n: np.ndarray, dtype: Any) -> np.ndarray:
+    """Where x * 2**n, before rounding, is below the smallest normal (JAX's ldexp may flush)."""
+    with np.errstate(invalid="ignore"):
+        m, e = np.frexp(np.asarray(x, np.float64))
+    return (m != 0) & np.isfinite(m) & (e.astype(np.int64) + n <= int(jnp.finfo(dtype).minexp))
+
+
+def _nextafter_cases(dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    x = all_patterns(dtype) if np.dtype(dtype).itemsize == 2 else edge_values(dtype)
+    y = np.roll(x, 7)
+    y[::3] = np.where(np.isnan(x[::3]), y[::3], x[::3])  # x == y too
+    return x, y
+
+
+FLOATS_BF16_SLOW = [np.dtype(np.float16), pytest.param(BF16, marks=pytest.mark.slow), np.dtype(np.float32), np.dtype(np.float64)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS_BF16_SLOW, ids=str)
+def test_nextafter_and_spacing_match_ieee(dtype: Any) -> None:
+    x, y = _nextafter_cases(dtype)
+    (step, space), (expected_step, expected_space) = run(lambda a, b: (jnp.nextafter(a, b), jnp.spacing(a)), x, y)
+    to32 = (lambda v: v.astype(np.float32)) if dtype == BF16 else (lambda v: v)
+    assert_same_bits(step, ieee_reference(step, expected_step, to32(np.nextafter(x, y)), dtype, x, y), any_nan=True)
+    # spacing is nextafter minus x (tested above); where its result is subnormal XLA flushes,
+    # and numpy's spacing has other conventions (spacing(-0.0) > 0), so compare the rest
+    # (XLA computes float16 in float32, where its subnormals are normal: nothing to skip)
+    keep = ~(_subnormal(x, dtype) | _subnormal(space, dtype) | _subnormal(expected_space, dtype))
+    keep = keep | (np.dtype(dtype) == np.float16)
+    assert_same_bits(space[keep], expected_space[keep], any_nan=True)
+    assert keep.sum() >= 6
+
+
+@pytest.mark.parametrize("dtype", FLOATS_BF16_SLOW, ids=str)
+def test_frexp_and_ldexp_match_ieee(dtype: Any) -> None:
+    x = all_patterns(dtype) if np.dtype(dtype).itemsize == 2 else edge_values(dtype)
+    span = 41 if np.dtype(dtype).itemsize == 2 else 2101  # exponents that cross every range
+    n = ((np.arange(x.size) * 97) % span - span // 2).astype(np.int32)
+    (mantissa, exponent, scaled), (e_mantissa, e_exponent, e_scaled) = run(lambda a, k: (*jnp.frexp(a), jnp.ldexp(a, k)), x, n)
+    wide = x.astype(np.float32) if dtype == BF16 else x
+    with np.errstate(invalid="ignore"):
+        i_mantissa, i_exponent = np.frexp(wide)
+        i_scaled = np.ldexp(wide, n).astype(dtype).astype(wide.dtype)
+    finite = np.isfinite(np.asarray(x, np.float64))  # numpy's exponent of inf/NaN is arbitrary
+    assert_same_bits(mantissa, ieee_reference(mantissa, e_mantissa, i_mantissa, dtype, x), any_nan=True)
+    np.testing.assert_array_equal(exponent, ieee_reference(exponent, e_exponent, np.where(finite, i_exponent, e_exponent), dtype, x))
+    assert_same_bits(scaled, ieee_reference(scaled, e_scaled, i_scaled, dtype, x, underflows=_ldexp_underflows(x, n, dtype)), any_nan=True)
+
+
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_nextafter_frexp_ldexp_on_drawn_patterns(data: st.DataObject, dtype: Any) -> None:
+    x = data.draw(float_bits(dtype))
+    y = data.draw(float_bits(dtype).filter(lambda v: len(v) >= len(x)))[: len(x)]
+    n = np.asarray(data.draw(st.lists(st.integers(-1100, 1100), min_size=len(x), max_size=len(x))), np.int32)
+    (step, mantissa, scaled), (e_step, e_mantissa, e_scaled) = run(lambda a, b, k: (jnp.nextafter(a, b), jnp.frexp(a)[0], jnp.ldexp(a, k)), x, y, n)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_same_bits(step, ieee_reference(step, e_step, np.nextafter(x, y), dtype, x, y), any_nan=True)
+        assert_same_bits(mantissa, ieee_reference(mantissa, e_mantissa, np.frexp(x)[0], dtype, x), any_nan=True)
+        assert_same_bits(scaled, ieee_reference(scaled, e_scaled, np.ldexp(x, n), dtype, x, underflows=_ldexp_underflows(x, n, dtype)), any_nan=True)
+
+
+# -- reduce_precision, float_power ---------------------------------------------------------------
+
+FORMATS = [(5, 10), (8, 7), (8, 23), (4, 3), (5, 2), (3, 1), (2, 5), (1, 1), (6, 4), (11, 10)]
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(np.float16, marks=pytest.mark.slow), np.float32, pytest.param(np.float64, marks=pytest.mark.slow)], ids=str)
+def test_reduce_precision_on_every_16_bit_pattern(dtype: Any) -> None:
+    """Every float16 value (subnormals, inf, NaN included) through every format, one export."""
+    values = all_patterns(np.float16).astype(dtype)
+    actual, expected = run(lambda x: tuple(lax.reduce_precision(x, e, m) for e, m in FORMATS), values)
+    for a, e in zip(actual, expected, strict=True):
+        assert_same_bits(a, e, any_nan=True)
+
+
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]), exponent_bits=st.integers(1, 11), mantissa_bits=st.integers(0, 52))
+def test_reduce_precision_matches_jax(data: st.DataObject, dtype: Any, exponent_bits: int, mantissa_bits: int) -> None:
+    x = data.draw(float_bits(dtype))
+    (actual,), (expected,) = run(lambda v: lax.reduce_precision(v, exponent_bits, mantissa_bits), x)
+    assert_same_bits(actual, expected, any_nan=True)
+
+
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_float_power_matches_jax(data: st.DataObject, dtype: Any) -> None:
+    x = data.draw(float_bits(dtype))
+    y = np.asarray(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, -1.0, 0.5, -2.5, 3.0, np.inf, np.nan]), min_size=len(x), max_size=len(x))), dtype)
+    x = np.where(np.abs(x) > 1e30, 1e30, x).astype(dtype)
+    x = np.where(_subnormal(x, dtype), 0, x).astype(dtype)  # XLA flushes them (README, Limitations)
+    with x64(True):
+        from jax2onnx_nn.testing import assert_exports_match_on
+
+        assert_exports_match_on(jnp.float_power, x, y, enable_double_precision=True)
+
+
+# -- clz, population_count ---------------------------------------------------------------------------
+
+INTS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+@given(data=st.data(), dtype=st.sampled_from(INTS))
+def test_clz_and_population_count_match_jax(data: st.DataObject, dtype: str) -> None:
+    width = 8 * np.dtype(dtype).itemsize
+    edges = [0, 1, 2 ** (width - 1), 2**width - 1, 2 ** (width - 1) - 1]
+    bits = data.draw(st.lists(st.integers(0, 2**width - 1) | st.sampled_from(edges), min_size=1, max_size=16))
+    x = np.asarray(bits, dtype=f"uint{width}").view(dtype)
+    (clz, count), (e_clz, e_count) = run(lambda v: (lax.clz(v), lax.population_count(v)), x)
+    np.testing.assert_array_equal(clz, e_clz)
+    np.testing.assert_array_equal(count, e_count)
+
+
+def test_population_count_is_a_few_nodes() -> None:
+    """The SWAR count: a dozen nodes per width, not a shift and an add per bit."""
+    with x64(True):
+        model = to_onnx(lax.population_count, [((3,), np.uint64)], enable_double_precision=True)
+    assert len(model.graph.node) <= 12

@@ -193,3 +193,180 @@ def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any, 
         wide = part if wide is None else ctx.op.BitwiseOr(wide, part)
     assert wide is not None
     return from_bits(ctx, wide, target)
+
+
+# -- reduce_precision -------------------------------------------------------------------------
+
+# (source, target format) pairs where one ONNX Cast rounds exactly as XLA does (a single
+# round-to-nearest-even, overflow to inf); XLA then flushes the target's subnormals to zero
+_NATIVE_TARGETS = {
+    (np.dtype(np.float32), (5, 10)): ir.DataType.FLOAT16,
+    (np.dtype(np.float32), (8, 7)): ir.DataType.BFLOAT16,
+    (np.dtype(np.float64), (8, 23)): ir.DataType.FLOAT,
+}
+
+
+@lowering("reduce_precision", onnx_ops=("Cast", "BitwiseAnd", "BitShift", "Add", "Where"))
+def _reduce_precision(ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, mantissa_bits: int) -> ir.Value:
+    """XLA's ReducePrecision: round the mantissa to ``mantissa_bits`` (to nearest, ties to
+    even), then values whose exponent is above the reduced range become ±inf and values below
+    its smallest normal become ±0 (XLA keeps no subnormals of the reduced format); NaN stays."""
+    dtype = onnx_aval(ctx.aval_in)[0]
+    layout = FloatLayout.of(dtype)
+    if exponent_bits >= layout.n_exp and mantissa_bits >= layout.n_mant:
+        return x
+    op = ctx.op
+    native = _NATIVE_TARGETS.get((dtype, (exponent_bits, mantissa_bits)))
+    if native is not None:
+        rounded = op.Cast(op.Cast(x, to=native), to=ir_dtype(dtype))
+        if exponent_bits == layout.n_exp:
+            return rounded
+        smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
+        flush = op.Where(op.Less(op.Abs(rounded), ctx.const(smallest_normal, dtype=dtype)), ctx.const(0, dtype=dtype), ctx.const(1, dtype=dtype))
+        return op.Mul(rounded, flush)  # times 0 keeps the sign of a flushed value
+    utype = unsigned(dtype)
+
+    def u(value: int) -> ir.Value:
+        return ctx.const(value, dtype=utype)
+
+    bits = float_to_bits(ctx, x, dtype)
+    if mantissa_bits < layout.n_mant:
+        shift = layout.n_mant - mantissa_bits
+        last_kept = op.BitwiseAnd(op.BitShift(bits, u(shift), direction="RIGHT"), u(1))
+        bits = op.Add(bits, op.Add(last_kept, u((1 << (shift - 1)) - 1)))
+        bits = op.BitwiseAnd(bits, u(~((1 << shift) - 1) & (2 ** (8 * utype.itemsize) - 1)))
+    if exponent_bits < layout.n_exp:
+        exp_mask = layout.exp_all_ones << layout.n_mant
+        reduced_bias = 2 ** (exponent_bits - 1) - 1
+        exponent = op.BitwiseAnd(bits, u(exp_mask))
+        sign = op.BitwiseAnd(bits, u(1 << (8 * utype.itemsize - 1)))
+        overflow = op.Greater(exponent, u((layout.bias + reduced_bias) << layout.n_mant))
+        underflow = op.LessOrEqual(exponent, u((layout.bias - reduced_bias) << layout.n_mant))
+        bits = op.Where(overflow, op.BitwiseOr(sign, u(exp_mask)), op.Where(underflow, sign, bits))
+    # neither rounding nor the exponent range may turn a NaN into inf
+    return op.Where(op.IsNaN(x), x, bits_to_float(ctx, bits, dtype))
+
+
+# -- nextafter: exact by arithmetic (no bitcast needed) -----------------------------------------
+
+
+def _nextafter_constants(dtype: np.dtype) -> dict[str, float]:
+    """Per precision (float32, float64): the step factor c (|x| * c lies strictly between half an ulp and 1.5
+    ulp of |x|, so |x| +- |x| * c rounds to the next float), the smallest subnormal, below
+    which (times two) the grid is uniform, and the scale that lifts small normals to where
+    |x| * c is still normal."""
+    info = jnp.finfo(dtype)
+    p = int(info.nmant) + 1
+    return {
+        "c": 2.0**-p * (1 + 2.0 ** (1 - p)),
+        "tiny": float(info.smallest_subnormal),
+        "uniform": 2.0 * float(info.smallest_normal),
+        "direct": 2.0 ** (int(info.minexp) + p + 8),
+        "scale": 2.0 ** (2 * p + 16),
+        "max": float(info.max),
+    }
+
+
+@lowering("nextafter", onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where"))
+def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+    dtype = onnx_aval(ctx.aval_out)[0]
+    if dtype.itemsize == 2:
+        return _nextafter_by_bits(ctx, x, y, dtype)
+    k = {name: ctx.const(np.asarray(v, dtype=dtype)) for name, v in _nextafter_constants(dtype).items()}
+    zero, one = ctx.const(np.asarray(0, dtype=dtype)), ctx.const(np.asarray(1, dtype=dtype))
+    op = ctx.op
+    a = op.Abs(x)
+    # onnxruntime's NoopElimination reads a float64 constant as float32 and drops "+ 5e-324"
+    # (0.0f) as a no-op, so the smallest subnormal is made at run time (0 * |x| + tiny)
+    tiny = op.Max(op.Mul(a, zero), k["tiny"])
+    # |x| stepped away from zero (up) and toward zero (down), in three ranges of |x|
+    step = op.Mul(a, k["c"])
+    scaled = op.Mul(a, k["scale"])
+    scaled_step = op.Mul(scaled, k["c"])
+    small = op.Less(a, k["direct"])
+    uniform = op.Less(a, k["uniform"])
+
+    def stepped(sign: str) -> ir.Value:
+        direct = getattr(op, sign)(a, step)
+        lifted = op.Div(getattr(op, sign)(scaled, scaled_step), k["scale"])
+        return op.Where(uniform, getattr(op, sign)(a, tiny), op.Where(small, lifted, direct))
+
+    negative, rising, equal = op.Less(x, zero), op.Less(x, y), op.Equal(x, y)
+    magnitude = op.Where(op.Equal(negative, rising), stepped("Sub"), stepped("Add"))
+    magnitude = op.Where(op.IsInf(x), k["max"], magnitude)
+    result = op.Where(negative, op.Neg(magnitude), magnitude)
+    result = op.Where(op.Equal(x, zero), op.Where(rising, tiny, op.Neg(tiny)), result)
+    result = op.Where(equal, y, result)
+    # onnxruntime's Where drops the sign of -0.0: a zero result gets the sign of y (x == y)
+    # or of x (a step to zero) by a multiplication
+    signbit = {v.name: op.Less(op.Div(one, v), zero) for v in (x, y)}
+    negative_zero = op.And(op.Equal(result, zero), op.Where(equal, signbit[y.name], signbit[x.name]))
+    result = op.Mul(result, op.Where(negative_zero, op.Neg(one), one))
+    nan = op.Or(op.IsNaN(x), op.IsNaN(y))
+    return op.Where(nan, ctx.const(np.asarray(np.nan, dtype=dtype)), result)
+
+
+def _nextafter_by_bits(ctx: LoweringContext, x: ir.Value, y: ir.Value, dtype: np.dtype) -> ir.Value:
+    """float16/bfloat16: one step of the bit pattern. (Stepping in float32 and rounding by a
+    Cast is not safe: onnxruntime removes a float32 -> float16 Cast that feeds an op it runs
+    in float32, such as float16 Sub, and the unrounded value flows on.)"""
+    op, utype = ctx.op, unsigned(dtype)
+    work = work_dtype(dtype)
+    xw, yw = op.Cast(x, to=ir_dtype(work)), op.Cast(y, to=ir_dtype(work))
+    bx, by = float_to_bits(ctx, x, dtype), float_to_bits(ctx, y, dtype)
+    one = ctx.const(1, dtype=utype)
+    zero = ctx.const(0, dtype=work)
+    away = op.Equal(op.Less(xw, yw), op.Greater(xw, zero))  # the magnitude grows
+    bits = op.Where(away, op.Add(bx, one), op.Sub(bx, one))
+    smallest = op.BitwiseOr(op.Mul(op.Cast(negative(ctx, yw), to=ir_dtype(utype)), ctx.const(1 << 15, dtype=utype)), one)
+    bits = op.Where(op.Equal(xw, zero), smallest, bits)
+    bits = op.Where(op.Equal(xw, yw), by, bits)
+    nan = op.Or(op.IsNaN(xw), op.IsNaN(yw))
+    bits = op.Where(nan, ctx.const(_canonical_nan_bits(dtype), dtype=utype), bits)
+    return bits_to_float(ctx, bits, dtype)
+
+
+# -- integer bit counts -------------------------------------------------------------------------
+
+@lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Sub", "Mul"))
+def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+    """The SWAR count: bits summed in pairs, nibbles, bytes; a multiply adds up the bytes."""
+    dtype = onnx_aval(ctx.aval_in)[0]
+    utype, width, op = unsigned(dtype), 8 * dtype.itemsize, ctx.op
+
+    def u(byte: int) -> ir.Value:  # a byte repeated over the width
+        return ctx.const(int.from_bytes(bytes([byte]) * dtype.itemsize, "little"), dtype=utype)
+
+    def shr(v: ir.Value, n: int) -> ir.Value:
+        return op.BitShift(v, ctx.const(n, dtype=utype), direction="RIGHT")
+
+    v = to_bits(ctx, x, dtype)
+    v = op.Sub(v, op.BitwiseAnd(shr(v, 1), u(0x55)))
+    v = op.Add(op.BitwiseAnd(v, u(0x33)), op.BitwiseAnd(shr(v, 2), u(0x33)))
+    v = op.BitwiseAnd(op.Add(v, shr(v, 4)), u(0x0F))
+    if width > 8:
+        v = shr(op.Mul(v, u(0x01)), width - 8)  # wrapping multiply: the top byte sums all bytes
+    return from_bits(ctx, v, dtype)
+
+
+@lowering("clz", onnx_ops=("BitShift", "Equal", "Cast", "Mul", "Add"))
+def _clz(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+    """Leading zeros by halving: if the top s bits are zero, count s and shift them out."""
+    dtype = onnx_aval(ctx.aval_in)[0]
+    utype, width, op = unsigned(dtype), 8 * dtype.itemsize, ctx.op
+
+    def u(value: int) -> ir.Value:
+        return ctx.const(value, dtype=utype)
+
+    v = to_bits(ctx, x, dtype)
+    count: ir.Value | None = None
+    s = width // 2
+    while s:
+        top_zero = op.Cast(op.Equal(op.BitShift(v, u(width - s), direction="RIGHT"), u(0)), to=ir_dtype(utype))
+        shift = op.Mul(top_zero, u(s))
+        count = shift if count is None else op.Add(count, shift)
+        v = op.BitShift(v, shift, direction="LEFT")
+        s //= 2
+    assert count is not None
+    count = op.Add(count, op.Cast(op.Equal(v, u(0)), to=ir_dtype(utype)))  # x == 0: all `width`
+    return from_bits(ctx, count, dtype)

@@ -376,19 +376,6 @@ def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_:
     return _shift(ctx, x, s, "RIGHT", arithmetic=True)
 
 
-@lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Cast"))
-def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
-    dtype = onnx_aval(ctx.aval_in)[0]
-    udtype = np.dtype(_UNSIGNED[dtype.itemsize])
-    ux = ctx.op.Cast(x, to=ir_dtype(udtype)) if dtype != udtype else x
-    one = ctx.const(1, dtype=udtype)
-    total = None
-    for i in range(dtype.itemsize * 8):
-        bit = ctx.op.BitwiseAnd(ctx.op.BitShift(ux, ctx.const(i, dtype=udtype), direction="RIGHT"), one)
-        total = bit if total is None else ctx.op.Add(total, bit)
-    return ctx.op.Cast(total, to=ir_dtype(dtype)) if dtype != udtype else total
-
-
 # -- selection, clamping, conversion --------------------------------------------------------
 
 @lowering("select_n", onnx_ops=("Where", "Equal"))
@@ -470,18 +457,6 @@ def _float_to_int(ctx: LoweringContext, x: ir.Value, src: np.dtype, dst: np.dtyp
     return result
 
 
-@lowering("reduce_precision", onnx_ops=("Cast",))
-def _reduce_precision(ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, mantissa_bits: int) -> ir.Value:
-    dtype = onnx_aval(ctx.aval_in)[0]
-    finfo = np.finfo(dtype)
-    if (exponent_bits, mantissa_bits) == (finfo.nexp, finfo.nmant):
-        return ctx.op.Identity(x)
-    target = {(5, 10): ir.DataType.FLOAT16, (8, 7): ir.DataType.BFLOAT16, (8, 23): ir.DataType.FLOAT}.get((exponent_bits, mantissa_bits))
-    if target is None:
-        raise NotImplementedError(f"reduce_precision to e{exponent_bits}m{mantissa_bits}")
-    return ctx.op.Cast(ctx.op.Cast(x, to=target), to=x.dtype)
-
-
 def _passthrough(ctx: LoweringContext, *xs: ir.Value, **_: object) -> ir.Value | list[ir.Value]:
     return xs[0] if len(xs) == 1 else list(xs)
 
@@ -545,62 +520,3 @@ def _erf_inv(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     inf = ctx.const(np.inf, like=x)
     y = ctx.op.Where(ctx.op.Equal(ctx.op.Abs(x), one), ctx.op.Mul(x, inf), y)
     return y
-
-
-# -- nextafter: exact without a float -> int bitcast (ONNX has BitCast only from opset 26) -----
-
-
-def _nextafter_constants(dtype: np.dtype) -> dict[str, object]:
-    """Per precision: the step factor c (|x| * c lies strictly between half an ulp and 1.5
-    ulp of |x|, so |x| +- |x| * c rounds to the next float), the smallest subnormal, below
-    which (times two) the grid is uniform, and the scale that lifts small normals to where
-    |x| * c is still normal."""
-    info = np.finfo(dtype)
-    p = info.nmant + 1
-    return {
-        "c": dtype.type(2.0**-p * (1 + 2.0 ** (1 - p))),
-        "tiny": dtype.type(info.smallest_subnormal),
-        "uniform": dtype.type(2.0 * info.smallest_normal),
-        "direct": dtype.type(2.0 ** (info.minexp + p + 8)),
-        "scale": dtype.type(2.0 ** (2 * p + 16)),
-        "max": dtype.type(info.max),
-    }
-
-
-@lowering("nextafter", onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where", "And", "Equal", "IsInf", "IsNaN", "Less", "Max", "Neg", "Or"))
-def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
-    dtype = onnx_aval(ctx.aval_out)[0]
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise NotImplementedError(f"nextafter on {dtype} (float32 and float64 are supported)")
-    k = {name: ctx.const(np.asarray(v, dtype=dtype)) for name, v in _nextafter_constants(dtype).items()}
-    zero, one = ctx.const(np.asarray(0, dtype=dtype)), ctx.const(np.asarray(1, dtype=dtype))
-    op = ctx.op
-    a = op.Abs(x)
-    # onnxruntime's NoopElimination reads a float64 constant as float32 and drops "+ 5e-324"
-    # (0.0f) as a no-op, so the smallest subnormal is made at run time (0 * |x| + tiny)
-    tiny = op.Max(op.Mul(a, zero), k["tiny"])
-    # |x| stepped away from zero (up) and toward zero (down), in three ranges of |x|
-    step = op.Mul(a, k["c"])
-    scaled = op.Mul(a, k["scale"])
-    scaled_step = op.Mul(scaled, k["c"])
-    small = op.Less(a, k["direct"])
-    uniform = op.Less(a, k["uniform"])
-
-    def stepped(sign: str) -> ir.Value:
-        direct = getattr(op, sign)(a, step)
-        lifted = op.Div(getattr(op, sign)(scaled, scaled_step), k["scale"])
-        return op.Where(uniform, getattr(op, sign)(a, tiny), op.Where(small, lifted, direct))
-
-    negative, rising, equal = op.Less(x, zero), op.Less(x, y), op.Equal(x, y)
-    magnitude = op.Where(op.Equal(negative, rising), stepped("Sub"), stepped("Add"))
-    magnitude = op.Where(op.IsInf(x), k["max"], magnitude)
-    result = op.Where(negative, op.Neg(magnitude), magnitude)
-    result = op.Where(op.Equal(x, zero), op.Where(rising, tiny, op.Neg(tiny)), result)
-    result = op.Where(equal, y, result)
-    # onnxruntime's Where drops the sign of -0.0: a zero result gets the sign of y (x == y)
-    # or of x (a step to zero) by a multiplication
-    signbit = {v.name: op.Less(op.Div(one, v), zero) for v in (x, y)}
-    negative_zero = op.And(op.Equal(result, zero), op.Where(equal, signbit[y.name], signbit[x.name]))
-    result = op.Mul(result, op.Where(negative_zero, op.Neg(one), one))
-    nan = op.Or(op.IsNaN(x), op.IsNaN(y))
-    return op.Where(nan, ctx.const(np.asarray(np.nan, dtype=dtype)), result)
