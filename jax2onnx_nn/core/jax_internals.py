@@ -178,7 +178,8 @@ def primitive_impl_jaxpr(prim: Any, params: dict[str, Any], avals: list[Any]) ->
     # JAX >= 0.12 defines some jnp functions (searchsorted, frexp, ldexp, nonzero, ...) as
     # "hijax" primitives, all bound as ``call_hi_primitive``; ``to_lojax`` is their expansion
     # into ordinary lax primitives, while ``impl`` would bind them again.
-    impl = getattr(prim, "to_lojax", None) or getattr(prim, "impl", None)
+    hi = prim.name == "call_hi_primitive" and hasattr(prim, "to_lojax")
+    impl = prim.to_lojax if hi else getattr(prim, "impl", None)
     if impl is None:
         return None
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]

@@ -164,7 +164,11 @@ def from_bits(ctx: LoweringContext, bits: ir.Value, dtype: Any) -> ir.Value:
 
 # -- bitcast_convert_type ---------------------------------------------------------------------
 
-@lowering("bitcast_convert_type", onnx_ops=("BitCast", "BitShift", "BitwiseAnd", "BitwiseOr", "Gather", "Div", "Mul", "Where", "Cast", "Abs", "Add", "And", "Equal", "Greater", "GreaterOrEqual", "IsNaN", "Less", "Or"))
+# the ONNX ops of float_to_bits and bits_to_float
+_BIT_OPS = ("BitCast", "Abs", "GreaterOrEqual", "Gather", "Where", "Add", "Div", "Less", "Cast", "BitwiseAnd", "BitShift", "BitwiseOr", "Mul", "Equal", "And", "Or", "IsNaN", "Greater")
+
+
+@lowering("bitcast_convert_type", onnx_ops=(*_BIT_OPS, "Concat", "Unsqueeze"))
 def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any, **_: Any) -> ir.Value:
     source, target = onnx_aval(ctx.aval_in)[0], onnx_aval(ctx.aval_out)[0]
     if np.bool_ in (source, target):
@@ -206,7 +210,7 @@ _NATIVE_TARGETS = {
 }
 
 
-@lowering("reduce_precision", onnx_ops=("Cast", "BitwiseAnd", "BitShift", "Add", "Where"))
+@lowering("reduce_precision", onnx_ops=(*_BIT_OPS, "LessOrEqual"))
 def _reduce_precision(ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, mantissa_bits: int) -> ir.Value:
     """XLA's ReducePrecision: round the mantissa to ``mantissa_bits`` (to nearest, ties to
     even), then values whose exponent is above the reduced range become ±inf and values below
@@ -267,7 +271,7 @@ def _nextafter_constants(dtype: np.dtype) -> dict[str, float]:
     }
 
 
-@lowering("nextafter", onnx_ops=("Abs", "Mul", "Add", "Sub", "Div", "Where"))
+@lowering("nextafter", onnx_ops=(*_BIT_OPS, "Sub", "Max", "Neg", "IsInf"))
 def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
     dtype = onnx_aval(ctx.aval_out)[0]
     if dtype.itemsize == 2:
@@ -328,7 +332,7 @@ def _nextafter_by_bits(ctx: LoweringContext, x: ir.Value, y: ir.Value, dtype: np
 
 # -- integer bit counts -------------------------------------------------------------------------
 
-@lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Sub", "Mul"))
+@lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Sub", "Mul", "Cast"))
 def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     """The SWAR count: bits summed in pairs, nibbles, bytes; a multiply adds up the bytes."""
     dtype = onnx_aval(ctx.aval_in)[0]

@@ -378,7 +378,7 @@ def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_:
 
 # -- selection, clamping, conversion --------------------------------------------------------
 
-@lowering("select_n", onnx_ops=("Where", "Equal"))
+@lowering("select_n", onnx_ops=("Where", "Equal", "And", "Div", "Less", "Mul"))
 def _select_n(ctx: LoweringContext, which: ir.Value, *cases: ir.Value) -> ir.Value:
     if len(cases) == 1:
         return ctx.op.Identity(cases[0])
