@@ -96,7 +96,7 @@ def test_nnx_module_in_a_closure_exports_like_the_module(form, nnx_direct):
     ops, nodes, weights = _summary(to_onnx(NNX_FORMS[form], [("B", 4)]))
     assert ops == nnx_direct[0] == ["Gemm", "BatchNormalization", "Gelu", "Gemm"]  # inference mode
     assert nodes == nnx_direct[1] and nodes[0] == "linear1/Gemm"
-    assert weights == nnx_direct[2] and "linear1.kernel" in weights and "bn.mean" in weights
+    assert weights == nnx_direct[2] and {"linear1.kernel", "linear2.kernel"} <= set(weights)
     assert NET.bn.use_running_average is None or not NET.bn.use_running_average  # the user's module is unchanged
 
 
