@@ -1,0 +1,49 @@
+"""The README's runtime table is generated from tests/runtime_matrix.txt, and the record holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from jax2onnx_nn.core.runtimes import missing_reason
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_runtime_table", ROOT / "scripts" / "gen_runtime_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+RECORD = GEN.read_record()
+
+
+def test_runtime_table_is_generated_from_the_record() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_runtime_table.py"), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(RECORD) == {(m, r) for m in GEN.MODELS for r in GEN.RUNTIMES}
+
+
+def _pairs(models: tuple[str, ...]) -> list:
+    return [
+        pytest.param(m, r, marks=pytest.mark.skipif(missing_reason(r) is not None, reason=str(missing_reason(r))))
+        for m in models for r in GEN.RUNTIMES
+    ]
+
+
+@pytest.mark.parametrize(("model", "runtime"), _pairs(("jax_mlp", "gru")))
+def test_recorded_results_hold(model: str, runtime: str) -> None:
+    assert GEN.check_pair(model, runtime) == RECORD[(model, runtime)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "runtime"), _pairs(GEN.MODELS))
+def test_full_matrix_holds(model: str, runtime: str) -> None:
+    assert GEN.check_pair(model, runtime) == RECORD[(model, runtime)]
