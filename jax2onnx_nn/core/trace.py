@@ -37,6 +37,8 @@ def trace(fn: Callable[..., Any], specs: InputSpecs, arg_names: Sequence[str] = 
     """Trace ``fn(*args, **kwargs)`` with symbolic shapes; closed-over arrays become consts.
 
     Raises:
+        ConversionError: the function uses a graph input as a Python bool / int / array
+            (``if deterministic:``); the message names the user's line and the fix.
         SpecError: JAX rejected the shapes while tracing (``dot_general requires contracting
             dimensions ...``); the message lists the input specs and the user's source line.
     """
@@ -49,8 +51,8 @@ def trace(fn: Callable[..., Any], specs: InputSpecs, arg_names: Sequence[str] = 
 
     try:
         closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
-    except _VALUE_ERRORS:
-        raise
+    except _VALUE_ERRORS as err:
+        raise _value_error(err, specs, arg_names) from None
     except (SpecError, ConversionError):
         raise
     except _SHAPE_ERRORS as err:
@@ -81,6 +83,31 @@ def _spec_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str])
     spec_error = SpecError("\n".join(lines))
     spec_error.jax_error = err  # type: ignore[attr-defined]
     return spec_error
+
+
+def _value_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str]) -> ConversionError:
+    """A ConversionError for Python control flow on a graph input (``if deterministic:``,
+    ``int(n)``): where the user's code does it, and the two ways out. The JAX error stays
+    reachable as ``.jax_error``."""
+    where = user_frame(err.__traceback__)
+    text = _ANSI.sub("", str(err)).strip().splitlines()
+    lines = [
+        "a graph input is used as a Python value while tracing (an ONNX graph cannot branch in Python): "
+        f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": "),
+    ]
+    if where:
+        lines.append(f"  at {where}")
+    lines.append("inputs of the graph:")
+    lines += [f"  {line}" for line in specs.describe(arg_names)]
+    lines.append(
+        "Fix: compute both branches with jnp.where(flag, a, b) or lax.cond(flag, ...), so the flag "
+        "stays a runtime input; or make it static: leave it out of input_params and bind it with "
+        "functools.partial(fn, deterministic=True) (a layer flag such as nnx.Dropout(deterministic=...) "
+        "must be a Python bool)."
+    )
+    error = ConversionError("\n".join(lines))
+    error.jax_error = err  # type: ignore[attr-defined]
+    return error
 
 
 def user_frame(tb: Any) -> str:

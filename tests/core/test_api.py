@@ -93,6 +93,20 @@ def test_input_params_become_named_runtime_inputs():
     assert sess_out.ok
 
 
+def test_python_branch_on_a_runtime_flag_names_the_line_and_the_fix():
+    def f(x, *, deterministic=False):
+        if deterministic:  # the line the error names
+            return x
+        return x * 2.0
+
+    with pytest.raises(ConversionError) as info:
+        to_onnx(f, [("B", 3)], input_params={"deterministic": True})
+    text = str(info.value)
+    assert f"{__file__}:{f.__code__.co_firstlineno + 1} (f)" in text
+    assert "deterministic: bool[]" in text and "jnp.where" in text and "lax.cond" in text and "functools.partial" in text
+    assert info.value.__cause__ is None and isinstance(info.value.jax_error, jax.errors.TracerBoolConversionError)
+
+
 def test_closed_over_arrays_are_initializers_and_not_duplicated():
     w = jnp.arange(12.0).reshape(3, 4)
 
