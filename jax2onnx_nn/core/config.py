@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jax2onnx_nn.core.errors import SpecError
 from jax2onnx_nn.core.registry import Registration, normalize_overrides
 from jax2onnx_nn.core.targets import Target, get_target
 
@@ -89,6 +90,8 @@ class ExportConfig:
         functions = self.functions or ("keep" if profile.model_functions else "inline")
         if functions not in ("keep", "inline"):
             raise ValueError(f"functions must be 'keep' or 'inline', got {functions!r}")
+        if isinstance(self.constraints, str):
+            raise SpecError(f"constraints must be a sequence of strings, got the string {self.constraints!r}: write ({self.constraints!r},)")
         normalized = {
             "opset": opset,
             "target": profile,
