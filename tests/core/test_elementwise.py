@@ -89,6 +89,14 @@ def test_binary_float(name, dtype, data):
     assert_exports_match_on(BINARY_FLOAT[name], x, y, enable_double_precision=dtype == np.float64)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_atan2_on_every_pair_of_special_values(dtype):
+    """Signed zeros, infinities, NaN and ordinary numbers in every combination (C's atan2 cases)."""
+    special = np.asarray([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-30, -3.5], dtype)
+    y, x = (a.ravel() for a in np.meshgrid(special, special, indexing="ij"))
+    assert_exports_match_on(jnp.arctan2, y, x, enable_double_precision=dtype == np.float64)
+
+
 BINARY_INT = {
     "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "max": jnp.maximum,
     "min": jnp.minimum, "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,

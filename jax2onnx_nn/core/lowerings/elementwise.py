@@ -301,8 +301,8 @@ def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value, **_: object) -> ir.Va
     both_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Equal(y, zero))
     zero_case = ctx.op.Mul(sign_y, ctx.op.Where(neg_x, pi, zero))
     r = ctx.op.Where(both_zero, zero_case, r)
-    # x == 0, y != 0: +-pi/2
-    x_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Not(ctx.op.Equal(y, zero)))
+    # x == 0, y a nonzero number: +-pi/2 (a NaN y stays NaN, so not Not(y == 0))
+    x_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Greater(ctx.op.Abs(y), zero))
     return ctx.op.Where(x_zero, ctx.op.Mul(sign_y, ctx.const(np.pi / 2, like=x)), r)
 
 
