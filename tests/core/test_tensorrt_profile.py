@@ -1,0 +1,41 @@
+"""The tensorrt profile, checked statically (no GPU here): every op an export for it emits is in
+onnx-tensorrt's supported-operator list, at an opset it imports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from jax2onnx_nn import TARGETS, to_onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import benchmarks.models as models  # noqa: E402
+
+
+def _all_ops(model: onnx.ModelProto) -> set[str]:
+    ops: set[str] = set()
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            ops.add(node.op_type)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+
+    walk(model.graph)
+    return ops
+
+
+@pytest.mark.parametrize("name", [
+    "jax_mlp", "eqx_mlp", "gru", "heat_fori",
+    *[pytest.param(n, marks=pytest.mark.slow) for n in ("flax_mlp", "cnn", "eqx_transformer", "eqx_vit", "vit", "heat_while", "gpt2_small")],
+])
+def test_benchmark_models_export_for_tensorrt_with_supported_ops_only(name: str) -> None:
+    fn, specs, options = getattr(models, name)()
+    options = {k: v for k, v in options.items() if k != "opset"}  # TensorRT 10.0 imports opsets <= 20
+    model = to_onnx(fn, specs, target="tensorrt", **options)
+    assert not model.functions and model.opset_import[0].version <= 20
+    assert _all_ops(model) <= TARGETS["tensorrt"].ops, _all_ops(model) - TARGETS["tensorrt"].ops
