@@ -373,3 +373,48 @@ def test_population_count_is_a_few_nodes() -> None:
     with x64(True):
         model = to_onnx(lax.population_count, [((3,), np.uint64)], enable_double_precision=True)
     assert len(model.graph.node) <= 12
+
+
+# -- total-order comparisons and what JAX builds on them -----------------------------------------
+
+def test_total_order_comparisons_match_jax() -> None:
+    """lt_to/le_to/eq_to on every pair of edge values (-0.0 < +0.0, NaN above +inf)."""
+    from jax._src.lax import lax as lax_internal
+
+    v = np.asarray([np.nan, -np.inf, -1.0, -1e-45, -0.0, 0.0, 1e-45, 1.0, np.inf], np.float32)
+    a, b = (t.ravel() for t in np.meshgrid(v, v, indexing="ij"))
+    prims = [lax_internal.lt_to_p, lax_internal.le_to_p, lax_internal.eq_to_p]
+    actual, expected = run(lambda x, y: tuple(p.bind(x, y) for p in prims), a, b)
+    for got, want in zip(actual, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+sorted_floats = st.lists(st.sampled_from([-np.inf, -2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, np.inf, np.nan]), min_size=1, max_size=8)
+
+
+@given(data=st.data(), side=st.sampled_from(["left", "right"]), method=st.sampled_from(["scan", "scan_unrolled", "sort", "compare_all"]))
+def test_searchsorted_and_digitize_match_jax(data: st.DataObject, side: str, method: str) -> None:
+    edges = np.sort(np.asarray(data.draw(sorted_floats), np.float32))
+    queries = np.asarray(data.draw(sorted_floats), np.float32)
+    actual, expected = run(
+        lambda a, v: (jnp.searchsorted(a, v, side=side, method=method), jnp.digitize(v, a, right=side == "right")), edges, queries
+    )
+    for got, want in zip(actual, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@given(x=st.lists(st.floats(-4, 4, width=32), min_size=1, max_size=12), bins=st.integers(1, 5))
+def test_histograms_bincount_interp_match_jax(x: list[float], bins: int) -> None:
+    v = np.asarray(x, np.float32)
+    w = v[::-1].copy()
+    actual, expected = run(
+        lambda a, b: (
+            jnp.histogram(a, bins=bins)[0], jnp.histogram2d(a, b, bins=bins)[0],
+            jnp.histogramdd(jnp.stack([a, b], axis=1), bins=bins)[0],
+            jnp.bincount(jnp.clip(a, 0, 4).astype(np.int32), length=5),
+            jnp.interp(a, jnp.arange(-3.0, 4.0), jnp.arange(-3.0, 4.0) ** 2),
+        ),
+        v, w,
+    )
+    for got, want in zip(actual, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

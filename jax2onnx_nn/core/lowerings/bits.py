@@ -374,3 +374,45 @@ def _clz(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     assert count is not None
     count = op.Add(count, op.Cast(op.Equal(v, u(0)), to=ir_dtype(utype)))  # x == 0: all `width`
     return from_bits(ctx, count, dtype)
+
+
+# -- total-order comparisons ------------------------------------------------------------------
+# XLA's total order of floats: -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN. A NaN's sign
+# is invisible below opset 26, so every NaN ranks as +NaN (JAX's searchsorted and sort
+# canonicalize NaNs to +NaN before comparing, so they agree). Integers compare as usual.
+
+def _total_lt(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
+    op = ctx.op
+    if not is_float(onnx_aval(ctx.aval_in)[0]):
+        return op.Less(x, y)
+    zeros = op.And(op.Equal(x, y), _is_negative_zero(ctx, x))
+    below = op.Or(op.Less(x, y), op.And(zeros, op.Not(_is_negative_zero(ctx, y))))
+    return op.And(op.Not(op.IsNaN(x)), op.Or(op.IsNaN(y), below))
+
+
+def _total_eq(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
+    op = ctx.op
+    if not is_float(onnx_aval(ctx.aval_in)[0]):
+        return op.Equal(x, y)
+    same_sign = op.Equal(_is_negative_zero(ctx, x), _is_negative_zero(ctx, y))
+    return op.Or(op.And(op.Equal(x, y), same_sign), op.And(op.IsNaN(x), op.IsNaN(y)))
+
+
+_TOTAL_ORDER_OPS = ("Less", "Equal", "And", "Or", "Not", "IsNaN", "Div")
+
+
+@lowering("lt_to", onnx_ops=_TOTAL_ORDER_OPS)
+def _lt_to(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+    return _total_lt(ctx, x, y)
+
+
+@lowering("le_to", onnx_ops=(*_TOTAL_ORDER_OPS, "LessOrEqual"))
+def _le_to(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+    if not is_float(onnx_aval(ctx.aval_in)[0]):
+        return ctx.op.LessOrEqual(x, y)
+    return ctx.op.Or(_total_lt(ctx, x, y), _total_eq(ctx, x, y))
+
+
+@lowering("eq_to", onnx_ops=_TOTAL_ORDER_OPS)
+def _eq_to(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+    return _total_eq(ctx, x, y)
