@@ -98,10 +98,11 @@ def run_demo(out_dir: str = "out") -> int:
     Returns the exit code: 0 all verified, 1 a mismatch, 4 onnxruntime is not installed (one
     line naming the extra and the files written so far).
     """
-    from jax2onnx_nn.__main__ import MISSING_EXTRA, _summary
+    from jax2onnx_nn.__main__ import MISSING_EXTRA
     from jax2onnx_nn.core.api import to_onnx
     from jax2onnx_nn.core.runtimes import RuntimeUnavailable
     from jax2onnx_nn.core.verify import verify
+    from jax2onnx_nn.summary import model_summary
 
     os.makedirs(out_dir, exist_ok=True)
     failures = 0
@@ -122,7 +123,7 @@ def run_demo(out_dir: str = "out") -> int:
         print(f"== {demo.name}: {demo.what}")
         print(f"   {path} (exported in {seconds:.2f}s); {status} vs JAX in onnxruntime at {_sizes_text(report)}: "
               f"max abs err {report.max_abs:.2g}, max rel err {report.max_rel:.2g} (tolerance {_tolerance_text(report)})")
-        print(_summary(model))
+        print(model_summary(model))
         if not report.ok:
             print(report)
             failures += 1
