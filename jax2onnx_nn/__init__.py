@@ -16,9 +16,16 @@ with builtin_rules():  # the rules our modules register on import are the built-
     from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
     from jax2onnx_nn.core.registry import lowering, register
     from jax2onnx_nn.core.runtimes import RUNTIMES, RuntimeUnavailable
+    from jax2onnx_nn.core.session import register_adapter
     from jax2onnx_nn.core.targets import TARGETS, Target
     from jax2onnx_nn.core.verify import VerifyReport, verify
 load_builtins()
+
+# The adapters shipped with the package, each imported by the first export that runs while
+# its framework is imported (core names no framework; other packages register theirs through
+# the entry-point group "jax2onnx_nn.adapters").
+register_adapter("flax.nnx", "jax2onnx_nn.flax.adapter", library="flax")
+register_adapter("equinox", "jax2onnx_nn.equinox.adapter", library="equinox")
 
 __version__ = "0.1.0"
 

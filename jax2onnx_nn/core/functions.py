@@ -24,10 +24,11 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.calls import trace_call
 from jax2onnx_nn.core.graph import GraphBuilder, set_type
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
-from jax2onnx_nn.core.patching import active_options, trace_call
 from jax2onnx_nn.core.registry import lowering
+from jax2onnx_nn.core.session import active_options
 from jax2onnx_nn.core.symbolic import DimEvaluator
 
 DOMAIN = "jax2onnx_nn"

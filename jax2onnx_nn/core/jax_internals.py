@@ -85,9 +85,15 @@ def dim_vars(d: Any) -> set[str]:
 
 
 # Frames that are not the user's line either: this package (coarse-op wrappers, batching
-# rules), and the frameworks whose layers the user calls.
+# rules), JAX, numpy and the frameworks whose layers the user calls (their adapters add them).
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_FRAMEWORKS = ("jax", "numpy", "flax", "equinox", "keras")
+_FRAMEWORKS: list[str] = ["jax", "numpy"]
+
+
+def add_library_package(name: str) -> None:
+    """Frames in the top-level package ``name`` (a framework) are library code, not the user's."""
+    if name not in _FRAMEWORKS:
+        _FRAMEWORKS.append(name)
 
 
 def library_dirs() -> tuple[str, ...]:

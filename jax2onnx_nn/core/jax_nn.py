@@ -26,20 +26,19 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import ir_dtype
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
-from jax2onnx_nn.core.patching import (
+from jax2onnx_nn.core.calls import is_array
+from jax2onnx_nn.core.coarse import (
     CoarseCall,
-    ExportConfig,
     Handler,
     NotApplicable,
     Operands,
-    Prepared,
     coarse_lowering,
     coarse_wrapper,
-    is_array,
-    patch,
 )
+from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.session import Prepared, patch, register_adapter
 
 MakeWrapper = Callable[[Any], Any]
 
@@ -286,7 +285,7 @@ def substitute(value: Any) -> Any:
 
 @contextlib.contextmanager
 def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
-    """The adapter of ``jax.nn`` (see ``core/patching.py``): its patches, for every export
+    """The adapter of ``jax.nn`` (see ``core/session.py``): its patches, for every export
     (an exported ``jax.nn.gelu`` itself is one of the captured functions)."""
     if not options.coarse_ops:
         yield prepared
@@ -297,5 +296,8 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
             stack.enter_context(patch(owner, name, make_wrapper))
         yield Prepared(substitute(prepared.fn), prepared.const_names)
 
+
+
+register_adapter("jax", __name__)  # its patches apply to every export
 
 __all__ = ["ACTIVATIONS", "Activation", "cast_operand", "export_session", "namespace_patches", "shared", "substitute"]

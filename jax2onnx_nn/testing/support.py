@@ -8,13 +8,12 @@ The README's table (``scripts/gen_support_table.py``) and ``jax2onnx-nn ops`` re
 
 from __future__ import annotations
 
-import importlib
 import pathlib
 from dataclasses import dataclass
 
-from jax2onnx_nn.core import patching
+from jax2onnx_nn.core import coarse, session
 from jax2onnx_nn.core.api import MIN_OPSET
-from jax2onnx_nn.core.patching import ModuleRow
+from jax2onnx_nn.core.coarse import ModuleRow
 
 RECORD = pathlib.Path(__file__).resolve().parents[2] / "tests" / "lowered_primitives.txt"
 
@@ -53,18 +52,15 @@ def support_rows(tested: set[str] | None = None) -> list[SupportRow]:
     return rows
 
 
-ADAPTER_MODULES = ("jax2onnx_nn.core.jax_nn", "jax2onnx_nn.flax.coarse", "jax2onnx_nn.equinox.coarse")
-
-
 def module_rows() -> list[ModuleRow]:
-    """The modules and functions mapped to coarse ops, of every adapter whose framework is
-    installed (importing it declares them)."""
-    for name in ADAPTER_MODULES:
+    """The modules and functions mapped to coarse ops, of every registered adapter whose
+    framework is installed (importing the adapter declares them)."""
+    for adapter in session.adapters():
         try:
-            importlib.import_module(name)
+            session.import_adapter(adapter)
         except ImportError:  # the framework is not installed: its adapter has no rows
             continue
-    return patching.module_rows()
+    return coarse.module_rows()
 
 
 def module_support_rows(tested: set[str] | None = None) -> list[SupportRow]:

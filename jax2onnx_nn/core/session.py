@@ -1,0 +1,145 @@
+"""Export sessions: what adapters change while an export runs, and only then.
+
+:func:`export_session` wraps one export: it takes a process-wide lock (patched classes are
+process-wide), applies the patches registered with :func:`add_session_patch`, lets every
+registered adapter whose framework is imported prepare the callable (an inference-mode copy,
+names for its arrays) and enter its own patches, and undoes all of it on exit, on
+exceptions too. :func:`active_options` tells patched code whether this thread is exporting.
+
+Core names no framework: an adapter registers itself with :func:`register_adapter` (the
+package's own adapters in ``jax2onnx_nn/__init__.py``; other packages through the entry-point
+group ``jax2onnx_nn.adapters``: name = the framework module that enables it, value = the
+adapter module). An adapter module defines
+``export_session(prepared: Prepared, options: ExportConfig) -> ContextManager[Prepared]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.registry import builtin_rules
+
+
+@dataclass
+class Prepared:
+    """The callable to trace and the initializer names of the arrays it closes over."""
+
+    fn: Callable[..., Any]
+    const_names: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A framework adapter: imported by the first export that runs while ``trigger`` (a
+    module name) is imported; ``library``: the framework's top package, whose frames are not
+    the user's source line."""
+
+    trigger: str
+    module: str
+    library: str | None = None
+
+
+_ADAPTERS: dict[str, Adapter] = {}
+_PLUGINS_LOADED = False
+
+
+def register_adapter(trigger: str, module: str, *, library: str | None = None) -> None:
+    """Register the adapter ``module`` for the framework module ``trigger`` (again: replaced)."""
+    _ADAPTERS[module] = Adapter(trigger, module, library)
+    if library is not None:
+        jxi.add_library_package(library)
+
+
+def adapters() -> list[Adapter]:
+    """The registered adapters (entry-point plugins loaded on the first call), in order."""
+    global _PLUGINS_LOADED
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        for entry in importlib.metadata.entry_points(group="jax2onnx_nn.adapters"):
+            register_adapter(entry.name, entry.value, library=entry.name.partition(".")[0])
+    return list(_ADAPTERS.values())
+
+
+def import_adapter(adapter: Adapter) -> Any:
+    """The adapter's module (its rules registered as built-ins)."""
+    with builtin_rules():
+        return importlib.import_module(adapter.module)
+
+
+_SESSION_PATCHES: list[tuple[Any, str, Callable[[Any], Any]]] = []
+
+
+def add_session_patch(owner: Any, name: str, make_wrapper: Callable[[Any], Any]) -> None:
+    """While an export with ``coarse_ops`` runs, ``owner.name`` is ``make_wrapper(original)``
+    (a later patch of the same attribute replaces the earlier one)."""
+    _SESSION_PATCHES[:] = [entry for entry in _SESSION_PATCHES if (entry[0], entry[1]) != (owner, name)]
+    _SESSION_PATCHES.append((owner, name, make_wrapper))
+
+
+_LOCK = threading.RLock()
+_STATE = threading.local()
+
+
+def active_options() -> ExportConfig | None:
+    """The options of the export running in this thread, or None outside exports."""
+    return getattr(_STATE, "options", None)
+
+
+@contextlib.contextmanager
+def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) -> Iterator[Prepared]:
+    """Prepare ``fn`` for tracing and keep the adapters' patches applied meanwhile.
+
+    Exports are serialised by a lock. A nested export (an export started while tracing
+    another one, in the same thread) reuses the patches of the outer one.
+    """
+    options = ExportConfig() if options is None else options
+    with _LOCK, contextlib.ExitStack() as stack:
+        previous = active_options()
+        prepared = Prepared(fn)
+        if previous is None:
+            if options.coarse_ops:
+                for owner, name, make_wrapper in _SESSION_PATCHES:
+                    stack.enter_context(patch(owner, name, make_wrapper))
+            for adapter in adapters():
+                if adapter.trigger in sys.modules:
+                    prepared = stack.enter_context(import_adapter(adapter).export_session(prepared, options))
+        _STATE.options = options
+        try:
+            yield prepared
+        finally:
+            _STATE.options = previous
+
+
+@contextlib.contextmanager
+def patch(owner: Any, name: str, make_wrapper: Callable[[Any], Any]) -> Iterator[None]:
+    """Replace ``owner.name`` by ``make_wrapper(original)``; restore it on exit.
+
+    For a class, only an attribute defined by the class itself is restored as such; an
+    inherited one is removed again, so the class goes back to inheriting it.
+    """
+    own = vars(owner) if isinstance(owner, type) else None
+    had_own = own is None or name in own
+    original = own[name] if own is not None and name in own else getattr(owner, name)
+    setattr(owner, name, make_wrapper(original))
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+__all__ = [
+    "Adapter", "Prepared", "active_options", "add_session_patch", "adapters", "export_session",
+    "import_adapter", "patch", "register_adapter",
+]
