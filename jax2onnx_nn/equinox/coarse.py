@@ -35,6 +35,7 @@ from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
+    Handler,
     NotApplicable,
     Operands,
     active_options,
@@ -47,7 +48,6 @@ from jax2onnx_nn.core.patching import (
 )
 from jax2onnx_nn.equinox.functions import without_named_scope
 
-Handler = Callable[..., Any]
 MakeWrapper = Callable[[Any], Any]
 
 _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})

@@ -29,6 +29,7 @@ from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
+    Handler,
     NotApplicable,
     Operands,
     coarse_lowering,
@@ -37,8 +38,6 @@ from jax2onnx_nn.core.patching import (
     is_array,
     overrides_nothing,
 )
-
-Handler = Callable[..., Any]
 
 _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _ALLOWED_OVERRIDES = frozenset({"__init__", "__init_subclass__", "__call__"})
