@@ -38,7 +38,7 @@ def _pairs(models: tuple[str, ...]) -> list:
     ]
 
 
-@pytest.mark.parametrize(("model", "runtime"), _pairs(("jax_mlp", "gru")))
+@pytest.mark.parametrize(("model", "runtime"), _pairs(("jax_mlp",)))
 def test_recorded_results_hold(model: str, runtime: str) -> None:
     assert GEN.check_pair(model, runtime) == RECORD[(model, runtime)]
 
