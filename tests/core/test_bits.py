@@ -14,7 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
@@ -403,6 +403,7 @@ def test_searchsorted_and_digitize_match_jax(data: st.DataObject, side: str, met
         np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=max(2, settings.default.max_examples // 2))  # five exports per example
 @given(x=st.lists(st.floats(-4, 4, width=32), min_size=1, max_size=12), bins=st.integers(1, 5))
 def test_histograms_bincount_interp_match_jax(x: list[float], bins: int) -> None:
     v = np.asarray(x, np.float32)
