@@ -26,6 +26,7 @@ load_builtins()
 # the entry-point group "jax2onnx_nn.adapters").
 register_adapter("flax.nnx", "jax2onnx_nn.flax.adapter", library="flax")
 register_adapter("equinox", "jax2onnx_nn.equinox.adapter", library="equinox")
+register_adapter("keras", "jax2onnx_nn.keras.adapter", library="keras")
 
 __version__ = "0.1.0"
 

@@ -48,6 +48,12 @@ def test_sequential_dense():
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8,)), layers.Dense(16, activation="relu"), layers.Dense(4)])
     onnx_model = _export(model, [S("batch", 8)])
+    # weights named by their Keras variable paths, also from a global or a dict holding the model
+    names = {i.name for i in onnx_model.graph.initializer}
+    assert {f"{layer.name}.kernel" for layer in model.layers} <= names  # dense.kernel, dense_1.kernel
+    held = {"net": model}
+    from_dict = to_onnx(lambda x: held["net"](x, training=False), [S("batch", 8)])
+    assert {i.name for i in from_dict.graph.initializer} == names
     assert _ops(onnx_model).count("MatMul") == 2 and "Relu" in _ops(onnx_model)
     assert _dims(onnx_model.graph.input[0]) == ["batch", 8] and _dims(onnx_model.graph.output[0]) == ["batch", 4]
 

@@ -1,0 +1,59 @@
+"""The Keras side of an export session (see ``core/patching.py``): the Keras models and layers
+the exported callable reaches (``lambda *xs: model(*xs, training=False)``, a global, a dict of
+models; ``core/reach.py``) give their weights' initializer names, from each variable's path
+(``sequential/dense/kernel`` -> ``dense.kernel``, the top-level model's own name left out)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import keras
+
+from jax2onnx_nn.core import reach
+from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.patching import Prepared
+
+
+def _is_layer(value: Any) -> bool:
+    return isinstance(value, keras.layers.Layer)
+
+
+def _holds(value: Any) -> bool:
+    return reach.containers_hold(value, _is_layer)
+
+
+def _layers(value: Any) -> Iterator[Any]:
+    if _is_layer(value):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _layers(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _layers(v)
+
+
+def variable_names(layers: list[Any]) -> dict[int, str]:
+    """id(array) -> dotted variable path, for every variable of the layers (first wins)."""
+    names: dict[int, str] = {}
+    several = len(layers) > 1
+    for layer in layers:
+        for variable in layer.variables:
+            parts = variable.path.split("/")
+            if not several and len(parts) > 1 and parts[0] == layer.name:
+                parts = parts[1:]  # the exported model's own name says nothing
+            names.setdefault(id(variable.value), ".".join(parts))
+    return names
+
+
+@contextlib.contextmanager
+def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
+    del options  # Keras layers take training= themselves; nothing is patched
+    _, roots = reach.retarget(prepared.fn, _holds, lambda value: value)
+    layers = list({id(layer): layer for root in roots.values() for layer in _layers(root)}.values())
+    if not layers:
+        yield prepared
+        return
+    yield Prepared(prepared.fn, {**variable_names(layers), **prepared.const_names})
