@@ -84,7 +84,8 @@ def to_onnx(
     elif external_data is not None:
         raise ValueError("external_data needs a path to write the weights beside")
     model = export_model(fn, inputs, config, **options)
-    saved = None if path is None else save_model(model, path, external_data=external_data)
+    progress = model.meta.get("jax2onnx_nn.progress")
+    saved = None if path is None else save_model(model, path, external_data=external_data, progress=progress)
     return ir.to_proto(model) if saved is None else saved
 
 
@@ -146,14 +147,20 @@ def export_model(
          "jax2onnx_nn.target": config.target.name}
     )
     lowered_at = time.perf_counter()
+    progress = lowerer.progress
+    progress.update("passes", 0, 3)
     apply_layout(model, config.inputs_as_nchw, config.outputs_as_nchw)
+    progress.update("passes", 1, 3)
     if config.functions == "inline":
         inline_functions(model)
     cleanup(model)
     if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
         cleanup(model)
+    progress.update("passes", 2, 3)
     fill_missing_types(model)
     _check_target_ops(model, config.target)
+    progress.close()
+    model.meta["jax2onnx_nn.progress"] = progress
     if timings is not None:
         timings.update(trace=traced_at - started, lower=lowered_at - traced_at, passes=time.perf_counter() - lowered_at)
     return model

@@ -79,6 +79,9 @@ class ExportConfig:
     functions: str | None = _option(
         None, "``\"keep\"`` ONNX functions or ``\"inline\"`` their bodies (node names keep the call's "
         "name as prefix); default: keep, except for targets without model-local functions.")
+    progress: bool | None = _option(
+        None, "show progress on stderr (equations lowered, passes, weights written) once an export "
+        "runs past ~2 s; default: when stderr is a terminal.")
 
     def __post_init__(self) -> None:
         profile = get_target(self.target)

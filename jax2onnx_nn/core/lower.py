@@ -20,6 +20,7 @@ from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.graph import GraphBuilder, ir_shape, set_type
+from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator
 from jax2onnx_nn.core.targets import Target
@@ -56,6 +57,8 @@ class Lowerer:
     def __init__(self, builder: GraphBuilder, config: ExportConfig) -> None:
         self.root = builder
         self.config = config
+        self.progress = Progress(config.progress)
+        self._lowering = False  # inside the top-level jaxpr (its equations are what progress counts)
         self.dims = DimEvaluator(builder)
         self.unsupported: dict[str, list[str]] = defaultdict(list)
         self._consts: dict[int, tuple[Any, ir.Value]] = {}
@@ -98,7 +101,11 @@ class Lowerer:
         if len(inputs) != len(jaxpr.invars):
             raise ValueError(f"jaxpr takes {len(jaxpr.invars)} inputs, got {len(inputs)}")
         env.update(zip(jaxpr.invars, inputs, strict=True))
-        for eqn in jaxpr.eqns:
+        top = builder is self.root and not self._lowering
+        self._lowering = True
+        for i, eqn in enumerate(jaxpr.eqns):
+            if top:
+                self.progress.update("lowering equations", i, len(jaxpr.eqns))
             outs = self.lower_eqn(eqn, [read(a) for a in eqn.invars], builder)
             for var, value in zip(eqn.outvars, outs, strict=True):
                 if not isinstance(var, jxi.DropVar):

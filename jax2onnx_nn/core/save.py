@@ -27,6 +27,7 @@ import onnx
 import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import tensor_bytes
+from jax2onnx_nn.core.progress import Progress
 
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000  # bytes of weights above which files get external data
 PROTOBUF_LIMIT = 2**31 - 1  # a serialized protobuf message is at most this long
@@ -51,7 +52,9 @@ def check_path(path: str | os.PathLike[str]) -> str:
     return text
 
 
-def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None) -> onnx.ModelProto | None:
+def save_model(
+    model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None, progress: Progress | None = None
+) -> onnx.ModelProto | None:
     """Write ``model`` to ``path`` atomically, never holding a second copy of its weights.
 
     Args:
@@ -79,30 +82,39 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
             f"the model has {weight_bytes / 1e9:.2f} GB of weights, above protobuf's 2 GB limit for one file; "
             "save with external_data=True (or leave it at None to decide by size)"
         )
-    if external:
-        return _save_external(model, path, streamed)
-    _save_single(model, path, streamed)
-    return None
+    progress = progress or Progress()
+    try:
+        if external:
+            return _save_external(model, path, streamed, progress)
+        _save_single(model, path, streamed, progress)
+        return None
+    finally:
+        progress.close()
 
 
-def _save_single(model: ir.Model, path: str, streamed: list[ir.Value]) -> None:
+def _save_single(model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress) -> None:
     """One file: the model without the streamed initializers, then one fragment per tensor."""
     header = _without_initializers(model, streamed).SerializeToString()
     with _replacing(path) as out:
         out.write(header)
+        written, total = 0, sum(v.const_value.nbytes for v in streamed)
         for value in streamed:
+            progress.update("writing weights", written, total, "B")
             _write_initializer_fragment(out, value)
+            written += value.const_value.nbytes
 
 
-def _save_external(model: ir.Model, path: str, streamed: list[ir.Value]) -> onnx.ModelProto:
+def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress) -> onnx.ModelProto:
     """The raw bytes of each streamed tensor in ``<path>.data``; the model references them."""
     location = os.path.basename(path) + ".data"
     base_dir = os.path.dirname(os.path.abspath(path))
     saved = [(value, value.const_value) for value in streamed]
     references = []
+    total = sum(tensor.nbytes for _, tensor in saved)
     with _replacing(os.path.join(base_dir, location)) as data:
         offset = 0
         for value, tensor in saved:
+            progress.update("writing weights", offset, total, "B")
             offset += data.write(b"\0" * (-offset % _ALIGNMENT))
             length = data.write(tensor_bytes(tensor))
             references.append(ir.ExternalTensor(
