@@ -9,6 +9,7 @@ dtypes) is reached through the small functions below.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -207,6 +208,35 @@ def _binds(jaxpr: Any, prim: Any) -> bool:
             if _binds(sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub, prim):
                 return True
     return False
+
+
+# lax special functions that JAX lowers through its own JAX code (series, continued fractions
+# and Chebyshev sums in jax/_src/lax/special.py, the port of XLA's math library): the names of
+# those implementations, and whether they take the computation dtype.
+_SPECIAL_IMPLS = {
+    "igamma": ("igamma_impl", True),
+    "igammac": ("igammac_impl", True),
+    "igamma_grad_a": ("igamma_grad_a_impl", True),
+    "regularized_incomplete_beta": ("regularized_incomplete_beta_impl", True),
+    "bessel_i0e": ("bessel_i0e_impl", False),
+}
+
+
+def special_impl_jaxpr(eqn: Any) -> Any:
+    """A lax special-function equation as the JAX code JAX itself lowers it with (operands
+    broadcast to one shape, float16/bfloat16 computed in float32, as JAX does)."""
+    from jax._src.lax import special
+
+    name, with_dtype = _SPECIAL_IMPLS[eqn.primitive.name]
+    impl = getattr(special, name)
+    fn = special._up_and_broadcast(impl) if with_dtype else impl
+    return trace_on_data(eqn, fn, [v.aval for v in eqn.invars])
+
+
+@functools.cache
+def digamma_at_zero() -> float:
+    """digamma(0) as this JAX version defines it (NaN up to jax 0.10, -inf from 0.11 on)."""
+    return float(jax.jit(jax.lax.digamma, backend="cpu")(np.float32(0)))
 
 
 def callback_function(callback: Any) -> Any | None:

@@ -12,5 +12,6 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     random,
     reductions,
     shapes,
+    special,
     windows,
 )

@@ -320,7 +320,9 @@ def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     x_slices = [ctx.typed(body.op.Gather(x, index, axis=0), a) for x, a in zip(xs, in_avals[len(init):], strict=True)]
     outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
     graph = _set_outputs(body, [cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
-    results = _node(ctx, "Loop", [trip_count, None, *init], ctx.avals_out, body=graph)
+    # with no carries a trailing empty cond would be dropped, and Loop needs (M, cond): pass True
+    cond = None if init else ctx.const(np.array(True))
+    results = _node(ctx, "Loop", [trip_count, cond, *init], ctx.avals_out, body=graph)
     carry_out, ys = results[:len(init)], results[len(init):]
     ys_avals = ctx.avals_out[len(init):]
     return [*carry_out, *[_finish_ys(ctx, y, a, length, reverse) for y, a in zip(ys, ys_avals, strict=True)]]

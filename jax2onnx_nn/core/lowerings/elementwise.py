@@ -231,12 +231,6 @@ def _is_finite(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsInf(x)))
 
 
-@lowering("erfc", onnx_ops=("Erf", "Sub", "Abs", "Add", "Div", "Exp", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Where"))
-def _erfc(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
-    erf = _float32_only("Erf", "erf", ctx, x)
-    return ctx.op.Sub(_one(ctx, x), erf)
-
-
 @lowering("round", onnx_ops=("Round", "Floor", "Abs", "Add", "Cast", "GreaterOrEqual", "IsInf", "Mul", "Sign", "Sub", "Where"))
 def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0, **_: object) -> ir.Value:
     if int(rounding_method) == 1:  # TO_NEAREST_EVEN
