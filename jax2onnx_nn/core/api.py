@@ -24,7 +24,12 @@ from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
-from jax2onnx_nn.core.passes import cleanup, fill_missing_types, inline_functions
+from jax2onnx_nn.core.passes import (
+    cleanup,
+    fill_missing_types,
+    inline_functions,
+    vector_times_untransposed,
+)
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.save import check_path, save_model
 from jax2onnx_nn.core.specs import parse_specs
@@ -158,6 +163,7 @@ def export_model(
         cleanup(model)
     progress.update("passes", 2, 3)
     fill_missing_types(model)
+    vector_times_untransposed(model)  # ranks known now; onnxruntime miscomputes the other form
     _check_target_ops(model, config.target)
     progress.close()
     model.meta["jax2onnx_nn.progress"] = progress

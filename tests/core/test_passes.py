@@ -76,3 +76,11 @@ def test_equal_weights_are_stored_once():
 
     model = assert_exports_match(f, [("B", 32)], sizes={"B": [2]})
     assert sorted(t.dims[0] * t.dims[1] for t in model.graph.initializer if len(t.dims) == 2) == [1024, 1024]
+
+
+@given(batch=st.sampled_from([(), (2,), ("B",)]), k=st.integers(1, 40), n=st.integers(1, 9))
+def test_transposed_matrix_times_vector_matches_jax(batch, k, n):
+    """``a.T @ v`` (and its batched form): onnxruntime's Transpose+MatMul fusion got this wrong
+    (off by ~10 at 32x7); the export is one MatMul of the vector and the untransposed matrix."""
+    model = assert_exports_match(lambda a, v: jnp.swapaxes(a, -1, -2) @ v, [(*batch, k, n), (k,)], sizes={"B": [1, 3]})
+    assert op_types(model) == ["MatMul"]
