@@ -10,8 +10,14 @@ The number of rows B is symbolic.
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+import onnx
+
+from jax2onnx_nn import to_onnx, verify
 
 NUM_SAMPLES = 64
 PRIOR_ALPHA, PRIOR_BETA = 2.0, 1.0
@@ -31,14 +37,15 @@ KEY = ((2,), "uint32")
 COUNTS = ("B", 12)
 
 
-if __name__ == "__main__":
-    import numpy as np
-
-    from jax2onnx_nn import to_onnx, verify
-
+def main(path: str = "gamma_sampling.onnx") -> onnx.ModelProto:
     specs = [KEY, COUNTS]
-    model = to_onnx(posterior_rates, specs, path="gamma_sampling.onnx")
+    model = to_onnx(posterior_rates, specs, path=path)
     counts = np.random.default_rng(0).poisson(3.0, size=(4, 12)).astype(np.float32)
     key_data = np.asarray(jax.random.key_data(jax.random.key(0)))
     print(verify(posterior_rates, model, specs, input_values=[key_data, counts]))
     print("posterior mean rates:", np.asarray(posterior_rates(jnp.asarray(key_data), counts)[1]))
+    return model
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

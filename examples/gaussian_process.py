@@ -9,10 +9,15 @@ points and the log marginal likelihood of the training data (``slogdet`` of the 
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+import onnx
+
+from jax2onnx_nn import to_onnx, verify
 
 
 def rbf(x1: jax.Array, x2: jax.Array, length_scale: jax.Array, variance: jax.Array) -> jax.Array:
@@ -47,13 +52,14 @@ def training_data(n: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 SPECS = [((32, 1), "float64"), ((32,), "float64"), (("M", 1), "float64"), ((), "float64"), ((), "float64"), ((), "float64")]
 
-if __name__ == "__main__":
-    import sys
-
-    from jax2onnx_nn import to_onnx, verify
-
-    model = to_onnx(gp_posterior, SPECS, enable_double_precision=True, path=sys.argv[1] if len(sys.argv) > 1 else "gaussian_process.onnx")
+def main(path: str = "gaussian_process.onnx") -> onnx.ModelProto:
+    model = to_onnx(gp_posterior, SPECS, enable_double_precision=True, path=path)
     x, y = training_data()
     for m in (1, 50):
         values = [x, y, np.linspace(-2.5, 2.5, m)[:, None], np.float64(0.7), np.float64(1.0), np.float64(0.01)]
         print(verify(gp_posterior, model, SPECS, input_values=values, enable_double_precision=True))
+    return model
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -28,6 +28,7 @@ _INTEGER_OPS = frozenset({
     "GreaterOrEqual", "Equal", "And", "Or", "Xor", "Not", "Range", "Cast",
 })
 _FOLD_GROWTH_BYTES = 1024  # a folded result may be larger than its inputs by this much (iota: a Range)
+_MERGE_MIN_BYTES = 1 << 16  # equal initializers at least this large are stored once
 _SHARED_WEIGHT_BYTES = 1 << 16  # above this, a weight also read elsewhere is not folded into a copy
 
 
@@ -115,11 +116,17 @@ def merge_duplicate_initializers(model: ir.Model) -> int:
     kernel rearranged the same way by two rules). Only tensors that share dtype and shape with
     another are looked at, first by a sample of their bytes, and compared whole only when the
     samples agree, so a model of distinct weights costs next to nothing. Returns how many
-    were merged."""
+    were merged.
+
+    Weights below ``_MERGE_MIN_BYTES`` keep their own initializer: equal small weights are
+    mostly fresh zeros and ones (a BatchNorm mean and a Linear bias), distinct parameters whose
+    module-path names a reader needs, and merging them would save next to nothing."""
     graph = model.graph
     groups: dict[tuple[Any, tuple[int, ...]], list[ir.Value]] = {}
     for value in graph.initializers.values():
-        if value.const_value is not None and not value.is_graph_input() and not value.is_graph_output():
+        if value.const_value is None or value.const_value.nbytes < _MERGE_MIN_BYTES:
+            continue
+        if not value.is_graph_input() and not value.is_graph_output():
             groups.setdefault((value.const_value.dtype, tuple(value.const_value.shape.numpy())), []).append(value)
     merged = 0
     for values in groups.values():

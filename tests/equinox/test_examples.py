@@ -59,4 +59,4 @@ def test_neural_ode_in_float64(tmp_path: Any) -> None:
         ode = eqx_neural_ode.build()
         _check(jax.vmap(ode), model, [("B", eqx_neural_ode.STATE)], {"B": [1, 6]}, enable_double_precision=True)
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.DOUBLE
-    assert "Loop" in node_ops(model) and Counter(all_ops(model))["Gemm"] == 4 * 3  # 4 stages x 3 layers
+    assert "Scan" in node_ops(model) and Counter(all_ops(model))["Gemm"] == 4 * 3  # 4 stages x 3 layers
