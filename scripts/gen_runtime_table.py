@@ -82,16 +82,6 @@ def render() -> str:
     return "\n".join(head + body + ([""] + notes if notes else []))
 
 
-def updated(text: str) -> str:
-    head, sep, rest = text.partition(BEGIN)
-    if not sep:
-        raise SystemExit(f"{README} has no {BEGIN} marker")
-    _, sep2, tail = rest.partition(END)
-    if not sep2:
-        raise SystemExit(f"{README} has no {END} marker")
-    return f"{head}{BEGIN}\n{render()}\n{END}{tail}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
@@ -99,15 +89,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.record:
         record()
-    text = README.read_text()
-    new = updated(text)
-    if args.check:
-        if new != text:
-            print("README.md runtime table is stale: run python scripts/gen_runtime_table.py")
-            return 1
-        return 0
-    README.write_text(new)
-    return 0
+    sys.path.insert(0, str(ROOT))
+    from jax2onnx_nn.testing.support import refresh_readme_block
+
+    return refresh_readme_block(README, BEGIN, END, render(), check=args.check, what="runtime table", script="scripts/gen_runtime_table.py")
 
 
 if __name__ == "__main__":

@@ -34,16 +34,6 @@ def render() -> str:
     return markdown_table(read_record(RECORD))
 
 
-def updated(text: str) -> str:
-    head, sep, rest = text.partition(BEGIN)
-    if not sep:
-        raise SystemExit(f"{README} has no {BEGIN} marker")
-    _, sep2, tail = rest.partition(END)
-    if not sep2:
-        raise SystemExit(f"{README} has no {END} marker")
-    return f"{head}{BEGIN}\n{render()}\n{END}{tail}"
-
-
 def record(pytest_args: list[str]) -> int:
     """Run the test suite with the recording plugin; the record is written from passing tests."""
     command = [
@@ -66,15 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         if rc not in (0, 1):  # 1: some tests failed; their primitives are not counted
             print(f"pytest exited with {rc}; record not trusted, README unchanged")
             return rc
-    text = README.read_text()
-    new = updated(text)
-    if args.check:
-        if new != text:
-            print("README.md support table is stale: run python scripts/gen_support_table.py")
-            return 1
-        return 0
-    README.write_text(new)
-    return 0
+    sys.path.insert(0, str(ROOT))
+    from jax2onnx_nn.testing.support import refresh_readme_block
+
+    return refresh_readme_block(README, BEGIN, END, render(), check=args.check, what="support table", script="scripts/gen_support_table.py")
 
 
 if __name__ == "__main__":

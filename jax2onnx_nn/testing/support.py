@@ -96,3 +96,26 @@ def markdown_table(tested: set[str] | None) -> str:
         mark = f" {'-' if row.tested is None else 'yes' if row.tested else 'no'} |" if with_tested else ""
         lines.append(f"| `{row.primitive}` | {row.onnx_ops} | {opset} |{mark}")
     return "\n".join(lines)
+
+
+def refresh_readme_block(readme: pathlib.Path, begin: str, end: str, body: str, *, check: bool, what: str, script: str) -> int:
+    """Put ``body`` between the ``begin``/``end`` markers of ``readme`` (or, with ``check``, only
+    say whether it is already there): the one writer of the README's generated tables.
+
+    Returns the exit code of the generating script: 1 when ``check`` finds the block stale.
+    """
+    text = readme.read_text()
+    head, sep, rest = text.partition(begin)
+    if not sep:
+        raise SystemExit(f"{readme} has no {begin} marker")
+    _, sep2, tail = rest.partition(end)
+    if not sep2:
+        raise SystemExit(f"{readme} has no {end} marker")
+    new = f"{head}{begin}\n{body}\n{end}{tail}"
+    if check:
+        if new != text:
+            print(f"README.md {what} is stale: run python {script}")
+            return 1
+        return 0
+    readme.write_text(new)
+    return 0
