@@ -19,10 +19,10 @@ import onnx_ir as ir
 from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.graph import GraphBuilder, ir_shape, set_type
+from jax2onnx_nn.core.graph import GraphBuilder, ir_dtype, ir_shape, set_type
 from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
-from jax2onnx_nn.core.symbolic import DimEvaluator
+from jax2onnx_nn.core.symbolic import DimEvaluator, is_positive, is_zero
 from jax2onnx_nn.core.targets import Target
 
 # Call-like primitives whose body is lowered inline, with the param that holds the body.
@@ -47,6 +47,10 @@ def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
     struct = jxi.data_struct(aval)
     return np.dtype(struct.dtype), tuple(struct.shape)
 
+
+# An index of the toolkit: a static int, or an int64 tensor of shape [1] (``ctx.dim``).
+Index = int | ir.Value
+_IOTA_CONSTANT_MAX = 1024  # longer iotas are a Range node, not a stored constant
 
 _NO_PAIRS = object()  # a complex op that has no lowering on (real, imag) pairs
 
@@ -200,13 +204,30 @@ class Lowerer:
 
 
 class LoweringContext:
-    """What a rule sees: the equation's avals, the builder, constants and dims."""
+    """What a rule sees: the equation's avals, the builder, constants and dims.
+
+    Beside ``ctx.op.X`` it holds the rule toolkit, one definition each of what many rules
+    need: int64 constants (:meth:`ints`), casts, reshape / slice / expand / iota that handle
+    symbolic and size-0 dims, reductions across opsets, and contexts for body graphs
+    (:meth:`body`). Dim predicates (``same_dim``, ``has_zero``, ...) are in
+    ``core/symbolic.py``.
+    """
 
     def __init__(self, lowerer: Lowerer, eqn: Any, builder: GraphBuilder) -> None:
         self.lowerer = lowerer
         self.eqn = eqn
         self.builder = builder
         self.op = builder.op
+
+    def within(self, builder: GraphBuilder) -> LoweringContext:
+        """This equation's context writing into ``builder`` (a body graph): ``op``, the
+        toolkit and :meth:`lower_sub` then add their nodes there."""
+        return LoweringContext(self.lowerer, self.eqn, builder)
+
+    def body(self, name: str) -> LoweringContext:
+        """The context of a new body graph (an If branch, a Loop or Scan body) below this
+        one; ``body.builder`` takes its inputs and outputs."""
+        return self.within(self.builder.child(self.builder.names.fresh(name)))
 
     @property
     def avals_in(self) -> list[Any]:
@@ -262,6 +283,103 @@ class LoweringContext:
         if not any(jxi.is_symbolic_dim(d) for d in shape) and int(np.prod(shape, dtype=np.int64)) <= 16:
             return self.const(np.zeros(shape, dtype))
         return self.op.ConstantOfShape(self.shape_tensor(shape), value=ir.tensor(np.zeros(1, dtype)))
+
+    # -- the rule toolkit -----------------------------------------------------------------
+    def ints(self, values: int | Sequence[int]) -> ir.Value:
+        """An int64 constant (axes, starts, pads, shapes): a scalar for an int, 1-D for a
+        sequence."""
+        return self.builder.const(np.asarray(values, dtype=np.int64))
+
+    def index(self, d: Any) -> Index:
+        """A dim as an :data:`Index`: the int when static, else ``ctx.dim(d)``."""
+        return self.dim(d) if jxi.is_symbolic_dim(d) else int(d)
+
+    def index_vector(self, items: Sequence[Index]) -> ir.Value:
+        """A 1-D int64 tensor of indices (static ints and [1]-shaped values); a constant when
+        all are static."""
+        if all(not isinstance(i, ir.Value) for i in items):
+            return self.ints([int(i) for i in items])
+        parts = [i if isinstance(i, ir.Value) else self.ints([i]) for i in items]
+        return parts[0] if len(parts) == 1 else self.op.Concat(*parts, axis=0)
+
+    def dim_scalar(self, d: Any) -> ir.Value:
+        """A (possibly symbolic) dim as an int64 scalar: a Range limit, a Loop trip count."""
+        if not jxi.is_symbolic_dim(d):
+            return self.ints(int(d))
+        return self.op.Squeeze(self.dim(d), self.ints([0]))
+
+    def cast(self, x: ir.Value, dtype: Any) -> ir.Value:
+        """``x`` as ``dtype``: ``x`` itself when it has that type already, else one Cast."""
+        to = ir_dtype(dtype)
+        return x if x.dtype == to else self.op.Cast(x, to=to)
+
+    def reshape(self, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
+        """Reshape to ``dims`` (ints and symbolic dims); a 0 means size 0, never "copy".
+
+        One symbolic dim becomes -1, inferred by Reshape instead of computed at run time, when
+        every other dim is provably non-zero (a 0 would make -1 ambiguous). Otherwise every
+        dim is given and allowzero=1, so a dim that is 0 at run time means 0.
+        """
+        symbolic = [i for i, d in enumerate(dims) if jxi.is_symbolic_dim(d)]
+        if symbolic:
+            # an expression (B*T) costs nodes to compute; a plain variable is one Shape node
+            infer = next((i for i in symbolic if jxi.dim_vars(dims[i]) != {str(dims[i])}), symbolic[0])
+            if all(is_positive(d) for i, d in enumerate(dims) if i != infer):
+                items = [-1 if i == infer else self.index(d) for i, d in enumerate(dims)]
+                return self.op.Reshape(x, self.index_vector(items))
+            return self.op.Reshape(x, self.shape_tensor(dims), allowzero=1)
+        allowzero = 1 if any(int(d) == 0 for d in dims) else None
+        return self.op.Reshape(x, self.shape_tensor(dims), allowzero=allowzero)
+
+    def slice(
+        self, x: ir.Value, axes: Sequence[int], starts: Sequence[Index], ends: Sequence[Index], steps: Sequence[int] | None = None
+    ) -> ir.Value:
+        """``Slice`` along ``axes``; bounds are static ints or [1]-shaped int64 values (clamped
+        by Slice: ``2**63 - 1`` is "to the end")."""
+        inputs = [x, self.index_vector(starts), self.index_vector(ends), self.ints(list(axes))]
+        if steps is not None and any(s != 1 for s in steps):
+            inputs.append(self.ints(list(steps)))
+        return self.op.Slice(*inputs)
+
+    def expand(self, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
+        """``Expand`` to ``dims``, where a 1 keeps the operand's dim (no shape arithmetic for
+        the dims already in place).
+
+        A static 0 is made by expanding to 1 and slicing to 0: onnxruntime (1.32) removes an
+        Expand to a constant shape holding a 0 where the operand has a 1 (ExpandElimination,
+        after an Unsqueeze), and the 1 stays.
+        """
+        zeros = [i for i, d in enumerate(dims) if is_zero(d)]
+        y = self.op.Expand(x, self.shape_tensor([1 if i in zeros else d for i, d in enumerate(dims)]))
+        return self.slice(y, zeros, [0] * len(zeros), [0] * len(zeros)) if zeros else y
+
+    def iota(self, n: Any, axis: int = 0, rank: int = 1, dtype: Any = np.int64) -> ir.Value:
+        """0, 1, ..., n-1 along ``axis`` of a rank-``rank`` tensor (size 1 elsewhere), counted
+        in int64 and converted as XLA converts an index (int8 wraps, float16 rounds). A
+        constant when ``n`` is static and small, else a Range."""
+        others = [i for i in range(rank) if i != axis]
+        if not jxi.is_symbolic_dim(n) and int(n) <= _IOTA_CONSTANT_MAX:
+            view = [int(n) if i == axis else 1 for i in range(rank)]
+            return self.const(np.arange(int(n), dtype=np.int64).astype(dtype).reshape(view))
+        line = self.cast(self.op.Range(self.ints(0), self.dim_scalar(n), self.ints(1)), dtype)
+        return self.op.Unsqueeze(line, self.ints(others)) if others else line
+
+    def reduce(self, op_type: str, x: ir.Value, axes: Sequence[int] | None = None, *, keepdims: int = 0) -> ir.Value:
+        """``op_type`` (ReduceMax, ReduceMin, ...) over ``axes`` (None: all of them; no axes:
+        ``x`` itself, where ONNX would reduce all); the axes are an attribute before opset 18
+        (ReduceSum: before 13)."""
+        if axes is not None and not len(axes):
+            return x
+        if axes is None:
+            return getattr(self.op, op_type)(x, keepdims=keepdims)
+        if op_type == "ReduceSum" or self.opset >= 18:
+            return getattr(self.op, op_type)(x, self.ints(list(axes)), keepdims=keepdims)
+        return getattr(self.op, op_type)(x, axes=list(axes), keepdims=keepdims)
+
+    def any(self, mask: ir.Value, axes: Sequence[int] | None = None) -> ir.Value:
+        """``reduce_or`` of a bool ``mask`` over ``axes`` (None: all), false for no elements.
+        In uint8: onnxruntime's bool ReduceMax fails on empty sets."""
+        return self.cast(self.reduce("ReduceMax", self.cast(mask, np.uint8), axes), np.bool_)
 
     def derived_weight(
         self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
@@ -324,4 +442,4 @@ class LoweringContext:
         return value
 
 
-__all__ = ["Lowerer", "LoweringContext", "onnx_aval", "ir_shape"]
+__all__ = ["Index", "Lowerer", "LoweringContext", "onnx_aval", "ir_shape"]

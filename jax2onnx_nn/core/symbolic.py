@@ -1,21 +1,63 @@
-"""Symbolic dims (B, 4*B, B//2, max(B, T)) as int64 tensors computed from input shapes.
+"""Symbolic dims (B, 4*B, B//2, max(B, T)): what rules may assume about them, and their values
+as int64 tensors computed from input shapes.
 
 A dim variable is read once from the first graph input that has it (Shape -> Gather); a dim
 expression is built from those with integer ONNX ops, once per distinct expression. The
 values live in the main graph, where every body graph can see them.
+
+The predicates below (``same_dim``, ``has_zero``, ``is_positive``) answer at export time what
+is *provably* true for every value of the dim variables; a rule uses them to skip work (an
+identity reshape, a whole-axis slice) and must stay correct when they answer False.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
+
+
+def same_dim(a: Any, b: Any) -> bool:
+    """Provably equal dims: ints by value, symbolic dims by their normalized expression
+    (``2*B`` equals ``B + B``). Dims JAX cannot prove equal (``B`` and ``T``, ``B`` and 3)
+    are not the same, though they may be at run time."""
+    try:
+        return bool(a == b)
+    except jax.errors.InconclusiveDimensionOperation:
+        return False
+
+
+def same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Same rank and provably equal dims (:func:`same_dim`)."""
+    return len(a) == len(b) and all(map(same_dim, a, b))
+
+
+def is_zero(d: Any) -> bool:
+    """A dim that is statically 0. A symbolic dim is not, though it may be 0 at run time."""
+    return not jxi.is_symbolic_dim(d) and int(d) == 0
+
+
+def has_zero(dims: Sequence[Any]) -> bool:
+    """Statically no elements: some dim is the int 0 (see :func:`is_zero`). Rules answer these
+    without index arithmetic (ONNX and onnxruntime disagree on broadcasting size-0 dims)."""
+    return any(map(is_zero, dims))
+
+
+def is_positive(d: Any) -> bool:
+    """Provably >= 1 (JAX assumes every dim variable is, so ``B`` and ``2*B`` are; ``B - 1``
+    is not)."""
+    try:
+        return bool(d >= 1)
+    except jax.errors.InconclusiveDimensionOperation:
+        return False
 
 
 class DimEvaluator:

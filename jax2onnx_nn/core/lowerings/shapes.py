@@ -4,8 +4,9 @@ dynamic_slice, dynamic_update_slice, rev, iota, split, tile, stack, unstack, dim
 Arrays of PRNG keys carry their uint32 key data as trailing ONNX dims (see ``onnx_aval``):
 rules marked ``key_data=True`` address only the leading, JAX-visible axes and leave that tail
 alone (one node, where the interpreter's generic path would vmap over the key data). Symbolic dims
-come in through ``ctx.dim`` / ``ctx.shape_tensor``; rules prefer forms that need no run-time
-shape arithmetic (Reshape's -1, negative Slice bounds, Expand's 1 for "keep this dim").
+come in through the toolkit on ``ctx`` (``ctx.reshape``, ``ctx.slice``, ``ctx.expand``, ...),
+which prefers forms that need no run-time shape arithmetic (Reshape's -1, negative Slice
+bounds, Expand's 1 for "keep this dim").
 """
 
 from __future__ import annotations
@@ -13,69 +14,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import ir_dtype
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import Index, LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
+from jax2onnx_nn.core.symbolic import same_dim, same_shape
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _INT64_MIN = int(np.iinfo(np.int64).min)
-_IOTA_CONSTANT_MAX = 1024  # longer iotas are a Range node, not a stored constant
-
-Index = int | ir.Value  # a static int, or an int64 tensor of shape [1]
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _ints(ctx: LoweringContext, values: Sequence[int]) -> ir.Value:
-    return ctx.const(np.asarray(values, dtype=np.int64))
-
-
 def _key_rank(aval: Any) -> int:
     """How many trailing ONNX dims hold key data (0 for ordinary arrays)."""
     return len(onnx_aval(aval)[1]) - len(aval.shape)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Provably equal dims (symbolic ones compare by expression)."""
-    return bool(a == b)
-
-
-def _positive(d: Any) -> bool:
-    """Provably >= 1 (JAX assumes every dim variable is)."""
-    try:
-        return bool(d >= 1)
-    except jax.errors.InconclusiveDimensionOperation:
-        return False
-
-
-def _index(ctx: LoweringContext, d: Any) -> Index:
-    return ctx.dim(d) if jxi.is_symbolic_dim(d) else int(d)
-
-
-def _vector(ctx: LoweringContext, items: Sequence[Index]) -> ir.Value:
-    """A 1-D int64 tensor of static ints and [1]-shaped values; a constant when all static."""
-    if all(not isinstance(i, ir.Value) for i in items):
-        return _ints(ctx, [int(i) for i in items])
-    parts = [i if isinstance(i, ir.Value) else _ints(ctx, [i]) for i in items]
-    return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
-
-
-def _slice(ctx: LoweringContext, x: ir.Value, axes: Sequence[int], starts: Sequence[Index], ends: Sequence[Index], steps: Sequence[int] | None = None) -> ir.Value:
-    inputs = [x, _vector(ctx, starts), _vector(ctx, ends), _ints(ctx, axes)]
-    if steps is not None and any(s != 1 for s in steps):
-        inputs.append(_ints(ctx, steps))
-    return ctx.op.Slice(*inputs)
 
 
 def _add(ctx: LoweringContext, a: Index, d: Any) -> Index:
     """``a + d`` for an index ``a`` and a dim ``d``; static when both are."""
     if not isinstance(a, ir.Value) and not jxi.is_symbolic_dim(d):
         return int(a) + int(d)
-    return ctx.op.Add(_vector(ctx, [a]), _vector(ctx, [_index(ctx, d)]))
+    return ctx.op.Add(ctx.index_vector([a]), ctx.index_vector([ctx.index(d)]))
 
 
 def _transpose(ctx: LoweringContext, x: ir.Value, perm: Sequence[int], aval: Any) -> ir.Value:
@@ -83,38 +44,6 @@ def _transpose(ctx: LoweringContext, x: ir.Value, perm: Sequence[int], aval: Any
         return x
     key_axes = range(len(perm), len(perm) + _key_rank(aval))
     return ctx.op.Transpose(x, perm=[*perm, *key_axes])
-
-
-def _reshape_to(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
-    """Reshape to ``dims`` (ints and symbolic dims).
-
-    One symbolic dim becomes -1, inferred by Reshape instead of computed at run time, when
-    every other dim is provably non-zero (a 0 would make -1 ambiguous). Otherwise every dim is
-    given and allowzero=1, so a dim that is 0 means 0 and not "copy the input's dim".
-    """
-    symbolic = [i for i, d in enumerate(dims) if jxi.is_symbolic_dim(d)]
-    if symbolic:
-        # an expression (B*T) costs nodes to compute; a plain variable is one Shape node
-        infer = next((i for i in symbolic if jxi.dim_vars(dims[i]) != {str(dims[i])}), symbolic[0])
-        if all(_positive(d) for i, d in enumerate(dims) if i != infer):
-            items = [-1 if i == infer else _index(ctx, d) for i, d in enumerate(dims)]
-            return ctx.op.Reshape(x, _vector(ctx, items))
-        return ctx.op.Reshape(x, ctx.shape_tensor(dims), allowzero=1)
-    allowzero = 1 if any(int(d) == 0 for d in dims) else None
-    return ctx.op.Reshape(x, ctx.shape_tensor(dims), allowzero=allowzero)
-
-
-def _expand(ctx: LoweringContext, y: ir.Value, target: Sequence[Any], key_rank: int = 0) -> ir.Value:
-    """Expand to ``target``, where a 1 keeps the operand's dim.
-
-    A static 0 is made by expanding to 1 and slicing to 0: onnxruntime (1.32) removes an
-    Expand to a constant shape holding a 0 where the operand has a 1 (ExpandElimination,
-    after an Unsqueeze), and the 1 stays.
-    """
-    zeros = [i for i, d in enumerate(target) if not jxi.is_symbolic_dim(d) and d == 0]
-    dims = [1 if i in zeros else d for i, d in enumerate(target)]
-    y = ctx.op.Expand(y, ctx.shape_tensor([*dims, *[1] * key_rank]))
-    return _slice(ctx, y, zeros, [0] * len(zeros), [0] * len(zeros)) if zeros else y
 
 
 # -- reshape / broadcast / transpose ----------------------------------------------------------
@@ -126,9 +55,9 @@ def _reshape(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, new_sizes: tuple
     if dimensions is not None:  # reshape of the operand transposed by `dimensions`
         x = _transpose(ctx, x, dimensions, ctx.aval_in)
         in_shape = tuple(in_shape[d] for d in dimensions)
-    if len(in_shape) == len(new_sizes) and all(map(_same, in_shape, new_sizes)):
+    if same_shape(in_shape, new_sizes):
         return x
-    return _reshape_to(ctx, x, onnx_aval(ctx.aval_out)[1])
+    return ctx.reshape(x, onnx_aval(ctx.aval_out)[1])
 
 
 @lowering("broadcast_in_dim", onnx_ops=("Unsqueeze", "Expand", "Concat", "Slice"), key_data=True)
@@ -136,7 +65,7 @@ def _broadcast_in_dim(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, shape: 
     if dyn:
         raise NotImplementedError("broadcast_in_dim with dynamic (run-time) shape operands")
     in_shape = tuple(ctx.aval_in.shape)
-    if len(in_shape) == len(shape) and all(map(_same, in_shape, shape)):
+    if same_shape(in_shape, shape):
         return x
     # broadcast_dimensions are strictly increasing (JAX checks), so the operand's dims keep
     # their order: unsqueeze the new dims, then Expand what still differs
@@ -144,16 +73,16 @@ def _broadcast_in_dim(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, shape: 
     for src, dst in enumerate(broadcast_dimensions):
         aligned[dst] = in_shape[src]
     new_axes = [i for i in range(len(shape)) if i not in broadcast_dimensions]
-    if all(map(_same, aligned, shape)):  # only new size-1 dims
-        return ctx.op.Unsqueeze(x, _ints(ctx, new_axes))
+    if same_shape(aligned, shape):  # only new size-1 dims
+        return ctx.op.Unsqueeze(x, ctx.ints(new_axes))
     # Expand aligns its operand to the right, so leading new dims need no Unsqueeze
     lead = broadcast_dimensions[0] if broadcast_dimensions else len(shape)
     inner = [i - lead for i in new_axes if i > lead]
-    y = ctx.op.Unsqueeze(x, _ints(ctx, inner)) if inner else x
+    y = ctx.op.Unsqueeze(x, ctx.ints(inner)) if inner else x
     # and a 1 in its shape keeps the operand's dim: dims already in place (symbolic ones
     # included) are not computed
-    target = [1 if _same(a, d) else d for a, d in zip(aligned, shape, strict=True)]
-    return _expand(ctx, y, target, _key_rank(ctx.aval_out))
+    target = [1 if same_dim(a, d) else d for a, d in zip(aligned, shape, strict=True)]
+    return ctx.expand(y, [*target, *[1] * _key_rank(ctx.aval_out)])
 
 
 @lowering("transpose", onnx_ops=("Transpose",), key_data=True)
@@ -166,7 +95,7 @@ def _squeeze(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **
     if not dimensions:
         return x
     rank = len(ctx.aval_in.shape)  # not the ONNX rank: key data dims trail
-    return ctx.op.Squeeze(x, _ints(ctx, sorted(d % rank for d in dimensions)))
+    return ctx.op.Squeeze(x, ctx.ints(sorted(d % rank for d in dimensions)))
 
 
 @lowering("concatenate", onnx_ops=("Concat",), key_data=True)
@@ -178,7 +107,7 @@ def _concatenate(ctx: LoweringContext, *xs: ir.Value, dimension: int, **_: objec
 
 @lowering("tile", onnx_ops=("Tile",), key_data=True)
 def _tile(ctx: LoweringContext, x: ir.Value, *, reps: Sequence[Any], **_: object) -> ir.Value:
-    if all(_same(r, 1) for r in reps):
+    if all(same_dim(r, 1) for r in reps):
         return x
     return ctx.op.Tile(x, ctx.shape_tensor([*reps, *[1] * _key_rank(ctx.aval_in)]))
 
@@ -186,7 +115,7 @@ def _tile(ctx: LoweringContext, x: ir.Value, *, reps: Sequence[Any], **_: object
 @lowering("stack", onnx_ops=("Unsqueeze", "Concat"), key_data=True)
 def _stack(ctx: LoweringContext, *xs: ir.Value, axis: int, **_: object) -> ir.Value:
     axis = axis % len(ctx.aval_out.shape)
-    parts = [ctx.op.Unsqueeze(x, _ints(ctx, [axis])) for x in xs]
+    parts = [ctx.op.Unsqueeze(x, ctx.ints([axis])) for x in xs]
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=axis)
 
 
@@ -197,8 +126,8 @@ def _unstack(ctx: LoweringContext, x: ir.Value, *, axis: int, **_: object) -> li
     if n == 0:
         return []
     # the split input (not num_outputs) keeps the node valid from opset 13 on
-    parts = [x] if n == 1 else ctx.op.Split(x, _ints(ctx, [1] * n), axis=axis, _outputs=n)
-    return [ctx.op.Squeeze(p, _ints(ctx, [axis])) for p in parts]
+    parts = [x] if n == 1 else ctx.op.Split(x, ctx.ints([1] * n), axis=axis, _outputs=n)
+    return [ctx.op.Squeeze(p, ctx.ints([axis])) for p in parts]
 
 
 @lowering("split", onnx_ops=("Split", "Concat"), key_data=True)
@@ -220,12 +149,12 @@ def _pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, *, padding_config: 
     # grow first, then crop: a crop can reach into the padding of the other side
     grow = [max(p, 0) for p in (*lows, *highs)]
     if any(grow):
-        x = ctx.op.Pad(x, _ints(ctx, grow), value)
+        x = ctx.op.Pad(x, ctx.ints(grow), value)
     crop = [a for a, (lo, hi) in enumerate(zip(lows, highs, strict=True)) if lo < 0 or hi < 0]
     if crop:
         starts = [-min(lows[a], 0) for a in crop]
         ends = [highs[a] if highs[a] < 0 else _INT64_MAX for a in crop]
-        x = _slice(ctx, x, crop, starts, ends)
+        x = ctx.slice(x, crop, starts, ends)
     return x
 
 
@@ -238,9 +167,9 @@ def _interior_pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, shape: tup
     pads = [0] * (2 * rank)
     for a, new in zip(axes, new_axes, strict=True):
         pads[rank + new] = interiors[a]
-    y = ctx.op.Pad(ctx.op.Unsqueeze(x, _ints(ctx, new_axes)), _ints(ctx, pads), value)
-    y = _reshape_to(ctx, y, [d * (k + 1) for d, k in zip(shape, interiors, strict=True)])
-    return _slice(ctx, y, axes, [0] * len(axes), [-interiors[a] for a in axes])
+    y = ctx.op.Pad(ctx.op.Unsqueeze(x, ctx.ints(new_axes)), ctx.ints(pads), value)
+    y = ctx.reshape(y, [d * (k + 1) for d, k in zip(shape, interiors, strict=True)])
+    return ctx.slice(y, axes, [0] * len(axes), [-interiors[a] for a in axes])
 
 
 def _bound(ctx: LoweringContext, i: Any, dim: Any) -> Index:
@@ -259,13 +188,13 @@ def _slice_rule(ctx: LoweringContext, x: ir.Value, *, start_indices: Sequence[An
     strides = strides or (1,) * len(shape)
     axes = [
         a for a, (d, s, e, st) in enumerate(zip(shape, start_indices, limit_indices, strides, strict=True))
-        if not (_same(s, 0) and _same(e, d) and st == 1)
+        if not (same_dim(s, 0) and same_dim(e, d) and st == 1)
     ]
     if not axes:
         return x
     starts = [_bound(ctx, start_indices[a], shape[a]) for a in axes]
     ends = [_bound(ctx, limit_indices[a], shape[a]) for a in axes]
-    return _slice(ctx, x, axes, starts, ends, [int(strides[a]) for a in axes])
+    return ctx.slice(x, axes, starts, ends, [int(strides[a]) for a in axes])
 
 
 @lowering("rev", onnx_ops=("Slice",), key_data=True)
@@ -273,7 +202,7 @@ def _rev(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **_: o
     if not dimensions:
         return x
     n = len(dimensions)
-    return _slice(ctx, x, list(dimensions), [-1] * n, [_INT64_MIN] * n, [-1] * n)
+    return ctx.slice(x, list(dimensions), [-1] * n, [_INT64_MIN] * n, [-1] * n)
 
 
 # -- dynamic_slice / dynamic_update_slice -----------------------------------------------------
@@ -288,7 +217,7 @@ def _clamped_starts(ctx: LoweringContext, starts: Sequence[ir.Value], avals: Seq
     pieces = [_as_int64_vector(ctx, s, aval) for s, aval in zip(starts, avals, strict=True)]
     vector = pieces[0] if len(pieces) == 1 else ctx.op.Concat(*pieces, axis=0)
     upper = ctx.op.Min(vector, ctx.shape_tensor(list(limits)))
-    return ctx.op.Max(upper, _ints(ctx, [0] * len(pieces)))
+    return ctx.op.Max(upper, ctx.ints([0] * len(pieces)))
 
 
 def _static_int(value: ir.Value) -> int | None:
@@ -297,12 +226,9 @@ def _static_int(value: ir.Value) -> int | None:
 
 
 def _as_int64_vector(ctx: LoweringContext, index: ir.Value, aval: Any) -> ir.Value:
-    dtype = np.dtype(aval.dtype)
-    if dtype == np.uint64:  # above 2**63 the int64 cast wraps negative; no dim is that large
+    if np.dtype(aval.dtype) == np.uint64:  # above 2**63 the int64 cast wraps negative; no dim is that large
         index = ctx.op.Min(index, ctx.const(2**62, dtype=np.uint64))
-    if dtype != np.int64:
-        index = ctx.op.Cast(index, to=ir_dtype(np.int64))
-    return ctx.op.Unsqueeze(index, _ints(ctx, [0]))
+    return ctx.op.Unsqueeze(ctx.cast(index, np.int64), ctx.ints([0]))
 
 
 @lowering("dynamic_slice", onnx_ops=("Slice", "Min", "Max", "Add", "Cast", "Unsqueeze"), key_data=True)
@@ -310,22 +236,22 @@ def _dynamic_slice(ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_s
     shape = tuple(ctx.aval_in.shape)
     if len(starts) != len(shape):
         raise NotImplementedError("dynamic_slice with dynamic (run-time) slice sizes")
-    axes = [a for a, (d, n) in enumerate(zip(shape, slice_sizes, strict=True)) if not _same(d, n)]
+    axes = [a for a, (d, n) in enumerate(zip(shape, slice_sizes, strict=True)) if not same_dim(d, n)]
     if not axes:  # the window is the whole operand: every start clamps to 0
         return x
     index_avals = ctx.avals_in[1:]
     begins = _clamped_starts(ctx, [starts[a] for a in axes], [index_avals[a] for a in axes], [shape[a] - slice_sizes[a] for a in axes])
-    sizes = [_index(ctx, slice_sizes[a]) for a in axes]
+    sizes = [ctx.index(slice_sizes[a]) for a in axes]
     if isinstance(begins, list):
-        return _slice(ctx, x, axes, begins, [_add(ctx, b, slice_sizes[a]) for b, a in zip(begins, axes, strict=True)])
-    ends = ctx.op.Add(begins, _vector(ctx, sizes))
-    return ctx.op.Slice(x, begins, ends, _ints(ctx, axes))
+        return ctx.slice(x, axes, begins, [_add(ctx, b, slice_sizes[a]) for b, a in zip(begins, axes, strict=True)])
+    ends = ctx.op.Add(begins, ctx.index_vector(sizes))
+    return ctx.op.Slice(x, begins, ends, ctx.ints(axes))
 
 
 @lowering("dynamic_update_slice", onnx_ops=("Slice", "Concat", "Min", "Max", "Add", "Cast", "Unsqueeze"), key_data=True)
 def _dynamic_update_slice(ctx: LoweringContext, x: ir.Value, update: ir.Value, *starts: ir.Value, **_: object) -> ir.Value:
     shape, window = tuple(ctx.aval_in.shape), tuple(ctx.avals_in[1].shape)
-    axes = [a for a, (d, n) in enumerate(zip(shape, window, strict=True)) if not _same(d, n)]
+    axes = [a for a, (d, n) in enumerate(zip(shape, window, strict=True)) if not same_dim(d, n)]
     if not axes:  # the update covers the whole operand
         return update
     index_avals = ctx.avals_in[2:]
@@ -342,35 +268,24 @@ def _splice(ctx: LoweringContext, x: ir.Value, update: ir.Value, axes: Sequence[
     end = _add(ctx, begin, sizes[0])
     inner = update
     if len(axes) > 1:
-        window = _slice(ctx, x, [axis], [begin], [end])
+        window = ctx.slice(x, [axis], [begin], [end])
         inner = _splice(ctx, window, update, axes[1:], begins[1:], sizes[1:])
-    before = _slice(ctx, x, [axis], [0], [begin])
-    after = _slice(ctx, x, [axis], [end], [_INT64_MAX])
+    before = ctx.slice(x, [axis], [0], [begin])
+    after = ctx.slice(x, [axis], [end], [_INT64_MAX])
     return ctx.op.Concat(before, inner, after, axis=axis)
 
 
 # -- iota / dim_as_value ----------------------------------------------------------------------
 @lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand", "Concat", "Squeeze"))
 def _iota(ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimension: int, **_: object) -> ir.Value:
+    del dtype  # the output aval's
     if dyn:
         raise NotImplementedError("iota with dynamic (run-time) shape operands")
-    out_dtype = onnx_aval(ctx.aval_out)[0]
-    n = shape[dimension]
-    others = [i for i in range(len(shape)) if i != dimension]
-    # counted in int64 and converted, as XLA converts the index: int8 wraps, float16 rounds
-    if jxi.is_symbolic_dim(n) or int(n) > _IOTA_CONSTANT_MAX:
-        limit = ctx.op.Squeeze(ctx.dim(n), _ints(ctx, [0]))
-        line = ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64))
-        if out_dtype != np.int64:
-            line = ctx.op.Cast(line, to=ir_dtype(out_dtype))
-        view = ctx.op.Unsqueeze(line, _ints(ctx, others)) if others else line
-    else:
-        view_shape = [int(n) if i == dimension else 1 for i in range(len(shape))]
-        view = ctx.const(np.arange(int(n), dtype=np.int64).astype(out_dtype).reshape(view_shape))
+    view = ctx.iota(shape[dimension], dimension, len(shape), onnx_aval(ctx.aval_out)[0])
     target = [1 if i == dimension else d for i, d in enumerate(shape)]
-    if all(_same(d, 1) for d in target):
+    if all(same_dim(d, 1) for d in target):
         return view
-    return _expand(ctx, view, target)
+    return ctx.expand(view, target)
 
 
 @lowering("empty", onnx_ops=("ConstantOfShape", "Concat"))
@@ -388,6 +303,4 @@ def _empty_scalar(ctx: LoweringContext, **_: object) -> ir.Value:
 
 @lowering("dim_as_value", onnx_ops=("Squeeze", "Cast"))
 def _dim_as_value(ctx: LoweringContext, *, dim: Any, **_: object) -> ir.Value:
-    value = ctx.op.Squeeze(ctx.dim(dim), _ints(ctx, [0]))
-    dtype = onnx_aval(ctx.aval_out)[0]
-    return ctx.op.Cast(value, to=ir_dtype(dtype)) if dtype != np.int64 else value
+    return ctx.cast(ctx.dim_scalar(dim), onnx_aval(ctx.aval_out)[0])
