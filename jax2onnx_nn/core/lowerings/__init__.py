@@ -12,6 +12,7 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     random,
     reductions,
     shapes,
+    solves,
     special,
     windows,
 )

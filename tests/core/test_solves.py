@@ -1,0 +1,137 @@
+"""tridiagonal_solve, custom_linear_solve, symmetric_product, cholesky_update and the jnp
+functions that reach them or other solves (tensorsolve, tensorinv, cg): onnxruntime vs JAX on
+hypothesis-drawn sizes, batch dims, dtypes and matrices (float32 1e-5, float64 1e-10)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+from jax.scipy.sparse import linalg as jssl
+
+from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing.roundtrip import roundtrip
+
+SIZES = st.sampled_from([0, 1, 2, 5, 16])
+BATCHES = st.sampled_from([(), (2,), (1, 3)])
+DTYPES = st.sampled_from([np.float32, np.float64])
+SEEDS = st.integers(0, 2**16)
+
+
+def _tol(dtype) -> dict:
+    return {"rtol": 1e-10, "atol": 1e-10} if np.dtype(dtype) == np.float64 else {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _diagonals(seed: int, batch: tuple, m: int, dtype, dominant: bool) -> list[np.ndarray]:
+    """dl, d, du: Gaussian; ``dominant`` adds 4 to d (no row swaps), else gtsv pivots."""
+    rng = np.random.default_rng(seed)
+    dl, d, du = (rng.normal(size=(*batch, m)) for _ in range(3))
+    return [v.astype(dtype) for v in (dl, d + 4 * dominant, du)]
+
+
+# -- tridiagonal_solve -------------------------------------------------------------------------
+@given(m=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, dominant=st.booleans())
+def test_tridiagonal_solve_matches_jax(m, k, batch, dtype, seed, dominant):
+    """Diagonally dominant systems (the Thomas algorithm) and general ones (gtsv's row swaps;
+    their conditioning varies, so they are compared at 1e-4 / 1e-8)."""
+    b = np.random.default_rng(seed + 1).normal(size=(*batch, m, k)).astype(dtype)
+    tol = _tol(dtype) if dominant else {k: v * 10 for k, v in _tol(dtype).items()}
+    assert_exports_match_on(lax.linalg.tridiagonal_solve, *_diagonals(seed, batch, m, dtype, dominant), b, **tol)
+
+
+def test_tridiagonal_solve_symbolic_batch_and_vmap():
+    values = [[*_diagonals(s, (b,), 5, np.float32, True), np.ones((b, 5, 2), np.float32)] for s, b in enumerate([1, 4])]
+    for v in values:
+        assert_exports_match(lax.linalg.tridiagonal_solve, [("B", 5)] * 3 + [("B", 5, 2)], input_values=v)
+    dl, d, du = _diagonals(0, (3,), 4, np.float32, False)
+    assert_exports_match_on(jax.vmap(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b[:, None])), dl, d, du, d * 2, rtol=1e-4)
+
+
+@pytest.mark.parametrize("size", [24, pytest.param(64, marks=pytest.mark.slow)])
+def test_tridiagonal_solve_looped(size):
+    """Above the unroll limit: one Loop for the elimination, one for the substitution."""
+    *diags, = _diagonals(size, (2,), size, np.float64, True)
+    model = assert_exports_match_on(lax.linalg.tridiagonal_solve, *diags, np.ones((2, size, 2)), **_tol(np.float64))
+    assert len(model.graph.node) < 40
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tridiagonal_solve_singular_is_nan(dtype):
+    """gtsv stops at an exact zero pivot; JAX makes that system's solution NaN."""
+    dl, d, du = (np.array(v, dtype) for v in ([[0, 0, 1], [0, 1, 1]], [[1, 0, 1], [2, 2, 2]], [[0, 0, 0], [1, 1, 0]]))
+    assert_exports_match_on(lax.linalg.tridiagonal_solve, dl, d, du, np.ones((2, 3, 1), dtype))
+
+
+def test_tridiagonal_solve_perturbed_is_refused():
+    d = np.ones((3,), np.float32)
+    with pytest.raises(ConversionError, match="perturb_singular"):
+        roundtrip(lambda d: lax.linalg.tridiagonal_solve(d, d, d, d[:, None], perturb_singular=True), [d.shape], input_values=[d])
+
+
+# -- custom_linear_solve -----------------------------------------------------------------------
+def _spd(seed: int, batch: tuple, n: int, dtype) -> np.ndarray:
+    m = np.random.default_rng(seed).normal(size=(*batch, n, n))
+    return (m @ np.swapaxes(m, -1, -2) / max(n, 1) + np.eye(n)).astype(dtype)
+
+
+SOLVES = {
+    # a user solve that itself calls a custom_linear_solve (jnp.linalg.solve does)
+    "nested": lambda a, b: lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b)),
+    "symmetric": lambda a, b: lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b), symmetric=True),
+    "pytree": lambda a, b: lax.custom_linear_solve(
+        lambda x: {"u": a @ x["u"], "v": 2 * x["v"]}, {"u": b, "v": b}, lambda mv, r: {"u": jnp.linalg.solve(a, r["u"]), "v": r["v"] / 2}
+    ),
+    "cg": lambda a, b: jssl.cg(a, b, tol=1e-12, maxiter=50)[0],
+    "solve": lambda a, b: jnp.linalg.solve(a, b),
+}
+
+
+@pytest.mark.parametrize("name", SOLVES)
+@settings(max_examples=3)
+@given(n=st.sampled_from([1, 3, 6]), dtype=DTYPES, seed=SEEDS)
+def test_custom_linear_solve_matches_jax(name, n, dtype, seed):
+    a, b = _spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
+    tol = _tol(dtype) if name != "cg" else {"rtol": 1e-4 if dtype == np.float32 else 1e-9, "atol": 1e-4 if dtype == np.float32 else 1e-9}
+    assert_exports_match_on(SOLVES[name], a, b, **tol)
+
+
+# -- symmetric_product, cholesky_update --------------------------------------------------------
+@given(m=SIZES, n=st.sampled_from([1, 4]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
+       alpha=st.sampled_from([1.0, -0.5]), beta=st.sampled_from([0.0, 2.0]), symmetrize=st.booleans())
+def test_symmetric_product_matches_jax(m, n, batch, dtype, seed, alpha, beta, symmetrize):
+    rng = np.random.default_rng(seed)
+    a, c = rng.normal(size=(*batch, m, n)).astype(dtype), rng.normal(size=(*batch, m, m)).astype(dtype)
+    fn = lambda a, c: lax.linalg.symmetric_product(a, c, alpha=alpha, beta=beta, symmetrize_output=symmetrize)  # noqa: E731
+    assert_exports_match_on(fn, a, c, **_tol(dtype))
+
+
+@given(n=SIZES, dtype=DTYPES, seed=SEEDS, zeros=st.booleans())
+def test_cholesky_update_matches_jax(n, dtype, seed, zeros):
+    """R of an SPD matrix and w Gaussian, or with zeros (no rotation for w[k] = 0)."""
+    rng = np.random.default_rng(seed)
+    r = np.linalg.cholesky(_spd(seed, (), n, np.float64)).T.astype(dtype)
+    w = rng.normal(size=(n,)) * (rng.random(n) < 0.5 if zeros else 1)
+    assert_exports_match_on(lax.linalg.cholesky_update, r, w.astype(dtype), **_tol(dtype))
+
+
+@pytest.mark.slow
+def test_cholesky_update_looped():
+    r = np.linalg.cholesky(_spd(3, (), 20, np.float64)).T
+    assert_exports_match_on(lax.linalg.cholesky_update, r, np.ones(20), **_tol(np.float64))
+
+
+# -- jnp functions on the solves ---------------------------------------------------------------
+def _general(seed: int, n: int, dtype) -> np.ndarray:
+    return (np.random.default_rng(seed).normal(size=(n, n)) + n * np.eye(n)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64])
+def test_tensorsolve_tensorinv_match_jax(dtype):
+    a = _general(0, 6, dtype).reshape(2, 3, 6)
+    b = np.random.default_rng(1).normal(size=(2, 3)).astype(dtype)
+    assert_exports_match_on(jnp.linalg.tensorsolve, a, b, **_tol(dtype))
+    assert_exports_match_on(lambda a: jnp.linalg.tensorinv(a, ind=2), a, **_tol(dtype))
+    assert_exports_match_on(lambda a: jnp.linalg.tensorsolve(a, b, axes=(0,)), np.moveaxis(a, -1, 0), **_tol(dtype))
