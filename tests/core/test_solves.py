@@ -14,15 +14,7 @@ from jax.scipy.sparse import linalg as jssl
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.roundtrip import roundtrip
-
-SIZES = st.sampled_from([0, 1, 2, 5, 16])
-BATCHES = st.sampled_from([(), (2,), (1, 3)])
-DTYPES = st.sampled_from([np.float32, np.float64])
-SEEDS = st.integers(0, 2**16)
-
-
-def _tol(dtype) -> dict:
-    return {"rtol": 1e-10, "atol": 1e-10} if np.dtype(dtype) == np.float64 else {"rtol": 1e-5, "atol": 1e-5}
+from tests.core.test_decompositions import BATCHES, DTYPES, SEEDS, SIZES, _tol, general, spd
 
 
 def _diagonals(seed: int, batch: tuple, m: int, dtype, dominant: bool) -> list[np.ndarray]:
@@ -72,11 +64,6 @@ def test_tridiagonal_solve_perturbed_is_refused():
 
 
 # -- custom_linear_solve -----------------------------------------------------------------------
-def _spd(seed: int, batch: tuple, n: int, dtype) -> np.ndarray:
-    m = np.random.default_rng(seed).normal(size=(*batch, n, n))
-    return (m @ np.swapaxes(m, -1, -2) / max(n, 1) + np.eye(n)).astype(dtype)
-
-
 SOLVES = {
     # a user solve that itself calls a custom_linear_solve (jnp.linalg.solve does)
     "nested": lambda a, b: lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b)),
@@ -93,7 +80,7 @@ SOLVES = {
 @settings(max_examples=3)
 @given(n=st.sampled_from([1, 3, 6]), dtype=DTYPES, seed=SEEDS)
 def test_custom_linear_solve_matches_jax(name, n, dtype, seed):
-    a, b = _spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
+    a, b = spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
     tol = _tol(dtype) if name != "cg" else {"rtol": 1e-4 if dtype == np.float32 else 1e-9, "atol": 1e-4 if dtype == np.float32 else 1e-9}
     assert_exports_match_on(SOLVES[name], a, b, **tol)
 
@@ -112,25 +99,21 @@ def test_symmetric_product_matches_jax(m, n, batch, dtype, seed, alpha, beta, sy
 def test_cholesky_update_matches_jax(n, dtype, seed, zeros):
     """R of an SPD matrix and w Gaussian, or with zeros (no rotation for w[k] = 0)."""
     rng = np.random.default_rng(seed)
-    r = np.linalg.cholesky(_spd(seed, (), n, np.float64)).T.astype(dtype)
+    r = np.linalg.cholesky(spd(seed, (), n, np.float64)).T.astype(dtype)
     w = rng.normal(size=(n,)) * (rng.random(n) < 0.5 if zeros else 1)
     assert_exports_match_on(lax.linalg.cholesky_update, r, w.astype(dtype), **_tol(dtype))
 
 
 @pytest.mark.slow
 def test_cholesky_update_looped():
-    r = np.linalg.cholesky(_spd(3, (), 20, np.float64)).T
+    r = np.linalg.cholesky(spd(3, (), 20, np.float64)).T
     assert_exports_match_on(lax.linalg.cholesky_update, r, np.ones(20), **_tol(np.float64))
 
 
 # -- jnp functions on the solves ---------------------------------------------------------------
-def _general(seed: int, n: int, dtype) -> np.ndarray:
-    return (np.random.default_rng(seed).normal(size=(n, n)) + n * np.eye(n)).astype(dtype)
-
-
 @pytest.mark.parametrize("dtype", [np.float64])
 def test_tensorsolve_tensorinv_match_jax(dtype):
-    a = _general(0, 6, dtype).reshape(2, 3, 6)
+    a = general(0, (), 6, dtype=dtype).reshape(2, 3, 6)
     b = np.random.default_rng(1).normal(size=(2, 3)).astype(dtype)
     assert_exports_match_on(jnp.linalg.tensorsolve, a, b, **_tol(dtype))
     assert_exports_match_on(lambda a: jnp.linalg.tensorinv(a, ind=2), a, **_tol(dtype))
