@@ -5,6 +5,7 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     complex,
     control_flow,
     decompositions,
+    eigen,
     elementwise,
     fft,
     indexing,

@@ -231,6 +231,24 @@ def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permuta
 
 
 # -- qr: Householder reflections as LAPACK's geqrf / orgqr --------------------------------------
+def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``dlarfg`` on the column ``x`` (..., m, 1): the Householder vector ``v`` (1 at row
+    ``j``, the scaled ``tail`` rows, 0 elsewhere), ``tau``, and x[j]'s new value ``beta =
+    -sign(alpha) * |(alpha, x[tail])|`` (``sign(0) = +``); a tail already zero is no reflection
+    (``tau = 0``, x[j] kept)."""
+    zero, one = jnp.zeros((), x.dtype), jnp.ones((), x.dtype)
+    alpha = _at(x, j, -2)  # (..., 1, 1)
+    rest = where(tail, x, zero)
+    xnorm = jnp.sqrt(jnp.sum(rest * rest, axis=-2, keepdims=True))
+    trivial = xnorm == 0
+    norm = jnp.hypot(alpha, xnorm)
+    beta = where(alpha >= 0, -norm, norm)
+    tau = where(trivial, zero, (beta - alpha) / beta)
+    rows = _ids(x.shape[-2])[:, None]
+    v = where(tail, x / where(trivial, one, alpha - beta), where(rows == j, one, zero))
+    return v, tau, where(trivial, alpha, beta)
+
+
 def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Householder QR of ``a`` (..., m, n) packed as ``geqrf``: R on and above the diagonal,
     the reflectors' vectors (implicit 1 on the diagonal) below it, and their ``taus``.
@@ -241,22 +259,14 @@ def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
     rows, cols = _ids(m)[:, None], _ids(n)[None, :]
-    zero, one = jnp.zeros((), a.dtype), jnp.ones((), a.dtype)
 
     def step(j: Index, carry: tuple) -> tuple:
         r, taus = carry
         x = _at(r, j, -1)  # (..., m, 1)
-        alpha = _at(x, j, -2)  # (..., 1, 1)
         below = rows > j
-        tail = where(below, x, zero)
-        xnorm = jnp.sqrt(jnp.sum(tail * tail, axis=-2, keepdims=True))
-        trivial = xnorm == 0
-        norm = jnp.hypot(alpha, xnorm)
-        beta = where(alpha >= 0, -norm, norm)
-        tau = where(trivial, zero, (beta - alpha) / beta)
-        v = where(below, x / where(trivial, one, alpha - beta), where(rows == j, one, zero))
+        v, tau, head = reflector(x, j, below)
         r = where(cols > j, r - (tau * v) * (_mT(v) @ r), r)
-        r = where(cols == j, where(rows == j, where(trivial, alpha, beta), where(below, v, x)), r)
+        r = where(cols == j, where(rows == j, head, where(below, v, x)), r)
         return r, where(_ids(k)[None, :] == j, tau, taus)
 
     packed, taus = iterate(k, step, (a, jnp.zeros((*a.shape[:-2], 1, k), a.dtype)))
