@@ -38,16 +38,10 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
+from jax2onnx_nn.core.symbolic import has_zero, same_dim
 
 Dim = Any  # an int or a symbolic dim
 BATCH, POINT, WINDOW, WHOLE = "batch", "point", "window", "whole"
-
-
-def _same(a: Dim, b: Dim) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # symbolic comparisons JAX cannot decide
-        return False
 
 
 def _prod(dims: Sequence[Dim]) -> Dim:
@@ -93,9 +87,9 @@ def _plan(shape: Sequence[Dim], window: Sequence[Dim], index_map: Sequence[int],
     for d, (size, w) in enumerate(zip(shape, window, strict=True)):
         if d in batching:
             kinds.append(BATCH)
-        elif _same(w, size):
+        elif same_dim(w, size):
             kinds.append(WHOLE)
-        elif d in index_map and _same(w, 1):
+        elif d in index_map and same_dim(w, 1):
             kinds.append(POINT)
         else:
             kinds.append(WINDOW)
@@ -107,27 +101,6 @@ def _batching(operand_dims: Sequence[int], indices_dims: Sequence[int]) -> dict[
 
 
 # -- building blocks --------------------------------------------------------------------------
-def _i64(ctx: LoweringContext, values: Sequence[int] | int) -> ir.Value:
-    return ctx.const(np.asarray(values, dtype=np.int64))
-
-
-def _reshape(ctx: LoweringContext, x: ir.Value, shape: Sequence[Dim]) -> ir.Value:
-    # allowzero: a 0 in the target shape is a size-0 dim, not "copy the input dim"
-    return ctx.op.Reshape(x, ctx.shape_tensor(shape), allowzero=1)
-
-
-def _iota(ctx: LoweringContext, n: Dim, axis: int, rank: int) -> ir.Value:
-    """0..n-1 along ``axis`` of a rank-``rank`` int64 tensor (size 1 elsewhere)."""
-    view = [1] * rank
-    if not jxi.is_symbolic_dim(n):
-        view[axis] = int(n)
-        return ctx.const(np.arange(int(n), dtype=np.int64).reshape(view))
-    limit = ctx.op.Squeeze(ctx.dim(n), _i64(ctx, [0]))
-    r = ctx.op.Range(_i64(ctx, 0), limit, _i64(ctx, 1))
-    view[axis] = -1
-    return ctx.op.Reshape(r, _i64(ctx, view))
-
-
 def _arrange(ctx: LoweringContext, x: ir.Value, labels: Sequence[int | None], shape: Sequence[Dim]) -> ir.Value:
     """Move axis ``a`` of ``x`` to position ``labels[a]`` of ``shape``; None marks a size-1 axis
     to drop, and size-1 positions of ``shape`` no axis is labelled with are inserted."""
@@ -137,7 +110,7 @@ def _arrange(ctx: LoweringContext, x: ir.Value, labels: Sequence[int | None], sh
     if perm != list(range(len(perm))):
         x = ctx.op.Transpose(x, perm=perm)
     if dropped or len(kept) != len(shape):
-        x = _reshape(ctx, x, shape)
+        x = ctx.reshape(x, shape)
     return x
 
 
@@ -148,22 +121,21 @@ def _starts(ctx: LoweringContext, indices: ir.Value, plan: _Plan, *, masked: boo
     bounds = ctx.shape_tensor([plan.shape[d] - plan.window[d] for d in plan.index_map])
     dtype = onnx_aval(ctx.avals_in[1])[0]
     if wrap_to is not None and not np.can_cast(dtype, wrap_to, "safe"):
-        indices, dtype = ctx.op.Cast(indices, to=ir.DataType.from_numpy(wrap_to)), wrap_to
-    as_i64 = indices if dtype == np.int64 else ctx.op.Cast(indices, to=ir.DataType.INT64)
+        indices, dtype = ctx.cast(indices, wrap_to), wrap_to
+    as_i64 = ctx.cast(indices, np.int64)
     keep = None
     if masked and plan.index_map:
-        inside = ctx.op.And(ctx.op.GreaterOrEqual(as_i64, _i64(ctx, 0)), ctx.op.LessOrEqual(as_i64, bounds))
-        keep = ctx.op.ReduceMin(inside, _i64(ctx, [-1]), keepdims=0)
+        inside = ctx.op.And(ctx.op.GreaterOrEqual(as_i64, ctx.ints(0)), ctx.op.LessOrEqual(as_i64, bounds))
+        keep = ctx.reduce("ReduceMin", inside, [-1])
     if dtype == np.uint64:  # values above 2**63 turn negative as int64: clamp them first
-        bounds_u64 = ctx.op.Cast(bounds, to=ir.DataType.UINT64)
-        as_i64 = ctx.op.Cast(ctx.op.Min(indices, bounds_u64), to=ir.DataType.INT64)
-    return ctx.op.Max(ctx.op.Min(as_i64, bounds), _i64(ctx, 0)), keep
+        as_i64 = ctx.cast(ctx.op.Min(indices, ctx.cast(bounds, np.uint64)), np.int64)
+    return ctx.op.Max(ctx.op.Min(as_i64, bounds), ctx.ints(0)), keep
 
 
 def _column(ctx: LoweringContext, start: ir.Value, plan: _Plan, d: int) -> ir.Value:
     if len(plan.index_map) == 1:
-        return ctx.op.Squeeze(start, _i64(ctx, [-1]))
-    return ctx.op.Gather(start, _i64(ctx, plan.index_map.index(d)), axis=-1)
+        return ctx.op.Squeeze(start, ctx.ints([-1]))
+    return ctx.op.Gather(start, ctx.ints(plan.index_map.index(d)), axis=-1)
 
 
 def _coordinates(ctx: LoweringContext, plan: _Plan, start: ir.Value, leading: Sequence[int] = ()) -> ir.Value:
@@ -177,7 +149,7 @@ def _coordinates(ctx: LoweringContext, plan: _Plan, start: ir.Value, leading: Se
         columns = [plan.index_map.index(d) for d in coords]
         if columns == list(range(len(plan.index_map))):
             return start
-        return ctx.op.Gather(start, _i64(ctx, columns), axis=-1)
+        return ctx.op.Gather(start, ctx.ints(columns), axis=-1)
     nb, windows = plan.batch_rank, plan.windows
     rank = nb + len(windows)
     full = ctx.shape_tensor(plan.index_shape)
@@ -185,17 +157,17 @@ def _coordinates(ctx: LoweringContext, plan: _Plan, start: ir.Value, leading: Se
     for d in coords:
         if plan.kinds[d] == BATCH:
             axis = plan.batching[d]
-            piece = _iota(ctx, plan.batch_shape[axis], axis, rank)
+            piece = ctx.iota(plan.batch_shape[axis], axis, rank)
         else:
             piece = None
             if d in plan.index_map:
                 piece = _column(ctx, start, plan, d)
                 if windows:
-                    piece = ctx.op.Unsqueeze(piece, _i64(ctx, list(range(nb, rank))))
+                    piece = ctx.op.Unsqueeze(piece, ctx.ints(list(range(nb, rank))))
             if plan.kinds[d] == WINDOW:
-                offsets = _iota(ctx, plan.window[d], nb + windows.index(d), rank)
+                offsets = ctx.iota(plan.window[d], nb + windows.index(d), rank)
                 piece = offsets if piece is None else ctx.op.Add(piece, offsets)
-        pieces.append(ctx.op.Unsqueeze(ctx.op.Expand(piece, full), _i64(ctx, [-1])))
+        pieces.append(ctx.op.Unsqueeze(ctx.op.Expand(piece, full), ctx.ints([-1])))
     return pieces[0] if len(pieces) == 1 else ctx.op.Concat(*pieces, axis=-1)
 
 
@@ -204,7 +176,7 @@ def _coordinate_layout(ctx: LoweringContext, x: ir.Value, plan: _Plan, leading: 
     size-1 dim stands in for the coordinate when there is none)."""
     coords = [d for d in plan.coords if d not in leading]
     if not coords:
-        return ctx.op.Unsqueeze(x, _i64(ctx, [0]))
+        return ctx.op.Unsqueeze(x, ctx.ints([0]))
     perm = [*leading, *coords, *plan.whole]
     return x if perm == sorted(perm) else ctx.op.Transpose(x, perm=perm)
 
@@ -218,18 +190,12 @@ def _leading_batch(plan: _Plan) -> list[int]:
     return [d for d, _ in pairs]
 
 
-def _is_empty(shape: Sequence[Dim]) -> bool:
-    """Statically zero elements: answered without index arithmetic (onnxruntime's and ONNX's
-    shape inference disagree on broadcasting size-0 dims)."""
-    return any(not jxi.is_symbolic_dim(d) and d == 0 for d in shape)
-
-
 def _mode(mode: Any) -> lax.GatherScatterMode:
     return mode if isinstance(mode, lax.GatherScatterMode) else lax.GatherScatterMode.from_any(mode)
 
 
 # -- gather -----------------------------------------------------------------------------------
-@lowering("gather", onnx_ops=("Gather", "GatherElements", "GatherND", "Slice", "Where", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Expand", "GreaterOrEqual", "LessOrEqual", "Max", "Min", "ReduceMin", "Reshape", "Squeeze", "Transpose", "Unsqueeze"))
+@lowering("gather", onnx_ops=("Gather", "GatherElements", "GatherND", "Slice", "Where", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Expand", "GreaterOrEqual", "LessOrEqual", "Max", "Min", "Range", "ReduceMin", "Reshape", "Squeeze", "Transpose", "Unsqueeze"))
 def _gather(ctx: LoweringContext, operand: ir.Value, indices: ir.Value, *, dimension_numbers: Any,
             slice_sizes: Sequence[Dim], mode: Any, fill_value: Any = None, **_: object) -> ir.Value:
     dn = dimension_numbers
@@ -246,14 +212,14 @@ def _gather(ctx: LoweringContext, operand: ir.Value, indices: ir.Value, *, dimen
     offset_pos.update({rank + i: out_rank + i for i in range(len(shape) - rank)})
     batch_pos = [p for p in range(out_rank) if p not in dn.offset_dims]
 
-    if _is_empty(out_shape):
+    if has_zero(out_shape):
         return ctx.op.ConstantOfShape(ctx.shape_tensor(out_shape), value=ir.tensor(np.zeros(1, out_dtype)))
     masked = _mode(mode) == lax.GatherScatterMode.FILL_OR_DROP
     wrap_to = _fill_index_dtype(ctx.avals_in[0].shape) if masked else None
     start, keep = _starts(ctx, indices, plan, masked=masked, wrap_to=wrap_to)
     out = _gather_windows(ctx, operand, start, plan, batch_pos, offset_pos, out_shape)
     if keep is not None:
-        mask = ctx.op.Unsqueeze(keep, _i64(ctx, sorted(offset_pos.values()))) if offset_pos else keep
+        mask = ctx.op.Unsqueeze(keep, ctx.ints(sorted(offset_pos.values()))) if offset_pos else keep
         out = ctx.op.Where(mask, out, ctx.const(fill_value, dtype=out_dtype))
     return out
 
@@ -279,7 +245,7 @@ def _gather_windows(ctx: LoweringContext, x: ir.Value, start: ir.Value, plan: _P
         if coords:
             starts = ctx.op.Concat(*[_slice_start(ctx, start, plan, d) for d in coords], axis=0)
             sizes = ctx.shape_tensor([plan.window[d] for d in coords])
-            x = ctx.op.Slice(x, starts, ctx.op.Add(starts, sizes), _i64(ctx, coords))
+            x = ctx.op.Slice(x, starts, ctx.op.Add(starts, sizes), ctx.ints(coords))
         return _arrange(ctx, x, [offset_pos.get(a) for a in range(len(plan.shape))], out_shape)
     if _is_take_along_axis(plan):
         (d,) = [c for c in coords if plan.kinds[c] == POINT]
@@ -294,9 +260,9 @@ def _gather_windows(ctx: LoweringContext, x: ir.Value, start: ir.Value, plan: _P
 
 def _slice_start(ctx: LoweringContext, start: ir.Value, plan: _Plan, d: int) -> ir.Value:
     if d not in plan.index_map:
-        return _i64(ctx, [0])
+        return ctx.ints([0])
     k = plan.index_map.index(d)
-    return ctx.op.Slice(start, _i64(ctx, [k]), _i64(ctx, [k + 1]))
+    return ctx.op.Slice(start, ctx.ints([k]), ctx.ints([k + 1]))
 
 
 def _is_take_along_axis(plan: _Plan) -> bool:
@@ -333,7 +299,7 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
     window_of = dict(zip(window_dims, update_window_axes, strict=True))
     window = [update_shape[window_of[d]] if d in window_of else 1 for d in range(len(shape))]
     plan = _plan(shape, window, dn.scatter_dims_to_operand_dims, batching, ctx.avals_in[1].shape[:-1])
-    if _is_empty(update_shape):
+    if has_zero(update_shape):
         return operand
 
     start, keep = _starts(ctx, indices, plan, masked=_mode(mode) != lax.GatherScatterMode.CLIP)
@@ -346,10 +312,10 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
         count = _prod(plan.index_shape)
         if plan.windows:  # a window is kept or dropped as a whole
             window_axes = list(range(plan.batch_rank, len(plan.index_shape)))
-            keep = ctx.op.Expand(ctx.op.Unsqueeze(keep, _i64(ctx, window_axes)), ctx.shape_tensor(plan.index_shape))
-        keep = _reshape(ctx, keep, [count])
-        index = _reshape(ctx, index, [count, max(len(plan.coords), 1)])
-        rows = _reshape(ctx, rows, [count, *whole_shape])
+            keep = ctx.op.Expand(ctx.op.Unsqueeze(keep, ctx.ints(window_axes)), ctx.shape_tensor(plan.index_shape))
+        keep = ctx.reshape(keep, [count])
+        index = ctx.reshape(index, [count, max(len(plan.coords), 1)])
+        rows = ctx.reshape(rows, [count, *whole_shape])
     if keep is not None:  # drop every window that is not fully in bounds
         index = ctx.op.Compress(index, keep, axis=0)
         rows = ctx.op.Compress(rows, keep, axis=0)
@@ -358,7 +324,7 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
     if reduction in ("min", "max") and jax.dtypes.issubdtype(onnx_aval(ctx.aval_out)[0], np.floating):
         out = _ieee_extremum(ctx, reduction, data, index, rows, out)
     if not plan.coords:
-        return ctx.op.Squeeze(out, _i64(ctx, [0]))
+        return ctx.op.Squeeze(out, ctx.ints([0]))
     perm = plan.coords + plan.whole
     return out if perm == sorted(perm) else ctx.op.Transpose(out, perm=list(np.argsort(perm)))
 
