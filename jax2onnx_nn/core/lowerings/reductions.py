@@ -20,7 +20,6 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import GraphBuilder, ir_dtype
 from jax2onnx_nn.core.kernels import compute_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
@@ -40,38 +39,22 @@ def _is_float(dtype: np.dtype) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
-def _cast(b: GraphBuilder, x: ir.Value, dtype: Any) -> ir.Value:
-    return b.op.Cast(x, to=ir_dtype(dtype))
-
-
-def _reduce_node(ctx: LoweringContext, op_type: str, x: ir.Value, axes: Sequence[int]) -> ir.Value:
-    """``op_type`` over ``axes`` (keepdims=0); axes are an attribute before opset 18."""
-    if op_type == "ReduceSum" or ctx.opset >= 18:
-        return getattr(ctx.op, op_type)(x, ctx.const(np.asarray(axes, dtype=_I64)), keepdims=0)
-    return getattr(ctx.op, op_type)(x, axes=list(axes), keepdims=0)
-
-
-def _any(ctx: LoweringContext, mask: ir.Value, axes: Sequence[int]) -> ir.Value:
-    # uint8, not bool: onnxruntime's bool ReduceMax fails on empty sets
-    return _cast(ctx.builder, _reduce_node(ctx, "ReduceMax", _cast(ctx.builder, mask, _U8), axes), np.bool_)
-
-
-def _order_key(b: GraphBuilder, x: ir.Value, dtype: np.dtype) -> ir.Value:
+def _order_key(ctx: LoweringContext, x: ir.Value, dtype: np.dtype) -> ir.Value:
     """``x`` in a type onnxruntime compares in the same order (its uint64 kernels are missing,
     and widening uint64 to int64 would put values >= 2**63 first: flip the top bit instead, by
     a wrapping add of 2**63, which any opset has)."""
     if dtype == np.uint64:
-        return b.op.Add(_cast(b, x, _I64), b.const(np.asarray(_I64_MIN, dtype=_I64)))
+        return ctx.op.Add(ctx.cast(x, _I64), ctx.ints(_I64_MIN))
     if dtype == np.bool_:
-        return _cast(b, x, _U8)
+        return ctx.cast(x, _U8)
     return x
 
 
-def _from_order_key(b: GraphBuilder, key: ir.Value, dtype: np.dtype) -> ir.Value:
+def _from_order_key(ctx: LoweringContext, key: ir.Value, dtype: np.dtype) -> ir.Value:
     if dtype == np.uint64:
-        return _cast(b, b.op.Add(key, b.const(np.asarray(_I64_MIN, dtype=_I64))), dtype)
+        return ctx.cast(ctx.op.Add(key, ctx.ints(_I64_MIN)), dtype)
     if dtype == np.bool_:
-        return _cast(b, key, dtype)
+        return ctx.cast(key, dtype)
     return key
 
 
@@ -82,14 +65,14 @@ def _reduce_arith(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tupl
         return x
     dtype, shape = onnx_aval(ctx.aval_in)
     if _is_float(dtype):
-        return _reduce_node(ctx, op_type, x, axes)
+        return ctx.reduce(op_type, x, axes)
     # onnxruntime sums and multiplies integers in float64: inexact past 2**53 and saturating
     # where JAX wraps. Exact folds are used unless float64 provably holds every partial sum.
     count = [shape[a] for a in axes]
     if op_type == "ReduceSum" and not any(map(jxi.is_symbolic_dim, count)):
         if math.prod(count) << (8 * dtype.itemsize) < 2**53:
-            wide = x if dtype == _I64 else _cast(ctx.builder, x, _I64)
-            return _cast(ctx.builder, _reduce_node(ctx, op_type, wide, axes), dtype)
+            wide = x if dtype == _I64 else ctx.cast(x, _I64)
+            return ctx.cast(ctx.reduce(op_type, wide, axes), dtype)
     return _integer_fold(ctx, x, dtype, shape, axes, product=op_type == "ReduceProd")
 
 
@@ -97,7 +80,7 @@ def _integer_fold(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tup
     """Exact, wrapping sum or product over ``axes``: per axis, append the identity, take the
     running sum (CumSum) or product (a scan of Mul) and keep the last element."""
     shape_now = list(shape)
-    last = ctx.const(np.asarray(-1, dtype=_I64))
+    last = ctx.ints(-1)
     for axis in sorted(axes, reverse=True):
         pads = np.zeros(2 * len(shape_now), dtype=_I64)
         pads[len(shape_now) + axis] = 1
@@ -106,7 +89,7 @@ def _integer_fold(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tup
         if product:
             x = _scan_values(ctx, x, "cumprod", dtype, tuple(shape_now), axis, reverse=False)
         else:
-            x = ctx.op.CumSum(x, ctx.const(axis, dtype=_I64))
+            x = ctx.op.CumSum(x, ctx.ints(axis))
         x = ctx.op.Gather(x, last, axis=axis)
         del shape_now[axis]
     return x
@@ -116,7 +99,7 @@ def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: t
     if not axes:
         return x
     dtype = _dtype(ctx.aval_in)
-    key = _order_key(ctx.builder, x, dtype)
+    key = _order_key(ctx, x, dtype)
     key_dtype = {np.dtype(np.uint64): _I64, np.dtype(np.bool_): _U8}.get(dtype, dtype)
     wide = compute_dtype(op_type, key_dtype)
     if wide is None:
@@ -124,14 +107,14 @@ def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: t
     if np.issubdtype(key_dtype, np.integer) and wide != key_dtype:
         # the wide type's empty-set identity (e.g. int32 min) must become the narrow one's
         info = np.iinfo(key_dtype)
-        r = _reduce_node(ctx, op_type, _cast(ctx.builder, key, wide), axes)
+        r = ctx.reduce(op_type, ctx.cast(key, wide), axes)
         r = ctx.op.Clip(r, ctx.const(info.min, dtype=wide), ctx.const(info.max, dtype=wide))
-        r = _cast(ctx.builder, r, key_dtype)
+        r = ctx.cast(r, key_dtype)
     else:
-        r = _reduce_node(ctx, op_type, key, axes)
-    r = _from_order_key(ctx.builder, r, dtype)
+        r = ctx.reduce(op_type, key, axes)
+    r = _from_order_key(ctx, r, dtype)
     if _is_float(dtype):
-        r = ctx.op.Where(_any(ctx, ctx.op.IsNaN(x), axes), ctx.const(np.nan, dtype=dtype), r)
+        r = ctx.op.Where(ctx.any(ctx.op.IsNaN(x), axes), ctx.const(np.nan, dtype=dtype), r)
     return r
 
 
@@ -152,22 +135,21 @@ def _reduce_bits(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple
     then put the bits back together. Bools are a single plane."""
     if not axes:
         return x
-    b = ctx.builder
     dtype = _dtype(ctx.aval_in)
     if dtype == np.bool_:
-        planes = _cast(b, x, _U8)
+        planes = ctx.cast(x, _U8)
     else:
         unsigned = np.dtype(f"uint{8 * dtype.itemsize}")
         shifts = ctx.const(np.arange(8 * dtype.itemsize, dtype=unsigned))
-        bits = ctx.op.BitShift(ctx.op.Unsqueeze(_cast(b, x, unsigned), ctx.const(np.asarray([-1], dtype=_I64))), shifts, direction="RIGHT")
-        planes = _cast(b, ctx.op.Mod(bits, ctx.const(2, dtype=unsigned)), _U8)  # Mod, not BitwiseAnd: opset 17 has it
+        bits = ctx.op.BitShift(ctx.op.Unsqueeze(ctx.cast(x, unsigned), ctx.ints([-1])), shifts, direction="RIGHT")
+        planes = ctx.cast(ctx.op.Mod(bits, ctx.const(2, dtype=unsigned)), _U8)  # Mod, not BitwiseAnd: opset 17 has it
     # bit 0 is the answer: empty uint8 ReduceMin gives 255 and xor is the parity of the sum
-    folded = ctx.op.Mod(_reduce_node(ctx, op_type, planes, axes), ctx.const(2, dtype=_U8))
+    folded = ctx.op.Mod(ctx.reduce(op_type, planes, axes), ctx.const(2, dtype=_U8))
     if dtype == np.bool_:
-        return _cast(b, folded, dtype)
+        return ctx.cast(folded, dtype)
     # the planes times their bit values, summed: MatMul is exact on int64 (ReduceSum is not)
     weights = ctx.const((np.uint64(1) << np.arange(8 * dtype.itemsize, dtype=np.uint64)).astype(_I64))
-    return _cast(b, ctx.op.MatMul(_cast(b, folded, _I64), weights), dtype)
+    return ctx.cast(ctx.op.MatMul(ctx.cast(folded, _I64), weights), dtype)
 
 
 BITWISE = {"reduce_and": "ReduceMin", "reduce_or": "ReduceMax", "reduce_xor": "ReduceSum"}
@@ -180,13 +162,13 @@ for _prim, _op in BITWISE.items():
 def _arg(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], index_dtype: object = None, **_: object) -> ir.Value:
     (axis,) = axes
     dtype = _dtype(ctx.aval_in)
-    r = getattr(ctx.op, op_type)(_order_key(ctx.builder, x, dtype), axis=axis, keepdims=0, select_last_index=0)
+    r = getattr(ctx.op, op_type)(_order_key(ctx, x, dtype), axis=axis, keepdims=0, select_last_index=0)
     if _is_float(dtype):
         # onnxruntime skips NaNs; in JAX the first NaN is both the max and the min
-        nan = _cast(ctx.builder, ctx.op.IsNaN(x), _U8)
-        r = ctx.op.Where(_any(ctx, nan, [axis]), ctx.op.ArgMax(nan, axis=axis, keepdims=0, select_last_index=0), r)
+        nan = ctx.cast(ctx.op.IsNaN(x), _U8)
+        r = ctx.op.Where(ctx.any(nan, [axis]), ctx.op.ArgMax(nan, axis=axis, keepdims=0, select_last_index=0), r)
     out = _dtype(ctx.aval_out)
-    return r if out == _I64 else _cast(ctx.builder, r, out)
+    return r if out == _I64 else ctx.cast(r, out)
 
 
 register("argmax", partial(_arg, "ArgMax"), onnx_ops=("ArgMax", "IsNaN", "Where", "Add", "Cast", "ReduceMax"))
@@ -197,7 +179,7 @@ register("argmin", partial(_arg, "ArgMin"), onnx_ops=("ArgMin", "IsNaN", "Where"
 
 @lowering("cumsum", onnx_ops=("CumSum",))
 def _cumsum(ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object) -> ir.Value:
-    return ctx.op.CumSum(x, ctx.const(axis, dtype=_I64), reverse=int(reverse))
+    return ctx.op.CumSum(x, ctx.ints(axis), reverse=int(reverse))
 
 
 def _lowest(dtype: np.dtype) -> Any:
@@ -217,29 +199,28 @@ SCANS: dict[str, tuple[Callable[..., Any], Callable[[np.dtype], Any]]] = {
 }
 
 
-def _combiner(ctx: LoweringContext, fn: Callable[..., Any], spec: jax.ShapeDtypeStruct) -> Callable[[GraphBuilder, ir.Value, ir.Value], ir.Value]:
-    """``fn`` traced at ``spec`` and lowered by our own rules, into any builder."""
+def _combiner(ctx: LoweringContext, fn: Callable[..., Any], spec: jax.ShapeDtypeStruct) -> Callable[[LoweringContext, ir.Value, ir.Value], ir.Value]:
+    """``fn`` traced at ``spec`` and lowered by our own rules, into any context's graph."""
     closed = jax.make_jaxpr(fn)(spec, spec)
-    return lambda b, x, y: ctx.lower_sub(closed, [x, y], b)[0]
+    return lambda c, x, y: c.lower_sub(closed, [x, y])[0]
 
 
-def _shift(b: GraphBuilder, x: ir.Value, step: int | ir.Value, axis: int, rank: int, reverse: bool, fill: ir.Value) -> ir.Value:
+def _shifted(ctx: LoweringContext, x: ir.Value, step: int | ir.Value, axis: int, rank: int, reverse: bool, fill: ir.Value) -> ir.Value:
     """``x`` moved by ``step`` along ``axis`` (towards the end, or the start if reverse), the
     vacated places holding ``fill``; ``step`` is an int or an int64 [1] tensor."""
     onehot = np.zeros(2 * rank, dtype=_I64)
     onehot[axis + (rank if reverse else 0)] = 1
     if isinstance(step, int):
-        pads, step_v, neg_step = b.const(onehot * step), b.const(np.asarray([step], _I64)), b.const(np.asarray([-step], _I64))
+        pads, neg_step = ctx.ints(onehot * step), -step
     else:
-        pads, step_v, neg_step = b.op.Mul(b.const(onehot), step), step, b.op.Neg(step)
-    padded = b.op.Pad(x, pads, fill)
-    axes = b.const(np.asarray([axis], dtype=_I64))
+        pads, neg_step = ctx.op.Mul(ctx.ints(onehot), step), ctx.op.Neg(step)
+    padded = ctx.op.Pad(x, pads, fill)
     if reverse:
-        return b.op.Slice(padded, step_v, b.const(np.asarray([_I64_MAX], _I64)), axes)
-    return b.op.Slice(padded, b.const(np.asarray([0], _I64)), neg_step, axes)
+        return ctx.slice(padded, [axis], [step], [_I64_MAX])
+    return ctx.slice(padded, [axis], [0], [neg_step])
 
 
-def _scan(prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object) -> ir.Value:
+def _cumulative(prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object) -> ir.Value:
     dtype, shape = onnx_aval(ctx.aval_in)
     if prim == "cumlogsumexp" and not _is_float(dtype):
         raise NotImplementedError(f"cumlogsumexp of {dtype}")
@@ -254,13 +235,13 @@ def _scan_values(ctx: LoweringContext, x: ir.Value, prim: str, dtype: np.dtype, 
     fill = ctx.const(identity(dtype), dtype=dtype)
     rank, n = len(shape), shape[axis]
 
-    def step(b: GraphBuilder, y: ir.Value, s: int | ir.Value) -> ir.Value:
-        return combine(b, y, _shift(b, y, s, axis, rank, reverse, fill))
+    def step(c: LoweringContext, y: ir.Value, s: int | ir.Value) -> ir.Value:
+        return combine(c, y, _shifted(c, y, s, axis, rank, reverse, fill))
 
     if not jxi.is_symbolic_dim(n):
         s = 1
         while s < n:
-            x = step(ctx.builder, x, s)
+            x = step(ctx, x, s)
             s *= 2
         return x
     return _doubling_loop(ctx, x, dtype, shape, ctx.dim(n), step)
@@ -268,20 +249,21 @@ def _scan_values(ctx: LoweringContext, x: ir.Value, prim: str, dtype: np.dtype, 
 
 def _doubling_loop(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tuple[Any, ...], n: ir.Value, step: Callable[..., ir.Value]) -> ir.Value:
     """A Loop running ``y = step(body, y, s)`` for s = 1, 2, 4, ... while s < n."""
-    body = ctx.builder.child("scan_body")
-    body.add_input("iteration", _I64, [])
-    body.add_input("cond_in", np.bool_, [])
-    y = body.add_input("y", dtype, shape)
-    s = body.add_input("step", _I64, [1])
+    body = ctx.body("scan_body")
+    graph = body.builder
+    graph.add_input("iteration", _I64, [])
+    graph.add_input("cond_in", np.bool_, [])
+    y = graph.add_input("y", dtype, shape)
+    s = graph.add_input("step", _I64, [1])
     s_next = body.op.Add(s, s)
-    body.outputs = [body.op.Squeeze(body.op.Less(s_next, n)), step(body, y, s), s_next]
-    one = ctx.const(np.asarray([1], dtype=_I64))
+    graph.outputs = [body.op.Squeeze(body.op.Less(s_next, n)), step(body, y, s), s_next]
+    one = ctx.ints([1])
     cond = ctx.op.Squeeze(ctx.op.Less(one, n))
-    return ctx.op.Loop(None, cond, x, one, body=body.build_graph(), _outputs=2)[0]
+    return ctx.op.Loop(None, cond, x, one, body=graph.build_graph(), _outputs=2)[0]
 
 
 for _prim in SCANS:
-    register(_prim, partial(_scan, _prim), onnx_ops=("Pad", "Slice", "Loop", "Add", "Less", "Mul", "Neg", "Squeeze"))
+    register(_prim, partial(_cumulative, _prim), onnx_ops=("Pad", "Slice", "Loop", "Add", "Less", "Mul", "Neg", "Squeeze"))
 
 
 # -- sort / top_k --------------------------------------------------------------------------------
@@ -289,24 +271,23 @@ for _prim in SCANS:
 def _sort_keys(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, *, signed_zero: bool) -> list[ir.Value]:
     """Keys, most significant first, whose lexicographic order (by TopK) is JAX's order of ``x``:
     NaN above +inf, and -0 below +0 when ``signed_zero`` (top_k) else equal to it (sort)."""
-    b = ctx.builder
     if not _is_float(dtype):
-        return [_order_key(b, x, dtype)]
+        return [_order_key(ctx, x, dtype)]
     nan = ctx.op.IsNaN(x)
     inf = ctx.const(np.inf, dtype=_F64)
     if dtype != _F64:
         # a narrower float is finite in float64: +inf becomes the largest finite float64 and
         # NaN becomes +inf, -0 a number between the negatives and +0, so one key suffices
-        key = ctx.op.Where(ctx.op.IsInf(x, detect_negative=0), ctx.const(np.finfo(_F64).max, dtype=_F64), _cast(b, x, _F64))
+        key = ctx.op.Where(ctx.op.IsInf(x, detect_negative=0), ctx.const(np.finfo(_F64).max, dtype=_F64), ctx.cast(x, _F64))
         key = ctx.op.Where(nan, inf, key)
         if signed_zero:
-            key = ctx.op.Where(_is_zero(ctx, x, negative=True), ctx.const(-1e-300, dtype=_F64), key)
+            key = ctx.op.Where(_is_signed_zero(ctx, x, negative=True), ctx.const(-1e-300, dtype=_F64), key)
         return [key]
-    tie = ctx.op.Or(nan, _is_zero(ctx, x, negative=False)) if signed_zero else nan
-    return [ctx.op.Where(nan, inf, x), _cast(b, tie, _U8)]
+    tie = ctx.op.Or(nan, _is_signed_zero(ctx, x, negative=False)) if signed_zero else nan
+    return [ctx.op.Where(nan, inf, x), ctx.cast(tie, _U8)]
 
 
-def _is_zero(ctx: LoweringContext, x: ir.Value, *, negative: bool) -> ir.Value:
+def _is_signed_zero(ctx: LoweringContext, x: ir.Value, *, negative: bool) -> ir.Value:
     zero = ctx.const(0, like=x)
     sign = ctx.op.Less if negative else ctx.op.Greater
     return ctx.op.And(ctx.op.Equal(x, zero), sign(ctx.op.Reciprocal(x), zero))
@@ -350,9 +331,9 @@ def _top_k(ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: ob
     shape = ctx.aval_in.shape
     axis %= len(shape)
     keys = _sort_keys(ctx, x, _dtype(ctx.aval_in), signed_zero=True)
-    order = _lex_order(ctx, keys, axis, ctx.dim(shape[axis]), ctx.const(np.asarray([k], dtype=_I64)), largest=True)
+    order = _lex_order(ctx, keys, axis, ctx.dim(shape[axis]), ctx.ints([k]), largest=True)
     index_dtype = _dtype(ctx.avals_out[1])
-    indices = order if index_dtype == _I64 else _cast(ctx.builder, order, index_dtype)
+    indices = order if index_dtype == _I64 else ctx.cast(order, index_dtype)
     return [ctx.op.GatherElements(x, order, axis=axis), indices]
 
 
@@ -374,7 +355,7 @@ def _reduce_custom(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions
     if any(shape[a] == 0 for a in dimensions):
         return [ctx.op.Expand(init, ctx.shape_tensor(out_shape)) for init in inits]
     if all(shape[a] == 1 for a in dimensions):  # XLA turns this into a reshape, ignoring the init
-        return [ctx.op.Squeeze(x, ctx.const(np.asarray(dimensions, dtype=_I64))) if dimensions else x for x in xs]
+        return [ctx.op.Squeeze(x, ctx.ints(dimensions)) if dimensions else x for x in xs]
     body = jax.extend.core.jaxpr_as_fun(jxi.as_closed(jaxpr))
 
     def combine(lhs: list[ir.Value], rhs: list[ir.Value], at: Sequence[Any]) -> list[ir.Value]:
@@ -385,7 +366,7 @@ def _reduce_custom(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions
         return ctx.lower_sub(jax.make_jaxpr(fn)(*specs), [*lhs, *rhs])
 
     def part(x: ir.Value, axis: int, start: int, stop: int, step: int = 1) -> ir.Value:
-        return ctx.op.Slice(x, *(ctx.const(np.asarray([v], dtype=_I64)) for v in (start, stop, axis, step)))
+        return ctx.slice(x, [axis], [start], [stop], [step])
 
     for axis in sorted(dimensions, reverse=True):
         n = int(shape[axis])
@@ -395,6 +376,6 @@ def _reduce_custom(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions
             pairs = combine([part(x, axis, 0, 2 * half, 2) for x in xs], [part(x, axis, 1, 2 * half, 2) for x in xs], shape)
             xs = pairs if n % 2 == 0 else [ctx.op.Concat(p, part(x, axis, n - 1, n), axis=axis) for p, x in zip(pairs, xs, strict=True)]
             n = shape[axis] = half + n % 2
-        xs = [ctx.op.Squeeze(x, ctx.const(np.asarray([axis], dtype=_I64))) for x in xs]
+        xs = [ctx.op.Squeeze(x, ctx.ints([axis])) for x in xs]
         del shape[axis]
     return combine([ctx.op.Expand(init, ctx.shape_tensor(out_shape)) for init in inits], xs, out_shape)
