@@ -381,6 +381,11 @@ class LoweringContext:
         In uint8: onnxruntime's bool ReduceMax fails on empty sets."""
         return self.cast(self.reduce("ReduceMax", self.cast(mask, np.uint8), axes), np.bool_)
 
+    def all(self, mask: ir.Value, axes: Sequence[int] | None = None) -> ir.Value:
+        """``reduce_and`` of a bool ``mask`` over ``axes`` (None: all), true for no elements.
+        In uint8: ReduceMin takes bools only from opset 20."""
+        return self.cast(self.reduce("ReduceMin", self.cast(mask, np.uint8), axes), np.bool_)
+
     def derived_weight(
         self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
     ) -> ir.Value:

@@ -425,3 +425,14 @@ def test_scatter_apply_is_reported():
     fn = lambda x, i: lax.scatter_apply(x, i, jnp.sin, dnums, update_shape=(3,))  # noqa: E731
     with pytest.raises(ConversionError, match="scatter_apply"):
         to_onnx(fn, [(4,), ((3, 1), np.int32)])
+
+
+@pytest.mark.parametrize("opset", [17, 19])
+@pytest.mark.parametrize("mode", ["fill", "promise_in_bounds"])
+def test_masked_indexing_below_opset_20(opset, mode):
+    """The in-bounds check of a FILL_OR_DROP gather and a dropping scatter is a reduce_and over
+    the index vector: no bool ReduceMin (opset 20) and no axes input (opset 18) before them."""
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    i = np.array([[0, 1], [4, 2], [7, 0], [-9, 1]], np.int32)
+    assert_exports_match_on(lambda x, i: x.at[i[:, 0], i[:, 1]].get(mode=mode, fill_value=-1.0), x, i, opset=opset)
+    assert_exports_match_on(lambda x, i: x.at[i[:, 0], i[:, 1]].add(1.0, mode=mode), x, i, opset=opset)

@@ -1,5 +1,5 @@
 """The rule toolkit: dim predicates of core/symbolic.py on symbolic dims, and the ``ctx``
-helpers (reshape, slice, expand, cast, iota, any) through rules of our own, onnxruntime
+helpers (reshape, slice, expand, cast, iota, any, all) through rules of our own, onnxruntime
 against JAX on size-0 dims and a symbolic batch dim."""
 
 from functools import reduce
@@ -68,12 +68,16 @@ def _any_rule(ctx, x, *, axes, **_):
     return ctx.any(x, axes)
 
 
+def _all_rule(ctx, x, *, axes, **_):
+    return ctx.all(x, axes)
+
+
 @pytest.mark.parametrize("opset", [MIN_OPSET, 18])
 @given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=3), data=st.data())
-def test_any_over_axes(opset, shape, data):
+def test_any_and_all_over_axes(opset, shape, data):
     axes = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
     values = data.draw(hnp.arrays(np.bool_, shape))
+    fn, prim, rule = data.draw(st.sampled_from([(jnp.any, "reduce_or", _any_rule), (jnp.all, "reduce_and", _all_rule)]))
     assert_exports_match(
-        lambda x: jnp.any(x, axis=tuple(axes)), [(shape, np.bool_)], input_values=[values], opset=opset,
-        lowerings={"reduce_or": _any_rule},
+        lambda x: fn(x, axis=tuple(axes)), [(shape, np.bool_)], input_values=[values], opset=opset, lowerings={prim: rule},
     )

@@ -126,7 +126,7 @@ def _starts(ctx: LoweringContext, indices: ir.Value, plan: _Plan, *, masked: boo
     keep = None
     if masked and plan.index_map:
         inside = ctx.op.And(ctx.op.GreaterOrEqual(as_i64, ctx.ints(0)), ctx.op.LessOrEqual(as_i64, bounds))
-        keep = ctx.reduce("ReduceMin", inside, [-1])
+        keep = ctx.all(inside, [-1])
     if dtype == np.uint64:  # values above 2**63 turn negative as int64: clamp them first
         as_i64 = ctx.cast(ctx.op.Min(indices, ctx.cast(bounds, np.uint64)), np.int64)
     return ctx.op.Max(ctx.op.Min(as_i64, bounds), ctx.ints(0)), keep
