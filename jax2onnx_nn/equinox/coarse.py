@@ -32,6 +32,13 @@ import onnx_ir as ir
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import kernels
 from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.layers.conv import (
+    conv,
+    conv_pads,
+    conv_transpose,
+    conv_transpose_kernel,
+    conv_transpose_pads,
+)
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
@@ -198,28 +205,12 @@ def _unflatten_batch(ctx: LoweringContext, y: ir.Value, n_levels: int, aval: Any
 # -- eqx.nn.Conv: Conv ---------------------------------------------------------------------
 
 
-def _conv_pads(padding: Any, spatial: Sequence[Any], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Any:
-    """ONNX ``pads`` (begins, then ends) or an ``auto_pad`` string; None if not modelled."""
-    if isinstance(padding, str):
-        if padding == "VALID":
-            return (0,) * (2 * len(kernel))
-        if any(jxi.is_symbolic_dim(d) for d in spatial):
-            return {"SAME": "SAME_UPPER", "SAME_LOWER": "SAME_LOWER"}.get(padding)
-        dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True))
-        pairs = jax.lax.padtype_to_pads(tuple(int(d) for d in spatial), dilated, tuple(stride), padding)
-    else:
-        pairs = padding
-    if not all(isinstance(v, (int, np.integer)) and v >= 0 for pair in pairs for v in pair):
-        return None  # negative padding crops: the lax path
-    return tuple(int(p[0]) for p in pairs) + tuple(int(p[1]) for p in pairs)
-
-
 def _conv_handler(module: Any, x: Any, *, key: Any = None) -> Any:
     if not plain(module, eqx.nn.Conv) or not float_arrays(x, module.weight, module.bias):
         return NotApplicable
     if module.padding_mode != "ZEROS" or x.ndim != module.num_spatial_dims + 1:
         return NotApplicable
-    pads = _conv_pads(module.padding, x.shape[1:], module.kernel_size, module.stride, module.dilation)
+    pads = conv_pads(module.padding, x.shape[1:], module.kernel_size, module.stride, module.dilation)
     if pads is None:
         return NotApplicable
     return CoarseCall(
@@ -236,10 +227,6 @@ def _bias_vector(ctx: LoweringContext, ops: Operands) -> ir.Value | None:
     return ctx.reshaped_weight(ops["bias"], [size])
 
 
-def _padding(pads: Any) -> dict[str, Any]:
-    return {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
-
-
 @eqx_lowering(
     "eqx_conv", onnx_ops=("Conv", "Reshape"),
     covers=("eqx.nn.Conv", "eqx.nn.Conv1d", "eqx.nn.Conv2d", "eqx.nn.Conv3d"),
@@ -253,7 +240,7 @@ def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dila
         return NotApplicable
     example = _shape(ops, "x")[len(levels):]
     x = _flatten_batch(ctx, ops["x"], example, len(levels))
-    y = ctx.op.Conv(x, ops["weight"], _bias_vector(ctx, ops), strides=list(strides), dilations=list(dilations), group=group, **_padding(pads))
+    y = conv(ctx, x, ops["weight"], _bias_vector(ctx, ops), strides=strides, dilations=dilations, pads=pads, group=group)
     return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
 
 
@@ -265,43 +252,18 @@ def _conv_transpose_handler(module: Any, x: Any, *, key: Any = None) -> Any:
         return NotApplicable
     if module.padding_mode != "ZEROS" or x.ndim != module.num_spatial_dims + 1:
         return NotApplicable
-    kernel, dilation = np.asarray(module.kernel_size), np.asarray(module.dilation)
-    # eqx runs a conv over the stride-dilated input with padding_t; ConvTranspose pads the
-    # other way round: begin = d(k-1) - p0t, end = d(k-1) - p1t (+ output_padding if negative)
-    padding_t = np.asarray(module._padding_transpose(), dtype=np.int64).reshape(-1, 2)
-    begin = dilation * (kernel - 1) - padding_t[:, 0]
-    end = dilation * (kernel - 1) - padding_t[:, 1]
-    output_padding = np.where(end < 0, -end, 0)
-    end = np.maximum(end, 0)
-    limit = np.maximum(np.asarray(module.stride), dilation)
-    if (begin < 0).any() or (output_padding >= limit).any():
+    # eqx runs a conv with padding_t over the stride-dilated input, as lax.conv_transpose does
+    padding_t = [tuple(int(v) for v in p) for p in np.asarray(module._padding_transpose()).reshape(-1, 2)]
+    pads = conv_transpose_pads(padding_t, module.kernel_size, module.stride, module.dilation)
+    if pads is None:
         return NotApplicable
     return CoarseCall(
         "eqx_conv_transpose", inputs={"x": x}, weights={"weight": module.weight, "bias": module.bias},
         params={
             "strides": tuple(module.stride), "dilations": tuple(module.dilation), "group": int(module.groups),
-            "pads": tuple(int(v) for v in (*begin, *end)), "output_padding": tuple(int(v) for v in output_padding),
+            "pads": pads[0], "output_padding": pads[1],
         },
     )
-
-
-def _transposed_kernel(w: np.ndarray, group: int) -> np.ndarray:
-    """eqx's (out, in/g, *k) correlation kernel as ONNX's (in, out/g, *k) ConvTranspose weight."""
-    spatial = tuple(range(2, w.ndim))
-    w = np.flip(w, axis=spatial)
-    out, in_g = w.shape[:2]
-    w = w.reshape(group, out // group, in_g, *w.shape[2:]).swapaxes(1, 2)
-    return np.ascontiguousarray(w.reshape(group * in_g, out // group, *w.shape[3:]))
-
-
-def _transposed_kernel_nodes(ctx: LoweringContext, w: ir.Value, shape: Sequence[int], group: int) -> ir.Value:
-    rank = len(shape)
-    out, in_g, spatial = int(shape[0]), int(shape[1]), [int(d) for d in shape[2:]]
-    big = np.iinfo(np.int64).max
-    w = ctx.op.Slice(w, _i64(ctx, [-1] * (rank - 2)), _i64(ctx, [-big] * (rank - 2)), _i64(ctx, list(range(2, rank))), _i64(ctx, [-1] * (rank - 2)))
-    w = ctx.op.Reshape(w, _i64(ctx, [group, out // group, in_g, *spatial]))
-    w = ctx.op.Transpose(w, perm=[0, 2, 1, *range(3, rank + 1)])
-    return ctx.op.Reshape(w, _i64(ctx, [group * in_g, out // group, *spatial]))
 
 
 @eqx_lowering(
@@ -316,15 +278,11 @@ def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, 
     if not levels.full("x") or not levels.unbatched("weight", "bias") or not kernels.supports("ConvTranspose", dtype):
         return NotApplicable
     w_shape = _shape(ops, "weight")
-    weight = ctx.derived_weight(
-        ops["weight"], "transposed", lambda w: _transposed_kernel(w, group),
-        lambda w: _transposed_kernel_nodes(ctx, w, w_shape, group),
-    )
+    weight = conv_transpose_kernel(ctx, ops["weight"], range(len(w_shape)), w_shape, group, weight=True)
     example = _shape(ops, "x")[len(levels):]
     x = _flatten_batch(ctx, ops["x"], example, len(levels))
-    y = ctx.op.ConvTranspose(
-        x, weight, _bias_vector(ctx, ops), strides=list(strides), dilations=list(dilations), group=group,
-        pads=list(pads), output_padding=list(output_padding) if any(output_padding) else None,
+    y = conv_transpose(
+        ctx, x, weight, _bias_vector(ctx, ops), strides=strides, dilations=dilations, pads=pads, output_padding=output_padding, group=group,
     )
     return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
 

@@ -26,6 +26,15 @@ from flax.nnx.nn import dtypes as nnx_dtypes
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import jax_nn, kernels
 from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.layers.conv import (
+    conv,
+    conv_pads,
+    conv_transpose,
+    conv_transpose_kernel,
+    conv_transpose_padding,
+    conv_transpose_pads,
+)
+from jax2onnx_nn.core.layout import to_channels_first, to_channels_last
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
@@ -186,6 +195,11 @@ def _per_axis(v: Any, n: int) -> tuple[int, ...] | None:
     return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
 
 
+def _hwio_to_oihw(rank: int) -> list[int]:
+    """The perm taking flax's kernel layout (spatial, in, out) to ONNX's (out, in, spatial)."""
+    return [rank - 1, rank - 2, *range(rank - 2)]
+
+
 def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _one_input(args, kwargs, {"out_sharding": None})
     if x is NotApplicable or not _plain(module, nnx.Conv) or not _default_promote(module):
@@ -200,7 +214,7 @@ def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     strides, input_dilation, dilation = (_per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation))
     if strides is None or dilation is None or input_dilation != (1,) * n:
         return NotApplicable
-    pads = _conv_pads(module.padding, x.shape[1:-1], kernel_size, strides, dilation)
+    pads = conv_pads(module.padding, x.shape[1:-1], kernel_size, strides, dilation)
     if pads is None:
         return NotApplicable
     return CoarseCall(
@@ -209,42 +223,17 @@ def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-def _conv_pads(padding: Any, spatial: tuple[Any, ...], kernel_size: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...]) -> Any:
-    """ONNX ``pads`` (begins then ends) or an ``auto_pad`` string; None if not modelled."""
-    n = len(kernel_size)
-    if isinstance(padding, str):
-        if padding == "VALID":
-            return (0,) * (2 * n)
-        if padding not in ("SAME", "SAME_LOWER"):
-            return None  # CIRCULAR, REFLECT, CAUSAL pad the input first: lax path
-        if any(jxi.is_symbolic_dim(d) for d in spatial):
-            return "SAME_UPPER" if padding == "SAME" else "SAME_LOWER"
-        dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel_size, dilation, strict=True))
-        pairs = jax.lax.padtype_to_pads(tuple(int(d) for d in spatial), dilated, strides, padding)
-    elif isinstance(padding, int):
-        pairs = [(padding, padding)] * n
-    elif isinstance(padding, (list, tuple)) and len(padding) == n:
-        pairs = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
-    else:
-        return None
-    if not all(len(p) == 2 and all(isinstance(v, (int, np.integer)) and v >= 0 for v in p) for p in pairs):
-        return None
-    return tuple(int(p[0]) for p in pairs) + tuple(int(p[1]) for p in pairs)
-
-
 @coarse_lowering("nnx_conv", onnx_ops=("Transpose", "Conv"), covers=("nnx.Conv",))
 def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64 or not kernels.supports("Conv", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable  # onnxruntime's Conv rejects empty images
     rank = len(ops.aval("x").shape)
-    x = ctx.transpose(_cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
-    kernel = _cast(ctx, ops, "kernel", dtype)
-    kernel = ctx.transposed_weight(kernel, [rank - 1, rank - 2, *range(rank - 2)])
+    x = ctx.transpose(_cast(ctx, ops, "x", dtype), to_channels_first(rank))
+    kernel = ctx.transposed_weight(_cast(ctx, ops, "kernel", dtype), _hwio_to_oihw(rank))
     bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
-    padding = {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
-    y = ctx.op.Conv(x, kernel, bias, strides=list(strides), dilations=list(dilations), group=group, **padding)
-    return ctx.op.Transpose(y, perm=[0, *range(2, rank), 1])
+    y = conv(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, group=group)
+    return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
 
 # -- pooling: nnx.avg_pool (channels last) as AveragePool -----------------------------------
@@ -265,7 +254,7 @@ def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
         strides = tuple(a.get("strides") or (1,) * n)
         if len(strides) != n or not all(isinstance(v, int) and v >= 1 for v in (*window, *strides)):
             return NotApplicable
-        pads = _conv_pads(a.get("padding", "VALID"), x.shape[1:-1], tuple(window), strides, (1,) * n)
+        pads = conv_pads(a.get("padding", "VALID"), x.shape[1:-1], tuple(window), strides, (1,) * n)
         if pads is None or isinstance(pads, str) or any(p >= k for p, k in zip(pads, (*window, *window), strict=True)):
             return NotApplicable  # onnxruntime needs each pad smaller than the window
         return CoarseCall(
@@ -283,11 +272,11 @@ def _avg_pool(ctx: LoweringContext, ops: Operands, *, kernel_shape: tuple[int, .
     if dtype not in _F32_F64 or not kernels.supports("AveragePool", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable
     rank = len(ops.aval("x").shape)
-    x = ctx.transpose(ops["x"], [0, rank - 1, *range(1, rank - 1)])
+    x = ctx.transpose(ops["x"], to_channels_first(rank))
     y = ctx.op.AveragePool(
         x, kernel_shape=list(kernel_shape), strides=list(strides), pads=list(pads), count_include_pad=int(count_include_pad)
     )
-    return ctx.op.Transpose(y, perm=[0, *range(2, rank), 1])
+    return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
 
 # -- nnx.Embed: Gather, with JAX's out-of-range semantics (NaN rows) -----------------------
@@ -505,42 +494,7 @@ def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, num_grou
     return y if inverse is None else ctx.op.Transpose(y, perm=inverse)
 
 
-# -- nnx.ConvTranspose: lax.conv_transpose as ONNX ConvTranspose ---------------------------
-#
-# lax.conv_transpose is a stride-dilated convolution with the kernel as given (no flip) and
-# pads (a, b); ONNX ConvTranspose is the gradient of Conv: the kernel flipped, and pads
-# (k - 1 - a, k - 1 - b) for the dilated kernel size k. A negative end pad only appends
-# positions no input reaches (output_padding); a negative begin pad is not expressible.
-
-
-def _conv_transpose_pads(padding: Any, kernel: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(ONNX pads, output_padding) equal to lax.conv_transpose's padding; None if none is."""
-    n = len(kernel)
-    dilated = [(k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True)]
-    pairs = []
-    for k, s in zip(dilated, strides, strict=True):
-        if padding == "SAME":
-            total = k + s - 2
-            a = k - 1 if s > k - 1 else -(-total // 2)
-        elif padding == "VALID":
-            total, a = k + s - 2 + max(k - s, 0), k - 1
-        else:
-            break
-        pairs.append((a, total - a))
-    if not isinstance(padding, str):
-        if not isinstance(padding, (tuple, list)) or len(padding) != n:
-            return None
-        pairs = [tuple(p) for p in padding]
-        if not all(len(p) == 2 and all(isinstance(v, (int, np.integer)) for v in p) for p in pairs):
-            return None
-    if len(pairs) != n:
-        return None
-    begins = [k - 1 - int(a) for k, (a, _) in zip(dilated, pairs, strict=True)]
-    ends = [k - 1 - int(b) for k, (_, b) in zip(dilated, pairs, strict=True)]
-    extra = [max(-e, 0) for e in ends]
-    if min(begins) < 0 or any(x >= s for x, s in zip(extra, strides, strict=True)):
-        return None  # onnxruntime requires output_padding < stride
-    return tuple(begins) + tuple(max(e, 0) for e in ends), tuple(extra)
+# -- nnx.ConvTranspose: lax.conv_transpose as ONNX ConvTranspose (see core/layers/conv.py) ---
 
 
 def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -555,12 +509,8 @@ def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     strides, dilation = _per_axis(module.strides, n), _per_axis(module.kernel_dilation, n)
     if strides is None or dilation is None:
         return NotApplicable
-    padding = module.padding
-    if isinstance(padding, int):
-        padding = ((padding, padding),) * n
-    elif isinstance(padding, (tuple, list)):
-        padding = tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
-    pads = _conv_transpose_pads(padding, kernel_size, strides, dilation)
+    padding = conv_transpose_padding(module.padding, kernel_size, strides, dilation)
+    pads = None if padding is None else conv_transpose_pads(padding, kernel_size, strides, dilation)
     if pads is None:
         return NotApplicable
     return CoarseCall(
@@ -570,25 +520,14 @@ def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-def _flip_spatial(ctx: LoweringContext, kernel: ir.Value, n: int) -> ir.Value:
-    axes = list(range(n))
-    return ctx.op.Slice(
-        kernel, ctx.const([-1] * n, dtype=np.int64), ctx.const([np.iinfo(np.int64).min] * n, dtype=np.int64),
-        ctx.const(axes, dtype=np.int64), ctx.const([-1] * n, dtype=np.int64),
-    )
-
-
-def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, n: int, transpose_kernel: bool) -> ir.Value:
-    """The flax kernel ``(*k, in, out)`` (``(*k, out, in)`` with ``transpose_kernel``) as
-    ONNX's ``(in, out, *k)``, flipped spatially unless flax already flips it."""
+def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, shape: tuple[int, ...], transpose_kernel: bool) -> ir.Value:
+    """The flax kernel ``(*k, in, out)`` as ONNX's ``(in, out, *k)``. With ``transpose_kernel``
+    (``(*k, out, in)``) lax flips and swaps it itself, which undoes ConvTranspose's flip."""
+    n = len(shape) - 2
     if transpose_kernel:
         return ctx.transposed_weight(kernel, [n + 1, n, *range(n)])
-    perm = [n, n + 1, *range(n)]
-    spatial = tuple(range(n))
-    return ctx.derived_weight(
-        kernel, ("flip-transpose", *perm), lambda a: np.transpose(np.flip(a, spatial), perm),
-        lambda v: ctx.op.Transpose(_flip_spatial(ctx, v, n), perm=perm),
-    )
+    to_oi = _hwio_to_oihw(n + 2)
+    return conv_transpose_kernel(ctx, kernel, to_oi, [int(shape[a]) for a in to_oi], 1, weight=True)
 
 
 @coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose"), covers=("nnx.ConvTranspose",))
@@ -597,13 +536,11 @@ def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, 
     if dtype not in _F32_F64 or not kernels.supports("ConvTranspose", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable
     rank = len(ops.aval("x").shape)
-    x = ctx.transpose(_cast(ctx, ops, "x", dtype), [0, rank - 1, *range(1, rank - 1)])
-    kernel = _conv_transpose_weight(ctx, _cast(ctx, ops, "kernel", dtype), rank - 2, transpose_kernel)
+    x = ctx.transpose(_cast(ctx, ops, "x", dtype), to_channels_first(rank))
+    kernel = _conv_transpose_weight(ctx, _cast(ctx, ops, "kernel", dtype), tuple(ops.aval("kernel").shape), transpose_kernel)
     bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
-    y = ctx.op.ConvTranspose(
-        x, kernel, bias, strides=list(strides), dilations=list(dilations), pads=list(pads), output_padding=list(output_padding)
-    )
-    return ctx.op.Transpose(y, perm=[0, *range(2, rank), 1])
+    y = conv_transpose(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, output_padding=output_padding, group=1)
+    return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
 
 # -- nnx.GRUCell / nnx.LSTMCell: one step of ONNX GRU / LSTM --------------------------------

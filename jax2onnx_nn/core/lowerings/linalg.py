@@ -18,21 +18,25 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.graph import ir_dtype
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
-from jax2onnx_nn.core.lowerings.windows import (
+from jax2onnx_nn.core.layers.conv import (
     can_conv,
     conv_padding,
+    conv_transpose,
+    conv_transpose_kernel,
+    conv_transpose_pads,
+)
+from jax2onnx_nn.core.layers.spatial import (
     dilate,
     dilated_dims,
     filled,
-    has_zero,
-    int64s,
     pad,
     permute,
     reshape,
     window_slices,
 )
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
+from jax2onnx_nn.core.symbolic import has_zero
 
 
 def _cast(ctx: LoweringContext, x: ir.Value, aval: Any, dtype: np.dtype) -> ir.Value:
@@ -163,23 +167,16 @@ class _Conv:
     groups: int
     y_dims: list[Any]
 
-    def transpose_pads(self, w_dims: Sequence[Any]) -> tuple[list[int], list[int]]:
-        """ConvTranspose ``pads`` and ``output_padding`` equivalent to this conv's padding
-        (see _conv_transpose); padding past the kernel's reach at the end adds zeros there."""
-        span = [(int(k) - 1) * d for k, d in zip(w_dims[2:], self.rhs_dilation, strict=True)]
-        begin = [s - lo for s, (lo, _) in zip(span, self.padding, strict=True)]
-        end = [s - hi for s, (_, hi) in zip(span, self.padding, strict=True)]
-        return begin + [max(e, 0) for e in end], [max(-e, 0) for e in end]
+    def transpose_pads(self, w_dims: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """ConvTranspose ``pads`` and ``output_padding`` equal to this conv (see _conv_transpose)."""
+        if any(jxi.is_symbolic_dim(k) for k in w_dims):
+            return None
+        return conv_transpose_pads(self.padding, w_dims[2:], self.lhs_dilation, self.rhs_dilation)
 
     def fits_conv_transpose(self, w_dims: Sequence[Any]) -> bool:
         if all(d == 1 for d in self.lhs_dilation) or any(s != 1 for s in self.strides):
             return False
-        if any(jxi.is_symbolic_dim(k) for k in w_dims):
-            return False
-        pads, extra = self.transpose_pads(w_dims)
-        # onnxruntime takes output_padding < max(stride, dilation) only
-        reach = [max(s, d) for s, d in zip(self.lhs_dilation, self.rhs_dilation, strict=True)]
-        return all(p >= 0 for p in pads) and all(e < r for e, r in zip(extra, reach, strict=True))
+        return self.transpose_pads(w_dims) is not None
 
 
 def _batch_groups_to_features(ctx: LoweringContext, x: ir.Value, dims: list[Any], groups: int) -> tuple[ir.Value, list[Any]]:
@@ -192,30 +189,13 @@ def _batch_groups_to_features(ctx: LoweringContext, x: ir.Value, dims: list[Any]
 
 
 def _conv_transpose(ctx: LoweringContext, x: ir.Value, rhs: ir.Value, rhs_spec: Sequence[int], w_dims: Sequence[Any], conv: _Conv) -> ir.Value:
-    """A conv with lhs dilation s and stride 1 is a ConvTranspose with stride s.
-
-    With the input dilated by s and padded by lo, output y of the conv sums x[i] * w[k] over
-    i*s = y + k*d - lo. ConvTranspose (stride s, dilation d, pad_begin p) sums x[i] * w'[k']
-    over i*s + k'*d - p = y. With w' the kernel flipped (k' = K-1-k) and its in/out features
-    swapped per group, the two agree for p = (K-1)*d - lo; likewise at the end, where padding
-    past the kernel's reach becomes output_padding (zeros).
-    """
-    n = len(w_dims) - 2
-    out_f, in_f, kernel = int(w_dims[0]), int(w_dims[1]), [int(k) for k in w_dims[2:]]
-    g = conv.groups
-    if g == 1:  # one Transpose from the given layout to I, O, spatial
-        w = permute(ctx, rhs, [rhs_spec[1], rhs_spec[0], *rhs_spec[2:]])
-    else:
-        w = reshape(ctx, permute(ctx, rhs, rhs_spec), [g, out_f // g, in_f, *kernel])
-        w = ctx.op.Transpose(w, perm=[0, 2, 1, *range(3, 3 + n)])
-        w = reshape(ctx, w, [g * in_f, out_f // g, *kernel])
-    flip = [-1] * n
-    spatial = int64s(ctx, list(range(2, 2 + n)))
-    w = ctx.op.Slice(w, int64s(ctx, flip), int64s(ctx, [np.iinfo(np.int64).min] * n), spatial, int64s(ctx, flip))
+    """A conv with lhs dilation s and stride 1 is a ConvTranspose with stride s (see
+    ``core/layers/conv.py``)."""
+    w = conv_transpose_kernel(ctx, rhs, rhs_spec, w_dims, conv.groups, weight=False)
     pads, extra = conv.transpose_pads(w_dims)
-    return ctx.op.ConvTranspose(
-        x, w, kernel_shape=kernel, strides=list(conv.lhs_dilation), dilations=list(conv.rhs_dilation),
-        pads=pads, output_padding=extra if any(extra) else None, group=g,
+    return conv_transpose(
+        ctx, x, w, None, kernel_shape=w_dims[2:], strides=conv.lhs_dilation, dilations=conv.rhs_dilation,
+        pads=pads, output_padding=extra, group=conv.groups,
     )
 
 
@@ -230,7 +210,7 @@ def _conv_by_einsum(ctx: LoweringContext, x: ir.Value, w: ir.Value, x_dims: list
     spatial = list(range(2, 2 + n))
     kernel = [int(k) for k in w_dims[2:]]
     taps = window_slices(ctx, x, dims, spatial, kernel, conv.strides, conv.rhs_dilation, conv.y_dims[2:])
-    taps = [ctx.op.Unsqueeze(t, int64s(ctx, [2])) for t in taps]
+    taps = [ctx.op.Unsqueeze(t, ctx.ints([2])) for t in taps]
     patches = ctx.op.Concat(*taps, axis=2) if len(taps) > 1 else taps[0]  # [N, C, taps, S'..]
     k = math.prod(kernel)
     g = conv.groups

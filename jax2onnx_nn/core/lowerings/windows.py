@@ -1,4 +1,4 @@
-"""reduce_window_sum/max/min and reduce_window, plus the window helpers convolutions share.
+"""reduce_window_sum/max/min and reduce_window.
 
 A window reduction is lowered as a fold (Max, Min, Sum, ...) over one strided Slice per
 window position, after filling base-dilation holes and padding with the reduction's identity.
@@ -9,7 +9,6 @@ are one depthwise Conv with a kernel of ones instead.
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -20,115 +19,20 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core.layers.conv import can_conv, conv_padding
+from jax2onnx_nn.core.layers.spatial import (
+    Padding,
+    dilate,
+    dilated_dims,
+    filled,
+    pad,
+    permute,
+    reshape,
+    window_slices,
+)
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import register
-
-Padding = Sequence[tuple[int, int]]
-_INT64_MAX = np.iinfo(np.int64).max
-
-
-# -- helpers shared with convolutions ---------------------------------------------------------
-
-def permute(ctx: LoweringContext, x: ir.Value, perm: Sequence[int]) -> ir.Value:
-    """Transpose, or ``x`` itself for the identity permutation."""
-    return x if list(perm) == sorted(perm) else ctx.op.Transpose(x, perm=list(perm))
-
-
-def reshape(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
-    """Reshape to ``dims`` (ints or symbolic dims); a 0 in ``dims`` means size 0, not 'copy'."""
-    return ctx.op.Reshape(x, ctx.shape_tensor(dims), allowzero=1 if has_zero(dims) else None)
-
-
-def filled(ctx: LoweringContext, value: ir.Value, dims: Sequence[Any]) -> ir.Value:
-    """A tensor of shape ``dims`` holding the scalar ``value`` everywhere."""
-    return ctx.op.Expand(value, ctx.shape_tensor(dims))
-
-
-def has_zero(dims: Sequence[Any]) -> bool:
-    return any(not jxi.is_symbolic_dim(d) and int(d) == 0 for d in dims)
-
-
-def pad(ctx: LoweringContext, x: ir.Value, padding: Padding, fill: ir.Value) -> ir.Value:
-    """``lax.pad`` without interior padding: positive pads hold ``fill``, negative ones crop."""
-    if _symbolic(padding):
-        # "SAME" padding of a symbolic size (max(..., 0) expressions, never negative): the
-        # amounts are computed at run time
-        amounts = [ctx.dim(lo) for lo, _ in padding] + [ctx.dim(hi) for _, hi in padding]
-        return ctx.op.Pad(x, ctx.op.Concat(*amounts, axis=0), fill)
-    grow = [max(lo, 0) for lo, _ in padding] + [max(hi, 0) for _, hi in padding]
-    if any(grow):
-        x = ctx.op.Pad(x, ctx.const(np.asarray(grow, np.int64)), fill)
-    crop = [a for a, (lo, hi) in enumerate(padding) if lo < 0 or hi < 0]
-    if not crop:
-        return x
-    starts = [-min(padding[a][0], 0) for a in crop]
-    ends = [padding[a][1] if padding[a][1] < 0 else _INT64_MAX for a in crop]
-    return ctx.op.Slice(x, int64s(ctx, starts), int64s(ctx, ends), int64s(ctx, crop))
-
-
-def _symbolic(padding: Padding) -> bool:
-    return any(jxi.is_symbolic_dim(p) for pair in padding for p in pair)
-
-
-def dilate(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any], factors: Sequence[int], fill: ir.Value) -> ir.Value:
-    """Insert ``factor - 1`` holes holding ``fill`` between neighbours along each axis."""
-    axes = [a for a, f in enumerate(factors) if f > 1]
-    if not axes:
-        return x
-    # [.., n, ..] -> [.., n, 1, ..] -> pad the new axis to f -> [.., n*f, ..] -> drop the last f-1
-    rank = len(dims) + len(axes)
-    inserted = [a + i + 1 for i, a in enumerate(axes)]
-    grow = np.zeros(2 * rank, np.int64)
-    for a, new in zip(axes, inserted, strict=True):
-        grow[rank + new] = factors[a] - 1
-    y = ctx.op.Pad(ctx.op.Unsqueeze(x, int64s(ctx, inserted)), ctx.const(grow), fill)
-    y = reshape(ctx, y, [d * f for d, f in zip(dims, factors, strict=True)])
-    ends = [1 - factors[a] for a in axes]
-    return ctx.op.Slice(y, int64s(ctx, [0] * len(axes)), int64s(ctx, ends), int64s(ctx, axes))
-
-
-def dilated_dims(dims: Sequence[Any], factors: Sequence[int]) -> list[Any]:
-    """Dims after :func:`dilate` (a size-0 dim stays 0)."""
-    return [d if f == 1 or has_zero([d]) else (d - 1) * f + 1 for d, f in zip(dims, factors, strict=True)]
-
-
-def window_slices(
-    ctx: LoweringContext,
-    x: ir.Value,
-    dims: Sequence[Any],
-    axes: Sequence[int],
-    window: Sequence[int],
-    strides: Sequence[int],
-    dilation: Sequence[int],
-    out_dims: Sequence[Any],
-) -> list[ir.Value]:
-    """One strided slice of ``x`` per window position, in row-major window order.
-
-    Slice ``o`` holds ``x[o * dilation + i * stride]`` at output index ``i`` along each of
-    ``axes`` (``dims`` is the shape of ``x``; ``window`` etc. are given per axis in ``axes``).
-    """
-    slices = []
-    for offset in itertools.product(*(range(k) for k in window)):
-        starts = [o * d for o, d in zip(offset, dilation, strict=True)]
-        ends = [s0 + (n - 1) * s + 1 for s0, n, s in zip(starts, out_dims, strides, strict=True)]
-        whole = all(s0 == 0 and s == 1 and _same(e, dims[a]) for s0, s, e, a in zip(starts, strides, ends, axes, strict=True))
-        if whole:
-            slices.append(x)
-            continue
-        slices.append(ctx.op.Slice(x, int64s(ctx, starts), ctx.shape_tensor(ends), int64s(ctx, axes), int64s(ctx, strides)))
-    return slices
-
-
-def _same(a: Any, b: Any) -> bool:
-    symbolic = jxi.is_symbolic_dim(a) or jxi.is_symbolic_dim(b)
-    return str(a) == str(b) if symbolic else int(a) == int(b)
-
-
-def int64s(ctx: LoweringContext, values: Sequence[int]) -> ir.Value:
-    """A 1-D int64 constant (axes, starts, pads, ...)."""
-    return ctx.const(np.asarray(values, np.int64))
-
+from jax2onnx_nn.core.symbolic import has_zero
 
 # -- window reductions ------------------------------------------------------------------------
 
@@ -236,21 +140,6 @@ def sum_by_conv(
     if merged:
         y = reshape(ctx, y, [*lead_dims, *(out_dims[a] for a in spatial)])
     return permute(ctx, y, np.argsort(perm))
-
-
-def conv_padding(ctx: LoweringContext, x: ir.Value, padding: Padding, zero: ir.Value) -> tuple[ir.Value, list[int]]:
-    """Padding of the spatial axes (from axis 2) as Conv ``pads``, or applied first if any is negative."""
-    spatial = padding[2:]
-    if _symbolic(padding):
-        return pad(ctx, x, padding, zero), [0] * (2 * len(spatial))
-    if all(lo >= 0 and hi >= 0 for lo, hi in spatial):
-        return x, [lo for lo, _ in spatial] + [hi for _, hi in spatial]
-    return pad(ctx, x, padding, zero), [0] * (2 * len(spatial))
-
-
-def can_conv(dtype: np.dtype) -> bool:
-    """True when onnxruntime has a Conv kernel for ``dtype`` (possibly after widening)."""
-    return kernels.compute_dtype("Conv", dtype) is not None
 
 
 def _window_reduction(op: str, ctx: LoweringContext, x: ir.Value, **params: Any) -> ir.Value:
