@@ -88,6 +88,28 @@ def test_qr_matches_jax(shape, batch, dtype, seed, full_matrices):
     assert_exports_match_on(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a, **_tol(dtype))
 
 
+@settings(max_examples=4)
+@given(shape=st.sampled_from([(0, 3), (1, 1), (2, 2), (5, 5), (5, 3), (3, 5)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+def test_qr_pivoting_matches_jax(shape, batch, dtype, seed, full_matrices):
+    """Column pivoting as geqp3: the permutation, Q and R themselves."""
+    a = general(seed, batch, *shape, dtype=dtype, shift=0.0)
+    assert_exports_match_on(lambda a: lax.linalg.qr(a, pivoting=True, full_matrices=full_matrices), a, **_tol(dtype))
+
+
+def test_qr_pivoting_rank_deficient():
+    """Nearly dependent columns: the downdated norms cancel and are recomputed as in LAPACK.
+    Beyond the rank (3) Q's columns and R's rows are rounding noise; the rest is defined."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(6, 2)) @ rng.normal(size=(2, 5))
+    a = np.concatenate([a, 1e-9 * rng.normal(size=(6, 1))], axis=1)
+    def defined(a):
+        q, r, p = jsl.qr(a, pivoting=True)
+        return q[:, :3], r[:3], p
+
+    assert_exports_match_on(defined, a, rtol=1e-8, atol=1e-10)
+    assert_exports_match(lambda a: jsl.qr(a, pivoting=True, mode="economic"), [("B", 4, 3)], input_values=[general(1, (2,), 4, 3, shift=0.0)])
+
+
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r", "raw"])
 @pytest.mark.parametrize("shape", [(5, 3)])
 def test_jnp_qr_modes(mode, shape):

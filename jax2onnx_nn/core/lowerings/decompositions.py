@@ -291,15 +291,68 @@ def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None)
     return iterate(taus.shape[-1], step, q, reverse=True)
 
 
-def qr(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.Array]:
-    """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n)."""
+def geqp3(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Householder QR with column pivoting as ``geqp3`` (unblocked ``laqp2``): (packed, the
+    0-based column permutation, taus). Step j swaps in the remaining column of largest
+    partial norm (the first on ties); the partial norms are downdated as LAPACK does and
+    recomputed when cancellation makes the downdate inaccurate (below sqrt(eps))."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
-    packed, taus = geqrf(a)
+    rows, cols = _ids(m)[:, None], _ids(n)[None, :]
+    zero, one = jnp.zeros((), a.dtype), jnp.ones((), a.dtype)
+    cutoff = float(np.sqrt(np.finfo(a.dtype).eps / 2))  # sqrt(dlamch('E'))
+
+    def norms(x: jax.Array, live: jax.Array) -> jax.Array:
+        x = where(live, x, zero)
+        return jnp.sqrt(jnp.sum(x * x, axis=-2, keepdims=True))
+
+    def step(j: Index, carry: tuple) -> tuple:
+        r, perm, vn1, vn2, taus = carry  # perm, vn1, vn2: (..., 1, n)
+        largest = jnp.max(where(cols >= j, vn1, -one), axis=-1, keepdims=True)
+        p = jnp.min(where((cols >= j) & (vn1 == largest), cols, n), axis=-1, keepdims=True)
+        is_j, is_p = cols == j, cols == p
+
+        def swap(x: jax.Array) -> jax.Array:
+            return where(is_j, _pick(x, is_p, -1), where(is_p, _at(x, j, -1), x))
+
+        r, perm, vn1, vn2 = swap(r), swap(perm), swap(vn1), swap(vn2)
+        x = _at(r, j, -1)
+        below = rows > j
+        v, tau, head = reflector(x, j, below)
+        r = where(cols > j, r - (tau * v) * (_mT(v) @ r), r)
+        r = where(is_j, where(rows == j, head, where(below, v, x)), r)
+        live = (cols > j) & (vn1 != 0)
+        safe1, safe2 = where(live, vn1, one), where(live, vn2, one)
+        ratio = jnp.abs(_at(r, j, -2)) / safe1
+        temp = jnp.maximum(1 - ratio * ratio, zero)
+        recompute = temp * (safe1 / safe2) ** 2 <= cutoff
+        fresh = norms(r, below)
+        vn1 = where(live, where(recompute, fresh, vn1 * jnp.sqrt(temp)), vn1)
+        vn2 = where(live & recompute, fresh, vn2)
+        return r, perm, vn1, vn2, where(_ids(k)[None, :] == j, tau, taus)
+
+    vn = norms(a, jnp.ones((), bool))
+    perm = jnp.broadcast_to(cols, (*a.shape[:-2], 1, n))
+    carry = (a, perm, vn, vn, jnp.zeros((*a.shape[:-2], 1, k), a.dtype))
+    packed, perm, _, _, taus = iterate(k, step, carry)
+    return packed, perm[..., 0, :], taus[..., 0, :]
+
+
+def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False) -> tuple[jax.Array, ...]:
+    """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n);
+    with ``pivoting`` also the column permutation p (a[..., p] = q r), zeros when a is empty
+    (as JAX)."""
+    m, n = a.shape[-2], a.shape[-1]
+    k = m if m is n else min(m, n)
+    if pivoting:
+        packed, perm, taus = geqp3(a)
+        if not jxi.is_symbolic_dim(k) and k == 0:
+            perm = jnp.zeros_like(perm)
+    else:
+        packed, taus = geqrf(a)
     r = where(_ids(m)[:, None] <= _ids(n)[None, :], packed, jnp.zeros((), a.dtype))
-    if full_matrices:
-        return householder_product(packed, taus, m), r
-    return householder_product(packed, taus, k), r[..., :k, :]
+    q, r = (householder_product(packed, taus, m), r) if full_matrices else (householder_product(packed, taus, k), r[..., :k, :])
+    return (q, r, perm) if pivoting else (q, r)
 
 
 @lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
@@ -314,12 +367,10 @@ def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **pa
     return lower_as_jax(ctx, householder_product, [a, taus])
 
 
-@lowering("qr", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
+@lowering("qr", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Abs", "Max", "Where", "ReduceSum", "Loop"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
-    if pivoting:
-        raise ConversionError(f"qr(pivoting=True) at {ctx.source_line or '<unknown location>'} is not supported; use pivoting=False")
-    return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices), [a])
+    return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices, pivoting=pivoting), [a])
 
 
 # -- eigh: cyclic Jacobi ------------------------------------------------------------------------
