@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import GraphBuilder, set_type
+from jax2onnx_nn.core.graph import set_type
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 
@@ -27,26 +27,23 @@ _COUNTER_DTYPES = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, n
 
 # -- body graphs ------------------------------------------------------------------------------
 
-def _body(ctx: LoweringContext, name: str) -> GraphBuilder:
-    return ctx.builder.child(ctx.builder.names.fresh(name), isolated=ctx.builder.isolated)
+def _add_input(body: LoweringContext, name: str, aval: Any) -> ir.Value:
+    return body.builder.add_input(name, *onnx_aval(aval))
 
 
-def _add_input(body: GraphBuilder, name: str, aval: Any) -> ir.Value:
-    return body.add_input(name, *onnx_aval(aval))
-
-
-def _loop_inputs(body: GraphBuilder) -> tuple[ir.Value, ir.Value]:
+def _loop_inputs(body: LoweringContext) -> tuple[ir.Value, ir.Value]:
     """The (iteration_num, cond) inputs every Loop body starts with."""
-    return body.add_input("iteration", np.int64, ()), body.add_input("cond", np.bool_, ())
+    return body.builder.add_input("iteration", np.int64, ()), body.builder.add_input("cond", np.bool_, ())
 
 
-def _set_outputs(body: GraphBuilder, values: Sequence[ir.Value], types: Sequence[OnnxType]) -> ir.Graph:
-    """Make ``values`` the typed outputs of ``body`` and return its graph.
+def _set_outputs(body: LoweringContext, values: Sequence[ir.Value], types: Sequence[OnnxType]) -> ir.Graph:
+    """Make ``values`` the typed outputs of the ``body`` graph and return that graph.
 
     A body output must be made by a node of the body, once: outer values, constants, body
     inputs and repeated values pass through an Identity.
     """
-    own = {id(node) for node in body.nodes}
+    graph = body.builder
+    own = {id(node) for node in graph.nodes}
     seen: set[int] = set()
     for value, (dtype, shape) in zip(values, types, strict=True):
         producer = value.producer()
@@ -54,8 +51,8 @@ def _set_outputs(body: GraphBuilder, values: Sequence[ir.Value], types: Sequence
             value = body.op.Identity(value)
         seen.add(id(value))
         set_type(value, dtype, shape)
-        body.outputs.append(value)
-    return body.build_graph()
+        graph.outputs.append(value)
+    return graph.build_graph()
 
 
 def _node(ctx: LoweringContext, op_type: str, inputs: Sequence[ir.Value | None], avals: Sequence[Any], **attrs: Any) -> list[ir.Value]:
@@ -68,21 +65,6 @@ def _node(ctx: LoweringContext, op_type: str, inputs: Sequence[ir.Value | None],
 
 def _types(avals: Sequence[Any]) -> list[OnnxType]:
     return [onnx_aval(a) for a in avals]
-
-
-def _trip_count(ctx: LoweringContext, length: Any) -> ir.Value:
-    """A (possibly symbolic) length as the int64 scalar that Loop's trip count must be."""
-    if not jxi.is_symbolic_dim(length):
-        return ctx.const(int(length), dtype=np.int64)
-    return ctx.op.Squeeze(ctx.dim(length), ctx.const([0], dtype=np.int64))
-
-
-def _int64(ctx: LoweringContext, value: ir.Value) -> ir.Value:
-    if value.dtype == ir.DataType.INT64:
-        return value
-    if value.const_value is not None:
-        return ctx.const(value.const_value.numpy(), dtype=np.int64)
-    return ctx.op.Cast(value, to=ir.DataType.INT64)
 
 
 # -- cond / switch ----------------------------------------------------------------------------
@@ -128,8 +110,8 @@ def _switch_chain(ctx: LoweringContext, index: ir.Value, branches: list[Any], op
     is_first = ctx.op.Equal(index, ctx.const(first, like=index))
     if len(branches) - first == 2:
         return _if(ctx, is_first, branches[first], branches[first + 1], operands)
-    rest = _body(ctx, "else_branch")
-    outs = _switch_chain(LoweringContext(ctx.lowerer, ctx.eqn, rest), index, branches, operands, first + 1)
+    rest = ctx.body("else_branch")
+    outs = _switch_chain(rest, index, branches, operands, first + 1)
     else_graph = _set_outputs(rest, outs, _types(ctx.avals_out))
     then_graph = _branch(ctx, branches[first], operands, "then_branch")
     return _node(ctx, "If", [is_first], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
@@ -142,14 +124,13 @@ def _if(ctx: LoweringContext, pred: ir.Value, then: Any, otherwise: Any, operand
 
 
 def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name: str) -> ir.Graph:
-    body = _body(ctx, name)
-    outs = ctx.lower_sub(jaxpr, operands, body)
-    return _set_outputs(body, outs, _types(ctx.avals_out))
+    body = ctx.body(name)
+    return _set_outputs(body, body.lower_sub(jaxpr, operands), _types(ctx.avals_out))
 
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
 
-@lowering("while", onnx_ops=("Loop", "Where", "ReduceSum", "Cast", "Greater", "Identity", "Max", "Sub", "Unsqueeze"), key_data=True)
+@lowering("while", onnx_ops=("Loop", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze"), key_data=True)
 def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
@@ -158,16 +139,16 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     pred_aval = jxi.as_closed(cond_jaxpr).out_avals[0]
     batched = bool(pred_aval.shape)  # vmap of a loop whose predicate depends on the batch
 
-    def predicate(values: Sequence[ir.Value], builder: GraphBuilder | None = None) -> ir.Value:
-        return ctx.lower_sub(cond_jaxpr, [*cond_consts, *values], builder)[0]
+    def predicate(values: Sequence[ir.Value], where: LoweringContext = ctx) -> ir.Value:
+        return where.lower_sub(cond_jaxpr, [*cond_consts, *values])[0]
 
     trip_count = None if batched else _counted_trips(ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init)
     pred = None if trip_count is not None else predicate(init)
-    body = _body(ctx, "while_body")
+    body = ctx.body("while_body")
     _, cond_in = _loop_inputs(body)
     pred_in = _add_input(body, "pred", pred_aval) if batched else None
     carries = [_add_input(body, "carry", a) for a in carry_avals]
-    new = ctx.lower_sub(body_jaxpr, [*body_consts, *carries], body)
+    new = body.lower_sub(body_jaxpr, [*body_consts, *carries])
     if pred_in is not None:  # as in JAX, batch elements whose predicate is false keep their carry
         new = [_select_batch(body, pred_in, n, c) for n, c in zip(new, carries, strict=True)]
     state: list[ir.Value] = []  # the batched predicate rides along as a loop-carried value
@@ -176,27 +157,21 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     else:  # the predicate of the next iteration is computed at the end of this one
         again = predicate(new, body)
         if batched:
-            state, again = [again], _any(body, again)
+            state, again = [again], body.any(again)
     state_types = _types([pred_aval] * len(state))
     graph = _set_outputs(body, [again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)])
-    first = _any(ctx.builder, pred) if batched else pred
+    first = ctx.any(pred) if batched else pred
     loop_in = [trip_count, first, *([pred] if batched else []), *init]
     outs = _node(ctx, "Loop", loop_in, [*[pred_aval] * len(state), *carry_avals], body=graph)
     return outs[len(state):]
 
 
-def _any(builder: GraphBuilder, pred: ir.Value) -> ir.Value:
-    """reduce_or over all elements, false for none (ReduceMax has no empty bool kernel)."""
-    count = builder.op.ReduceSum(builder.op.Cast(pred, to=ir.DataType.INT64), keepdims=0)
-    return builder.op.Greater(count, builder.const(np.int64(0)))
-
-
-def _select_batch(builder: GraphBuilder, pred: ir.Value, new: ir.Value, old: ir.Value) -> ir.Value:
+def _select_batch(body: LoweringContext, pred: ir.Value, new: ir.Value, old: ir.Value) -> ir.Value:
     """``where(pred, new, old)`` with ``pred`` over the leading (batch) dims of the carry."""
     trailing = list(range(len(pred.shape), len(old.shape)))
     if trailing:
-        pred = builder.op.Unsqueeze(pred, builder.const(np.asarray(trailing, np.int64)))
-    return builder.op.Where(pred, new, old)
+        pred = body.op.Unsqueeze(pred, body.ints(trailing))
+    return body.op.Where(pred, new, old)
 
 
 def _counted_trips(
@@ -228,8 +203,8 @@ def _counted_trips(
         hi = cond_consts[list(cond.invars).index(bound)]
     else:
         return None
-    trips = ctx.op.Sub(_int64(ctx, hi), _int64(ctx, init[k]))
-    return ctx.op.Max(trips, ctx.const(0, dtype=np.int64))
+    trips = ctx.op.Sub(ctx.cast(hi, np.int64), ctx.cast(init[k], np.int64))
+    return ctx.op.Max(trips, ctx.ints(0))
 
 
 def _counter(jaxpr: Any, num_consts: int, num_carry: int) -> int | None:
@@ -283,18 +258,18 @@ def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     instead of the carry, which leaves the Scan's state (its final value is ``xs[-1] + 1``)."""
     closed = jxi.as_closed(jaxpr)
     in_avals = closed.in_avals[len(consts):]
-    body = _body(ctx, "scan_body")
+    body = ctx.body("scan_body")
     carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
     out_avals, avals_out, state = list(closed.out_avals), list(ctx.avals_out), list(init)
     if counter is not None:
         tick = _add_input(body, "tick", in_avals[counter])
-        body.inputs.remove(carries[counter])
+        body.builder.inputs.remove(carries[counter])
         carries[counter] = tick
-        outs = ctx.lower_sub(jaxpr, [*consts, *carries], body)
+        outs = body.lower_sub(jaxpr, [*consts, *carries])
         del outs[counter], out_avals[counter], avals_out[counter], state[counter]
     else:
         x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
-        outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
+        outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
     graph = _set_outputs(body, outs, _types(out_avals))
     n_ys = len(avals_out) - len(state)
     directions = {}
@@ -303,7 +278,7 @@ def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     results = _node(ctx, "Scan", [*state, *xs], avals_out, body=graph, num_scan_inputs=len(xs), **directions)
     if counter is not None:
         n = ctx.const(1, like=init[counter])
-        last = ctx.op.Add(ctx.op.Squeeze(ctx.op.Slice(xs[0], ctx.const([-1], dtype=np.int64), ctx.const([2**62], dtype=np.int64)), ctx.const([0], dtype=np.int64)), n)
+        last = ctx.op.Add(ctx.op.Squeeze(ctx.slice(xs[0], [0], [-1], [2**62]), ctx.ints([0])), n)
         results.insert(counter, ctx.typed(last, ctx.avals_out[counter]))
     return results
 
@@ -311,14 +286,14 @@ def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
 def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], length: Any, reverse: bool) -> list[ir.Value]:
     closed = jxi.as_closed(jaxpr)
     in_avals = closed.in_avals[len(consts):]
-    trip_count = _trip_count(ctx, length)
-    last = ctx.op.Sub(trip_count, ctx.const(1, dtype=np.int64)) if reverse and xs else None
-    body = _body(ctx, "scan_body")
+    trip_count = ctx.dim_scalar(length)
+    last = ctx.op.Sub(trip_count, ctx.ints(1)) if reverse and xs else None
+    body = ctx.body("scan_body")
     iteration, cond_in = _loop_inputs(body)
     carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
     index = body.op.Sub(last, iteration) if last is not None else iteration
     x_slices = [ctx.typed(body.op.Gather(x, index, axis=0), a) for x, a in zip(xs, in_avals[len(init):], strict=True)]
-    outs = ctx.lower_sub(jaxpr, [*consts, *carries, *x_slices], body)
+    outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
     graph = _set_outputs(body, [cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
     # with no carries a trailing empty cond would be dropped, and Loop needs (M, cond): pass True
     cond = None if init else ctx.const(np.array(True))
@@ -335,9 +310,6 @@ def _finish_ys(ctx: LoweringContext, ys: ir.Value, aval: Any, length: Any, rever
         # after 0 iterations onnxruntime makes a symbolic dim of the stacked output 0
         ys = ctx.op.Reshape(ys, ctx.shape_tensor(shape), allowzero=1)
     if reverse:
-        ys = ctx.op.Slice(
-            ys, ctx.const([-1], dtype=np.int64), ctx.const([np.iinfo(np.int64).min], dtype=np.int64),
-            ctx.const([0], dtype=np.int64), ctx.const([-1], dtype=np.int64),
-        )
+        ys = ctx.slice(ys, [0], [-1], [np.iinfo(np.int64).min], [-1])
     return ys
 
