@@ -12,7 +12,6 @@ from functools import partial
 import numpy as np
 import onnx_ir as ir
 
-from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.kernels import supports
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
@@ -112,7 +111,7 @@ def _f64_atanh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 
 def _f64_atan(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     # float32 Atan as a seed, then two Newton steps on f(y) = sin(y) - x cos(y) in float64
-    y = ctx.op.Cast(ctx.op.Atan(ctx.op.Cast(x, to=ir.DataType.FLOAT)), to=ir.DataType.DOUBLE)
+    y = ctx.cast(ctx.op.Atan(ctx.cast(x, np.float32)), np.float64)
     finite = ctx.op.Not(ctx.op.IsInf(x))
     for _ in range(2):
         s, c = ctx.op.Sin(y), ctx.op.Cos(y)
@@ -330,7 +329,7 @@ def _ne(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arithmetic: bool) -> ir.Value:
+def _bit_shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arithmetic: bool) -> ir.Value:
     """Shifts on the unsigned view of x; shift counts >= the bit width give 0 (or the sign)."""
     dtype = onnx_aval(ctx.aval_in)[0]
     bits = dtype.itemsize * 8
@@ -342,14 +341,13 @@ def _shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arith
         else:
             negative = ctx.op.GreaterOrEqual(x, ctx.const(1 << (bits - 1), like=x))
     source = ctx.op.Where(negative, ctx.op.BitwiseNot(x), x) if negative is not None else x
-    ux = ctx.op.Cast(source, to=ir_dtype(udtype)) if dtype != udtype else source
-    us = ctx.op.Cast(s, to=ir_dtype(udtype)) if dtype != udtype else s
+    ux, us = ctx.cast(source, udtype), ctx.cast(s, udtype)
     # out of range counts (negative counts become huge when viewed unsigned)
     in_range = ctx.op.Less(us, ctx.const(bits, dtype=udtype))
     safe = ctx.op.Where(in_range, us, ctx.const(0, dtype=udtype))
     shifted = ctx.op.BitShift(ux, safe, direction=direction)
     shifted = ctx.op.Where(in_range, shifted, ctx.const(0, dtype=udtype))
-    result = ctx.op.Cast(shifted, to=ir_dtype(dtype)) if dtype != udtype else shifted
+    result = ctx.cast(shifted, dtype)
     if negative is not None:
         result = ctx.op.Where(negative, ctx.op.BitwiseNot(result), result)
     return result
@@ -357,17 +355,17 @@ def _shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arith
 
 @lowering("shift_left", onnx_ops=("BitShift", "Cast", "Less", "Where"))
 def _shift_left(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
-    return _shift(ctx, x, s, "LEFT", arithmetic=False)
+    return _bit_shift(ctx, x, s, "LEFT", arithmetic=False)
 
 
 @lowering("shift_right_logical", onnx_ops=("BitShift", "Cast", "Less", "Where"))
 def _shift_right_logical(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
-    return _shift(ctx, x, s, "RIGHT", arithmetic=False)
+    return _bit_shift(ctx, x, s, "RIGHT", arithmetic=False)
 
 
 @lowering("shift_right_arithmetic", onnx_ops=("BitShift", "BitwiseNot", "Cast", "GreaterOrEqual", "Less", "Where"))
 def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
-    return _shift(ctx, x, s, "RIGHT", arithmetic=True)
+    return _bit_shift(ctx, x, s, "RIGHT", arithmetic=True)
 
 
 # -- selection, clamping, conversion --------------------------------------------------------
@@ -427,16 +425,14 @@ def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: objec
     if np.issubdtype(src, np.floating) or src.name == "bfloat16":
         if np.issubdtype(dst, np.integer):
             return _float_to_int(ctx, x, src, dst)
-    return ctx.op.Cast(x, to=ir_dtype(dst))
+    return ctx.cast(x, dst)
 
 
 def _float_to_int(ctx: LoweringContext, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
     # JAX truncates toward zero, saturates out-of-range values and maps NaN to 0; ONNX leaves
     # those undefined, so clamp first (in a float type wide enough to hold the int limits).
     info = np.iinfo(dst)
-    work = x
-    if src.itemsize < 4:
-        work = ctx.op.Cast(x, to=ir.DataType.FLOAT)
+    work = ctx.cast(x, np.float32) if src.itemsize < 4 else x
     wdtype = np.float32 if src.itemsize <= 4 else np.float64
     lo = np.asarray(info.min, dtype=wdtype)
     hi = np.asarray(info.max, dtype=wdtype)
@@ -444,7 +440,7 @@ def _float_to_int(ctx: LoweringContext, x: ir.Value, src: np.dtype, dst: np.dtyp
         hi = np.nextafter(hi, np.asarray(0, dtype=wdtype))
     clamped = ctx.op.Min(ctx.op.Max(work, ctx.const(lo)), ctx.const(hi))
     clamped = ctx.op.Where(ctx.op.IsNaN(work), ctx.const(0, dtype=wdtype), clamped)
-    result = ctx.op.Cast(clamped, to=ir_dtype(dst))
+    result = ctx.cast(clamped, dst)
     if int(hi) < info.max:  # values at or above the float limit saturate to the int max
         above = ctx.op.GreaterOrEqual(work, ctx.const(np.asarray(info.max, dtype=wdtype)))
         result = ctx.op.Where(above, ctx.const(info.max, dtype=dst), result)
