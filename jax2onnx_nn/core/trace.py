@@ -101,9 +101,9 @@ def _value_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str]
     lines += [f"  {line}" for line in specs.describe(arg_names)]
     lines.append(
         "Fix: compute both branches with jnp.where(flag, a, b) or lax.cond(flag, ...), so the flag "
-        "stays a runtime input; or make it static: leave it out of input_params and bind it with "
-        "functools.partial(fn, deterministic=True) (a layer flag such as nnx.Dropout(deterministic=...) "
-        "must be a Python bool)."
+        "stays a runtime input (`not flag` is a Python branch too: jnp.logical_not(flag); Dropout "
+        "and BatchNorm flags of Flax and Equinox layers may be runtime inputs); or make it static: "
+        "leave it out of input_params and bind it with functools.partial(fn, deterministic=True)."
     )
     error = ConversionError("\n".join(lines))
     error.jax_error = err  # type: ignore[attr-defined]
@@ -113,8 +113,18 @@ def _value_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str]
 def user_frame(tb: Any) -> str:
     """``file:line (function)`` of the innermost frame of a traceback in the user's code
     (outside JAX, this package and the frameworks), or ""."""
+    return _innermost_user_frame(traceback.extract_tb(tb))
+
+
+def calling_user_frame() -> str:
+    """:func:`user_frame` of the running code: the user's line that led here (for errors an
+    adapter raises while tracing)."""
+    return _innermost_user_frame(traceback.extract_stack())
+
+
+def _innermost_user_frame(frames: traceback.StackSummary) -> str:
     library = jxi.library_dirs()
-    for frame in reversed(traceback.extract_tb(tb)):
+    for frame in reversed(frames):
         if not frame.filename.startswith((*library, "<frozen")):
             return f"{frame.filename}:{frame.lineno} ({frame.name})"
     return ""

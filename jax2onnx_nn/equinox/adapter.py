@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patch
-from jax2onnx_nn.equinox import coarse, primitives
+from jax2onnx_nn.equinox import coarse, flags, primitives
 from jax2onnx_nn.equinox.functions import ModulePaths, module_call_classes
 from jax2onnx_nn.equinox.modules import array_names, export_copy, retarget
 
@@ -30,6 +30,8 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
         if options.coarse_ops:
             for owner, name, make_wrapper in coarse.patches():
                 stack.enter_context(patch(owner, name, make_wrapper))
+        for owner, name, make_wrapper in flags.patches():  # outside the coarse ops: runtime flags
+            stack.enter_context(patch(owner, name, make_wrapper))
         fn, roots = retarget(prepared.fn, lambda tree: export_copy(tree, options.training))
         if not roots:
             yield prepared

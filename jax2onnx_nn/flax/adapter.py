@@ -20,7 +20,7 @@ from flax import nnx
 from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patch
-from jax2onnx_nn.flax import coarse
+from jax2onnx_nn.flax import coarse, flags
 from jax2onnx_nn.flax.functions import ModulePaths, module_call_classes
 
 
@@ -153,6 +153,8 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
         if options.coarse_ops:
             for owner, name, make_wrapper in coarse.patches():
                 stack.enter_context(patch(owner, name, make_wrapper))
+        for owner, name, make_wrapper in flags.patches():  # outside the coarse ops: runtime flags
+            stack.enter_context(patch(owner, name, make_wrapper))
         module = exported_module(prepared.fn)
         paths = ModulePaths()
         if module is not None:

@@ -1,0 +1,139 @@
+"""Runtime mode flags (``input_params``) switching nnx and Linen Dropout / BatchNorm inside
+one graph: each flag value computes what JAX computes, Dropout masks bit for bit."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from jax2onnx_nn import ConversionError, to_onnx
+from tests.flags import assert_flag_switches, with_mask
+from tests.flax.helpers import node_ops
+
+
+class Net(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.linear = nnx.Linear(6, 5, rngs=rngs)
+        self.dropout = nnx.Dropout(0.5, rngs=rngs)
+        self.bn = nnx.BatchNorm(5, rngs=rngs)
+        self.head = nnx.Dropout(0.3, rngs=rngs)
+
+    def __call__(self, x: jax.Array, *, deterministic: Any = None) -> jax.Array:
+        y = self.bn(self.dropout(self.linear(x), deterministic=deterministic), use_running_average=deterministic)
+        return self.head(y, deterministic=deterministic)
+
+
+NET = Net(nnx.Rngs(0))
+
+
+def test_nnx_dropout_and_batch_norm_follow_a_runtime_flag() -> None:
+    # the Dropout key is drawn from the module's stream at export time: the same mask as JAX's
+    model = assert_flag_switches(lambda x, deterministic: with_mask(NET(x, deterministic=deterministic)), [("B", 6)], "deterministic")
+    ops = node_ops(model)
+    assert "BatchNormalization" in ops and "Where" in ops  # inference still the coarse op; modes selected
+    assert NET.dropout.deterministic is False and NET.bn.use_running_average is False  # the user's module unchanged
+
+
+@pytest.mark.parametrize("key_spec", [pytest.param(jax.random.key(0), marks=pytest.mark.slow), ((2,), "uint32")], ids=["typed", "uint32"])
+def test_nnx_dropout_key_as_input(key_spec: Any) -> None:
+    # a mask per run: the key is a graph input (random keys, one per verify run)
+    dropout = nnx.Dropout(0.5, rngs=nnx.Rngs(0))
+    fn = lambda x, key, deterministic: with_mask(dropout(x, deterministic=deterministic, rngs=key))  # noqa: E731
+    assert_flag_switches(fn, [("B", 8), key_spec], "deterministic", sizes={"B": [1, 9]})
+
+
+class MixedFlags(nnx.Module):
+    """A runtime-flag Dropout, then one always in training mode on the same stream: the second
+    mask depends on whether the first drew (JAX advances the stream only in training)."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.first = nnx.Dropout(0.5, rngs=rngs)
+        self.second = nnx.Dropout(0.5, rngs=rngs)
+        self.bn = nnx.BatchNorm(4, rngs=rngs)
+
+    def __call__(self, x: jax.Array, flag: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+        y = self.second(self.first(x, deterministic=flag), deterministic=False)
+        return self.bn(y, use_running_average=flag), self.bn.mean[...], self.bn.var[...]
+
+
+@pytest.mark.slow
+def test_nnx_state_left_by_a_flagged_call_is_jaxs() -> None:
+    # RNG count and running statistics after the call: the training call's only for flag false
+    mixed = MixedFlags(nnx.Rngs(2))
+    assert_flag_switches(lambda x, flag: mixed(x, flag), [("B", 4)], "flag")
+
+
+class LinenNet(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array, train: Any) -> jax.Array:
+        x = nn.Dense(5)(x)
+        x = nn.Dropout(0.5, deterministic=jnp.logical_not(train))(x)  # the flag as a field
+        x = nn.BatchNorm(use_running_average=jnp.logical_not(train))(x)
+        return nn.Dropout(0.2)(x, deterministic=jnp.logical_not(train))  # the flag as an argument
+
+
+LINEN = LinenNet()
+VARIABLES = LINEN.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, jnp.ones((2, 6)), train=False)
+
+
+def test_linen_dropout_and_batch_norm_follow_a_runtime_flag() -> None:
+    # the key is a graph input; the updated batch_stats are outputs (unchanged for train false)
+    def fn(x: jax.Array, key: jax.Array, train: Any) -> Any:
+        return LINEN.apply(VARIABLES, x, train=train, rngs={"dropout": key}, mutable=["batch_stats"])
+
+    model = assert_flag_switches(fn, [("B", 6), jax.random.key(0)], "train")
+    assert len(model.graph.output) == 3  # y, batch_stats mean and var
+
+
+def test_linen_dropout_mask_is_bit_exact() -> None:
+    dropout = nn.Dropout(0.5)
+    fn = lambda x, key, deterministic: with_mask(dropout.apply({}, x, deterministic=deterministic, rngs={"dropout": key}))  # noqa: E731
+    assert_flag_switches(fn, [("B", 8), jax.random.key(0)], "deterministic", sizes={"B": [1, 9]})
+
+
+class PythonNot(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array, train: Any) -> jax.Array:
+        return nn.Dropout(0.5, deterministic=not train)(x)  # error line: linen_not
+
+
+class PythonIf(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x: jax.Array, deterministic: Any) -> jax.Array:
+        if deterministic:  # error line: nnx_if
+            return x
+        return self.dropout(x, deterministic=False)
+
+
+def _marked_line(case: str) -> int:
+    with open(__file__) as source:
+        return next(i for i, text in enumerate(source, 1) if text.rstrip().endswith(f"# error line: {case}"))
+
+
+@pytest.mark.parametrize("case", ["linen_not", "nnx_if"])
+def test_python_branch_on_the_flag_names_the_users_line(case: str) -> None:
+    if case == "linen_not":
+        fn = lambda x, train: PythonNot().apply({}, x, train, rngs={"dropout": jax.random.key(0)})  # noqa: E731
+    else:
+        module = PythonIf(nnx.Rngs(0))
+        fn = lambda x, train: module(x, train)  # noqa: E731
+    with pytest.raises(ConversionError) as info:
+        to_onnx(fn, [("B", 3)], input_params={"train": True})
+    text = str(info.value)
+    assert f"{__file__}:{_marked_line(case)} (__call__)" in text
+    assert "jnp.where" in text and "jnp.logical_not" in text and "functools.partial" in text
+
+
+def test_readme_example_runs() -> None:
+    # a reseeded stream whose key is a graph input (a typed key spec)
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("<!-- example: runtime-flags -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {})
