@@ -15,5 +15,6 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     shapes,
     solves,
     special,
+    svd,
     windows,
 )

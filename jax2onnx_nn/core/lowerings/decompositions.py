@@ -25,7 +25,7 @@ What LAPACK (JAX's CPU path) does on degenerate inputs, and what these rules do 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
@@ -46,17 +46,36 @@ UNROLL_LIMIT = 16
 Index = Any  # a Python int (unrolled step) or a traced int32 scalar (a Loop iteration)
 
 
-def lower_as_jax(ctx: LoweringContext, fn: Callable[..., Any], operands: Sequence[ir.Value]) -> list[ir.Value]:
-    """Lower the equation as ``fn``, JAX code traced on the equation's input avals."""
+def lower_as_jax(ctx: LoweringContext, fn: Callable[..., Any], operands: Sequence[ir.Value], *, cache_key: Hashable = None) -> list[ir.Value]:
+    """Lower the equation as ``fn``, JAX code traced on the equation's input avals.
+
+    With a ``cache_key`` (what ``fn`` computes, its params included) the trace is kept for
+    every later equation with the same key and static avals: tracing a Jacobi SVD takes about
+    a second, and a model (``pinv``, ``lstsq``, ``matrix_rank`` of one matrix) or a test
+    suite exports the same one many times."""
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
-    closed = jax.make_jaxpr(fn)(*specs)
+    static = not any(jxi.is_symbolic_dim(d) for a in ctx.avals_in for d in a.shape)
+    key = (cache_key, tuple((s.shape, str(s.dtype)) for s in specs), bool(jax.config.jax_enable_x64))
+    closed = _TRACES.get(key) if cache_key is not None and static else None
+    if closed is None:
+        closed = jax.make_jaxpr(fn)(*specs)
+        if cache_key is not None and static:
+            if len(_TRACES) >= 256:
+                del _TRACES[next(iter(_TRACES))]
+            _TRACES[key] = closed
     return ctx.lower_sub(closed, list(operands))
 
 
+_TRACES: dict[Hashable, Any] = {}
+
+
 # -- the step machinery: unrolled for small static sizes, an ONNX Loop otherwise ----------------
-def iterate(n: Any, step: Callable[[Index, Any], Any], carry: Any, *, reverse: bool = False) -> Any:
-    """``carry = step(j, carry)`` for j in 0..n-1 (n-1..0 with ``reverse``)."""
-    if not jxi.is_symbolic_dim(n) and int(n) <= UNROLL_LIMIT:
+def iterate(n: Any, step: Callable[[Index, Any], Any], carry: Any, *, reverse: bool = False, unroll: bool | None = None) -> Any:
+    """``carry = step(j, carry)`` for j in 0..n-1 (n-1..0 with ``reverse``); ``unroll=False``
+    asks for the Loop at any size (a factorization inside another algorithm's graph)."""
+    if unroll is None:
+        unroll = not jxi.is_symbolic_dim(n) and int(n) <= UNROLL_LIMIT
+    if unroll:
         for j in range(int(n) - 1, -1, -1) if reverse else range(int(n)):
             carry = step(j, carry)
         return carry
@@ -249,7 +268,7 @@ def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.A
     return v, tau, where(trivial, alpha, beta)
 
 
-def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+def geqrf(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.Array]:
     """Householder QR of ``a`` (..., m, n) packed as ``geqrf``: R on and above the diagonal,
     the reflectors' vectors (implicit 1 on the diagonal) below it, and their ``taus``.
 
@@ -269,11 +288,11 @@ def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         r = where(cols == j, where(rows == j, head, where(below, v, x)), r)
         return r, where(_ids(k)[None, :] == j, tau, taus)
 
-    packed, taus = iterate(k, step, (a, jnp.zeros((*a.shape[:-2], 1, k), a.dtype)))
+    packed, taus = iterate(k, step, (a, jnp.zeros((*a.shape[:-2], 1, k), a.dtype)), unroll=unroll)
     return packed, taus[..., 0, :]
 
 
-def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None) -> jax.Array:
+def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None, *, unroll: bool | None = None) -> jax.Array:
     """The first ``columns`` (default n) columns of H_0 ... H_{k-1}, H_j = I - tau_j v_j v_j^T
     with v_j read below the diagonal of ``packed`` (``orgqr``'s backward accumulation)."""
     m, n = packed.shape[-2], packed.shape[-1]
@@ -288,7 +307,7 @@ def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None)
 
     eye = (rows == _ids(columns)[None, :]).astype(packed.dtype)
     q = jnp.broadcast_to(eye, (*packed.shape[:-2], m, columns))
-    return iterate(taus.shape[-1], step, q, reverse=True)
+    return iterate(taus.shape[-1], step, q, reverse=True, unroll=unroll)
 
 
 def geqp3(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -1,0 +1,210 @@
+"""lax.linalg ``svd`` and ``eigh``: parallel-order Jacobi, exported as ONNX arithmetic.
+
+Both are Jacobi iterations, written once here as *rounds*: a round rotates the disjoint column
+pairs (0, 1), (2, 3), ... all at once (elementwise on strided slices, O(n^2) per round, no
+matmul), then moves the columns by one fixed "round-robin tournament" permutation, so that
+n - 1 rounds (one sweep) meet every pair once. A round is the same graph every time, so a
+sweep is a short unrolled chain (small n) or one ONNX ``Loop`` over the rounds, and the sweeps
+are one ``Loop`` that stops when the matrix has converged (at most ``MAX_SWEEPS``).
+
+- ``svd`` is one-sided Jacobi (Hestenes): the columns of ``a`` (m >= n; ``a^T`` otherwise) are
+  rotated until they are mutually orthogonal, ``a V = B``. The singular values are B's column
+  norms, high relative accuracy included (no ``a^T a`` is formed), sorted descending as
+  LAPACK's. ``U`` is the Householder QR of the sorted ``B`` with R's signs moved into Q: its
+  columns are ``B``'s over their norms, and for zero singular values (rank-deficient input)
+  and ``full_matrices`` it completes an orthonormal basis, where ``B / s`` would be NaN.
+- ``eigh`` is two-sided (cyclic) Jacobi on the symmetric matrix: ``a <- J^T a J``,
+  ``V <- V J``; the eigenvalues are the diagonal, ascending as LAPACK's.
+
+Signs of singular and eigen vectors are free, as in JAX/LAPACK (which documents none):
+``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` and ``eigh`` the sign Jacobi's rotations leave.
+An odd size is padded with one zero column (and row), which no rotation touches (its pair's
+inner product is exactly 0), and is dropped after sorting.
+"""
+
+from __future__ import annotations
+
+from functools import cache, partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx_ir as ir
+from jax import lax
+
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.lowerings.decompositions import UNROLL_LIMIT, lower_as_jax, qr, where
+from jax2onnx_nn.core.registry import lowering
+
+# Jacobi converges quadratically: random Gaussian 64x64 matrices converge in 7-9 sweeps in
+# float64; the cap only bounds the loop for inputs that never converge (NaN, inf).
+MAX_SWEEPS = 16
+
+
+@cache
+def tournament(n: int) -> np.ndarray:
+    """The column order after one round, as gather indices (``new[..., i] = old[..., order[i]]``)
+    into the round's output ``[rotated even columns, rotated odd columns]``, for an even ``n``.
+
+    Round-robin: players 0..n-1 on a circle, player 0 fixed, the others move one seat each
+    round; round r pairs seat i with seat n-1-i. Seat i < n/2 is column 2i, seat n-1-i column
+    2i+1, so after n - 1 rounds every pair of columns has been rotated once."""
+    half = n // 2
+    column_of_seat = np.empty(n, np.int64)
+    column_of_seat[:half] = 2 * np.arange(half)
+    column_of_seat[half:] = 2 * np.arange(half)[::-1] + 1
+    # the seat whose player sits at seat s next round: s - 1 (seat 1 takes seat n-1's), 0 stays
+    previous_seat = np.concatenate([[0, n - 1], np.arange(1, n - 1)])
+    order = np.empty(n, np.int64)
+    order[column_of_seat] = column_of_seat[previous_seat]
+    # column 2k of the round's output sits at k of [even..., odd...], column 2k+1 at half + k
+    return np.where(order % 2 == 0, order // 2, half + order // 2)
+
+
+def _rotate_columns(x: jax.Array, c: jax.Array, s: jax.Array, order: np.ndarray) -> jax.Array:
+    """Columns (2k, 2k+1) of ``x`` (..., r, n) <- (c x_2k - s x_2k+1, s x_2k + c x_2k+1), for
+    ``c``, ``s`` (..., 1, n/2), then reordered for the next round."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = jnp.concatenate([c * even - s * odd, s * even + c * odd], axis=-1)
+    return jnp.take(rotated, jnp.asarray(order, jnp.int32), axis=-1)
+
+
+def _rotation(app: jax.Array, aqq: jax.Array, apq: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(c, s) of the Jacobi rotation that diagonalizes [[app, apq], [apq, aqq]]: the smaller
+    angle, t = tan = sign(tau) / (|tau| + sqrt(1 + tau^2)), tau = (aqq - app) / (2 apq)."""
+    one = jnp.ones((), app.dtype)
+    rotates = apq != 0
+    tau = (aqq - app) / (2 * where(rotates, apq, one))
+    t = where(tau >= 0, one, -one) / (jnp.abs(tau) + jnp.sqrt(1 + tau * tau))
+    t = where(rotates, t, jnp.zeros((), app.dtype))
+    c = lax.rsqrt(1 + t * t)
+    return c, c * t
+
+
+def _sweeps(n: int, round_fn: Any, converged: Any, carry: tuple) -> tuple:
+    """Sweeps of ``n - 1`` rounds each until ``converged(carry)`` or ``MAX_SWEEPS``."""
+
+    def sweep(carry: tuple) -> tuple:
+        if n <= UNROLL_LIMIT:
+            for _ in range(n - 1):
+                carry = round_fn(carry)
+            return carry
+        return lax.fori_loop(0, n - 1, lambda _, c: round_fn(c), carry)
+
+    def body(state: tuple) -> tuple:
+        count, _, carry = state
+        carry = sweep(carry)
+        return count + 1, jnp.logical_not(converged(carry)), carry
+
+    def cond(state: tuple) -> jax.Array:
+        count, going, _ = state
+        return jnp.logical_and(count < MAX_SWEEPS, going)
+
+    return lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(True), carry))[2]
+
+
+def _diagonal(a: jax.Array) -> jax.Array:
+    """The diagonal of (..., n, n) as one Gather of the flattened matrix."""
+    n = a.shape[-1]
+    flat = jnp.reshape(a, (*a.shape[:-2], n * n))
+    return jnp.take(flat, jnp.asarray(np.arange(n) * (n + 1), jnp.int32), axis=-1)
+
+
+def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
+    """``a`` with a zero column (and row) appended when its size is odd."""
+    if a.shape[-1] % 2 == 0:
+        return a
+    pad = [(0, 0)] * (a.ndim - 2) + [(0, 1 if rows else 0), (0, 1)]
+    return jnp.pad(a, pad)
+
+
+def _static(ctx: LoweringContext, name: str) -> None:
+    if any(jxi.is_symbolic_dim(d) for d in ctx.aval_in.shape[-2:]):
+        where_ = ctx.source_line or "<unknown location>"
+        raise ConversionError(
+            f"{name} of a matrix with a symbolic size {ctx.aval_in.shape[-2:]} at {where_} is not supported: "
+            "the Jacobi rounds depend on the matrix size; give the matrix dims static sizes (batch dims may be symbolic)"
+        )
+
+
+# -- svd: one-sided Jacobi ----------------------------------------------------------------------
+def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[jax.Array, ...]:
+    """(s, U, V) of ``a`` (..., m, n) with m >= n, n >= 1; U (m, m or n), V (n, n) as columns."""
+    m, n = a.shape[-2], a.shape[-1]
+    dtype = a.dtype
+    eps = jnp.finfo(dtype).eps
+    work = _pad_even(a, rows=False)
+    size = work.shape[-1]
+    order = tournament(size)
+    if compute_uv:  # V rides below a: rotating [a; V] rotates both
+        eye = jnp.eye(size, dtype=dtype)
+        work = jnp.concatenate([work, jnp.broadcast_to(eye, (*a.shape[:-2], size, size))], axis=-2)
+
+    def round_fn(carry: tuple) -> tuple:
+        (w,) = carry
+        even, odd = w[..., :m, 0::2], w[..., :m, 1::2]
+        alpha = jnp.sum(even * even, axis=-2, keepdims=True)
+        beta = jnp.sum(odd * odd, axis=-2, keepdims=True)
+        gamma = jnp.sum(even * odd, axis=-2, keepdims=True)
+        c, s = _rotation(alpha, beta, gamma)
+        return (_rotate_columns(w, c, s, order),)
+
+    def converged(carry: tuple) -> jax.Array:
+        x = carry[0][..., :m, :]
+        gram = jnp.swapaxes(x, -1, -2) @ x
+        d = _diagonal(gram)
+        scale = jnp.sqrt(d[..., :, None] * d[..., None, :])
+        off = jnp.abs(gram) > (m * eps) * scale
+        off = where(jnp.eye(size, dtype=bool), False, off)
+        return jnp.logical_not(jnp.any(off))
+
+    (work,) = _sweeps(size, round_fn, converged, (work,))
+    b = work[..., :m, :]
+    norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
+    key = norms
+    if compute_uv and size != n:  # the padding column: V's extra row is exactly e_n there
+        key = where(work[..., m + n, :] == 1, -jnp.ones((), dtype), norms)
+    order_desc = jnp.argsort(-key, axis=-1)[..., :n]
+    s = jnp.take_along_axis(norms, order_desc, axis=-1)
+    if not compute_uv:
+        return (s,)
+    cols = jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], m, n))
+    b = jnp.take_along_axis(b, cols, axis=-1)
+    v = jnp.take_along_axis(work[..., m : m + n, :], jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
+    q, r = qr(b, full_matrices=full_matrices, unroll=False)  # a Loop: 6 nodes instead of ~60 n
+    sign = where(_diagonal(r[..., :n, :n]) < 0, -jnp.ones((), dtype), jnp.ones((), dtype))
+    u = q * jnp.concatenate([sign, jnp.ones((*a.shape[:-2], q.shape[-1] - n), dtype)], axis=-1)[..., None, :]
+    return s, u, v
+
+
+def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool) -> tuple[jax.Array, ...]:
+    """``lax.linalg.svd``: (s,) or (s, u, vh), s descending; u (..., m, m or k), vh (k or n, n)."""
+    m, n = a.shape[-2], a.shape[-1]
+    k = min(m, n)
+    batch = a.shape[:-2]
+    if k == 0:
+        s = jnp.zeros((*batch, 0), a.dtype)
+        if not compute_uv:
+            return (s,)
+        u = jnp.broadcast_to(jnp.eye(m, m if full_matrices else 0, dtype=a.dtype), (*batch, m, m if full_matrices else 0))
+        vh = jnp.broadcast_to(jnp.eye(n if full_matrices else 0, n, dtype=a.dtype), (*batch, n if full_matrices else 0, n))
+        return s, u, vh
+    if m >= n:
+        result = _svd_tall(a, compute_uv=compute_uv, full_matrices=full_matrices)
+        return result if not compute_uv else (result[0], result[1], jnp.swapaxes(result[2], -1, -2))
+    result = _svd_tall(jnp.swapaxes(a, -1, -2), compute_uv=compute_uv, full_matrices=full_matrices)
+    return result if not compute_uv else (result[0], result[2], jnp.swapaxes(result[1], -1, -2))
+
+
+@lowering("svd", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "ReduceSum", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "MatMul"))
+def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
+    del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
+    k = min(ctx.aval_in.shape[-2:], key=lambda d: 0 if jxi.is_symbolic_dim(d) else int(d))
+    if subset_by_index is not None and tuple(subset_by_index) != (0, k):
+        raise ConversionError(f"svd(subset_by_index={subset_by_index}) at {ctx.source_line or '<unknown location>'} is not supported; compute all singular values and slice them")
+    _static(ctx, "svd")
+    fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv)
+    return lower_as_jax(ctx, fn, [a], cache_key=("svd", full_matrices, compute_uv))

@@ -1,0 +1,189 @@
+"""svd and eigh (parallel-order Jacobi) and the jnp.linalg functions built on svd: onnxruntime
+vs JAX on hypothesis-drawn shapes (1xN, Nx1, size 0, batch dims, symbolic "B"), float32 and
+float64, random Gaussian and rank-deficient matrices, and graph sizes.
+
+Singular vectors' signs are free (JAX documents none), so ``_svd_canonical`` compares what is
+defined: the values, each pair (u_k, v_k) with its sign fixed, the reconstruction and the
+orthogonality; for ``full_matrices`` the extra columns of U (or rows of Vh) are any basis of the
+complement, so their projector is compared.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnxruntime
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+
+from jax2onnx_nn import ConversionError, to_onnx
+from jax2onnx_nn.core.lowerings import svd as svd_module
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing.assertions import op_types
+
+SHAPES = st.sampled_from([(0, 0), (0, 3), (3, 0), (1, 1), (1, 4), (4, 1), (2, 2), (3, 5), (5, 3), (6, 6), (7, 7)])
+BATCHES = st.sampled_from([(), (2,), (1, 3)])
+DTYPES = st.sampled_from([np.float32, np.float64])
+SEEDS = st.integers(0, 2**16)
+
+
+def _tol(dtype) -> dict:
+    """float32 vectors to 1e-4: their accuracy is relative to the singular value gaps."""
+    return {"rtol": 1e-10, "atol": 1e-10} if np.dtype(dtype) == np.float64 else {"rtol": 1e-4, "atol": 1e-4}
+
+
+def gaussian(seed: int, shape: tuple, dtype=np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
+
+
+def low_rank(seed: int, shape: tuple, rank: int, dtype=np.float32) -> np.ndarray:
+    """A (..., m, n) matrix of the given rank (exact zeros beyond it, up to rounding)."""
+    rng = np.random.default_rng(seed)
+    left = rng.normal(size=(*shape[:-1], rank))
+    right = rng.normal(size=(*shape[:-2], rank, shape[-1]))
+    return (left @ right).astype(dtype)
+
+
+def _svd_canonical(a, full_matrices=True):
+    u, s, vh = lax.linalg.svd(a, full_matrices=full_matrices, compute_uv=True)
+    k = s.shape[-1]
+    if k == 0:
+        return s, u, vh
+    uk, vk = u[..., :, :k], vh[..., :k, :]
+    at = jnp.argmax(jnp.abs(uk), axis=-2, keepdims=True)
+    sign = jnp.sign(jnp.take_along_axis(uk, at, axis=-2))
+    rec = (uk * s[..., None, :]) @ vk
+    ortho_u = jnp.swapaxes(u, -1, -2) @ u
+    ortho_v = vh @ jnp.swapaxes(vh, -1, -2)
+    rest_u = u[..., :, k:] @ jnp.swapaxes(u[..., :, k:], -1, -2)  # the complement's projector
+    rest_v = jnp.swapaxes(vh[..., k:, :], -1, -2) @ vh[..., k:, :]
+    return s, uk * sign, vk * jnp.swapaxes(sign, -1, -2), rec, ortho_u, ortho_v, rest_u, rest_v
+
+
+# -- the primitive ------------------------------------------------------------------------------
+@settings(max_examples=3)  # each example exports U and V (~3 s)
+@given(shape=SHAPES, batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+def test_svd_matches_jax(shape, batch, dtype, seed, full_matrices):
+    a = gaussian(seed, (*batch, *shape), dtype)
+    assert_exports_match_on(lambda a: _svd_canonical(a, full_matrices), a, **_tol(dtype))
+
+
+@given(shape=SHAPES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_singular_values_match_jax(shape, batch, dtype, seed):
+    """Values only (compute_uv=False): no V is carried, no U is formed; 1e-5 in float32."""
+    a = gaussian(seed, (*batch, *shape), dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)
+    assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, **tol)
+
+
+def test_svd_of_ill_conditioned_matrix():
+    """Singular values spread over 12 decades come out as LAPACK's, to float64 rounding of
+    the largest (one-sided Jacobi never forms a^T a, whose eigenvalues would leave the small
+    ones at ~1e-8)."""
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    v, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    a = (u * np.logspace(0, -12, 12)) @ v.T
+    model = to_onnx(lambda a: lax.linalg.svd(a, compute_uv=False), [a], enable_double_precision=True)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ours,) = session.run(None, {session.get_inputs()[0].name: a})
+    np.testing.assert_allclose(ours, np.linalg.svd(a, compute_uv=False), rtol=1e-10, atol=1e-15)
+
+
+def test_svd_symbolic_batch_and_vmap():
+    assert_exports_match(_svd_canonical, [("B", 4, 3)], sizes={"B": [1, 3]}, **_tol(np.float32))
+    assert_exports_match_on(jax.vmap(lambda a: jnp.linalg.svd(a, compute_uv=False)), gaussian(2, (3, 5, 4)), rtol=1e-5, atol=1e-5)
+
+
+def test_svd_propagates_nan():
+    a = gaussian(0, (2, 3, 3))
+    a[0, 1, 1] = np.nan
+    assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a)
+
+
+def test_svd_of_symbolic_matrix_size_is_a_clear_error():
+    with pytest.raises(ConversionError, match="symbolic size.*static"):
+        to_onnx(jnp.linalg.svd, [("N", 4)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("shape", "dtype"), [((2, 32, 32), np.float32), ((64, 64), np.float32), ((40, 24), np.float64), ((64, 64), np.float64)])
+def test_svd_large(shape, dtype):
+    assert_exports_match_on(_svd_canonical, gaussian(len(shape), shape, dtype), **_tol(dtype))
+
+
+# -- the functions users call -------------------------------------------------------------------
+ON_SINGULAR_VALUES = {
+    "svdvals": jnp.linalg.svdvals,
+    "norm_2": lambda a: jnp.linalg.norm(a, ord=2, axis=(-2, -1)),
+    "norm_-2": lambda a: jnp.linalg.norm(a, ord=-2, axis=(-2, -1)),
+    "norm_nuc": lambda a: jnp.linalg.norm(a, ord="nuc", axis=(-2, -1)),
+    "cond": jnp.linalg.cond,
+}
+
+
+@pytest.mark.parametrize("name", ON_SINGULAR_VALUES)
+@pytest.mark.parametrize(("shape", "dtype"), [((2, 5, 5), np.float32), pytest.param((4, 4), np.float64, marks=pytest.mark.slow)])
+def test_functions_on_singular_values_match_jax(name, shape, dtype):
+    a = gaussian(7, shape, dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)
+    assert_exports_match_on(ON_SINGULAR_VALUES[name], a, **tol)
+
+
+def _other_norms(a):
+    """The norms that need no singular values: every other ord, matrix and vector."""
+    matrix = [jnp.linalg.norm(a, ord=o, axis=(-2, -1)) for o in (None, "fro", 1, -1, jnp.inf, -jnp.inf)]
+    vector = [jnp.linalg.norm(a, ord=o, axis=-1) for o in (None, 0, 1, 3, -1, jnp.inf, -jnp.inf)]
+    return *matrix, *vector
+
+
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
+def test_other_norms_match_jax(dtype):
+    a = gaussian(5, (2, 4, 4), dtype) + 4 * np.eye(4, dtype=dtype)
+    assert_exports_match_on(_other_norms, a, **({"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)))
+
+
+@settings(max_examples=2)  # each example exports four SVDs (~8 s)
+@given(shape=st.sampled_from([(5, 5), (6, 3), (3, 6)]), rank=st.integers(0, 3), batch=st.sampled_from([(), (2,)]), dtype=DTYPES, seed=SEEDS)
+def test_rank_deficient_matrices(shape, rank, batch, dtype, seed):
+    """Zero singular values still give orthonormal U and V (QR completes the basis);
+    matrix_rank exactly; pinv and lstsq (solution, residuals, rank, values) to rounding."""
+    a = low_rank(seed, (*batch, *shape), rank, dtype)
+    b = gaussian(seed + 1, (shape[0], 2), dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {"rtol": 1e-9, "atol": 1e-9}
+
+    def defined(a, b):
+        u, s, vh = jnp.linalg.svd(a)
+        svd = s, (u[..., :, :rank] * s[..., None, :rank]) @ vh[..., :rank, :], jnp.swapaxes(u, -1, -2) @ u, vh @ jnp.swapaxes(vh, -1, -2)
+        lstsq = jnp.linalg.lstsq(a, b) if not batch else ()  # lstsq takes no batch dims
+        return *svd, jnp.linalg.matrix_rank(a), jnp.linalg.pinv(a), *lstsq
+
+    assert_exports_match_on(defined, a, b, **tol)
+
+
+def test_lstsq_of_full_rank_system_and_vector_rhs():
+    a, b = gaussian(3, (8, 4), np.float64), gaussian(4, (8,), np.float64)
+    assert_exports_match_on(lambda a, b: jnp.linalg.lstsq(a, b), a, b, **_tol(np.float64))
+
+
+# -- eigh ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_tournament_meets_every_pair_once_per_sweep(n):
+    n += n % 2
+    order, labels, met = svd_module.tournament(n), np.arange(n), set()
+    for _ in range(n - 1):
+        met |= {frozenset(pair) for pair in labels.reshape(-1, 2)}
+        labels = np.concatenate([labels[0::2], labels[1::2]])[order]
+    assert len(met) == n * (n - 1) // 2
+
+
+def test_graph_is_one_sweep_loop():
+    """The sweeps are one Loop (convergence-tested); above the unroll limit the rounds are an
+    inner Loop, so the graph does not grow with n."""
+    nodes = {}
+    for n in (24, 40):
+        model = to_onnx(lambda a: lax.linalg.svd(a, compute_uv=False), [(n, n)])
+        nodes[n] = len(model.graph.node)
+        assert op_types(model).count("Loop") >= 1
+    assert nodes[24] == nodes[40]
