@@ -357,7 +357,7 @@ def geqp3(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return packed, perm[..., 0, :], taus[..., 0, :]
 
 
-def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False) -> tuple[jax.Array, ...]:
+def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: bool | None = None) -> tuple[jax.Array, ...]:
     """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n);
     with ``pivoting`` also the column permutation p (a[..., p] = q r), zeros when a is empty
     (as JAX)."""
@@ -368,9 +368,10 @@ def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False) -> tuple[ja
         if not jxi.is_symbolic_dim(k) and k == 0:
             perm = jnp.zeros_like(perm)
     else:
-        packed, taus = geqrf(a)
+        packed, taus = geqrf(a, unroll=unroll)
     r = where(_ids(m)[:, None] <= _ids(n)[None, :], packed, jnp.zeros((), a.dtype))
-    q, r = (householder_product(packed, taus, m), r) if full_matrices else (householder_product(packed, taus, k), r[..., :k, :])
+    columns, r = (m, r) if full_matrices else (k, r[..., :k, :])
+    q = householder_product(packed, taus, columns, unroll=unroll)
     return (q, r, perm) if pivoting else (q, r)
 
 
