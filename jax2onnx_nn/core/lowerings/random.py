@@ -50,20 +50,16 @@ def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) 
     shape_tensor = ctx.shape_tensor(shape)
     if all(isinstance(d, (int, np.integer)) for d in shape):
         size = int(np.prod(shape, dtype=np.int64))
-        limit = ctx.const(size, dtype=np.int64)
+        limit = ctx.ints(size)
     else:
         size = None
-        limit = ctx.op.ReduceProd(shape_tensor, keepdims=0)
-    counts = ctx.op.Reshape(
-        ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64)), shape_tensor, allowzero=1
-    )
+        limit = ctx.reduce("ReduceProd", shape_tensor)
+    counts = ctx.reshape(ctx.op.Range(ctx.ints(0), limit, ctx.ints(1)), shape)
     if size is not None and size <= 2**32:
         high = ctx.op.ConstantOfShape(shape_tensor, value=np.zeros(1, np.uint32))
-        return [high, ctx.op.Cast(counts, to=ir.DataType.UINT32)]
-    words = ctx.const(2**32, dtype=np.int64)
-    high = ctx.op.Cast(ctx.op.Div(counts, words), to=ir.DataType.UINT32)
-    low = ctx.op.Cast(ctx.op.Mod(counts, words), to=ir.DataType.UINT32)
-    return [high, low]
+        return [high, ctx.cast(counts, np.uint32)]
+    words = ctx.ints(2**32)
+    return [ctx.cast(ctx.op.Div(counts, words), np.uint32), ctx.cast(ctx.op.Mod(counts, words), np.uint32)]
 
 
 # -- the counter-based hashes of JAX's key impls (Salmon et al., "Parallel random numbers:
