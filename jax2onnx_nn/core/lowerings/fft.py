@@ -90,10 +90,10 @@ class _Axis:
         keep = [0] * last  # (sizes, not -1: a batch dim may be 0)
         matrix = dft_matrix(n, kind, self.dtype)
         if not real_in:  # (..., n_in, 2) -> (..., 2 n_in)
-            x = self.op.Reshape(x, self.ctx.const([*keep, matrix.shape[0]], dtype=np.int64))
+            x = self.op.Reshape(x, self.ctx.ints([*keep, matrix.shape[0]]))
         y = self.op.MatMul(x, self.ctx.const(matrix))
         if not real_out:  # (..., 2 n_out) -> (..., n_out, 2)
-            y = self.op.Reshape(y, self.ctx.const([*keep, matrix.shape[1] // 2, 2], dtype=np.int64))
+            y = self.op.Reshape(y, self.ctx.ints([*keep, matrix.shape[1] // 2, 2]))
         if perm is not None:  # (only complex-to-complex axes are moved)
             y = self.op.Transpose(y, perm=[int(p) for p in np.argsort(perm)])
         return y
@@ -101,7 +101,7 @@ class _Axis:
     def dft(self, x: ir.Value, axis: int, onesided: bool = False) -> ir.Value:
         """Forward ONNX DFT over ``axis`` of its full length."""
         if self.ctx.opset >= 20:
-            return self.op.DFT(x, None, self.ctx.const(np.int64(axis)), onesided=int(onesided))
+            return self.op.DFT(x, None, self.ctx.ints(axis), onesided=int(onesided))
         return self.op.DFT(x, axis=axis, onesided=int(onesided))
 
     def conj_scaled(self, x: ir.Value, n: Any) -> ir.Value:
@@ -111,7 +111,7 @@ class _Axis:
             return self.op.Mul(x, sign)
         if not jxi.is_symbolic_dim(n):
             return self.op.Mul(x, self.ctx.const(np.array([1, -1], self.dtype) / int(n)))
-        return self.op.Div(self.op.Mul(x, sign), self.op.Cast(self.ctx.dim(n), to=ir.DataType.from_numpy(self.dtype)))
+        return self.op.Div(self.op.Mul(x, sign), self.ctx.cast(self.ctx.dim(n), self.dtype))
 
     def complex(self, x: ir.Value, axis: int, n: Any, inverse: bool) -> ir.Value:
         if _use_matmul(n):
@@ -124,7 +124,7 @@ class _Axis:
         """RFFT over the last axis of a real tensor (rank - 1 dims)."""
         if _use_matmul(n):
             return self.matmul(x, self.rank - 2, int(n), RFFT)
-        return self.dft(self.op.Unsqueeze(x, self.ctx.const([-1], dtype=np.int64)), self.rank - 2, onesided=True)
+        return self.dft(self.op.Unsqueeze(x, self.ctx.ints([-1])), self.rank - 2, onesided=True)
 
     def complex_to_real(self, x: ir.Value, n: Any) -> ir.Value:
         """IRFFT over the last complex axis: the full Hermitian spectrum (bins n-k are the
@@ -134,13 +134,12 @@ class _Axis:
             return self.matmul(x, axis, int(n), IRFFT)
         ctx = self.ctx
         m = n // 2 + 1
-        i64 = lambda v: ctx.const(np.array(v, np.int64))  # noqa: E731
         # bins n-m .. 1 (reversed), conjugated: X[n - k] for k = m .. n-1
-        mirrored = self.op.Slice(x, ctx.dim(n - m), i64([0]), i64([axis]), i64([-1]))
-        full = self.op.Concat(self.op.Slice(x, i64([0]), ctx.dim(m), i64([axis])), self.conj_scaled(mirrored, 1), axis=axis)
+        mirrored = ctx.slice(x, [axis], [ctx.index(n - m)], [0], [-1])
+        full = self.op.Concat(ctx.slice(x, [axis], [0], [ctx.index(m)]), self.conj_scaled(mirrored, 1), axis=axis)
         spectrum = self.dft(self.conj_scaled(full, 1), axis)
-        real = self.op.Gather(spectrum, i64(0), axis=self.rank - 1)
-        return self.op.Div(real, self.op.Cast(ctx.dim(n), to=ir.DataType.from_numpy(self.dtype)))
+        real = self.op.Gather(spectrum, ctx.ints(0), axis=self.rank - 1)
+        return self.op.Div(real, ctx.cast(ctx.dim(n), self.dtype))
 
 
 @lowering("fft", onnx_ops=("DFT", "MatMul"), complex_pairs=True)
