@@ -37,9 +37,7 @@ def _in_precision(ctx: LoweringContext, dtype: np.dtype, fn: Callable[..., ir.Va
     source = xs[0].dtype.numpy()
     if source.itemsize >= np.dtype(dtype).itemsize:
         return fn(*xs)
-    wide = ir.DataType.from_numpy(np.dtype(dtype))
-    result = fn(*[ctx.op.Cast(x, to=wide) for x in xs])
-    return ctx.op.Cast(result, to=ir.DataType.from_numpy(source))
+    return ctx.cast(fn(*[ctx.cast(x, dtype) for x in xs]), source)
 
 
 def _horner(ctx: LoweringContext, x: ir.Value, coefficients: Sequence[float]) -> ir.Value:
