@@ -81,14 +81,20 @@ UNARY = {
     "conj": jnp.conj, "real": jnp.real, "imag": jnp.imag, "square": lambda z: z**2,
     "cube": lambda z: z**3, "reciprocal": lambda z: z**-1, "pow_5": lambda z: z**5,
     "to_bool": lambda z: z.astype(bool), "to_real": lambda z: jnp.real(z).astype(np.float32),
+    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "sinh": jnp.sinh, "cosh": jnp.cosh,
+    "tanh": jnp.tanh, "jnp_square": jnp.square, "exp2": jnp.exp2, "expm1": jnp.expm1,
+    "log1p": jnp.log1p, "log2": jnp.log2,
 }
+# parts up to 80 reach overflow of exp in float32 (inf parts in the result); from 88.7 to
+# 89.4 XLA's complex sin and cos overflow where sinh and cosh do not (README limitations)
+WIDE = {"exp", "pow_5", "sin", "cos", "tan", "sinh", "cosh", "tanh", "exp2", "expm1"}
 
 
-@pytest.mark.parametrize("name", _params(UNARY, {"abs", "sqrt", "log", "reciprocal", "to_bool"}))
+@pytest.mark.parametrize("name", _params(UNARY, {"abs", "sqrt", "log", "reciprocal", "to_bool", "sin", "tanh", "log1p"}))
 @given(data=st.data())
 def test_unary(name, data):
     dtype = data.draw(st.sampled_from(COMPLEX))
-    z = data.draw(_arrays(dtype, data.draw(shapes), bound=30.0 if name in ("exp", "pow_5") else 10.0))
+    z = data.draw(_arrays(dtype, data.draw(shapes), bound=80.0 if name in WIDE else 10.0))
     assert_exports_match_on(UNARY[name], z, **_tolerance(dtype))
 
 
@@ -165,5 +171,5 @@ def test_complex_inside_control_flow():
 
 
 def test_complex_op_without_a_pair_lowering_is_named():
-    with pytest.raises(ConversionError, match="sin on complex numbers"):
-        to_onnx(jnp.sin, [((3,), "complex64")])
+    with pytest.raises(ConversionError, match="asin on complex numbers"):
+        to_onnx(jnp.arcsin, [((3,), "complex64")])

@@ -289,3 +289,95 @@ def _reduce_prod(x: Array, *, axes: tuple[int, ...], avals_in: list[Any], **_: A
             n += 1
         re, im = _mul(re[..., : n // 2], im[..., : n // 2], re[..., n // 2 :], im[..., n // 2 :])
     return _pair(re[..., 0], im[..., 0])
+
+
+# Trigonometric and hyperbolic functions from the real ones of the parts (each lowered by its
+# real rule): sin(a + ib) = sin a cosh b + i cos a sinh b, and the like.
+def _sinh(re: Array, im: Array) -> tuple[Array, Array]:
+    return _real_times(jnp.sinh(re), jnp.cos(im), im), _real_times(jnp.cosh(re), jnp.sin(im), im)
+
+
+def _cosh(re: Array, im: Array) -> tuple[Array, Array]:
+    return _real_times(jnp.cosh(re), jnp.cos(im), im), _real_times(jnp.sinh(re), jnp.sin(im), im)
+
+
+def _real_times(scale: Array, factor: Array, im: Array) -> Array:
+    """``scale * factor`` where ``factor`` comes from the imaginary part ``im``: for a real
+    argument (``im == 0``) the product keeps ``factor``'s exact 0 or 1 also when ``scale`` is
+    infinite (cosh(inf + 0i) = inf + 0i, not inf + NaN i)."""
+    return jnp.where(im == 0, jnp.where(factor == 0, factor, scale * factor), scale * factor)
+
+
+def _times_i(fn: Any) -> Any:
+    """f(z) = -i g(iz) for g = ``fn``: sin from sinh, tan from tanh."""
+
+    def rotated(re: Array, im: Array) -> tuple[Array, Array]:
+        out_re, out_im = fn(-im, re)
+        return out_im, -out_re
+
+    return rotated
+
+
+def _cos(re: Array, im: Array) -> tuple[Array, Array]:
+    return _cosh(-im, re)  # cos z = cosh(iz)
+
+
+def _tanh(re: Array, im: Array) -> tuple[Array, Array]:
+    """Kahan's formula: with t = tan b, s = sinh a, c = cosh a: tanh(a + ib) =
+    (c s (1 + t^2) + i t) / (1 + s^2 (1 + t^2)); for |a| > 20 (where the float result is
+    +-1 + tiny i) the limit sign(a) + 4 i sin b cos b exp(-2|a|)."""
+    t, s = jnp.tan(im), jnp.sinh(re)
+    beta = 1 + t * t
+    denom = 1 + beta * s * s
+    out_re, out_im = beta * jnp.cosh(re) * s / denom, t / denom
+    big = jnp.abs(re) > 20
+    tail = 4 * jnp.sin(im) * jnp.cos(im) * jnp.exp(-2 * jnp.abs(jnp.where(big, re, 0)))
+    # at re = +-inf an infinite or NaN im still gives +-1 + 0i (XLA's choice), a real
+    # argument keeps im = +-0 exactly, and NaN stays NaN otherwise
+    finite_im = jnp.isfinite(im)
+    big_re = jnp.where(finite_im | jnp.isinf(re), jnp.sign(re), jnp.nan)
+    big_im = jnp.where(finite_im, tail, jnp.where(jnp.isinf(re), 0, jnp.nan))
+    out_re, out_im = jnp.where(big, big_re, out_re), jnp.where(big, big_im, out_im)
+    return out_re, jnp.where(im == 0, im, out_im)
+
+
+def _expm1(re: Array, im: Array) -> tuple[Array, Array]:
+    """exp(z) - 1 without cancellation near 0: cos b - 1 = -2 sin^2(b/2)."""
+    half = jnp.sin(im / 2)
+    return jnp.expm1(re) * jnp.cos(im) - 2 * half * half, jnp.where(im == 0, im, jnp.exp(re) * jnp.sin(im))
+
+
+def _log1p(re: Array, im: Array) -> tuple[Array, Array]:
+    """log(1 + z): 0.5 log1p(a (2 + a) + b^2) where that sum is small (no cancellation near
+    z = 0), log |1 + z| elsewhere (no overflow)."""
+    small_sum = re * (2 + re) + im * im
+    near = jnp.abs(small_sum) < 0.5
+    magnitude = jnp.where(near, 0.5 * jnp.log1p(jnp.where(near, small_sum, 0)), jnp.log(_abs(1 + re, im)))
+    return magnitude, lax.atan2(im, 1 + re)
+
+
+def _exp2(re: Array, im: Array) -> tuple[Array, Array]:
+    """exp(z * (ln 2 + 0i)), a complex product as in JAX's lowering (so exp2(inf + 0i) is
+    NaN + NaN i as there: inf * 0 in the product)."""
+    ln2 = float(np.log(2))
+    return _exp(*_mul(re, im, jnp.full_like(re, ln2), jnp.zeros_like(im)))
+
+
+def _log2(re: Array, im: Array) -> tuple[Array, Array]:
+    out_re, out_im = _log(re, im)  # log z / ln 2, each part, as JAX's lowering
+    ln2 = float(np.log(2))
+    return out_re / ln2, out_im / ln2
+
+
+@pair_impl("square")
+def _square(x: Array, **_: Any) -> Array:
+    return _pair(*_mul(x[..., 0], x[..., 1], x[..., 0], x[..., 1]))
+
+
+for _name, _fn in {
+    "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sin": _times_i(_sinh), "cos": _cos,
+    "tan": _times_i(_tanh), "expm1": _expm1, "log1p": _log1p,
+    "exp2": _exp2,
+}.items():
+    pair_impl(_name)(_like_pairs(_fn))
+pair_impl("log2")(_like_pairs(_log2, nan_in_nan_out=True))
