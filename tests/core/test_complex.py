@@ -173,3 +173,43 @@ def test_complex_inside_control_flow():
 def test_complex_op_without_a_pair_lowering_is_named():
     with pytest.raises(ConversionError, match="asin on complex numbers"):
         to_onnx(jnp.arcsin, [((3,), "complex64")])
+
+
+def _grid_arrays(dtype, shape, *, special):
+    """Parts from a small grid (ties in the real part, signed zeros; inf/NaN when ``special``):
+    what exercises a lexicographic order."""
+    grid = [0.0, -0.0, 1.0, -1.0, 2.5] + ([np.inf, -np.inf, np.nan] if special else [])
+    part = st.sampled_from(grid)
+    return hnp.arrays(dtype, shape, elements=st.builds(complex, part, part)).map(_no_tiny)
+
+
+ORDERED = {
+    "sort": (lambda z: jnp.sort(z, axis=-1), True),
+    "sort_with_payload": (lambda z: jax.lax.sort((z, jax.lax.broadcasted_iota(np.int32, z.shape, 0)), dimension=0, num_keys=1), True),
+    "maximum": (lambda z: jax.lax.max(z, z[::-1]), True),
+    "minimum": (lambda z: jax.lax.min(z, jnp.flip(z, -1)), True),
+    "reduce_max": (lambda z: jnp.max(z, axis=0), False),
+    "reduce_min": (lambda z: jnp.min(z, axis=-1), False),
+    "max_all": (jnp.max, False),
+}
+
+
+@pytest.mark.parametrize("name", _params(ORDERED, {"sort_with_payload", "maximum", "reduce_max"}))
+@given(data=st.data())
+def test_lexicographic_order(name, data):
+    """JAX orders complex numbers by (real, imag); sort and the elementwise max/min also with
+    inf/NaN parts, the reductions on NaN-free values (README limitations)."""
+    fn, special = ORDERED[name]
+    dtype = data.draw(st.sampled_from(COMPLEX))
+    z = data.draw(_grid_arrays(dtype, data.draw(shapes), special=special))
+    assert_exports_match_on(fn, z)
+
+
+@pytest.mark.parametrize("reverse", [False, pytest.param(True, marks=pytest.mark.slow)])
+@given(data=st.data())
+def test_cumprod(reverse, data):
+    dtype = data.draw(st.sampled_from(COMPLEX))
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5))
+    z = data.draw(_arrays(dtype, shape, special=False, bound=1.5))
+    axis = data.draw(st.integers(0, len(shape) - 1))  # lax takes no negative axes
+    assert_exports_match_on(lambda v: jax.lax.cumprod(v, axis=axis, reverse=reverse), z, **_tolerance(dtype))

@@ -353,7 +353,17 @@ def _log1p(re: Array, im: Array) -> tuple[Array, Array]:
     small_sum = re * (2 + re) + im * im
     near = jnp.abs(small_sum) < 0.5
     magnitude = jnp.where(near, 0.5 * jnp.log1p(jnp.where(near, small_sum, 0)), jnp.log(_abs(1 + re, im)))
+    # an infinite and a NaN part: the real part is inf in jax 0.10, NaN in jax 0.12
+    inf_nan = (jnp.isinf(re) | jnp.isinf(im)) & (jnp.isnan(re) | jnp.isnan(im))
+    magnitude = jnp.where(inf_nan, jnp.inf if _log1p_of_inf_nan_is_inf() else jnp.nan, magnitude)
     return magnitude, lax.atan2(im, 1 + re)
+
+
+@functools.cache
+def _log1p_of_inf_nan_is_inf() -> bool:
+    """Whether XLA's log1p(inf + nan i) has an infinite real part: asked of JAX."""
+    with jax.ensure_compile_time_eval():
+        return bool(np.isinf(jnp.log1p(jnp.array(complex(np.inf, np.nan), np.complex64)).real))
 
 
 def _exp2(re: Array, im: Array) -> tuple[Array, Array]:
@@ -381,3 +391,91 @@ for _name, _fn in {
 }.items():
     pair_impl(_name)(_like_pairs(_fn))
 pair_impl("log2")(_like_pairs(_log2, nan_in_nan_out=True))
+
+
+# Ordering: JAX orders complex numbers lexicographically by (real, imag).
+def _lex_greater(xr: Array, xi: Array, yr: Array, yi: Array) -> Array:
+    return (xr > yr) | ((xr == yr) & (xi > yi))
+
+
+@pair_impl("max")
+def _max(x: Array, y: Array, **_: Any) -> Array:
+    """XLA's select(x > y, x, y) with the lexicographic order: a NaN comparison is false, so
+    y is picked, as in JAX."""
+    x, y = jnp.broadcast_arrays(x, y)
+    pick_x = _lex_greater(x[..., 0], x[..., 1], y[..., 0], y[..., 1])
+    return jnp.where(pick_x[..., None], x, y)
+
+
+@pair_impl("min")
+def _min(x: Array, y: Array, **_: Any) -> Array:
+    x, y = jnp.broadcast_arrays(x, y)
+    pick_x = _lex_greater(y[..., 0], y[..., 1], x[..., 0], x[..., 1])
+    return jnp.where(pick_x[..., None], x, y)
+
+
+def _lex_extreme(x: Array, axes: tuple[int, ...], largest: bool) -> Array:
+    """The lexicographically largest (smallest) pair over ``axes``: the largest real part,
+    then the largest imaginary part among those, and of the elements equal to both the last
+    one (XLA's fold keeps the later of equal elements: its signed zeros are kept)."""
+    sign = 1 if largest else -1
+    re, im = sign * x[..., 0], sign * x[..., 1]
+    best_re = jnp.max(re, axis=axes, keepdims=True)
+    on_best = re == best_re
+    best_im = jnp.max(jnp.where(on_best, im, -jnp.inf), axis=axes, keepdims=True)
+    hit = on_best & (im == best_im)
+    keep = [d for d in range(re.ndim) if d not in axes]
+    flat = jnp.transpose(hit, [*keep, *axes]).reshape(*[re.shape[d] for d in keep], -1)
+    last = flat.shape[-1] - 1 - jnp.argmax(flat[..., ::-1], axis=-1)
+    values = jnp.transpose(x, [*keep, *axes, x.ndim - 1]).reshape(*flat.shape, 2)
+    return jnp.take_along_axis(values, last[..., None, None], axis=-2)[..., 0, :]
+
+
+@pair_impl("reduce_max")
+def _reduce_max(x: Array, *, axes: tuple[int, ...], **_: Any) -> Array:
+    return _lex_extreme(x, tuple(axes), largest=True)
+
+
+@pair_impl("reduce_min")
+def _reduce_min(x: Array, *, axes: tuple[int, ...], **_: Any) -> Array:
+    return _lex_extreme(x, tuple(axes), largest=False)
+
+
+@pair_impl("sort")
+def _sort(*operands: Array, dimension: int, is_stable: bool, num_keys: int, avals_in: list[Any], **_: Any) -> Any:
+    """A complex key is two keys, real then imaginary part, as in JAX's own comparator; a
+    complex operand that is not a key travels as its two parts."""
+    parts: list[Array] = []
+    keys = 0
+    for index, (operand, aval) in enumerate(zip(operands, avals_in, strict=True)):
+        re, im = _parts(operand, aval)
+        split = [re] if im is None else [re, im]
+        parts += split
+        keys += len(split) if index < num_keys else 0
+    out = lax.sort_p.bind(*parts, dimension=dimension, is_stable=is_stable, num_keys=keys)
+    results, at = [], 0
+    for aval in avals_in:
+        if jxi.is_complex_dtype(aval.dtype):
+            results.append(_pair(out[at], out[at + 1]))
+            at += 2
+        else:
+            results.append(out[at])
+            at += 1
+    return results
+
+
+def _complex_mul(a: Array, b: Array) -> Array:
+    return _pair(*_mul(a[..., 0], a[..., 1], b[..., 0], b[..., 1]))
+
+
+@pair_impl("cumprod")
+def _cumprod(x: Array, *, axis: int, reverse: bool, **_: Any) -> Array:
+    """An associative scan of complex products (static sizes). JAX lowers cumprod to a
+    reduce_window whose padding is the init 1 + 0i: every prefix but the full one is also
+    multiplied by it, which turns infinite parts into NaN (inf * 0) as in JAX."""
+    n = x.shape[axis]
+    if jxi.is_symbolic_dim(n):
+        raise NotImplementedError("cumprod of complex numbers over a symbolic dim")
+    prefixes = lax.associative_scan(_complex_mul, x, reverse=reverse, axis=axis)
+    padded = (jnp.arange(n) != (0 if reverse else n - 1)).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+    return jnp.where(padded, _complex_mul(prefixes, _pair(jnp.ones_like(x[..., 0]), jnp.zeros_like(x[..., 1]))), prefixes)
