@@ -24,7 +24,7 @@ load_builtins()
 # The adapters shipped with the package, each imported by the first export that runs while
 # its framework is imported (core names no framework; other packages register theirs through
 # the entry-point group "jax2onnx_nn.adapters").
-register_adapter("flax.nnx", "jax2onnx_nn.flax.adapter", library="flax")
+register_adapter("flax", "jax2onnx_nn.flax.adapter", library="flax")  # NNX, and Linen mode flags
 register_adapter("equinox", "jax2onnx_nn.equinox.adapter", library="equinox")
 register_adapter("keras", "jax2onnx_nn.keras.adapter", library="keras")
 

@@ -1,6 +1,9 @@
-"""The Flax NNX side of an export session (see ``core/patching.py``).
+"""The Flax side of an export session (see ``core/patching.py``), active once any part of
+Flax is imported.
 
-For the duration of one export: the coarse-op patches of ``coarse.py`` are applied; when the
+For the duration of one export: the coarse-op patches of ``coarse.py`` are applied, and the
+wrappers of ``flags.py`` that let a Dropout / BatchNorm mode flag (nnx and Linen) be a graph
+input; when the
 exported callable is a module (or a bound method of one), or reaches modules (a lambda or
 function closing over one, a global or default it names, a partial's argument, a dict / list
 of them: ``core/reach.py``), it is traced on copies made inside the trace and set to inference mode (or training mode if asked), so the user's module is never

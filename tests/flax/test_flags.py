@@ -3,7 +3,10 @@ one graph: each flag value computes what JAX computes, Dropout masks bit for bit
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import flax.linen as nn
@@ -13,6 +16,7 @@ import pytest
 from flax import nnx
 
 from jax2onnx_nn import ConversionError, to_onnx
+from jax2onnx_nn.core.session import adapters
 from tests.flags import assert_flag_switches, with_mask
 from tests.flax.helpers import node_ops
 
@@ -137,3 +141,26 @@ def test_readme_example_runs() -> None:
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     code = readme.split("<!-- example: runtime-flags -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "README.md", "exec"), {})
+
+
+def test_the_flax_adapter_runs_for_linen_alone() -> None:
+    (adapter,) = [a for a in adapters() if a.module == "jax2onnx_nn.flax.adapter"]
+    assert adapter.trigger == "flax"  # imported by flax.linen, which does not import flax.nnx
+
+
+@pytest.mark.slow
+def test_linen_alone_is_enough(tmp_path: pathlib.Path) -> None:
+    # a program that imports Linen but never nnx gets the flag wrappers too (a fresh process)
+    script = tmp_path / "linen_only.py"
+    script.write_text(
+        "import sys\nimport jax\nimport flax.linen as nn\nfrom jax2onnx_nn import to_onnx\n"
+        "assert 'flax.nnx' not in sys.modules\n"
+        "fn = lambda x, d: nn.Dropout(0.5).apply({}, x, deterministic=d, rngs={'dropout': jax.random.key(0)})\n"
+        "model = to_onnx(fn, [('B', 4)], input_params={'d': True})\n"
+        "print(sorted({n.op_type for n in model.graph.node}))\n"
+    )
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "'Where'" in result.stdout and "'BitShift'" in result.stdout  # both modes, JAX's threefry mask
