@@ -288,7 +288,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--input", action="append", default=[], metavar="SPEC",
                         help="one per positional argument: B,30 (float32, symbolic B) or B,T:int32; :float32 is a scalar")
     export.add_argument("-o", "--output", required=True, metavar="PATH")
-    export.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21)")
+    export.add_argument("--opset", type=int, default=None, help="ONNX opset, 13 up to the newest the installed onnx and onnxruntime know (default 21)")
     export.add_argument("--f64", action="store_true", help="enable_double_precision: float64 stays float64")
     export.add_argument("--functions", action="store_true", help="auto_functions: module classes become ONNX functions")
     export.add_argument("--target", dest="deploy_target", default=None, choices=["onnxruntime", "onnxruntime-web", "openvino", "tract", "tensorrt"],

@@ -13,6 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from jax2onnx_nn.__main__ import USAGE, UsageError, main, parse_input, tensor_bytes
+from jax2onnx_nn.core.config import MAX_OPSET, MIN_OPSET
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -202,7 +203,7 @@ def test_import_error_inside_the_module_is_reported(workdir, monkeypatch, capsys
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--opset", "12"], "--opset 12: supported opsets are 17 ... 23"),
+        (["--opset", "12"], f"--opset 12: supported opsets are {MIN_OPSET} ... {MAX_OPSET}"),
         (["--size", "B=0"], "--size 'B=0': expected NAME=N"),
         (["--input", "B,30:floaty"], "'floaty' is not a dtype"),
     ],

@@ -18,12 +18,14 @@ from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-export
     MAX_OPSET,
     MIN_OPSET,
     ExportConfig,
+    ir_version,
     with_options_signature,
 )
 from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
+from jax2onnx_nn.core.opset_forms import has_op, missing_types
 from jax2onnx_nn.core.passes import (
     cleanup,
     fill_missing_types,
@@ -36,8 +38,6 @@ from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.target_rewrites import apply_rewrites
 from jax2onnx_nn.core.targets import Target
 from jax2onnx_nn.core.trace import trace
-
-_IR_VERSION = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}
 
 
 @with_options_signature
@@ -113,7 +113,7 @@ def export_model(
     config = ExportConfig(**options) if config is None else config.replace(**options) if options else config
     if not callable(fn):
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
-    with jxi.x64(config.enable_double_precision), export_session(fn, config) as prepared, kernels.target_kernels(config.target.kernels):
+    with jxi.x64(config.enable_double_precision), export_session(fn, config) as prepared, kernels.target_kernels(config.target.kernels, missing_types(config.opset, tuple(kernels.SUPPORTED))):
         arg_names = _positional_names(fn)
         specs = parse_specs(
             inputs, input_params=dict(config.input_params),
@@ -143,7 +143,7 @@ def export_model(
             raise ConversionError.from_unsupported(lowerer.unsupported)
     _set_outputs(builder, outs, traced.out_avals, config.output_names)
     model = ir.Model(
-        builder.build_graph(), ir_version=_IR_VERSION[config.opset], producer_name="jax2onnx_nn",
+        builder.build_graph(), ir_version=ir_version(config.opset), producer_name="jax2onnx_nn",
         producer_version=_version(), functions=[f.function for f in lowerer.functions.values()],
     )
     model.metadata_props.update(
@@ -164,7 +164,7 @@ def export_model(
     progress.update("passes", 2, 3)
     fill_missing_types(model)
     vector_times_untransposed(model)  # ranks known now; onnxruntime miscomputes the other form
-    _check_target_ops(model, config.target)
+    _check_target_ops(model, config.target, config.opset)
     progress.close()
     model.meta["jax2onnx_nn.progress"] = progress
     if timings is not None:
@@ -172,22 +172,22 @@ def export_model(
     return model
 
 
-def _check_target_ops(model: ir.Model, profile: Target) -> None:
-    """Ops the target cannot run, named with the source lines that made them, before writing."""
-    if profile.ops is None:
-        return
+def _check_target_ops(model: ir.Model, profile: Target, opset: int) -> None:
+    """Ops the opset does not define or the target cannot run, named with the source lines
+    that made them, before writing."""
     missing: dict[str, list[str]] = {}
     nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
     nodes += [n for f in model.functions.values() for n in ir.traversal.RecursiveGraphIterator(f.graph)]
     for node in nodes:
-        if node.domain in ("", "ai.onnx") and node.op_type not in profile.ops:
+        if node.domain in ("", "ai.onnx") and not (has_op(node.op_type, opset) and (profile.ops is None or node.op_type in profile.ops)):
             missing.setdefault(node.op_type, []).append(node.doc_string or "")
     if missing:
-        lines = [f"target {profile.name} cannot run {len(missing)} ONNX op(s) this model needs; nothing was exported:"]
+        lacks = f"target {profile.name} cannot run" if profile.ops is not None else f"opset {opset} does not define"
+        lines = [f"{lacks} {len(missing)} ONNX op(s) this model needs (at opset {opset}); nothing was exported:"]
         for op, where in sorted(missing.items()):
             places = list(dict.fromkeys(w or "<unknown location>" for w in where))
             lines.append(f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}")
-        lines.append("Export for another target, or avoid the JAX operations these lines use.")
+        lines.append("Export at a newer opset or for another target, or avoid the JAX operations these lines use.")
         raise ConversionError("\n".join(lines))
 
 

@@ -15,18 +15,40 @@ fields of this class) and their ``help()`` lists it with its documentation.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import onnx
+
 from jax2onnx_nn.core.errors import SpecError
 from jax2onnx_nn.core.registry import Registration, normalize_overrides
 from jax2onnx_nn.core.targets import Target, get_target
 
-MIN_OPSET = 17
-MAX_OPSET = 23
+MIN_OPSET = 13  # every op form below the newest one is written by core/opset_forms.py
 DEFAULT_OPSET = 21
+
+
+def newest_opset() -> int:
+    """The newest opset both the installed ``onnx`` defines and, when it is installed,
+    ``onnxruntime`` knows (its operator schemas): read at run time, not a constant."""
+    newest = onnx.defs.onnx_opset_version()
+    if importlib.util.find_spec("onnxruntime") is not None:
+        from onnxruntime.capi import _pybind_state as ort_state
+
+        known = [s.since_version for s in ort_state.get_all_operator_schema() if s.domain in ("", "ai.onnx")]
+        newest = min(newest, max(known, default=newest))
+    return newest
+
+
+def ir_version(opset: int) -> int:
+    """The IR version of the first onnx release with ``opset`` (what runtimes of that time load)."""
+    return min(ir for _, ir, ai_onnx, *_ in onnx.helper.VERSION_TABLE if ai_onnx >= opset)
+
+
+MAX_OPSET = newest_opset()
 
 
 def _option(default: Any, doc: str) -> Any:
@@ -88,7 +110,7 @@ class ExportConfig:
         newest = min(MAX_OPSET, profile.max_opset or MAX_OPSET)
         opset = min(DEFAULT_OPSET, newest) if self.opset is None else int(self.opset)
         if not MIN_OPSET <= opset <= newest:
-            for_target = f" for target {profile.name}" if newest < MAX_OPSET else ""
+            for_target = f" for target {profile.name}" if newest < MAX_OPSET else " (the newest the installed onnx and onnxruntime know)"
             raise ValueError(f"opset must be between {MIN_OPSET} and {newest}{for_target}, got {opset}")
         functions = self.functions or ("keep" if profile.model_functions else "inline")
         if functions not in ("keep", "inline"):
@@ -140,4 +162,4 @@ def with_options_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "ExportConfig", "option_names", "with_options_signature"]
+__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "ExportConfig", "ir_version", "newest_opset", "option_names", "with_options_signature"]

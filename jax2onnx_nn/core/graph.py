@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core import kernels, opset_forms
 
 _SMALL_CONST = 256  # constants up to this many elements are deduplicated by content
 
@@ -174,6 +174,10 @@ class GraphBuilder:
         name: str | None = None,
     ) -> list[ir.Value]:
         values = [self._as_value(x) for x in inputs]
+        if domain == "":
+            older = self._older_form(op_type, values, attrs, num_outputs)
+            if older is not None:
+                return older
         original = widened = None
         kernel = kernels.kernel_key(op_type, attrs)
         if domain == "" and kernel in kernels.table():
@@ -196,6 +200,18 @@ class GraphBuilder:
         if widened is not None and kernel not in kernels.FIXED_OUTPUT:
             outputs[0] = self._cast(outputs[0], original)
         return outputs
+
+    @property
+    def opset(self) -> int | None:
+        """The export's opset (None for a builder outside an export: newest forms)."""
+        return self.opset_imports.get("")
+
+    def _older_form(self, op_type: str, values: list[Any], attrs: dict[str, Any], num_outputs: int) -> list[ir.Value] | None:
+        """``op_type`` written in the form the export's opset has (core/opset_forms.py), or
+        None when the form given is valid at that opset."""
+        opset = self.opset
+        write = None if opset is None else opset_forms.older_form(op_type, opset, values, attrs)
+        return None if write is None else write(self, op_type, values, dict(attrs), num_outputs)
 
     def _kernel_dtype(self, op_type: str, values: list[ir.Value | None]) -> tuple[Any, Any]:
         """(input dtype, dtype to compute in) when onnxruntime lacks a kernel, else (dtype, None)."""
@@ -280,7 +296,7 @@ def _infer_dtypes(node: ir.Node, inputs: list[ir.Value | None], attrs: dict[str,
         dtype: Any = ir.DataType.BOOL
     elif op in _INT64_OUT:
         dtype = ir.DataType.INT64
-    elif op == "Cast":
+    elif op in ("Cast", "BitCast"):
         dtype = ir.DataType(int(attrs["to"]))
     elif op == "ConstantOfShape":
         value = attrs.get("value")

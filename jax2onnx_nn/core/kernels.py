@@ -98,9 +98,13 @@ def table() -> Mapping[str, frozenset[np.dtype]]:
 
 
 @contextmanager
-def target_kernels(differences: Mapping[str, str]) -> Iterator[None]:
-    """Use onnxruntime CPU's table with ``differences`` (``{op: "i32 f32 ..."}``) replaced."""
-    token = _active.set({**SUPPORTED, **_parse(differences)} if differences else SUPPORTED)
+def target_kernels(differences: Mapping[str, str], without: Mapping[str, frozenset[np.dtype]] | None = None) -> Iterator[None]:
+    """Use onnxruntime CPU's table with ``differences`` (``{op: "i32 f32 ..."}``) replaced and
+    the types in ``without`` (what an older opset's schemas lack) taken out."""
+    active = {**SUPPORTED, **_parse(differences)} if differences else SUPPORTED
+    if without:
+        active = {**active, **{op: active[op] - types for op, types in without.items() if op in active}}
+    token = _active.set(active)
     try:
         yield
     finally:

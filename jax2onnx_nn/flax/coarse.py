@@ -392,7 +392,7 @@ def _stash_type(dtype: np.dtype) -> int:
     return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
 
 
-@coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",), covers=("nnx.LayerNorm",))
+@coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17, covers=("nnx.LayerNorm",))
 def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:

@@ -60,6 +60,7 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> It
             running.pop()
 
     add_node, dim, var = GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var
+    older_form = GraphBuilder._older_form  # noqa: SLF001
 
     def recorded_add_node(self: GraphBuilder, op_type: str, *args: Any, **kwargs: Any) -> Any:
         if emitted is not None and running and running[-1] is not None and kwargs.get("domain", "") == "":
@@ -74,13 +75,20 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> It
         with _running(None):
             return var(self, name)
 
+    def unrecorded_older_form(self: GraphBuilder, *args: Any) -> Any:
+        # an op written in an older opset's form is still the op the rule declares
+        with _running(None):
+            return older_form(self, *args)
+
     lower.lookup = lookup
     GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = recorded_add_node, recorded_dim, recorded_var  # type: ignore[method-assign]
+    GraphBuilder._older_form = unrecorded_older_form  # type: ignore[method-assign]  # noqa: SLF001
     try:
         yield
     finally:
         lower.lookup = original
         GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = add_node, dim, var  # type: ignore[method-assign]
+        GraphBuilder._older_form = older_form  # type: ignore[method-assign]  # noqa: SLF001
 
 
 def read_emitted(path: pathlib.Path) -> dict[str, set[str]] | None:

@@ -144,7 +144,7 @@ def test_unknown_target_names_the_choices() -> None:
 def test_tensorrt_opset_range_is_checked() -> None:
     model = to_onnx(jnp.sin, [(2,)], target="tensorrt")
     assert model.opset_import[0].version == 20
-    with pytest.raises(ValueError, match="between 17 and 20 for target tensorrt"):
+    with pytest.raises(ValueError, match="between 13 and 20 for target tensorrt"):
         to_onnx(jnp.sin, [(2,)], target="tensorrt", opset=21)
 
 

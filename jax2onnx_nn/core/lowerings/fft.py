@@ -26,12 +26,14 @@ MATMUL_ALWAYS = 32  # up to this length MatMul is also used for powers of two (i
 
 FFT, IFFT, RFFT, IRFFT = 0, 1, 2, 3
 
+DFT_OPSET = 17  # the first opset with ONNX DFT: below it every static length is a MatMul
 
-def _use_matmul(n: Any) -> bool:
+
+def _use_matmul(n: Any, opset: int) -> bool:
     if jxi.is_symbolic_dim(n):
         return False
     n = int(n)
-    return n <= MATMUL_ALWAYS or (n & (n - 1) != 0 and n <= MATMUL_MAX)
+    return opset < DFT_OPSET or n <= MATMUL_ALWAYS or (n & (n - 1) != 0 and n <= MATMUL_MAX)
 
 
 def _angles(rows: int, cols: int, n: int) -> np.ndarray:
@@ -114,7 +116,7 @@ class _Axis:
         return self.op.Div(self.op.Mul(x, sign), self.ctx.cast(self.ctx.dim(n), self.dtype))
 
     def complex(self, x: ir.Value, axis: int, n: Any, inverse: bool) -> ir.Value:
-        if _use_matmul(n):
+        if _use_matmul(n, self.ctx.opset):
             return self.matmul(x, axis, int(n), IFFT if inverse else FFT)
         if not inverse:
             return self.dft(x, axis)
@@ -122,7 +124,7 @@ class _Axis:
 
     def real_to_complex(self, x: ir.Value, n: Any) -> ir.Value:
         """RFFT over the last axis of a real tensor (rank - 1 dims)."""
-        if _use_matmul(n):
+        if _use_matmul(n, self.ctx.opset):
             return self.matmul(x, self.rank - 2, int(n), RFFT)
         return self.dft(self.op.Unsqueeze(x, self.ctx.ints([-1])), self.rank - 2, onesided=True)
 
@@ -130,7 +132,7 @@ class _Axis:
         """IRFFT over the last complex axis: the full Hermitian spectrum (bins n-k are the
         conjugates of bins k), its inverse transform, the real part."""
         axis = self.rank - 2
-        if _use_matmul(n):
+        if _use_matmul(n, self.ctx.opset):
             return self.matmul(x, axis, int(n), IRFFT)
         ctx = self.ctx
         m = n // 2 + 1

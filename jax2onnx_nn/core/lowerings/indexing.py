@@ -286,8 +286,6 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
     prim = ctx.eqn.primitive.name
     if prim == "scatter" and update_jaxpr is not None and not _is_overwrite(update_jaxpr):
         raise NotImplementedError("scatter with a custom update function (lax.scatter_apply)")
-    if reduction in ("min", "max") and ctx.opset < 18:
-        raise NotImplementedError(f"{prim} needs opset >= 18 (ScatterND reduction={reduction!r})")
     dn = dimension_numbers
     shape = onnx_aval(ctx.avals_in[0])[1]
     update_shape = onnx_aval(ctx.avals_in[2])[1]
