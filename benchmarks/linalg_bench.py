@@ -3,8 +3,10 @@
     python benchmarks/linalg_bench.py                      # 4x4, 16x16, 64x64, float32
     python benchmarks/linalg_bench.py --sizes 8 24 --unroll-limit 64   # force unrolling
 
-Per case and size: nodes of the main graph, nodes including Loop bodies, median latency of
-onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned matrices.
+Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median
+latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
+matrices (``python benchmarks/linalg_bench.py --cases eigh svd --sizes 8 32 64`` for the
+Jacobi ones).
 ``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size), which
 is how the default was chosen.
 """
@@ -70,10 +72,12 @@ def bench(name: str, n: int, repeat: int) -> str:
     m = rng.normal(size=(BATCH, n, n))
     a = (m @ np.swapaxes(m, -1, -2) / n + np.eye(n)).astype(np.float32)
     b = rng.normal(size=(BATCH, n, 1)).astype(np.float32)
+    start = time.perf_counter()
     try:
         model = to_onnx(fn, [a.shape, b.shape])
     except ConversionError as err:
-        return f"| {name} | {n} | not lowered: {str(err).splitlines()[1].strip()} | | | |"
+        return f"| {name} | {n} | not lowered: {str(err).splitlines()[1].strip()} | | | | |"
+    export_s = time.perf_counter() - start
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -81,7 +85,7 @@ def bench(name: str, n: int, repeat: int) -> str:
     ort_ms = _median_ms(lambda: session.run(None, feeds), repeat)
     jitted = jax.jit(fn)
     jax_ms = _median_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)
-    return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {ort_ms:.3f} | {jax_ms:.3f} |"
+    return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms:.3f} | {jax_ms:.3f} |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.unroll_limit is not None:
         decompositions.UNROLL_LIMIT = args.unroll_limit
     print(f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}; latency: median ms, 1 thread")
-    print("| case | n | nodes | nodes incl. Loop bodies | onnxruntime ms | jax.jit ms |")
-    print("|---|---|---|---|---|---|")
+    print("| case | n | nodes | nodes incl. Loop bodies | export s | onnxruntime ms | jax.jit ms |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.cases:
         for n in args.sizes:
             print(bench(name, n, args.repeat), flush=True)

@@ -134,43 +134,6 @@ def test_qr_of_columns_already_zero():
     assert_exports_match_on(lax.linalg.qr, np.zeros((2, 4, 3), np.float64))
 
 
-def _eigh_canonical(a, lower=True):
-    """eigh with each vector's sign fixed (largest-magnitude entry positive): the signs are
-    the one thing LAPACK and the export may choose differently."""
-    v, w = lax.linalg.eigh(a, lower=lower)
-    if a.shape[-1] == 0:
-        return v, w
-    at = jnp.argmax(jnp.abs(v), axis=-2, keepdims=True)
-    return v * jnp.sign(jnp.take_along_axis(v, at, axis=-2)), w
-
-
-@settings(max_examples=3)  # each example exports 10 Jacobi sweeps (~4 s)
-@given(n=st.sampled_from([0, 1, 2, 5]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, lower=st.booleans())
-def test_eigh_matches_jax(n, batch, dtype, seed, lower):
-    """Values ascending as LAPACK's; vectors compared with their signs fixed (float32
-    vectors to 1e-4: their accuracy is relative to the eigenvalue gaps)."""
-    m = np.random.default_rng(seed).normal(size=(*batch, n, n)).astype(dtype)
-    a = m + np.swapaxes(m, -1, -2) + np.triu(m, 1) * (1 if lower else 0)  # the unread triangle differs
-    a = a if lower else np.swapaxes(a, -1, -2)
-    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else _tol(dtype)
-    assert_exports_match_on(lambda a: _eigh_canonical(a, lower), a, **tol)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("n", "dtype"), [(16, np.float32), (20, np.float64)])
-def test_eigh_large(n, dtype):
-    m = np.random.default_rng(n).normal(size=(2, n, n)).astype(dtype)
-    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else _tol(dtype)
-    assert_exports_match_on(_eigh_canonical, m + np.swapaxes(m, -1, -2), **tol)
-
-
-def test_eigvalsh_and_vmap():
-    m = np.random.default_rng(0).normal(size=(3, 4, 4))
-    a = m + np.swapaxes(m, -1, -2)
-    assert_exports_match_on(jnp.linalg.eigvalsh, a, **_tol(np.float64))
-    assert_exports_match_on(jax.vmap(jnp.linalg.eigvalsh), a.astype(np.float32))
-
-
 # -- the functions users call ------------------------------------------------------------------
 SOLVERS = {
     "solve": lambda a, b: jnp.linalg.solve(a, b),

@@ -35,7 +35,6 @@ import onnx_ir as ir
 from jax import lax
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.registry import lowering
 
@@ -391,68 +390,3 @@ def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **pa
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices, pivoting=pivoting), [a])
-
-
-# -- eigh: cyclic Jacobi ------------------------------------------------------------------------
-# Sweeps over all (p, q) pairs; Jacobi converges quadratically, and 10 sweeps take every
-# off-diagonal entry of a symmetric matrix up to 64x64 below float64 rounding.
-JACOBI_SWEEPS = 10
-
-
-def _rotate(a: jax.Array, v: jax.Array, p: Index, q: Index, rows: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """One Jacobi rotation J (c, s) zeroing a[p, q]: a <- J^T a J, v <- v J."""
-    row_p, row_q = _at(a, p, -2), _at(a, q, -2)
-    app, aqq, apq = _at(row_p, p, -1), _at(row_q, q, -1), _at(row_p, q, -1)
-    zero, one = jnp.zeros((), a.dtype), jnp.ones((), a.dtype)
-    rotates = apq != 0
-    tau = (aqq - app) / (2 * where(rotates, apq, one))
-    t = where(tau >= 0, one, -one) / (jnp.abs(tau) + jnp.sqrt(1 + tau * tau))  # the smaller root
-    t = where(rotates, t, zero)
-    c = 1 / jnp.sqrt(1 + t * t)
-    s = t * c
-    is_p, is_q = rows[:, None] == p, rows[:, None] == q
-    a = where(is_p, c * row_p - s * row_q, where(is_q, s * row_p + c * row_q, a))
-    col_p, col_q = _at(a, p, -1), _at(a, q, -1)
-    a = where(_mT(is_p), c * col_p - s * col_q, where(_mT(is_q), s * col_p + c * col_q, a))
-    vp, vq = _at(v, p, -1), _at(v, q, -1)
-    v = where(_mT(is_p), c * vp - s * vq, where(_mT(is_q), s * vp + c * vq, v))
-    return a, v
-
-
-def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
-    """(vectors, values) of the symmetric matrix in ``a``'s lower (or upper) triangle, values
-    ascending as LAPACK's ``syevd`` gives them, vectors as columns (signs are free)."""
-    n = a.shape[-1]
-    if jxi.is_symbolic_dim(n):
-        raise ConversionError("eigh of a matrix with a symbolic size is not supported; give the matrix a static size")
-    n = int(n)
-    rows = _ids(n)
-    keep = rows[:, None] >= rows[None, :] if lower else rows[:, None] <= rows[None, :]
-    a = where(keep, a, _mT(a))
-    eye = (rows[:, None] == rows[None, :]).astype(a.dtype)
-    v = jnp.broadcast_to(eye, a.shape)
-    pairs = np.array([(p, q) for p in range(n) for q in range(p + 1, n)], np.int32).reshape(-1, 2)
-
-    def sweep(_: Any, carry: tuple) -> tuple:
-        if n <= UNROLL_LIMIT:
-            for p, q in pairs:
-                carry = _rotate(*carry, int(p), int(q), rows)
-            return carry
-        table = jnp.asarray(pairs)
-        return lax.fori_loop(0, len(pairs), lambda t, c: _rotate(*c, table[t, 0], table[t, 1], rows), carry)
-
-    if n > 1:
-        a, v = lax.fori_loop(0, JACOBI_SWEEPS, sweep, (a, v))
-    values = jnp.sum(where(eye.astype(bool), a, jnp.zeros((), a.dtype)), axis=-1)
-    order = jnp.argsort(values, axis=-1)
-    values = jnp.take_along_axis(values, order, axis=-1)
-    vectors = jnp.take_along_axis(v, jnp.broadcast_to(order[..., None, :], v.shape), axis=-1)
-    return vectors, values
-
-
-@lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Where", "Loop", "TopK", "GatherElements"))
-def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
-    del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
-    if subset_by_index is not None and tuple(subset_by_index) != (0, ctx.aval_in.shape[-1]):
-        raise ConversionError(f"eigh(subset_by_index={subset_by_index}) at {ctx.source_line or '<unknown location>'} is not supported")
-    return lower_as_jax(ctx, lambda a: eigh(a, lower=lower), [a])

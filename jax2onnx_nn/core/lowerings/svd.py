@@ -1,11 +1,13 @@
 """lax.linalg ``svd`` and ``eigh``: parallel-order Jacobi, exported as ONNX arithmetic.
 
-Both are Jacobi iterations, written once here as *rounds*: a round rotates the disjoint column
-pairs (0, 1), (2, 3), ... all at once (elementwise on strided slices, O(n^2) per round, no
-matmul), then moves the columns by one fixed "round-robin tournament" permutation, so that
-n - 1 rounds (one sweep) meet every pair once. A round is the same graph every time, so a
-sweep is a short unrolled chain (small n) or one ONNX ``Loop`` over the rounds, and the sweeps
-are one ``Loop`` that stops when the matrix has converged (at most ``MAX_SWEEPS``).
+Both are Jacobi iterations, written once here as *rounds*: a round rotates the n/2 disjoint
+column pairs (k, n/2 + k) all at once (elementwise on the two halves, O(n^2) per round, no
+matmul), then reseats the columns as a round-robin tournament does (one Concat of slices), so
+that n - 1 rounds (one sweep) meet every pair once. A round is the same graph every time, so
+a sweep is a short unrolled chain (n up to ``UNROLL_LIMIT``) or one ONNX ``Loop`` over the
+rounds, and the sweeps are one ``Loop`` that stops when the matrix has converged (at most
+``MAX_SWEEPS``). Grouping several rounds per Loop iteration measured no faster; the
+rotations' arithmetic, not the Loop, is the cost at 64x64.
 
 - ``svd`` is one-sided Jacobi (Hestenes): the columns of ``a`` (m >= n; ``a^T`` otherwise) are
   rotated until they are mutually orthogonal, ``a V = B``. The singular values are B's column
@@ -24,7 +26,7 @@ inner product is exactly 0), and is dropped after sorting.
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import partial
 from typing import Any
 
 import jax
@@ -44,32 +46,27 @@ from jax2onnx_nn.core.registry import lowering
 MAX_SWEEPS = 16
 
 
-@cache
-def tournament(n: int) -> np.ndarray:
-    """The column order after one round, as gather indices (``new[..., i] = old[..., order[i]]``)
-    into the round's output ``[rotated even columns, rotated odd columns]``, for an even ``n``.
+def reseat(even: jax.Array, odd: jax.Array) -> jax.Array:
+    """The next round's columns from this round's pairs: ``even[..., k]`` and ``odd[..., k]``
+    are pair k; the result holds the next pairs as columns (k, h + k), h = n/2.
 
-    Round-robin: players 0..n-1 on a circle, player 0 fixed, the others move one seat each
-    round; round r pairs seat i with seat n-1-i. Seat i < n/2 is column 2i, seat n-1-i column
-    2i+1, so after n - 1 rounds every pair of columns has been rotated once."""
-    half = n // 2
-    column_of_seat = np.empty(n, np.int64)
-    column_of_seat[:half] = 2 * np.arange(half)
-    column_of_seat[half:] = 2 * np.arange(half)[::-1] + 1
-    # the seat whose player sits at seat s next round: s - 1 (seat 1 takes seat n-1's), 0 stays
-    previous_seat = np.concatenate([[0, n - 1], np.arange(1, n - 1)])
-    order = np.empty(n, np.int64)
-    order[column_of_seat] = column_of_seat[previous_seat]
-    # column 2k of the round's output sits at k of [even..., odd...], column 2k+1 at half + k
-    return np.where(order % 2 == 0, order // 2, half + order // 2)
+    Round-robin: players on a circle of n seats, seat 0 fixed, the others move one seat
+    each round, seat i meets seat n-1-i; seat k < h is column k, seat n-1-k column h + k.
+    So every pair of columns meets once in n - 1 rounds, and the reordering is one Concat of
+    slices (a Gather along the last axis costs onnxruntime ten times more)."""
+    h = even.shape[-1]
+    if h == 1:
+        return jnp.concatenate([even, odd], axis=-1)
+    parts = [even[..., :1], odd[..., :1], even[..., 1 : h - 1], odd[..., 1:], even[..., h - 1 :]]
+    return jnp.concatenate([p for p in parts if p.shape[-1]], axis=-1)
 
 
-def _rotate_columns(x: jax.Array, c: jax.Array, s: jax.Array, order: np.ndarray) -> jax.Array:
-    """Columns (2k, 2k+1) of ``x`` (..., r, n) <- (c x_2k - s x_2k+1, s x_2k + c x_2k+1), for
-    ``c``, ``s`` (..., 1, n/2), then reordered for the next round."""
-    even, odd = x[..., 0::2], x[..., 1::2]
-    rotated = jnp.concatenate([c * even - s * odd, s * even + c * odd], axis=-1)
-    return jnp.take(rotated, jnp.asarray(order, jnp.int32), axis=-1)
+def _rotate_columns(x: jax.Array, c: jax.Array, s: jax.Array) -> jax.Array:
+    """Columns (k, h + k) of ``x`` (..., r, 2h) <- (c x_k - s x_h+k, s x_k + c x_h+k), for
+    ``c``, ``s`` (..., 1, h), then reseated for the next round."""
+    h = x.shape[-1] // 2
+    even, odd = x[..., :h], x[..., h:]
+    return reseat(c * even - s * odd, s * even + c * odd)
 
 
 def _rotation(app: jax.Array, aqq: jax.Array, apq: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -138,19 +135,19 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     eps = jnp.finfo(dtype).eps
     work = _pad_even(a, rows=False)
     size = work.shape[-1]
-    order = tournament(size)
+    half = size // 2
     if compute_uv:  # V rides below a: rotating [a; V] rotates both
         eye = jnp.eye(size, dtype=dtype)
         work = jnp.concatenate([work, jnp.broadcast_to(eye, (*a.shape[:-2], size, size))], axis=-2)
 
     def round_fn(carry: tuple) -> tuple:
         (w,) = carry
-        even, odd = w[..., :m, 0::2], w[..., :m, 1::2]
+        even, odd = w[..., :m, :half], w[..., :m, half:]
         alpha = jnp.sum(even * even, axis=-2, keepdims=True)
         beta = jnp.sum(odd * odd, axis=-2, keepdims=True)
         gamma = jnp.sum(even * odd, axis=-2, keepdims=True)
         c, s = _rotation(alpha, beta, gamma)
-        return (_rotate_columns(w, c, s, order),)
+        return (_rotate_columns(w, c, s),)
 
     def converged(carry: tuple) -> jax.Array:
         x = carry[0][..., :m, :]
@@ -208,3 +205,58 @@ def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: 
     _static(ctx, "svd")
     fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv)
     return lower_as_jax(ctx, fn, [a], cache_key=("svd", full_matrices, compute_uv))
+
+
+# -- eigh: two-sided Jacobi -----------------------------------------------------------------------
+def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
+    """(vectors, values) of the symmetric matrix in ``a``'s lower (or upper) triangle, values
+    ascending as LAPACK's ``syevd`` gives them, vectors as columns (signs are free)."""
+    n = a.shape[-1]
+    dtype = a.dtype
+    rows = np.arange(n)
+    keep = rows[:, None] >= rows[None, :] if lower else rows[:, None] <= rows[None, :]
+    a = where(jnp.asarray(keep), a, jnp.swapaxes(a, -1, -2))
+    if n <= 1:
+        return jnp.ones_like(a), jnp.sum(a, axis=-1)
+    work = _pad_even(a, rows=True)
+    size = work.shape[-1]
+    half = size // 2
+    v = jnp.broadcast_to(jnp.eye(size, dtype=dtype), work.shape)
+    eps = jnp.finfo(dtype).eps
+
+    def round_fn(carry: tuple) -> tuple:
+        (w,) = carry  # [a; V]
+        # the pairs (k, h + k): a[k, k], a[h+k, h+k] and a[k, h+k] as strided slices
+        flat = jnp.reshape(w[..., :size, :], (*a.shape[:-2], 1, size * size))
+        diagonal = flat[..., :: size + 1]
+        upper = flat[..., half :: size + 1][..., :half]
+        c, s = _rotation(diagonal[..., :half], diagonal[..., half:], upper)
+        w = _rotate_columns(w, c, s)  # a J P and V J P
+        # (J P)^T (a J P) is the transpose of (a J P)^T J P; the matrix is symmetric, so the
+        # rotated rows are stored as columns and no transpose back is needed
+        rotated = _rotate_columns(jnp.swapaxes(w[..., :size, :], -1, -2), c, s)
+        return (jnp.concatenate([rotated, w[..., size:, :]], axis=-2),)
+
+    def converged(carry: tuple) -> jax.Array:
+        x = carry[0][..., :size, :]
+        squares = x * x
+        off = jnp.sum(where(jnp.eye(size, dtype=bool), jnp.zeros((), dtype), squares), axis=(-2, -1))
+        return jnp.logical_not(jnp.any(off > (size * eps) ** 2 * jnp.sum(squares, axis=(-2, -1))))
+
+    (work,) = _sweeps(size, round_fn, converged, (jnp.concatenate([work, v], axis=-2),))
+    values = _diagonal(work[..., :size, :])
+    vectors = work[..., size:, :]
+    key = values if size == n else where(vectors[..., n, :] == 1, jnp.asarray(np.inf, dtype), values)
+    ascending = jnp.argsort(key, axis=-1)[..., :n]
+    values = jnp.take_along_axis(values, ascending, axis=-1)
+    vectors = jnp.take_along_axis(vectors[..., :n, :], jnp.broadcast_to(ascending[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
+    return vectors, values
+
+
+@lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Reshape", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements"))
+def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
+    del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
+    if subset_by_index is not None and tuple(subset_by_index) != (0, ctx.aval_in.shape[-1]):
+        raise ConversionError(f"eigh(subset_by_index={subset_by_index}) at {ctx.source_line or '<unknown location>'} is not supported")
+    _static(ctx, "eigh")
+    return lower_as_jax(ctx, partial(eigh, lower=lower), [a], cache_key=("eigh", lower))
