@@ -1,15 +1,21 @@
-"""hessenberg, tridiagonal (and the eigenproblem on them): onnxruntime vs JAX on
-hypothesis-drawn sizes, batch dims and dtypes. The reductions use LAPACK's reflectors, so
-their packed results are compared entry by entry (float32 1e-5 after scaling, float64 1e-10)."""
+"""hessenberg, tridiagonal, eig, schur and the functions on them (eigvals, roots, sqrtm):
+onnxruntime vs JAX on hypothesis-drawn sizes, batch dims and dtypes. The reductions use
+LAPACK's reflectors, so their packed results are compared entry by entry. eig and schur leave
+order and phase free: eigenpairs are compared in a fixed order (by a real key) with each
+vector's phase fixed, Schur forms by what defines them (reconstruction, unitarity, triangle)."""
 
 import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
+from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing.roundtrip import roundtrip
 from tests.core.test_decompositions import BATCHES, DTYPES, SEEDS, _tol
 
 # JAX's CPU gehrd/sytrd reject size 0
@@ -26,11 +32,13 @@ def _reduction_tol(dtype) -> dict:
     return _tol(dtype) if np.dtype(dtype) == np.float64 else {"rtol": 1e-4, "atol": 1e-4}
 
 
+@settings(max_examples=3)
 @given(n=SIZES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
 def test_hessenberg_matches_jax(n, batch, dtype, seed):
     assert_exports_match_on(lax.linalg.hessenberg, _gaussian(seed, batch, n, dtype), **_reduction_tol(dtype))
 
 
+@settings(max_examples=3)
 @given(n=SIZES, batch=BATCHES, dtype=DTYPES, seed=SEEDS, lower=st.booleans())
 def test_tridiagonal_matches_jax(n, batch, dtype, seed, lower):
     """Only the named triangle is read (the other one is Gaussian noise, kept as given)."""
@@ -38,6 +46,7 @@ def test_tridiagonal_matches_jax(n, batch, dtype, seed, lower):
     assert_exports_match_on(lambda a: lax.linalg.tridiagonal(a, lower=lower), a, **_reduction_tol(dtype))
 
 
+@pytest.mark.slow  # ~8 s of exports
 def test_reductions_symbolic_batch_vmap_and_loop():
     for b in (1, 3):
         a = _gaussian(b, (b,), 4, np.float32)
@@ -52,3 +61,82 @@ def test_reductions_symbolic_batch_vmap_and_loop():
 @pytest.mark.parametrize("fn", [lax.linalg.hessenberg, lax.linalg.tridiagonal])
 def test_reductions_large(fn):
     assert_exports_match_on(fn, _gaussian(1, (2,), 64, np.float64), **_tol(np.float64))
+
+
+# -- eig ---------------------------------------------------------------------------------------
+def _in_order(w: jax.Array, *vectors: jax.Array) -> tuple:
+    """Eigenpairs sorted by the real key re + 0.37 im (distinct for a conjugate pair), each
+    vector's phase fixed (its largest entry real positive): what LAPACK and the export share."""
+    order = jnp.argsort(jnp.real(w) + 0.37 * jnp.imag(w), axis=-1)
+    out = [jnp.take_along_axis(w, order, axis=-1)]
+    for v in vectors:
+        v = jnp.take_along_axis(v, jnp.broadcast_to(order[..., None, :], v.shape), axis=-1)
+        lead = jnp.take_along_axis(v, jnp.argmax(jnp.abs(v), axis=-2, keepdims=True), axis=-2)
+        out.append(v * jnp.conj(lead) / jnp.abs(lead))
+    return tuple(out)
+
+
+def _eig_tol(dtype) -> dict:
+    """Eigenvalues of a Gaussian matrix have condition numbers ~10: float32 to 1e-4."""
+    return _tol(dtype) if np.dtype(dtype) == np.float64 else {"rtol": 1e-4, "atol": 1e-4}
+
+
+def _eig(left: bool, right: bool):
+    return lambda a: _in_order(*lax.linalg.eig(a, compute_left_eigenvectors=left, compute_right_eigenvectors=right))
+
+
+@pytest.mark.parametrize(("n", "batch", "dtype"), [(4, (2,), np.float64), pytest.param(3, (), np.float32, marks=pytest.mark.slow)])
+def test_eig_matches_jax(n, batch, dtype):
+    """Values, left and right vectors of Gaussian matrices (real and complex-pair eigenvalues)."""
+    assert_exports_match_on(_eig(True, True), _gaussian(n, batch, n, dtype), **_eig_tol(dtype))
+
+
+@pytest.mark.slow
+@given(n=st.sampled_from([0, 1, 2, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, left=st.booleans(), right=st.booleans())
+def test_eig_matches_jax_drawn(n, batch, dtype, seed, left, right):
+    assert_exports_match_on(_eig(left, right), _gaussian(seed, batch, n, dtype), **_eig_tol(dtype))
+
+
+@pytest.mark.slow
+def test_eig_large_symbolic_batch_and_vmap():
+    assert_exports_match_on(_eig(False, True), _gaussian(1, (2,), 16, np.float64), **_tol(np.float64))
+    for b in (1, 3):
+        assert_exports_match(lambda a: _in_order(jnp.linalg.eigvals(a)), [("B", 4, 4)], input_values=[_gaussian(b, (b,), 4, np.float32)], rtol=1e-4, atol=1e-4)
+    assert_exports_match_on(jax.vmap(lambda a: _in_order(*jnp.linalg.eig(a))), _gaussian(0, (3,), 3, np.float64), **_tol(np.float64))
+
+
+# -- schur (complex), and the functions on eig and schur -----------------------------------------
+def _schur_defined(a: jax.Array) -> tuple:
+    """What defines a complex Schur form: a = z t z^H, z unitary, t upper triangular, the
+    multiset of t's diagonal (its real parts sorted) equal to a's eigenvalues."""
+    t, z = jsl.schur(a, output="complex")
+    zh = jnp.conj(z.T)
+    eye = jnp.eye(a.shape[0])
+    return jnp.abs(z @ t @ zh - a).max(), jnp.abs(zh @ z - eye).max(), jnp.abs(jnp.tril(t, -1)).max(), jnp.sort(jnp.real(jnp.diagonal(t)))
+
+
+@pytest.mark.parametrize(("name", "fn", "tol"), [
+    pytest.param("schur", _schur_defined, 1e-10, marks=pytest.mark.slow),
+    ("sqrtm", jsl.sqrtm, 1e-8),  # sqrtm's triangular recurrence amplifies rounding
+    pytest.param("roots", lambda p: _in_order(jnp.roots(p[0], strip_zeros=False)), 1e-10, marks=pytest.mark.slow),
+])
+def test_functions_on_eig_and_schur(name, fn, tol):
+    a = _gaussian(2, (), 4, np.float64)
+    if name == "sqrtm":
+        a = a @ a.T / 4 + np.eye(4)  # SPD: a real square root exists
+    assert_exports_match_on(fn, a, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(("fn", "match"), [
+    (lambda a: jsl.schur(a), "real quasi-triangular Schur form"),
+    (lambda a: lax.linalg.eig(a[None].astype(jnp.complex64)[0]), "complex matrix"),
+])
+def test_unsupported_forms_are_refused(fn, match):
+    a = _gaussian(0, (), 3, np.float32)
+    with pytest.raises(ConversionError, match=match):
+        roundtrip(fn, [a.shape], input_values=[a])
+
+
+def test_symbolic_size_is_refused():
+    with pytest.raises(ConversionError, match="symbolic size"):
+        roundtrip(jnp.linalg.eigvals, [("N", "N")], sizes={"N": [3]})

@@ -25,6 +25,7 @@ def _diagonals(seed: int, batch: tuple, m: int, dtype, dominant: bool) -> list[n
 
 
 # -- tridiagonal_solve -------------------------------------------------------------------------
+@settings(max_examples=4)
 @given(m=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, dominant=st.booleans())
 def test_tridiagonal_solve_matches_jax(m, k, batch, dtype, seed, dominant):
     """Diagonally dominant systems (the Thomas algorithm) and general ones (gtsv's row swaps;
@@ -77,7 +78,7 @@ SOLVES = {
 
 
 @pytest.mark.parametrize("name", SOLVES)
-@settings(max_examples=3)
+@settings(max_examples=2)
 @given(n=st.sampled_from([1, 3, 6]), dtype=DTYPES, seed=SEEDS)
 def test_custom_linear_solve_matches_jax(name, n, dtype, seed):
     a, b = spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
@@ -118,3 +119,12 @@ def test_tensorsolve_tensorinv_match_jax(dtype):
     assert_exports_match_on(jnp.linalg.tensorsolve, a, b, **_tol(dtype))
     assert_exports_match_on(lambda a: jnp.linalg.tensorinv(a, ind=2), a, **_tol(dtype))
     assert_exports_match_on(lambda a: jnp.linalg.tensorsolve(a, b, axes=(0,)), np.moveaxis(a, -1, 0), **_tol(dtype))
+
+
+@pytest.mark.parametrize(("name", "fn"), [
+    ("expm", jax.scipy.linalg.expm),  # Pade + scaling and squaring: lax ops and a solve
+    ("polyfit", lambda x: jnp.polyfit(x[0], x[1], 3)),  # a least-squares solve (svd)
+])
+def test_expm_polyfit_match_jax(name, fn):
+    x = np.random.default_rng(5).normal(size=(4, 4)) / 2
+    assert_exports_match_on(fn, x, rtol=1e-8, atol=1e-10)
