@@ -204,7 +204,7 @@ def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: 
         raise ConversionError(f"svd(subset_by_index={subset_by_index}) at {ctx.source_line or '<unknown location>'} is not supported; compute all singular values and slice them")
     _static(ctx, "svd")
     fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv)
-    return lower_as_jax(ctx, fn, [a], cache_key=("svd", full_matrices, compute_uv))
+    return lower_as_jax(ctx, fn, [a], cache_key=("svd", full_matrices and compute_uv, compute_uv))
 
 
 # -- eigh: two-sided Jacobi -----------------------------------------------------------------------
