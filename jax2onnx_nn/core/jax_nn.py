@@ -37,6 +37,7 @@ from jax2onnx_nn.core.coarse import (
 )
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.layers.attention import attention, causal_keep, jax_nn_mask_value
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.session import Prepared, patch, register_adapter
 
@@ -106,27 +107,13 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
     q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
     k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
     v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
-    logits = ctx.op.Mul(ctx.op.MatMul(q, k), ctx.const(np.float32(scale)))
-    if "bias" in ops:
-        logits = ctx.op.Add(logits, cast_operand(ctx, ops, "bias", dtype))
+    bias = cast_operand(ctx, ops, "bias", dtype) if "bias" in ops else None
     keep = ops["mask"] if "mask" in ops else None
     if is_causal:
-        t, s = ops.aval("query").shape[1], ops.aval("key").shape[1]
-        rows = ctx.op.Unsqueeze(_arange(ctx, t), ctx.const([1], dtype=np.int64))
-        causal = ctx.op.LessOrEqual(_arange(ctx, s), rows)  # [T, S]: key position <= query position
+        causal = causal_keep(ctx, ops.aval("query").shape[1], ops.aval("key").shape[1])
         keep = causal if keep is None else ctx.op.And(keep, causal)
-    if keep is not None:
-        large_negative = np.float32(-0.7 * np.finfo(np.float32).max)
-        logits = ctx.op.Where(keep, logits, ctx.const(large_negative))
-    probs = ctx.op.Softmax(logits, axis=-1)
-    return ctx.op.Transpose(ctx.op.MatMul(probs, v), perm=[0, 2, 1, 3])
-
-
-def _arange(ctx: LoweringContext, n: Any) -> ir.Value:
-    if not jxi.is_symbolic_dim(n):
-        return ctx.const(np.arange(int(n), dtype=np.int64))
-    limit = ctx.op.Squeeze(ctx.dim(n), ctx.const([0], dtype=np.int64))
-    return ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64))
+    y = attention(ctx, q, k, v, dtype=dtype, mask_value=jax_nn_mask_value(dtype), scale=scale, bias=bias, keep=keep)
+    return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
 
 
 # -- activations ---------------------------------------------------------------------------

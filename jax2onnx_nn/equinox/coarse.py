@@ -32,6 +32,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import kernels
 from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.layers.attention import attention, lowest_mask_value
 from jax2onnx_nn.core.layers.conv import (
     conv,
     conv_pads,
@@ -39,6 +40,9 @@ from jax2onnx_nn.core.layers.conv import (
     conv_transpose_kernel,
     conv_transpose_pads,
 )
+from jax2onnx_nn.core.layers.dense import dense
+from jax2onnx_nn.core.layers.norm import group_norm, layer_norm, rms_norm, weight_or_fill
+from jax2onnx_nn.core.layers.pool import fits_window, pool
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
@@ -160,15 +164,7 @@ def _linear(ctx: LoweringContext, ops: Operands, *, scalar_in: bool, scalar_out:
     bias = ops.get("bias")
     if scalar_in:
         x = ctx.op.Unsqueeze(x, _i64(ctx, [-1]))
-    rank = len(levels) + 1
-    if rank == 1:
-        y = ctx.op.MatMul(weight, x)
-        y = y if bias is None else ctx.op.Add(y, bias)
-    elif rank == 2:
-        y = ctx.op.Gemm(x, weight, bias, transB=1)
-    else:
-        y = ctx.op.MatMul(x, ctx.transposed_weight(weight, [1, 0]))
-        y = y if bias is None else ctx.op.Add(y, bias)
+    y = dense(ctx, x, weight, bias, rank=len(levels) + 1, out_in=True)
     return ctx.op.Squeeze(y, _i64(ctx, [-1])) if scalar_out else y
 
 
@@ -292,14 +288,6 @@ def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, 
 _NO_STATE = object()  # a norm called without the (unused) state argument
 
 
-def _stash_type(dtype: np.dtype) -> int:
-    return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
-
-
-def _scale_or_ones(ctx: LoweringContext, ops: Operands, role: str, shape: Sequence[int], dtype: np.dtype, fill: float = 1.0) -> ir.Value:
-    return ops[role] if role in ops else ctx.const(np.full(tuple(shape), fill, dtype=dtype))
-
-
 def _norm_handler(cls: type, primitive: str) -> Handler:
     """LayerNorm / RMSNorm: normalise over the whole example (``x.shape == module.shape``)."""
 
@@ -329,8 +317,8 @@ def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: t
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
         return NotApplicable
     dtype = _out_dtype(ctx)
-    scale = _scale_or_ones(ctx, ops, "weight", shape, dtype)
-    return ctx.op.LayerNormalization(ops["x"], scale, ops.get("bias"), axis=-len(shape), epsilon=epsilon, stash_type=_stash_type(dtype))
+    scale = weight_or_fill(ctx, ops.get("weight"), shape, dtype, 1.0)
+    return layer_norm(ctx, ops["x"], scale, ops.get("bias"), axis=-len(shape), epsilon=epsilon, dtype=dtype)
 
 
 @eqx_lowering(
@@ -342,8 +330,8 @@ def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tup
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
         return NotApplicable
     dtype = _out_dtype(ctx)
-    scale = _scale_or_ones(ctx, ops, "weight", shape, dtype)
-    y = ctx.op.RMSNormalization(ops["x"], scale, axis=-len(shape), epsilon=epsilon, stash_type=_stash_type(dtype))
+    scale = weight_or_fill(ctx, ops.get("weight"), shape, dtype, 1.0)
+    y = rms_norm(ctx, ops["x"], scale, axis=-len(shape), epsilon=epsilon, dtype=dtype)
     return y if "bias" not in ops else ctx.op.Add(y, ops["bias"])
 
 
@@ -372,9 +360,9 @@ def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, groups: 
     dtype = _out_dtype(ctx)
     example = _shape(ops, "x")[len(levels):]
     x = _flatten_batch(ctx, ops["x"], example, len(levels))
-    scale = _scale_or_ones(ctx, ops, "weight", (channels,), dtype)
-    bias = _scale_or_ones(ctx, ops, "bias", (channels,), dtype, 0.0)
-    y = ctx.op.GroupNormalization(x, scale, bias, num_groups=groups, epsilon=epsilon, stash_type=_stash_type(dtype))
+    scale = weight_or_fill(ctx, ops.get("weight"), (channels,), dtype, 1.0)
+    bias = weight_or_fill(ctx, ops.get("bias"), (channels,), dtype, 0.0)
+    y = group_norm(ctx, x, scale, bias, num_groups=groups, epsilon=epsilon, dtype=dtype)
     return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
 
 
@@ -451,8 +439,8 @@ def _batch_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, channels
     mean, var = ops["mean"], ops["var"]
     if momentum is not None:
         mean, var = _batch_statistics(ctx, ops, momentum, dtype)
-    scale = _scale_or_ones(ctx, ops, "weight", (channels,), dtype)
-    bias = _scale_or_ones(ctx, ops, "bias", (channels,), dtype, 0.0)
+    scale = weight_or_fill(ctx, ops.get("weight"), (channels,), dtype, 1.0)
+    bias = weight_or_fill(ctx, ops.get("bias"), (channels,), dtype, 0.0)
     example = _shape(ops, "x")[len(levels):]
     x = _flatten_batch(ctx, ops["x"], example, len(levels))
     y = ctx.op.BatchNormalization(x, scale, bias, mean, var, epsilon=epsilon)
@@ -516,11 +504,8 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float) -> Any:
     dtype = _out_dtype(ctx)
     q, k, v = (levels.aligned(ctx, r, ops[r]) for r in ("query", "key", "value"))
     k_rank = len(levels) + 2 if any(levels.of("key")) else 2
-    logits = ctx.op.MatMul(ctx.op.Div(q, ctx.const(np.asarray(scale, dtype=dtype))), _swap_last(ctx, k, k_rank))
-    if "mask" in ops:
-        lowest = ctx.const(np.asarray(np.finfo(dtype).min, dtype=dtype))
-        logits = ctx.op.Where(levels.aligned(ctx, "mask", _mask_as_bool(ctx, ops)), logits, lowest)
-    return ctx.op.MatMul(ctx.op.Softmax(logits, axis=-1), v)
+    keep = levels.aligned(ctx, "mask", _mask_as_bool(ctx, ops)) if "mask" in ops else None
+    return attention(ctx, q, _swap_last(ctx, k, k_rank), v, dtype=dtype, mask_value=lowest_mask_value(dtype), query_divisor=scale, keep=keep)
 
 
 # -- eqx.nn.Embedding: Gather, with JAX's index semantics ----------------------------------
@@ -799,31 +784,10 @@ def _pool_handler(module: Any, x: Any, *, key: Any = None) -> Any:
     padding = module._update_padding_for_ceil(x.shape) if module.use_ceil else module.padding
     kernel = tuple(int(k) for k in module.kernel_size)
     pairs = [tuple(int(v) for v in p) for p in padding]
-    if any(not 0 <= v < k for (lo, hi), k in zip(pairs, kernel, strict=True) for v in (lo, hi)):
-        return NotApplicable  # onnxruntime requires pads smaller than the kernel
     pads = tuple(p[0] for p in pairs) + tuple(p[1] for p in pairs)
+    if not fits_window(pads, kernel):
+        return NotApplicable
     return CoarseCall("eqx_pool", inputs={"x": x}, params={"kind": kind, "kernel": kernel, "strides": tuple(int(s) for s in module.stride), "pads": pads})
-
-
-def _exact_max_pool(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, **attrs: Any) -> ir.Value:
-    """MaxPool with JAX's results for NaN and -inf.
-
-    onnxruntime's MaxPool skips NaN and gives the lowest float for a window of -inf; JAX gives
-    NaN and -inf. A second pool over a flag (2: NaN, 1: above -inf, 0: -inf) says which
-    windows hold a NaN or only -inf.
-    """
-    y = ctx.op.MaxPool(x, **attrs)
-    two, one, zero = (ctx.const(np.asarray(v, dtype=dtype)) for v in (2, 1, 0))
-    above = ctx.op.Where(ctx.op.Greater(x, ctx.const(np.asarray(-np.inf, dtype=dtype))), one, zero)
-    flag = ctx.op.MaxPool(ctx.op.Where(ctx.op.IsNaN(x), two, above), **attrs)
-    y = ctx.op.Where(ctx.op.Equal(flag, zero), ctx.const(np.asarray(-np.inf, dtype=dtype)), y)
-    return ctx.op.Where(ctx.op.Equal(flag, two), ctx.const(np.asarray(np.nan, dtype=dtype)), y)
-
-
-def _pool(ctx: LoweringContext, x: ir.Value, kind: str, dtype: np.dtype, **attrs: Any) -> ir.Value:
-    if kind == "max":
-        return _exact_max_pool(ctx, x, dtype, **attrs)
-    return ctx.op.AveragePool(x, count_include_pad=1, **attrs)
 
 
 @eqx_lowering(
@@ -839,7 +803,7 @@ def _pool_rule(ctx: LoweringContext, ops: Operands, *, kind: str, kernel: tuple[
         return NotApplicable
     example = _shape(ops, "x")[len(levels):]
     x = _flatten_batch(ctx, ops["x"], example, len(levels))
-    y = _pool(ctx, x, kind, dtype, kernel_shape=list(kernel), strides=list(strides), pads=list(pads))
+    y = pool(ctx, x, kind, dtype, kernel=kernel, strides=strides, pads=pads)
     return _unflatten_batch(ctx, y, len(levels), ctx.aval_out)
 
 

@@ -34,6 +34,15 @@ from jax2onnx_nn.core.layers.conv import (
     conv_transpose_padding,
     conv_transpose_pads,
 )
+from jax2onnx_nn.core.layers.dense import dense
+from jax2onnx_nn.core.layers.norm import (
+    channels_first,
+    group_norm,
+    layer_norm,
+    rms_norm,
+    weight_or_fill,
+)
+from jax2onnx_nn.core.layers.pool import fits_window, pool
 from jax2onnx_nn.core.layout import to_channels_first, to_channels_last
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
@@ -86,10 +95,8 @@ _cast = jax_nn.cast_operand  # operands in the dtype flax's promote_dtype comput
 
 
 def _cast_or_fill(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype, size: int, fill: float) -> ir.Value:
-    """An optional per-feature weight, or a constant ``fill`` vector where it is absent."""
-    if role in ops:
-        return _cast(ctx, ops, role, dtype)
-    return ctx.const(np.full((size,), fill, dtype=dtype))
+    """An optional per-feature weight (in ``dtype``), or a constant ``fill`` vector where it is absent."""
+    return weight_or_fill(ctx, _cast(ctx, ops, role, dtype) if role in ops else None, (size,), dtype, fill)
 
 
 def _has_empty_dim(*avals: Any) -> bool:
@@ -101,15 +108,6 @@ def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
     if axes is None or not all(isinstance(a, int) and -rank <= a < rank for a in axes):
         return None
     return tuple(sorted(a % rank for a in axes))
-
-
-def _channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> tuple[ir.Value, list[int] | None]:
-    """Move ``axis`` to position 1 (ONNX's channel axis); returns the value and the inverse."""
-    if axis == 1:
-        return x, None
-    perm = [0, axis, *[i for i in range(1, rank) if i != axis]]
-    inverse = [perm.index(i) for i in range(rank)]
-    return ctx.transpose(x, perm), inverse
 
 
 # -- nnx.Linear ----------------------------------------------------------------------------
@@ -131,10 +129,7 @@ def _linear(ctx: LoweringContext, ops: Operands) -> Any:
         return NotApplicable
     x, kernel = _cast(ctx, ops, "x", dtype), _cast(ctx, ops, "kernel", dtype)
     bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
-    if len(ops.aval("x").shape) == 2:
-        return ctx.op.Gemm(x, kernel, bias)
-    y = ctx.op.MatMul(x, kernel)
-    return y if bias is None else ctx.op.Add(y, bias)
+    return dense(ctx, x, kernel, bias, rank=len(ops.aval("x").shape))
 
 
 # -- nnx.LinearGeneral: contraction over trailing axes, as MatMul on flattened features ----
@@ -255,8 +250,8 @@ def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
         if len(strides) != n or not all(isinstance(v, int) and v >= 1 for v in (*window, *strides)):
             return NotApplicable
         pads = conv_pads(a.get("padding", "VALID"), x.shape[1:-1], tuple(window), strides, (1,) * n)
-        if pads is None or isinstance(pads, str) or any(p >= k for p, k in zip(pads, (*window, *window), strict=True)):
-            return NotApplicable  # onnxruntime needs each pad smaller than the window
+        if pads is None or isinstance(pads, str) or not fits_window(pads, window):
+            return NotApplicable
         return CoarseCall(
             "nnx_avg_pool", inputs={"x": x},
             params={"kernel_shape": tuple(window), "strides": strides, "pads": pads,
@@ -273,9 +268,7 @@ def _avg_pool(ctx: LoweringContext, ops: Operands, *, kernel_shape: tuple[int, .
         return NotApplicable
     rank = len(ops.aval("x").shape)
     x = ctx.transpose(ops["x"], to_channels_first(rank))
-    y = ctx.op.AveragePool(
-        x, kernel_shape=list(kernel_shape), strides=list(strides), pads=list(pads), count_include_pad=int(count_include_pad)
-    )
+    y = pool(ctx, x, "avg", dtype, kernel=kernel_shape, strides=strides, pads=pads, count_include_pad=count_include_pad)
     return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
 
@@ -324,9 +317,7 @@ def _attend(ctx: LoweringContext, ops: Operands) -> Any:
     if dtype.kind != "f":
         return NotApplicable
     x, embedding = _cast(ctx, ops, "x", dtype), _cast(ctx, ops, "embedding", dtype)
-    if len(ops.aval("x").shape) == 2:
-        return ctx.op.Gemm(x, embedding, transB=1)
-    return ctx.op.MatMul(x, ctx.op.Transpose(embedding, perm=[1, 0]))
+    return dense(ctx, x, embedding, None, rank=len(ops.aval("x").shape), out_in=True, shared=True)
 
 
 # -- normalizations ------------------------------------------------------------------------
@@ -362,7 +353,7 @@ def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: floa
         return NotApplicable
     rank = len(ops.aval("x").shape)
     size = int(ops.aval("mean").shape[0])
-    x, inverse = _channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, axis)
+    x, inverse = channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, axis)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
     bias = _cast_or_fill(ctx, ops, "bias", dtype, size, 0.0)
     mean, var = _cast(ctx, ops, "mean", dtype), _cast(ctx, ops, "var", dtype)
@@ -388,10 +379,6 @@ def _last_axis_norm_handler(cls: type, primitive: str, weights: tuple[str, ...])
     return handler
 
 
-def _stash_type(dtype: np.dtype) -> int:
-    return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
-
-
 @coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17, covers=("nnx.LayerNorm",))
 def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
     dtype = _out_dtype(ctx)
@@ -400,7 +387,7 @@ def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: in
     x = _cast(ctx, ops, "x", dtype)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
     bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
-    return ctx.op.LayerNormalization(x, scale, bias, axis=-1, epsilon=epsilon, stash_type=_stash_type(dtype))
+    return layer_norm(ctx, x, scale, bias, axis=-1, epsilon=epsilon, dtype=dtype)
 
 
 @coarse_lowering("nnx_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23, covers=("nnx.RMSNorm",))
@@ -410,7 +397,7 @@ def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int)
         return NotApplicable
     x = _cast(ctx, ops, "x", dtype)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
-    return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=epsilon, stash_type=_stash_type(dtype))
+    return rms_norm(ctx, x, scale, axis=-1, epsilon=epsilon, dtype=dtype)
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -487,10 +474,10 @@ def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, num_grou
     if dtype not in _F32_F64 or _has_empty_dim(ops.aval("x")):
         return NotApplicable  # JAX gives NaN statistics for empty groups
     rank = len(ops.aval("x").shape)
-    x, inverse = _channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, rank - 1)
+    x, inverse = channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, rank - 1)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
     bias = _cast_or_fill(ctx, ops, "bias", dtype, size, 0.0)
-    y = ctx.op.GroupNormalization(x, scale, bias, num_groups=num_groups, epsilon=epsilon, stash_type=_stash_type(dtype))
+    y = group_norm(ctx, x, scale, bias, num_groups=num_groups, epsilon=epsilon, dtype=dtype)
     return y if inverse is None else ctx.op.Transpose(y, perm=inverse)
 
 

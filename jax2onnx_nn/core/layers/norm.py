@@ -1,0 +1,44 @@
+"""Normalisations as ONNX LayerNormalization / RMSNormalization / GroupNormalization /
+BatchNormalization: the glue around the op (an absent scale or bias as a constant fill, the
+stash type that makes float64 exact, the feature axis moved to ONNX's channel axis 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core.lower import LoweringContext
+
+
+def stash_type(dtype: np.dtype) -> int:
+    """The statistics' type: float64 for float64 inputs (float32 statistics lose precision)."""
+    return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
+
+
+def weight_or_fill(ctx: LoweringContext, weight: ir.Value | None, shape: Sequence[int], dtype: np.dtype, fill: float) -> ir.Value:
+    """An optional scale or bias, or a constant ``fill`` of ``shape`` where it is absent."""
+    return weight if weight is not None else ctx.const(np.full(tuple(shape), fill, dtype=dtype))
+
+
+def channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> tuple[ir.Value, list[int] | None]:
+    """``x`` with ``axis`` moved to 1 (ONNX's channel axis), and the perm that moves it back
+    (None when it is there already)."""
+    if axis == 1:
+        return x, None
+    perm = [0, axis, *[i for i in range(1, rank) if i != axis]]
+    return ctx.transpose(x, perm), [perm.index(i) for i in range(rank)]
+
+
+def layer_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value | None, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+    return ctx.op.LayerNormalization(x, scale, bias, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
+
+
+def rms_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+    return ctx.op.RMSNormalization(x, scale, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
+
+
+def group_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value, *, num_groups: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+    """GroupNormalization over NC<spatial> with per-channel scale and bias (opset 21's)."""
+    return ctx.op.GroupNormalization(x, scale, bias, num_groups=num_groups, epsilon=epsilon, stash_type=stash_type(dtype))
