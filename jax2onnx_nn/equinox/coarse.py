@@ -43,6 +43,14 @@ from jax2onnx_nn.core.layers.conv import (
 from jax2onnx_nn.core.layers.dense import dense
 from jax2onnx_nn.core.layers.norm import group_norm, layer_norm, rms_norm, weight_or_fill
 from jax2onnx_nn.core.layers.pool import fits_window, pool
+from jax2onnx_nn.core.layers.rnn import (
+    GRU_ORDER,
+    LSTM_ORDER,
+    gate_biases,
+    gate_weight,
+    gru_step,
+    lstm_step,
+)
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
@@ -629,12 +637,6 @@ def _rope(ctx: LoweringContext, ops: Operands, *, tables: _Tables) -> Any:
 
 # -- eqx.nn.GRUCell / LSTMCell: one step of ONNX GRU / LSTM -------------------------------
 
-# ONNX gate order from eqx's: GRU z, r, h from eqx's reset, update, new; LSTM i, o, f, c
-# from eqx's i, f, g, o.
-_GRU_ORDER = (1, 0, 2)
-_LSTM_ORDER = (0, 3, 1, 2)
-
-
 def _gru_handler(module: Any, input: Any, hidden: Any, *, key: Any = None) -> Any:
     if not plain(module, eqx.nn.GRUCell) or not float_arrays(input, hidden, module.weight_ih, module.weight_hh, module.bias, module.bias_n):
         return NotApplicable
@@ -662,64 +664,11 @@ def _lstm_handler(module: Any, input: Any, hidden: Any, *, key: Any = None) -> A
     )
 
 
-def _gates(ctx: LoweringContext, ops: Operands, role: str, order: tuple[int, ...]) -> ir.Value:
-    """A weight or bias with its gate blocks in ONNX order, with a leading direction dim."""
-    shape = _shape(ops, role)
-    n = len(order)
-
-    def array(w: np.ndarray) -> np.ndarray:
-        blocks = np.split(w, n, axis=0)
-        return np.concatenate([blocks[i] for i in order], axis=0)[None]
-
-    def nodes(w: ir.Value) -> ir.Value:
-        blocks = ctx.op.Split(w, _i64(ctx, [int(shape[0]) // n] * n), axis=0, _outputs=n)
-        return ctx.op.Unsqueeze(ctx.op.Concat(*[blocks[i] for i in order], axis=0), _i64(ctx, [0]))
-
-    return ctx.derived_weight(ops[role], "onnx_gates", array, nodes)
-
-
 def _rnn_inputs(ctx: LoweringContext, ops: Operands, levels: Levels, roles: Sequence[str]) -> list[ir.Value] | None:
     """Input and states as [1, N, features] (one time step, every vmap dim in N)."""
     if not all(levels.full(r) for r in roles):
         return None
     return [_flatten_batch(ctx, ops[r], _shape(ops, r)[-1:], len(levels), front=(1,)) for r in roles]
-
-
-def _constants(ctx: LoweringContext, values: Sequence[ir.Value]) -> list[np.ndarray] | None:
-    """The values of constant weights (None inside function bodies or for runtime inputs)."""
-    if ctx.builder.isolated or any(v.const_value is None for v in values):
-        return None
-    return [v.const_value.numpy() for v in values]
-
-
-def _renamed_initializer(ctx: LoweringContext, weight: ir.Value, array: np.ndarray, suffix: str) -> ir.Value:
-    return ctx.derived_weight(weight, suffix, lambda _: array, lambda _: weight)
-
-
-def _reordered(blocks: Sequence[Any], order: Sequence[int]) -> list[Any]:
-    return [blocks[i] for i in order]
-
-
-def _gru_biases(ctx: LoweringContext, ops: Operands, size: int, dtype: np.dtype) -> ir.Value:
-    """ONNX's B = [Wb_z, Wb_r, Wb_h, Rb_z, Rb_r, Rb_h]: eqx's bias on the input side, bias_n
-    as Rb_h (inside the reset product, as linear_before_reset=1 computes it)."""
-    arrays = _constants(ctx, [ops["bias"], ops["bias_n"]])
-    if arrays is not None:
-        bias, bias_n = arrays
-        parts = [*_reordered(np.split(bias, 3), _GRU_ORDER), np.zeros(2 * size, dtype=dtype), bias_n]
-        return _renamed_initializer(ctx, ops["bias"], np.concatenate(parts)[None], "onnx_biases")
-    zeros = ctx.const(np.zeros((1, 2 * size), dtype=dtype))
-    return ctx.op.Concat(_gates(ctx, ops, "bias", _GRU_ORDER), zeros, ctx.op.Unsqueeze(ops["bias_n"], _i64(ctx, [0])), axis=1)
-
-
-def _lstm_biases(ctx: LoweringContext, ops: Operands, size: int, dtype: np.dtype) -> ir.Value:
-    """ONNX's B = [Wb_iofc, Rb_iofc]: eqx's one bias on the input side."""
-    arrays = _constants(ctx, [ops["bias"]])
-    if arrays is not None:
-        parts = [*_reordered(np.split(arrays[0], 4), _LSTM_ORDER), np.zeros(4 * size, dtype=dtype)]
-        return _renamed_initializer(ctx, ops["bias"], np.concatenate(parts)[None], "onnx_biases")
-    zeros = ctx.const(np.zeros((1, 4 * size), dtype=dtype))
-    return ctx.op.Concat(_gates(ctx, ops, "bias", _LSTM_ORDER), zeros, axis=1)
 
 
 def _rnn_output(ctx: LoweringContext, value: ir.Value, n_levels: int, aval: Any) -> ir.Value:
@@ -741,9 +690,10 @@ def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
     if inputs is None or not levels.unbatched(*weights) or not kernels.supports("GRU", dtype):
         return NotApplicable
     x, h = inputs
-    w, r = _gates(ctx, ops, "weight_ih", _GRU_ORDER), _gates(ctx, ops, "weight_hh", _GRU_ORDER)
-    bias = _gru_biases(ctx, ops, hidden_size, dtype) if "bias" in ops else None
-    _, y_h = ctx.op.GRU(x, w, r, bias, None, h, hidden_size=hidden_size, linear_before_reset=1, _outputs=2)
+    w, r = (gate_weight(ctx, ops[role], _shape(ops, role), GRU_ORDER, gate_axis=0) for role in ("weight_ih", "weight_hh"))
+    # eqx's bias_n is inside the reset product: the recurrent candidate bias
+    bias = gate_biases(ctx, ops["bias"], GRU_ORDER, hidden_size, dtype, candidate=ops["bias_n"]) if "bias" in ops else None
+    y_h = gru_step(ctx, x, h, w, r, bias, hidden_size)
     return [_rnn_output(ctx, y_h, len(levels), ctx.aval_out)]
 
 
@@ -761,9 +711,9 @@ def _lstm(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
     if inputs is None or not levels.unbatched(*weights) or not kernels.supports("LSTM", dtype):
         return NotApplicable
     x, h, c = inputs
-    w, r = _gates(ctx, ops, "weight_ih", _LSTM_ORDER), _gates(ctx, ops, "weight_hh", _LSTM_ORDER)
-    bias = _lstm_biases(ctx, ops, hidden_size, dtype) if "bias" in ops else None
-    _, y_h, y_c = ctx.op.LSTM(x, w, r, bias, None, h, c, hidden_size=hidden_size, _outputs=3)
+    w, r = (gate_weight(ctx, ops[role], _shape(ops, role), LSTM_ORDER, gate_axis=0) for role in ("weight_ih", "weight_hh"))
+    bias = gate_biases(ctx, ops["bias"], LSTM_ORDER, hidden_size, dtype) if "bias" in ops else None
+    y_h, y_c = lstm_step(ctx, x, h, c, w, r, bias, hidden_size)
     return [_rnn_output(ctx, y_h, len(levels), ctx.avals_out[0]), _rnn_output(ctx, y_c, len(levels), ctx.avals_out[1])]
 
 

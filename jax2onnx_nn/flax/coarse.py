@@ -43,6 +43,7 @@ from jax2onnx_nn.core.layers.norm import (
     weight_or_fill,
 )
 from jax2onnx_nn.core.layers.pool import fits_window, pool
+from jax2onnx_nn.core.layers.rnn import GRU_ORDER, gate_biases, gate_weight, gru_step, lstm_step
 from jax2onnx_nn.core.layout import to_channels_first, to_channels_last
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
@@ -532,10 +533,9 @@ def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, 
 
 # -- nnx.GRUCell / nnx.LSTMCell: one step of ONNX GRU / LSTM --------------------------------
 #
-# flax's GRU computes n = tanh(x W_n + b_n + r * (h R_n)), which is ONNX GRU with
-# linear_before_reset=1 (and no recurrent bias); its LSTM is ONNX LSTM without peepholes.
-# Only the gate order differs (flax r, z, n and i, f, g, o; ONNX z, r, h and i, o, f, c), so
-# the weights are reordered at export time. One call is one time step: sequence length 1.
+# flax's GRU computes n = tanh(x W_n + b_n + r * (h R_n)): ONNX GRU with linear_before_reset=1
+# and no recurrent bias; its LSTM is ONNX LSTM without peepholes (see core/layers/rnn.py for
+# the gate order). One call is one time step: sequence length 1.
 
 _SIGMOIDS = frozenset({id(jax.nn.sigmoid), id(nnx.sigmoid)})
 _TANHS = frozenset({id(jnp.tanh), id(nnx.tanh)})
@@ -581,26 +581,6 @@ def _gru_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-def _gate_weight(ctx: LoweringContext, kernel: ir.Value, order: tuple[int, ...], hidden: int) -> ir.Value:
-    """Kernels ``(in, gates * hidden)`` in flax's gate order as ONNX's ``(1, gates * hidden, in)``;
-    a bias ``(gates * hidden,)`` as ONNX's ``(1, 2 * gates * hidden)`` (zero recurrent bias)."""
-    index = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in order])
-
-    def transform(a: np.ndarray) -> np.ndarray:
-        return np.concatenate([a[index], np.zeros_like(a)])[None] if a.ndim == 1 else a[:, index].T[None]
-
-    def fallback(v: ir.Value) -> ir.Value:
-        rank = 1 if v.shape is None else len(v.shape)
-        picked = ctx.op.Gather(v, ctx.const(index, dtype=np.int64), axis=rank - 1)
-        if rank == 2:
-            picked = ctx.op.Transpose(picked, perm=[1, 0])
-        else:
-            picked = ctx.op.Pad(picked, ctx.const([0, len(index)], dtype=np.int64))
-        return ctx.op.Unsqueeze(picked, ctx.const([0], dtype=np.int64))
-
-    return ctx.derived_weight(kernel, ("gates", hidden, *order), transform, fallback)
-
-
 def _one_step(ctx: LoweringContext, value: ir.Value) -> ir.Value:
     return ctx.op.Unsqueeze(value, ctx.const([0], dtype=np.int64))
 
@@ -613,14 +593,9 @@ def _last_state(ctx: LoweringContext, value: ir.Value) -> ir.Value:
 def _gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
-    order = (1, 0, 2)  # flax r, z, n -> ONNX z, r, h
-    w, r = _gate_weight(ctx, ops["w"], order, hidden), _gate_weight(ctx, ops["r"], order, hidden)
-    b = _gate_weight(ctx, ops["b"], order, hidden)
-    _, h = ctx.op.GRU(
-        _one_step(ctx, ops["x"]), w, r, b, None, _one_step(ctx, ops["h"]),
-        hidden_size=hidden, linear_before_reset=1, _outputs=2,
-    )
-    h = _last_state(ctx, h)
+    w, r = (gate_weight(ctx, ops[role], ops.aval(role).shape, GRU_ORDER, gate_axis=1) for role in ("w", "r"))
+    b = gate_biases(ctx, ops["b"], GRU_ORDER, hidden, onnx_aval(ops.aval("b"))[0])
+    h = _last_state(ctx, gru_step(ctx, _one_step(ctx, ops["x"]), _one_step(ctx, ops["h"]), w, r, b, hidden))
     return [h, h]
 
 
@@ -670,10 +645,7 @@ def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     w = _stacked_weight(ctx, [ops[f"w{i}"] for i in range(4)], True, "W")
     r = _stacked_weight(ctx, [ops[f"r{i}"] for i in range(4)], True, "R")
     b = _stacked_weight(ctx, [ops[f"b{i}"] for i in range(4)], False, "B")
-    _, h, c = ctx.op.LSTM(
-        _one_step(ctx, ops["x"]), w, r, b, None, _one_step(ctx, ops["h"]), _one_step(ctx, ops["c"]),
-        hidden_size=hidden, _outputs=3,
-    )
+    h, c = lstm_step(ctx, _one_step(ctx, ops["x"]), _one_step(ctx, ops["h"]), _one_step(ctx, ops["c"]), w, r, b, hidden)
     h = _last_state(ctx, h)
     return [_last_state(ctx, c), h, h]
 
