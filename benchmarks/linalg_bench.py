@@ -6,7 +6,7 @@
 Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median
 latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
 matrices (``python benchmarks/linalg_bench.py --cases eigh svd --sizes 8 32 64`` for the
-Jacobi ones).
+Jacobi ones; add ``--accuracy`` for their errors against float64 LAPACK).
 ``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size), which
 is how the default was chosen.
 """
@@ -88,13 +88,50 @@ def bench(name: str, n: int, repeat: int) -> str:
     return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms:.3f} | {jax_ms:.3f} |"
 
 
+def accuracy(n: int, dtype: type) -> str:
+    """svd and eigh through onnxruntime on a batch of random Gaussian (n, n) matrices, against
+    float64 LAPACK: largest value error over the largest value, reconstruction error over
+    max |a|, and deviation of U^T U, V^T V from I."""
+    import onnxruntime as ort
+
+    from jax2onnx_nn.core import jax_internals as jxi
+
+    a = np.random.default_rng(n).normal(size=(BATCH, n, n)).astype(dtype)
+    sym = a + np.swapaxes(a, -1, -2)
+    x64 = dtype == np.float64
+    with jxi.x64(x64):
+        model = to_onnx(lambda a, s: (*jnp.linalg.svd(a), *jnp.linalg.eigh(s)), [a, sym], enable_double_precision=x64)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    u, s, vh, w, v = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True)))
+    eye = np.eye(n)
+
+    def rel(x: np.ndarray, ref: np.ndarray) -> float:
+        return float(np.max(np.abs(x - ref)) / np.max(np.abs(ref)))
+
+    mT = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    svd = (rel(s, np.linalg.svd(a.astype(np.float64), compute_uv=False)), rel((u * s[..., None, :]) @ vh, a),
+           max(np.abs(mT(u) @ u - eye).max(), np.abs(vh @ mT(vh) - eye).max()))
+    eigh = (rel(w, np.linalg.eigvalsh(sym.astype(np.float64))), rel((v * w[..., None, :]) @ mT(v), sym), np.abs(mT(v) @ v - eye).max())
+    row = " | ".join(f"{e:.1e}" for e in (*svd, *eigh))
+    return f"| {n} | {np.dtype(dtype).name} | {row} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[4, 16, 64])
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--unroll-limit", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--accuracy", action="store_true", help="svd/eigh errors vs float64 LAPACK instead")
     args = parser.parse_args(argv)
+    if args.accuracy:
+        print(f"batch {BATCH} random Gaussian matrices through onnxruntime vs float64 LAPACK")
+        print("| n | dtype | svd values | svd U s Vh | svd orthogonality | eigh values | eigh V w V^T | eigh orthogonality |")
+        print("|---|---|---|---|---|---|---|---|")
+        for dtype in (np.float32, np.float64):
+            for n in args.sizes:
+                print(accuracy(n, dtype), flush=True)
+        return 0
     if args.unroll_limit is not None:
         decompositions.UNROLL_LIMIT = args.unroll_limit
     print(f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}; latency: median ms, 1 thread")
