@@ -228,6 +228,32 @@ def test_top_k(data):
     _check(lambda v: lax.top_k(v, k), [x])
 
 
+@given(data=st.data(), is_max_k=st.booleans(), aggregate=st.booleans(), ties=st.booleans())
+def test_approx_top_k_is_exact_top_k(data, is_max_k, aggregate, ties):
+    """CPU JAX's approx_max_k / approx_min_k are exact top-k (NaN-free inputs). Among tied
+    values XLA's sort is not stable (which index comes first varies with size, k and dtype),
+    so with ties only the values are compared; with distinct values the indices too."""
+    dtype = data.draw(st.sampled_from(FLOATS))
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    k = data.draw(st.integers(1, shape[axis]))
+    if ties:
+        x = _values(data.draw, dtype, shape)
+        x = np.where(np.isnan(x) | (x == 0), 1, x).astype(x.dtype)  # (-0 and +0 tie: their signs may swap)
+    else:  # distinct integers, exact in every float dtype
+        x = np.array(data.draw(st.permutations(range(-20, int(np.prod(shape)) - 20))), dtype).reshape(shape)
+    approx = lax.approx_max_k if is_max_k else lax.approx_min_k
+    outputs = slice(0, 1) if ties else slice(0, 2)
+    _check(lambda v: approx(v, k, reduction_dimension=axis, aggregate_to_topk=aggregate)[outputs], [x])
+
+
+def test_approx_top_k_longer_output_and_symbolic_batch():
+    x = np.random.default_rng(0).normal(size=(2, 3000)).astype(np.float32)
+    model = _check(lambda v: lax.approx_max_k(v, 3, aggregate_to_topk=False), [x])
+    assert model.graph.output[0].type.tensor_type.shape.dim[1].dim_value > 3
+    assert_exports_match(lambda v: lax.approx_min_k(v, 2), [(("B", 7), np.float32)])
+
+
 def _first_argmax(x, y, axes):
     """A variadic reduce with an associative, non-commutative computation (ties keep the left)."""
     init = (np.asarray(-np.inf, x.dtype), np.int32(0))

@@ -337,6 +337,22 @@ def _top_k(ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: ob
     return [ctx.op.GatherElements(x, order, axis=axis), indices]
 
 
+@lowering("approx_top_k", onnx_ops=("TopK", "GatherElements", "Cast", "IsInf", "IsNaN", "Where"))
+def _approx_top_k(
+    ctx: LoweringContext, x: ir.Value, *, reduction_dimension: int, is_max_k: bool, **params: object
+) -> list[ir.Value]:
+    """approx_max_k / approx_min_k as JAX computes them off TPU: a stable sort by plain `>`
+    (`<`), so -0 and +0 tie and ties keep the lower index, sliced to the output's size (k, or
+    the larger size ``aggregate_to_topk=False`` asks for). NaN has no place in that order
+    (XLA's result then depends on its sort; README limitations)."""
+    del params  # k, recall_target, reduction_input_size_override, aggregate_to_topk: size of the output
+    axis = reduction_dimension % len(ctx.aval_in.shape)
+    keys = _sort_keys(ctx, x, _dtype(ctx.aval_in), signed_zero=False)
+    count = ctx.dim(ctx.avals_out[0].shape[axis])
+    order = _lex_order(ctx, keys, axis, ctx.dim(ctx.aval_in.shape[axis]), count, largest=is_max_k)
+    return [ctx.op.GatherElements(x, order, axis=axis), ctx.cast(order, _dtype(ctx.avals_out[1]))]
+
+
 # -- reduce with a custom computation ------------------------------------------------------------
 
 @lowering("reduce", onnx_ops=("Slice", "Concat", "Squeeze", "Expand"))
