@@ -22,16 +22,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-if TYPE_CHECKING:
-    from jax2onnx_nn.core.graph import GraphBuilder
+# The builder (core.graph.GraphBuilder) calls this module, so it is not imported here, not even
+# for type checking (tests/test_imports.py: no import cycle).
+GraphBuilder = Any
 
-Write = Callable[["GraphBuilder", str, list[Any], dict[str, Any], int], list[ir.Value]]  # (b, op, inputs, attrs, outputs)
+Write = Callable[[GraphBuilder, str, list[Any], dict[str, Any], int], list[ir.Value]]  # (b, op, inputs, attrs, outputs)
 _INT_MAX = np.iinfo(np.int64).max
 _REDUCE_AXES_INPUT = ("ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2",
                       "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
@@ -152,7 +153,7 @@ def _is_int(inputs: list[Any], attrs: dict[str, Any]) -> bool:
 def _bitwise(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
     """Bitwise ops (opset 18) in modular arithmetic on the unsigned type of the same width.
 
-    ``a & b`` is the sum of ``2**k * bit_k(a) * bit_k(b)`` (bits by BitShift, opset 11);
+    ``a & b`` is the sum of ``2**k * bit_k(a) * bit_k(b)`` (bits by BitShift, opset 11; summed by CumSum);
     ``a | b = a + b - (a & b)`` and ``a ^ b = a + b - 2 (a & b)`` hold modulo ``2**n``;
     ``~a = (2**n - 1) - a``. Casts between a signed type and its unsigned twin keep the bits.
     """
@@ -170,7 +171,11 @@ def _bitwise(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any],
             return b.op.Mod(b.op.BitShift(b.op.Unsqueeze(v, _i64(b, [-1])), shifts, direction="RIGHT"), two)
 
         weights = b.const((np.ones(width, unsigned) << np.arange(width, dtype=unsigned)).astype(unsigned))
-        both = b.op.ReduceSum(b.op.Mul(b.op.Mul(bits(to_u[0]), bits(to_u[1])), weights), _i64(b, [-1]), keepdims=0)
+        # the sum over bits is CumSum's last element: onnxruntime's integer ReduceSum goes
+        # through float64 (inexact past 2**53), CumSum wraps exactly
+        terms = b.op.Mul(b.op.Mul(bits(to_u[0]), bits(to_u[1])), weights)
+        running = b.op.CumSum(terms, b.const(np.array(-1, np.int64)))
+        both = b.op.Squeeze(b.op.Slice(running, _i64(b, [-1]), _i64(b, [_INT_MAX]), _i64(b, [-1])), _i64(b, [-1]))
         total = b.op.Add(to_u[0], to_u[1])
         if op == "BitwiseAnd":
             out = both
