@@ -101,6 +101,18 @@ def test_linen_dropout_mask_is_bit_exact() -> None:
     assert_flag_switches(fn, [("B", 8), jax.random.key(0)], "deterministic", sizes={"B": [1, 9]})
 
 
+LINEN_ATTENTION = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5)
+LINEN_ATTENTION_PARAMS = LINEN_ATTENTION.init(jax.random.key(0), jnp.ones((1, 3, 8)), deterministic=True)
+
+
+@pytest.mark.slow
+def test_linen_attention_dropout_follows_a_runtime_flag() -> None:
+    def fn(q: jax.Array, key: jax.Array, deterministic: Any) -> jax.Array:
+        return LINEN_ATTENTION.apply(LINEN_ATTENTION_PARAMS, q, deterministic=deterministic, rngs={"dropout": key})
+
+    assert_flag_switches(fn, [("B", 3, 8), jax.random.key(0)], "deterministic", sizes={"B": [1, 2]})
+
+
 class PythonNot(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, train: Any) -> jax.Array:
