@@ -366,15 +366,12 @@ class LoweringContext:
 
     def reduce(self, op_type: str, x: ir.Value, axes: Sequence[int] | None = None, *, keepdims: int = 0) -> ir.Value:
         """``op_type`` (ReduceMax, ReduceMin, ...) over ``axes`` (None: all of them; no axes:
-        ``x`` itself, where ONNX would reduce all); the axes are an attribute before opset 18
-        (ReduceSum: before 13)."""
+        ``x`` itself, where ONNX would reduce all). Written in the newest form (axes as an
+        input); the builder writes an older opset's (core/opset_forms.py)."""
         if axes is not None and not len(axes):
             return x
-        if axes is None:
-            return getattr(self.op, op_type)(x, keepdims=keepdims)
-        if op_type == "ReduceSum" or self.opset >= 18:
-            return getattr(self.op, op_type)(x, self.ints(list(axes)), keepdims=keepdims)
-        return getattr(self.op, op_type)(x, axes=list(axes), keepdims=keepdims)
+        inputs = [x] if axes is None else [x, self.ints(list(axes))]
+        return getattr(self.op, op_type)(*inputs, keepdims=keepdims)
 
     def any(self, mask: ir.Value, axes: Sequence[int] | None = None) -> ir.Value:
         """``reduce_or`` of a bool ``mask`` over ``axes`` (None: all), false for no elements.
