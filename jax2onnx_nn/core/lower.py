@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 import onnx_ir as ir
 
@@ -51,6 +52,12 @@ def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
 # An index of the toolkit: a static int, or an int64 tensor of shape [1] (``ctx.dim``).
 Index = int | ir.Value
 _IOTA_CONSTANT_MAX = 1024  # longer iotas are a Range node, not a stored constant
+
+def is_float(dtype: Any) -> bool:
+    """A floating-point type, bfloat16 and the float8 types included (NumPy's own
+    ``issubdtype(..., np.floating)`` does not know them)."""
+    return bool(jax.dtypes.issubdtype(dtype, np.floating))
+
 
 _NO_PAIRS = object()  # a complex op that has no lowering on (real, imag) pairs
 
@@ -444,4 +451,4 @@ class LoweringContext:
         return value
 
 
-__all__ = ["Index", "Lowerer", "LoweringContext", "onnx_aval", "ir_shape"]
+__all__ = ["Index", "Lowerer", "LoweringContext", "is_float", "onnx_aval", "ir_shape"]

@@ -22,16 +22,12 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import ir_dtype
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
 from jax2onnx_nn.core.lowerings.elementwise import _is_negative_zero
 from jax2onnx_nn.core.registry import lowering
 
 BITCAST_OPSET = 26  # the first opset with ONNX BitCast
 _I64 = np.dtype(np.int64)
-
-
-def is_float(dtype: Any) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def unsigned(dtype: Any) -> np.dtype:
@@ -95,7 +91,7 @@ def float_to_bits(ctx: LoweringContext, x: ir.Value, dtype: Any) -> ir.Value:
     if ctx.opset >= BITCAST_OPSET:
         return ctx.op.BitCast(x, to=ir_dtype(utype))
     op, layout, work = ctx.op, FloatLayout.of(dtype), work_dtype(dtype)
-    w = x if dtype == work else op.Cast(x, to=ir_dtype(work))
+    w = ctx.cast(x, work)
     a = op.Abs(w)
     # the exponent field: the largest e with thresholds[e] <= |x|, bit by bit from the top
     thresholds = _exponent_thresholds(layout, work)
@@ -151,7 +147,7 @@ def to_bits(ctx: LoweringContext, x: ir.Value, dtype: Any) -> ir.Value:
     dtype = np.dtype(dtype)
     if is_float(dtype):
         return float_to_bits(ctx, x, dtype)
-    return x if dtype == unsigned(dtype) else ctx.op.Cast(x, to=ir_dtype(unsigned(dtype)))
+    return ctx.cast(x, unsigned(dtype))
 
 
 def from_bits(ctx: LoweringContext, bits: ir.Value, dtype: Any) -> ir.Value:
@@ -159,7 +155,7 @@ def from_bits(ctx: LoweringContext, bits: ir.Value, dtype: Any) -> ir.Value:
     dtype = np.dtype(dtype)
     if is_float(dtype):
         return bits_to_float(ctx, bits, dtype)
-    return bits if dtype == unsigned(dtype) else ctx.op.Cast(bits, to=ir_dtype(dtype))  # wraps
+    return ctx.cast(bits, dtype)  # wraps
 
 
 # -- bitcast_convert_type ---------------------------------------------------------------------

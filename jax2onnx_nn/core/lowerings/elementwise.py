@@ -13,7 +13,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.kernels import supports
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
 
 UNARY = {
@@ -45,10 +45,6 @@ for _prim, _op in UNARY.items():
     register(_prim, partial(_unary, _op), onnx_ops=(_op,))
 for _prim, _op in BINARY.items():
     register(_prim, partial(_binary, _op), onnx_ops=(_op,))
-
-
-def _is_float(ctx: LoweringContext) -> bool:
-    return np.issubdtype(onnx_aval(ctx.aval_in)[0], np.floating) or onnx_aval(ctx.aval_in)[0].name == "bfloat16"
 
 
 def _is_bool(aval: object) -> bool:
@@ -422,7 +418,7 @@ def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: objec
         return x
     if dst == np.bool_:  # JAX: x != 0 (NaN is true); ONNX Cast to bool agrees, but be explicit
         return ctx.op.Not(ctx.op.Equal(x, ctx.const(0, like=x)))
-    if np.issubdtype(src, np.floating) or src.name == "bfloat16":
+    if is_float(src):
         if np.issubdtype(dst, np.integer):
             return _float_to_int(ctx, x, src, dst)
     return ctx.cast(x, dst)

@@ -36,7 +36,7 @@ import onnx_ir as ir
 from jax import lax
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
 from jax2onnx_nn.core.symbolic import has_zero, same_dim
 
@@ -319,7 +319,7 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
         rows = ctx.op.Compress(rows, keep, axis=0)
     data = _coordinate_layout(ctx, operand, plan)
     out = ctx.op.ScatterND(data, index, rows, reduction=reduction)
-    if reduction in ("min", "max") and jax.dtypes.issubdtype(onnx_aval(ctx.aval_out)[0], np.floating):
+    if reduction in ("min", "max") and is_float(onnx_aval(ctx.aval_out)[0]):
         out = _ieee_extremum(ctx, reduction, data, index, rows, out)
     if not plan.coords:
         return ctx.op.Squeeze(out, ctx.ints([0]))

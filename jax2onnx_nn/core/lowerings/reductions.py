@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.kernels import compute_dtype
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
 
 _I64 = np.dtype(np.int64)
@@ -33,10 +33,6 @@ _I64_MAX = np.iinfo(np.int64).max
 
 def _dtype(aval: Any) -> np.dtype:
     return onnx_aval(aval)[0]
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def _order_key(ctx: LoweringContext, x: ir.Value, dtype: np.dtype) -> ir.Value:
@@ -64,7 +60,7 @@ def _reduce_arith(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tupl
     if not axes:
         return x
     dtype, shape = onnx_aval(ctx.aval_in)
-    if _is_float(dtype):
+    if is_float(dtype):
         return ctx.reduce(op_type, x, axes)
     # onnxruntime sums and multiplies integers in float64: inexact past 2**53 and saturating
     # where JAX wraps. Exact folds are used unless float64 provably holds every partial sum.
@@ -113,7 +109,7 @@ def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: t
     else:
         r = ctx.reduce(op_type, key, axes)
     r = _from_order_key(ctx, r, dtype)
-    if _is_float(dtype):
+    if is_float(dtype):
         r = ctx.op.Where(ctx.any(ctx.op.IsNaN(x), axes), ctx.const(np.nan, dtype=dtype), r)
     return r
 
@@ -163,7 +159,7 @@ def _arg(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ..
     (axis,) = axes
     dtype = _dtype(ctx.aval_in)
     r = getattr(ctx.op, op_type)(_order_key(ctx, x, dtype), axis=axis, keepdims=0, select_last_index=0)
-    if _is_float(dtype):
+    if is_float(dtype):
         # onnxruntime skips NaNs; in JAX the first NaN is both the max and the min
         nan = ctx.cast(ctx.op.IsNaN(x), _U8)
         r = ctx.op.Where(ctx.any(nan, [axis]), ctx.op.ArgMax(nan, axis=axis, keepdims=0, select_last_index=0), r)
@@ -183,11 +179,11 @@ def _cumsum(ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_:
 
 
 def _lowest(dtype: np.dtype) -> Any:
-    return -np.inf if _is_float(dtype) else np.iinfo(dtype).min
+    return -np.inf if is_float(dtype) else np.iinfo(dtype).min
 
 
 def _highest(dtype: np.dtype) -> Any:
-    return np.inf if _is_float(dtype) else np.iinfo(dtype).max
+    return np.inf if is_float(dtype) else np.iinfo(dtype).max
 
 
 # prim -> (JAX combine function, identity of the combine for a dtype)
@@ -222,7 +218,7 @@ def _shifted(ctx: LoweringContext, x: ir.Value, step: int | ir.Value, axis: int,
 
 def _cumulative(prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object) -> ir.Value:
     dtype, shape = onnx_aval(ctx.aval_in)
-    if prim == "cumlogsumexp" and not _is_float(dtype):
+    if prim == "cumlogsumexp" and not is_float(dtype):
         raise NotImplementedError(f"cumlogsumexp of {dtype}")
     return _scan_values(ctx, x, prim, dtype, shape, axis, reverse=reverse)
 
@@ -271,7 +267,7 @@ for _prim in SCANS:
 def _sort_keys(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, *, signed_zero: bool) -> list[ir.Value]:
     """Keys, most significant first, whose lexicographic order (by TopK) is JAX's order of ``x``:
     NaN above +inf, and -0 below +0 when ``signed_zero`` (top_k) else equal to it (sort)."""
-    if not _is_float(dtype):
+    if not is_float(dtype):
         return [_order_key(ctx, x, dtype)]
     nan = ctx.op.IsNaN(x)
     inf = ctx.const(np.inf, dtype=_F64)
