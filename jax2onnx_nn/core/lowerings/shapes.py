@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.layers.spatial import pad
 from jax2onnx_nn.core.lower import Index, LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim, same_shape
@@ -146,16 +147,7 @@ def _pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, *, padding_config: 
     lows, highs, interiors = zip(*padding_config, strict=True) if padding_config else ((), (), ())
     if any(interiors):
         x = _interior_pad(ctx, x, value, tuple(ctx.aval_in.shape), interiors)
-    # grow first, then crop: a crop can reach into the padding of the other side
-    grow = [max(p, 0) for p in (*lows, *highs)]
-    if any(grow):
-        x = ctx.op.Pad(x, ctx.ints(grow), value)
-    crop = [a for a, (lo, hi) in enumerate(zip(lows, highs, strict=True)) if lo < 0 or hi < 0]
-    if crop:
-        starts = [-min(lows[a], 0) for a in crop]
-        ends = [highs[a] if highs[a] < 0 else _INT64_MAX for a in crop]
-        x = ctx.slice(x, crop, starts, ends)
-    return x
+    return pad(ctx, x, list(zip(lows, highs, strict=True)), value)
 
 
 def _interior_pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, shape: tuple[Any, ...], interiors: Sequence[int]) -> ir.Value:
