@@ -223,7 +223,7 @@ def _as_int64_vector(ctx: LoweringContext, index: ir.Value, aval: Any) -> ir.Val
     return ctx.op.Unsqueeze(ctx.cast(index, np.int64), ctx.ints([0]))
 
 
-@lowering("dynamic_slice", onnx_ops=("Slice", "Min", "Max", "Add", "Cast", "Unsqueeze"), key_data=True)
+@lowering("dynamic_slice", onnx_ops=("Slice", "Min", "Max", "Add", "Cast", "Unsqueeze", "Concat"), key_data=True)
 def _dynamic_slice(ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_sizes: Sequence[Any], **_: object) -> ir.Value:
     shape = tuple(ctx.aval_in.shape)
     if len(starts) != len(shape):
@@ -268,7 +268,7 @@ def _splice(ctx: LoweringContext, x: ir.Value, update: ir.Value, axes: Sequence[
 
 
 # -- iota / dim_as_value ----------------------------------------------------------------------
-@lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand", "Concat", "Squeeze"))
+@lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand", "Concat", "Squeeze", "Slice"))
 def _iota(ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimension: int, **_: object) -> ir.Value:
     del dtype  # the output aval's
     if dyn:
