@@ -438,3 +438,17 @@ def test_masked_indexing_below_opset_20(opset, mode):
     i = np.array([[0, 1], [4, 2], [7, 0], [-9, 1]], np.int32)
     assert_exports_match_on(lambda x, i: x.at[i[:, 0], i[:, 1]].get(mode=mode, fill_value=-1.0), x, i, opset=opset)
     assert_exports_match_on(lambda x, i: x.at[i[:, 0], i[:, 1]].add(1.0, mode=mode), x, i, opset=opset)
+
+
+@given(data=st.data(), which=st.sampled_from(["unique", "unique_all", "compress", "extract"]))
+def test_unique_compress_extract_with_size(data, which):
+    """The static-size forms of jnp.unique (fill_value, index/inverse/counts), compress, extract."""
+    n = data.draw(st.integers(0 if which.startswith("unique") else 1, 8))
+    size = data.draw(st.integers(1, 6 if which.startswith("unique") else n))  # compress: size <= n
+    dtype = data.draw(st.sampled_from([np.float32, np.int32]))
+    x = data.draw(hnp.arrays(dtype, n, elements=st.integers(-3, 3)))
+    fns = {"unique": lambda v: jnp.unique(v, size=size, fill_value=7),
+           "unique_all": lambda v: jnp.unique(v, size=size, fill_value=7, return_index=True, return_inverse=True, return_counts=True),
+           "compress": lambda v: jnp.compress(v > 0, v, size=size),
+           "extract": lambda v: jnp.extract(v != 0, v, size=size, fill_value=-9)}
+    assert_exports_match_on(fns[which], x)

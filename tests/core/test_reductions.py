@@ -345,3 +345,14 @@ def test_symbolic_batch(name):
     model = assert_exports_match(fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, enable_double_precision=x64)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "B"
     assert ("Loop" in op_types(model)) == (name in LOOPS)  # a scan over B loops log2(B) times
+
+
+@given(data=st.data(), prod=st.booleans())
+def test_cumulative_include_initial(data, prod):
+    """jnp.cumulative_sum / cumulative_prod with the initial 0 / 1 prepended, size-0 axes too."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    dtype = data.draw(st.sampled_from([np.float32, np.int32]))
+    x = data.draw(hnp.arrays(dtype, shape, elements=st.integers(-3, 3)))
+    f = jnp.cumulative_prod if prod else jnp.cumulative_sum
+    _check(lambda v: f(v, axis=axis, include_initial=True), [x])

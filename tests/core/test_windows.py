@@ -192,3 +192,15 @@ def test_opsets(opset):
     assert_exports_match(pool, [("B", 5, 3)], sizes={"B": [1, 2]}, opset=opset)
     total = lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 1), (1, 1, 1), "SAME")  # noqa: E731
     assert_exports_match(total, [("B", 5, 3)], sizes={"B": [1, 2]}, opset=opset)
+
+
+@given(data=st.data(), mode=st.sampled_from(["full", "same", "valid"]), corr=st.booleans())
+def test_jnp_convolve_and_correlate(data, mode, corr):
+    """jnp.convolve / correlate in every mode (a conv_general_dilated underneath)."""
+    dtype = data.draw(st.sampled_from([np.float32, np.int32]))
+    n, m = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    el = st.integers(-5, 5)
+    a = data.draw(hnp.arrays(dtype, n, elements=el))
+    v = data.draw(hnp.arrays(dtype, m, elements=el))
+    f = jnp.correlate if corr else jnp.convolve
+    assert_exports_match_on(lambda x, y: f(x, y, mode=mode), a, v)
