@@ -85,6 +85,8 @@ def _attention_call(a: dict[str, Any]) -> Any:
             return NotApplicable
     if a.get("implementation") not in (None, "xla") or a.get("return_residual", False):
         return NotApplicable
+    if not _without_extras(a):
+        return NotApplicable
     scale = a.get("scale")
     head_dim = q.shape[-1]
     if scale is None:
@@ -99,6 +101,16 @@ def _attention_call(a: dict[str, Any]) -> Any:
     if mask is not None:
         inputs["mask"] = mask
     return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))})
+
+
+def _without_extras(a: dict[str, Any]) -> bool:
+    """Whether the arguments of a framework's own attention function (``flax.nnx``'s adds
+    dropout, a compute dtype, precision and a module to sow weights into) ask for nothing the
+    coarse op leaves out: attention dropout in training mode keeps JAX's body (and its mask)."""
+    rate = a.get("dropout_rate", 0.0)
+    dropout = not (isinstance(rate, (int, float)) and rate == 0.0) and a.get("deterministic", False) is not True
+    dtype = a.get("dtype")
+    return not dropout and (dtype is None or np.dtype(dtype) == np.float32) and a.get("precision") is None and a.get("module") is None
 
 
 @coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul"), covers=("jax.nn.dot_product_attention",))

@@ -234,6 +234,16 @@ def test_multi_head_attention(heads: int, mask: str | None) -> None:
     assert node_ops(model).count("Softmax") == 1 and "Einsum" not in node_ops(model)
 
 
+def test_attention_dropout_in_training_mode_keeps_jax_mask() -> None:
+    # nnx.dot_product_attention's dropout is not part of the coarse op: in training mode the
+    # call keeps JAX's body (its threefry mask); in inference mode it is the coarse op
+    layer = nnx.MultiHeadAttention(num_heads=2, in_features=8, qkv_features=8, dropout_rate=0.5, decode=False, rngs=nnx.Rngs(0))
+    training = assert_module_matches(layer, [("B", 5, 8)], sizes={"B": [2]}, training=True)
+    assert "Softmax" in node_ops(training) and "BitShift" in node_ops(training)
+    inference = assert_module_matches(layer, [("B", 5, 8)], sizes={"B": [2]})
+    assert "BitShift" not in node_ops(inference) and len(inference.graph.node) <= 24
+
+
 @SMALL
 @given(causal=st.booleans(), with_bias=st.booleans(), with_mask=st.booleans(), scale=st.sampled_from([None, 0.3]))
 def test_dot_product_attention(causal: bool, with_bias: bool, with_mask: bool, scale: float | None) -> None:
