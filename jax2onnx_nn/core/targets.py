@@ -74,18 +74,20 @@ Tanh ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Upsample Where Xor
 TARGETS: Mapping[str, Target] = MappingProxyType({
     "onnxruntime": Target("onnxruntime"),
     "onnxruntime-web": Target(
-        "onnxruntime-web",
+        "onnxruntime-web", max_opset=26,  # 1.30 refuses 27 (and IR version 14, opset 28's)
         # its WASM build registers fewer type instances than onnxruntime CPU
         kernels={"Where": "i32 i64 u8 f16 f32 f64", "BitShift": "u8 u32 u64"},
     ),
     "openvino": Target(
-        "openvino", model_functions=False, scan_symbolic=True, scan_ticks=False,
+        "openvino", max_opset=25,  # 2026.4 has no BitCast (opset 26)
+        model_functions=False, scan_symbolic=True, scan_ticks=False,
         # its CPU plugin computes uint32 Add/BitShift through float and keeps int64 in 32 bits;
         # int32 arithmetic wraps as it should; its Max/Min return the other operand for NaN
         rewrites=("uint32_as_int32", "nan_propagating_max_min"),
     ),
     "tract": Target(
-        "tract", model_functions=False, scan_symbolic=True,
+        "tract", max_opset=25,  # 0.23 has no BitCast (opset 26)
+        model_functions=False, scan_symbolic=True,
         rewrites=("nan_propagating_max_min",),
     ),
     "tensorrt": Target(
