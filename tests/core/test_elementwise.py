@@ -33,7 +33,7 @@ UNARY_ANY = {
     "sign": jnp.sign, "logistic": jax.nn.sigmoid, "rsqrt": jax.lax.rsqrt, "is_finite": jnp.isfinite,
     "round_even": jnp.round, "round_away": lambda x: jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO),
     "square": jnp.square, "erf": jax.scipy.special.erf, "erfc": jax.scipy.special.erfc,
-    "expm1": jnp.expm1, "log1p": jnp.log1p, "exp2": jnp.exp2,
+    "expm1": jnp.expm1, "log1p": jnp.log1p, "exp2": jnp.exp2, "log2": jnp.log2,
 }
 # bounded domains keep these away from overflow where JAX and ONNX legitimately differ
 UNARY_BOUNDED = {
@@ -51,7 +51,7 @@ def test_unary_float(name, dtype, data):
     fn = UNARY_ANY[name]
     finite = name in ("erf", "erfc", "round_away")
     x = data.draw(_arrays(dtype, data.draw(shapes), finite=finite))
-    if name in ("log", "sqrt", "rsqrt"):
+    if name in ("log", "log2", "sqrt", "rsqrt"):
         x = np.abs(x)
     assert_exports_match_on(fn, x, enable_double_precision=dtype == np.float64)
 

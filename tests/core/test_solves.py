@@ -12,7 +12,6 @@ from jax import lax
 from jax.scipy.sparse import linalg as jssl
 
 from jax2onnx_nn.core.errors import ConversionError
-from jax2onnx_nn.core.registry import lookup
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.roundtrip import roundtrip
 from tests.core.test_decompositions import BATCHES, DTYPES, SEEDS, SIZES, _tol, general, spd
@@ -124,8 +123,7 @@ def test_tensorsolve_tensorinv_match_jax(dtype):
 
 
 @pytest.mark.parametrize(("name", "fn"), [
-    pytest.param("expm", jax.scipy.linalg.expm, marks=pytest.mark.skipif(  # Pade + scaling and squaring
-        hasattr(lax, "log2_p") and lookup("log2") is None, reason="JAX >= 0.12's expm binds lax.log2, which has no rule yet")),
+    ("expm", jax.scipy.linalg.expm),  # Pade + scaling and squaring (binds lax.log2 on JAX >= 0.12)
     ("polyfit", lambda x: jnp.polyfit(x[0], x[1], 3)),  # a least-squares solve (svd)
 ])
 def test_expm_polyfit_match_jax(name, fn):
