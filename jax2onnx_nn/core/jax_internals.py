@@ -146,6 +146,14 @@ def x64(enabled: bool) -> Iterator[None]:
         jax.config.update("jax_enable_x64", previous)
 
 
+def trace_context() -> Any:
+    """The hashable state of JAX's configuration that a trace depends on (x64, the vmap axis
+    environment, default precisions, ...): what ``jax.jit`` keys its own trace cache on."""
+    from jax._src import config
+
+    return config.trace_context()
+
+
 def is_key_dtype(dtype: Any) -> bool:
     """True for the extended dtype of typed PRNG keys (``jax.random.key``)."""
     return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)

@@ -19,6 +19,7 @@ what was expected.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Sequence
@@ -290,7 +291,11 @@ def _common_scope(tree: Any, constraints: tuple[str, ...]) -> Any:
     return first
 
 
+@functools.lru_cache(maxsize=64)
 def _new_scope(constraints: tuple[str, ...]) -> Any:
+    """The symbolic scope for ``constraints``, one per distinct tuple in the process: equal specs
+    then give equal avals in every export, so JAX's own trace caches (``jnp`` functions are
+    jitted) hit on a second export instead of re-tracing each of them in a fresh scope."""
     for i, c in enumerate(constraints):
         try:
             jxi.new_symbolic_scope((c,))

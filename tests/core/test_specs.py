@@ -274,3 +274,16 @@ def test_shapes_that_do_not_fit_raise_spec_error_only(n, k, m, named):
     else:
         with pytest.raises(SpecError, match="input specs:"):
             to_onnx(lambda x, w: x @ w, [x, w])
+
+
+def test_equal_specs_give_equal_avals_across_exports() -> None:
+    """One scope per constraints tuple: a second export's avals equal the first's, so JAX's
+    trace caches hit; other constraints get their own scope."""
+    from jax2onnx_nn.core.specs import parse_specs
+
+    first = [leaf for _, leaf in parse_specs([("B", 3)]).flat()[0]]
+    second = [leaf for _, leaf in parse_specs([("B", 3)]).flat()[0]]
+    assert first == second and hash(first[0].shape) == hash(second[0].shape)
+    constrained = parse_specs([("B", 3)], constraints=("B >= 2",))
+    assert constrained.scope is not parse_specs([("B", 3)]).scope
+    assert constrained.scope is parse_specs([("B", 4)], constraints=("B >= 2",)).scope
