@@ -91,3 +91,81 @@ def test_transposed_matrix_times_vector_matches_jax(batch, k, n):
     (off by ~10 at 32x7); the export is one MatMul of the vector and the untransposed matrix."""
     model = assert_exports_match(lambda a, v: jnp.swapaxes(a, -1, -2) @ v, [(*batch, k, n), (k,)], sizes={"B": [1, 3]})
     assert op_types(model) == ["MatMul"]
+
+
+_LAYOUT = {"Transpose", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+
+
+def _layout_op_fed_by_same_kind(model) -> list[str]:
+    """Layout nodes whose input comes from a node the chain pass should have merged them with."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    shape_ops = {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+    found = []
+    for node in model.graph.node:
+        source = producers.get(node.input[0]) if node.input else None
+        if source is None:
+            continue
+        if node.op_type == source.op_type == "Transpose" or (node.op_type in shape_ops and source.op_type in shape_ops):
+            found.append(f"{source.op_type}->{node.op_type}")
+    return found
+
+
+@st.composite
+def _layout_chains(draw):
+    """A shape and a chain of (step, argument) valid on it: transposes, expand_dims/squeeze,
+    flattening reshapes and casts (lossless and rounding ones)."""
+    start = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
+    shape, plan = list(start), []
+    for step in draw(st.lists(st.sampled_from(["transpose", "expand", "squeeze", "flatten", "f16", "f32", "i32"]), min_size=1, max_size=6)):
+        if step == "transpose":
+            perm = draw(st.permutations(range(len(shape))))
+            plan.append((step, tuple(perm)))
+            shape = [shape[p] for p in perm]
+        elif step == "expand":
+            axis = draw(st.integers(0, len(shape)))
+            plan.append((step, axis))
+            shape.insert(axis, 1)
+        elif step == "squeeze" and 1 in shape:
+            plan.append((step, shape.index(1)))
+            shape.remove(1)
+        elif step == "flatten":
+            plan.append((step, None))
+            shape = [int(np.prod(shape))]
+        elif step in ("f16", "f32", "i32"):
+            plan.append((step, None))
+    return start, plan
+
+
+def _apply(plan, x):
+    dtypes = {"f16": jnp.float16, "f32": jnp.float32, "i32": jnp.int32}
+    for step, arg in plan:
+        if step == "transpose":
+            x = jnp.transpose(x, arg)
+        elif step == "expand":
+            x = jnp.expand_dims(x, arg)
+        elif step == "squeeze":
+            x = jnp.squeeze(x, arg)
+        elif step == "flatten":
+            x = x.reshape(-1)
+        else:
+            x = x.astype(dtypes[step])
+    return x * 2
+
+
+@given(chain=_layout_chains())
+def test_layout_chains_cancel_and_match_jax(chain):
+    """The values are JAX's, and no Transpose or shape op is left feeding another of its kind."""
+    shape, plan = chain
+    model = assert_exports_match(lambda x: _apply(plan, x), [(shape, "float32")])
+    assert not _layout_op_fed_by_same_kind(model), op_types(model)
+
+
+def test_transpose_twice_and_wide_cast_back_are_no_nodes():
+    model = assert_exports_match(lambda x: jnp.transpose(x.T.astype(jnp.float64).astype(jnp.float32)).T * 2, [(("B", 3), "float32")],
+                                 sizes={"B": [1, 2]}, enable_double_precision=True)
+    assert op_types(model) == ["Transpose", "Mul"], op_types(model)
+
+
+def test_a_rounding_cast_pair_stays():
+    model = assert_exports_match(lambda x: x.astype(jnp.float16).astype(jnp.float32) * 2, [(4,)])
+    assert op_types(model).count("Cast") == 2
