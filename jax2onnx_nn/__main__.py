@@ -169,6 +169,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
             inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
             target=args.deploy_target, functions="inline" if args.inline_functions else None,
+            fold_weights=args.fold_weights,
         )
     except ValueError as err:
         raise UsageError(f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}") from err
@@ -293,6 +294,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--functions", action="store_true", help="auto_functions: module classes become ONNX functions")
     export.add_argument("--target", dest="deploy_target", default=None, choices=["onnxruntime", "onnxruntime-web", "openvino", "tract", "tensorrt"],
                         help="the runtime the model is for (default onnxruntime): kernel types, loop forms, NaN and integer semantics")
+    export.add_argument("--fold-weights", action="store_true",
+                        help="fold BatchNorm / per-channel Mul+Add after Conv or Gemm into its weights (~1 ulp from JAX)")
     export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")

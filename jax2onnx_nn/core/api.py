@@ -158,7 +158,7 @@ def export_model(
     progress.update("passes", 1, 3)
     if config.functions == "inline":
         inline_functions(model)
-    cleanup(model)
+    cleanup(model, fold_weights=config.fold_weights)
     if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
         cleanup(model)
     progress.update("passes", 2, 3)
