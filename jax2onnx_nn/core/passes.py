@@ -417,8 +417,49 @@ def fold_into_weights(model: ir.Model) -> int:
     return folded
 
 
+# -- loop-invariant work out of Loop / Scan bodies -------------------------------------------
+
+# ops that cannot fail on inputs a valid graph gives them and have no effect but their result:
+# safe to run once before the loop even when the loop runs zero times
+_HOISTABLE = frozenset({
+    "Constant", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Concat", "Cast", "Shape",
+    "Add", "Sub", "Mul", "Neg", "Abs", "Min", "Max", "Exp", "Sqrt", "Reciprocal", "Not", "And", "Or",
+    "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Where", "Expand", "Range", "Slice",
+})
+
+
+def hoist_loop_invariants(model: ir.Model) -> int:
+    """Move nodes of a ``Loop`` or ``Scan`` body whose inputs all come from outside the body
+    (constants, values of the enclosing graph, or such nodes) in front of the loop, so that
+    they run once instead of once per iteration. Only ops without side effects or failure
+    modes (:data:`_HOISTABLE`) move, and never a node making a body output. One walk over
+    each body; the main graph and function bodies. Returns the number of nodes moved."""
+    moved = 0
+    graphs = [model.graph, *(f.graph for f in model.functions.values())]
+    for graph in graphs:
+        for loop in list(ir.traversal.RecursiveGraphIterator(graph)):
+            if loop.domain != "" or loop.op_type not in ("Loop", "Scan") or "body" not in loop.attributes:
+                continue
+            body = loop.attributes["body"].value
+            outer = loop.graph
+            inside: set[int] = {id(v) for v in body.inputs}
+            for node in list(body):
+                if (
+                    node.domain != "" or node.op_type not in _HOISTABLE or any(a.type == ir.AttributeType.GRAPH for a in node.attributes.values())
+                    or any(v is not None and id(v) in inside for v in node.inputs)
+                    or any(o.is_graph_output() for o in node.outputs)
+                ):
+                    inside.update(id(o) for o in node.outputs)
+                    continue
+                body.remove(node)
+                outer.insert_before(loop, node)
+                moved += 1
+    return moved
+
+
 def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
     """The clean-up passes in order; ``fold_weights``: also :func:`fold_into_weights`."""
+    hoist_loop_invariants(model)
     fold_constants(model)
     cancel_layout_chains(model)
     common.RemoveUnusedNodesPass()(model)  # the folding below needs exact reader counts

@@ -226,3 +226,28 @@ def test_a_conv_read_twice_is_not_folded():
 
     model = assert_exports_match(f, [(1, 1, 4, 4)], fold_weights=True)
     assert op_types(model) == ["Conv", "Mul"]
+
+
+def _body_nodes(model):
+    return [n for node in model.graph.node for a in node.attribute if a.HasField("g") for n in a.g.node]
+
+
+@given(steps=st.integers(0, 4), size=st.integers(1, 4), use_while=st.booleans())
+def test_loop_invariant_work_runs_before_the_loop(steps, size, use_while):
+    """Work on values from outside a loop body (here on the weights and an outer input) moves
+    in front of the loop; values match for every trip count, zero included."""
+    from jax import lax
+
+    w = np.linspace(0.5, 1.5, size).astype(np.float32)
+
+    def f(x, y):
+        def body(i, u):
+            return u * jnp.exp(y) + jnp.concatenate([jnp.zeros((1,), u.dtype), jnp.asarray(w)[1:]]) * 2.0
+
+        if use_while:
+            return lax.while_loop(lambda s: s[0] < steps, lambda s: (s[0] + 1, body(s[0], s[1])), (0, x))[1]
+        return lax.fori_loop(0, steps, body, x)
+
+    model = assert_exports_match(f, [(size,), (size,)])
+    body = _body_nodes(model)
+    assert not {"Exp", "Concat", "Unsqueeze"} & {n.op_type for n in body}, [n.op_type for n in body]
