@@ -16,6 +16,7 @@ from jax import lax
 
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
+from tests.jax_facts import conv_crop_wrong
 
 SMALL_INTS = st.integers(-3, 3)
 DOT_DTYPES = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.bool_]
@@ -162,6 +163,7 @@ def conv_problems(draw, *, lhs_dilation: bool = True, max_spatial: int = 3) -> d
         specs=tuple(tuple(draw(st.permutations(range(n + 2)))) for _ in range(3)),
     )
     assume(_conv_output_shape(problem) is not None)
+    assume(not conv_crop_wrong(problem["padding"]))  # JAX 0.10's own bug (tests/jax_facts.py)
     return problem
 
 

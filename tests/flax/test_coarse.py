@@ -10,11 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jax2onnx_nn.core.jax_nn import ACTIVATIONS
 from tests.flax.helpers import assert_module_matches, node_ops
+from tests.jax_facts import conv_crop_wrong
 
 SMALL = settings(max_examples=5)
 
@@ -445,6 +446,7 @@ def test_conv_transpose(ndim: int, kernel: int, stride: int, dilation: int, padd
     )
     if use_bias:
         layer.bias.set_value(jax.random.normal(jax.random.key(1), (4,)))
+    assume(not conv_crop_wrong(pad if isinstance(pad, tuple) else ""))  # JAX 0.10's own bug (tests/jax_facts.py)
     model = assert_module_matches(Apply(layer), [("B", *(size,) * ndim, 3)], sizes={"B": [1, 2]})
     dilated = (kernel - 1) * dilation + 1
     pairs = {"SAME": None, "VALID": None, 0: (0, 0), 1: (1, 1)}.get(padding, padding[0] if isinstance(padding, tuple) else None)
