@@ -221,6 +221,9 @@ def _shortcut(node: ir.Node) -> ir.Value | None:
             return x
         return _insert_before(node, "Transpose", [x], {"perm": combined}, out)
     # Reshape / Squeeze / Unsqueeze / Flatten
+    if producer is not None and producer.op_type == "Loop":
+        return None  # a Loop's stacked outputs are (0, 0, ...) after no trip in onnxruntime:
+        # the Reshape control_flow puts after them restores the declared shape
     if source_value is not None and _same_shape(source_value, out):
         return source_value
     if producer is None or producer.op_type not in _SHAPE_OPS or producer.domain != "":
