@@ -92,6 +92,11 @@ def _model_bytes(model: onnx.ModelProto | bytes | str | os.PathLike[str]) -> byt
     return Path(model).read_bytes()
 
 
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    """A C-contiguous array of the same shape (``np.ascontiguousarray`` makes a scalar 1-d)."""
+    return np.array(value, order="C", copy=None)
+
+
 def _onnxruntime(data: bytes) -> Session:
     import onnxruntime as ort
 
@@ -130,8 +135,7 @@ def _tract(data: bytes) -> Session:
         runnable = tract.onnx().load(str(path)).into_model().into_runnable()
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
-        # tract has no bool tensors from numpy; it takes the arrays as they are otherwise
-        return [out.to_numpy() for out in runnable.run([np.ascontiguousarray(v) for v in flat])]
+        return [out.to_numpy() for out in runnable.run([_contiguous(v) for v in flat])]
 
     return run
 
@@ -199,7 +203,7 @@ def _web(data: bytes) -> Session:
         out_dir.mkdir()
         inputs = []
         for i, (name, value) in enumerate(zip(names, flat, strict=True)):
-            value = np.ascontiguousarray(value)
+            value = _contiguous(value)
             if value.dtype.name not in _WEB_DTYPES:
                 raise TypeError(f"onnxruntime-web has no tensor type for {value.dtype} (input {name})")
             file = out_dir / f"in_{i}.bin"

@@ -88,6 +88,9 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
     "tract": Target(
         "tract", max_opset=25,  # 0.23 has no BitCast (opset 26)
         model_functions=False, scan_symbolic=True,
+        # it runs CumSum on uint32 (the bitwise ops below opset 18 sum their bits with it); a
+        # Cast to int64 would sign-extend uint32 and make a value it cannot take a CumSum of
+        kernels={"CumSum": "i32 i64 u32 u64 f32 f64"},
         rewrites=("nan_propagating_max_min",),
     ),
     "tensorrt": Target(

@@ -38,6 +38,12 @@ def test_random_samplers_match_jax_on_every_runtime(runtime: str, sampler: str) 
 
 
 @pytest.mark.parametrize("runtime", runtime_params())
+def test_scalar_inputs_keep_their_shape_on_every_runtime(runtime: str) -> None:
+    # (numpy's ascontiguousarray makes a 0-d array 1-d: tract then refuses the input)
+    assert_exports_match(lambda s, x: (x * s, s + 1), [((), np.float32), (3,)], target=runtime, runtime=runtime)
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
 @given(x=hnp.arrays(np.float32, 6, elements=st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -1.5, 2.0, 3.25])))
 def test_max_min_clip_propagate_nan_on_every_runtime(runtime: str, x: np.ndarray) -> None:
     y = x[::-1].copy()
