@@ -275,6 +275,25 @@ def _attr(value: Any) -> Any:
     return value
 
 
+REQUIRED = "jax2onnx_nn.required"  # node meta key: the clean-up passes keep this node as it is
+
+
+def mark_required(value: ir.Value) -> ir.Value:
+    """Keep the node making ``value`` through the clean-up passes (no pass bypasses, merges
+    through or rewrites it) and return ``value``. For a node whose declared result type
+    says nothing new but whose run-time effect is needed: the Reshape after a Loop's stacked
+    outputs, which onnxruntime gives as (0, 0, ...) after no trip."""
+    producer = value.producer()
+    if producer is not None:
+        producer.meta[REQUIRED] = True
+    return value
+
+
+def is_required(node: ir.Node | None) -> bool:
+    """True for a node :func:`mark_required` marked."""
+    return node is not None and bool(node.meta.get(REQUIRED))
+
+
 def set_type(value: ir.Value, dtype: Any, shape: Sequence[Any] | None) -> None:
     """Stamp dtype and shape on a value (the interpreter calls this once per eqn output)."""
     value.type = ir.TensorType(ir_dtype(dtype))

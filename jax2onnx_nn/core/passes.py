@@ -11,7 +11,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnx.reference import ReferenceEvaluator
 
-from jax2onnx_nn.core.graph import tensor_bytes
+from jax2onnx_nn.core.graph import is_required, tensor_bytes
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
 
@@ -193,6 +193,8 @@ def _shortcut(node: ir.Node) -> ir.Value | None:
     source itself when the pair is the identity, a new single node's output, or None."""
     (source_value, *_rest) = node.inputs
     producer = source_value.producer() if source_value is not None else None
+    if is_required(producer):
+        producer = None  # a required node is not looked through either
     out = node.outputs[0]
     if node.op_type == "Cast":
         to = ir.DataType(node.attributes["to"].value)
@@ -221,9 +223,6 @@ def _shortcut(node: ir.Node) -> ir.Value | None:
             return x
         return _insert_before(node, "Transpose", [x], {"perm": combined}, out)
     # Reshape / Squeeze / Unsqueeze / Flatten
-    if producer is not None and producer.op_type == "Loop":
-        return None  # a Loop's stacked outputs are (0, 0, ...) after no trip in onnxruntime:
-        # the Reshape control_flow puts after them restores the declared shape
     if source_value is not None and _same_shape(source_value, out):
         return source_value
     if producer is None or producer.op_type not in _SHAPE_OPS or producer.domain != "":
@@ -265,7 +264,8 @@ def cancel_layout_chains(model: ir.Model) -> int:
     """Back-to-back Transposes, Casts and shape ops (Reshape, Squeeze, Unsqueeze, Flatten)
     become one node, or none when the pair is the identity (``x.T.T``, ``squeeze(expand_dims(x))``,
     a cast to a wider dtype and back); a Transpose with the identity perm, a Cast to the dtype
-    it has and a reshape to the shape it has go too. Exact: a Cast pair is merged only when
+    it has and a reshape to the shape it has go too. A node marked with
+    :func:`~jax2onnx_nn.core.graph.mark_required` stays and is not looked through. Exact: a Cast pair is merged only when
     the first cast is lossless. One walk over every node of the graph, its subgraphs and the
     function bodies, each node looking at its producer only; the nodes left unused are removed
     by the clean-up. Returns the number of nodes bypassed."""
@@ -276,7 +276,7 @@ def cancel_layout_chains(model: ir.Model) -> int:
             if node.domain != "" or node.op_type not in {"Transpose", "Cast", *_SHAPE_OPS} or len(node.outputs) != 1:
                 continue
             out = node.outputs[0]
-            if not node.inputs or node.inputs[0] is None or out.is_graph_output():
+            if not node.inputs or node.inputs[0] is None or out.is_graph_output() or is_required(node):
                 continue
             replacement = _shortcut(node)
             if replacement is None or replacement is out:

@@ -251,3 +251,25 @@ def test_loop_invariant_work_runs_before_the_loop(steps, size, use_while):
     model = assert_exports_match(f, [(size,), (size,)])
     body = _body_nodes(model)
     assert not {"Exp", "Concat", "Unsqueeze"} & {n.op_type for n in body}, [n.op_type for n in body]
+
+
+@given(then=st.sampled_from(["none", "flatten", "expand", "transpose"]), seed=st.integers(0, 100))
+def test_the_reshape_restoring_a_loops_stacked_outputs_stays(then, seed):
+    """After no trip onnxruntime gives a Loop's stacked outputs as (0, 0, ...): the Reshape
+    control_flow marks as required restores (0, B, 2) though its declared shape is the Loop's,
+    so the chain pass neither drops it nor merges a following layout op through it."""
+    from jax import lax
+
+    def f(h, xs):
+        ys = lax.scan(lambda c, x: (c + x, c * x), h, xs)[1]
+        if then == "flatten":
+            return ys.reshape(ys.shape[0] * ys.shape[1], 2)
+        if then == "expand":
+            return jnp.expand_dims(ys, 1)
+        if then == "transpose":
+            return jnp.transpose(ys, (1, 0, 2))
+        return ys
+
+    model = assert_exports_match(f, [("B", 2), ("T", "B", 2)], sizes={"T": [0, 1, 3], "B": [1, 2]}, seed=seed)
+    producers = {out: node.op_type for node in model.graph.node for out in node.output}
+    assert any(n.op_type == "Reshape" and producers.get(n.input[0]) == "Loop" for n in model.graph.node), op_types(model)

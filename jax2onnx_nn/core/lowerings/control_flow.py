@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import set_type
+from jax2onnx_nn.core.graph import mark_required, set_type
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 
@@ -307,8 +307,9 @@ def _finish_ys(ctx: LoweringContext, ys: ir.Value, aval: Any, length: Any, rever
     """Loop stacks scan outputs in iteration order; a reverse scan wants them the other way."""
     _, shape = onnx_aval(aval)
     if jxi.is_symbolic_dim(length) and any(jxi.is_symbolic_dim(d) for d in shape[1:]):
-        # after 0 iterations onnxruntime makes a symbolic dim of the stacked output 0
-        ys = ctx.op.Reshape(ys, ctx.shape_tensor(shape), allowzero=1)
+        # after 0 iterations onnxruntime makes a symbolic dim of the stacked output 0: the
+        # Reshape restores it, though its declared shape is the Loop's (the passes keep it)
+        ys = mark_required(ctx.op.Reshape(ys, ctx.shape_tensor(shape), allowzero=1))
     if reverse:
         ys = ctx.slice(ys, [0], [-1], [np.iinfo(np.int64).min], [-1])
     return ys
