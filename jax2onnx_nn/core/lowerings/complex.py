@@ -479,3 +479,99 @@ def _cumprod(x: Array, *, axis: int, reverse: bool, **_: Any) -> Array:
     prefixes = lax.associative_scan(_complex_mul, x, reverse=reverse, axis=axis)
     padded = (jnp.arange(n) != (0 if reverse else n - 1)).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
     return jnp.where(padded, _complex_mul(prefixes, _pair(jnp.ones_like(x[..., 0]), jnp.zeros_like(x[..., 1]))), prefixes)
+
+
+# Inverse trigonometric and hyperbolic functions. asin, acos, asinh and acosh share one kernel
+# (Hull et al.'s algorithm with the fewer regions XLA uses); atan and atanh one formula for
+# atanh. Each keeps JAX's signs of zero on the branch cuts and its finite results far out.
+def _asin_acos_kernel(re: Array, im: Array) -> tuple[Array, Array]:
+    """(sqrt(a^2 - x^2), log(a + sqrt(a^2 - 1))) for x = |re|, y = |im| and
+    a = (|z + 1| + |z - 1|) / 2: then asin z = atan2(re, k_re) + i sign(im) k_im.
+
+    Every difference that would cancel (a - x near the cut, a - 1 near the branch points) is
+    rewritten as a quotient of sums (Hull et al., Fig. 2); far out (beyond sqrt(max) / 8) the
+    asymptotes: k_re = y, k_im = log 2 + log max(x, y) (+ a log1p correction in x / y)."""
+    x, y = jnp.abs(re), jnp.abs(im)
+    info = np.finfo(re.dtype)
+    safe_min = float(np.sqrt(info.tiny)) * 4
+    safe_max = float(np.sqrt(info.max)) / 8
+    # y large enough that the imaginary part is its asymptote; a lower bound while x is not
+    # huge extends the asymptote's region to where x ~ eps * y (Hull et al.'s case 4)
+    huge_y_bound = jnp.where(x < safe_max * 1e12, safe_max * 1e-6, safe_max * 1e2).astype(re.dtype)
+    xp1, xm1 = x + 1, x - 1
+    r, s = _abs(xp1, y), _abs(xm1, y)  # |z + 1|, |z - 1|
+    a = 0.5 * (r + s)
+    rpxp1, spxm1, smxm1 = r + xp1, s + xm1, s - xm1
+    yy = y * y
+    half_apx = 0.5 * (a + x)
+    out_re = jnp.where(
+        jnp.maximum(x, y) >= safe_max, y,
+        jnp.where(x <= 1, jnp.sqrt(half_apx * (yy / rpxp1 + smxm1)), y * jnp.sqrt(half_apx / rpxp1 + half_apx / spxm1)),
+    )
+    tiny_y = (y < safe_min) & (x < 1)
+    am1 = jnp.where(  # a - 1 without cancellation
+        tiny_y, -(xp1 * xm1) / (a + 1),
+        jnp.where(x >= 1, 0.5 * yy / rpxp1 + 0.5 * spxm1, jnp.where(a <= 1.5, 0.5 * yy / rpxp1 + 0.5 * yy / smxm1, a - 1)),
+    )
+    huge_y = y >= huge_y_bound
+    big = jnp.where(huge_y, y, x)
+    root = jnp.sqrt(am1 * (a + 1))
+    x_over_y = jnp.where(huge_y & (y != np.inf), x / y, 0)
+    out_im = jnp.where(
+        big >= jnp.where(huge_y, huge_y_bound, safe_max),
+        float(np.log(2)) + jnp.log(big) + 0.5 * jnp.log1p(x_over_y * x_over_y),
+        jnp.where(tiny_y, y / root, jnp.log1p(am1 + root)),
+    )
+    return out_re, out_im
+
+
+def _asin(re: Array, im: Array) -> tuple[Array, Array]:
+    k_re, k_im = _asin_acos_kernel(re, im)
+    return lax.atan2(re, k_re), jnp.where(im < 0, -k_im, k_im)
+
+
+def _acos(re: Array, im: Array) -> tuple[Array, Array]:
+    k_re, k_im = _asin_acos_kernel(re, im)
+    return lax.atan2(k_re, re), jnp.where(im < 0, k_im, -k_im)
+
+
+def _asinh(re: Array, im: Array) -> tuple[Array, Array]:
+    k_re, k_im = _asin_acos_kernel(-im, re)  # asinh z = -i asin(iz)
+    return jnp.where(re < 0, -k_im, k_im), lax.atan2(im, k_re)
+
+
+def _acosh(re: Array, im: Array) -> tuple[Array, Array]:
+    k_re, k_im = _asin_acos_kernel(re, im)  # acosh z = +-i acos z
+    angle = lax.atan2(k_re, re)
+    return k_im, jnp.where(im < 0, -angle, angle)
+
+
+def _atanh(re: Array, im: Array) -> tuple[Array, Array]:
+    """atanh z = (log1p z - log1p(-z)) / 2 as real formulas: re = sign(x) log1p(4|x| / ((1 -
+    |x|)^2 + y^2)) / 4 and im = atan2(2y, (1 - |x|)(1 + |x|) - y^2) / 2; beyond
+    1 / eps^2 (where 1 + |x| rounds to |x|) their asymptotes, so nothing overflows."""
+    x, y = jnp.abs(re), jnp.abs(im)
+    dtype = np.dtype(re.dtype)
+    inv_eps = float(np.nextafter(dtype.type(1 / np.finfo(dtype).epsneg), dtype.type(np.inf)))
+    safe_max = inv_eps * inv_eps
+    one_minus_x = 1 - x
+    yy = im * im
+    inside = (x < safe_max) & (y < safe_max)
+    far = jnp.where(jnp.isinf(re) | jnp.isinf(im), 0, 1 / (x / im + im / x) / im)
+    arg = jnp.where(inside, x / (one_minus_x * one_minus_x + yy), jnp.where(y * inv_eps < x, 1 / x, far))
+    sign_x = jnp.where(re >= 0, 1, -1).astype(re.dtype)
+    sign_y = jnp.where(im >= 0, 1, -1).astype(re.dtype)
+    out_re = sign_x * jnp.log1p(4 * arg) * 0.25
+    out_im = jnp.where(inside, lax.atan2(im + im, one_minus_x * (1 + x) - yy), sign_y * np.pi) * 0.5
+    return out_re, out_im
+
+
+def _atan(re: Array, im: Array) -> tuple[Array, Array]:
+    out_re, out_im = _atanh(-im, re)  # atan z = -i atanh(iz)
+    return out_im, -out_re
+
+
+for _name, _fn in {
+    "asin": _asin, "acos": _acos, "asinh": _asinh, "acosh": _acosh, "atanh": _atanh, "atan": _atan,
+}.items():
+    pair_impl(_name)(_like_pairs(_fn))

@@ -276,29 +276,30 @@ def _integer_pow(ctx: LoweringContext, x: ir.Value, *, y: int) -> ir.Value:
     return ctx.op.Div(ctx.const(1, like=x), result) if y < 0 else result
 
 
-@lowering("atan2", onnx_ops=("Atan", "Div", "Where", "Add", "And", "Cast", "Cos", "Equal", "IsInf", "Less", "Mul", "Not", "Or", "Sign", "Sin", "Sub"))
+@lowering("atan2", onnx_ops=("Atan", "Div", "Where", "Abs", "Add", "And", "Cast", "Cos", "Equal", "Greater", "IsInf", "Less", "Mul", "Not", "Or", "Sign", "Sin", "Sub"))
 def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value, **_: object) -> ir.Value:
-    # atan(y/x) fixed up by quadrant; signed zeros and infinities follow C atan2
+    # atan2(y, x) = sign(y) * atan2(|y|, x), signed zeros and infinities as C atan2. The sign
+    # is applied by a product after the quadrant selection: onnxruntime's Where returns +0 for
+    # a selected -0 (microsoft/onnxruntime#32191), so no -0 may pass through a Where.
     dtype = onnx_aval(ctx.aval_in)[0]
     atan = _f64_atan if dtype == np.float64 else (lambda c, v: c.op.Atan(v))
     pi = ctx.const(np.pi, like=x)
     zero = ctx.const(0, like=x)
+    abs_y = ctx.op.Abs(y)
     both_inf = ctx.op.And(ctx.op.IsInf(x), ctx.op.IsInf(y))
-    ratio = ctx.op.Div(y, x)
-    # with both infinite, use |ratio| = 1 so the quadrant fix-up gives +-pi/4, +-3pi/4
-    ratio = ctx.op.Where(both_inf, ctx.op.Mul(ctx.op.Sign(x), ctx.op.Sign(y)), ratio)
+    ratio = ctx.op.Div(abs_y, x)
+    # with both infinite, use |ratio| = 1 so the quadrant fix-up gives pi/4, 3pi/4
+    ratio = ctx.op.Where(both_inf, ctx.op.Sign(x), ratio)
     base = atan(ctx, ratio)
     neg_x = ctx.op.Or(ctx.op.Less(x, zero), _is_negative_zero(ctx, x))
-    sign_y = _copysign_one(ctx, y)
-    shifted = ctx.op.Add(base, ctx.op.Mul(sign_y, pi))
-    r = ctx.op.Where(neg_x, shifted, base)
-    # x == 0 and y == 0: atan2(+-0, +0) = +-0 and atan2(+-0, -0) = +-pi
+    angle = ctx.op.Where(neg_x, ctx.op.Add(base, pi), base)
+    # x == 0 and y == 0: atan2(0, +0) = 0 and atan2(0, -0) = pi
     both_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Equal(y, zero))
-    zero_case = ctx.op.Mul(sign_y, ctx.op.Where(neg_x, pi, zero))
-    r = ctx.op.Where(both_zero, zero_case, r)
-    # x == 0, y a nonzero number: +-pi/2 (a NaN y stays NaN, so not Not(y == 0))
-    x_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Greater(ctx.op.Abs(y), zero))
-    return ctx.op.Where(x_zero, ctx.op.Mul(sign_y, ctx.const(np.pi / 2, like=x)), r)
+    angle = ctx.op.Where(both_zero, ctx.op.Where(neg_x, pi, zero), angle)
+    # x == 0, y a nonzero number: pi/2 (a NaN y stays NaN, so not Not(y == 0))
+    x_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Greater(abs_y, zero))
+    angle = ctx.op.Where(x_zero, ctx.const(np.pi / 2, like=x), angle)
+    return ctx.op.Mul(_copysign_one(ctx, y), angle)
 
 
 def _is_negative_zero(ctx: LoweringContext, x: ir.Value) -> ir.Value:
