@@ -113,7 +113,7 @@ def export_model(
     config = ExportConfig(**options) if config is None else config.replace(**options) if options else config
     if not callable(fn):
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
-    with jxi.x64(config.enable_double_precision), export_session(fn, config) as prepared, kernels.target_kernels(config.target.kernels, missing_types(config.opset, tuple(kernels.SUPPORTED))):
+    with jxi.x64(config.enable_double_precision), jxi.quick_function_names(), export_session(fn, config) as prepared, kernels.target_kernels(config.target.kernels, missing_types(config.opset, tuple(kernels.SUPPORTED))):
         arg_names = _positional_names(fn)
         specs = parse_specs(
             inputs, input_params=dict(config.input_params),

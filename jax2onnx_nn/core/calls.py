@@ -147,6 +147,7 @@ def trace_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 def clear_trace_cache() -> None:
     """Forget every cached call trace (the next export traces each call again)."""
     _TRACES.clear()
+    jxi.clear_batched_bodies()
 
 
 __all__ = ["clear_trace_cache", "is_array", "split_arrays", "trace_call"]

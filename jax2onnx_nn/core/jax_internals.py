@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
+import re
 import sys
-from collections.abc import Iterator
+import types
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import jax
@@ -99,8 +103,29 @@ def add_library_package(name: str) -> None:
 
 def library_dirs() -> tuple[str, ...]:
     """Folders of code that is not the user's: this package, JAX and the frameworks."""
-    paths = (getattr(sys.modules.get(name), "__file__", None) for name in _FRAMEWORKS)
-    return (_OWN_DIR, *(os.path.dirname(p) + os.sep for p in paths if p))
+    return _library()[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _library_for(files: tuple[str | None, ...]) -> tuple[tuple[str, ...], dict[str, bool]]:
+    """The library folders for these framework files, and a memo: file name -> whether a
+    frame there is library code (filled by :func:`_is_library`)."""
+    return (_OWN_DIR, *(os.path.dirname(p) + os.sep for p in files if p)), {}
+
+
+def _library() -> tuple[tuple[str, ...], dict[str, bool]]:
+    # a framework imported (or registered) later changes the folders: keyed by their files
+    return _library_for(tuple(getattr(sys.modules.get(name), "__file__", None) for name in _FRAMEWORKS))
+
+
+def _is_library(file_name: str, library: tuple[tuple[str, ...], dict[str, bool]]) -> bool:
+    """Whether a frame in ``file_name`` is not the user's: JAX's own filter (internal frames,
+    the standard library) or one of the library folders; memoized per file."""
+    dirs, memo = library
+    known = memo.get(file_name)
+    if known is None:
+        known = memo[file_name] = not _source_info_util.is_user_filename(file_name) or file_name.startswith(dirs)
+    return known
 
 
 def source_line(eqn: Any, *, library_ok: bool = False) -> str:
@@ -108,15 +133,26 @@ def source_line(eqn: Any, *, library_ok: bool = False) -> str:
     innermost frame outside JAX, this package and the frameworks; "" when there is none (a
     body JAX traced inside a library function, an equation made by a batching rule of
     ours), so that the caller's line stands. ``library_ok``: else the innermost frame outside
-    JAX and this package (a framework layer exported by itself has no user frame at all)."""
+    JAX and this package (a framework layer exported by itself has no user frame at all).
+
+    Called for every equation lowered (nodes carry the line): the frames are classified by
+    file name, memoized, and only the frame found is turned into a line number."""
     try:
-        frames = list(_source_info_util.user_frames(eqn.source_info.traceback))
-        library = library_dirs()
-        frame = next((f for f in frames if not f.file_name.startswith(library)), None)
-        if frame is None and library_ok:
-            frame = next((f for f in frames if not f.file_name.startswith(_OWN_DIR)), None)
-        if frame is None:
+        traceback = eqn.source_info.traceback
+        if traceback is None:
             return ""
+        codes, lastis = traceback.raw_frames()
+        library = _library()
+        found = next((i for i, code in enumerate(codes) if not _is_library(code.co_filename, library)), None)
+        if found is None and library_ok:
+            found = next(
+                (i for i, code in enumerate(codes)
+                 if _source_info_util.is_user_filename(code.co_filename) and not code.co_filename.startswith(_OWN_DIR)),
+                None,
+            )
+        if found is None:
+            return ""
+        frame = _source_info_util.raw_frame_to_frame(codes[found], lastis[found])
         column = f":{frame.start_column}" if frame.start_column else ""
         return f"{frame.file_name}:{frame.start_line}{column} ({frame.function_name})"
     except Exception:  # pragma: no cover - defensive: source info is best effort
@@ -144,6 +180,38 @@ def x64(enabled: bool) -> Iterator[None]:
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+def _fun_sourceinfo(fun: Any) -> str:
+    """JAX's name of a traced callable (``f at file.py:12``), as ``api_util.fun_sourceinfo``
+    gives it, without ``str()`` of a callable that is not a function: JAX formats any
+    other object (an Equinox module's whole pretty-printed tree, a partial holding a jaxpr)
+    only to look for ``<built-in function name>`` in the text. Unwraps as JAX 0.12 does."""
+    fun = inspect.unwrap(fun)
+    while isinstance(fun, functools.partial):
+        fun = inspect.unwrap(fun.func)
+    code = getattr(fun, "__code__", None)
+    if code is not None and hasattr(fun, "__name__"):
+        return f"{fun.__name__} at {code.co_filename}:{code.co_firstlineno}"
+    if isinstance(fun, types.BuiltinFunctionType):  # "<built-in function abs>": cheap to format
+        match = re.match(r"<built-in function (\S+)>", str(fun))
+        return match.group(1) if match else "<unknown>"
+    return "<unknown>"
+
+
+@contextlib.contextmanager
+def quick_function_names() -> Iterator[None]:
+    """While the block runs, JAX names the callables it traces with :func:`_fun_sourceinfo`
+    (``jax.vmap`` and ``jax.make_jaxpr`` name each one: a vmapped Equinox module is
+    pretty-printed in full each time otherwise). Names are for JAX's messages only."""
+    from jax._src import api_util
+
+    original = api_util.fun_sourceinfo
+    api_util.fun_sourceinfo = _fun_sourceinfo
+    try:
+        yield
+    finally:
+        api_util.fun_sourceinfo = original
 
 
 def trace_context() -> Any:
@@ -430,6 +498,41 @@ def rebind_under_vmap(name: str) -> None:
     _REBOUND_UNDER_VMAP.add(name)
 
 
+_BATCHED_CACHE_SIZE = 512
+_BATCHED: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()
+
+
+def batched_body(body: Any, in_axes: list[int | None], args: list[Any]) -> Any:
+    """``make_jaxpr(vmap(body, in_axes))`` on the avals of ``args`` (outputs batched along
+    dim 0), traced once per body, axes, avals and trace context: equal layers under
+    ``jax.vmap`` share a body (``core/calls.py``), and so their batched body."""
+    try:
+        key: Hashable | None = (id(body), tuple(in_axes), tuple(jax.typeof(a) for a in args), trace_context())
+        hash(key)
+    except TypeError:  # pragma: no cover - an aval that does not hash: traced each time
+        key = None
+    hit = _BATCHED.get(key) if key is not None else None
+    if hit is not None and hit[0] is body:
+        _BATCHED.move_to_end(key)
+        return hit[1]
+    fn = jex.core.jaxpr_as_fun(body)
+
+    def run(*xs: Any) -> Any:  # a function of its own: JAX names it without printing the jaxpr
+        return fn(*xs)
+
+    batched = jax.make_jaxpr(jax.vmap(run, in_axes=list(in_axes)))(*args)
+    if key is not None:
+        _BATCHED[key] = (body, batched)  # holding body keeps id(body) unique
+        if len(_BATCHED) > _BATCHED_CACHE_SIZE:
+            _BATCHED.popitem(last=False)
+    return batched
+
+
+def clear_batched_bodies() -> None:
+    """Forget the batched bodies of :func:`batched_body`."""
+    _BATCHED.clear()
+
+
 def is_body_primitive(prim: Any) -> bool:
     """Whether ``prim`` was made by :func:`body_primitive` (its ``body`` param is its meaning)."""
     return _BODY_PRIMITIVES.get(prim.name) is prim
@@ -458,13 +561,12 @@ def body_primitive(name: str) -> Any:
 
     def batch(args: Any, dims: Any, *, body: Any, **params: Any) -> tuple[list[Any], list[int]]:
         in_axes = [d if isinstance(d, int) else None for d in dims]  # not mapped: None
-        fn = jex.core.jaxpr_as_fun(body)
         if name not in _REBOUND_UNDER_VMAP:
-            outs = jax.vmap(fn, in_axes=in_axes)(*args)
+            outs = jex.core.jaxpr_as_fun(batched_body(body, in_axes, args))(*args)
             return list(outs), [0] * len(outs)
         args = [a if d is None else jax.numpy.moveaxis(a, d, 0) for a, d in zip(args, in_axes, strict=True)]
         front = [None if d is None else 0 for d in in_axes]
-        batched = jax.make_jaxpr(jax.vmap(fn, in_axes=front))(*args)
+        batched = batched_body(body, front, args)
         levels = (tuple(d is not None for d in in_axes), *params.pop("vmap_levels", ()))
         outs = prim.bind(*args, body=batched, vmap_levels=levels, **params)
         return list(outs), [0] * len(outs)

@@ -189,6 +189,47 @@ def test_vmapped_library_calls_without_a_user_frame_have_no_misleading_line():
     assert all("jax2onnx_nn" + os.sep not in n.doc_string for n in model.graph.node)
 
 
+class _Printed:
+    """A callable object that counts how often it is printed."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        type(self).reprs += 1
+        return "_Printed()"
+
+    def __call__(self, x):
+        return jnp.tanh(x) * 2.0
+
+
+def test_an_exported_callable_object_is_never_printed():
+    """JAX names each callable it vmaps or traces, formatting any object that is not a
+    function (a whole Equinox model pretty-printed) to do it: not while exporting."""
+    _Printed.reprs = 0
+    model = to_onnx(jax.vmap(_Printed()), [("B", 3)])
+    assert _Printed.reprs == 0
+    assert [n.op_type for n in model.graph.node] == ["Tanh", "Mul"]
+    assert_exports_match(jax.vmap(_Printed()), [("B", 3)])
+
+
+def test_function_names_while_exporting_are_jaxs():
+    import functools
+
+    from jax2onnx_nn.core import jax_internals as jxi
+
+    def f(x):
+        return x
+
+    code = f.__code__
+    expected = f"f at {code.co_filename}:{code.co_firstlineno}"
+    assert jxi._fun_sourceinfo(f) == expected
+    assert jxi._fun_sourceinfo(functools.partial(functools.partial(f))) == expected
+    assert jxi._fun_sourceinfo(functools.wraps(f)(lambda x: x)) == expected
+    assert jxi._fun_sourceinfo(abs) == "abs"
+    assert jxi._fun_sourceinfo([].append) == "<unknown>"
+    assert jxi._fun_sourceinfo(_Printed()) == "<unknown>"
+
+
 def _all_nodes(graph):
     for node in graph.node:
         yield node

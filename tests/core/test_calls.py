@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from jax2onnx_nn import onnx_function, to_onnx
 from jax2onnx_nn.core import calls
+from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.functions import DOMAIN
 from jax2onnx_nn.testing import assert_exports_match
 
@@ -108,6 +109,38 @@ def test_weights_outside_the_leaves_are_traced_each_call() -> None:
     to_onnx(_stack(layers), [("B", 3)])
     assert TRACED == ["plain", "plain"]
     assert_exports_match(_stack(layers), [("B", 3)])
+
+
+def test_vmapped_equal_layers_batch_one_body() -> None:
+    """Under jax.vmap a function call is re-bound on the batched operands: equal layers share
+    their traced body, and so the batched body (traced once)."""
+    calls.clear_trace_cache()
+    rng = np.random.default_rng(4)
+    layers = [_dense(rng, 4, 4) for _ in range(3)]
+    TRACED.clear()
+    model = to_onnx(jax.vmap(_stack(layers)), [("B", 4)])
+    assert TRACED == ["tanh"]
+    assert len(jxi._BATCHED) == 1
+    assert [n.op_type for n in model.graph.node if n.domain == DOMAIN] == ["Dense"] * 3
+    assert_exports_match(jax.vmap(_stack(layers)), [("B", 4)], sizes={"B": [1, 3]})
+
+
+def test_inlined_bodies_under_vmap_batch_once() -> None:
+    """A body primitive that is not re-bound under vmap is inlined batched: one batched
+    trace for equal calls, each call with its own operands."""
+    calls.clear_trace_cache()
+    prim = jxi.body_primitive("test_calls_scaled_sin")
+    body = jax.make_jaxpr(lambda w, x: jnp.sin(x) * w)(jnp.float32(0), jnp.zeros(3, jnp.float32))
+
+    def f(x):
+        for scale in (2.0, 3.0):
+            x = prim.bind(jnp.float32(scale), x, body=body)[0]
+        return x
+
+    model = to_onnx(jax.vmap(f), [("B", 3)])
+    assert len(jxi._BATCHED) == 1
+    assert [n.op_type for n in model.graph.node].count("Sin") == 2
+    assert_exports_match(jax.vmap(f), [("B", 3)], sizes={"B": [1, 4]})
 
 
 @given(
