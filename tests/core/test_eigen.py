@@ -46,6 +46,11 @@ def test_tridiagonal_matches_jax(n, batch, dtype, seed, lower):
     assert_exports_match_on(lambda a: lax.linalg.tridiagonal(a, lower=lower), a, **_reduction_tol(dtype))
 
 
+def test_reduction_symbolic_batch():
+    """The default subset's symbolic case: one export with a batch dim "B", run at two sizes."""
+    assert_exports_match(lax.linalg.hessenberg, [("B", 4, 4)], sizes={"B": [1, 3]}, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.slow  # ~8 s of exports
 def test_reductions_symbolic_batch_vmap_and_loop():
     for b in (1, 3):
@@ -116,8 +121,9 @@ def _schur_defined(a: jax.Array) -> tuple:
 
 
 @pytest.mark.parametrize(("name", "fn", "tol"), [
-    pytest.param("schur", _schur_defined, 1e-10, marks=pytest.mark.slow),
-    ("sqrtm", jsl.sqrtm, 1e-8),  # sqrtm's triangular recurrence amplifies rounding
+    ("schur", _schur_defined, 1e-10),
+    # sqrtm's triangular recurrence amplifies rounding; it runs on the schur above
+    pytest.param("sqrtm", jsl.sqrtm, 1e-8, marks=pytest.mark.slow),
     pytest.param("roots", lambda p: _in_order(jnp.roots(p[0], strip_zeros=False)), 1e-10, marks=pytest.mark.slow),
 ])
 def test_functions_on_eig_and_schur(name, fn, tol):
