@@ -67,6 +67,7 @@ def roundtrip(
     full_check: bool = False,
     save_dir: str | os.PathLike[str] | None = None,
     runtime: str = "onnxruntime",
+    jit: bool = False,
     **to_onnx_options: Any,
 ) -> RoundTrip:
     """Export ``model_or_fn`` (unless ``onnx_model`` is given), run the ONNX checker, and
@@ -87,6 +88,8 @@ def roundtrip(
         full_check: run the checker with strict shape inference.
         save_dir: on a mismatch, save the model there (the path is in the diff).
         runtime: where the model runs (see :func:`jax2onnx_nn.verify`).
+        jit: run the JAX side under ``jax.jit``: one XLA compile instead of one per op (a
+            linear-algebra reference compiles ~40 small programs op by op).
         **to_onnx_options: options of :func:`jax2onnx_nn.to_onnx`.
 
     Returns:
@@ -119,7 +122,7 @@ def roundtrip(
     report = verify(
         fn, model, specs, sizes=sizes, input_params=input_params, enable_double_precision=x64,
         rtol=rtol, atol=atol, seed=seed, input_values=input_values, on_run=collect, training=training,
-        runtime=runtime,
+        runtime=runtime, jit=jit,
     )
     result = RoundTrip(model, report, diffs)
     if not result.ok and save_dir is not None:

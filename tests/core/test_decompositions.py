@@ -47,53 +47,120 @@ def rhs(seed: int, batch: tuple, n: int, k: int, dtype=np.float32) -> np.ndarray
 
 
 # -- primitives --------------------------------------------------------------------------------
-@given(n=SIZES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
-def test_cholesky_matches_jax(n, batch, dtype, seed):
+# Each property runs representative cases by default (both dtypes, batched and not, the
+# flags both ways) and its hypothesis draws with --run-slow.
+def check_cholesky(n, batch, dtype, seed):
     a = spd(seed, batch, n, dtype) + np.triu(general(seed, batch, n, dtype=dtype), 1)  # upper is not read
-    assert_exports_match_on(lambda a: lax.linalg.cholesky(a, symmetrize_input=False), a, **_tol(dtype))
+    assert_exports_match_on(lambda a: lax.linalg.cholesky(a, symmetrize_input=False), a, **_tol(dtype), jit=True)
 
 
+@pytest.mark.parametrize(("n", "batch", "dtype"), [(5, (2,), np.float32), (2, (), np.float64)])
+def test_cholesky_matches_jax(n, batch, dtype):
+    check_cholesky(n, batch, dtype, 0)
+
+
+@pytest.mark.slow
+@given(n=SIZES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_cholesky_property(n, batch, dtype, seed):
+    check_cholesky(n, batch, dtype, seed)
+
+
+TRSM_FLAGS = ("left_side", "lower", "transpose_a", "unit_diagonal", "conjugate_a")
+
+
+@pytest.mark.parametrize(("n", "k", "batch", "dtype", "flags"), [
+    (5, 3, (2,), np.float32, (True, True, False, False, False)), (2, 1, (), np.float64, (False, False, True, True, True)),
+])
+def test_triangular_solve_matches_jax(n, k, batch, dtype, flags):
+    check_triangular_solve(n, k, batch, dtype, 0, **dict(zip(TRSM_FLAGS, flags, strict=True)))
+
+
+@pytest.mark.slow
 @given(
     n=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
     left_side=st.booleans(), lower=st.booleans(), transpose_a=st.booleans(), unit_diagonal=st.booleans(),
     conjugate_a=st.booleans(),
 )
-def test_triangular_solve_matches_jax(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a):
+def test_triangular_solve_property(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a):
+    check_triangular_solve(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a)
+
+
+def check_triangular_solve(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a):
     a = general(seed, batch, n, dtype=dtype)  # both triangles set: only the named one is read
     b = rhs(seed, batch, n, k, dtype) if left_side else np.swapaxes(rhs(seed, batch, n, k, dtype), -1, -2)
     if unit_diagonal:  # the unit triangle must be well conditioned too
         a = np.where(np.eye(n, dtype=bool), a, a / max(n, 1))
     flags = dict(left_side=left_side, lower=lower, transpose_a=transpose_a, conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
-    assert_exports_match_on(lambda a, b: lax.linalg.triangular_solve(a, b, **flags), a, b, **_tol(dtype))
+    assert_exports_match_on(lambda a, b: lax.linalg.triangular_solve(a, b, **flags), a, b, **_tol(dtype), jit=True)
 
 
-@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (3, 5), (5, 3), (1, 4)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS)
-def test_lu_matches_jax(shape, batch, dtype, seed):
+def check_lu(shape, batch, dtype, seed):
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)  # pivoting is exercised
-    assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype))
+    assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype), jit=True)
 
 
-@given(k=st.sampled_from([0, 1, 3, 5]), extra=st.integers(0, 2), batch=BATCHES, seed=SEEDS)
-def test_lu_pivots_to_permutation_matches_jax(k, extra, batch, seed):
+@pytest.mark.parametrize(("shape", "batch", "dtype"), [((3, 5), (2,), np.float32), ((5, 5), (), np.float64)])
+def test_lu_matches_jax(shape, batch, dtype):
+    check_lu(shape, batch, dtype, 0)
+
+
+@pytest.mark.slow
+@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (3, 5), (5, 3), (1, 4)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_lu_property(shape, batch, dtype, seed):
+    check_lu(shape, batch, dtype, seed)
+
+
+def check_lu_pivots_to_permutation(k, extra, batch, seed):
     size = k + extra
     rng = np.random.default_rng(seed)
     pivots = (np.arange(k) + rng.integers(0, size - np.arange(k), size=(*batch, k))).astype(np.int32)
-    assert_exports_match_on(lambda p: lax.linalg.lu_pivots_to_permutation(p, size), pivots)
+    assert_exports_match_on(lambda p: lax.linalg.lu_pivots_to_permutation(p, size), pivots, jit=True)
 
 
-@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (5, 3), (3, 5), (4, 1)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
-def test_qr_matches_jax(shape, batch, dtype, seed, full_matrices):
+@pytest.mark.parametrize(("k", "extra", "batch"), [(5, 2, (2,)), (0, 1, ())])
+def test_lu_pivots_to_permutation_matches_jax(k, extra, batch):
+    check_lu_pivots_to_permutation(k, extra, batch, 0)
+
+
+@pytest.mark.slow
+@given(k=st.sampled_from([0, 1, 3, 5]), extra=st.integers(0, 2), batch=BATCHES, seed=SEEDS)
+def test_lu_pivots_to_permutation_property(k, extra, batch, seed):
+    check_lu_pivots_to_permutation(k, extra, batch, seed)
+
+
+def check_qr(shape, batch, dtype, seed, full_matrices):
     """Q and R themselves, not only Q @ R: the reflectors are LAPACK's, so are R's signs."""
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)
-    assert_exports_match_on(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a, **_tol(dtype))
+    assert_exports_match_on(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a, **_tol(dtype), jit=True)
 
 
-@settings(max_examples=4)
-@given(shape=st.sampled_from([(0, 3), (1, 1), (2, 2), (5, 5), (5, 3), (3, 5)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
-def test_qr_pivoting_matches_jax(shape, batch, dtype, seed, full_matrices):
+@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [((5, 3), (2,), np.float32, True), ((3, 5), (), np.float64, False)])
+def test_qr_matches_jax(shape, batch, dtype, full_matrices):
+    check_qr(shape, batch, dtype, 0, full_matrices)
+
+
+@pytest.mark.slow
+@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (5, 3), (3, 5), (4, 1)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+def test_qr_property(shape, batch, dtype, seed, full_matrices):
+    check_qr(shape, batch, dtype, seed, full_matrices)
+
+
+def check_qr_pivoting(shape, batch, dtype, seed, full_matrices):
     """Column pivoting as geqp3: the permutation, Q and R themselves."""
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)
-    assert_exports_match_on(lambda a: lax.linalg.qr(a, pivoting=True, full_matrices=full_matrices), a, **_tol(dtype))
+    assert_exports_match_on(lambda a: lax.linalg.qr(a, pivoting=True, full_matrices=full_matrices), a, **_tol(dtype), jit=True)
+
+
+@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [((5, 3), (2,), np.float32, False), ((3, 5), (), np.float64, True)])
+def test_qr_pivoting_matches_jax(shape, batch, dtype, full_matrices):
+    check_qr_pivoting(shape, batch, dtype, 0, full_matrices)
+
+
+@pytest.mark.slow
+@settings(max_examples=4)
+@given(shape=st.sampled_from([(0, 3), (1, 1), (2, 2), (5, 5), (5, 3), (3, 5)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+def test_qr_pivoting_property(shape, batch, dtype, seed, full_matrices):
+    check_qr_pivoting(shape, batch, dtype, seed, full_matrices)
 
 
 def test_qr_pivoting_rank_deficient():
@@ -106,8 +173,8 @@ def test_qr_pivoting_rank_deficient():
         q, r, p = jsl.qr(a, pivoting=True)
         return q[:, :3], r[:3], p
 
-    assert_exports_match_on(defined, a, rtol=1e-8, atol=1e-10)
-    assert_exports_match(lambda a: jsl.qr(a, pivoting=True, mode="economic"), [("B", 4, 3)], input_values=[general(1, (2,), 4, 3, shift=0.0)])
+    assert_exports_match_on(defined, a, rtol=1e-8, atol=1e-10, jit=True)
+    assert_exports_match(lambda a: jsl.qr(a, pivoting=True, mode="economic"), [("B", 4, 3)], input_values=[general(1, (2,), 4, 3, shift=0.0)], jit=True)
 
 
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r", "raw"])
@@ -116,22 +183,22 @@ def test_jnp_qr_modes(mode, shape):
     a = general(3, (2,), *shape, shift=0.0)
     if mode == "raw":
         a = a[0]  # jnp.linalg.qr(mode="raw") takes no batch dims
-    assert_exports_match_on(lambda a: jnp.linalg.qr(a, mode=mode), a)
+    assert_exports_match_on(lambda a: jnp.linalg.qr(a, mode=mode), a, jit=True)
 
 
 def test_householder_product_matches_jax():
     from jax._src.lax import linalg as lax_linalg
 
     a = general(4, (2,), 6, 4, shift=0.0)
-    assert_exports_match_on(lambda a: lax_linalg.householder_product(*lax_linalg.geqrf(a)), a)
+    assert_exports_match_on(lambda a: lax_linalg.householder_product(*lax_linalg.geqrf(a)), a, jit=True)
 
 
 def test_qr_of_columns_already_zero():
     """A zero column below the diagonal is no reflection (tau 0), as in dlarfg."""
     a = np.zeros((3, 3), np.float32)
     a[0, 0] = -2.0
-    assert_exports_match_on(lax.linalg.qr, a)
-    assert_exports_match_on(lax.linalg.qr, np.zeros((2, 4, 3), np.float64))
+    assert_exports_match_on(lax.linalg.qr, a, jit=True)
+    assert_exports_match_on(lax.linalg.qr, np.zeros((2, 4, 3), np.float64), jit=True)
 
 
 # -- the functions users call ------------------------------------------------------------------
@@ -152,29 +219,37 @@ SOLVERS = {
 }
 
 
-@pytest.mark.parametrize("name", SOLVERS)
-@pytest.mark.parametrize(("n", "batch", "dtype"), [(5, (2,), np.float32), pytest.param(2, (), np.float64)])
+def _each_once(names, cases):
+    """Each name once by default, the cases taking turns; every other combination slow."""
+    return [
+        pytest.param(name, *case, marks=() if i % len(cases) == j else pytest.mark.slow)
+        for i, name in enumerate(names) for j, case in enumerate(cases)
+    ]
+
+
+@pytest.mark.parametrize(("name", "n", "batch", "dtype"), _each_once(SOLVERS, [(5, (2,), np.float32), (2, (), np.float64)]))
 def test_linalg_functions_match_jax(name, n, batch, dtype):
-    """Each function once per dtype (the primitives under them get the hypothesis draws)."""
+    """Each function once per dtype (the primitives under them get the hypothesis draws);
+    by default each once, in one of the two."""
     if name in ("multi_dot", "lu"):  # no batch dims in JAX either
         batch = ()
     a, b = spd(7, batch, n, dtype), rhs(7, batch, n, 2, dtype)
-    assert_exports_match_on(SOLVERS[name], a, b, **_tol(dtype))
+    assert_exports_match_on(SOLVERS[name], a, b, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize("name", ["solve", "inv", "slogdet", "cho_solve"])
+@pytest.mark.parametrize("name", ["solve", "cho_solve", pytest.param("inv", marks=pytest.mark.slow), pytest.param("slogdet", marks=pytest.mark.slow)])
 def test_symbolic_batch(name):
     """A symbolic batch dim ("B", 4, 4), the matrices drawn SPD for every B."""
     values = [spd(s, (b,), 4) for s, b in enumerate([1, 3])]
     for a in values:
         fn = SOLVERS[name]
-        assert_exports_match(lambda a, fn=fn: fn(a, a), [("B", 4, 4)], input_values=[a])
+        assert_exports_match(lambda a, fn=fn: fn(a, a), [("B", 4, 4)], input_values=[a], jit=True)
 
 
 def test_under_vmap():
     a, b = spd(0, (3,), 4), rhs(0, (3,), 4, 1)[..., 0]
-    assert_exports_match_on(jax.vmap(jnp.linalg.solve), a, b)
-    assert_exports_match_on(jax.vmap(jax.vmap(jnp.linalg.cholesky)), spd(1, (2, 3), 3))
+    assert_exports_match_on(jax.vmap(jnp.linalg.solve), a, b, jit=True)
+    assert_exports_match_on(jax.vmap(jax.vmap(jnp.linalg.cholesky)), spd(1, (2, 3), 3), jit=True)
 
 
 @pytest.mark.parametrize("n", [24, pytest.param(64, marks=pytest.mark.slow)])
@@ -182,11 +257,11 @@ def test_looped_sizes(n):
     """Above the unroll limit the steps are one ONNX Loop (or Scan): the graph does not grow with n."""
     assert n > decompositions.UNROLL_LIMIT
     a, b = spd(0, (2,), n), rhs(0, (2,), n, 3)
-    model = assert_exports_match_on(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4)
+    model = assert_exports_match_on(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4, jit=True)
     loops = [op for op in op_types(model) if op in ("Loop", "Scan")]  # fori_loop: either
     assert len(loops) == 3 and len(model.graph.node) < 40
-    assert_exports_match_on(jnp.linalg.inv, general(0, (2,), n), rtol=1e-4, atol=1e-4)
-    assert_exports_match_on(lax.linalg.lu, general(1, (), n, shift=0.0), rtol=1e-4, atol=1e-4)
+    assert_exports_match_on(jnp.linalg.inv, general(0, (2,), n), rtol=1e-4, atol=1e-4, jit=True)
+    assert_exports_match_on(lax.linalg.lu, general(1, (), n, shift=0.0), rtol=1e-4, atol=1e-4, jit=True)
 
 
 # -- degenerate inputs -------------------------------------------------------------------------
@@ -205,11 +280,10 @@ DEGENERATE = {
 }
 
 
-@pytest.mark.parametrize("name", DEGENERATE)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("name", "dtype"), _each_once(DEGENERATE, [(np.float32,), (np.float64,)]))
 def test_degenerate_inputs_as_jax(name, dtype):
     fn, a = DEGENERATE[name]
-    assert_exports_match_on(fn, a.astype(dtype))
+    assert_exports_match_on(fn, a.astype(dtype), jit=True)
 
 
 # -- graph size --------------------------------------------------------------------------------
@@ -220,5 +294,5 @@ def test_degenerate_inputs_as_jax(name, dtype):
 ])
 def test_small_graphs(fn, limit):
     """A 4x4 factorization is a few dozen nodes."""
-    model = assert_exports_match_on(fn, spd(0, (), 4))
+    model = assert_exports_match_on(fn, spd(0, (), 4), jit=True)
     assert len(model.graph.node) <= limit

@@ -319,11 +319,14 @@ FLAX_LINEN_LAYERS = {  # name: (module factory, input shape without batch, the o
 }
 
 
-@pytest.mark.parametrize("layer", sorted(FLAX_LINEN_LAYERS))
+LINEN_SLOW = {"conv_strided_grouped", "conv_dilated_1d", "conv_transpose_valid"}  # one conv, one transposed by default
+
+
+@pytest.mark.parametrize("layer", [pytest.param(name, marks=pytest.mark.slow) if name in LINEN_SLOW else name for name in sorted(FLAX_LINEN_LAYERS)])
 def test_flax_linen_layers(layer):
     nn = pytest.importorskip("flax.linen")
     make, shape, op = FLAX_LINEN_LAYERS[layer]
     module = make(nn)
-    params = module.init(jax.random.key(0), jnp.ones((1, *shape)))
+    params = jax.jit(module.init)(jax.random.key(0), jnp.ones((1, *shape)))  # one XLA program, not one per initializer op
     model = assert_exports_match(lambda x: module.apply(params, x), [("B", *shape)], sizes={"B": [1, 3]})
     assert op_types(model).count(op) == 1

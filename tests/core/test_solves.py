@@ -24,30 +24,44 @@ def _diagonals(seed: int, batch: tuple, m: int, dtype, dominant: bool) -> list[n
     return [v.astype(dtype) for v in (dl, d + 4 * dominant, du)]
 
 
+# Each property runs representative cases by default (both dtypes, batched and not) and its
+# hypothesis draws with --run-slow.
+
+
 # -- tridiagonal_solve -------------------------------------------------------------------------
-@settings(max_examples=3)
-@given(m=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, dominant=st.booleans())
-def test_tridiagonal_solve_matches_jax(m, k, batch, dtype, seed, dominant):
+def check_tridiagonal_solve(m, k, batch, dtype, seed, dominant):
     """Diagonally dominant systems (the Thomas algorithm) and general ones (gtsv's row swaps;
     their conditioning varies, so they are compared at 1e-4 / 1e-8)."""
     b = np.random.default_rng(seed + 1).normal(size=(*batch, m, k)).astype(dtype)
     tol = _tol(dtype) if dominant else {k: v * 10 for k, v in _tol(dtype).items()}
-    assert_exports_match_on(lax.linalg.tridiagonal_solve, *_diagonals(seed, batch, m, dtype, dominant), b, **tol)
+    assert_exports_match_on(lax.linalg.tridiagonal_solve, *_diagonals(seed, batch, m, dtype, dominant), b, **tol, jit=True)
+
+
+@pytest.mark.parametrize(("m", "k", "batch", "dtype", "dominant"), [(5, 3, (2,), np.float32, True), (5, 1, (), np.float64, False)])
+def test_tridiagonal_solve_matches_jax(m, k, batch, dtype, dominant):
+    check_tridiagonal_solve(m, k, batch, dtype, 0, dominant)
+
+
+@pytest.mark.slow
+@settings(max_examples=3)
+@given(m=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, dominant=st.booleans())
+def test_tridiagonal_solve_property(m, k, batch, dtype, seed, dominant):
+    check_tridiagonal_solve(m, k, batch, dtype, seed, dominant)
 
 
 def test_tridiagonal_solve_symbolic_batch_and_vmap():
     values = [[*_diagonals(s, (b,), 5, np.float32, True), np.ones((b, 5, 2), np.float32)] for s, b in enumerate([1, 4])]
     for v in values:
-        assert_exports_match(lax.linalg.tridiagonal_solve, [("B", 5)] * 3 + [("B", 5, 2)], input_values=v)
+        assert_exports_match(lax.linalg.tridiagonal_solve, [("B", 5)] * 3 + [("B", 5, 2)], input_values=v, jit=True)
     dl, d, du = _diagonals(0, (3,), 4, np.float32, False)
-    assert_exports_match_on(jax.vmap(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b[:, None])), dl, d, du, d * 2, rtol=1e-4)
+    assert_exports_match_on(jax.vmap(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b[:, None])), dl, d, du, d * 2, rtol=1e-4, jit=True)
 
 
 @pytest.mark.parametrize("size", [24, pytest.param(64, marks=pytest.mark.slow)])
 def test_tridiagonal_solve_looped(size):
     """Above the unroll limit: one Loop for the elimination, one for the substitution."""
     *diags, = _diagonals(size, (2,), size, np.float64, True)
-    model = assert_exports_match_on(lax.linalg.tridiagonal_solve, *diags, np.ones((2, size, 2)), **_tol(np.float64))
+    model = assert_exports_match_on(lax.linalg.tridiagonal_solve, *diags, np.ones((2, size, 2)), **_tol(np.float64), jit=True)
     assert len(model.graph.node) < 40
 
 
@@ -55,7 +69,7 @@ def test_tridiagonal_solve_looped(size):
 def test_tridiagonal_solve_singular_is_nan(dtype):
     """gtsv stops at an exact zero pivot; JAX makes that system's solution NaN."""
     dl, d, du = (np.array(v, dtype) for v in ([[0, 0, 1], [0, 1, 1]], [[1, 0, 1], [2, 2, 2]], [[0, 0, 0], [1, 1, 0]]))
-    assert_exports_match_on(lax.linalg.tridiagonal_solve, dl, d, du, np.ones((2, 3, 1), dtype))
+    assert_exports_match_on(lax.linalg.tridiagonal_solve, dl, d, du, np.ones((2, 3, 1), dtype), jit=True)
 
 
 def test_tridiagonal_solve_perturbed_is_refused():
@@ -77,40 +91,72 @@ SOLVES = {
 }
 
 
+def check_custom_linear_solve(name, n, dtype, seed):
+    a, b = spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
+    tol = _tol(dtype) if name != "cg" else {"rtol": 1e-4 if dtype == np.float32 else 1e-9, "atol": 1e-4 if dtype == np.float32 else 1e-9}
+    assert_exports_match_on(SOLVES[name], a, b, **tol, jit=True)
+
+
+@pytest.mark.parametrize(("name", "dtype"), [(name, (np.float32, np.float64)[i % 2]) for i, name in enumerate(SOLVES)])
+def test_custom_linear_solve_matches_jax(name, dtype):
+    check_custom_linear_solve(name, 3, dtype, 0)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SOLVES)
 @settings(max_examples=2)
 @given(n=st.sampled_from([1, 3, 6]), dtype=DTYPES, seed=SEEDS)
-def test_custom_linear_solve_matches_jax(name, n, dtype, seed):
-    a, b = spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
-    tol = _tol(dtype) if name != "cg" else {"rtol": 1e-4 if dtype == np.float32 else 1e-9, "atol": 1e-4 if dtype == np.float32 else 1e-9}
-    assert_exports_match_on(SOLVES[name], a, b, **tol)
+def test_custom_linear_solve_property(name, n, dtype, seed):
+    check_custom_linear_solve(name, n, dtype, seed)
 
 
 # -- symmetric_product, cholesky_update --------------------------------------------------------
-@settings(max_examples=3)
-@given(m=SIZES, n=st.sampled_from([1, 4]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
-       alpha=st.sampled_from([1.0, -0.5]), beta=st.sampled_from([0.0, 2.0]), symmetrize=st.booleans())
-def test_symmetric_product_matches_jax(m, n, batch, dtype, seed, alpha, beta, symmetrize):
+def check_symmetric_product(m, n, batch, dtype, seed, alpha, beta, symmetrize):
     rng = np.random.default_rng(seed)
     a, c = rng.normal(size=(*batch, m, n)).astype(dtype), rng.normal(size=(*batch, m, m)).astype(dtype)
     fn = lambda a, c: lax.linalg.symmetric_product(a, c, alpha=alpha, beta=beta, symmetrize_output=symmetrize)  # noqa: E731
-    assert_exports_match_on(fn, a, c, **_tol(dtype))
+    assert_exports_match_on(fn, a, c, **_tol(dtype), jit=True)
 
 
+@pytest.mark.parametrize(("m", "n", "batch", "dtype", "alpha", "beta", "symmetrize"), [
+    (5, 4, (2,), np.float32, -0.5, 2.0, True), (2, 1, (), np.float64, 1.0, 0.0, False),
+])
+def test_symmetric_product_matches_jax(m, n, batch, dtype, alpha, beta, symmetrize):
+    check_symmetric_product(m, n, batch, dtype, 0, alpha, beta, symmetrize)
+
+
+@pytest.mark.slow
 @settings(max_examples=3)
-@given(n=st.sampled_from([0, 1, 2, 5]), dtype=DTYPES, seed=SEEDS, zeros=st.booleans())  # 20: looped, below
-def test_cholesky_update_matches_jax(n, dtype, seed, zeros):
+@given(m=SIZES, n=st.sampled_from([1, 4]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
+       alpha=st.sampled_from([1.0, -0.5]), beta=st.sampled_from([0.0, 2.0]), symmetrize=st.booleans())
+def test_symmetric_product_property(m, n, batch, dtype, seed, alpha, beta, symmetrize):
+    check_symmetric_product(m, n, batch, dtype, seed, alpha, beta, symmetrize)
+
+
+def check_cholesky_update(n, dtype, seed, zeros):
     """R of an SPD matrix and w Gaussian, or with zeros (no rotation for w[k] = 0)."""
     rng = np.random.default_rng(seed)
     r = np.linalg.cholesky(spd(seed, (), n, np.float64)).T.astype(dtype)
     w = rng.normal(size=(n,)) * (rng.random(n) < 0.5 if zeros else 1)
-    assert_exports_match_on(lax.linalg.cholesky_update, r, w.astype(dtype), **_tol(dtype))
+    assert_exports_match_on(lax.linalg.cholesky_update, r, w.astype(dtype), **_tol(dtype), jit=True)
+
+
+@pytest.mark.parametrize(("n", "dtype", "zeros"), [(5, np.float32, True), (2, np.float64, False)])
+def test_cholesky_update_matches_jax(n, dtype, zeros):
+    check_cholesky_update(n, dtype, 0, zeros)
+
+
+@pytest.mark.slow
+@settings(max_examples=3)
+@given(n=st.sampled_from([0, 1, 2, 5]), dtype=DTYPES, seed=SEEDS, zeros=st.booleans())  # 20: looped, below
+def test_cholesky_update_property(n, dtype, seed, zeros):
+    check_cholesky_update(n, dtype, seed, zeros)
 
 
 @pytest.mark.slow
 def test_cholesky_update_looped():
     r = np.linalg.cholesky(spd(3, (), 20, np.float64)).T
-    assert_exports_match_on(lax.linalg.cholesky_update, r, np.ones(20), **_tol(np.float64))
+    assert_exports_match_on(lax.linalg.cholesky_update, r, np.ones(20), **_tol(np.float64), jit=True)
 
 
 # -- jnp functions on the solves ---------------------------------------------------------------
@@ -118,8 +164,8 @@ def test_cholesky_update_looped():
 def test_tensorsolve_tensorinv_match_jax(dtype):
     a = general(0, (), 6, dtype=dtype).reshape(2, 3, 6)
     b = np.random.default_rng(1).normal(size=(2, 3)).astype(dtype)
-    assert_exports_match_on(jnp.linalg.tensorsolve, a, b, **_tol(dtype))
-    assert_exports_match_on(lambda a: jnp.linalg.tensorinv(a, ind=2), a, **_tol(dtype))
+    assert_exports_match_on(jnp.linalg.tensorsolve, a, b, **_tol(dtype), jit=True)
+    assert_exports_match_on(lambda a: jnp.linalg.tensorinv(a, ind=2), a, **_tol(dtype), jit=True)
 
 
 @pytest.mark.parametrize(("name", "fn"), [
@@ -128,4 +174,4 @@ def test_tensorsolve_tensorinv_match_jax(dtype):
 ])
 def test_expm_polyfit_match_jax(name, fn):
     x = np.random.default_rng(5).normal(size=(4, 4)) / 2
-    assert_exports_match_on(fn, x, rtol=1e-8, atol=1e-10)
+    assert_exports_match_on(fn, x, rtol=1e-8, atol=1e-10, jit=True)

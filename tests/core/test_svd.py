@@ -62,19 +62,41 @@ def _svd_canonical(a, full_matrices=True):
 
 
 # -- the primitive ------------------------------------------------------------------------------
+# Each property runs a few representative cases by default (both dtypes, a batched and a wide
+# and a tall matrix) and its hypothesis draws with --run-slow (each SVD export takes ~1 s).
+def check_svd(shape, batch, dtype, seed, full_matrices):
+    a = gaussian(seed, (*batch, *shape), dtype)
+    assert_exports_match_on(lambda a: _svd_canonical(a, full_matrices), a, **_tol(dtype), jit=True)
+
+
+@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [((3, 5), (2,), np.float32, True), ((5, 3), (), np.float64, False)])
+def test_svd_matches_jax(shape, batch, dtype, full_matrices):
+    check_svd(shape, batch, dtype, 0, full_matrices)
+
+
+@pytest.mark.slow
 @settings(max_examples=3)  # each example exports U and V (~3 s)
 @given(shape=SHAPES, batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
-def test_svd_matches_jax(shape, batch, dtype, seed, full_matrices):
-    a = gaussian(seed, (*batch, *shape), dtype)
-    assert_exports_match_on(lambda a: _svd_canonical(a, full_matrices), a, **_tol(dtype))
+def test_svd_property(shape, batch, dtype, seed, full_matrices):
+    check_svd(shape, batch, dtype, seed, full_matrices)
 
 
-@given(shape=SHAPES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
-def test_singular_values_match_jax(shape, batch, dtype, seed):
+def check_singular_values(shape, batch, dtype, seed):
     """Values only (compute_uv=False): no V is carried, no U is formed; 1e-5 in float32."""
     a = gaussian(seed, (*batch, *shape), dtype)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)
-    assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, **tol)
+    assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, **tol, jit=True)
+
+
+@pytest.mark.parametrize(("shape", "batch", "dtype"), [((6, 6), (2,), np.float32), ((1, 4), (), np.float64), ((0, 3), (), np.float32)])
+def test_singular_values_match_jax(shape, batch, dtype):
+    check_singular_values(shape, batch, dtype, 1)
+
+
+@pytest.mark.slow
+@given(shape=SHAPES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_singular_values_property(shape, batch, dtype, seed):
+    check_singular_values(shape, batch, dtype, seed)
 
 
 def test_svd_of_ill_conditioned_matrix():
@@ -94,10 +116,10 @@ def test_svd_of_ill_conditioned_matrix():
 def test_symbolic_batch_and_vmap():
     """svd and eigh with a symbolic batch dim ("B", 4, 3) in one model, and under jax.vmap."""
     both = lambda a: (*_svd_canonical(a), jnp.linalg.eigvalsh(jnp.swapaxes(a, -1, -2) @ a))  # noqa: E731
-    assert_exports_match(both, [("B", 4, 3)], sizes={"B": [3]}, **_tol(np.float32))
+    assert_exports_match(both, [("B", 4, 3)], sizes={"B": [3]}, **_tol(np.float32), jit=True)
     a = gaussian(2, (3, 4, 4))
     values = jax.vmap(lambda a: (jnp.linalg.svdvals(a), jnp.linalg.eigvalsh(a + a.T)))
-    assert_exports_match_on(values, a, rtol=1e-5, atol=1e-5)
+    assert_exports_match_on(values, a, rtol=1e-5, atol=1e-5, jit=True)
 
 
 def test_large_float32_matrices_are_rotated_in_float64():
@@ -105,14 +127,14 @@ def test_large_float32_matrices_are_rotated_in_float64():
     float32 ones (Jacobi in float32 would be ~1e-5 off at 64x64)."""
     n = svd_module.WIDEN_ABOVE + 4
     a = gaussian(0, (2, n, n))
-    model = assert_exports_match_on(lambda a: (jnp.linalg.svdvals(a), jnp.linalg.eigvalsh(a + jnp.swapaxes(a, -1, -2))), a, rtol=1e-6, atol=1e-6)
+    model = assert_exports_match_on(lambda a: (jnp.linalg.svdvals(a), jnp.linalg.eigvalsh(a + jnp.swapaxes(a, -1, -2))), a, rtol=1e-6, atol=1e-6, jit=True)
     assert "Cast" in op_types(model)
 
 
 def test_svd_propagates_nan():
     a = gaussian(0, (2, 3, 3))
     a[0, 1, 1] = np.nan
-    assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a)
+    assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, jit=True)
 
 
 def test_svd_of_symbolic_matrix_size_is_a_clear_error():
@@ -123,7 +145,7 @@ def test_svd_of_symbolic_matrix_size_is_a_clear_error():
 @pytest.mark.slow
 @pytest.mark.parametrize(("shape", "dtype"), [((2, 32, 32), np.float32), ((64, 64), np.float32), ((40, 24), np.float64), ((64, 64), np.float64)])
 def test_svd_large(shape, dtype):
-    assert_exports_match_on(_svd_canonical, gaussian(len(shape), shape, dtype), **_tol(dtype))
+    assert_exports_match_on(_svd_canonical, gaussian(len(shape), shape, dtype), **_tol(dtype), jit=True)
 
 
 # -- the functions users call -------------------------------------------------------------------
@@ -133,11 +155,11 @@ def _on_singular_values(a):
     return jnp.linalg.svdvals(a), *norms, jnp.linalg.cond(a)
 
 
-@pytest.mark.parametrize(("shape", "dtype"), [((2, 5, 5), np.float32), ((4, 4), np.float64)])
+@pytest.mark.parametrize(("shape", "dtype"), [((2, 5, 5), np.float32), pytest.param((4, 4), np.float64, marks=pytest.mark.slow)])
 def test_functions_on_singular_values_match_jax(shape, dtype):
     a = gaussian(7, shape, dtype)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)
-    assert_exports_match_on(_on_singular_values, a, **tol)
+    assert_exports_match_on(_on_singular_values, a, **tol, jit=True)
 
 
 def _other_norms(a):
@@ -150,12 +172,10 @@ def _other_norms(a):
 @pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_other_norms_match_jax(dtype):
     a = gaussian(5, (2, 4, 4), dtype) + 4 * np.eye(4, dtype=dtype)
-    assert_exports_match_on(_other_norms, a, **({"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)))
+    assert_exports_match_on(_other_norms, a, **({"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)), jit=True)
 
 
-@settings(max_examples=2)  # each example exports four SVDs (~8 s)
-@given(shape=st.sampled_from([(5, 5), (6, 3), (3, 6)]), rank=st.integers(0, 3), batch=st.sampled_from([(), (2,)]), dtype=DTYPES, seed=SEEDS)
-def test_rank_deficient_matrices(shape, rank, batch, dtype, seed):
+def check_rank_deficient(shape, rank, batch, dtype, seed):
     """Zero singular values still give orthonormal U and V (QR completes the basis);
     matrix_rank exactly; pinv and lstsq (solution, residuals, rank, values) to rounding."""
     a = low_rank(seed, (*batch, *shape), rank, dtype)
@@ -168,12 +188,24 @@ def test_rank_deficient_matrices(shape, rank, batch, dtype, seed):
         lstsq = jnp.linalg.lstsq(a, b) if not batch else ()  # lstsq takes no batch dims
         return *svd, jnp.linalg.matrix_rank(a), jnp.linalg.pinv(a), *lstsq
 
-    assert_exports_match_on(defined, a, b, **tol)
+    assert_exports_match_on(defined, a, b, **tol, jit=True)
 
 
+def test_rank_deficient_matrices():
+    check_rank_deficient((6, 3), 2, (), np.float64, 0)
+
+
+@pytest.mark.slow
+@settings(max_examples=2)  # each example exports four SVDs (~8 s)
+@given(shape=st.sampled_from([(5, 5), (6, 3), (3, 6)]), rank=st.integers(0, 3), batch=st.sampled_from([(), (2,)]), dtype=DTYPES, seed=SEEDS)
+def test_rank_deficient_property(shape, rank, batch, dtype, seed):
+    check_rank_deficient(shape, rank, batch, dtype, seed)
+
+
+@pytest.mark.slow  # lstsq runs by default in test_rank_deficient_matrices
 def test_lstsq_of_full_rank_system_and_vector_rhs():
     a, b = gaussian(3, (8, 4), np.float64), gaussian(4, (8,), np.float64)
-    assert_exports_match_on(lambda a, b: jnp.linalg.lstsq(a, b), a, b, **_tol(np.float64))
+    assert_exports_match_on(lambda a, b: jnp.linalg.lstsq(a, b), a, b, **_tol(np.float64), jit=True)
 
 
 # -- eigh ---------------------------------------------------------------------------------------
@@ -187,16 +219,26 @@ def _eigh_canonical(a, lower=True):
     return v * jnp.sign(jnp.take_along_axis(v, at, axis=-2)), w
 
 
-@settings(max_examples=3)  # each example exports the vectors (~3 s)
-@given(n=st.sampled_from([0, 1, 2, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, lower=st.booleans())
-def test_eigh_matches_jax(n, batch, dtype, seed, lower):
+def check_eigh(n, batch, dtype, seed, lower):
     """Values ascending as LAPACK's; vectors compared with their signs fixed (float32
     vectors to 1e-4: their accuracy is relative to the eigenvalue gaps)."""
     m = np.random.default_rng(seed).normal(size=(*batch, n, n)).astype(dtype)
     a = m + np.swapaxes(m, -1, -2) + np.triu(m, 1) * (1 if lower else 0)  # the unread triangle differs
     a = a if lower else np.swapaxes(a, -1, -2)
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {"rtol": 1e-10, "atol": 1e-10}
-    assert_exports_match_on(lambda a: _eigh_canonical(a, lower), a, **tol)
+    assert_exports_match_on(lambda a: _eigh_canonical(a, lower), a, **tol, jit=True)
+
+
+@pytest.mark.parametrize(("n", "batch", "dtype", "lower"), [(5, (2,), np.float32, True), (8, (), np.float64, False)])
+def test_eigh_matches_jax(n, batch, dtype, lower):
+    check_eigh(n, batch, dtype, 0, lower)
+
+
+@pytest.mark.slow
+@settings(max_examples=3)  # each example exports the vectors (~3 s)
+@given(n=st.sampled_from([0, 1, 2, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, lower=st.booleans())
+def test_eigh_property(n, batch, dtype, seed, lower):
+    check_eigh(n, batch, dtype, seed, lower)
 
 
 @pytest.mark.slow
@@ -204,12 +246,12 @@ def test_eigh_matches_jax(n, batch, dtype, seed, lower):
 def test_eigh_large(n, dtype):
     m = np.random.default_rng(n).normal(size=(2, n, n)).astype(dtype)
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {"rtol": 1e-10, "atol": 1e-10}
-    assert_exports_match_on(_eigh_canonical, m + np.swapaxes(m, -1, -2), **tol)
+    assert_exports_match_on(_eigh_canonical, m + np.swapaxes(m, -1, -2), **tol, jit=True)
 
 
 def test_eigvalsh():
     m = np.random.default_rng(0).normal(size=(3, 4, 4))
-    assert_exports_match_on(jnp.linalg.eigvalsh, m + np.swapaxes(m, -1, -2), **{"rtol": 1e-10, "atol": 1e-10})
+    assert_exports_match_on(jnp.linalg.eigvalsh, m + np.swapaxes(m, -1, -2), **{"rtol": 1e-10, "atol": 1e-10}, jit=True)
 
 
 def test_eigh_of_symbolic_matrix_size_is_a_clear_error():
@@ -237,3 +279,4 @@ def test_graph_is_one_sweep_loop(fn):
         nodes[n] = len(model.graph.node)
         assert op_types(model).count("Loop") >= 1
     assert nodes[24] == nodes[40]
+
