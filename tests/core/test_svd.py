@@ -280,3 +280,28 @@ def test_graph_is_one_sweep_loop(fn):
         assert op_types(model).count("Loop") >= 1
     assert nodes[24] == nodes[40]
 
+
+
+# -- subset_by_index: JAX's CPU path computes no subset, so the export refuses one too ----------
+SUBSETS = {
+    "eigh": lambda a: lax.linalg.eigh(a, subset_by_index=(1, 3)),
+    "svd": lambda a: lax.linalg.svd(a, full_matrices=False, compute_uv=False, subset_by_index=(0, 2)),
+}
+
+
+@pytest.mark.parametrize("name", SUBSETS)
+def test_subset_by_index_is_refused_as_on_jax_cpu(name):
+    """A test that fails the day JAX's CPU path computes a subset (then the export should)."""
+    a = gaussian(0, (5, 5))
+    a = a + a.T
+    with pytest.raises(NotImplementedError, match="subset_by_index"):
+        SUBSETS[name](a)  # the tests run on JAX's CPU backend
+    with pytest.raises(ConversionError, match=rf"{name}\(subset_by_index=\(\d, \d\)\) at .*test_svd.py.*CPU.*refuse.*slice"):
+        to_onnx(SUBSETS[name], [a.shape])
+
+
+def test_subset_by_index_of_the_whole_range_exports():
+    """(0, n) is the whole decomposition, which JAX's CPU path computes."""
+    m = gaussian(3, (2, 4, 4), np.float64)
+    whole = lambda a: (lax.linalg.eigh(a, subset_by_index=(0, 4))[1], lax.linalg.svd(a, compute_uv=False, full_matrices=False, subset_by_index=(0, 4)))  # noqa: E731
+    assert_exports_match_on(whole, m + np.swapaxes(m, -1, -2), **_tol(np.float64), jit=True)

@@ -144,6 +144,19 @@ def _static(ctx: LoweringContext, name: str) -> None:
         )
 
 
+def _whole_range(ctx: LoweringContext, name: str, subset_by_index: Any, size: Any) -> None:
+    """Refuse a ``subset_by_index`` other than the whole ``(0, size)``, as JAX's CPU (and GPU)
+    lowering does: only its TPU path computes a subset, so no CPU result exists to match."""
+    if subset_by_index is None or tuple(subset_by_index) == (0, size):
+        return
+    lo, hi = subset_by_index
+    raise ConversionError(
+        f"{name}(subset_by_index={tuple(subset_by_index)}) at {ctx.source_line or '<unknown location>'} is not supported: "
+        f"JAX's CPU and GPU {name} refuse it too (only TPU computes a subset); compute them all and slice "
+        f"[..., {lo}:{hi}] (the {'eigenvalues ascend' if name == 'eigh' else 'singular values descend'})"
+    )
+
+
 # -- svd: one-sided Jacobi ----------------------------------------------------------------------
 def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[jax.Array, ...]:
     """(s, U, V) of ``a`` (..., m, n) with m >= n, n >= 1; U (m, m or n), V (n, n) as columns."""
@@ -216,9 +229,8 @@ def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool) -> tuple[jax.Arr
 @lowering("svd", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "ReduceSum", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "MatMul"))
 def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
-    k = min(ctx.aval_in.shape[-2:], key=lambda d: 0 if jxi.is_symbolic_dim(d) else int(d))
-    if subset_by_index is not None and tuple(subset_by_index) != (0, k):
-        raise ConversionError(f"svd(subset_by_index={subset_by_index}) at {ctx.source_line or '<unknown location>'} is not supported; compute all singular values and slice them")
+    m, n = ctx.aval_in.shape[-2:]
+    _whole_range(ctx, "svd", subset_by_index, m if m is n or jxi.is_symbolic_dim(m) or jxi.is_symbolic_dim(n) else min(m, n))
     _static(ctx, "svd")
     fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv)
     return _lower_jacobi(ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv))
@@ -273,7 +285,6 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
 @lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Reshape", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements"))
 def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
-    if subset_by_index is not None and tuple(subset_by_index) != (0, ctx.aval_in.shape[-1]):
-        raise ConversionError(f"eigh(subset_by_index={subset_by_index}) at {ctx.source_line or '<unknown location>'} is not supported")
+    _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
     _static(ctx, "eigh")
     return _lower_jacobi(ctx, partial(eigh, lower=lower), a, ("eigh", lower))
