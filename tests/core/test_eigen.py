@@ -1,4 +1,4 @@
-"""hessenberg, tridiagonal, eig, schur and the functions on them (eigvals, roots, sqrtm):
+"""hessenberg, tridiagonal, eig, schur (real and complex) and the functions on them (eigvals, roots, sqrtm):
 onnxruntime vs JAX on hypothesis-drawn sizes, batch dims and dtypes. The reductions use
 LAPACK's reflectors, so their packed results are compared entry by entry. eig and schur leave
 order and phase free: eigenpairs are compared in a fixed order (by a real key) with each
@@ -120,6 +120,70 @@ def _schur_defined(a: jax.Array) -> tuple:
     return jnp.abs(z @ t @ zh - a).max(), jnp.abs(zh @ z - eye).max(), jnp.abs(jnp.tril(t, -1)).max(), jnp.sort(jnp.real(jnp.diagonal(t)))
 
 
+def _real_schur_defined(a: jax.Array, vectors: bool = True, **params) -> tuple:
+    """What defines a real Schur form (LAPACK's gees, the convention JAX's CPU result
+    follows): a = z t z^T with z orthogonal; t zero below its subdiagonal, no two adjacent
+    subdiagonal entries nonzero (blocks of 1 or 2 rows), each 2x2 block standard ([[x, b],
+    [c, x]] with b c < 0: a complex pair x +- i sqrt(-b c)); its eigenvalues those of a."""
+    t, *z = lax.linalg.schur(a, compute_schur_vectors=vectors, **params)
+    n = a.shape[-1]
+    zero = jnp.zeros((), a.dtype)
+    diag, sup, sub = (jnp.diagonal(t, k, -2, -1) for k in (0, 1, -1))
+    block = sub != 0
+    pair = jnp.sqrt(jnp.where(block, -sup * sub, zero)) * 1j  # block j: w_j = x + i r, w_j+1 = x - i r
+    w = diag + jnp.pad(pair, [(0, 0)] * (a.ndim - 2) + [(0, 1)]) - jnp.pad(pair, [(0, 0)] * (a.ndim - 2) + [(1, 0)])
+    form = [
+        jnp.abs(jnp.tril(t, -2)).max(initial=0),
+        jnp.abs(sub[..., 1:] * sub[..., :-1]).max(initial=0),
+        jnp.abs(jnp.where(block, diag[..., :-1] - diag[..., 1:], zero)).max(initial=0),
+        jnp.all(jnp.where(block, sup * sub < 0, True)),
+        _in_order(w)[0],
+    ]
+    if vectors:
+        z = z[0]
+        eye = jnp.eye(n, dtype=a.dtype)
+        form += [jnp.abs(z @ t @ _mT(z) - a).max(initial=0), jnp.abs(_mT(z) @ z - eye).max(initial=0)]
+    return tuple(form)
+
+
+def _mT(x: jax.Array) -> jax.Array:
+    return jnp.swapaxes(x, -1, -2)
+
+
+@pytest.mark.parametrize(("n", "batch", "dtype", "vectors"), [(5, (2,), np.float64, True), (4, (), np.float32, False)])
+def test_real_schur_matches_jax(n, batch, dtype, vectors):
+    """Real Schur forms of Gaussian matrices (real eigenvalues and complex pairs), with and
+    without the vectors, compared by what defines them."""
+    assert_exports_match_on(lambda a: _real_schur_defined(a, vectors), _gaussian(n, batch, n, dtype), **_eig_tol(dtype))
+
+
+@pytest.mark.slow
+@settings(max_examples=3)
+@given(n=st.sampled_from([0, 1, 2, 3, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, vectors=st.booleans())
+def test_real_schur_matches_jax_drawn(n, batch, dtype, seed, vectors):
+    assert_exports_match_on(lambda a: _real_schur_defined(a, vectors), _gaussian(seed, batch, n, dtype), **_eig_tol(dtype))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["16x16", "permutation", "nan", "symmetric", "select_callable"])
+def test_real_schur_cases(case):
+    """A size past the unroll limit; a cyclic permutation (the standard double shift stalls on
+    it: the exceptional shifts converge it); NaN in, NaN out; a symmetric matrix (diagonal t);
+    a ``select_callable``, which JAX's CPU lowering ignores (unsorted result), and so do we."""
+    a = {
+        "16x16": _gaussian(4, (2,), 16, np.float64),
+        "permutation": np.roll(np.eye(6), 1, axis=0),
+        "nan": np.where(np.eye(4) > 0, np.nan, _gaussian(0, (), 4, np.float64)),
+        "symmetric": (lambda g: g + g.T)(_gaussian(5, (), 6, np.float64)),
+        "select_callable": _gaussian(6, (), 5, np.float64),
+    }[case]
+    fn = {
+        "nan": lambda a: lax.linalg.schur(a)[0],
+        "select_callable": lambda a: _real_schur_defined(a, select_callable=lambda w: jnp.real(w) > 0),
+    }.get(case, _real_schur_defined)
+    assert_exports_match_on(fn, a, **_tol(np.float64))
+
+
 @pytest.mark.parametrize(("name", "fn", "tol"), [
     ("schur", _schur_defined, 1e-10),
     # sqrtm's triangular recurrence amplifies rounding; it runs on the schur above
@@ -134,7 +198,7 @@ def test_functions_on_eig_and_schur(name, fn, tol):
 
 
 @pytest.mark.parametrize(("fn", "match"), [
-    (lambda a: jsl.schur(a), "real quasi-triangular Schur form"),
+    (lambda a: lax.linalg.schur(a, sort_eig_vals=True), "sort_eig_vals=True"),
     (lambda a: lax.linalg.eig(a[None].astype(jnp.complex64)[0]), "complex matrix"),
 ])
 def test_unsupported_forms_are_refused(fn, match):

@@ -255,14 +255,15 @@ def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.A
     -sign(alpha) * |(alpha, x[tail])|`` (``sign(0) = +``); a tail already zero is no reflection
     (``tau = 0``, x[j] kept)."""
     zero, one = jnp.zeros((), x.dtype), jnp.ones((), x.dtype)
-    alpha = _at(x, j, -2)  # (..., 1, 1)
+    rows = _ids(x.shape[-2])[:, None]
+    # j is a step's index, or one per matrix (..., 1, 1) (a QR sweep's position per matrix)
+    alpha = _at(x, j, -2) if jnp.ndim(j) == 0 else _pick(x, rows == j, -2)  # (..., 1, 1)
     rest = where(tail, x, zero)
     xnorm = jnp.sqrt(jnp.sum(rest * rest, axis=-2, keepdims=True))
     trivial = xnorm == 0
     norm = jnp.hypot(alpha, xnorm)
     beta = where(alpha >= 0, -norm, norm)
     tau = where(trivial, zero, (beta - alpha) / beta)
-    rows = _ids(x.shape[-2])[:, None]
     v = where(tail, x / where(trivial, one, alpha - beta), where(rows == j, one, zero))
     return v, tau, where(trivial, alpha, beta)
 
