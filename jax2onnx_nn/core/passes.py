@@ -243,7 +243,9 @@ def _shortcut(node: ir.Node) -> ir.Value | None:
 def _insert_before(node: ir.Node, op_type: str, inputs: list[ir.Value], attributes: dict[str, Any],
                    like: ir.Value, constant: ir.Value | None = None) -> ir.Value:
     """A new node computing ``like`` from ``inputs``, placed before ``node`` (a small constant
-    operand becomes a Constant node: it works in functions and subgraphs alike)."""
+    operand becomes a Constant node: it works in functions and subgraphs alike). Its values
+    are named after ``like``: onnx_ir would number unnamed ones per graph (``val_0``), and a
+    Loop body's names must differ from the outer graph's."""
     owner = node.graph
     new_inputs = list(inputs)
     if constant is not None:
@@ -251,11 +253,13 @@ def _insert_before(node: ir.Node, op_type: str, inputs: list[ir.Value], attribut
                              name=f"{node.name}/shape" if node.name else None)
         const_node.outputs[0].shape, const_node.outputs[0].type = constant.shape, constant.type
         const_node.outputs[0].const_value = constant.const_value
+        const_node.outputs[0].name = f"{like.name}/shape" if like.name else None
         owner.insert_before(node, const_node)
         new_inputs[new_inputs.index(constant)] = const_node.outputs[0]
     attrs = [ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, int(v)) for k, v in attributes.items()]
     new = ir.Node("", op_type, new_inputs, attributes=attrs, name=node.name or None)
     new.outputs[0].shape, new.outputs[0].type = like.shape, like.type
+    new.outputs[0].name = f"{like.name}/merged" if like.name else None
     owner.insert_before(node, new)
     return new.outputs[0]
 
