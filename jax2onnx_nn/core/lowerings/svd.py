@@ -22,6 +22,12 @@ Signs of singular and eigen vectors are free, as in JAX/LAPACK (which documents 
 ``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` and ``eigh`` the sign Jacobi's rotations leave.
 An odd size is padded with one zero column (and row), which no rotation touches (its pair's
 inner product is exactly 0), and is dropped after sorting.
+
+A symbolic matrix size (``("N", "N")``, ``("B", "N", "N")``) runs the same rounds: the rounds
+of a sweep are a ``Loop`` over ``size - 1``, the reseating is one ``Gather`` by an index
+vector computed once (slices of unknown size cannot be written), the padding is
+``2 * ((n + 1) // 2) - n`` columns, and float32 is rotated in float64 (n may be large). An
+svd must know which side is longer: ``("N", 1)`` or ``("N", "N")`` do, ``("N", 4)`` is refused.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.lowerings.decompositions import UNROLL_LIMIT, lower_as_jax, qr, where
+from jax2onnx_nn.core.lowerings.decompositions import UNROLL_LIMIT, _ids, lower_as_jax, qr, where
 from jax2onnx_nn.core.registry import lowering
 
 # Jacobi converges quadratically: random Gaussian 64x64 matrices converge in 7-9 sweeps in
@@ -57,12 +63,25 @@ def reseat(even: jax.Array, odd: jax.Array) -> jax.Array:
     Round-robin: players on a circle of n seats, seat 0 fixed, the others move one seat
     each round, seat i meets seat n-1-i; seat k < h is column k, seat n-1-k column h + k.
     So every pair of columns meets once in n - 1 rounds, and the reordering is one Concat of
-    slices (a Gather along the last axis costs onnxruntime ten times more)."""
+    slices (a Gather along the last axis costs onnxruntime ten times more); for a symbolic h
+    it is that Gather, the slices' sizes being unknown."""
     h = even.shape[-1]
+    if jxi.is_symbolic_dim(h):
+        return jnp.take(jnp.concatenate([even, odd], axis=-1), _reseat_order(h), axis=-1)
     if h == 1:
         return jnp.concatenate([even, odd], axis=-1)
     parts = [even[..., :1], odd[..., :1], even[..., 1 : h - 1], odd[..., 1:], even[..., h - 1 :]]
     return jnp.concatenate([p for p in parts if p.shape[-1]], axis=-1)
+
+
+def _reseat_order(h: Any) -> jax.Array:
+    """``reseat`` as indices into ``[even, odd]`` (2h columns): the Concat's parts in order."""
+    seat = _ids(2 * h)
+    half = jnp.asarray(h, jnp.int32)
+    order = jnp.where(seat >= half, seat + 1, seat - 1)  # even[1 : h-1], then odd[1:]
+    order = jnp.where(seat == 2 * half - 1, half - 1, order)  # even[h-1], last
+    order = jnp.where(seat == 1, half, order)  # odd[0] (for h = 1 also the last seat)
+    return jnp.where(seat == 0, 0, order)
 
 
 def _rotate_columns(x: jax.Array, c: jax.Array, s: jax.Array) -> jax.Array:
@@ -89,7 +108,7 @@ def _sweeps(n: int, round_fn: Any, converged: Any, carry: tuple) -> tuple:
     """Sweeps of ``n - 1`` rounds each until ``converged(carry)`` or ``MAX_SWEEPS``."""
 
     def sweep(carry: tuple) -> tuple:
-        if n <= UNROLL_LIMIT:
+        if not jxi.is_symbolic_dim(n) and n <= UNROLL_LIMIT:
             for _ in range(n - 1):
                 carry = round_fn(carry)
             return carry
@@ -107,25 +126,62 @@ def _sweeps(n: int, round_fn: Any, converged: Any, carry: tuple) -> tuple:
     return lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(True), carry))[2]
 
 
+def _strided(flat: jax.Array, start: Any, step: Any, count: Any) -> jax.Array:
+    """``flat[..., start::step][..., :count]``: a strided Slice, or a Gather of ``count``
+    entries when a size is symbolic (a slice's bounds must then be computed, its stride not)."""
+    if any(jxi.is_symbolic_dim(d) for d in (start, step, count)):
+        return jnp.take(flat, _ids(count) * jnp.asarray(step, jnp.int32) + jnp.asarray(start, jnp.int32), axis=-1)
+    return flat[..., start::step][..., :count]
+
+
 def _diagonal(a: jax.Array) -> jax.Array:
     """The diagonal of (..., n, n) as one Gather of the flattened matrix."""
     n = a.shape[-1]
     flat = jnp.reshape(a, (*a.shape[:-2], n * n))
+    if jxi.is_symbolic_dim(n):
+        return _strided(flat, 0, n + 1, n)
     return jnp.take(flat, jnp.asarray(np.arange(n) * (n + 1), jnp.int32), axis=-1)
 
 
+def _number(d: Any, dtype: Any) -> Any:
+    """A size as a factor: the int itself, or a symbolic dim's run-time value."""
+    return jnp.asarray(d, dtype) if jxi.is_symbolic_dim(d) else d
+
+
 def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
-    """``a`` with a zero column (and row) appended when its size is odd."""
-    if a.shape[-1] % 2 == 0:
+    """``a`` with a zero column (and row) appended when its size is odd (for a symbolic n,
+    up to the size ``2 * ((n + 1) // 2)``, whose halves JAX's shape algebra knows equal)."""
+    n = a.shape[-1]
+    if jxi.is_symbolic_dim(n):
+        extra = 2 * ((n + 1) // 2) - n
+        a = jnp.concatenate([a, jnp.zeros((*a.shape[:-1], extra), a.dtype)], axis=-1)
+        if rows:
+            a = jnp.concatenate([a, jnp.zeros((*a.shape[:-2], extra, a.shape[-1]), a.dtype)], axis=-2)
+        return a
+    if n % 2 == 0:
         return a
     pad = [(0, 0)] * (a.ndim - 2) + [(0, 1 if rows else 0), (0, 1)]
     return jnp.pad(a, pad)
 
 
+def _padding_column(work: jax.Array, first: Any, n: Any) -> jax.Array | None:
+    """Which column is the padding one, from V (``work``'s rows from ``first`` on, size x
+    size): its column is exactly e_n (no rotation touches it), and no other column has a 1 in
+    row n; None when n is even (statically)."""
+    size = work.shape[-1]
+    if not jxi.is_symbolic_dim(n):
+        return None if size == n else work[..., first + n, :] == 1
+    odd = jnp.asarray(size - n, jnp.int32) == 1
+    return odd & (work[..., first + size - 1 : first + size, :][..., 0, :] == 1)
+
+
 def _lower_jacobi(ctx: LoweringContext, fn: Any, a: ir.Value, cache_key: tuple) -> list[ir.Value]:
-    """Lower ``fn`` (svd or eigh on the equation's matrix), in float64 for a large float32 one."""
+    """Lower ``fn`` (svd or eigh on the equation's matrix), in float64 for a large float32 one
+    (and for a symbolic size, which may be large)."""
     dtype = np.dtype(ctx.aval_in.dtype)
-    if dtype != np.float32 or max(int(d) for d in ctx.aval_in.shape[-2:]) <= WIDEN_ABOVE:
+    dims = ctx.aval_in.shape[-2:]
+    small = not any(jxi.is_symbolic_dim(d) for d in dims) and max(int(d) for d in dims) <= WIDEN_ABOVE
+    if dtype != np.float32 or small:
         return lower_as_jax(ctx, fn, [a], cache_key=cache_key)
 
     def widened(x: jax.Array) -> tuple[jax.Array, ...]:
@@ -135,13 +191,24 @@ def _lower_jacobi(ctx: LoweringContext, fn: Any, a: ir.Value, cache_key: tuple) 
         return lower_as_jax(ctx, widened, [a], cache_key=(*cache_key, "in float64"))
 
 
-def _static(ctx: LoweringContext, name: str) -> None:
-    if any(jxi.is_symbolic_dim(d) for d in ctx.aval_in.shape[-2:]):
-        where_ = ctx.source_line or "<unknown location>"
-        raise ConversionError(
-            f"{name} of a matrix with a symbolic size {ctx.aval_in.shape[-2:]} at {where_} is not supported: "
-            "the Jacobi rounds depend on the matrix size; give the matrix dims static sizes (batch dims may be symbolic)"
-        )
+def _tall(ctx: LoweringContext) -> bool:
+    """Whether svd's matrix (..., m, n) has m >= n, which decides whether its columns or its
+    rows are rotated: a symbolic size must make that provable (("N", "N"), ("N", 1),
+    ("2*N", "N")), else the export is refused."""
+    m, n = ctx.aval_in.shape[-2:]
+    try:
+        return bool(m >= n)
+    except jax.errors.InconclusiveDimensionOperation:
+        try:
+            if bool(n >= m):
+                return False
+        except jax.errors.InconclusiveDimensionOperation:
+            pass
+    raise ConversionError(
+        f"svd of a ({m}, {n}) matrix at {ctx.source_line or '<unknown location>'} is not supported: "
+        f"whether {m} >= {n} decides which side is rotated and cannot be proven; give one of the dims a static size, "
+        "or the same name to both (a square matrix)"
+    )
 
 
 def _whole_range(ctx: LoweringContext, name: str, subset_by_index: Any, size: Any) -> None:
@@ -184,7 +251,7 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
         gram = jnp.swapaxes(x, -1, -2) @ x
         d = _diagonal(gram)
         scale = jnp.sqrt(d[..., :, None] * d[..., None, :])
-        off = jnp.abs(gram) > (m * eps) * scale
+        off = jnp.abs(gram) > (_number(m, dtype) * eps) * scale
         off = where(jnp.eye(size, dtype=bool), False, off)
         return jnp.logical_not(jnp.any(off))
 
@@ -192,8 +259,9 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     b = work[..., :m, :]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
     key = norms
-    if compute_uv and size != n:  # the padding column: V's extra row is exactly e_n there
-        key = where(work[..., m + n, :] == 1, -jnp.ones((), dtype), norms)
+    padding = _padding_column(work, m, n) if compute_uv else None
+    if padding is not None:  # sorted last: a norm is >= 0
+        key = where(padding, -jnp.ones((), dtype), norms)
     order_desc = jnp.argsort(-key, axis=-1)[..., :n]
     s = jnp.take_along_axis(norms, order_desc, axis=-1)
     if not compute_uv:
@@ -207,19 +275,21 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     return s, u, v
 
 
-def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool) -> tuple[jax.Array, ...]:
-    """``lax.linalg.svd``: (s,) or (s, u, vh), s descending; u (..., m, m or k), vh (k or n, n)."""
+def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | None = None) -> tuple[jax.Array, ...]:
+    """``lax.linalg.svd``: (s,) or (s, u, vh), s descending; u (..., m, m or k), vh (k or n, n);
+    ``tall``: whether m >= n (given for symbolic sizes)."""
     m, n = a.shape[-2], a.shape[-1]
-    k = min(m, n)
+    tall = m >= n if tall is None else tall
+    k = n if tall else m
     batch = a.shape[:-2]
-    if k == 0:
+    if not jxi.is_symbolic_dim(k) and k == 0:
         s = jnp.zeros((*batch, 0), a.dtype)
         if not compute_uv:
             return (s,)
         u = jnp.broadcast_to(jnp.eye(m, m if full_matrices else 0, dtype=a.dtype), (*batch, m, m if full_matrices else 0))
         vh = jnp.broadcast_to(jnp.eye(n if full_matrices else 0, n, dtype=a.dtype), (*batch, n if full_matrices else 0, n))
         return s, u, vh
-    if m >= n:
+    if tall:
         result = _svd_tall(a, compute_uv=compute_uv, full_matrices=full_matrices)
         return result if not compute_uv else (result[0], result[1], jnp.swapaxes(result[2], -1, -2))
     result = _svd_tall(jnp.swapaxes(a, -1, -2), compute_uv=compute_uv, full_matrices=full_matrices)
@@ -230,9 +300,9 @@ def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool) -> tuple[jax.Arr
 def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
     m, n = ctx.aval_in.shape[-2:]
-    _whole_range(ctx, "svd", subset_by_index, m if m is n or jxi.is_symbolic_dim(m) or jxi.is_symbolic_dim(n) else min(m, n))
-    _static(ctx, "svd")
-    fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv)
+    tall = _tall(ctx)
+    _whole_range(ctx, "svd", subset_by_index, n if tall else m)
+    fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv, tall=tall)
     return _lower_jacobi(ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv))
 
 
@@ -242,10 +312,10 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
     ascending as LAPACK's ``syevd`` gives them, vectors as columns (signs are free)."""
     n = a.shape[-1]
     dtype = a.dtype
-    rows = np.arange(n)
+    rows = _ids(n) if jxi.is_symbolic_dim(n) else np.arange(n)
     keep = rows[:, None] >= rows[None, :] if lower else rows[:, None] <= rows[None, :]
     a = where(jnp.asarray(keep), a, jnp.swapaxes(a, -1, -2))
-    if n <= 1:
+    if not jxi.is_symbolic_dim(n) and n <= 1:
         return jnp.ones_like(a), jnp.sum(a, axis=-1)
     work = _pad_even(a, rows=True)
     size = work.shape[-1]
@@ -257,9 +327,7 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
         (w,) = carry  # [a; V]
         # the pairs (k, h + k): a[k, k], a[h+k, h+k] and a[k, h+k] as strided slices
         flat = jnp.reshape(w[..., :size, :], (*a.shape[:-2], 1, size * size))
-        diagonal = flat[..., :: size + 1]
-        upper = flat[..., half :: size + 1][..., :half]
-        c, s = _rotation(diagonal[..., :half], diagonal[..., half:], upper)
+        c, s = _rotation(_strided(flat, 0, size + 1, half), _strided(flat, half * (size + 1), size + 1, half), _strided(flat, half, size + 1, half))
         w = _rotate_columns(w, c, s)  # a J P and V J P
         # (J P)^T (a J P) is the transpose of (a J P)^T J P; the matrix is symmetric, so the
         # rotated rows are stored as columns and no transpose back is needed
@@ -270,12 +338,13 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
         x = carry[0][..., :size, :]
         squares = x * x
         off = jnp.sum(where(jnp.eye(size, dtype=bool), jnp.zeros((), dtype), squares), axis=(-2, -1))
-        return jnp.logical_not(jnp.any(off > (size * eps) ** 2 * jnp.sum(squares, axis=(-2, -1))))
+        return jnp.logical_not(jnp.any(off > (_number(size, dtype) * eps) ** 2 * jnp.sum(squares, axis=(-2, -1))))
 
     (work,) = _sweeps(size, round_fn, converged, (jnp.concatenate([work, v], axis=-2),))
     values = _diagonal(work[..., :size, :])
     vectors = work[..., size:, :]
-    key = values if size == n else where(vectors[..., n, :] == 1, jnp.asarray(np.inf, dtype), values)
+    padding = _padding_column(vectors, 0, n)
+    key = values if padding is None else where(padding, jnp.asarray(np.inf, dtype), values)
     ascending = jnp.argsort(key, axis=-1)[..., :n]
     values = jnp.take_along_axis(values, ascending, axis=-1)
     vectors = jnp.take_along_axis(vectors[..., :n, :], jnp.broadcast_to(ascending[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
@@ -286,5 +355,4 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
 def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
     _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
-    _static(ctx, "eigh")
     return _lower_jacobi(ctx, partial(eigh, lower=lower), a, ("eigh", lower))
