@@ -137,7 +137,7 @@ def test_svd_propagates_nan():
     assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, jit=True)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_svd_of_symbolic_matrix_size(dtype):
     """("N", "N"): the rounds are a Loop over the size, the pairs reseated by one Gather, an
     odd N padded by one zero column; float32 is rotated in float64 (N may be large)."""
