@@ -191,3 +191,28 @@ def test_symbolic_batch_elementwise_chain():
         return jnp.where(x > 0, jnp.exp(-x) * y, jnp.log1p(jnp.abs(y)))
 
     assert_exports_match(f, [("B", 5), ("B", 5)], sizes={"B": [1, 4, 17]})
+
+
+# JAX rounds a float16 result after every op; onnxruntime runs float16 ops without a kernel of
+# their own in float32 and merges the Casts between them (core/kernels.py): chains of ops that
+# round (and exact ops after them: floor, comparisons) must match bit for bit.
+FLOAT16_CHAINS = {
+    "mul_add": lambda x, y, z: x * y + z,
+    "div_floor": lambda x, y, z: jnp.floor(x / y) + z,
+    "exp_mul_sub": lambda x, y, z: jnp.exp(x) * y - z,
+    "tanh_sin": lambda x, y, z: jnp.tanh(x * y) * jnp.sin(z),
+    "product_sum": lambda x, y, z: (x * y).sum(axis=0) if x.ndim else x * y,
+    "compare_product": lambda x, y, z: x * y < z,
+    "select_quotient": lambda x, y, z: jnp.where(x * y > 0, x / y, z),
+    "square_sqrt": lambda x, y, z: jnp.sqrt(x * x + y * y) - z,
+    "matmul_add": lambda x, y, z: jnp.atleast_2d(x) @ jnp.atleast_2d(y).T + 1,
+}
+
+
+@pytest.mark.parametrize("name", [n if n in {"mul_add", "div_floor", "compare_product", "tanh_sin"} else pytest.param(n, marks=pytest.mark.slow) for n in FLOAT16_CHAINS])
+@given(data=st.data())
+def test_float16_rounds_after_every_op_as_jax(name, data):
+    shape = data.draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=5))
+    elements = st.floats(-100, 100, width=16) | st.sampled_from([0.0, -0.0, 1.0, 3.0, 0.1])
+    x, y, z = (data.draw(hnp.arrays(np.float16, shape, elements=elements)) for _ in range(3))
+    assert_exports_match_on(FLOAT16_CHAINS[name], x, y, z, rtol=0.0, atol=0.0)
