@@ -25,7 +25,8 @@ from jax2onnx_nn.core.verify import run_onnx
 BF16 = np.dtype(jnp.bfloat16)
 FLOATS = [np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64)]
 BITCAST_OPSET = 26
-opsets = [21] + ([BITCAST_OPSET] if MAX_OPSET >= BITCAST_OPSET else [])
+# the emulation below ONNX BitCast, its first opset and the newest (MAX_OPSET is 28 here)
+opsets = sorted({21, *(o for o in (BITCAST_OPSET, MAX_OPSET) if o >= BITCAST_OPSET and o <= MAX_OPSET)})
 
 
 def unsigned(dtype: Any) -> np.dtype:
@@ -125,15 +126,20 @@ def test_bitcast_is_exact_on_edge_values(dtype: Any, opset: int) -> None:
     assert_same_bits(back, expected)
 
 
+@pytest.mark.parametrize("opset", opsets)
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]), signed=st.booleans())
-def test_bitcast_round_trips_drawn_patterns(data: st.DataObject, dtype: Any, signed: bool) -> None:
+def test_bitcast_round_trips_drawn_patterns(data: st.DataObject, dtype: Any, signed: bool, opset: int) -> None:
+    """Float <-> int of the same width; from opset 26 (ONNX BitCast) NaN payloads too."""
     values = data.draw(float_bits(dtype))
     itype = np.dtype(f"{'int' if signed else 'uint'}{8 * values.dtype.itemsize}")
-    (bits,), (expected,) = run(lambda x: lax.bitcast_convert_type(x, itype), values)
-    nan = np.isnan(values)
-    np.testing.assert_array_equal(bits[~nan], expected[~nan])
-    (back,), (expected,) = run(lambda b: lax.bitcast_convert_type(b, dtype), values.view(itype))
-    assert_same_bits(back, expected, any_nan=True)
+    (bits,), (expected,) = run(lambda x: lax.bitcast_convert_type(x, itype), values, opset=opset)
+    keep = ~np.isnan(values) if opset < BITCAST_OPSET else np.ones(values.shape, bool)
+    np.testing.assert_array_equal(bits[keep], expected[keep])
+    (back,), (expected,) = run(lambda b: lax.bitcast_convert_type(b, dtype), values.view(itype), opset=opset)
+    if opset < BITCAST_OPSET:
+        assert_same_bits(back, expected, any_nan=True)
+    else:
+        np.testing.assert_array_equal(back.view(itype), expected.view(itype))
 
 
 @pytest.mark.parametrize(
@@ -141,7 +147,8 @@ def test_bitcast_round_trips_drawn_patterns(data: st.DataObject, dtype: Any, sig
     [(np.uint32, np.float32), (np.int32, np.float32), (np.uint64, np.float64), (np.int64, np.float64),
      (np.uint16, np.float16), (np.int32, np.uint32), (np.uint64, np.int64)],
 )
-def test_bitcast_to_float_covers_every_exponent(source: Any, target: Any) -> None:
+@pytest.mark.parametrize("opset", opsets)
+def test_bitcast_to_float_covers_every_exponent(source: Any, target: Any, opset: int) -> None:
     """Every sign and exponent field (zero, subnormal, normal, inf/NaN), random mantissas."""
     width = 8 * np.dtype(source).itemsize
     rng = np.random.default_rng(width)
@@ -154,8 +161,11 @@ def test_bitcast_to_float_covers_every_exponent(source: Any, target: Any) -> Non
         bits = (fields[:, None] | mantissas).astype(u).ravel()
     else:
         bits = rng.integers(0, 2**width, size=1000, dtype=np.uint64).astype(u)
-    (actual,), (expected,) = run(lambda b: lax.bitcast_convert_type(b, target), bits.view(source))
-    assert_same_bits(actual, expected, any_nan=True)
+    (actual,), (expected,) = run(lambda b: lax.bitcast_convert_type(b, target), bits.view(source), opset=opset)
+    if opset < BITCAST_OPSET:
+        assert_same_bits(actual, expected, any_nan=True)
+    else:  # every bit, NaN payloads included
+        np.testing.assert_array_equal(actual.view(unsigned(target)), expected.view(unsigned(target)))
 
 
 @pytest.mark.parametrize(
@@ -183,11 +193,13 @@ def test_bitcast_keeps_nan_payloads_from_opset_26() -> None:
     np.testing.assert_array_equal(actual, expected)
 
 
-def test_bitcast_uses_onnx_bitcast_from_opset_26() -> None:
+@pytest.mark.parametrize(("source", "target"), [("float32", np.int32), ("float16", np.uint16), ("bfloat16", np.int16), ("float64", np.uint64), ("int64", np.float64)])
+def test_bitcast_uses_onnx_bitcast_from_opset_26(source: str, target: Any) -> None:
     if MAX_OPSET < BITCAST_OPSET:
         pytest.skip(f"opset {BITCAST_OPSET} is not supported yet (max {MAX_OPSET})")
-    model = to_onnx(lambda x: lax.bitcast_convert_type(x, np.int32), [(3,)], opset=BITCAST_OPSET)
-    assert [n.op_type for n in model.graph.node] == ["BitCast"]
+    for opset in range(BITCAST_OPSET, MAX_OPSET + 1):
+        model = to_onnx(lambda x: lax.bitcast_convert_type(x, target), [((3,), source)], opset=opset, enable_double_precision=True)
+        assert [n.op_type for n in model.graph.node] == ["BitCast"]
 
 
 # -- copysign and signbit: JAX's bitcast and select_n, -0.0 included ---------------------------------
