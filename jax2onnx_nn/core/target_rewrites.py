@@ -81,77 +81,213 @@ def _nan_propagating_max_min(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
-# -- uint32 arithmetic as int32 ---------------------------------------------------------------
-_U32, _I32 = ir.DataType.UINT32, ir.DataType.INT32
-_SAME_BITS = frozenset({"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"})
-_COMPARE = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
-_SIGN = np.array(np.iinfo(np.int32).min, np.int32)
+# -- Equal on bool ----------------------------------------------------------------------------
+def _bool_equal_as_xor(node: ir.Node, edit: _Editor) -> bool:
+    """tract refuses Equal on bools ("Bool is not a number"; ``jnp.remainder`` compares signs
+    that way): ``a == b`` is ``not (a xor b)``."""
+    if node.op_type != "Equal" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.BOOL:
+        return False
+    edit.replace(edit.op("Not", edit.op("Xor", *node.inputs, dtype=ir.DataType.BOOL), dtype=ir.DataType.BOOL))
+    return True
+
+
+# -- uint32 arithmetic as int32 ----------------------------------------------------------------
+_U32, _I32, _F32, _BOOL = ir.DataType.UINT32, ir.DataType.INT32, ir.DataType.FLOAT, ir.DataType.BOOL
+_SAME_BITS = frozenset({"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "CumSum"})
+_COMPARE = {"Less": (False, False), "Greater": (True, False), "LessOrEqual": (True, True), "GreaterOrEqual": (False, True)}
+_SMALL_DIVISOR = 2**15  # below: remainder by bytes in float32 (every partial value < 2**23)
+
+Halves = tuple[ir.Value, ir.Value]
 
 
 def _uint32_as_int32(node: ir.Node, edit: _Editor) -> bool:
-    """OpenVINO's CPU plugin computes uint32 Add and BitShift through float32 (so values above
-    2**24 lose bits, and every ``jax.random`` bit kernel goes wrong), while its int32 Add, Mul
-    and bitwise ops wrap exactly. So uint32 arithmetic is done on the same bits as int32:
-    wrapping ops as they are, comparisons with the sign bit flipped, shifts by constant
-    amounts as a multiply (left) or an exact float split (right, see ``_shift_right``)."""
+    """OpenVINO's CPU plugin computes uint32 arithmetic through float32 and int32 comparisons,
+    Mod and shifts too (values above 2**24 lose bits: every ``jax.random`` kernel goes wrong),
+    while its int32 Add, Sub, Mul, CumSum and bitwise ops wrap exactly. So uint32 values are
+    computed on the same bits as int32: the wrapping ops as they are; shifts left by constant
+    amounts as a multiply; comparisons, Max/Min, right shifts by constant amounts and Mod on the
+    value's two 16-bit halves, which float32 holds exactly (``_halves``). No op used here needs
+    opset 18, so this also covers the bitwise ops' decomposition below it."""
     if node.domain != "" or not node.inputs or node.inputs[0] is None or node.inputs[0].dtype != _U32:
         return False
     op = node.op_type
-    if op in _SAME_BITS or op in _COMPARE:
-        args = [edit.op("Cast", v, to=_I32, dtype=_I32) for v in node.inputs if v is not None]
-        if op in _COMPARE:
-            args = [edit.op("BitwiseXor", a, _SIGN, dtype=_I32) for a in args]
-            edit.replace(edit.op(op, *args, dtype=ir.DataType.BOOL))
-        else:
-            edit.replace(edit.op("Cast", edit.op(op, *args, dtype=_I32), to=_U32, dtype=_U32))
+    args = [_as_int32(edit, v) if v is not None and v.dtype == _U32 else v for v in node.inputs]
+    if op in _SAME_BITS:
+        result = edit.op(op, *args, dtype=_I32)
+    elif op in _COMPARE or op == "Equal":
+        x, y = (_halves(edit, a) for a in args)
+        if op == "Equal":
+            edit.replace(_equal(edit, x, y))
+            return True
+        swap, negate = _COMPARE[op]
+        less = _less(edit, y, x) if swap else _less(edit, x, y)
+        edit.replace(edit.op("Not", less, dtype=_BOOL) if negate else less)
         return True
-    if op == "BitShift":
-        amount = _constant(node.inputs[1])
-        if amount is None:
-            return False  # a shift by a runtime amount stays as it is
-        x = edit.op("Cast", node.inputs[0], to=_I32, dtype=_I32)
-        amount = amount.astype(np.int64)
+    elif op in ("Max", "Min") and len(args) == 2:
+        x_less = _less(edit, _halves(edit, args[0]), _halves(edit, args[1]))
+        first, second = (args[1], args[0]) if op == "Max" else (args[0], args[1])
+        result = edit.op("Where", x_less, first, second, dtype=_I32)
+    elif op == "BitShift" and _constant(node.inputs[1]) is not None:
+        amount = _constant(node.inputs[1]).astype(np.int64)  # type: ignore[union-attr]
         if node.attributes["direction"].as_string() == "LEFT":
-            factor = np.where(amount < 32, np.left_shift(1, np.minimum(amount, 31)), 0).astype(np.uint32).view(np.int32)
-            shifted = edit.op("Mul", x, factor, dtype=_I32)
+            factor = np.where(amount < 32, np.left_shift(1, np.clip(amount, 0, 31)), 0).astype(np.uint32).view(np.int32)
+            result = edit.op("Mul", args[0], factor, dtype=_I32)
         else:
-            shifted = _shift_right(edit, x, amount)
-        edit.replace(edit.op("Cast", shifted, to=_U32, dtype=_U32))
-        return True
-    return False
+            result = _shift_right(edit, _halves(edit, args[0]), amount)
+    elif op == "Mod":  # (fmod or not: the same for unsigned values)
+        result = _remainder(edit, args[0], args[1], _constant(node.inputs[1]))
+    else:
+        return False  # a shift by a runtime amount stays as it is
+    edit.replace(edit.op("Cast", result, to=_U32, dtype=_U32))
+    return True
 
 
-def _shift_right(edit: _Editor, x: ir.Value, amount: np.ndarray) -> ir.Value:
-    """Logical right shift of int32 bits by constant amounts, from ops OpenVINO computes exactly:
-    the low 31 bits in two pieces of at most 16 significant bits (exact in float32, so the
-    scaling by 2**-s and Floor are exact), plus 2**(31 - s) where the sign bit was set."""
-    scale = np.ldexp(np.float32(1), -np.minimum(amount, 64)).astype(np.float32)
+def _as_int32(edit: _Editor, x: ir.Value) -> ir.Value:
+    """uint32 ``x`` on int32 bits: the int32 value a rewritten op cast to uint32, else a Cast."""
+    producer = x.producer()
+    if producer is not None and producer.op_type == "Cast" and producer.inputs[0] is not None and producer.inputs[0].dtype == _I32:
+        return producer.inputs[0]
+    return _i32(edit, x)
 
-    def part(mask: int) -> ir.Value:
-        piece = edit.op("Cast", edit.op("BitwiseAnd", x, np.array(mask, np.int32), dtype=_I32), to=ir.DataType.FLOAT, dtype=ir.DataType.FLOAT)
-        return edit.op("Cast", edit.op("Floor", edit.op("Mul", piece, scale)), to=_I32, dtype=_I32)
 
-    top = np.where(amount < 32, np.left_shift(1, np.clip(31 - amount, 0, 31)), 0).astype(np.uint32).view(np.int32)
-    sign = edit.op("Where", edit.op("Less", x, np.array(0, np.int32), dtype=ir.DataType.BOOL), top, np.zeros_like(top), dtype=_I32)
-    return edit.op("Add", edit.op("Add", part(0x7FFF0000), part(0xFFFF), dtype=_I32), sign, dtype=_I32)
+def _f32(edit: _Editor, x: ir.Value) -> ir.Value:
+    return edit.op("Cast", x, to=_F32, dtype=_F32)
+
+
+def _i32(edit: _Editor, x: ir.Value) -> ir.Value:
+    return edit.op("Cast", x, to=_I32, dtype=_I32)
+
+
+def _scaled(edit: _Editor, x: ir.Value, factor: float | np.ndarray) -> ir.Value:
+    return edit.op("Mul", x, np.asarray(factor, np.float32), dtype=_F32)
+
+
+def _halves(edit: _Editor, x: ir.Value) -> Halves:
+    """(high, low) 16-bit halves of int32 bits ``x`` as exact float32 values in [0, 2**16).
+
+    ``x * 2**16`` wraps to ``low << 16`` and ``x - low`` is ``high << 16``: each has at most 16
+    significant bits, so the casts to float32 are exact; a negative half is taken mod 2**16."""
+    def unsigned(v: ir.Value) -> ir.Value:
+        half = _scaled(edit, _f32(edit, v), 2.0**-16)  # in [-2**15, 2**15)
+        return edit.op("Sub", half, _scaled(edit, edit.op("Floor", _scaled(edit, half, 2.0**-16), dtype=_F32), 2.0**16), dtype=_F32)
+
+    low = unsigned(edit.op("Mul", x, np.array(2**16, np.int32), dtype=_I32))
+    high = unsigned(edit.op("Sub", x, _i32(edit, low), dtype=_I32))
+    return high, low
+
+
+def _less(edit: _Editor, x: Halves, y: Halves) -> ir.Value:
+    """Unsigned ``x < y``: the high halves decide, else the low ones."""
+    high_less = edit.op("Less", x[0], y[0], dtype=_BOOL)
+    high_equal = edit.op("Equal", x[0], y[0], dtype=_BOOL)
+    low_less = edit.op("Less", x[1], y[1], dtype=_BOOL)
+    return edit.op("Or", high_less, edit.op("And", high_equal, low_less, dtype=_BOOL), dtype=_BOOL)
+
+
+def _equal(edit: _Editor, x: Halves, y: Halves) -> ir.Value:
+    both = [edit.op("Equal", a, b, dtype=_BOOL) for a, b in zip(x, y, strict=True)]
+    return edit.op("And", *both, dtype=_BOOL)
+
+
+def _shift_right(edit: _Editor, x: Halves, amount: np.ndarray) -> ir.Value:
+    """Logical right shift by constant amounts (any shape, broadcast): the high half scaled by
+    2**(16 - s) (a float scale and Floor for s >= 16, an int32 multiply below) plus the low
+    half's ``floor(low / 2**s)``; the two never overlap. Amounts of 32 and more give 0."""
+    s = np.clip(amount, 0, 48)
+    high_scale = np.where(s >= 16, np.ldexp(1.0, 16 - s), 1.0).astype(np.float32)
+    high_factor = np.where(s < 16, np.left_shift(1, np.clip(16 - s, 0, 16)), 1).astype(np.int32)
+    high = edit.op("Mul", _i32(edit, edit.op("Floor", _scaled(edit, x[0], high_scale), dtype=_F32)), high_factor, dtype=_I32)
+    low = _i32(edit, edit.op("Floor", _scaled(edit, x[1], np.ldexp(1.0, -s).astype(np.float32)), dtype=_F32))
+    return edit.op("Add", high, low, dtype=_I32)
+
+
+def _fmod_small(edit: _Editor, t: ir.Value, c: ir.Value) -> ir.Value:
+    """``t mod c`` for float32 integers ``0 <= t < 2**23``, ``c <= 2**15`` (every step exact; the
+    corrections guard a Div that is not correctly rounded)."""
+    r = edit.op("Sub", t, edit.op("Mul", c, edit.op("Floor", edit.op("Div", t, c, dtype=_F32), dtype=_F32), dtype=_F32), dtype=_F32)
+    r = edit.op("Where", edit.op("Less", r, np.float32(0), dtype=_BOOL), edit.op("Add", r, c, dtype=_F32), r, dtype=_F32)
+    return edit.op("Where", edit.op("Less", r, c, dtype=_BOOL), r, edit.op("Sub", r, c, dtype=_F32), dtype=_F32)
+
+
+def _remainder(edit: _Editor, x: ir.Value, y: ir.Value, constant: np.ndarray | None) -> ir.Value:
+    """Unsigned ``x mod y`` on int32 bits (``x`` where ``y`` is 0, as in JAX).
+
+    A divisor up to 2**15: long division by bytes in float32. A larger one: the quotient is
+    below 2**17, so float32's estimate is within one; one less than it (at least 0) leaves a
+    remainder in [0, 3y) with no wrap, which two conditional subtractions bring below y.
+    A constant divisor takes one of the two ways; a runtime one computes both and selects."""
+    xh, xl = _halves(edit, x)
+    if constant is None:
+        yh, yl = _halves(edit, y)
+    else:
+        bits = constant.astype(np.uint32)
+        yh, yl = (edit.const((bits >> s & 0xFFFF).astype(np.float32)) for s in (16, 0))
+    yf = edit.op("Add", _scaled(edit, yh, 2.0**16), yl, dtype=_F32)
+    small = large = None
+    if constant is None or np.any(constant <= _SMALL_DIVISOR):
+        r = None
+        for half in (xh, xl):
+            top = edit.op("Floor", _scaled(edit, half, 1 / 256), dtype=_F32)
+            for digit in (top, edit.op("Sub", half, _scaled(edit, top, 256.0), dtype=_F32)):
+                r = _fmod_small(edit, digit if r is None else edit.op("Add", _scaled(edit, r, 256.0), digit, dtype=_F32), yl)
+        small = _i32(edit, r)
+    if constant is None or np.any(constant > _SMALL_DIVISOR):
+        xf = edit.op("Add", _scaled(edit, xh, 2.0**16), xl, dtype=_F32)
+        estimate = edit.op("Floor", edit.op("Div", xf, yf, dtype=_F32), dtype=_F32)
+        quotient = _i32(edit, edit.op("Max", edit.op("Sub", estimate, np.float32(1), dtype=_F32), np.float32(0), dtype=_F32))
+        large = edit.op("Sub", x, edit.op("Mul", quotient, y, dtype=_I32), dtype=_I32)
+        for _ in range(2):
+            below = _less(edit, _halves(edit, large), (yh, yl))
+            large = edit.op("Where", below, large, edit.op("Sub", large, y, dtype=_I32), dtype=_I32)
+    if small is None or large is None:
+        result = small if large is None else large
+    else:
+        is_small = edit.op("LessOrEqual", yf, np.float32(_SMALL_DIVISOR), dtype=_BOOL)
+        result = edit.op("Where", is_small, small, large, dtype=_I32)
+    assert result is not None
+    if constant is not None and np.all(constant != 0):
+        return result
+    zero = edit.op("And", *(edit.op("Equal", h, np.float32(0), dtype=_BOOL) for h in (yh, yl)), dtype=_BOOL)
+    return edit.op("Where", zero, x, result, dtype=_I32)
+
+
+def _uint32_bits(node: ir.Node, edit: _Editor) -> bool:
+    """``(x >> s) mod 2``, how the bitwise ops below opset 18 read bit ``s`` of uint32 ``x``, is
+    the sign of ``x << (31 - s)``: an int32 multiply and a comparison with 0, both exact on
+    OpenVINO (and ~20 ops fewer per bit than the shift and the remainder on 16-bit halves)."""
+    if node.op_type != "Mod" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != _U32:
+        return False
+    divisor = _constant(node.inputs[1])
+    shift = node.inputs[0].producer()
+    if divisor is None or not np.all(divisor == 2) or shift is None or shift.op_type != "BitShift":
+        return False
+    amount = _constant(shift.inputs[1])
+    if amount is None or shift.attributes["direction"].as_string() != "RIGHT" or np.any((amount < 0) | (amount > 31)):
+        return False
+    factor = np.left_shift(1, 31 - amount.astype(np.int64)).astype(np.uint32).view(np.int32)
+    top = edit.op("Mul", _as_int32(edit, shift.inputs[0]), factor, dtype=_I32)
+    edit.replace(edit.op("Cast", edit.op("Less", top, np.int32(0), dtype=_BOOL), to=_U32, dtype=_U32))
+    if not shift.outputs[0].uses() and shift.graph is not None:
+        shift.graph.remove(shift, safe=True)
+    return True
 
 
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
+    "bool_equal_as_xor": _bool_equal_as_xor,
+    "uint32_bits": _uint32_bits,
     "nan_propagating_max_min": _nan_propagating_max_min,
     "uint32_as_int32": _uint32_as_int32,
 }
 
 
 def apply_rewrites(model: ir.Model, names: Sequence[str]) -> int:
-    """Run the named rewrites over every node of every graph; returns how many nodes changed."""
-    rules = [REWRITES[n] for n in names]
-    if not rules:
-        return 0
+    """Run the named rewrites, one walk each in the profile's order, over every node of every
+    graph (a later rewrite sees what an earlier one wrote); returns how many nodes changed."""
     counter = [0]
     changed = 0
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
-        for rule in rules:
-            if rule(node, _Editor(node, counter)):
+    for name in names:
+        rule = REWRITES[name]
+        for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+            if node.graph is not None and rule(node, _Editor(node, counter)):
                 changed += 1
-                break
     return changed

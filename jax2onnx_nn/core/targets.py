@@ -71,6 +71,10 @@ Sign Sin Sinh Size Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squee
 Tanh ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Upsample Where Xor
 """.split())
 
+# CumSum's types on a runtime that sums uint32 (the bitwise ops below opset 18 sum their bits
+# with it; onnxruntime has no uint32 CumSum, so the builder widens to int64 for it)
+_CUMSUM_UINT32 = "i32 i64 u32 u64 f32 f64"
+
 TARGETS: Mapping[str, Target] = MappingProxyType({
     "onnxruntime": Target("onnxruntime"),
     "onnxruntime-web": Target(
@@ -81,17 +85,20 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
     "openvino": Target(
         "openvino", max_opset=25,  # 2026.4 has no BitCast (opset 26)
         model_functions=False, scan_symbolic=True, scan_ticks=False,
-        # its CPU plugin computes uint32 Add/BitShift through float and keeps int64 in 32 bits;
-        # int32 arithmetic wraps as it should; its Max/Min return the other operand for NaN
-        rewrites=("uint32_as_int32", "nan_propagating_max_min"),
+        # its CPU plugin computes uint32 arithmetic (and int32 comparisons, Mod, shifts) through
+        # float32 and keeps int64 in 32 bits; int32 Add/Mul/CumSum/bitwise ops wrap as they
+        # should, so uint32 is computed as int32 (CumSum too: not widened to int64); its
+        # Max/Min return the other operand for NaN
+        kernels={"CumSum": _CUMSUM_UINT32},
+        rewrites=("uint32_bits", "uint32_as_int32", "nan_propagating_max_min"),
     ),
     "tract": Target(
         "tract", max_opset=25,  # 0.23 has no BitCast (opset 26)
         model_functions=False, scan_symbolic=True,
         # it runs CumSum on uint32 (the bitwise ops below opset 18 sum their bits with it); a
         # Cast to int64 would sign-extend uint32 and make a value it cannot take a CumSum of
-        kernels={"CumSum": "i32 i64 u32 u64 f32 f64"},
-        rewrites=("nan_propagating_max_min",),
+        kernels={"CumSum": _CUMSUM_UINT32},
+        rewrites=("nan_propagating_max_min", "bool_equal_as_xor"),
     ),
     "tensorrt": Target(
         "tensorrt", max_opset=20, model_functions=False, scan_symbolic=True, ops=_TENSORRT_OPS,

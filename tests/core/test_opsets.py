@@ -252,10 +252,6 @@ def _runtime_cases() -> list[Any]:
                 marks = [pytest.mark.skipif(reason is not None, reason=str(reason))]
                 if family != "mlp":
                     marks.append(pytest.mark.slow)
-                if family == "random" and runtime == "openvino":
-                    # this family's keys from a uint32 seed input: wrong numbers at every opset
-                    # (below 18, with the bitwise arithmetic, tract does not finish); not diagnosed
-                    marks.append(pytest.mark.xfail(run=False, reason=f"random from a seed input on {runtime}"))
                 if family == "scatter" and runtime == "tract":  # (at every opset)
                     marks.append(pytest.mark.xfail(run=False, reason="tract does not translate the Compress that drops out-of-bounds updates"))
                 cases.append(pytest.param(runtime, family, opset, marks=marks, id=f"{runtime}-{family}-{opset}"))
