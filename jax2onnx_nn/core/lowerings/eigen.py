@@ -476,7 +476,7 @@ def _normalized(v: jax.Array) -> jax.Array:
 
 def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     """[values, left vectors (u^H a = w u^H) if ``left``, right vectors (a v = w v) if
-    ``right``] of a square ``a``, complex, from its complex Schur form."""
+    ``right``] of a square real or complex ``a``, complex, from its complex Schur form."""
     dtype = jnp.result_type(a.dtype, jnp.complex64)
     t, z = complex_schur(a.astype(dtype))
     n = a.shape[-1]
@@ -507,8 +507,6 @@ EIG_OPS = ("Slice", "MatMul", "Mul", "Add", "Sub", "Div", "Sqrt", "Abs", "Where"
 def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, compute_right_eigenvectors: bool, **params: Any) -> list[ir.Value]:
     del params  # implementation, enable_eigvec_derivs: choices of JAX's backends and derivatives
     _static_size(ctx, "eig")
-    if jxi.is_complex_dtype(ctx.aval_in.dtype):
-        raise ConversionError(f"eig of a complex matrix at {ctx.source_line or '<unknown location>'} is not supported; real matrices are")
     fn = lambda a: eig(a, left=compute_left_eigenvectors, right=compute_right_eigenvectors)  # noqa: E731
     return lower_as_jax(ctx, fn, [a])
 
