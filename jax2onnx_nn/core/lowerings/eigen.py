@@ -443,35 +443,53 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 # -- eigenvectors of the Schur form ------------------------------------------------------------
-def triangular_eigenvectors(t: jax.Array) -> jax.Array:
-    """Columns x_k with t x_k = t_kk x_k, x_kk = 1, for an upper triangular ``t``: back
-    substitution as LAPACK's ``trevc``, a divisor smaller than eps |t_kk| raised to it."""
+def triangular_eigenvectors(t: jax.Array) -> Parts:
+    """Columns x_k with t x_k = t_kk x_k, x_kk = 1, for an upper triangular complex ``t``, as
+    (real, imag) parts: back substitution as LAPACK's ``trevc``, a divisor smaller than
+    eps |t_kk| raised to it. On parts, each division is a few real nodes (a complex one adds
+    its inf/NaN cases: hundreds per step)."""
     n = t.shape[-1]
     ids = _ids(n)
     rows, cols = ids[:, None], ids[None, :]
-    diag = jnp.sum(jnp.where(rows == cols, t, 0), axis=-2, keepdims=True)  # (..., 1, n)
-    eps, tiny = float(jnp.finfo(t.dtype).eps), float(jnp.finfo(t.dtype).tiny)
-    smin = jnp.maximum(eps * jnp.abs(diag), tiny)
+    tr, ti = jnp.real(t), jnp.imag(t)
+    zero, one = jnp.zeros((), tr.dtype), jnp.ones((), tr.dtype)
+    dr, di = (jnp.sum(where(rows == cols, p, zero), axis=-2, keepdims=True) for p in (tr, ti))  # (..., 1, n)
+    eps, tiny = float(jnp.finfo(tr.dtype).eps), float(jnp.finfo(tr.dtype).tiny)
+    smin = jnp.maximum(eps * jnp.hypot(dr, di), tiny)
 
-    def step(i: Index, x: jax.Array) -> jax.Array:
-        t_row = jnp.where(cols > i, _at(t, i, -2), 0)
-        denom = _at(diag, i, -1) - diag
-        denom = jnp.where(jnp.abs(denom) < smin, smin.astype(t.dtype), denom)
-        row = jnp.where(cols > i, -(t_row @ x) / denom, (cols == i).astype(t.dtype))
-        return jnp.where(rows == i, row, x)
+    def step(i: Index, x: Parts) -> Parts:
+        xr, xi = x
+        row_r, row_i = (where(cols > i, _at(p, i, -2), zero) for p in (tr, ti))
+        num_r, num_i = -(row_r @ xr - row_i @ xi), -(row_r @ xi + row_i @ xr)  # -(t[i, i+1:] x)
+        er, ei = _at(dr, i, -1) - dr, _at(di, i, -1) - di  # t_ii - t_kk per column k
+        scale = jnp.maximum(jnp.abs(er), jnp.abs(ei))
+        safe = where(scale == 0, one, scale)
+        small = scale * jnp.sqrt((er / safe) ** 2 + (ei / safe) ** 2) < smin
+        er, ei, scale = where(small, smin, er), where(small, zero, ei), where(small, smin, scale)
+        er, ei = er / scale, ei / scale  # num / e = num conj(e') / (|e'|^2 scale), e' = e / scale
+        q = (er * er + ei * ei) * scale
+        new_r, new_i = (num_r * er + num_i * ei) / q, (num_i * er - num_r * ei) / q
+        new_r, new_i = where(cols > i, new_r, where(cols == i, one, zero)), where(cols > i, new_i, zero)
+        return where(rows == i, new_r, xr), where(rows == i, new_i, xi)
 
-    x = jnp.broadcast_to((rows == cols).astype(t.dtype), t.shape)
-    return lax.fori_loop(0, n, lambda r, x: step(n - 1 - r, x), x)  # a Loop: complex steps are large
+    eye = jnp.broadcast_to((rows == cols).astype(tr.dtype), tr.shape)
+    return lax.fori_loop(0, n, lambda r, x: step(n - 1 - r, x), (eye, jnp.zeros_like(eye)))  # a Loop: the steps are large
 
 
-def _normalized(v: jax.Array) -> jax.Array:
-    """Columns of norm 1 whose largest-magnitude entry (the first of equals) is real positive."""
-    mag = jnp.abs(v)
-    norm = jnp.sqrt(jnp.sum(mag * mag, axis=-2, keepdims=True))
-    big = jnp.argmax(mag, axis=-2, keepdims=True)
-    lead = jnp.take_along_axis(v, big, axis=-2)
-    phase = jnp.where(lead != 0, jnp.conj(lead) / jnp.where(lead != 0, jnp.abs(lead), 1).astype(v.dtype), 1)
-    return v * phase / jnp.where(norm != 0, norm, 1).astype(v.dtype)
+def _normalized(z: jax.Array, x: Parts) -> jax.Array:
+    """The columns of z x scaled to norm 1 with their largest-magnitude entry (the first of
+    equals) real positive, from x's parts: the phase and the scale are real products."""
+    zr, zi = jnp.real(z), jnp.imag(z)
+    vr, vi = zr @ x[0] - zi @ x[1], zr @ x[1] + zi @ x[0]
+    mag2 = vr * vr + vi * vi
+    norm = jnp.sqrt(jnp.sum(mag2, axis=-2, keepdims=True))
+    big = jnp.argmax(mag2, axis=-2, keepdims=True)
+    lr, li = jnp.take_along_axis(vr, big, axis=-2), jnp.take_along_axis(vi, big, axis=-2)
+    size = jnp.hypot(lr, li)
+    has = size != 0
+    inv = 1 / (where(has, size, 1) * where(norm != 0, norm, 1))
+    pr, pi = where(has, lr, 1) * inv, where(has, -li, 0) * inv  # conj(lead) / (|lead| norm)
+    return lax.complex(vr * pr - vi * pi, vr * pi + vi * pr)
 
 
 def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
@@ -485,10 +503,10 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     out = [values]
     if left:  # right vectors of t^H, reversed into upper triangular form
         flip = lambda m: jnp.flip(m, axis=(-2, -1))  # noqa: E731
-        y = flip(triangular_eigenvectors(flip(jnp.conj(_mT(t)))))
-        out.append(_normalized(z @ y))
+        y = triangular_eigenvectors(flip(jnp.conj(_mT(t))))
+        out.append(_normalized(z, (flip(y[0]), flip(y[1]))))
     if right:
-        out.append(_normalized(z @ triangular_eigenvectors(t)))
+        out.append(_normalized(z, triangular_eigenvectors(t)))
     return out
 
 
