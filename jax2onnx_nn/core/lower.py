@@ -263,7 +263,9 @@ class LoweringContext:
 
     @property
     def source_line(self) -> str:
-        return jxi.source_line(self.eqn)
+        """The user's line for this equation: its own, or for a body JAX traced inside a library
+        function (``jnp.linalg.svd`` is jitted) the caller's line the interpreter resolved."""
+        return self.builder.doc_string or jxi.source_line(self.eqn, library_ok=True)
 
     def const(self, value: Any, *, like: Any = None, dtype: Any = None) -> ir.Value:
         """A constant; ``like`` (an ir.Value or aval) gives its dtype."""

@@ -150,6 +150,9 @@ def test_svd_of_symbolic_rectangle():
     assert_exports_match(jnp.linalg.svdvals, [("N", 1)], sizes={"N": [1, 3]}, jit=True)
     with pytest.raises(ConversionError, match=r"\(N, 4\) matrix at .*test_svd.py.*N >= 4.*static size"):
         to_onnx(lambda a: lax.linalg.svd(a), [("N", 4)])
+    # through jnp.linalg.svd (a jitted library function): still the user's line, not JAX's
+    with pytest.raises(ConversionError, match=r"\(N, 4\) matrix at .*test_svd.py:\d+"):
+        to_onnx(lambda a: jnp.linalg.svd(a), [("N", 4)])
 
 
 @pytest.mark.slow
