@@ -39,7 +39,12 @@ def check_pair(model_name: str, runtime: str) -> str:
     except Exception as err:  # noqa: BLE001 - the table records what the runtime says
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return f"fails: {type(err).__name__}: {first[:140]}"
-    return "ok" if report.ok else f"fails: max abs error {report.max_abs:.3g}"
+    if report.ok:
+        return "ok"
+    from jax2onnx_nn.core.targets import get_target
+
+    cause = "" if get_target(runtime).float64 or not options.get("enable_double_precision") else f"{runtime} computes float64 in float32: "
+    return f"fails: {cause}max abs error {report.max_abs:.3g}"
 
 
 def read_record() -> dict[tuple[str, str], str]:

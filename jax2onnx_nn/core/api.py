@@ -179,14 +179,17 @@ def _check_target_ops(model: ir.Model, profile: Target, opset: int) -> None:
     nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
     nodes += [n for f in model.functions.values() for n in ir.traversal.RecursiveGraphIterator(f.graph)]
     for node in nodes:
-        if node.domain in ("", "ai.onnx") and not (has_op(node.op_type, opset) and (profile.ops is None or node.op_type in profile.ops)):
+        if node.domain in ("", "ai.onnx") and not (has_op(node.op_type, opset) and profile.runs(node.op_type)):
             missing.setdefault(node.op_type, []).append(node.doc_string or "")
     if missing:
-        lacks = f"target {profile.name} cannot run" if profile.ops is not None else f"opset {opset} does not define"
-        lines = [f"{lacks} {len(missing)} ONNX op(s) this model needs (at opset {opset}); nothing was exported:"]
+        by_target = any(has_op(op, opset) for op in missing)
+        lacks = f"target {profile.name} cannot run" if by_target else f"opset {opset} does not define"
+        lines = [f"{lacks} {', '.join(sorted(missing))} ({len(missing)} ONNX op(s) this model needs, at opset {opset}); nothing was exported:"]
         for op, where in sorted(missing.items()):
             places = list(dict.fromkeys(w or "<unknown location>" for w in where))
             lines.append(f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}")
+            if op in profile.lacks:
+                lines.append(f"    ({profile.lacks[op]})")
         lines.append("Export at a newer opset or for another target, or avoid the JAX operations these lines use.")
         raise ConversionError("\n".join(lines))
 

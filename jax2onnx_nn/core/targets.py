@@ -39,6 +39,11 @@ class Target:
             compute JAX's numbers, e.g. NaN-propagating ``Max``.
         ops: the ONNX ops it runs (None: every op this exporter emits); an export that needs
             another one fails before writing, naming the op and the source line.
+        lacks: ``{op: what to do instead}`` for ops it does not run (the export fails before
+            writing, naming the op, the source line and the advice).
+        float64: it computes float64 in float64. OpenVINO's CPU plugin computes it in float32
+            (float64 models then match JAX to float32 precision only); nothing in the graph
+            can change that.
     """
 
     name: str
@@ -49,6 +54,12 @@ class Target:
     kernels: Mapping[str, str] = field(default_factory=dict)
     rewrites: tuple[str, ...] = ()
     ops: frozenset[str] | None = None
+    lacks: Mapping[str, str] = field(default_factory=dict)
+    float64: bool = True
+
+    def runs(self, op: str) -> bool:
+        """Whether this runtime runs ONNX op ``op`` (of the default domain)."""
+        return (self.ops is None or op in self.ops) and op not in self.lacks
 
 
 # The ops onnx-tensorrt's TensorRT 10.0 importer supports (its docs/operators.md, opsets 9..20).
@@ -91,6 +102,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # Max/Min return the other operand for NaN
         kernels={"CumSum": _CUMSUM_UINT32},
         rewrites=("uint32_bits", "uint32_as_int32", "nan_propagating_max_min"),
+        float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(
         "tract", max_opset=25,  # 0.23 has no BitCast (opset 26)
@@ -99,6 +111,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # Cast to int64 would sign-extend uint32 and make a value it cannot take a CumSum of
         kernels={"CumSum": _CUMSUM_UINT32},
         rewrites=("nan_propagating_max_min", "bool_equal_as_xor"),
+        lacks={"Loop": "tract 0.23 has no Loop: a while_loop whose trip count depends on the data "
+                       "has no Scan form; write it as a fori_loop or scan of static length"},
     ),
     "tensorrt": Target(
         "tensorrt", max_opset=20, model_functions=False, scan_symbolic=True, ops=_TENSORRT_OPS,

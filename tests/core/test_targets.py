@@ -185,9 +185,24 @@ def test_while_loop_with_data_dependent_trips_stays_a_loop() -> None:
     def f(x):
         return jax.lax.while_loop(lambda c: c.sum() < 10.0, lambda c: c + 1.0, x)
 
-    # tract has no Loop at all: such a model runs on the other runtimes only
-    model = assert_exports_match(f, [(3,)], target="tract")
+    model = assert_exports_match(f, [(3,)], target="openvino", runtime="openvino")
     assert "Loop" in op_types(model) and "Scan" not in op_types(model)
+    # tract has no Loop at all: said before writing, with the line and what to write instead
+    with pytest.raises(ConversionError, match=r"(?s)tract cannot run .*Loop .*test_targets.py:\d+.*fori_loop or scan of static length"):
+        to_onnx(f, [(3,)], target="tract")
+
+
+@pytest.mark.skipif(missing_reason("openvino") is not None, reason=str(missing_reason("openvino")))
+def test_openvino_computes_float64_in_float32() -> None:
+    # what its profile says (float64=False): the CPU plugin has no float64 kernels, so a
+    # float64 model matches JAX to float32 precision there, whatever the graph
+    from jax2onnx_nn.core.runtimes import run_model
+
+    x = np.array([1 / 3, np.pi, 1 + 2**-30], np.float64)
+    model = to_onnx(lambda v: v * v, [((3,), np.float64)], target="openvino", enable_double_precision=True)
+    (got,) = run_model(model, [x], "openvino")
+    assert got.dtype == np.float64 and not TARGETS["openvino"].float64
+    np.testing.assert_array_equal(got, (x.astype(np.float32) ** 2).astype(np.float64))
 
 
 def test_unknown_target_names_the_choices() -> None:
