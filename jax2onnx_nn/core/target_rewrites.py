@@ -91,6 +91,26 @@ def _bool_equal_as_xor(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- Compress ---------------------------------------------------------------------------------
+def _compress_as_gather(node: ir.Node, edit: _Editor) -> bool:
+    """tract does not translate Compress (the scatters drop out-of-bounds updates with it):
+    the same rows are a Gather of the positions NonZero finds (in order, as Compress keeps them)."""
+    if node.op_type != "Compress" or node.domain != "" or len(node.inputs) != 2:
+        return False
+    x, condition = node.inputs
+    assert x is not None and condition is not None
+    axis = node.attributes.get_int("axis", None)
+    if axis is None:
+        x, axis = edit.op("Reshape", x, np.array([-1], np.int64), dtype=x.dtype), 0
+    flat = edit.op("Reshape", condition, np.array([-1], np.int64), dtype=_BOOL_TYPE)
+    positions = edit.op("Squeeze", edit.op("NonZero", flat, dtype=ir.DataType.INT64), np.array([0], np.int64), dtype=ir.DataType.INT64)
+    edit.replace(edit.op("Gather", x, positions, axis=axis, dtype=x.dtype))
+    return True
+
+
+_BOOL_TYPE = ir.DataType.BOOL
+
+
 # -- uint32 arithmetic as int32 ----------------------------------------------------------------
 _U32, _I32, _F32, _BOOL = ir.DataType.UINT32, ir.DataType.INT32, ir.DataType.FLOAT, ir.DataType.BOOL
 _SAME_BITS = frozenset({"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "CumSum"})
@@ -274,6 +294,7 @@ def _uint32_bits(node: ir.Node, edit: _Editor) -> bool:
 
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "bool_equal_as_xor": _bool_equal_as_xor,
+    "compress_as_gather": _compress_as_gather,
     "uint32_bits": _uint32_bits,
     "nan_propagating_max_min": _nan_propagating_max_min,
     "uint32_as_int32": _uint32_as_int32,

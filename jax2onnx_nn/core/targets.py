@@ -110,7 +110,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # it runs CumSum on uint32 (the bitwise ops below opset 18 sum their bits with it); a
         # Cast to int64 would sign-extend uint32 and make a value it cannot take a CumSum of
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("nan_propagating_max_min", "bool_equal_as_xor"),
+        rewrites=("nan_propagating_max_min", "bool_equal_as_xor", "compress_as_gather"),
         lacks={"Loop": "tract 0.23 has no Loop: a while_loop whose trip count depends on the data "
                        "has no Scan form; write it as a fori_loop or scan of static length"},
     ),

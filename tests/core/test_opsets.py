@@ -252,8 +252,9 @@ def _runtime_cases() -> list[Any]:
                 marks = [pytest.mark.skipif(reason is not None, reason=str(reason))]
                 if family != "mlp":
                     marks.append(pytest.mark.slow)
-                if family == "scatter" and runtime == "tract":  # (at every opset)
-                    marks.append(pytest.mark.xfail(run=False, reason="tract does not translate the Compress that drops out-of-bounds updates"))
+                if family == "scatter" and runtime == "tract" and opset < 18:
+                    # its reductions below their opset are a Loop (core/opset_forms.py): tract has none
+                    marks.append(pytest.mark.xfail(raises=ConversionError, strict=True, reason="tract has no Loop"))
                 cases.append(pytest.param(runtime, family, opset, marks=marks, id=f"{runtime}-{family}-{opset}"))
     return cases
 
