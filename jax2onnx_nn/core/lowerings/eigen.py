@@ -299,16 +299,27 @@ def _split(h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     return h, lo, hi, hi > 0
 
 
-def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _window(m: jax.Array, i: jax.Array) -> jax.Array:
+    """The 3x3 block m[..., i:i+3, i:i+3] for a per-matrix index ``i`` (..., 1, 1) (zero
+    where it leaves the matrix), as two products with one-hot rows: a few nodes, where masked
+    sums take several per entry. The sweeps' matrices are finite (a matrix with inf or NaN
+    takes none), so the products' zeros meet no inf."""
+    hot = (_ids(m.shape[-1])[None, :] == i + _ids(3)[:, None]).astype(m.dtype)  # (..., 3, n)
+    return hot @ m @ _mT(hot)
+
+
+def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(sum, product) of the two shifts of a Francis sweep on rows lo..hi, ``dlahqr``'s: the
     eigenvalues of the block's trailing 2x2 (a complex pair, or twice the real one nearer
-    h[hi, hi]), an exceptional pair every KEXSH-th sweep without deflation."""
-    at = lambda i, j: _take(h, i, j)  # noqa: E731
-    h11, h12, h21, h22 = at(hi - 1, hi - 1), at(hi - 1, hi), at(hi, hi - 1), at(hi, hi)
+    h[hi, hi]), an exceptional pair every KEXSH-th sweep without deflation; and the block's
+    leading 3x3 (the sweep's first reflector reads it)."""
+    top, bottom_3 = _window(h, lo), _window(h, hi - 2)
+    at = lambda w, i, j: w[..., i:i + 1, j:j + 1]  # noqa: E731
+    h11, h12, h21, h22 = at(bottom_3, 1, 1), at(bottom_3, 1, 2), at(bottom_3, 2, 1), at(bottom_3, 2, 2)
     bottom = sweeps % (2 * KEXSH) == 0
-    s = jnp.where(bottom, jnp.abs(h21) + jnp.abs(at(hi - 1, hi - 2)), jnp.abs(at(lo + 1, lo)) + jnp.abs(at(lo + 2, lo + 1)))
+    s = jnp.where(bottom, jnp.abs(h21) + jnp.abs(at(bottom_3, 1, 0)), jnp.abs(at(top, 1, 0)) + jnp.abs(at(top, 2, 1)))
     exceptional = sweeps % KEXSH == 0
-    diag = EXCEPTIONAL_DIAG * s + jnp.where(bottom, h22, at(lo, lo))
+    diag = EXCEPTIONAL_DIAG * s + jnp.where(bottom, h22, at(top, 0, 0))
     h11, h12, h21, h22 = (jnp.where(exceptional, e, x) for e, x in ((diag, h11), (EXCEPTIONAL_OFF * s, h12), (s, h21), (diag, h22)))
     scale = jnp.abs(h11) + jnp.abs(h12) + jnp.abs(h21) + jnp.abs(h22)
     scale = jnp.where(scale == 0, 1, scale)
@@ -320,7 +331,7 @@ def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array)
     pair = det >= 0  # complex conjugate shifts tr +- i rtdisc
     total = jnp.where(pair, 2 * tr, 2 * near) * scale
     product = jnp.where(pair, tr * tr + det, near * near) * (scale * scale)
-    return total, product
+    return total, product, top
 
 
 def _standard_blocks(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> tuple[jax.Array, ...]:
@@ -383,20 +394,19 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     finite = jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)  # else NaN, as JAX's T: no sweeps
 
     def step(carry: tuple) -> tuple:
-        h, z, k, lo, hi, total, product, sweeps, live, it = carry
+        h, z, k, lo, hi, total, product, top, sweeps, live, it = carry
         start = k >= hi  # the sweep is over (or none began): deflate and begin the next one
         h_split, lo_new, hi_new, live_new = _split(h)
         sweeps_new = jnp.where(hi_new == hi, sweeps + 1, 1)
-        total_new, product_new = _double_shift(h_split, lo_new, hi_new, sweeps_new)
+        total_new, product_new, top_new = _double_shift(h_split, lo_new, hi_new, sweeps_new)
         h = where(start, h_split, h)
         live_new = live_new & finite
         lo, hi, live, sweeps, k = (jnp.where(start, new, old) for new, old in ((lo_new, lo), (hi_new, hi), (live_new, live), (sweeps_new, sweeps), (lo_new, k)))
-        total, product = jnp.where(start, total_new, total), jnp.where(start, product_new, product)
+        total, product, top = (jnp.where(start, new, old) for new, old in ((total_new, total), (product_new, product), (top_new, top)))
         # the reflector's column: the shift polynomial's first column at the sweep's start,
         # else the bulge below the subdiagonal in column k-1; rows k..min(k+2, hi)
         first = k == lo
-        at = lambda i, j: _take(h, i, j)  # noqa: E731
-        h_ll, h_l1, h_1l, h_11, h_21 = at(lo, lo), at(lo, lo + 1), at(lo + 1, lo), at(lo + 1, lo + 1), at(lo + 2, lo + 1)
+        h_ll, h_l1, h_1l, h_11, h_21 = (top[..., i:i + 1, j:j + 1] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 1)))
         head = (h_ll * h_ll + h_l1 * h_1l - total * h_ll + product, h_1l * (h_ll + h_11 - total), h_1l * h_21)
         start_col = where(rows == lo, head[0], where(rows == lo + 1, head[1], where(rows == lo + 2, head[2], zero)))
         window = (rows >= k) & (rows <= jnp.minimum(k + 2, hi))
@@ -409,10 +419,11 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = where(bulge & tail, zero, where(bulge & (rows == k), beta, h))
         h = h - (h @ v) * (tau * _mT(v))
         z = z - (z @ v) * (tau * _mT(v))
-        return h, z, k + 1, lo, hi, total, product, sweeps, live, it + 1
+        return h, z, k + 1, lo, hi, total, product, top, sweeps, live, it + 1
 
     limit = SWEEPS_PER_ROW * max(10, n) * (n - 1)
-    init = (h, z, index + n, index, index, jnp.zeros(index.shape, a.dtype), jnp.zeros(index.shape, a.dtype), index, finite, jnp.zeros((), jnp.int32))
+    scalar = jnp.zeros(index.shape, a.dtype)
+    init = (h, z, index + n, index, index, scalar, scalar, jnp.zeros((*a.shape[:-2], 3, 3), a.dtype), index, finite, jnp.zeros((), jnp.int32))
     h, z, *_, live, _ = lax.while_loop(lambda c: jnp.any(c[-2]) & (c[-1] < limit), step, init)
     h, _, _, live = _split(h)  # the last sweep's deflations; live: not converged
     h = where(rows > cols + 1, zero, h)
