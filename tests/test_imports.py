@@ -79,10 +79,19 @@ def test_a_cycle_would_be_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
+def _adapter_packages() -> list[str]:
+    """The package's adapters: every subpackage but core and testing (flax, equinox, keras),
+    and Linen, which the flax adapter serves by mode flags."""
+    subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert {"flax", "equinox", "keras"} <= set(subpackages)
+    return [f"jax2onnx_nn.{name}" for name in subpackages if name not in ("core", "testing")] + ["jax2onnx_nn.linen"]
+
+
 def test_core_names_no_framework_adapter():
+    adapters = _adapter_packages()
     for path in (PACKAGE / "core").rglob("*.py"):
         text = path.read_text()
-        assert "jax2onnx_nn.flax" not in text and "jax2onnx_nn.equinox" not in text, path
+        assert not [a for a in adapters if a in text], path
     graph = import_graph()
     core = [m for m in graph if m.startswith("jax2onnx_nn.core")]
-    assert all(not t.startswith(("jax2onnx_nn.flax", "jax2onnx_nn.equinox")) for m in core for t in graph[m])
+    assert all(not t.startswith(tuple(adapters)) for m in core for t in graph[m])
