@@ -111,8 +111,9 @@ class GraphBuilder:
         return "/".join([*self.scope, base]) if self.scope else base
 
     # -- values ---------------------------------------------------------------------------
-    def add_input(self, name: str, dtype: Any, shape: Sequence[Any]) -> ir.Value:
-        value = ir.Value(name=self.names.fresh(name), type=ir.TensorType(ir_dtype(dtype)), shape=ir_shape(shape))
+    def add_input(self, name: str, dtype: Any, shape: Sequence[Any] | None) -> ir.Value:
+        """A new graph input (``shape`` None: unknown rank, as a Loop's carried value may be)."""
+        value = ir.Value(name=self.names.fresh(name), type=ir.TensorType(ir_dtype(dtype)), shape=None if shape is None else ir_shape(shape))
         self.inputs.append(value)
         return value
 
@@ -247,6 +248,11 @@ class GraphBuilder:
     def child(self, name: str, *, isolated: bool = False) -> GraphBuilder:
         """A builder for a body graph (If/Loop/Scan) or, isolated, an ONNX function body."""
         return GraphBuilder(name, parent=self, isolated=isolated)
+
+    def body(self, name: str) -> GraphBuilder:
+        """The builder of a new body graph (an If branch, a Loop or Scan body) below this one,
+        named uniquely after ``name``; its constants live where this builder's do."""
+        return self.child(self.names.fresh(name))
 
     def build_graph(self) -> ir.Graph:
         """The ir.Graph of this builder (bodies carry no initializers: constants live outside)."""

@@ -36,23 +36,14 @@ from jax2onnx_nn.core.coarse import (
     coarse_wrapper,
 )
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.layers.attention import attention, causal_keep, jax_nn_mask_value
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.session import Prepared, patch, register_adapter
 
 MakeWrapper = Callable[[Any], Any]
 
 _F32 = frozenset({np.dtype(np.float32)})
 _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
-
-
-def cast_operand(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype) -> ir.Value:
-    """Operand ``role`` in ``dtype`` (a Cast only when it has another dtype)."""
-    value = ops[role]
-    if onnx_aval(ops.aval(role))[0] == dtype:
-        return value
-    return ctx.op.Cast(value, to=ir_dtype(dtype))
 
 
 # -- attention: jax.nn.dot_product_attention (what nnx.MultiHeadAttention calls) -----------
@@ -113,13 +104,13 @@ def _without_extras(a: dict[str, Any]) -> bool:
     return not dropout and (dtype is None or np.dtype(dtype) == np.float32) and a.get("precision") is None and a.get("module") is None
 
 
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul"), covers=("jax.nn.dot_product_attention",))
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze"), covers=("jax.nn.dot_product_attention",))
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
     dtype = np.dtype(np.float32)
     q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
     k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
     v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
-    bias = cast_operand(ctx, ops, "bias", dtype) if "bias" in ops else None
+    bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     keep = ops["mask"] if "mask" in ops else None
     if is_causal:
         causal = causal_keep(ctx, ops.aval("query").shape[1], ops.aval("key").shape[1])
@@ -299,4 +290,4 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
 
 register_adapter("jax", __name__)  # its patches apply to every export
 
-__all__ = ["ACTIVATIONS", "Activation", "cast_operand", "export_session", "namespace_patches", "shared", "substitute"]
+__all__ = ["ACTIVATIONS", "Activation", "export_session", "namespace_patches", "shared", "substitute"]

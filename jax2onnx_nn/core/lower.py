@@ -234,7 +234,7 @@ class LoweringContext:
     def body(self, name: str) -> LoweringContext:
         """The context of a new body graph (an If branch, a Loop or Scan body) below this
         one; ``body.builder`` takes its inputs and outputs."""
-        return self.within(self.builder.child(self.builder.names.fresh(name)))
+        return self.within(self.builder.body(name))
 
     @property
     def avals_in(self) -> list[Any]:
@@ -285,13 +285,19 @@ class LoweringContext:
             return self.dim(dims[0])
         return self.op.Concat(*[self.dim(d) for d in dims], axis=0)
 
-    def zeros(self, aval: Any) -> ir.Value:
-        """Zeros of an aval's dtype and (possibly symbolic) shape: a constant when small and
-        static, else one ``ConstantOfShape`` (no large constant in the file)."""
+    def full(self, aval: Any, value: Any) -> ir.Value:
+        """An aval's dtype and (possibly symbolic) shape holding ``value`` everywhere: a
+        constant when small and static (an empty result is no node), else one
+        ``ConstantOfShape`` (no large constant in the file)."""
         dtype, shape = onnx_aval(aval)
+        fill = np.asarray(value, dtype)
         if not any(jxi.is_symbolic_dim(d) for d in shape) and int(np.prod(shape, dtype=np.int64)) <= 16:
-            return self.const(np.zeros(shape, dtype))
-        return self.op.ConstantOfShape(self.shape_tensor(shape), value=ir.tensor(np.zeros(1, dtype)))
+            return self.const(np.full(shape, fill, dtype))
+        return self.op.ConstantOfShape(self.shape_tensor(shape), value=ir.tensor(fill.reshape(1)))
+
+    def zeros(self, aval: Any) -> ir.Value:
+        """:meth:`full` of zeros."""
+        return self.full(aval, 0)
 
     # -- the rule toolkit -----------------------------------------------------------------
     def ints(self, values: int | Sequence[int]) -> ir.Value:

@@ -202,10 +202,10 @@ def _scatter_loop(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, 
     values = b.op.Reshape(updates, b.op.Concat(_i64(b, [-1]), row_shape, axis=0))
     count = b.op.Squeeze(b.op.Slice(b.op.Shape(rows), _i64(b, [0]), _i64(b, [1])), _i64(b, [0]))
 
-    body = b.child(b.names.fresh("scatter_rows"), isolated=b.isolated)
-    step = _body_input(body, "step", ir.DataType.INT64)
-    cond = _body_input(body, "cond", ir.DataType.BOOL)
-    acc = _body_input(body, "acc", data.dtype)
+    body = b.body("scatter_rows")  # what ctx.body gives a rule
+    step = body.add_input("step", np.int64, [])
+    cond = body.add_input("cond", np.bool_, [])
+    acc = body.add_input("acc", data.dtype.numpy(), None)
     first = _i64(body, [0])
     where = body.op.Unsqueeze(body.op.Gather(rows, step, axis=0), first)
     value = body.op.Unsqueeze(body.op.Gather(values, step, axis=0), first)
@@ -217,12 +217,6 @@ def _scatter_loop(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, 
     out = b.add_node("Loop", [count, None, data], {"body": body.build_graph()})[0]
     out.type = ir.TensorType(data.dtype)
     return [out]
-
-
-def _body_input(body: GraphBuilder, name: str, dtype: ir.DataType) -> ir.Value:
-    value = ir.Value(name=body.names.fresh(name), type=ir.TensorType(dtype), shape=ir.Shape([]) if name != "acc" else None)
-    body.inputs.append(value)
-    return value
 
 
 def _reduction_since(inputs: list[Any], attrs: dict[str, Any]) -> int:

@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import kernels
-from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.layers.attention import attention, lowest_mask_value
 from jax2onnx_nn.core.layers.conv import (
     conv,
@@ -43,14 +43,6 @@ from jax2onnx_nn.core.layers.conv import (
 from jax2onnx_nn.core.layers.dense import dense
 from jax2onnx_nn.core.layers.norm import group_norm, layer_norm, rms_norm, weight_or_fill
 from jax2onnx_nn.core.layers.pool import fits_window, pool
-from jax2onnx_nn.core.layers.rnn import (
-    GRU_ORDER,
-    LSTM_ORDER,
-    gate_biases,
-    gate_weight,
-    gru_step,
-    lstm_step,
-)
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
@@ -65,6 +57,7 @@ from jax2onnx_nn.core.patching import (
     is_array,
     overrides_nothing,
 )
+from jax2onnx_nn.core.symbolic import has_zero
 from jax2onnx_nn.equinox.functions import without_named_scope
 
 MakeWrapper = Callable[[Any], Any]
@@ -124,13 +117,13 @@ class Levels:
         missing = [i for i, has in enumerate(self.of(role)) if not has]
         if not missing or all(not has for has in self.of(role)):
             return value  # all dims or none: trailing alignment is right
-        return ctx.op.Unsqueeze(value, ctx.const(missing, dtype=np.int64))
+        return ctx.op.Unsqueeze(value, ctx.ints(missing))
 
 
 def _has_empty(ctx: LoweringContext) -> bool:
     """Some operand or result has a size-0 dim (onnxruntime's Conv/pools reject those; the
     lax path handles them)."""
-    return any(d == 0 for aval in (*ctx.avals_in, *ctx.avals_out) for d in aval.shape if not jxi.is_symbolic_dim(d))
+    return any(has_zero(aval.shape) for aval in (*ctx.avals_in, *ctx.avals_out))
 
 
 def _out_dtype(ctx: LoweringContext) -> np.dtype:
@@ -139,10 +132,6 @@ def _out_dtype(ctx: LoweringContext) -> np.dtype:
 
 def _shape(ops: Operands, role: str) -> tuple[Any, ...]:
     return tuple(ops.aval(role).shape)
-
-
-def _i64(ctx: LoweringContext, values: Sequence[int]) -> ir.Value:
-    return ctx.const(np.asarray(values, dtype=np.int64))
 
 
 # -- eqx.nn.Linear: Gemm (MatMul + Add beyond one batch dim) -------------------------------
@@ -161,7 +150,7 @@ def _linear_handler(module: Any, x: Any, *, key: Any = None) -> Any:
 
 
 @eqx_lowering(
-    "eqx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Transpose"),
+    "eqx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Transpose", "Squeeze", "Unsqueeze"),
     covers=("eqx.nn.Linear",),
 )
 def _linear(ctx: LoweringContext, ops: Operands, *, scalar_in: bool, scalar_out: bool) -> Any:
@@ -171,19 +160,12 @@ def _linear(ctx: LoweringContext, ops: Operands, *, scalar_in: bool, scalar_out:
     x, weight = ops["x"], ops["weight"]
     bias = ops.get("bias")
     if scalar_in:
-        x = ctx.op.Unsqueeze(x, _i64(ctx, [-1]))
+        x = ctx.op.Unsqueeze(x, ctx.ints([-1]))
     y = dense(ctx, x, weight, bias, rank=len(levels) + 1, out_in=True)
-    return ctx.op.Squeeze(y, _i64(ctx, [-1])) if scalar_out else y
+    return ctx.op.Squeeze(y, ctx.ints([-1])) if scalar_out else y
 
 
 # -- batch dims: ops that take exactly one batch dim (Conv, pools, norms, RNN cells) --------
-
-
-def _shape_of(ctx: LoweringContext, dims: Sequence[Any]) -> ir.Value:
-    """A Reshape target: ints (-1 for "the rest") and symbolic dims; constant when static."""
-    if not any(jxi.is_symbolic_dim(d) for d in dims):
-        return _i64(ctx, [int(d) for d in dims])
-    return ctx.shape_tensor(list(dims))
 
 
 def _flatten_batch(ctx: LoweringContext, x: ir.Value, per_example: Sequence[Any], n_levels: int, front: Sequence[int] = ()) -> ir.Value:
@@ -191,10 +173,10 @@ def _flatten_batch(ctx: LoweringContext, x: ir.Value, per_example: Sequence[Any]
     if n_levels == 1 and not front:
         return x
     if n_levels <= 1:
-        return ctx.op.Unsqueeze(x, _i64(ctx, list(range(len(front) + 1 - n_levels))))
+        return ctx.op.Unsqueeze(x, ctx.ints(list(range(len(front) + 1 - n_levels))))
     if any(jxi.is_symbolic_dim(d) for d in per_example):
-        return ctx.op.Reshape(x, ctx.op.Concat(_i64(ctx, [*front, -1]), ctx.shape_tensor(list(per_example)), axis=0))
-    return ctx.op.Reshape(x, _i64(ctx, [*front, -1, *(int(d) for d in per_example)]))
+        return ctx.op.Reshape(x, ctx.op.Concat(ctx.ints([*front, -1]), ctx.shape_tensor(list(per_example)), axis=0))
+    return ctx.op.Reshape(x, ctx.ints([*front, -1, *(int(d) for d in per_example)]))
 
 
 def _unflatten_batch(ctx: LoweringContext, y: ir.Value, n_levels: int, aval: Any, front: int = 0) -> ir.Value:
@@ -202,8 +184,8 @@ def _unflatten_batch(ctx: LoweringContext, y: ir.Value, n_levels: int, aval: Any
     if n_levels == 1 and not front:
         return y
     if n_levels <= 1:
-        return ctx.op.Squeeze(y, _i64(ctx, list(range(front + 1 - n_levels))))
-    return ctx.op.Reshape(y, _shape_of(ctx, aval.shape))
+        return ctx.op.Squeeze(y, ctx.ints(list(range(front + 1 - n_levels))))
+    return ctx.reshape(y, aval.shape)
 
 
 # -- eqx.nn.Conv: Conv ---------------------------------------------------------------------
@@ -232,7 +214,7 @@ def _bias_vector(ctx: LoweringContext, ops: Operands) -> ir.Value | None:
 
 
 @eqx_lowering(
-    "eqx_conv", onnx_ops=("Conv", "Reshape"),
+    "eqx_conv", onnx_ops=("Conv", "Reshape", "Squeeze", "Unsqueeze"),
     covers=("eqx.nn.Conv", "eqx.nn.Conv1d", "eqx.nn.Conv2d", "eqx.nn.Conv3d"),
 )
 def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
@@ -271,7 +253,7 @@ def _conv_transpose_handler(module: Any, x: Any, *, key: Any = None) -> Any:
 
 
 @eqx_lowering(
-    "eqx_conv_transpose", onnx_ops=("ConvTranspose",),
+    "eqx_conv_transpose", onnx_ops=("ConvTranspose", "Reshape", "Squeeze", "Unsqueeze"),
     covers=("eqx.nn.ConvTranspose", "eqx.nn.ConvTranspose1d", "eqx.nn.ConvTranspose2d", "eqx.nn.ConvTranspose3d"),
 )
 def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], group: int, pads: tuple[int, ...], output_padding: tuple[int, ...]) -> Any:
@@ -316,31 +298,21 @@ _layer_norm_handler = _norm_handler(eqx.nn.LayerNorm, "eqx_layer_norm")
 _rms_norm_handler = _norm_handler(eqx.nn.RMSNorm, "eqx_rms_norm")
 
 
-@eqx_lowering(
-    "eqx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17,
-    covers=("eqx.nn.LayerNorm",),
-)
-def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
+def _norm(emit: Callable[..., ir.Value], ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
+    """LayerNorm and RMSNorm: one rule, the layer emitter differs (an absent weight is ones)."""
     levels = Levels(ctx)
     if not levels.full("x") or not levels.unbatched("weight", "bias"):
         return NotApplicable
     dtype = _out_dtype(ctx)
     scale = weight_or_fill(ctx, ops.get("weight"), shape, dtype, 1.0)
-    return layer_norm(ctx, ops["x"], scale, ops.get("bias"), axis=-len(shape), epsilon=epsilon, dtype=dtype)
+    return emit(ctx, ops["x"], scale, ops.get("bias"), axis=-len(shape), epsilon=epsilon, dtype=dtype)
 
 
-@eqx_lowering(
-    "eqx_rms_norm", onnx_ops=("RMSNormalization", "Add"), min_opset=23,
-    covers=("eqx.nn.RMSNorm",),
-)
-def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, shape: tuple[int, ...]) -> Any:
-    levels = Levels(ctx)
-    if not levels.full("x") or not levels.unbatched("weight", "bias"):
-        return NotApplicable
-    dtype = _out_dtype(ctx)
-    scale = weight_or_fill(ctx, ops.get("weight"), shape, dtype, 1.0)
-    y = rms_norm(ctx, ops["x"], scale, axis=-len(shape), epsilon=epsilon, dtype=dtype)
-    return y if "bias" not in ops else ctx.op.Add(y, ops["bias"])
+for _name, _emit, _onnx_ops, _opset, _module in (
+    ("eqx_layer_norm", layer_norm, ("LayerNormalization",), 17, "LayerNorm"),
+    ("eqx_rms_norm", rms_norm, ("RMSNormalization", "Add"), 23, "RMSNorm"),
+):
+    eqx_lowering(_name, onnx_ops=_onnx_ops, min_opset=_opset, covers=(f"eqx.nn.{_module}",))(functools.partial(_norm, _emit))
 
 
 def _group_norm_handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
@@ -356,7 +328,7 @@ def _group_norm_handler(module: Any, x: Any, state: Any = _NO_STATE, *, key: Any
 
 
 @eqx_lowering(
-    "eqx_group_norm", onnx_ops=("GroupNormalization",), min_opset=21,
+    "eqx_group_norm", onnx_ops=("GroupNormalization", "Reshape", "Squeeze", "Unsqueeze"), min_opset=21,
     covers=("eqx.nn.GroupNorm",),
 )
 def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, groups: int, channels: int) -> Any:
@@ -426,7 +398,7 @@ def _batch_norm_wrapper(original: Any) -> Any:
 
 def _batch_statistics(ctx: LoweringContext, ops: Operands, momentum: float, dtype: np.dtype) -> tuple[ir.Value, ir.Value]:
     """eqx's "batch" mode debiasing: stats / (1 - momentum**counter), or as they are at 0."""
-    counter = ctx.op.Cast(ops["counter"], to=ir_dtype(dtype))
+    counter = ctx.cast(ops["counter"], dtype)
     power = ctx.op.Pow(ctx.const(np.asarray(momentum, dtype=dtype)), counter)
     one = ctx.const(np.asarray(1, dtype=dtype))
     scale = ctx.op.Where(ctx.op.Equal(counter, ctx.const(np.asarray(0, dtype=dtype))), one, ctx.op.Sub(one, power))
@@ -434,7 +406,7 @@ def _batch_statistics(ctx: LoweringContext, ops: Operands, momentum: float, dtyp
 
 
 @eqx_lowering(
-    "eqx_batch_norm", onnx_ops=("BatchNormalization",),
+    "eqx_batch_norm", onnx_ops=("BatchNormalization", "Reshape", "Squeeze", "Unsqueeze", "Cast", "Pow", "Sub", "Div", "Equal", "Where"),
     covers=("eqx.nn.BatchNorm",),
 )
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, channels: int, momentum: float | None = None) -> Any:
@@ -502,7 +474,7 @@ def _mask_as_bool(ctx: LoweringContext, ops: Operands) -> ir.Value:
 
 
 @eqx_lowering(
-    "eqx_attention", onnx_ops=("MatMul", "Div", "Where", "Softmax", "Equal", "Not"),
+    "eqx_attention", onnx_ops=("MatMul", "Div", "Where", "Softmax", "Equal", "Not", "Transpose", "Unsqueeze"),
     covers=("eqx.nn.MultiheadAttention",),
 )
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float) -> Any:
@@ -528,7 +500,7 @@ def _embedding_handler(module: Any, x: Any, *, key: Any = None) -> Any:
 
 
 @eqx_lowering(
-    "eqx_embedding", onnx_ops=("Gather", "Where", "Clip"),
+    "eqx_embedding", onnx_ops=("Gather", "Where", "Clip", "Add", "Less", "Cast"),
     covers=("eqx.nn.Embedding",),
 )
 def _embedding(ctx: LoweringContext, ops: Operands) -> Any:
@@ -621,7 +593,7 @@ class _Tables:
 
 
 @eqx_lowering(
-    "eqx_rope", onnx_ops=("Slice", "Neg", "Concat", "Mul", "Add"),
+    "eqx_rope", onnx_ops=("Split", "Neg", "Concat", "Mul", "Add"),
     covers=("eqx.nn.RotaryPositionalEmbedding",),
 )
 def _rope(ctx: LoweringContext, ops: Operands, *, tables: _Tables) -> Any:
@@ -630,7 +602,7 @@ def _rope(ctx: LoweringContext, ops: Operands, *, tables: _Tables) -> Any:
     x = ops["x"]
     cos, sin = (ctx.const(t) for t in tables.arrays)
     half = tables.arrays[0].shape[-1] // 2
-    first, second = ctx.op.Split(x, _i64(ctx, [half, half]), axis=-1, _outputs=2)
+    first, second = ctx.op.Split(x, ctx.ints([half, half]), axis=-1, _outputs=2)
     rotated = ctx.op.Concat(ctx.op.Neg(second), first, axis=-1)
     return ctx.op.Add(ctx.op.Mul(x, cos), ctx.op.Mul(rotated, sin))
 
@@ -676,45 +648,28 @@ def _rnn_output(ctx: LoweringContext, value: ir.Value, n_levels: int, aval: Any)
     return _unflatten_batch(ctx, value, n_levels, aval, front=1)
 
 
-@eqx_lowering(
-    "eqx_gru", onnx_ops=("GRU",),
-    covers=("eqx.nn.GRUCell",),
-)
-def _gru(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
+def _cell(cell: rnn.Cell, states: tuple[str, ...], ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
+    """One GRU / LSTM step for both cells: operands to ``[1, N, features]``, the layer
+    emitter (eqx's gate order on axis 0; a GRU's ``bias_n`` is the recurrent candidate bias),
+    the new states back to the cell's shape."""
     if _has_empty(ctx):
         return NotApplicable
     levels = Levels(ctx)
     dtype = _out_dtype(ctx)
     weights = [r for r in ops if r.startswith(("weight", "bias"))]
-    inputs = _rnn_inputs(ctx, ops, levels, ("input", "hidden"))
-    if inputs is None or not levels.unbatched(*weights) or not kernels.supports("GRU", dtype):
+    inputs = _rnn_inputs(ctx, ops, levels, ("input", *states))
+    if inputs is None or not levels.unbatched(*weights) or not kernels.supports(cell.op, dtype):
         return NotApplicable
-    x, h = inputs
-    w, r = (gate_weight(ctx, ops[role], _shape(ops, role), GRU_ORDER, gate_axis=0) for role in ("weight_ih", "weight_hh"))
-    # eqx's bias_n is inside the reset product: the recurrent candidate bias
-    bias = gate_biases(ctx, ops["bias"], GRU_ORDER, hidden_size, dtype, candidate=ops["bias_n"]) if "bias" in ops else None
-    y_h = gru_step(ctx, x, h, w, r, bias, hidden_size)
-    return [_rnn_output(ctx, y_h, len(levels), ctx.aval_out)]
+    x, *carried = inputs
+    new = rnn.library_step(
+        ctx, cell, x, carried, ops["weight_ih"], ops["weight_hh"], ops.get("bias"),
+        hidden=hidden_size, dtype=dtype, gate_axis=0, candidate=ops.get("bias_n"),
+    )
+    return [_rnn_output(ctx, state, len(levels), aval) for state, aval in zip(new, ctx.avals_out, strict=True)]
 
 
-@eqx_lowering(
-    "eqx_lstm", onnx_ops=("LSTM",),
-    covers=("eqx.nn.LSTMCell",),
-)
-def _lstm(ctx: LoweringContext, ops: Operands, *, hidden_size: int) -> Any:
-    if _has_empty(ctx):
-        return NotApplicable
-    levels = Levels(ctx)
-    dtype = _out_dtype(ctx)
-    weights = [r for r in ops if r.startswith(("weight", "bias"))]
-    inputs = _rnn_inputs(ctx, ops, levels, ("input", "h", "c"))
-    if inputs is None or not levels.unbatched(*weights) or not kernels.supports("LSTM", dtype):
-        return NotApplicable
-    x, h, c = inputs
-    w, r = (gate_weight(ctx, ops[role], _shape(ops, role), LSTM_ORDER, gate_axis=0) for role in ("weight_ih", "weight_hh"))
-    bias = gate_biases(ctx, ops["bias"], LSTM_ORDER, hidden_size, dtype) if "bias" in ops else None
-    y_h, y_c = lstm_step(ctx, x, h, c, w, r, bias, hidden_size)
-    return [_rnn_output(ctx, y_h, len(levels), ctx.avals_out[0]), _rnn_output(ctx, y_c, len(levels), ctx.avals_out[1])]
+for _name, _kind, _states, _module in (("eqx_gru", rnn.GRU, ("hidden",), "GRUCell"), ("eqx_lstm", rnn.LSTM, ("h", "c"), "LSTMCell")):
+    eqx_lowering(_name, onnx_ops=(_kind.op, "Reshape", "Squeeze", "Unsqueeze"), covers=(f"eqx.nn.{_module}",))(functools.partial(_cell, _kind, _states))
 
 
 # -- pools: MaxPool / AveragePool ----------------------------------------------------------
@@ -741,7 +696,7 @@ def _pool_handler(module: Any, x: Any, *, key: Any = None) -> Any:
 
 
 @eqx_lowering(
-    "eqx_pool", onnx_ops=("MaxPool", "AveragePool"),
+    "eqx_pool", onnx_ops=("MaxPool", "AveragePool", "IsNaN", "Equal", "Greater", "Where", "Reshape", "Squeeze", "Unsqueeze"),
     covers=("eqx.nn.MaxPool1d", "eqx.nn.MaxPool2d", "eqx.nn.MaxPool3d", "eqx.nn.AvgPool1d", "eqx.nn.AvgPool2d", "eqx.nn.AvgPool3d", "eqx.nn.AdaptiveAvgPool1d", "eqx.nn.AdaptiveAvgPool2d", "eqx.nn.AdaptiveAvgPool3d", "eqx.nn.AdaptiveMaxPool1d", "eqx.nn.AdaptiveMaxPool2d", "eqx.nn.AdaptiveMaxPool3d"),
 )
 def _pool_rule(ctx: LoweringContext, ops: Operands, *, kind: str, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...]) -> Any:

@@ -53,16 +53,10 @@ def error_fill(dtype: np.dtype) -> np.ndarray:
     return np.array(True, dtype=dtype)
 
 
-def _filled(ctx: LoweringContext, aval: Any) -> ir.Value:
-    dtype, shape = onnx_aval(aval)
-    value = ctx.const(error_fill(dtype))
-    return value if not shape else ctx.op.Expand(value, ctx.shape_tensor(shape))
-
-
 def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operands: ir.Value, callback: Any, **params: Any) -> list[ir.Value]:
     fn = jxi.callback_function(callback)
     if getattr(fn, "__module__", None) == _ERROR_MODULE:
-        return [_filled(ctx, aval) for aval in ctx.avals_out]
+        return [ctx.full(aval, error_fill(onnx_aval(aval)[0])) for aval in ctx.avals_out]
     if previous is not None:
         result = previous.rule(ctx, *operands, callback=callback, **params)
         return [result] if isinstance(result, ir.Value) else list(result)
@@ -122,7 +116,7 @@ def register_rules() -> None:
     _REGISTERED = True
     previous = builtin("pure_callback")
     with builtin_rules():
-        register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("Expand",))
+        register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("ConstantOfShape",))
         register("noinline", _noinline)
 
 

@@ -11,6 +11,7 @@ and then the traced original call is lowered in its place.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections.abc import Callable
@@ -23,9 +24,9 @@ import onnx_ir as ir
 from flax import linen, nnx
 from flax.nnx.nn import dtypes as nnx_dtypes
 
-from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import jax_nn, kernels
 from jax2onnx_nn.core.graph import ir_dtype
+from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.layers.conv import (
     conv,
     conv_pads,
@@ -43,7 +44,6 @@ from jax2onnx_nn.core.layers.norm import (
     weight_or_fill,
 )
 from jax2onnx_nn.core.layers.pool import fits_window, pool
-from jax2onnx_nn.core.layers.rnn import GRU_ORDER, gate_biases, gate_weight, gru_step, lstm_step
 from jax2onnx_nn.core.layout import to_channels_first, to_channels_last
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
@@ -57,6 +57,7 @@ from jax2onnx_nn.core.patching import (
     is_array,
     overrides_nothing,
 )
+from jax2onnx_nn.core.symbolic import has_zero
 
 _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _ALLOWED_OVERRIDES = frozenset({"__init__", "__init_subclass__", "__call__"})
@@ -92,16 +93,13 @@ def _out_dtype(ctx: LoweringContext) -> np.dtype:
     return onnx_aval(ctx.aval_out)[0]
 
 
-_cast = jax_nn.cast_operand  # operands in the dtype flax's promote_dtype computes in
-
-
 def _cast_or_fill(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype, size: int, fill: float) -> ir.Value:
     """An optional per-feature weight (in ``dtype``), or a constant ``fill`` vector where it is absent."""
-    return weight_or_fill(ctx, _cast(ctx, ops, role, dtype) if role in ops else None, (size,), dtype, fill)
+    return weight_or_fill(ctx, ctx.cast(ops[role], dtype) if role in ops else None, (size,), dtype, fill)
 
 
 def _has_empty_dim(*avals: Any) -> bool:
-    return any(not jxi.is_symbolic_dim(d) and int(d) == 0 for a in avals for d in a.shape)
+    return any(has_zero(a.shape) for a in avals)
 
 
 def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
@@ -123,13 +121,13 @@ def _linear_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall("nnx_linear", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)})
 
 
-@coarse_lowering("nnx_linear", onnx_ops=("Gemm", "MatMul", "Add"), covers=("nnx.Linear",))
+@coarse_lowering("nnx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Cast"), covers=("nnx.Linear",))
 def _linear(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
         return NotApplicable
-    x, kernel = _cast(ctx, ops, "x", dtype), _cast(ctx, ops, "kernel", dtype)
-    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    x, kernel = ctx.cast(ops["x"], dtype), ctx.cast(ops["kernel"], dtype)
+    bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     return dense(ctx, x, kernel, bias, rank=len(ops.aval("x").shape))
 
 
@@ -163,20 +161,20 @@ def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> 
     k_in, k_out = kernel_shape[:n_contract], kernel_shape[n_contract:]
     size_in, size_out = int(np.prod(k_in)), int(np.prod(k_out))
     keep = len(ops.aval("x").shape) - n_contract
-    x = _cast(ctx, ops, "x", dtype)
+    x = ctx.cast(ops["x"], dtype)
     if n_contract != 1:
-        x = ctx.op.Reshape(x, ctx.const([0] * keep + [size_in], dtype=np.int64))
-    kernel = _cast(ctx, ops, "kernel", dtype)
+        x = ctx.op.Reshape(x, ctx.ints([0] * keep + [size_in]))
+    kernel = ctx.cast(ops["kernel"], dtype)
     if len(kernel_shape) != 2:
         kernel = ctx.reshaped_weight(kernel, [size_in, size_out])
     y = ctx.op.MatMul(x, kernel)
     if "bias" in ops:
-        bias = _cast(ctx, ops, "bias", dtype)
+        bias = ctx.cast(ops["bias"], dtype)
         if len(ops.aval("bias").shape) != 1:
             bias = ctx.reshaped_weight(bias, [size_out])
         y = ctx.op.Add(y, bias)
     if len(k_out) != 1:
-        y = ctx.op.Reshape(y, ctx.const([0] * keep + list(k_out), dtype=np.int64))
+        y = ctx.op.Reshape(y, ctx.ints([0] * keep + list(k_out)))
     return y
 
 
@@ -225,9 +223,9 @@ def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dila
     if dtype not in _F32_F64 or not kernels.supports("Conv", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable  # onnxruntime's Conv rejects empty images
     rank = len(ops.aval("x").shape)
-    x = ctx.transpose(_cast(ctx, ops, "x", dtype), to_channels_first(rank))
-    kernel = ctx.transposed_weight(_cast(ctx, ops, "kernel", dtype), _hwio_to_oihw(rank))
-    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    x = ctx.transpose(ctx.cast(ops["x"], dtype), to_channels_first(rank))
+    kernel = ctx.transposed_weight(ctx.cast(ops["kernel"], dtype), _hwio_to_oihw(rank))
+    bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     y = conv(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, group=group)
     return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
@@ -285,7 +283,7 @@ def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall("nnx_embed", inputs={"x": x}, weights={"embedding": _value(module.embedding)})
 
 
-@coarse_lowering("nnx_embed", onnx_ops=("Gather", "Where"), covers=("nnx.Embed",))
+@coarse_lowering("nnx_embed", onnx_ops=("Gather", "Where", "Cast", "Less", "GreaterOrEqual", "And", "Unsqueeze"), covers=("nnx.Embed",))
 def _embed(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -300,8 +298,8 @@ def _embed(ctx: LoweringContext, ops: Operands) -> Any:
         ctx.op.GreaterOrEqual(index, ctx.const(-n, dtype=index_dtype)), ctx.op.Less(index, ctx.const(n, dtype=index_dtype))
     )
     safe = ctx.op.Where(valid, index, ctx.const(0, dtype=index_dtype))
-    rows = ctx.op.Gather(_cast(ctx, ops, "embedding", dtype), safe, axis=0)
-    valid_rows = ctx.op.Unsqueeze(valid, ctx.const([-1], dtype=np.int64))
+    rows = ctx.op.Gather(ctx.cast(ops["embedding"], dtype), safe, axis=0)
+    valid_rows = ctx.op.Unsqueeze(valid, ctx.ints([-1]))
     return ctx.op.Where(valid_rows, rows, ctx.const(np.nan, dtype=dtype))
 
 
@@ -317,7 +315,7 @@ def _attend(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
         return NotApplicable
-    x, embedding = _cast(ctx, ops, "x", dtype), _cast(ctx, ops, "embedding", dtype)
+    x, embedding = ctx.cast(ops["x"], dtype), ctx.cast(ops["embedding"], dtype)
     return dense(ctx, x, embedding, None, rank=len(ops.aval("x").shape), out_in=True, shared=True)
 
 
@@ -347,17 +345,17 @@ def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-@coarse_lowering("nnx_batch_norm", onnx_ops=("BatchNormalization", "Transpose"), covers=("nnx.BatchNorm",))
+@coarse_lowering("nnx_batch_norm", onnx_ops=("BatchNormalization", "Transpose", "Cast"), covers=("nnx.BatchNorm",))
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
         return NotApplicable
     rank = len(ops.aval("x").shape)
     size = int(ops.aval("mean").shape[0])
-    x, inverse = channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, axis)
+    x, inverse = channels_first(ctx, ctx.cast(ops["x"], dtype), rank, axis)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
     bias = _cast_or_fill(ctx, ops, "bias", dtype, size, 0.0)
-    mean, var = _cast(ctx, ops, "mean", dtype), _cast(ctx, ops, "var", dtype)
+    mean, var = ctx.cast(ops["mean"], dtype), ctx.cast(ops["var"], dtype)
     y = ctx.op.BatchNormalization(x, scale, bias, mean, var, epsilon=epsilon)
     return y if inverse is None else ctx.op.Transpose(y, perm=inverse)
 
@@ -380,25 +378,22 @@ def _last_axis_norm_handler(cls: type, primitive: str, weights: tuple[str, ...])
     return handler
 
 
-@coarse_lowering("nnx_layer_norm", onnx_ops=("LayerNormalization",), min_opset=17, covers=("nnx.LayerNorm",))
-def _layer_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
+def _last_axis_norm(emit: Callable[..., ir.Value], ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
+    """LayerNorm and RMSNorm: one rule, the layer emitter differs (an absent scale is ones)."""
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
         return NotApplicable
-    x = _cast(ctx, ops, "x", dtype)
+    x = ctx.cast(ops["x"], dtype)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
-    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
-    return layer_norm(ctx, x, scale, bias, axis=-1, epsilon=epsilon, dtype=dtype)
+    bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
+    return emit(ctx, x, scale, bias, axis=-1, epsilon=epsilon, dtype=dtype)
 
 
-@coarse_lowering("nnx_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23, covers=("nnx.RMSNorm",))
-def _rms_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _F32_F64:
-        return NotApplicable
-    x = _cast(ctx, ops, "x", dtype)
-    scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
-    return rms_norm(ctx, x, scale, axis=-1, epsilon=epsilon, dtype=dtype)
+for _name, _emit, _onnx_op, _opset, _module in (
+    ("nnx_layer_norm", layer_norm, "LayerNormalization", 17, "LayerNorm"),
+    ("nnx_rms_norm", rms_norm, "RMSNormalization", 23, "RMSNorm"),
+):
+    coarse_lowering(_name, onnx_ops=(_onnx_op,), min_opset=_opset, covers=(f"nnx.{_module}",))(functools.partial(_last_axis_norm, _emit))
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -475,7 +470,7 @@ def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, num_grou
     if dtype not in _F32_F64 or _has_empty_dim(ops.aval("x")):
         return NotApplicable  # JAX gives NaN statistics for empty groups
     rank = len(ops.aval("x").shape)
-    x, inverse = channels_first(ctx, _cast(ctx, ops, "x", dtype), rank, rank - 1)
+    x, inverse = channels_first(ctx, ctx.cast(ops["x"], dtype), rank, rank - 1)
     scale = _cast_or_fill(ctx, ops, "scale", dtype, size, 1.0)
     bias = _cast_or_fill(ctx, ops, "bias", dtype, size, 0.0)
     y = group_norm(ctx, x, scale, bias, num_groups=num_groups, epsilon=epsilon, dtype=dtype)
@@ -518,15 +513,15 @@ def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, shape: tuple[
     return conv_transpose_kernel(ctx, kernel, to_oi, [int(shape[a]) for a in to_oi], 1, weight=True)
 
 
-@coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose"), covers=("nnx.ConvTranspose",))
+@coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose", "Slice"), covers=("nnx.ConvTranspose",))
 def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: tuple[int, ...], output_padding: tuple[int, ...], transpose_kernel: bool) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64 or not kernels.supports("ConvTranspose", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
         return NotApplicable
     rank = len(ops.aval("x").shape)
-    x = ctx.transpose(_cast(ctx, ops, "x", dtype), to_channels_first(rank))
-    kernel = _conv_transpose_weight(ctx, _cast(ctx, ops, "kernel", dtype), tuple(ops.aval("kernel").shape), transpose_kernel)
-    bias = _cast(ctx, ops, "bias", dtype) if "bias" in ops else None
+    x = ctx.transpose(ctx.cast(ops["x"], dtype), to_channels_first(rank))
+    kernel = _conv_transpose_weight(ctx, ctx.cast(ops["kernel"], dtype), tuple(ops.aval("kernel").shape), transpose_kernel)
+    bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     y = conv_transpose(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, output_padding=output_padding, group=1)
     return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
@@ -582,20 +577,22 @@ def _gru_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _one_step(ctx: LoweringContext, value: ir.Value) -> ir.Value:
-    return ctx.op.Unsqueeze(value, ctx.const([0], dtype=np.int64))
+    return ctx.op.Unsqueeze(value, ctx.ints([0]))
 
 
 def _last_state(ctx: LoweringContext, value: ir.Value) -> ir.Value:
-    return ctx.op.Squeeze(value, ctx.const([0], dtype=np.int64))
+    return ctx.op.Squeeze(value, ctx.ints([0]))
 
 
-@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze"), covers=("nnx.GRUCell",))
+@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose"), covers=("nnx.GRUCell",))
 def _gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
-    w, r = (gate_weight(ctx, ops[role], ops.aval(role).shape, GRU_ORDER, gate_axis=1) for role in ("w", "r"))
-    b = gate_biases(ctx, ops["b"], GRU_ORDER, hidden, onnx_aval(ops.aval("b"))[0])
-    h = _last_state(ctx, gru_step(ctx, _one_step(ctx, ops["x"]), _one_step(ctx, ops["h"]), w, r, b, hidden))
+    (h,) = rnn.library_step(
+        ctx, rnn.GRU, _one_step(ctx, ops["x"]), [_one_step(ctx, ops["h"])], ops["w"], ops["r"], ops["b"],
+        hidden=hidden, dtype=onnx_aval(ops.aval("b"))[0], gate_axis=1,
+    )
+    h = _last_state(ctx, h)
     return [h, h]
 
 
@@ -634,18 +631,18 @@ def _stacked_weight(ctx: LoweringContext, parts: list[ir.Value], transpose: bool
     laid = [ctx.op.Transpose(p, perm=[1, 0]) if transpose else p for p in parts]
     stacked = ctx.op.Concat(*laid, axis=0)
     if not transpose:
-        stacked = ctx.op.Pad(stacked, ctx.const([sum(int(p.shape[0]) for p in parts), 0], dtype=np.int64))
-    return ctx.op.Unsqueeze(stacked, ctx.const([0], dtype=np.int64))
+        stacked = ctx.op.Pad(stacked, ctx.ints([sum(int(p.shape[0]) for p in parts), 0]))
+    return ctx.op.Unsqueeze(stacked, ctx.ints([0]))
 
 
-@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze"), covers=("nnx.LSTMCell",))
+@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Concat", "Pad", "Transpose"), covers=("nnx.LSTMCell",))
 def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
     w = _stacked_weight(ctx, [ops[f"w{i}"] for i in range(4)], True, "W")
     r = _stacked_weight(ctx, [ops[f"r{i}"] for i in range(4)], True, "R")
     b = _stacked_weight(ctx, [ops[f"b{i}"] for i in range(4)], False, "B")
-    h, c = lstm_step(ctx, _one_step(ctx, ops["x"]), _one_step(ctx, ops["h"]), _one_step(ctx, ops["c"]), w, r, b, hidden)
+    h, c = rnn.step(ctx, rnn.LSTM, _one_step(ctx, ops["x"]), [_one_step(ctx, ops[s]) for s in ("h", "c")], w, r, b, hidden)
     h = _last_state(ctx, h)
     return [_last_state(ctx, c), h, h]
 

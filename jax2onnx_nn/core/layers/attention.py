@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.lower import LoweringContext
 
 
@@ -31,15 +30,7 @@ def lowest_mask_value(dtype: Any) -> np.ndarray:
 
 def causal_keep(ctx: LoweringContext, queries: Any, keys: Any) -> ir.Value:
     """``[T, S]``: key position <= query position."""
-    rows = ctx.op.Unsqueeze(_arange(ctx, queries), ctx.const([1], dtype=np.int64))
-    return ctx.op.LessOrEqual(_arange(ctx, keys), rows)
-
-
-def _arange(ctx: LoweringContext, n: Any) -> ir.Value:
-    if not jxi.is_symbolic_dim(n):
-        return ctx.const(np.arange(int(n), dtype=np.int64))
-    limit = ctx.op.Squeeze(ctx.dim(n), ctx.const([0], dtype=np.int64))
-    return ctx.op.Range(ctx.const(0, dtype=np.int64), limit, ctx.const(1, dtype=np.int64))
+    return ctx.op.LessOrEqual(ctx.iota(keys), ctx.iota(queries, axis=0, rank=2))
 
 
 def attention(

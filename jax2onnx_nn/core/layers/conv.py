@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import kernels
-from jax2onnx_nn.core.layers.spatial import Padding, pad, permute, reshape, symbolic_padding
+from jax2onnx_nn.core.layers.spatial import Padding, pad, permute, symbolic_padding
 from jax2onnx_nn.core.lower import LoweringContext
 
 Pads = tuple[int, ...] | str
@@ -148,9 +148,9 @@ def conv_transpose_kernel(ctx: LoweringContext, w: ir.Value, to_oi: Sequence[int
         if group == 1:  # one Transpose from the given layout to I, O, spatial
             v = permute(ctx, v, [to_oi[1], to_oi[0], *to_oi[2:]])
         else:
-            v = reshape(ctx, permute(ctx, v, to_oi), [group, out_f // group, in_f, *spatial])
+            v = ctx.reshape(permute(ctx, v, to_oi), [group, out_f // group, in_f, *spatial])
             v = ctx.op.Transpose(v, perm=[0, 2, 1, *range(3, 3 + n)])
-            v = reshape(ctx, v, [group * in_f, out_f // group, *spatial])
+            v = ctx.reshape(v, [group * in_f, out_f // group, *spatial])
         flip = ctx.ints([-1] * n)
         return ctx.op.Slice(v, flip, ctx.ints([np.iinfo(np.int64).min] * n), ctx.ints(list(range(2, 2 + n))), flip)
 

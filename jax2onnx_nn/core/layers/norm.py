@@ -32,11 +32,15 @@ def channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> t
 
 
 def layer_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value | None, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+    """LayerNormalization over the axes from ``axis`` on."""
     return ctx.op.LayerNormalization(x, scale, bias, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
 
 
-def rms_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
-    return ctx.op.RMSNormalization(x, scale, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
+def rms_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value | None, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+    """RMSNormalization over the axes from ``axis`` on; ONNX's has no bias input, so a bias is
+    one Add after it (the signature is :func:`layer_norm`'s: adapters take either)."""
+    y = ctx.op.RMSNormalization(x, scale, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
+    return y if bias is None else ctx.op.Add(y, bias)
 
 
 def group_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value, *, num_groups: int, epsilon: float, dtype: np.dtype) -> ir.Value:

@@ -10,6 +10,7 @@ R_n + b_rn))`` (flax, Equinox) is ONNX's ``linear_before_reset=1``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,20 +18,33 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.lower import LoweringContext
 
-GRU_ORDER = (1, 0, 2)
-"""ONNX's z, r, h from the r, z, n order of flax and Equinox."""
-LSTM_ORDER = (0, 3, 1, 2)
-"""ONNX's i, o, f, c from the i, f, g, o order of flax and Equinox."""
+
+@dataclass(frozen=True)
+class Cell:
+    """An ONNX recurrent op run for one time step: its gate order from the libraries' order,
+    how many states it carries (h; h and c) and its attributes."""
+
+    op: str
+    order: tuple[int, ...]
+    states: int
+    attrs: tuple[tuple[str, int], ...] = ()
+
+
+GRU = Cell("GRU", (1, 0, 2), 1, (("linear_before_reset", 1),))
+"""ONNX's z, r, h from the r, z, n order of flax and Equinox; the candidate of both is
+``linear_before_reset=1``'s."""
+LSTM = Cell("LSTM", (0, 3, 1, 2), 2)
+"""ONNX's i, o, f, c from the i, f, g, o order of flax and Equinox; no peepholes."""
 
 
 def _reordered(blocks: Sequence[Any], order: Sequence[int]) -> list[Any]:
     return [blocks[i] for i in order]
 
 
-def gate_weight(ctx: LoweringContext, w: ir.Value, shape: Sequence[int], order: Sequence[int], *, gate_axis: int) -> ir.Value:
-    """A kernel with its gate blocks along ``gate_axis`` in ONNX's order, as ONNX's
-    ``(1, gates * hidden, in)``: ``(gates * hidden, in)`` (``gate_axis=0``, Equinox) or
-    ``(in, gates * hidden)`` (``gate_axis=1``, flax) transposed."""
+def gate_weight(ctx: LoweringContext, w: ir.Value, order: Sequence[int], hidden: int, *, gate_axis: int) -> ir.Value:
+    """A kernel with its gate blocks (``hidden`` rows each) along ``gate_axis`` in ONNX's order,
+    as ONNX's ``(1, gates * hidden, in)``: ``(gates * hidden, in)`` (``gate_axis=0``, Equinox)
+    or ``(in, gates * hidden)`` (``gate_axis=1``, flax) transposed."""
     n = len(order)
 
     def array(a: np.ndarray) -> np.ndarray:
@@ -38,7 +52,7 @@ def gate_weight(ctx: LoweringContext, w: ir.Value, shape: Sequence[int], order: 
         return (a.T if gate_axis == 1 else a)[None]
 
     def nodes(v: ir.Value) -> ir.Value:
-        blocks = ctx.op.Split(v, ctx.ints([int(shape[gate_axis]) // n] * n), axis=gate_axis, _outputs=n)
+        blocks = ctx.op.Split(v, ctx.ints([hidden] * n), axis=gate_axis, _outputs=n)
         v = ctx.op.Concat(*_reordered(blocks, order), axis=gate_axis)
         if gate_axis == 1:
             v = ctx.op.Transpose(v, perm=[1, 0])
@@ -69,13 +83,19 @@ def gate_biases(ctx: LoweringContext, bias: ir.Value, order: Sequence[int], hidd
     return ctx.derived_weight(bias, ("onnx_biases", *order, None if candidate is None else candidate.name), array, nodes)
 
 
-def gru_step(ctx: LoweringContext, x: ir.Value, h: ir.Value, w: ir.Value, r: ir.Value, b: ir.Value | None, hidden: int) -> ir.Value:
-    """One GRU step over ``x`` ``[1, N, in]`` from ``h`` ``[1, N, hidden]``: the new state."""
-    _, y_h = ctx.op.GRU(x, w, r, b, None, h, hidden_size=hidden, linear_before_reset=1, _outputs=2)
-    return y_h
+def step(ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Value], w: ir.Value, r: ir.Value, b: ir.Value | None, hidden: int) -> list[ir.Value]:
+    """One step of ``cell`` over ``x`` ``[1, N, in]`` from ``states`` (each ``[1, N, hidden]``)
+    with ONNX's ``W``, ``R`` and ``B``: the new states."""
+    outputs = getattr(ctx.op, cell.op)(x, w, r, b, None, *states, hidden_size=hidden, _outputs=1 + cell.states, **dict(cell.attrs))
+    return list(outputs[1:])
 
 
-def lstm_step(ctx: LoweringContext, x: ir.Value, h: ir.Value, c: ir.Value, w: ir.Value, r: ir.Value, b: ir.Value | None, hidden: int) -> tuple[ir.Value, ir.Value]:
-    """One LSTM step (no peepholes): the new ``(h, c)``, each ``[1, N, hidden]``."""
-    _, y_h, y_c = ctx.op.LSTM(x, w, r, b, None, h, c, hidden_size=hidden, _outputs=3)
-    return y_h, y_c
+def library_step(
+    ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Value], w_ih: ir.Value, w_hh: ir.Value, bias: ir.Value | None,
+    *, hidden: int, dtype: np.dtype, gate_axis: int, candidate: ir.Value | None = None,
+) -> list[ir.Value]:
+    """:func:`step` with a library's kernels (gate blocks along ``gate_axis`` in its order) and
+    its input-side bias (plus a GRU's recurrent ``candidate`` bias), laid out for ONNX once."""
+    w, r = (gate_weight(ctx, k, cell.order, hidden, gate_axis=gate_axis) for k in (w_ih, w_hh))
+    b = None if bias is None else gate_biases(ctx, bias, cell.order, hidden, dtype, candidate=candidate)
+    return step(ctx, cell, x, states, w, r, b, hidden)

@@ -1,7 +1,8 @@
 """lax's spatial arithmetic as ONNX, shared by convolutions and window reductions.
 
 ``lax.pad`` (negative amounts crop), dilation holes, one strided slice per window tap, and the
-small shape helpers these need. Convolutions (``core/layers/conv.py``, ``lowerings/linalg.py``)
+small shape helpers these need (reshapes and fills are the toolkit's: ``ctx.reshape``,
+``ctx.full``). Convolutions (``core/layers/conv.py``, ``lowerings/linalg.py``)
 and window reductions (``lowerings/windows.py``) both build on them.
 """
 
@@ -25,16 +26,6 @@ _INT64_MAX = np.iinfo(np.int64).max
 def permute(ctx: LoweringContext, x: ir.Value, perm: Sequence[int]) -> ir.Value:
     """Transpose, or ``x`` itself for the identity permutation."""
     return x if list(perm) == sorted(perm) else ctx.op.Transpose(x, perm=list(perm))
-
-
-def reshape(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
-    """Reshape to ``dims`` (ints or symbolic dims); a 0 in ``dims`` means size 0, not 'copy'."""
-    return ctx.op.Reshape(x, ctx.shape_tensor(dims), allowzero=1 if has_zero(dims) else None)
-
-
-def filled(ctx: LoweringContext, value: ir.Value, dims: Sequence[Any]) -> ir.Value:
-    """A tensor of shape ``dims`` holding the scalar ``value`` everywhere."""
-    return ctx.op.Expand(value, ctx.shape_tensor(dims))
 
 
 def pad(ctx: LoweringContext, x: ir.Value, padding: Padding, fill: ir.Value) -> ir.Value:
@@ -71,7 +62,7 @@ def dilate(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any], factors: Sequ
     for a, new in zip(axes, inserted, strict=True):
         grow[rank + new] = factors[a] - 1
     y = ctx.op.Pad(ctx.op.Unsqueeze(x, ctx.ints(inserted)), ctx.const(grow), fill)
-    y = reshape(ctx, y, [d * f for d, f in zip(dims, factors, strict=True)])
+    y = ctx.reshape(y, [d * f for d, f in zip(dims, factors, strict=True)])
     ends = [1 - factors[a] for a in axes]
     return ctx.op.Slice(y, ctx.ints([0] * len(axes)), ctx.ints(ends), ctx.ints(axes))
 

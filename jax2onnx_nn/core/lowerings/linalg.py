@@ -17,7 +17,6 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.layers.conv import (
     can_conv,
     conv_padding,
@@ -28,20 +27,13 @@ from jax2onnx_nn.core.layers.conv import (
 from jax2onnx_nn.core.layers.spatial import (
     dilate,
     dilated_dims,
-    filled,
     pad,
     permute,
-    reshape,
     window_slices,
 )
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import has_zero
-
-
-def _cast(ctx: LoweringContext, x: ir.Value, aval: Any, dtype: np.dtype) -> ir.Value:
-    return x if onnx_aval(aval)[0] == dtype else ctx.op.Cast(x, to=ir_dtype(dtype))
-
 
 # -- dot_general ------------------------------------------------------------------------------
 
@@ -85,15 +77,15 @@ def _einsum_equation(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> 
     return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
 
 
-@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "Expand"))
+@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "ConstantOfShape"))
 def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object) -> ir.Value:
-    out_dtype, out_shape = onnx_aval(ctx.aval_out)
+    out_dtype = onnx_aval(ctx.aval_out)[0]
     if has_zero([*ctx.avals_in[0].shape, *ctx.avals_in[1].shape]):
         # an empty result or an empty sum (onnxruntime's Einsum divides by zero on these)
-        return filled(ctx, ctx.const(np.zeros((), out_dtype)), out_shape)
+        return ctx.zeros(ctx.aval_out)
     # bool: count the true products in int32 (no overflow: at most the contracted size)
     dtype = np.dtype(np.int32) if out_dtype == np.bool_ else out_dtype
-    lhs, rhs = (_cast(ctx, v, a, dtype) for v, a in zip((lhs, rhs), ctx.avals_in, strict=True))
+    lhs, rhs = ctx.cast(lhs, dtype), ctx.cast(rhs, dtype)
     ranks = len(ctx.avals_in[0].shape), len(ctx.avals_in[1].shape)
     plan = _matmul_plan(*ranks, dimension_numbers)
     if plan is not None:
@@ -107,7 +99,7 @@ def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimensio
 
 # -- conv_general_dilated ---------------------------------------------------------------------
 
-@lowering("conv_general_dilated", onnx_ops=("Conv", "ConvTranspose", "Transpose", "Einsum", "Cast", "Concat", "Expand", "Pad", "Reshape", "Slice", "Unsqueeze"))
+@lowering("conv_general_dilated", onnx_ops=("Conv", "ConvTranspose", "Transpose", "Einsum", "Cast", "Concat", "ConstantOfShape", "Pad", "Reshape", "Slice", "Unsqueeze"))
 def _conv_general_dilated(
     ctx: LoweringContext,
     lhs: ir.Value,
@@ -132,9 +124,9 @@ def _conv_general_dilated(
         raise NotImplementedError("conv_general_dilated with a symbolic kernel size")
     if has_zero(y_dims) or has_zero(x_dims[1:]) or has_zero(w_dims[1:]):
         # an empty result, or an empty sum (no input feature, kernel tap or input position)
-        return filled(ctx, ctx.const(np.zeros((), dtype)), out_shape)
-    x = permute(ctx, _cast(ctx, lhs, ctx.avals_in[0], dtype), lhs_spec)
-    rhs = _cast(ctx, rhs, ctx.avals_in[1], dtype)
+        return ctx.zeros(ctx.aval_out)
+    x = permute(ctx, ctx.cast(lhs, dtype), lhs_spec)
+    rhs = ctx.cast(rhs, dtype)
     groups = feature_group_count
     if batch_group_count > 1:
         x, x_dims = _batch_groups_to_features(ctx, x, x_dims, batch_group_count)
@@ -182,10 +174,10 @@ class _Conv:
 def _batch_groups_to_features(ctx: LoweringContext, x: ir.Value, dims: list[Any], groups: int) -> tuple[ir.Value, list[Any]]:
     """[G*N, C, S..] -> [N, G*C, S..]: batch group g (a block of the batch) meets feature group g."""
     n, c, spatial = dims[0] // groups, dims[1], dims[2:]
-    x = reshape(ctx, x, [groups, n, c, *spatial])
+    x = ctx.reshape(x, [groups, n, c, *spatial])
     x = ctx.op.Transpose(x, perm=[1, 0, *range(2, len(dims) + 1)])
     new_dims = [n, groups * c, *spatial]
-    return reshape(ctx, x, new_dims), new_dims
+    return ctx.reshape(x, new_dims), new_dims
 
 
 def _conv_transpose(ctx: LoweringContext, x: ir.Value, rhs: ir.Value, rhs_spec: Sequence[int], w_dims: Sequence[Any], conv: _Conv) -> ir.Value:
@@ -217,9 +209,9 @@ def _conv_by_einsum(ctx: LoweringContext, x: ir.Value, w: ir.Value, x_dims: list
     out_f, in_f = w_dims[0], w_dims[1]
     s = string.ascii_lowercase[-n:] if n else ""
     if g == 1:
-        w = reshape(ctx, w, [out_f, in_f, k])
+        w = ctx.reshape(w, [out_f, in_f, k])
         return ctx.op.Einsum(patches, w, equation=f"nck{s},ock->no{s}")
-    patches = reshape(ctx, patches, [x_dims[0], g, in_f, k, *conv.y_dims[2:]])
-    w = reshape(ctx, w, [g, out_f // g, in_f, k])
+    patches = ctx.reshape(patches, [x_dims[0], g, in_f, k, *conv.y_dims[2:]])
+    w = ctx.reshape(w, [g, out_f // g, in_f, k])
     y = ctx.op.Einsum(patches, w, equation=f"ngck{s},gock->ngo{s}")
-    return reshape(ctx, y, conv.y_dims)
+    return ctx.reshape(y, conv.y_dims)

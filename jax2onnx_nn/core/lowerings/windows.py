@@ -24,10 +24,8 @@ from jax2onnx_nn.core.layers.spatial import (
     Padding,
     dilate,
     dilated_dims,
-    filled,
     pad,
     permute,
-    reshape,
     window_slices,
 )
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
@@ -81,9 +79,9 @@ def reduce_by_slices(
 ) -> ir.Value:
     dtype, dims = onnx_aval(ctx.aval_in)
     out_dims = onnx_aval(ctx.aval_out)[1]
-    fill = ctx.const(identity(op, dtype))
     if has_zero(dims) or has_zero(out_dims) or math.prod(window_dimensions) == 0:
-        return filled(ctx, fill, out_dims)  # no element reaches any window
+        return ctx.full(ctx.aval_out, identity(op, dtype))  # no element reaches any window
+    fill = ctx.const(identity(op, dtype))
     x = pad(ctx, dilate(ctx, x, dims, base_dilation, fill), padding, fill)
     dims = [n + lo + hi for n, (lo, hi) in zip(dilated_dims(dims, base_dilation), padding, strict=True)]
     axes = [a for a, (k, s) in enumerate(zip(window_dimensions, window_strides, strict=True)) if k != 1 or s != 1]
@@ -127,7 +125,7 @@ def sum_by_conv(
     batch, channels = (reduce(operator.mul, lead_dims, 1), 1) if merged else (lead_dims[0], int(lead_dims[1]))
     y = permute(ctx, x, perm)
     if merged:
-        y = reshape(ctx, y, [batch, channels, *(dims[a] for a in spatial)])
+        y = ctx.reshape(y, [batch, channels, *(dims[a] for a in spatial)])
     zero = ctx.const(np.zeros((), dtype))
     y = dilate(ctx, y, [batch, channels, *(dims[a] for a in spatial)], [1, 1, *(base_dilation[a] for a in spatial)], zero)
     y, pads = conv_padding(ctx, y, [(0, 0), (0, 0), *(padding[a] for a in spatial)], zero)
@@ -138,7 +136,7 @@ def sum_by_conv(
         dilations=[window_dilation[a] for a in spatial], pads=pads, group=channels,
     )
     if merged:
-        y = reshape(ctx, y, [*lead_dims, *(out_dims[a] for a in spatial)])
+        y = ctx.reshape(y, [*lead_dims, *(out_dims[a] for a in spatial)])
     return permute(ctx, y, np.argsort(perm))
 
 
@@ -153,8 +151,8 @@ def _window_reduction(op: str, ctx: LoweringContext, x: ir.Value, **params: Any)
 
 _WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
 for _prim, _op in {"reduce_window_sum": "add", "reduce_window_max": "max", "reduce_window_min": "min"}.items():
-    _ops = ("Conv", "Slice", "Sum", "Transpose") if _op == "add" else ("Slice", _op.capitalize())
-    register(_prim, partial(_window_reduction, _op), onnx_ops=(*_ops, "Concat", "Expand", "Pad", "Reshape", "Unsqueeze"))
+    _ops = ("Conv", "Slice", "Sum", "Add", "Transpose") if _op == "add" else ("Slice", _op.capitalize())  # Add: ints
+    register(_prim, partial(_window_reduction, _op), onnx_ops=(*_ops, "Concat", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze"))
 
 # The bodies of generic reduce_windows we lower: one of these primitives on the two inputs.
 _BODY_OPS = frozenset(["add", "mul", "max", "min", "and", "or"])
@@ -190,4 +188,4 @@ def _reduce_window(ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts
     return fold(ctx, op, [folded, init], dtype)
 
 
-register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv", "Expand", "Pad", "Reshape", "Unsqueeze"))
+register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze"))
