@@ -232,7 +232,7 @@ def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
 
 # -- scan -------------------------------------------------------------------------------------
 
-@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub"), key_data=True)
+@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub", "Add", "Range"), key_data=True)
 def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object) -> list[ir.Value]:
     num_consts, num_carry = jxi.scan_counts(params)
     consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]

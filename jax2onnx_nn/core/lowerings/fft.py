@@ -144,7 +144,7 @@ class _Axis:
         return self.op.Div(real, ctx.cast(ctx.dim(n), self.dtype))
 
 
-@lowering("fft", onnx_ops=("DFT", "MatMul"), complex_pairs=True)
+@lowering("fft", onnx_ops=("DFT", "MatMul", "Reshape"), complex_pairs=True)
 def _fft(ctx: LoweringContext, x: ir.Value, *, fft_type: Any, fft_lengths: tuple[Any, ...]) -> ir.Value:
     kind = int(getattr(fft_type, "value", fft_type))
     complex_aval = ctx.aval_out if kind == RFFT else ctx.aval_in
