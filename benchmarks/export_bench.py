@@ -8,15 +8,26 @@ graph size and onnxruntime latency against jax.jit, per model.
 
 Each model runs in a fresh subprocess, so that its memory is its own. Columns:
 
-- ``trace/lower/passes/serialize/total``: seconds of a warm export (the second in the process),
-  serialize = ``ir.to_proto`` + ``SerializeToString``; ``jaxpr``: ``jax.make_jaxpr`` of the same
-  function on concrete inputs (warm), ``warm/jaxpr`` their ratio; ``s/layer`` for the GPT-2
-  depth series.
+- ``trace/lower/passes``: seconds of a warm export (``export_model``, from the second export in
+  the process on), the median of ``--warm`` exports; ``export``: that export's wall time (the
+  ``onnx_ir.Model``, weights not copied: what ``to_onnx`` costs before writing bytes);
+  ``jaxpr``: ``jax.make_jaxpr`` of the same function on concrete inputs (warm, median of
+  ``--warm``); ``export/jaxpr`` their ratio.
+- ``serialize``: ``ir.to_proto`` + ``SerializeToString`` of that model (copies every weight:
+  seconds grow with the weight bytes, not with the model's size as a program);
+  ``total`` = ``export`` + ``serialize``.
+- ``s/layer`` for the GPT-2 depth series: ``export`` over the layers, and ``ds/layer``, the
+  extra ``export`` seconds per extra layer against the previous depth of the series.
 - ``rss/w``: peak RSS above the process baseline (model built, nothing exported yet) during the
-  first export, ``to_onnx(..., path=...)`` unless ``--mode`` says otherwise, over the weight bytes.
+  first export, ``to_onnx(..., path=...)`` unless ``--mode`` says otherwise, over the weight bytes
+  (left out below 1 MB of weights, where it measures the interpreter, not the weights).
 - ``nodes``: nodes of the main graph + nodes of function bodies (``fn``: function count).
 - ``init_mb``, ``file_mb``: initializer bytes, size of the written file (with external data).
-- ``ort_ms``, ``jit_ms``, ``ort/jit``: median latency at the row's batch size.
+- ``ort_ms``, ``jit_ms``, ``ort/jit``: median latency at the row's batch size, over at most
+  ``--repeat`` runs and about ``--budget`` seconds of runs each (at least 3 runs).
+
+The machine's load average is printed under the table: on a shared machine the seconds are
+only comparable within one run of the table.
 """
 
 from __future__ import annotations
@@ -57,19 +68,32 @@ MODELS: dict[str, tuple[str, tuple[Any, ...], int, int]] = {
 BIG = ["mlp_300m", "mlp_600m"]
 DEFAULT = [name for name in MODELS if name not in BIG]
 COLUMNS = [
-    "model", "trace", "lower", "passes", "serialize", "total", "jaxpr", "warm/jaxpr", "s/layer", "rss/w",
-    "nodes", "fn", "init_mb", "file_mb", "ort_ms", "jit_ms", "ort/jit",
+    "model", "trace", "lower", "passes", "export", "jaxpr", "export/jaxpr", "serialize", "total", "s/layer", "ds/layer",
+    "rss/w", "nodes", "fn", "init_mb", "file_mb", "ort_ms", "jit_ms", "ort/jit",
 ]
 
 
-def _median_ms(run: Any, repeat: int) -> float:
+def _median_ms(run: Any, repeat: int, budget: float) -> float:
+    """Median milliseconds of ``run`` after a warm-up: ``repeat`` runs, fewer (at least 3)
+    when they take more than ``budget`` seconds together."""
     run()  # warm-up
-    times = []
-    for _ in range(repeat):
+    times: list[float] = []
+    while len(times) < repeat and (len(times) < 3 or sum(times) < budget):
         t = time.perf_counter()
         run()
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
+
+
+def _median_run(run: Any, times: int) -> tuple[float, Any]:
+    """(median seconds, result of the median run) of ``times`` calls of ``run``."""
+    runs = []
+    for _ in range(times):
+        t = time.perf_counter()
+        result = run()
+        runs.append((time.perf_counter() - t, result))
+    runs.sort(key=lambda r: r[0])
+    return runs[len(runs) // 2]
 
 
 def _rss_kb(field: str) -> int:
@@ -99,7 +123,7 @@ def _count_nodes(proto: Any) -> int:
     return count(proto.graph.node) + sum(count(f.node) for f in proto.functions)
 
 
-def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any]:
+def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, budget: float = 5.0) -> dict[str, Any]:
     import jax
     import numpy as np
     import onnx_ir as ir
@@ -128,19 +152,20 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any
         export_model(fn, inputs, **options)
     peak = _rss_kb("VmHWM") - baseline
 
-    # second export: the warm timings
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    model = export_model(fn, inputs, timings=timings, **options)
+    # warm exports: the median one's timings
+    def export() -> tuple[Any, dict[str, float]]:
+        timings: dict[str, float] = {}
+        return export_model(fn, inputs, timings=timings, **options), timings
+
+    seconds, (model, timings) = _median_run(export, warm)
     weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     t = time.perf_counter()
     if weight_bytes < 1.8e9:
         proto = ir.to_proto(model)
         data: Any = proto.SerializeToString()
-    else:
+        row["serialize"] = round(time.perf_counter() - t, 3)
+    else:  # above the protobuf limit: written with external data only
         proto, data = None, None
-    timings["serialize"] = time.perf_counter() - t
-    total = time.perf_counter() - start
     if mode != "path":
         from jax2onnx_nn.core.api import save_model
 
@@ -151,11 +176,14 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any
 
         proto = onnx.load(path, load_external_data=False)
     del model
-    row.update({k: round(timings[k], 3) for k in ("trace", "lower", "passes", "serialize")})
-    row["total"] = round(total, 3)
+    row.update({k: round(timings[k], 3) for k in ("trace", "lower", "passes")})
+    row["export"] = round(seconds, 3)
+    row["total"] = round(seconds + row.get("serialize", 0.0), 3)
     if name.startswith("gpt2_L"):
-        row["s/layer"] = round(total / args[0], 3)
-    row["rss/w"] = round(peak * 1024 / max(weight_bytes, 1), 2)
+        row["layers"] = args[0]
+        row["s/layer"] = round(seconds / args[0], 3)
+    if weight_bytes >= 1e6:
+        row["rss/w"] = round(peak * 1024 / weight_bytes, 2)
     row["nodes"], row["fn"] = _count_nodes(proto), len(proto.functions)
     row["init_mb"], row["file_mb"] = round(weight_bytes / 1e6, 2), round(file_bytes / 1e6, 2)
 
@@ -172,10 +200,8 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any
         # a fresh closure each time: jax caches traces by function; the module's weights are
         # constants of the jaxpr, as in the export
         jax.make_jaxpr(lambda *xs: reference(*xs))(*flat)
-        t = time.perf_counter()
-        jax.make_jaxpr(lambda *xs: reference(*xs))(*flat)
-        row["jaxpr"] = round(time.perf_counter() - t, 4)
-        row["warm/jaxpr"] = round(total / row["jaxpr"], 2)
+        row["jaxpr"] = round(_median_run(lambda: jax.make_jaxpr(lambda *xs: reference(*xs))(*flat), warm)[0], 4)
+        row["export/jaxpr"] = round(seconds / row["jaxpr"], 2)
         if latency:
             import onnxruntime as ort
 
@@ -183,9 +209,9 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any
             session_options.intra_op_num_threads = 2
             session = ort.InferenceSession(path if data is None else data, session_options, providers=["CPUExecutionProvider"])
             feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
-            row["ort_ms"] = round(_median_ms(lambda: session.run(None, feeds), repeat), 3)
+            row["ort_ms"] = round(_median_ms(lambda: session.run(None, feeds), repeat, budget), 3)
             jitted = jax.jit(reference)
-            row["jit_ms"] = round(_median_ms(lambda: jax.block_until_ready(jitted(*flat)), repeat), 3)
+            row["jit_ms"] = round(_median_ms(lambda: jax.block_until_ready(jitted(*flat)), repeat, budget), 3)
             row["ort/jit"] = round(row["ort_ms"] / row["jit_ms"], 2)
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
@@ -193,14 +219,31 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool) -> dict[str, Any
     return row
 
 
-def _run(name: str, args: argparse.Namespace, mode: str) -> dict[str, Any] | None:
-    command = [sys.executable, "-m", "benchmarks.export_bench", "--one", name, "--repeat", str(args.repeat), "--mode", mode]
+def _depth_slopes(rows: list[dict[str, Any]]) -> None:
+    """``ds/layer`` of each GPT-2 depth row: extra export seconds per extra layer against the
+    previous (shallower) row of the series."""
+    series = sorted((r for r in rows if "layers" in r), key=lambda r: r["layers"])
+    for shallow, deep in zip(series, series[1:], strict=False):
+        deep["ds/layer"] = round((deep["export"] - shallow["export"]) / (deep["layers"] - shallow["layers"]), 3)
+
+
+def _run(name: str, args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    """One model's row, measured in a subprocess of its own; a failed model is a row that
+    says so (the table stays complete), its error on stderr."""
+    command = [
+        sys.executable, "-m", "benchmarks.export_bench", "--one", name, "--mode", mode,
+        "--repeat", str(args.repeat), "--warm", str(args.warm), "--budget", str(args.budget),
+    ]
     if args.no_latency:
         command.append("--no-latency")
-    proc = subprocess.run(command, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{name}: no result after {args.timeout} s", file=sys.stderr)
+        return {"model": name, "trace": "timeout"}
     if proc.returncode != 0:
         print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
-        return None
+        return {"model": name, "trace": "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -210,31 +253,36 @@ def main() -> int:
     parser.add_argument("--big", action="store_true", help="also the 300M / 600M-parameter MLPs")
     parser.add_argument("--mode", default="path", choices=["path", "proto", "ir"], help="export mode of the memory column")
     parser.add_argument("--memory-modes", action="store_true", help="for the big models, a row per export mode")
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=20, help="latency runs at most")
+    parser.add_argument("--budget", type=float, default=5.0, help="seconds of latency runs per runtime and model (at least 3 runs)")
+    parser.add_argument("--warm", type=int, default=3, help="warm exports (and make_jaxpr runs) to take the median of")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per model before it counts as failed")
     parser.add_argument("--no-latency", action="store_true", help="skip onnxruntime / jax.jit latencies")
     parser.add_argument("--json", help="also write the rows there")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(bench_one(args.one, args.repeat, args.mode, not args.no_latency)))
+        print(json.dumps(bench_one(args.one, args.repeat, args.mode, not args.no_latency, args.warm, args.budget)))
         return 0
     names = args.models or DEFAULT + (BIG if args.big else [])
     rows, failed = [], 0
+    load = os.getloadavg()
     for name in names:
         modes = ["path", "proto", "ir"] if args.memory_modes and name in BIG else [args.mode]
         for mode in modes:
             row = _run(name, args, mode)
-            if row is None:
-                failed += 1
-                continue
+            failed += row.get("trace") in ("failed", "timeout")
             if len(modes) > 1:
                 row["model"] = f"{name} ({mode})"
             rows.append(row)
             print(" | ".join(str(row.get(c, "")) for c in COLUMNS), file=sys.stderr, flush=True)
+    _depth_slopes(rows)
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for row in rows:
         print("| " + " | ".join(str(row.get(c, "")) for c in COLUMNS) + " |")
+    end = os.getloadavg()
+    print(f"\nload average (1 min) at start {load[0]:.1f}, at end {end[0]:.1f}, on {os.cpu_count()} cores")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -189,7 +189,7 @@ class GraphBuilder:
                     self._cast(v, widened) if i in t_inputs and v is not None else v
                     for i, v in enumerate(values)
                 ]
-        attributes = ir.convenience.convert_attributes({k: _attr(v) for k, v in attrs.items() if v is not None})
+        attributes = [_attribute(k, _attr(v)) for k, v in attrs.items() if v is not None]
         node_name = self.names.fresh(self._scoped(name or op_type))
         node = ir.Node(domain, op_type, values, attributes, num_outputs=num_outputs, name=node_name, doc_string=self.doc_string)
         for i, out in enumerate(node.outputs):
@@ -298,6 +298,30 @@ def mark_required(value: ir.Value) -> ir.Value:
 def is_required(node: ir.Node | None) -> bool:
     """True for a node :func:`mark_required` marked."""
     return node is not None and bool(node.meta.get(REQUIRED))
+
+
+_LIST_ATTRS: tuple[tuple[type, Any], ...] = ((int, ir.AttrInt64s), (float, ir.AttrFloat32s), (str, ir.AttrStrings))
+
+
+def _attribute(name: str, value: Any) -> ir.Attr:
+    """``value`` as an ONNX attribute, as ``ir.convenience.convert_attribute`` types it,
+    with the common types first: onnx_ir checks a list against three runtime protocols
+    (a millisecond a list) before it looks at its items."""
+    if isinstance(value, int):
+        return ir.AttrInt64(name, value)
+    if isinstance(value, float):
+        return ir.AttrFloat32(name, value)
+    if isinstance(value, str):
+        return ir.AttrString(name, value)
+    if isinstance(value, list) and value:
+        for item_type, make in _LIST_ATTRS:
+            if all(isinstance(v, item_type) for v in value):
+                return make(name, value)
+    if isinstance(value, ir.Tensor):
+        return ir.AttrTensor(name, value)
+    if isinstance(value, ir.Graph):
+        return ir.AttrGraph(name, value)
+    return ir.convenience.convert_attribute(name, value)
 
 
 def set_type(value: ir.Value, dtype: Any, shape: Sequence[Any] | None) -> None:

@@ -24,7 +24,7 @@ from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patch
 from jax2onnx_nn.flax import coarse, flags
-from jax2onnx_nn.flax.functions import ModulePaths, module_call_classes
+from jax2onnx_nn.flax.functions import ModulePaths
 
 
 def exported_module(fn: Any) -> nnx.Module | None:
@@ -37,10 +37,11 @@ def exported_module(fn: Any) -> nnx.Module | None:
     return None
 
 
-def array_names(module: nnx.Module, prefix: tuple[str, ...] = ()) -> dict[int, str]:
-    """id(array) -> dotted attribute path (``linear1.kernel``) for every array of the module."""
+def array_names(module: nnx.Module, prefix: tuple[str, ...] = (), state: Any = None) -> dict[int, str]:
+    """id(array) -> dotted attribute path (``linear1.kernel``) for every array of the module
+    (``state``: its ``nnx.state``, when the caller has it already)."""
     names: dict[int, str] = {}
-    for path, variable in nnx.to_flat_state(nnx.state(module)):
+    for path, variable in nnx.to_flat_state(nnx.state(module) if state is None else state):
         value = variable.get_value() if isinstance(variable, nnx.Variable) else variable
         names.setdefault(id(value), ".".join(str(p) for p in (*prefix, *path)))
     return names
@@ -77,27 +78,25 @@ def reached_modules(fn: Any) -> list[tuple[tuple[str, ...], nnx.Module]]:
     return [((), modules[0][1])] if len(modules) == 1 else modules
 
 
-def traced_closure(fn: Any, modules: list[tuple[tuple[str, ...], nnx.Module]], training: bool, paths: ModulePaths) -> Callable[..., Any]:
+def traced_closure(fn: Any, modules: list[tuple[tuple[str, ...], nnx.Module]], splits: dict[int, Any], training: bool, paths: ModulePaths) -> Callable[..., Any]:
     """``fn`` rebuilt, inside the trace, around copies of the modules it reaches (in the
     export's mode; their state updates stay in the trace), as :func:`traced_copy` does for a
-    module passed itself."""
-    splits = {id(module): nnx.split(module) for _, module in modules}
+    module passed itself; ``splits``: ``nnx.split`` of each module, by id."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         copies: dict[int, nnx.Module] = {}
 
         def copy_of(module: nnx.Module) -> nnx.Module:
             if id(module) not in copies and id(module) in splits:
-                copy = nnx.merge(*splits[id(module)], copy=True)
-                set_mode(copy, training)
-                substitute_captured(copy)
-                copies[id(module)] = copy
+                copies[id(module)] = nnx.merge(*splits[id(module)], copy=True)
             return copies.get(id(module), module)
 
         rebuilt, _ = reach.retarget(fn, _holds, lambda value: reach.map_containers(value, _is_module, copy_of))
+        classes: dict[type, None] = {}
         for prefix, module in modules:
-            paths.index(copy_of(module), prefix)
-        return rebuilt(*args, **kwargs)
+            classes.update(dict.fromkeys(paths.index(copy_of(module), prefix, _for_export(training))))
+        with paths.scoped_calls(list(classes)):
+            return rebuilt(*args, **kwargs)
 
     return run
 
@@ -123,29 +122,36 @@ def mode_copy(module: nnx.Module, training: bool = False) -> nnx.Module:
     return copy
 
 
-def substitute_captured(root: nnx.Module) -> None:
-    """Module attributes holding functions captured before the export (``self.act = nnx.gelu``,
-    ``partial(nnx.avg_pool, ...)``) get the patched versions, on the export's own copy."""
-    for _, node in nnx.graph.iter_graph(root):
-        if isinstance(node, nnx.Module):
-            for name, value in list(vars(node).items()):
-                new = jax_nn.substitute(value) if callable(value) else value
-                if new is not value:
-                    setattr(node, name, new)
+def _for_export(training: bool) -> Callable[[nnx.Module], None]:
+    """What the export changes on each module of its copy, as :func:`set_mode` does (the
+    Dropout / BatchNorm flags), and attributes holding functions captured before the export
+    (``self.act = nnx.gelu``, ``partial(nnx.avg_pool, ...)``) replaced by the patched ones."""
+    flags = {"deterministic": not training, "use_running_average": not training}
+
+    def prepare(module: nnx.Module) -> None:
+        for name, value in flags.items():
+            if hasattr(module, name):
+                setattr(module, name, value)
+        for name, value in list(vars(module).items()):
+            new = jax_nn.substitute(value) if callable(value) else value
+            if new is not value:
+                setattr(module, name, new)
+
+    return prepare
 
 
-def traced_copy(fn: Any, module: nnx.Module, training: bool, paths: ModulePaths) -> Callable[..., Any]:
-    """``fn`` run on a copy of ``module`` made inside the trace (its state updates stay there)."""
-    graphdef, state = nnx.split(module)
+def traced_copy(fn: Any, module: nnx.Module, split: Any, training: bool, paths: ModulePaths) -> Callable[..., Any]:
+    """``fn`` run on a copy of ``module`` made inside the trace (its state updates stay
+    there); ``split``: ``nnx.split(module)``. The copy is prepared for the export, and its
+    module calls scoped, in one walk of its graph."""
+    graphdef, state = split
 
     def run(*args: Any, **kwargs: Any) -> Any:
         copy = nnx.merge(graphdef, state, copy=True)  # new Variables: updates stay in the trace
-        set_mode(copy, training)
-        substitute_captured(copy)
-        paths.index(copy)
-        if fn is module:
-            return copy(*args, **kwargs)
-        return fn.__func__(copy, *args, **kwargs)
+        with paths.scoped_calls(paths.index(copy, visit=_for_export(training))):
+            if fn is module:
+                return copy(*args, **kwargs)
+            return fn.__func__(copy, *args, **kwargs)
 
     return run
 
@@ -161,17 +167,16 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
         module = exported_module(prepared.fn)
         paths = ModulePaths()
         if module is not None:
-            stack.enter_context(paths.scoped_calls(module_call_classes(module)))
-            names = {**prepared.const_names, **array_names(module)}
-            yield Prepared(traced_copy(prepared.fn, module, options.training, paths), names)
+            split = nnx.split(module)
+            names = {**prepared.const_names, **array_names(module, state=split[1])}
+            yield Prepared(traced_copy(prepared.fn, module, split, options.training, paths), names)
             return
         modules = reached_modules(prepared.fn)
         if not modules:
             yield prepared
             return
-        classes = list(dict.fromkeys(c for _, m in modules for c in module_call_classes(m)))
-        stack.enter_context(paths.scoped_calls(classes))
+        splits = {id(m): nnx.split(m) for _, m in modules}
         names = dict(prepared.const_names)
         for prefix, m in modules:
-            names = {**array_names(m, prefix), **names}
-        yield Prepared(traced_closure(prepared.fn, modules, options.training, paths), names)
+            names = {**array_names(m, prefix, state=splits[id(m)][1]), **names}
+        yield Prepared(traced_closure(prepared.fn, modules, splits, options.training, paths), names)

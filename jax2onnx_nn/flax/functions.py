@@ -9,6 +9,8 @@ function call (one FunctionProto per distinct class, config and input types), as
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flax import nnx
 
 from jax2onnx_nn.core.functions import onnx_function
@@ -23,25 +25,24 @@ class ModulePaths(ModuleCallStack):
 
     library = "flax."
 
-    def index(self, root: nnx.Module, prefix: tuple[str, ...] = ()) -> None:
-        """Record the path of every module reachable from ``root`` (the first path wins);
-        ``prefix``: the root's own path, when an export reaches several modules."""
+    def index(self, root: nnx.Module, prefix: tuple[str, ...] = (), visit: Callable[[nnx.Module], None] | None = None) -> list[type]:
+        """Record the path of every module reachable from ``root`` (the first path wins) and
+        call ``visit`` on it, in one walk of the graph (a walk of a large model costs about
+        as much as tracing it); ``prefix``: the root's own path, when an export reaches
+        several modules. Returns the classes whose own ``__call__`` those modules run
+        (subclasses first): what :meth:`scoped_calls` wraps."""
         if not prefix:
             self.root_ids.add(id(root))
-        for path, node in nnx.graph.iter_graph(root):
+        classes: dict[type, None] = {}
+        for path, node in list(nnx.graph.iter_graph(root)):
             if isinstance(node, nnx.Module):
                 self.record(node, prefix + tuple(str(p) for p in path))
+                if visit is not None:
+                    visit(node)
+                for cls in type(node).__mro__:
+                    if issubclass(cls, nnx.Module) and cls is not nnx.Module and "__call__" in vars(cls):
+                        classes.setdefault(cls, None)
+        return list(classes)
 
 
-def module_call_classes(root: nnx.Module) -> list[type]:
-    """Classes whose own ``__call__`` a module of the graph runs (subclasses first)."""
-    seen: dict[type, None] = {}
-    for _, node in nnx.graph.iter_graph(root):
-        if isinstance(node, nnx.Module):
-            for cls in type(node).__mro__:
-                if issubclass(cls, nnx.Module) and cls is not nnx.Module and "__call__" in vars(cls):
-                    seen.setdefault(cls, None)
-    return list(seen)
-
-
-__all__ = ["ModulePaths", "module_call_classes", "onnx_function"]
+__all__ = ["ModulePaths", "onnx_function"]
