@@ -290,6 +290,357 @@ def cancel_layout_chains(model: ir.Model) -> int:
     return bypassed
 
 
+# -- shape plumbing: copied dims, identity arithmetic, broadcast Unsqueezes, split heads ----
+
+def _all_nodes(model: ir.Model) -> list[tuple[ir.Node, bool]]:
+    """Every node of the main graph (with its subgraphs) and of the function bodies, with
+    whether it lives in a function (whose constants must be Constant nodes of its own)."""
+    nodes = [(n, False) for n in ir.traversal.RecursiveGraphIterator(model.graph)]
+    for function in model.functions.values():
+        nodes.extend((n, True) for n in ir.traversal.RecursiveGraphIterator(function.graph))
+    return nodes
+
+
+def _new_constant(model: ir.Model, before: ir.Node, array: np.ndarray, in_function: bool) -> ir.Value:
+    """``array`` as a value ``before`` can read: an initializer of the main graph (bodies read
+    the enclosing scope), or a Constant node in a function body."""
+    tensor = ir.tensor(array)
+    if in_function:
+        node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", tensor)])
+        out = node.outputs[0]
+        out.shape, out.type, out.const_value = ir.Shape(array.shape), ir.TensorType(tensor.dtype), tensor
+        before.graph.insert_before(before, node)
+        return out
+    value = ir.Value(name=_unused_name(model.graph, f"const_{array.dtype.name}"), shape=ir.Shape(array.shape),
+                     type=ir.TensorType(tensor.dtype), const_value=tensor)
+    model.graph.register_initializer(value)
+    return value
+
+
+def _same_dim(a: Any, b: Any) -> bool:
+    """Equal ints, or equal named symbolic dims."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return isinstance(a, ir.SymbolicDim) and a.value is not None and a == b
+
+
+def _same_dims(a: ir.Shape | None, b: ir.Shape | None) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and all(_same_dim(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _shape_of(v: ir.Value) -> ir.Shape | None:
+    """``v``'s shape; for a value a rule made without one (only equation results are
+    stamped before :func:`fill_missing_types`), that of a broadcasting op between one value
+    of known shape and size-1 constants of no larger rank."""
+    if v.shape is not None:
+        return v.shape
+    node = v.producer()
+    if node is None or node.domain != "" or node.op_type not in _BROADCASTING:
+        return None
+    shaped = [u for u in node.inputs if u is not None and _const_array(u) is None]
+    if len(shaped) != 1 or shaped[0].shape is None:
+        return None
+    rank = len(shaped[0].shape)
+    if any(c is not None and c is not shaped[0] and (_const_array(c).size != 1 or _const_array(c).ndim > rank) for c in node.inputs):
+        return None
+    return shaped[0].shape
+
+
+def _const_array(v: ir.Value | None) -> np.ndarray | None:
+    return v.const_value.numpy() if v is not None and v.const_value is not None else None
+
+
+def _identity_operand(node: ir.Node) -> ir.Value | None:
+    """The operand ``x`` when ``node`` is ``x * 1``, ``x / 1``, ``x - 0`` or ``x + 0`` by a
+    constant that broadcasts to nothing new (all ones dims, rank at most ``x``'s). Exact only:
+    for floats ``x + 0`` needs the constant ``-0.0`` (``-0.0 + 0.0`` is ``+0.0``) and ``x - 0``
+    the constant ``+0.0``; integers any zero."""
+    if node.domain != "" or node.op_type not in ("Add", "Sub", "Mul", "Div") or len(node.inputs) != 2:
+        return None
+    out = node.outputs[0]
+    for i in (0, 1) if node.op_type in ("Add", "Mul") else (0,):
+        x, c = node.inputs[i], node.inputs[1 - i]
+        array = _const_array(c)
+        if x is None or array is None or array.size != 1 or x.dtype != out.dtype or not _same_shape(x, out):
+            continue
+        if x.shape is None or array.ndim > len(x.shape):
+            continue
+        value = array.reshape(()).item()
+        integer = _exact_dtype(out.dtype)
+        if node.op_type in ("Mul", "Div") and value == 1:
+            return x
+        if node.op_type == "Add" and value == 0 and (integer or np.signbit(array).all()):
+            return x
+        if node.op_type == "Sub" and value == 0 and (integer or not np.signbit(array).any()):
+            return x
+    return None
+
+
+_BROADCASTING = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual",
+    "Greater", "GreaterOrEqual", "Max", "Min", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+})
+
+
+def _leading_unsqueeze_source(v: ir.Value | None) -> ir.Value | None:
+    """The source of ``v = Unsqueeze(source, [0, ..., k-1])`` or of a Reshape that only puts
+    size-1 axes in front (new leading axes only)."""
+    node = v.producer() if v is not None else None
+    if node is None or node.domain != "" or len(node.inputs) != 2 or v.shape is None or is_required(node):
+        return None
+    source = node.inputs[0]
+    if node.op_type == "Reshape":
+        if source is None or source.shape is None or len(source.shape) > len(v.shape):
+            return None
+        k = len(v.shape) - len(source.shape)
+        fits = all(d == 1 for d in v.shape[:k]) and _same_dims(ir.Shape(list(v.shape)[k:]), source.shape)
+        return source if fits else None
+    if node.op_type != "Unsqueeze":
+        return None
+    axes = _const_array(node.inputs[1])
+    if axes is None:
+        return None
+    rank = len(v.shape)
+    if sorted(int(a) % rank for a in axes.reshape(-1)) != list(range(axes.size)):
+        return None
+    return source
+
+
+def _lower_bound(v: ir.Value | None) -> int | None:
+    """A provable lower bound of the integer values of ``v``: ``Range(start, n, step)`` with
+    constant ``start`` and ``step > 0`` is at least ``start``; a Cast of it to an integer type
+    too when ``n`` is a dim (``Squeeze(Shape(..))``: a dim is below 2**31, so an int32 cast of
+    a count up to it does not wrap)."""
+    node = v.producer() if v is not None else None
+    if node is None or node.domain != "":
+        return None
+    if node.op_type == "Cast" and _exact_dtype(v.dtype) and v.dtype != ir.DataType.BOOL:
+        source = node.inputs[0].producer() if node.inputs[0] is not None else None
+        limit = source.inputs[1].producer() if source is not None and source.op_type == "Range" and source.inputs[1] is not None else None
+        shape = limit.inputs[0].producer() if limit is not None and limit.op_type == "Squeeze" and limit.inputs[0] is not None else None
+        if shape is None or shape.op_type != "Shape" or ir.DataType(node.attributes["to"].value).itemsize < 4:
+            return None
+        return _lower_bound(node.inputs[0])
+    if node.op_type == "Range":
+        start, step = (_const_array(node.inputs[i]) for i in (0, 2))
+        if start is not None and step is not None and start.size == 1 and step.size == 1 and step.item() > 0:
+            return int(start.item())
+    return None
+
+
+def _always_true(v: ir.Value | None) -> bool:
+    """``v = GreaterOrEqual(x, c)`` with ``c`` a constant at most :func:`_lower_bound` of ``x``."""
+    node = v.producer() if v is not None else None
+    if node is None or node.domain != "" or node.op_type != "GreaterOrEqual":
+        return False
+    bound, limit = _lower_bound(node.inputs[0]), _const_array(node.inputs[1])
+    return bound is not None and limit is not None and limit.size == 1 and bound >= limit.item()
+
+
+def _copied_dims_shape(node: ir.Node) -> np.ndarray | None:
+    """A constant shape for ``Reshape(x, computed_shape)``: 0 (copy) where an output dim is
+    the input's symbolic dim at that position, the int where it is static; None when a dim
+    is neither or is a static 0 (0 means "copy" without allowzero)."""
+    if node.domain != "" or node.op_type != "Reshape" or len(node.inputs) != 2 or is_required(node):
+        return None
+    x, shape = node.inputs
+    out = node.outputs[0]
+    if x is None or shape is None or shape.const_value is not None or x.shape is None or out.shape is None:
+        return None
+    dims: list[int] = []
+    for i, d in enumerate(out.shape):
+        if isinstance(d, int) and d >= 1:
+            dims.append(d)
+        elif not isinstance(d, int) and i < len(x.shape) and _same_dim(x.shape[i], d):
+            dims.append(0)
+        else:
+            return None
+    return np.asarray(dims, np.int64)
+
+
+def simplify_plumbing(model: ir.Model) -> int:
+    """Remove the arithmetic and shape computations a lowering writes that compute nothing new:
+
+    - ``x * 1``, ``x / 1``, ``x + 0``, ``x - 0`` (exact cases only, :func:`_identity_operand`),
+      as ``jnp.arange`` over a symbolic length writes ``0 + 1 * iota``;
+    - ``And(x >= c, y)`` when ``x >= c`` holds for every element (positions from a ``Range``
+      checked against a table's lower bound, :func:`_always_true`) is ``y``;
+    - an ``Unsqueeze`` (or Reshape) adding leading axes before an op that broadcasts (numpy
+      rules add them anyway) when another operand has at least that rank;
+    - a ``Reshape`` whose shape is computed at run time (``Concat`` of ``Shape`` pieces for a
+      symbolic batch) gets a constant shape when each dim is static or copies the input's
+      dim at its position (ONNX's 0), so the computation goes.
+
+    One walk over the main graph, its subgraphs and the function bodies. Returns the number
+    of rewrites; the nodes left unused are removed by the clean-up."""
+    rewritten = 0
+    for node, in_function in _all_nodes(model):
+        if node.graph is None:
+            continue
+        out = node.outputs[0] if node.outputs else None
+        x = _identity_operand(node)
+        if x is not None and not out.is_graph_output():
+            out.replace_all_uses_with(x)
+            rewritten += 1
+            continue
+        if node.domain == "" and node.op_type == "And" and not out.is_graph_output():
+            kept = [b for a, b in (node.inputs, node.inputs[::-1]) if _always_true(a) and _same_dims(_shape_of(b), _shape_of(a))]
+            if kept:
+                out.replace_all_uses_with(kept[0])
+                rewritten += 1
+                continue
+        if node.domain == "" and node.op_type in _BROADCASTING and out is not None and out.shape is not None:
+            for i, v in enumerate(node.inputs):
+                source = _leading_unsqueeze_source(v)
+                others = [u for j, u in enumerate(node.inputs) if j != i and u is not None]
+                if source is None or not all(u.shape is not None for u in others):
+                    continue
+                if max((len(u.shape) for u in others), default=0) >= len(v.shape):
+                    node.replace_input_with(i, source)
+                    rewritten += 1
+        dims = _copied_dims_shape(node)
+        if dims is not None:
+            node.replace_input_with(1, _new_constant(model, node, dims, in_function))
+            if "allowzero" in node.attributes:
+                del node.attributes["allowzero"]
+            rewritten += 1
+    return rewritten
+
+
+def _fresh_value_name(graph: ir.Graph, base: str | None, suffix: str) -> str | None:
+    return f"{base}{suffix}" if base else None
+
+
+def _one_reader(v: ir.Value) -> ir.Node | None:
+    uses = v.uses()
+    if len(uses) != 1 or v.is_graph_output():
+        return None
+    return uses[0].node
+
+
+def _split_heads_reshape(split: ir.Node, readers: list[ir.Node]) -> tuple[list[int], list[int]] | None:
+    """For Split outputs each reshaped to ``pre + [n_i] + tail`` (``pre`` the dims before the
+    split axis, ``tail`` static and the same for all): the shape ``[0] * len(pre) + [sum n] +
+    tail`` of one Reshape before the Split, and the split sizes ``n_i``. The row-major order
+    makes this the same: each output is a contiguous block of the flattened axis and what
+    follows it."""
+    x = split.inputs[0]
+    axis = _axis(split, x)
+    if axis is None:
+        return None
+    post = x.shape[axis + 1:]
+    if not all(isinstance(d, int) for d in post):
+        return None
+    tail = None
+    sizes = []
+    for out, reader in zip(split.outputs, readers, strict=True):
+        y = reader.outputs[0]
+        if y.shape is None or len(y.shape) < axis + 1 or out.shape is None or not isinstance(out.shape[axis], int):
+            return None
+        if not all(_same_dim(a, b) for a, b in zip(x.shape[:axis], y.shape[:axis], strict=False)):
+            return None
+        this_tail = list(y.shape[axis + 1:])
+        n = y.shape[axis]
+        if not isinstance(n, int) or n < 1 or not all(isinstance(d, int) and d >= 1 for d in this_tail):
+            return None
+        if tail is not None and this_tail != tail:
+            return None
+        tail = this_tail
+        if n * int(np.prod(tail, dtype=np.int64)) != out.shape[axis] * int(np.prod(post, dtype=np.int64)):
+            return None
+        sizes.append(n)
+    return [0] * axis + [sum(sizes)] + list(tail or []), sizes
+
+
+def _axis(split: ir.Node, x: ir.Value | None) -> int | None:
+    if x is None or x.shape is None:
+        return None
+    axis = split.attributes["axis"].value if "axis" in split.attributes else 0
+    rank = len(x.shape)
+    return axis % rank if -rank <= axis < rank else None
+
+
+def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.Node | None:
+    """Rewrite one Split whose every output is read once, by a Reshape (all of them) or a
+    Transpose (most with the same perm): the layout op runs once on the Split's input. Returns
+    the new Split, None when nothing was rewritten."""
+    if split.domain != "" or split.op_type != "Split" or any(o.is_graph_output() for o in split.outputs):
+        return None
+    readers = [_one_reader(o) for o in split.outputs]
+    if len(readers) < 2 or any(r is None or r.domain != "" or is_required(r) for r in readers):
+        return None
+    kinds = {r.op_type for r in readers}
+    x = split.inputs[0]
+    axis = _axis(split, x)
+    if axis is None or any(o.shape is None or not isinstance(o.shape[axis], int) for o in split.outputs):
+        return None
+    graph = split.graph
+    if kinds == {"Reshape"}:
+        plan = _split_heads_reshape(split, readers)
+        if plan is None:
+            return None
+        shape, sizes = plan
+        target = _new_constant(model, split, np.asarray(shape, np.int64), in_function)
+        moved = ir.Node("", "Reshape", [x, target], name=readers[0].name or None)
+        moved.outputs[0].name = _fresh_value_name(graph, readers[0].outputs[0].name, "/before_split")
+        moved.outputs[0].type = x.type
+        moved.outputs[0].shape = ir.Shape([*x.shape[:axis], int(sum(sizes)), *shape[axis + 1:]])
+        new_axis, finals = axis, [r.outputs[0] for r in readers]
+        residual: list[list[int] | None] = [None] * len(readers)
+    elif kinds == {"Transpose"}:
+        if any("perm" not in r.attributes for r in readers):
+            return None
+        perms = [list(r.attributes["perm"].value) for r in readers]
+        perm = max(perms, key=perms.count)
+        if perms.count(perm) < 2:
+            return None
+        inverse = [perm.index(i) for i in range(len(perm))]
+        moved = ir.Node("", "Transpose", [x], attributes=[ir.AttrInt64s("perm", perm)], name=readers[0].name or None)
+        moved.outputs[0].name = _fresh_value_name(graph, readers[0].outputs[0].name, "/before_split")
+        moved.outputs[0].type = x.type
+        moved.outputs[0].shape = ir.Shape([x.shape[p] for p in perm])
+        new_axis, finals = inverse[axis], [r.outputs[0] for r in readers]
+        sizes = [o.shape[axis] for o in split.outputs]
+        residual = [None if p == perm else [inverse[q] for q in p] for p in perms]
+    else:
+        return None
+    graph.insert_before(split, moved)
+    counts = _new_constant(model, split, np.asarray(sizes, np.int64), in_function)
+    new_split = ir.Node("", "Split", [moved.outputs[0], counts], attributes=[ir.AttrInt64("axis", new_axis)],
+                        num_outputs=len(sizes), name=split.name or None)
+    graph.insert_before(split, new_split)
+    for piece, final, rest, old in zip(new_split.outputs, finals, residual, split.outputs, strict=True):
+        piece.type = final.type
+        if rest is None:
+            piece.shape = final.shape
+            final.replace_all_uses_with(piece)
+            if final.name:  # the value a reader sees keeps its name
+                piece.name, final.name = final.name, f"{final.name}/replaced"
+            continue
+        piece.shape = ir.Shape([old.shape[p] for p in perm])
+        fix = ir.Node("", "Transpose", [piece], attributes=[ir.AttrInt64s("perm", rest)])
+        fix.outputs[0].type, fix.outputs[0].shape = final.type, final.shape
+        graph.insert_before(split, fix)
+        final.replace_all_uses_with(fix.outputs[0])
+    return new_split
+
+
+def hoist_layout_over_split(model: ir.Model) -> int:
+    """A Split whose outputs are each reshaped the same way (attention's heads:
+    ``split(qkv, 3)`` then each ``(B, T, C) -> (B, T, N, H)``) or transposed mostly by one perm
+    becomes one Reshape or Transpose before a Split: ``k`` layout ops become one (plus a
+    Transpose for each output whose perm differs, from the moved perm to its own). Exact (only
+    elements move). Repeated on the new Split, so a Reshape and then a Transpose both move.
+    Returns the number of Splits rewritten."""
+    rewritten = 0
+    for node, in_function in _all_nodes(model):
+        split = node if node.graph is not None and node.op_type == "Split" else None
+        while split is not None:
+            split = _hoist_over_split(model, split, in_function)
+            rewritten += split is not None
+    return rewritten
+
+
 # -- BatchNorm / affine into the Conv or Gemm before it --------------------------------------
 
 
@@ -468,6 +819,8 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
     """The clean-up passes in order; ``fold_weights``: also :func:`fold_into_weights`."""
     hoist_loop_invariants(model)
     fold_constants(model)
+    simplify_plumbing(model)
+    hoist_layout_over_split(model)
     cancel_layout_chains(model)
     common.RemoveUnusedNodesPass()(model)  # the folding below needs exact reader counts
     if fold_weights:
