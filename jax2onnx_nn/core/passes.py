@@ -815,6 +815,74 @@ def hoist_loop_invariants(model: ir.Model) -> int:
     return moved
 
 
+# -- common subexpressions, in every graph -----------------------------------------------
+
+_NON_DETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli"})
+_CSE_TENSOR_ELEMENTS = 64  # Constant nodes up to this size are merged by value
+
+
+def _graphs(model: ir.Model) -> list[ir.Graph]:
+    """The main graph, the function bodies, and every subgraph (Loop/Scan/If bodies) in them."""
+    graphs: list[ir.Graph] = []
+    pending = [model.graph, *(f.graph for f in model.functions.values())]
+    while pending:
+        graph = pending.pop()
+        graphs.append(graph)
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    pending.append(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    pending.extend(attr.value)
+    return graphs
+
+
+def _node_key(node: ir.Node) -> tuple[Any, ...] | None:
+    """What makes two nodes compute the same values: op, inputs (by identity) and
+    attributes; None for a node that is never merged (a body, randomness, a large tensor)."""
+    if node.op_type in _NON_DETERMINISTIC:
+        return None
+    attrs = []
+    for name, attr in sorted(node.attributes.items()):
+        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) or attr.is_ref():
+            return None
+        value = attr.value
+        if attr.type == ir.AttributeType.TENSOR:
+            if value.size > _CSE_TENSOR_ELEMENTS:
+                return None
+            array = value.numpy()
+            value = (array.dtype.str, array.shape, array.tobytes())
+        elif isinstance(value, (list, tuple)):
+            value = tuple(value)
+        elif attr.type not in (ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING):
+            return None
+        attrs.append((name, value))
+    return (node.op_identifier(), len(node.outputs), tuple(id(v) for v in node.inputs), tuple(attrs))
+
+
+def eliminate_common_subexpressions(model: ir.Model) -> int:
+    """Nodes of one graph computing the same op on the same inputs with the same attributes
+    become one (the first): in the main graph, in function bodies and in Loop/Scan/If bodies,
+    where a duplicate runs once per iteration (``u[1:-1]`` read twice by a stencil). A node
+    making a graph output stays (the output keeps its own value). One walk per graph, nodes in
+    order, so a chain of duplicates merges at once. Returns the number of nodes merged."""
+    merged = 0
+    for graph in _graphs(model):
+        seen: dict[tuple[Any, ...], ir.Node] = {}
+        for node in list(graph):
+            key = _node_key(node)
+            if key is None:
+                continue
+            first = seen.setdefault(key, node)
+            if first is node or any(o.is_graph_output() for o in node.outputs):
+                continue
+            for old, new in zip(node.outputs, first.outputs, strict=True):
+                old.replace_all_uses_with(new)
+            graph.remove(node, safe=True)
+            merged += 1
+    return merged
+
+
 def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
     """The clean-up passes in order; ``fold_weights``: also :func:`fold_into_weights`."""
     hoist_loop_invariants(model)
@@ -827,7 +895,7 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
         fold_into_weights(model)
     merge_duplicate_initializers(model)
     common.RemoveUnusedNodesPass()(model)
-    common.CommonSubexpressionEliminationPass()(model)
+    eliminate_common_subexpressions(model)
     common.RemoveUnusedNodesPass()(model)
     common.RemoveUnusedFunctionsPass()(model)
 

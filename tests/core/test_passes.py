@@ -358,3 +358,35 @@ def test_an_embedding_of_positions_checks_only_the_upper_bound():
     model = assert_exports_match(lambda x: embed(jnp.arange(x.shape[0])) + x, [(("T", 3), "float32")], sizes={"T": [1, 5, 7]})
     ops = op_types(model)
     assert "GreaterOrEqual" not in ops and "And" not in ops and ops.count("Less") == 1, ops
+
+
+@given(steps=st.integers(0, 3), size=st.integers(2, 5), use_while=st.booleans(), seed=st.integers(0, 100))
+def test_repeated_work_in_a_loop_body_runs_once(steps, size, use_while, seed):
+    """A body reading ``u[1:]`` twice and taking its tanh twice does each once per iteration;
+    values match JAX for every trip count, zero included (the count is a run-time input)."""
+    from jax import lax
+
+    def step(u):
+        return jnp.concatenate([u[:1], jnp.tanh(u[1:]) * 0.5 + jnp.tanh(u[1:]) * u[1:]])
+
+    def f(x, n):
+        if use_while:
+            return lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, step(s[1])), (0, x))[1]
+        return lax.fori_loop(0, n, lambda i, u: step(u), x)
+
+    x = np.random.default_rng(seed).standard_normal(size).astype(np.float32)
+    model = assert_exports_match_on(f, x, np.int32(steps))
+    body = [n.op_type for n in _body_nodes(model)]
+    assert body.count("Tanh") == 1 and body.count("Slice") == 2, body
+
+
+def test_repeated_work_in_a_function_body_runs_once():
+    from jax2onnx_nn import onnx_function
+
+    @onnx_function
+    def block(x):
+        return jnp.sin(x * 2) + jnp.sin(x * 2) * x
+
+    model = assert_exports_match(lambda x: block(block(x)), [(("B", 3), "float32")], sizes={"B": [1, 2]})
+    (function,) = model.functions
+    assert [n.op_type for n in function.node].count("Sin") == 1, [n.op_type for n in function.node]
