@@ -417,3 +417,17 @@ def test_jvp_and_jacfwd_of_fori_loop(data):
         return jax.jvp(f, (x,), (t,)), jax.jacfwd(f)(x)
 
     _check(fn, [x, t, n], True)
+
+
+@given(lo=st.integers(-3, 3), hi=st.integers(-3, 5), dtype=st.sampled_from([np.int16, np.int32]), seed=st.integers(0, 100))
+def test_a_while_loop_of_known_steps_is_a_scan_over_its_counter(lo, hi, dtype, seed):
+    """``while i < hi: i += 1`` from a constant ``lo`` runs a known number of steps: a Scan
+    over the counter's values (no counter Add and condition per step in the body); the body
+    reads the counter, the final counter is ``max(lo, hi)``; no step at all stays a Loop."""
+    def f(x):
+        return lax.while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, s[1] * 0.5 + s[0]), (jnp.asarray(lo, dtype), x))
+
+    x = np.random.default_rng(seed).standard_normal(3).astype(np.float32)
+    model = _check(f, [x], False)
+    loops = [n.op_type for n in model.graph.node if n.op_type in ("Scan", "Loop")]
+    assert (loops == ["Scan"]) == (hi > lo), loops

@@ -142,7 +142,16 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     def predicate(values: Sequence[ir.Value], where: LoweringContext = ctx) -> ir.Value:
         return where.lower_sub(cond_jaxpr, [*cond_consts, *values])[0]
 
-    trip_count = None if batched else _counted_trips(ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init)
+    counted = None if batched else _counted_trips(ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init)
+    trip_count, counter = counted if counted is not None else (None, None)
+    trips = trip_count.const_value.numpy().item() if trip_count is not None and trip_count.const_value is not None else None
+    if trips and ctx.target.scan_ticks and np.dtype(carry_avals[counter].dtype) in _RANGE_DTYPES:
+        # a fixed number of steps (> 0: Scan fails on an empty sequence in onnxruntime): a
+        # Scan over the counter's values, as a fori_loop, without the counter's Add and the
+        # Loop's condition in the body
+        start = init[counter]
+        ticks = ctx.op.Range(start, ctx.op.Add(start, ctx.const(trips, like=start)), ctx.const(1, like=start))
+        return _scan_as_scan(ctx, body_jaxpr, body_consts, init, [ticks], False, counter=counter)
     pred = None if trip_count is not None else predicate(init)
     body = ctx.body("while_body")
     _, cond_in = _loop_inputs(body)
@@ -177,10 +186,10 @@ def _select_batch(body: LoweringContext, pred: ir.Value, new: ir.Value, old: ir.
 def _counted_trips(
     ctx: LoweringContext, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int,
     cond_consts: Sequence[ir.Value], init: Sequence[ir.Value],
-) -> ir.Value | None:
-    """The trip count ``max(hi - lo, 0)`` of a counted loop (a fori_loop with traced bounds):
-    the cond is ``i < hi`` with ``hi`` loop-invariant and the body adds 1 to ``i``. None for
-    any other loop."""
+) -> tuple[ir.Value, int] | None:
+    """The trip count ``max(hi - lo, 0)`` of a counted loop (a fori_loop with traced bounds)
+    and the position of its counter among the carries: the cond is ``i < hi`` with ``hi``
+    loop-invariant and the body adds 1 to ``i``. None for any other loop."""
     cond = jxi.as_closed(cond_jaxpr).jaxpr
     body = jxi.as_closed(body_jaxpr).jaxpr
     if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt" or cond.outvars != cond.eqns[0].outvars:
@@ -203,8 +212,10 @@ def _counted_trips(
         hi = cond_consts[list(cond.invars).index(bound)]
     else:
         return None
+    if hi.const_value is not None and init[k].const_value is not None:  # known bounds: a constant
+        return ctx.ints(max(int(hi.const_value.numpy()) - int(init[k].const_value.numpy()), 0)), k
     trips = ctx.op.Sub(ctx.cast(hi, np.int64), ctx.cast(init[k], np.int64))
-    return ctx.op.Max(trips, ctx.ints(0))
+    return ctx.op.Max(trips, ctx.ints(0)), k
 
 
 def _counter(jaxpr: Any, num_consts: int, num_carry: int) -> int | None:
