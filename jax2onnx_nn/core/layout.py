@@ -8,7 +8,7 @@ channels-last Conv (or pooling, BatchNorm, ...) already starts with, so both dis
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.core.passes import all_nodes
 
 Selection = Sequence[str | int] | None
 
@@ -107,7 +108,7 @@ def fold_transposes(model: ir.Model) -> int:
     folded; orphaned first Transposes are left for the dead-node pass."""
     folded = 0
     names: _Names | None = None
-    for node, in_function in list(_all_nodes(model)):
+    for node, in_function in list(all_nodes(model)):
         if node.graph is None or not _is_transpose(node):
             continue
         chain = _elementwise_chain(node.inputs[0])
@@ -302,7 +303,7 @@ class _Names:
         self._taken.update(v.name for v in graph.initializers.values() if v.name)
         nodes: Any = ir.traversal.RecursiveGraphIterator(graph)
         if isinstance(graph_or_model, ir.Model):
-            nodes = (node for node, _ in _all_nodes(graph_or_model))
+            nodes = (node for node, _ in all_nodes(graph_or_model))
             for function in graph_or_model.functions.values():
                 self._taken.update(v.name for v in function.inputs if v.name)
         for node in nodes:
@@ -316,15 +317,6 @@ class _Names:
             name, n = f"{base}_{n}", n + 1
         self._taken.add(name)
         return name
-
-
-def _all_nodes(model: ir.Model) -> Iterator[tuple[ir.Node, bool]]:
-    """Every node, with whether it is inside a function body."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        yield node, False
-    for function in model.functions.values():
-        for node in ir.traversal.RecursiveGraphIterator(function):
-            yield node, True
 
 
 def _is_transpose(node: ir.Node) -> bool:

@@ -176,10 +176,7 @@ _WIDER: dict[ir.DataType, frozenset[ir.DataType]] = {
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
     """Both shapes known and equal dim by dim (equal ints or equal symbolic names)."""
-    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
-        return False
-    return all(isinstance(x, int) and x == y or isinstance(x, ir.SymbolicDim) and x.value is not None and x == y
-               for x, y in zip(a.shape, b.shape, strict=True))
+    return _same_dims(a.shape, b.shape)
 
 
 def _static_dims(v: ir.Value) -> tuple[int, ...] | None:
@@ -292,12 +289,12 @@ def cancel_layout_chains(model: ir.Model) -> int:
 
 # -- shape plumbing: copied dims, identity arithmetic, broadcast Unsqueezes, split heads ----
 
-def _all_nodes(model: ir.Model) -> list[tuple[ir.Node, bool]]:
+def all_nodes(model: ir.Model) -> list[tuple[ir.Node, bool]]:
     """Every node of the main graph (with its subgraphs) and of the function bodies, with
     whether it lives in a function (whose constants must be Constant nodes of its own)."""
     nodes = [(n, False) for n in ir.traversal.RecursiveGraphIterator(model.graph)]
     for function in model.functions.values():
-        nodes.extend((n, True) for n in ir.traversal.RecursiveGraphIterator(function.graph))
+        nodes.extend((n, True) for n in ir.traversal.RecursiveGraphIterator(function))
     return nodes
 
 
@@ -474,7 +471,7 @@ def simplify_plumbing(model: ir.Model) -> int:
     One walk over the main graph, its subgraphs and the function bodies. Returns the number
     of rewrites; the nodes left unused are removed by the clean-up."""
     rewritten = 0
-    for node, in_function in _all_nodes(model):
+    for node, in_function in all_nodes(model):
         if node.graph is None:
             continue
         out = node.outputs[0] if node.outputs else None
@@ -505,10 +502,6 @@ def simplify_plumbing(model: ir.Model) -> int:
                 del node.attributes["allowzero"]
             rewritten += 1
     return rewritten
-
-
-def _fresh_value_name(graph: ir.Graph, base: str | None, suffix: str) -> str | None:
-    return f"{base}{suffix}" if base else None
 
 
 def _one_reader(v: ir.Value) -> ir.Node | None:
@@ -582,7 +575,7 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
         shape, sizes = plan
         target = _new_constant(model, split, np.asarray(shape, np.int64), in_function)
         moved = ir.Node("", "Reshape", [x, target], name=readers[0].name or None)
-        moved.outputs[0].name = _fresh_value_name(graph, readers[0].outputs[0].name, "/before_split")
+        moved.outputs[0].name = f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
         moved.outputs[0].type = x.type
         moved.outputs[0].shape = ir.Shape([*x.shape[:axis], int(sum(sizes)), *shape[axis + 1:]])
         new_axis, finals = axis, [r.outputs[0] for r in readers]
@@ -596,7 +589,7 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
             return None
         inverse = [perm.index(i) for i in range(len(perm))]
         moved = ir.Node("", "Transpose", [x], attributes=[ir.AttrInt64s("perm", perm)], name=readers[0].name or None)
-        moved.outputs[0].name = _fresh_value_name(graph, readers[0].outputs[0].name, "/before_split")
+        moved.outputs[0].name = f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
         moved.outputs[0].type = x.type
         moved.outputs[0].shape = ir.Shape([x.shape[p] for p in perm])
         new_axis, finals = inverse[axis], [r.outputs[0] for r in readers]
@@ -633,7 +626,7 @@ def hoist_layout_over_split(model: ir.Model) -> int:
     elements move). Repeated on the new Split, so a Reshape and then a Transpose both move.
     Returns the number of Splits rewritten."""
     rewritten = 0
-    for node, in_function in _all_nodes(model):
+    for node, in_function in all_nodes(model):
         split = node if node.graph is not None and node.op_type == "Split" else None
         while split is not None:
             split = _hoist_over_split(model, split, in_function)
