@@ -130,7 +130,7 @@ def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
 
-@lowering("while", onnx_ops=("Loop", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze"), key_data=True)
+@lowering("while", onnx_ops=("Loop", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze", "Scan", "Range", "Add", "Slice", "Squeeze"), key_data=True)
 def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
