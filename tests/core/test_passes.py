@@ -289,7 +289,7 @@ def test_heads_after_a_split_are_one_reshape_and_one_transpose(batch, parts, hea
         pieces = jnp.split(x, parts, axis=-1)
         shaped = [p.reshape(*p.shape[:-1], heads, head_dim) for p in pieces]
         perms = [other if keys_transposed and i == 1 else usual for i in range(parts)]
-        return tuple(jnp.transpose(p, perm) * (i + 1) for i, (p, perm) in enumerate(zip(shaped, perms)))
+        return tuple(jnp.transpose(p, perm) * (i + 1) for i, (p, perm) in enumerate(zip(shaped, perms, strict=True)))
 
     model = assert_exports_match(f, [((*batch, 3, parts * heads * head_dim), "float32")], sizes={"B": [1, 2]}, seed=seed)
     ops = op_types(model)
