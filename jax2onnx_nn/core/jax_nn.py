@@ -234,6 +234,11 @@ for _name, _activation in ACTIVATIONS.items():
 _PATCHED: dict[int, tuple[Any, Any]] = {}
 """id(original function) -> (original, patched), filled while an export's patches are applied."""
 
+_MADE: dict[int, tuple[Any, Any]] = {}
+"""id(original function) -> (original, patched) for every export: a patched function reads the
+export's options when called, so it is made once per original (its signature read once), not
+once per export (19 ``inspect.signature`` calls, ~2 ms an export)."""
+
 
 def shared(handler_for: Callable[[Any], Handler]) -> MakeWrapper:
     """A ``make_wrapper`` for :func:`patch` of a function: one patched function per original
@@ -242,7 +247,10 @@ def shared(handler_for: Callable[[Any], Handler]) -> MakeWrapper:
 
     def make(original: Any) -> Any:
         if id(original) not in _PATCHED:
-            _PATCHED[id(original)] = (original, coarse_wrapper(handler_for(original))(original))
+            made = _MADE.get(id(original))
+            if made is None or made[0] is not original:  # the original is held: its id is not reused
+                made = _MADE[id(original)] = (original, coarse_wrapper(handler_for(original))(original))
+            _PATCHED[id(original)] = made
         return _PATCHED[id(original)][1]
 
     return make

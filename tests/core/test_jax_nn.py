@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from jax2onnx_nn import to_onnx
-from jax2onnx_nn.core.jax_nn import ACTIVATIONS
+from jax2onnx_nn.core.jax_nn import ACTIVATIONS, substitute
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types
 
 ELEMENTWISE = sorted(name for name, a in ACTIVATIONS.items() if "axis" not in a.config)
@@ -80,6 +80,22 @@ def test_patches_are_undone_after_an_export():
     original = jax.nn.gelu
     to_onnx(jax.nn.gelu, [(4,)])
     assert jax.nn.gelu is original
+
+
+def test_each_export_applies_the_same_patched_functions():
+    """The patched functions are made once per original (not per export) and still act only
+    while an export runs: outside one, a captured function is itself and calls JAX."""
+    seen = []
+
+    def f(x):
+        seen.append(jax.nn.gelu)
+        return jax.nn.gelu(x) + jax.nn.relu(x)
+
+    first, second = to_onnx(f, [(4,)]), to_onnx(f, [(3,)])
+    assert seen[0] is seen[1] and seen[0] is not jax.nn.gelu
+    assert "Gelu" in op_types(first) and "Gelu" in op_types(second) and "Relu" in op_types(second)
+    np.testing.assert_allclose(seen[0](jnp.ones(2)), jax.nn.gelu(jnp.ones(2)))  # outside an export: JAX's
+    assert substitute(jax.nn.gelu) is jax.nn.gelu
 
 
 @given(data=st.data())
