@@ -149,9 +149,7 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
         # a fixed number of steps (> 0: Scan fails on an empty sequence in onnxruntime): a
         # Scan over the counter's values, as a fori_loop, without the counter's Add and the
         # Loop's condition in the body
-        start = init[counter]
-        ticks = ctx.op.Range(start, ctx.op.Add(start, ctx.const(trips, like=start)), ctx.const(1, like=start))
-        return _scan_as_scan(ctx, body_jaxpr, body_consts, init, [ticks], False, counter=counter)
+        return _scan_over_counter(ctx, body_jaxpr, body_consts, init, counter, trips)
     pred = None if trip_count is not None else predicate(init)
     body = ctx.body("while_body")
     _, cond_in = _loop_inputs(body)
@@ -254,14 +252,19 @@ def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, revers
         return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse)
     counter = _counter(jaxpr, num_consts, num_carry) if not xs and not symbolic and not reverse else None
     if counter is not None and ctx.target.scan_ticks:
-        # a fori_loop: Scan over the counter's values (Scan needs a scanned input, and tract
-        # drops one the body does not read), each step reading it in place of the carry
-        start = init[counter]
-        ticks = ctx.op.Range(start, ctx.op.Add(start, ctx.const(int(length), like=start)), ctx.const(1, like=start))
-        return _scan_as_scan(ctx, jaxpr, consts, init, [ticks], reverse, counter=counter)
+        return _scan_over_counter(ctx, jaxpr, consts, init, counter, int(length))  # a fori_loop
     # ONNX Scan fails on an empty sequence in onnxruntime, and a length that is a symbolic dim
     # may be 0 at run time; a Loop with a trip count runs 0 times correctly.
     return _scan_as_loop(ctx, jaxpr, consts, init, xs, length, reverse)
+
+
+def _scan_over_counter(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], counter: int, trips: int) -> list[ir.Value]:
+    """A loop of ``trips`` steps whose carry ``counter`` counts them, as a Scan over the
+    counter's values (Scan needs a scanned input, and tract drops one the body does not
+    read), each step reading its value in place of the carry."""
+    start = init[counter]
+    ticks = ctx.op.Range(start, ctx.op.Add(start, ctx.const(trips, like=start)), ctx.const(1, like=start))
+    return _scan_as_scan(ctx, jaxpr, consts, init, [ticks], False, counter=counter)
 
 
 def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool, counter: int | None = None) -> list[ir.Value]:
