@@ -2,8 +2,9 @@
 each and run in onnxruntime against JAX, and the older op forms (core/opset_forms.py) checked
 one by one where they are written.
 
-By default each family runs at 13, 17, the newest opset and one more that rotates with the
-family; ``--run-slow`` runs every family at every opset.
+By default each family runs at 13, the 17/18 boundary (DFT, LayerNormalization; reductions'
+axes and bitwise ops), 23 (RMSNormalization, Attention), the newest opset and one more that
+rotates with the family; ``--run-slow`` runs every family at every opset.
 """
 
 from __future__ import annotations
@@ -121,9 +122,12 @@ FAMILIES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
 }
 
 
+BOUNDARIES = sorted({MIN_OPSET, 17, 18, 23, MAX_OPSET})
+
+
 def _default_opsets(index: int) -> list[int]:
-    between = [o for o in OPSETS if o not in (MIN_OPSET, 17, MAX_OPSET)]
-    return sorted({MIN_OPSET, 17, MAX_OPSET, between[index % len(between)]})
+    between = [o for o in OPSETS if o not in BOUNDARIES]
+    return sorted({*BOUNDARIES, between[index % len(between)]})
 
 
 def _cases() -> list[Any]:
