@@ -77,6 +77,23 @@ def test_symbolic_batch_and_length(name, x64):
     assert "DFT" in {n.op_type for n in model.graph.node}  # a symbolic length is an ONNX DFT
 
 
+@pytest.mark.parametrize("opset", [13, 16])
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("name", _params(["fft", "ifft", "rfft", "irfft", "rfft2", "irfft2", "hfft"], {"fft", "ifft", "rfft", "irfft", "irfft2"}))
+def test_symbolic_length_below_opset_17_is_a_matrix_built_at_run_time(name, x64, opset):
+    # no DFT before opset 17: the cos/sin matrices come from the length at run time, in float64
+    fn = {**ONE_AXIS, **MANY_AXES}[name]
+    real = np.float64 if x64 else np.float32
+    dtype = real if name in REAL_INPUT else (np.complex128 if x64 else np.complex64)
+    model = assert_exports_match(
+        fn, [(("B", 3, "N"), np.dtype(dtype).name)], sizes={"B": [0, 2], "N": [2, 5, 16, 33]},
+        constraints=("N >= 2",), enable_double_precision=x64, opset=opset,
+        rtol=1e-12 if x64 else 1e-5, atol=1e-10 if x64 else 1e-4,
+    )
+    ops = {n.op_type for n in model.graph.node}
+    assert "DFT" not in ops and {"MatMul", "Cos", "Sin"} <= ops
+
+
 def test_static_lengths_pick_matmul_or_dft():
     ops = lambda n: {node.op_type for node in to_onnx(jnp.fft.fft, [((4, n), "complex64")]).graph.node}  # noqa: E731
     assert "MatMul" in ops(12) and "DFT" not in ops(12)  # not a power of two: exact matrix

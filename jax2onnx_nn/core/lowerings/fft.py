@@ -8,6 +8,8 @@ its inverse scales float64 by a float32 1/n (5e-8 error). So: a static length th
 power of two (up to :data:`MATMUL_MAX`) or is small is a MatMul with a matrix computed in
 float64 at export (angles reduced exactly, mod n); power-of-two and symbolic lengths use
 DFT; inverses are forward transforms of the conjugate, scaled by us in the data's dtype.
+Below opset 17 (no DFT) a symbolic length is a MatMul too, its matrix built at run time from
+the length by the same float64 arithmetic (:meth:`_Axis.runtime_matmul`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import onnx_ir as ir
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.registry import lowering
+
+_F64 = np.dtype(np.float64)
 
 MATMUL_MAX = 1024  # longest non-power-of-two axis done by MatMul (its matrix: (2n)^2 floats)
 MATMUL_ALWAYS = 32  # up to this length MatMul is also used for powers of two (it is faster)
@@ -100,6 +104,50 @@ class _Axis:
             y = self.op.Transpose(y, perm=[int(p) for p in np.argsort(perm)])
         return y
 
+    def _trig(self, n: ir.Value, rows: ir.Value, cols: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """cos and sin of the angles of :func:`_angles` at run time (int64 scalars ``n``,
+        ``rows``, ``cols``): t k reduced mod n in int64, the angle and its cos/sin in float64."""
+        ctx = self.ctx
+        t = self.op.Unsqueeze(self.op.Range(ctx.ints(0), rows, ctx.ints(1)), ctx.ints([1]))
+        k = self.op.Range(ctx.ints(0), cols, ctx.ints(1))
+        turns = ctx.cast(self.op.Mod(self.op.Mul(t, k), n), _F64)
+        theta = self.op.Div(self.op.Mul(turns, ctx.const(2 * np.pi, dtype=_F64)), ctx.cast(n, _F64))
+        return self.op.Cos(theta), self.op.Sin(theta)
+
+    def runtime_matmul(self, x: ir.Value, axis: int, n: Any, kind: int) -> ir.Value:
+        """:meth:`matmul` for a symbolic length (below opset 17): the real and imaginary parts
+        times the cos and sin matrices of :func:`dft_matrix`, built at run time from ``n`` in
+        float64 and cast to the data's dtype."""
+        ctx, op = self.ctx, self.op
+        last = self.rank - 2
+        size = ctx.dim_scalar(n)
+        half = op.Add(op.Div(size, ctx.ints(2)), ctx.ints(1))  # n // 2 + 1 bins of a real signal
+        rows, cols = {FFT: (size, size), IFFT: (size, size), RFFT: (size, half), IRFFT: (half, size)}[kind]
+        cos, sin = self._trig(size, rows, cols)
+        if kind in (FFT, RFFT):
+            sin = op.Neg(sin)
+        if kind in (IFFT, IRFFT):  # 1/n, and IRFFT's bins k and n-k counted twice (0 and n/2 once)
+            weight = ctx.const(1.0, dtype=_F64)
+            if kind == IRFFT:
+                k = ctx.cast(op.Range(ctx.ints(0), half, ctx.ints(1)), _F64)
+                once = op.Or(op.Equal(k, ctx.const(0.0, dtype=_F64)), op.Equal(op.Add(k, k), ctx.cast(size, _F64)))
+                weight = op.Unsqueeze(op.Where(once, ctx.const(1.0, dtype=_F64), ctx.const(2.0, dtype=_F64)), ctx.ints([1]))
+            weight = op.Div(weight, ctx.cast(size, _F64))
+            cos, sin = op.Mul(cos, weight), op.Mul(sin, weight)
+        cos, sin = ctx.cast(cos, self.dtype), ctx.cast(sin, self.dtype)
+        if kind == RFFT:  # real (..., n) -> pairs (..., n // 2 + 1, 2)
+            parts = [op.MatMul(x, cos), op.MatMul(x, sin)]
+            return op.Concat(*[op.Unsqueeze(p, ctx.ints([-1])) for p in parts], axis=-1)
+        x, perm = self._to_last(x, axis, last)
+        re, im = (op.Gather(x, ctx.ints(i), axis=last + 1) for i in (0, 1))
+        if kind == IRFFT:  # pairs (..., n // 2 + 1, 2) -> real (..., n)
+            return op.Sub(op.MatMul(re, cos), op.MatMul(im, sin))
+        parts = [op.Sub(op.MatMul(re, cos), op.MatMul(im, sin)), op.Add(op.MatMul(re, sin), op.MatMul(im, cos))]
+        y = op.Concat(*[op.Unsqueeze(p, ctx.ints([-1])) for p in parts], axis=-1)
+        if perm is not None:
+            y = op.Transpose(y, perm=[int(p) for p in np.argsort(perm)])
+        return y
+
     def dft(self, x: ir.Value, axis: int, onesided: bool = False) -> ir.Value:
         """Forward ONNX DFT over ``axis`` of its full length."""
         if self.ctx.opset >= 20:
@@ -118,6 +166,8 @@ class _Axis:
     def complex(self, x: ir.Value, axis: int, n: Any, inverse: bool) -> ir.Value:
         if _use_matmul(n, self.ctx.opset):
             return self.matmul(x, axis, int(n), IFFT if inverse else FFT)
+        if self.ctx.opset < DFT_OPSET:
+            return self.runtime_matmul(x, axis, n, IFFT if inverse else FFT)
         if not inverse:
             return self.dft(x, axis)
         return self.conj_scaled(self.dft(self.conj_scaled(x, 1), axis), n)  # ifft = conj(fft(conj)) / n
@@ -126,6 +176,8 @@ class _Axis:
         """RFFT over the last axis of a real tensor (rank - 1 dims)."""
         if _use_matmul(n, self.ctx.opset):
             return self.matmul(x, self.rank - 2, int(n), RFFT)
+        if self.ctx.opset < DFT_OPSET:
+            return self.runtime_matmul(x, self.rank - 2, n, RFFT)
         return self.dft(self.op.Unsqueeze(x, self.ctx.ints([-1])), self.rank - 2, onesided=True)
 
     def complex_to_real(self, x: ir.Value, n: Any) -> ir.Value:
@@ -134,6 +186,8 @@ class _Axis:
         axis = self.rank - 2
         if _use_matmul(n, self.ctx.opset):
             return self.matmul(x, axis, int(n), IRFFT)
+        if self.ctx.opset < DFT_OPSET:
+            return self.runtime_matmul(x, axis, n, IRFFT)
         ctx = self.ctx
         m = n // 2 + 1
         # bins n-m .. 1 (reversed), conjugated: X[n - k] for k = m .. n-1
@@ -144,7 +198,8 @@ class _Axis:
         return self.op.Div(real, ctx.cast(ctx.dim(n), self.dtype))
 
 
-@lowering("fft", onnx_ops=("DFT", "MatMul", "Reshape"), complex_pairs=True)
+@lowering("fft", onnx_ops=("DFT", "MatMul", "Reshape", "Transpose", "Mul", "Div", "Concat", "Slice", "Gather", "Unsqueeze",
+                           "Range", "Mod", "Cos", "Sin", "Cast", "Neg", "Add", "Sub", "Equal", "Or", "Where", "Squeeze"), complex_pairs=True)
 def _fft(ctx: LoweringContext, x: ir.Value, *, fft_type: Any, fft_lengths: tuple[Any, ...]) -> ir.Value:
     kind = int(getattr(fft_type, "value", fft_type))
     complex_aval = ctx.aval_out if kind == RFFT else ctx.aval_in
