@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import onnx
+from jax import lax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jax2onnx_nn import ConversionError, to_onnx  # noqa: E402
@@ -42,6 +43,9 @@ def gp_mean(a: jax.Array, b: jax.Array) -> jax.Array:
 
 
 CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
+    "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
+    "trsm": lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
+    "lu": lambda a, b: lax.linalg.lu(a),
     "cholesky+2 trsm": gp_mean,
     "solve": jnp.linalg.solve,
     "inv": lambda a, b: jnp.linalg.inv(a),

@@ -254,14 +254,34 @@ def test_under_vmap():
 
 @pytest.mark.parametrize("n", [24, pytest.param(64, marks=pytest.mark.slow)])
 def test_looped_sizes(n):
-    """Above the unroll limit the steps are one ONNX Loop (or Scan): the graph does not grow with n."""
+    """Above the unroll limit the steps are one ONNX Loop (or Scan): the graph grows with n
+    only by the few nodes that place each block of columns (cholesky)."""
     assert n > decompositions.UNROLL_LIMIT
     a, b = spd(0, (2,), n), rhs(0, (2,), n, 3)
     model = assert_exports_match_on(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4, jit=True)
     loops = [op for op in op_types(model) if op in ("Loop", "Scan")]  # fori_loop: either
-    assert len(loops) == 3 and len(model.graph.node) < 40
+    assert len(loops) == 3 and len(model.graph.node) < 70
     assert_exports_match_on(jnp.linalg.inv, general(0, (2,), n), rtol=1e-4, atol=1e-4, jit=True)
     assert_exports_match_on(lax.linalg.lu, general(1, (), n, shift=0.0), rtol=1e-4, atol=1e-4, jit=True)
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), (40, np.float32)])
+def test_blocked_cholesky(n, dtype):
+    """Above the unroll limit cholesky runs by blocks of columns (17: blocks of 9 padded to 18
+    with I; 40: of 14 padded to 42): the factor, a pivot <= 0 in the last block (all NaN),
+    a NaN entry (propagates), a symbolic batch."""
+    assert n > decompositions.UNROLL_LIMIT
+    a = spd(3, (2,), n, dtype) + np.triu(general(3, (2,), n, dtype=dtype), 1)
+    cholesky = lambda a: lax.linalg.cholesky(a, symmetrize_input=False)  # noqa: E731
+    model = assert_exports_match_on(cholesky, a, **_tol(dtype), jit=True)
+    assert op_types(model).count("Scan") + op_types(model).count("Loop") == 1
+    not_pd, with_nan = a.copy(), a.copy()
+    not_pd[1, n - 1, n - 1] = -1.0
+    with_nan[0, n - 2, 3] = np.nan
+    assert_exports_match_on(cholesky, not_pd, **_tol(dtype), jit=True)
+    assert_exports_match_on(cholesky, with_nan, **_tol(dtype), jit=True)
+    if dtype == np.float32:
+        assert_exports_match(cholesky, [("B", n, n)], input_values=[a], rtol=1e-5, atol=1e-5, jit=True)
 
 
 # -- degenerate inputs -------------------------------------------------------------------------

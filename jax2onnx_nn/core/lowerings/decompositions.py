@@ -7,6 +7,8 @@ algorithm is a sequence of steps over the matrix size ``n``: for a static ``n`` 
 ``UNROLL_LIMIT`` the steps are unrolled (static slices, masks folded into constants); for a
 larger or symbolic ``n`` they become one ONNX ``Loop`` whose body is the same step on a traced
 index (``dynamic_slice`` reads, ``where`` writes), so the graph size does not grow with ``n``.
+``cholesky`` above ``UNROLL_LIMIT`` is blocked instead: a Loop over blocks of columns, each
+block's columns unrolled on static slices and the trailing matrix updated by one MatMul.
 
 Steps write through ``where`` with masks, never by multiplying with 0/1 masks, so inf and NaN
 stay where LAPACK puts them: a NaN in a row does not leak into the rows it is not added to.
@@ -127,9 +129,84 @@ def _ids(n: Any) -> jax.Array:
 
 
 # -- cholesky ----------------------------------------------------------------------------------
+# Column block of the blocked Cholesky (above UNROLL_LIMIT): a Loop trip factors one block of
+# columns unrolled and updates the trailing matrix with one MatMul, so 64x64 takes 4 trips.
+BLOCK = 16
+
+
 def cholesky(a: jax.Array) -> jax.Array:
     """Right-looking Cholesky of the lower triangle: column j is the trailing matrix's column j
-    over the square root of its pivot; the trailing matrix loses that column's outer product."""
+    over the square root of its pivot; the trailing matrix loses that column's outer product.
+
+    Unrolled (a static n up to ``UNROLL_LIMIT``), blocked (a larger static n: a Loop over
+    blocks of columns) or one Loop step per column (a symbolic n)."""
+    n = a.shape[-1]
+    if jxi.is_symbolic_dim(n):
+        return _cholesky_columns(a)
+    if n == 0:
+        return a
+    if n <= UNROLL_LIMIT:
+        factor, pivots = _cholesky_panel(a, n)
+    else:
+        factor, pivots = _cholesky_blocked(a)
+    ids = _ids(n)
+    factor = where(ids[:, None] >= ids[None, :], factor, a)
+    failed = jnp.any(pivots <= 0, axis=(-2, -1), keepdims=True)
+    return where(failed, jnp.asarray(np.nan, a.dtype), factor)
+
+
+def _cholesky_panel(panel: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
+    """The first ``b`` columns of L from ``panel`` (..., r, b), the trailing matrix's first
+    ``b`` columns (its diagonal block on top), unrolled: (those columns (..., r, b), their
+    pivots (..., 1, b)). Rows above each column's diagonal are not zeroed: what they hold only
+    ever reaches rows and columns already done, and the caller keeps the lower triangle."""
+    r = panel.shape[-2]
+    columns, pivots = [], []
+    for j in range(b):
+        col = panel[..., :, j : j + 1]
+        pivot = col[..., j : j + 1, :]
+        col = col / jnp.sqrt(pivot)
+        columns.append(col)
+        pivots.append(pivot)
+        if j + 1 < b:
+            panel = panel - col * _mT(col if r == b else col[..., :b, :])
+    return jnp.concatenate(columns, axis=-1), jnp.concatenate(pivots, axis=-1)
+
+
+def _cholesky_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Blocked right-looking Cholesky of a static n > BLOCK: a Loop over blocks of b columns
+    (the matrix padded with I to a multiple of b). Each trip factors the trailing matrix's
+    first b columns (``_cholesky_panel``) and shrinks it to its trailing part less one MatMul,
+    padded with zeros at the end back to the Loop's fixed shape, so block k's rows start at
+    row k*b of L."""
+    n = int(a.shape[-1])
+    blocks = -(-n // BLOCK)
+    b = -(-n // blocks)
+    size = blocks * b
+    batch = [(0, 0, 0)] * (a.ndim - 2)
+    if size != n:  # [[a, 0], [0, I]]: its factor is [[L, 0], [0, I]]
+        a = lax.pad(a, jnp.zeros((), a.dtype), [*batch, (0, size - n, 0), (0, size - n, 0)])
+        a = a + jnp.asarray(np.diag(np.arange(size) >= n), a.dtype)
+
+    def trip(work: jax.Array, _: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        columns, pivots = _cholesky_panel(work[..., :, :b], b)
+        below = columns[..., b:, :]
+        work = work[..., b:, b:] - below @ _mT(below)
+        work = lax.pad(work, jnp.zeros((), a.dtype), [*batch, (0, b, 0), (0, b, 0)])
+        return work, (columns, pivots)
+
+    _, (columns, pivots) = lax.scan(trip, a, length=blocks)
+    zero = jnp.zeros((), a.dtype)
+    factor = jnp.concatenate(
+        [lax.pad(columns[k, ..., : size - k * b, :], zero, [*batch, (k * b, 0, 0), (0, 0, 0)]) for k in range(blocks)],
+        axis=-1,
+    )
+    pivots = jnp.moveaxis(pivots, 0, -2).reshape((*pivots.shape[1:-2], 1, size))
+    return factor[..., :n, :n], pivots[..., :n]
+
+
+def _cholesky_columns(a: jax.Array) -> jax.Array:
+    """One Loop step per column, for a symbolic n."""
     n = a.shape[-1]
     ids = _ids(n)
 
@@ -148,7 +225,7 @@ def cholesky(a: jax.Array) -> jax.Array:
     return where(failed, jnp.asarray(np.nan, a.dtype), factor)
 
 
-@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Where", "Loop"))
+@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "MatMul", "Pad", "LessOrEqual", "ReduceMax", "Where", "Scan", "Loop"))
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
     return lower_as_jax(ctx, cholesky, [a])
