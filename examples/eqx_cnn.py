@@ -73,7 +73,8 @@ def reference(model: CNN, state: eqx.nn.State) -> object:
 
 def main(path: str = "eqx_cnn.onnx") -> onnx.ModelProto:
     model, state = build()
-    onnx_model = export_onnx(model, [(1, 28, 28)], path, batch=True, state=state)
+    export_onnx(model, [(1, 28, 28)], path, batch=True, state=state)
+    onnx_model = onnx.load(path)
     print(verify(reference(model, state), onnx_model, [("B", 1, 28, 28)], sizes={"B": [1, 5]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model

@@ -120,8 +120,10 @@ def reference(model: Generator | Discriminator, state: eqx.nn.State) -> Callable
 
 def main(generator_path: str = "eqx_dcgan_generator.onnx", discriminator_path: str = "eqx_dcgan_discriminator.onnx") -> tuple[onnx.ModelProto, onnx.ModelProto]:
     generator, g_state, discriminator, d_state = build()
-    g_model = export_onnx(generator, [(LATENT,)], generator_path, batch=True, state=g_state)
-    d_model = export_onnx(discriminator, [(CHANNELS, SIZE, SIZE)], discriminator_path, batch=True, state=d_state)
+    export_onnx(generator, [(LATENT,)], generator_path, batch=True, state=g_state)
+    g_model = onnx.load(generator_path)
+    export_onnx(discriminator, [(CHANNELS, SIZE, SIZE)], discriminator_path, batch=True, state=d_state)
+    d_model = onnx.load(discriminator_path)
     print(verify(reference(generator, g_state), g_model, [("B", LATENT)], sizes={"B": [1, 3]}))
     print(verify(reference(discriminator, d_state), d_model, [("B", CHANNELS, SIZE, SIZE)], sizes={"B": [1, 3]}))
     for onnx_model in (g_model, d_model):

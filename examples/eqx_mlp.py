@@ -31,7 +31,8 @@ class Classifier(eqx.Module, OnnxExportable):
 
 def main(path: str = "eqx_mlp.onnx") -> onnx.ModelProto:
     model = Classifier(jax.random.key(0))
-    onnx_model = model.export_onnx([(784,)], path, batch=True)
+    model.export_onnx([(784,)], path, batch=True)  # writes the file, returns its path
+    onnx_model = onnx.load(path)
     reference = jax.vmap(eqx.nn.inference_mode(model))  # the export is in inference mode
     print(verify(reference, onnx_model, [("B", 784)], sizes={"B": [1, 7, 64]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])

@@ -57,7 +57,8 @@ def build() -> NeuralODE:
 def main(path: str = "eqx_neural_ode.onnx") -> onnx.ModelProto:
     with x64(True):
         model = build()
-        onnx_model = export_onnx(model, [(STATE,)], path, batch=True, enable_double_precision=True)
+        export_onnx(model, [(STATE,)], path, batch=True, enable_double_precision=True)
+        onnx_model = onnx.load(path)
         print(verify(jax.vmap(model), onnx_model, [("B", STATE)], sizes={"B": [1, 8]}, enable_double_precision=True))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model

@@ -46,7 +46,8 @@ class SequenceModel(eqx.Module):
 
 def main(path: str = "eqx_rnn.onnx") -> onnx.ModelProto:
     model = SequenceModel(jax.random.key(0))
-    onnx_model = export_onnx(model, [(STEPS, FEATURES)], path, batch=True)
+    export_onnx(model, [(STEPS, FEATURES)], path, batch=True)
+    onnx_model = onnx.load(path)
     print(verify(jax.vmap(model), onnx_model, [("B", STEPS, FEATURES)], sizes={"B": [1, 4]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model

@@ -54,7 +54,8 @@ class TransformerBlock(eqx.Module):
 
 def main(path: str = "eqx_transformer.onnx") -> onnx.ModelProto:
     block = TransformerBlock(jax.random.key(0))
-    onnx_model = export_onnx(block, [(SEQUENCE, WIDTH)], path, batch=True, opset=23)
+    export_onnx(block, [(SEQUENCE, WIDTH)], path, batch=True, opset=23)
+    onnx_model = onnx.load(path)
     reference = jax.vmap(eqx.nn.inference_mode(block))
     print(verify(reference, onnx_model, [("B", SEQUENCE, WIDTH)], sizes={"B": [1, 3]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])

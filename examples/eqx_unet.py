@@ -115,7 +115,8 @@ def build() -> UNet:
 
 def main(path: str = "eqx_unet.onnx") -> onnx.ModelProto:
     model = build()
-    onnx_model = export_onnx(model, [(), (CHANNELS, SIZE, SIZE)], path, batch=True, opset=21)
+    export_onnx(model, [(), (CHANNELS, SIZE, SIZE)], path, batch=True, opset=21)
+    onnx_model = onnx.load(path)
     print(verify(reference(model), onnx_model, [("B",), ("B", CHANNELS, SIZE, SIZE)], sizes={"B": [1, 3]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model

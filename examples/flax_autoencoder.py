@@ -56,9 +56,10 @@ class AutoEncoder(nnx.Module):
 IMAGES = [("B", SIZE, SIZE, 1)]
 
 
-def main(path: str | None = "autoencoder.onnx") -> onnx.ModelProto:
+def main(path: str = "autoencoder.onnx") -> onnx.ModelProto:
     model = AutoEncoder(rngs=nnx.Rngs(0))
-    onnx_model = to_onnx(model, IMAGES, path=path)
+    to_onnx(model, IMAGES, path=path)
+    onnx_model = onnx.load(path)
     print(verify(mode_copy(model), onnx_model, IMAGES, sizes={"B": [1, 6]}))
     print(f"{len(onnx_model.graph.node)} nodes: {[n.op_type for n in onnx_model.graph.node]}")
     return onnx_model

@@ -40,7 +40,8 @@ IMAGES = [("B", 28, 28, 1)]
 
 def main(path: str = "cnn.onnx") -> onnx.ModelProto:
     model = CNN(rngs=nnx.Rngs(0))
-    onnx_model = to_onnx(model, IMAGES, path=path)
+    to_onnx(model, IMAGES, path=path)
+    onnx_model = onnx.load(path)
     reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, IMAGES, sizes={"B": [1, 8]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])

@@ -29,7 +29,8 @@ class MLP(nnx.Module):
 
 def main(path: str = "mlp.onnx") -> onnx.ModelProto:
     model = MLP(din=30, dmid=20, dout=10, rngs=nnx.Rngs(0))
-    onnx_model = to_onnx(model, [("B", 30)], path=path)
+    to_onnx(model, [("B", 30)], path=path)  # writes the file, returns its path
+    onnx_model = onnx.load(path)
     reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, [("B", 30)], sizes={"B": [1, 7, 128]}))
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])

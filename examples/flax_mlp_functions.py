@@ -37,7 +37,8 @@ class MyModel(nnx.Module):
 
 def main(path: str = "model_with_function.onnx") -> onnx.ModelProto:
     model = MyModel(256, rngs=nnx.Rngs(0))
-    onnx_model = to_onnx(model, [(100, 256)], path=path)
+    to_onnx(model, [(100, 256)], path=path)
+    onnx_model = onnx.load(path)
     reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, [(100, 256)]))
     print("functions:", [f.name for f in onnx_model.functions])

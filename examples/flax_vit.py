@@ -95,10 +95,11 @@ class ViT(nnx.Module):
         return self.head(self.norm(x[:, 0]))
 
 
-def main(path: str | None = "vit.onnx") -> onnx.ModelProto:
+def main(path: str = "vit.onnx") -> onnx.ModelProto:
     config = ViTConfig.small()
     model = ViT(config, rngs=nnx.Rngs(0))
-    onnx_model = to_onnx(model, config.images, path=path)
+    to_onnx(model, config.images, path=path)
+    onnx_model = onnx.load(path)
     reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
     print(verify(reference, onnx_model, config.images, sizes={"B": [1, 4]}))
     print(f"{len(onnx_model.graph.node)} nodes: {[n.op_type for n in onnx_model.graph.node]}")

@@ -39,7 +39,8 @@ COUNTS = ("B", 12)
 
 def main(path: str = "gamma_sampling.onnx") -> onnx.ModelProto:
     specs = [KEY, COUNTS]
-    model = to_onnx(posterior_rates, specs, path=path)
+    to_onnx(posterior_rates, specs, path=path)
+    model = onnx.load(path)
     counts = np.random.default_rng(0).poisson(3.0, size=(4, 12)).astype(np.float32)
     key_data = np.asarray(jax.random.key_data(jax.random.key(0)))
     print(verify(posterior_rates, model, specs, input_values=[key_data, counts]))

@@ -53,7 +53,8 @@ def training_data(n: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 SPECS = [((32, 1), "float64"), ((32,), "float64"), (("M", 1), "float64"), ((), "float64"), ((), "float64"), ((), "float64")]
 
 def main(path: str = "gaussian_process.onnx") -> onnx.ModelProto:
-    model = to_onnx(gp_posterior, SPECS, enable_double_precision=True, path=path)
+    to_onnx(gp_posterior, SPECS, enable_double_precision=True, path=path)
+    model = onnx.load(path)
     x, y = training_data()
     for m in (1, 50):
         values = [x, y, np.linspace(-2.5, 2.5, m)[:, None], np.float64(0.7), np.float64(1.0), np.float64(0.01)]

@@ -176,7 +176,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     fn = exportable(load_target(args.target, args.debug), args.target, args.debug)
     start = time.perf_counter()
     try:
-        model = to_onnx(fn, inputs, config, path=args.output)
+        written = to_onnx(fn, inputs, config, path=args.output)
     except SpecError as err:
         if args.debug:
             raise
@@ -192,8 +192,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"jax2onnx-nn: error: exporting {args.target} failed: {type(err).__name__}: {err}\n"
               f"(run with --debug for the traceback)", file=sys.stderr)
         return EXPORT_FAILED
-    print(f"wrote {os.path.abspath(args.output)} in {time.perf_counter() - start:.2f}s")
-    print(model_summary(model))
+    print(f"wrote {os.path.abspath(written)} in {time.perf_counter() - start:.2f}s")
+    import onnx
+
+    model = onnx.load(written, load_external_data=args.verify)  # the weights only to verify
+    print(model_summary(model, os.path.dirname(os.path.abspath(written))))
     if not args.verify:
         return OK
     from jax2onnx_nn.core.runtimes import RuntimeUnavailable

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import onnx
 
 
 @dataclass
@@ -111,9 +112,9 @@ def run_demo(out_dir: str = "out") -> int:
         model_fn = demo.make()
         path = os.path.join(out_dir, f"{demo.name}.onnx")
         start = time.perf_counter()
-        model = to_onnx(model_fn, demo.inputs, path=path, **demo.options)
-        written.append(path)
+        written.append(to_onnx(model_fn, demo.inputs, path=path, **demo.options))
         seconds = time.perf_counter() - start
+        model = onnx.load(path)
         try:
             report = verify(model_fn, model, demo.inputs, sizes=demo.sizes, jit=True)
         except RuntimeUnavailable as err:

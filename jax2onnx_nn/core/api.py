@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import jax
 import onnx
@@ -40,6 +40,20 @@ from jax2onnx_nn.core.targets import Target
 from jax2onnx_nn.core.trace import trace
 
 
+@overload
+def to_onnx(
+    fn: Callable[..., Any], inputs: Sequence[Any], config: ExportConfig | None = None, *, path: None = None,
+    external_data: None = None, **options: Any,
+) -> onnx.ModelProto: ...
+
+
+@overload
+def to_onnx(
+    fn: Callable[..., Any], inputs: Sequence[Any], config: ExportConfig | None = None, *,
+    path: str | os.PathLike[str], external_data: bool | None = None, **options: Any,
+) -> str: ...
+
+
 @with_options_signature
 def to_onnx(
     fn: Callable[..., Any],
@@ -49,7 +63,7 @@ def to_onnx(
     path: str | os.PathLike[str] | None = None,
     external_data: bool | None = None,
     **options: Any,
-) -> onnx.ModelProto:
+) -> onnx.ModelProto | str:
     """Export a JAX callable to ONNX.
 
     The options are the fields of :class:`~jax2onnx_nn.core.config.ExportConfig`, given as
@@ -62,17 +76,18 @@ def to_onnx(
             symbolic dims, the same name is the same dim everywhere), a ``(shape, dtype)``
             pair, a ``jax.ShapeDtypeStruct``, an array, a Python scalar (a runtime scalar
             input) or a pytree of these.
-        path: also write the model there: atomically, tensor by tensor from the weights'
-            buffers (no second copy), with the umask's permissions. Checked first: a missing
-            folder or a directory raises at once.
+        path: write the model to this file instead of returning it: atomically, tensor by
+            tensor from the weights' buffers (no copy of the weights is made), with the
+            umask's permissions. Checked first: a missing folder or a directory raises at once.
         external_data: with ``path``: ``True`` writes the weights to ``<path>.data`` beside
             the model, ``False`` one file (at most 2 GB), ``None`` (default) external data above
             ~1.8 GB of weights.
         {options}
 
     Returns:
-        The ``onnx.ModelProto``; when written with external data, its tensors reference
-        ``<path>.data`` (it serializes, and ``onnx.load`` of the file gives it back).
+        Without ``path``, the ``onnx.ModelProto`` (it holds a copy of the weights). With
+        ``path``, the path written, as a ``str`` (what ``onnxruntime.InferenceSession`` and
+        ``onnx.load`` take); ``onnx.load(path)`` gives the ModelProto back.
 
     Raises:
         ConversionError: unsupported primitives (all listed, with source lines), or ops the
@@ -83,15 +98,16 @@ def to_onnx(
     Example::
 
         model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)])
+        path = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)], path="f.onnx")
     """
     if path is not None:
         path = check_path(path)
     elif external_data is not None:
         raise ValueError("external_data needs a path to write the weights beside")
     model = export_model(fn, inputs, config, **options)
-    progress = model.meta.get("jax2onnx_nn.progress")
-    saved = None if path is None else save_model(model, path, external_data=external_data, progress=progress)
-    return ir.to_proto(model) if saved is None else saved
+    if path is None:
+        return ir.to_proto(model)
+    return save_model(model, path, external_data=external_data, progress=model.meta.get("jax2onnx_nn.progress"))
 
 
 @with_options_signature

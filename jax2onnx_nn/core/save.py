@@ -54,7 +54,7 @@ def check_path(path: str | os.PathLike[str]) -> str:
 
 def save_model(
     model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None, progress: Progress | None = None
-) -> onnx.ModelProto | None:
+) -> str:
     """Write ``model`` to ``path`` atomically, never holding a second copy of its weights.
 
     Args:
@@ -65,9 +65,7 @@ def save_model(
             data above ~1.8 GB of weights.
 
     Returns:
-        With external data, the ``ModelProto`` whose tensors reference ``<path>.data`` (small;
-        it serializes, and is what ``onnx.load(path, load_external_data=False)`` gives);
-        ``None`` for one file (its proto would be a copy of the weights).
+        ``path`` as a ``str`` (what ``onnxruntime.InferenceSession`` and ``onnx.load`` take).
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: ``path`` cannot be written.
@@ -84,10 +82,8 @@ def save_model(
         )
     progress = progress or Progress()
     try:
-        if external:
-            return _save_external(model, path, streamed, progress)
-        _save_single(model, path, streamed, progress)
-        return None
+        (_save_external if external else _save_single)(model, path, streamed, progress)
+        return path
     finally:
         progress.close()
 
@@ -104,7 +100,7 @@ def _save_single(model: ir.Model, path: str, streamed: list[ir.Value], progress:
             written += value.const_value.nbytes
 
 
-def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress) -> onnx.ModelProto:
+def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress) -> None:
     """The raw bytes of each streamed tensor in ``<path>.data``; the model references them."""
     location = os.path.basename(path) + ".data"
     base_dir = os.path.dirname(os.path.abspath(path))
@@ -124,13 +120,12 @@ def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progres
     try:
         for (value, _), reference in zip(saved, references, strict=True):
             value.const_value = reference
-        proto = ir.to_proto(model)
+        header = ir.to_proto(model).SerializeToString()
     finally:
         for value, tensor in saved:
             value.const_value = tensor
     with _replacing(path) as out:
-        out.write(proto.SerializeToString())
-    return proto
+        out.write(header)
 
 
 def _streamable(value: ir.Value) -> bool:

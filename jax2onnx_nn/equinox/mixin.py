@@ -25,7 +25,7 @@ def export_onnx(
     batch: bool | str = False,
     state: eqx.nn.State | None = None,
     **to_onnx_options: Any,
-) -> onnx.ModelProto:
+) -> onnx.ModelProto | str:
     """Export an Equinox module to ONNX (in inference mode unless ``training=True``).
 
     Args:
@@ -33,7 +33,8 @@ def export_onnx(
             a copy made with ``eqx.nn.inference_mode``.
         inputs: one input spec per positional argument of the call, for ONE example when
             ``batch`` is set (e.g. ``[(784,)]``); see :func:`jax2onnx_nn.to_onnx`.
-        path: also write the model there.
+        path: write the model to this file (weights streamed, never copied) and return the
+            path instead of the ModelProto; ``onnx.load(path)`` reads it back.
         batch: export ``jax.vmap(module)``: every input gets a leading batch dim, symbolic
             and named ``"B"`` (or the given name), and the graph computes the whole batch at
             once (one Gemm per Linear, not a loop). Keyword inputs (``input_params``) and the
@@ -45,7 +46,7 @@ def export_onnx(
             ``auto_functions``, ``training``, ``input_names``, ...).
 
     Returns:
-        The ``onnx.ModelProto``.
+        The ``onnx.ModelProto``; with ``path``, the path written (a ``str``).
 
     Raises:
         TypeError: ``module`` is not an eqx.Module.
@@ -85,7 +86,7 @@ class OnnxExportable:
         inputs: Sequence[Any],
         path: str | os.PathLike[str] | None = None,
         **options: Any,
-    ) -> onnx.ModelProto:
+    ) -> onnx.ModelProto | str:
         """Export this module; see :func:`jax2onnx_nn.equinox.export_onnx`."""
         return export_onnx(self, inputs, path, **options)  # type: ignore[arg-type]
 

@@ -17,19 +17,20 @@ def export_onnx(
     inputs: Sequence[Any],
     path: str | os.PathLike[str] | None = None,
     **to_onnx_options: Any,
-) -> onnx.ModelProto:
+) -> onnx.ModelProto | str:
     """Export an nnx.Module to ONNX (in inference mode unless ``training=True``).
 
     Args:
         module: the module; it is not changed (the export runs on a copy).
         inputs: one input spec per positional argument of ``module.__call__``, e.g.
             ``[("B", 30)]`` (see :func:`jax2onnx_nn.to_onnx`).
-        path: also write the model there.
+        path: write the model to this file (weights streamed, never copied) and return the
+            path instead of the ModelProto; ``onnx.load(path)`` reads it back.
         **to_onnx_options: any option of :func:`jax2onnx_nn.to_onnx` (``opset``,
             ``auto_functions``, ``training``, ``input_names``, ...).
 
     Returns:
-        The ``onnx.ModelProto``.
+        The ``onnx.ModelProto``; with ``path``, the path written (a ``str``).
 
     Raises:
         TypeError: ``module`` is not an nnx.Module.
@@ -61,6 +62,6 @@ class OnnxExportable:
         inputs: Sequence[Any],
         path: str | os.PathLike[str] | None = None,
         **to_onnx_options: Any,
-    ) -> onnx.ModelProto:
+    ) -> onnx.ModelProto | str:
         """Export this module; see :func:`jax2onnx_nn.flax.export_onnx`."""
         return export_onnx(self, inputs, path, **to_onnx_options)  # type: ignore[arg-type]

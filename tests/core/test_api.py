@@ -343,10 +343,14 @@ def test_inputs_must_be_a_list():
         to_onnx(lambda x: x, ("B", 3))
 
 
-def test_write_is_atomic_and_loadable(tmp_path):
+def test_a_path_is_written_atomically_and_returned(tmp_path):
+    def f(x):
+        return x * 2
+
     path = tmp_path / "f.onnx"
-    proto = to_onnx(lambda x: x * 2, [("B", 2)], path=path)
-    assert onnx.load(path).SerializeToString() == proto.SerializeToString()
+    written = to_onnx(f, [("B", 2)], path=path)
+    assert written == str(path) and isinstance(written, str)
+    assert onnx.load(written).SerializeToString() == to_onnx(f, [("B", 2)]).SerializeToString()
     assert sorted(os.listdir(tmp_path)) == ["f.onnx"]
 
 
