@@ -51,6 +51,7 @@ _SUPPORTED_TEXT: dict[str, str] = {
     "ArgMax": "i8 i32 i64 u8 f16 f32 f64",
     "ArgMin": "i8 i32 i64 u8 f16 f32 f64",
     "CumSum": "i32 i64 f16 f32 f64",
+    "CumProd": "i32 i64 u32 u64 f32 f64",
     "TopK": "i8 i16 i32 i64 u8 f16 f32 f64",
     "Expand": "b " + _NUMERIC,
     "Pad": "b i8 i32 i64 u8 u32 u64 f16 bf16 f32 f64",
@@ -129,7 +130,7 @@ def target_kernels(differences: Mapping[str, str], without: Mapping[str, frozens
 # Which inputs carry the op's main element type T (default: all) and which outputs have type T
 # (default: output 0). Outputs of a fixed type (bool, int64) are not cast back.
 T_INPUTS: dict[str, tuple[int, ...]] = {
-    "Where": (1, 2), "Pad": (0, 2), "Expand": (0,), "Tile": (0,), "CumSum": (0,), "TopK": (0,),
+    "Where": (1, 2), "Pad": (0, 2), "Expand": (0,), "Tile": (0,), "CumSum": (0,), "CumProd": (0,), "TopK": (0,),
     "ReduceSum": (0,), "ReduceMax": (0,), "ReduceMin": (0,), "ReduceProd": (0,), "ReduceL2": (0,),
     "ArgMax": (0,), "ArgMin": (0,), "Pow": (0, 1), "ReverseSequence": (0,), "MaxPool": (0,),
     "Compress": (0,),

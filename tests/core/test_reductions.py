@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 from jax import lax
 
 from jax2onnx_nn import ConversionError, to_onnx
+from jax2onnx_nn.core.config import MAX_OPSET
 from jax2onnx_nn.testing import assert_exports_match
 from jax2onnx_nn.testing.assertions import op_types
 
@@ -308,6 +309,30 @@ def test_scan_is_logarithmic(name, n):
     assert "Loop" not in op_types(model)
 
 
+@given(data=st.data())
+def test_cumprod_is_onnx_cumprod_from_opset_26(data):
+    dtype = data.draw(st.sampled_from(NUMBERS))
+    shape = data.draw(shapes)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    reverse = data.draw(st.booleans())
+    x = _product_safe(_values(data.draw, dtype, shape))
+    opset = data.draw(st.sampled_from([26, MAX_OPSET]))
+    model = _check(lambda v: (lax.cumprod(v, axis % len(shape), reverse), lax.reduce_prod(v, (axis % len(shape),))), [x], opset=opset)
+    # 16-bit floats keep the scan (CumProd would round once in float32, XLA rounds per step);
+    # integer reduce_prod is a CumProd's last element (onnxruntime's ReduceProd is float64)
+    uses = not (_is_float(dtype) and np.dtype(dtype).itemsize == 2)
+    assert op_types(model).count("CumProd") == (uses * (1 if _is_float(dtype) else 2))
+    assert "Loop" not in op_types(model)
+
+
+def test_cumprod_wraps_integers_and_propagates_nan_at_opset_26():
+    ints = np.array([[2**20, 2**13, 3, -1], [7, 0, 5, 2**30]], np.int32)
+    floats = np.array([[np.nan, 2.0, 0.5], [np.inf, 0.0, -3.0], [1e30, 1e30, 1e-30]], np.float32)
+    for x in (ints, ints.astype(np.int8), ints.astype(np.uint64), floats, floats.astype(np.float64)):
+        model = _check(lambda v: (lax.cumprod(v, 1), lax.cumprod(v, 0, reverse=True)), [x], opset=26)
+        assert op_types(model).count("CumProd") == 2
+
+
 def test_sort_takes_one_topk_per_key():
     x = np.array([[3.0, -0.0, np.nan, 0.0, np.inf, 1.0]], np.float32)
     assert op_types(_check(jnp.argsort, [x])).count("TopK") == 1
@@ -345,6 +370,9 @@ def test_symbolic_batch(name):
     model = assert_exports_match(fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, enable_double_precision=x64)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "B"
     assert ("Loop" in op_types(model)) == (name in LOOPS)  # a scan over B loops log2(B) times
+    if name in ("cumprod_over_batch", "prod_int_over_batch"):  # ... or is one CumProd from opset 26
+        model = assert_exports_match(fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, opset=MAX_OPSET)
+        assert "Loop" not in op_types(model) and "CumProd" in op_types(model)
 
 
 @given(data=st.data(), prod=st.booleans())

@@ -116,7 +116,7 @@ def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: t
 
 REDUCE = {  # rule, ONNX op, the ops of its special cases (integer and NaN handling, ...)
     "reduce_sum": (_reduce_arith, "ReduceSum", ("Cast", "CumSum", "Gather", "Pad")),
-    "reduce_prod": (_reduce_arith, "ReduceProd", ("Add", "Gather", "Less", "Loop", "Mul", "Neg", "Pad", "Slice", "Squeeze")),
+    "reduce_prod": (_reduce_arith, "ReduceProd", ("Add", "CumProd", "Gather", "Less", "Loop", "Mul", "Neg", "Pad", "Slice", "Squeeze")),
     "reduce_max": (_reduce_extremum, "ReduceMax", ("Add", "Cast", "Clip", "IsNaN", "Where")),
     "reduce_min": (_reduce_extremum, "ReduceMin", ("Add", "Cast", "Clip", "IsNaN", "ReduceMax", "Where")),
 }
@@ -225,7 +225,10 @@ def _cumulative(prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reve
 
 def _scan_values(ctx: LoweringContext, x: ir.Value, prim: str, dtype: np.dtype, shape: tuple[Any, ...], axis: int, *, reverse: bool) -> ir.Value:
     """Hillis-Steele scan: log2(n) steps of ``y = combine(y, shift(y, 2**k))`` (exact: the
-    shifted-in values are the combine's identity). A symbolic length runs the steps in a Loop."""
+    shifted-in values are the combine's identity). A symbolic length runs the steps in a Loop.
+    From opset 26 a product is one ONNX ``CumProd`` (see :func:`_uses_cumprod`)."""
+    if prim == "cumprod" and _uses_cumprod(ctx, dtype):
+        return ctx.op.CumProd(x, ctx.ints(axis), reverse=int(reverse))
     fn, identity = SCANS[prim]
     combine = _combiner(ctx, fn, jax.ShapeDtypeStruct(shape, dtype))
     fill = ctx.const(identity(dtype), dtype=dtype)
@@ -243,6 +246,16 @@ def _scan_values(ctx: LoweringContext, x: ir.Value, prim: str, dtype: np.dtype, 
     return _doubling_loop(ctx, x, dtype, shape, ctx.dim(n), step)
 
 
+CUMPROD_OPSET = 26
+
+
+def _uses_cumprod(ctx: LoweringContext, dtype: np.dtype) -> bool:
+    """ONNX ``CumProd`` (opset 26) multiplies in order, one rounding per step as XLA does;
+    integers of 8 and 16 bits are widened to 32 by the builder (a wrapping product keeps its
+    low bits). 16-bit floats keep the scan: widened they would be rounded once, not per step."""
+    return ctx.opset >= CUMPROD_OPSET and not (is_float(dtype) and dtype.itemsize == 2)
+
+
 def _doubling_loop(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tuple[Any, ...], n: ir.Value, step: Callable[..., ir.Value]) -> ir.Value:
     """A Loop running ``y = step(body, y, s)`` for s = 1, 2, 4, ... while s < n."""
     body = ctx.body("scan_body")
@@ -258,8 +271,9 @@ def _doubling_loop(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tu
     return ctx.op.Loop(None, cond, x, one, body=graph.build_graph(), _outputs=2)[0]
 
 
+_SCAN_OPS = ("Pad", "Slice", "Loop", "Add", "Less", "Mul", "Neg", "Squeeze")
 for _prim in SCANS:
-    register(_prim, partial(_cumulative, _prim), onnx_ops=("Pad", "Slice", "Loop", "Add", "Less", "Mul", "Neg", "Squeeze"))
+    register(_prim, partial(_cumulative, _prim), onnx_ops=("CumProd", *_SCAN_OPS) if _prim == "cumprod" else _SCAN_OPS)
 
 
 # -- sort / top_k --------------------------------------------------------------------------------
