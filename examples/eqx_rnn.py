@@ -1,8 +1,8 @@
 """A GRU and an LSTM run over a sequence with ``lax.scan``, then a linear read-out.
 
-Each cell step is one ONNX ``GRU`` / ``LSTM`` node (a single time step) inside the ``Scan``
-body; the cells' weights are stored once, in ONNX's gate order. Exported for a symbolic batch
-of sequences. Run ``python -m examples.eqx_rnn [out.onnx]``.
+The scan of the two cell steps is one ONNX ``GRU`` and one ``LSTM`` node, each run over the
+whole sequence (the LSTM reads the GRU's output at every step); the cells' weights are
+stored once, in ONNX's gate order. Exported for a symbolic batch of sequences. Run ``python -m examples.eqx_rnn [out.onnx]``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 and sequence length.
 
 Input ``("B", "T", F)``; the cell's carry starts at zeros, the scan runs over time (one ONNX
-``Scan`` or ``Loop`` whose body is one ONNX ``GRU`` step), and a linear head reads every
-step's hidden state. Returns the outputs
+``GRU`` over the whole sequence, inside an ``If`` that returns the initial carry when ``T``
+is 0 at run time), and a linear head reads every step's hidden state. Returns the outputs
 ``(B, T, classes)`` and the final hidden state ``(B, hidden)``.
 
 Run ``python -m examples.flax_gru [out.onnx]``.

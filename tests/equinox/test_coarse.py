@@ -17,7 +17,7 @@ from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.jax_internals import x64
 from jax2onnx_nn.core.verify import run_onnx
 from jax2onnx_nn.testing.coverage import recording
-from tests.equinox.helpers import assert_module_matches, initializer_names, node_ops
+from tests.equinox.helpers import all_ops, assert_module_matches, initializer_names, node_ops
 
 KEY = jax.random.key(0)
 BATCH = st.booleans()
@@ -357,6 +357,45 @@ def test_lstm_cell(use_bias: bool, batch: bool, sizes: tuple[int, int]) -> None:
     spec = [(n_in,), (n_hidden,), (n_hidden,)]
     model = assert_module_matches(_LSTM(eqx.nn.LSTMCell(n_in, n_hidden, use_bias, key=KEY)), spec, batch=batch)
     assert "LSTM" in node_ops(model)
+
+
+class _Scan(eqx.Module):
+    """GRU / LSTM cells stacked in one step of a scan over the time axis of ``xs`` ``(T, F)``;
+    returns the final carries and the last cell's h at every step."""
+
+    cells: tuple[Any, ...]
+    reverse: bool = eqx.field(static=True)
+
+    def __call__(self, xs: Any) -> Any:
+        def start(cell: Any, k: int) -> Any:
+            h = jnp.full((cell.hidden_size,), 0.25 * (k + 1), xs.dtype)
+            return (h, h * 2.0) if isinstance(cell, eqx.nn.LSTMCell) else h
+
+        def step(carries: tuple[Any, ...], x: Any) -> Any:
+            new = []
+            for cell, carry in zip(self.cells, carries, strict=True):
+                carry = cell(x, carry)
+                x = carry[0] if isinstance(carry, tuple) else carry
+                new.append(carry)
+            return tuple(new), x
+
+        return jax.lax.scan(step, tuple(start(c, k) for k, c in enumerate(self.cells)), xs, reverse=self.reverse)
+
+
+@settings(max_examples=4)
+@given(kinds=st.lists(st.booleans(), min_size=1, max_size=2), batch=BATCH, reverse=st.booleans(), time=st.sampled_from(["T", 3]))
+def test_scan_of_cells_is_one_op_per_cell(kinds: list[bool], batch: bool, reverse: bool, time: Any) -> None:
+    """With and without vmap, forward and reverse, static and symbolic length: each cell runs
+    once over the sequence, no Loop or Scan left."""
+    sizes = [3, 4, 2][:len(kinds) + 1]
+    cells = tuple(
+        (eqx.nn.LSTMCell if lstm else eqx.nn.GRUCell)(a, b, key=_key(k))
+        for k, (lstm, a, b) in enumerate(zip(kinds, sizes[:-1], sizes[1:], strict=True))
+    )
+    model = assert_module_matches(_Scan(cells, reverse), [(time, 3)], batch=batch, sizes={"B": [1, 3], "T": [1, 4]})
+    ops = all_ops(model)
+    assert "Loop" not in ops and "Scan" not in ops
+    assert (ops.count("LSTM"), ops.count("GRU")) == (sum(kinds), len(kinds) - sum(kinds))
 
 
 def test_rnn_cells_in_float64_fall_back() -> None:

@@ -99,3 +99,170 @@ def library_step(
     w, r = (gate_weight(ctx, k, cell.order, hidden, gate_axis=gate_axis) for k in (w_ih, w_hh))
     b = None if bias is None else gate_biases(ctx, bias, cell.order, hidden, dtype, candidate=candidate)
     return step(ctx, cell, x, states, w, r, b, hidden)
+
+
+# -- a scan of cell steps as the cells over the whole sequence --------------------------------
+
+_STATES = {"GRU": 1, "RNN": 1, "LSTM": 2}
+"""The recurrent ONNX ops and how many states each carries (outputs 1.. of the op)."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A scan body that is recurrent cells stacked within one time step, each an ONNX GRU /
+    LSTM / RNN node run for one step (as the cell coarse ops write them).
+
+    ``sources[i]`` is what cell ``i`` reads at each step: a scanned input (the outer value of
+    the whole sequence) or the new ``h`` of an earlier cell (its index). ``states[i]`` are the
+    carries holding its states; ``results`` says where each scan result comes from:
+    ``(cell, state)`` for a carry (``state`` 0 is ``h``), ``(cell, None)`` for the cell's ``h``
+    at every step, ``(None, k)`` for carry ``k`` passed through unchanged.
+    """
+
+    cells: tuple[ir.Node, ...]
+    sources: tuple[ir.Value | int, ...]
+    states: tuple[tuple[int, ...], ...]
+    results: tuple[tuple[int | None, int | None], ...]
+    axes: tuple[int, ...] = (0,)
+    """The axes that make a step's ``[N, features]`` (or ``[features]``) the ONNX op's
+    ``[1, N, features]``."""
+
+
+def _axes(node: ir.Node) -> tuple[int, ...] | None:
+    """A (Un)squeeze's constant axes: ``(0,)`` adds the one-step time axis to ``[N, features]``,
+    ``(0, 1)`` the time and batch axes to ``[features]`` (an Equinox cell without vmap)."""
+    axes = node.inputs[1] if len(node.inputs) > 1 else None
+    if axes is None or axes.const_value is None:
+        return None
+    found = tuple(axes.const_value.numpy().reshape(-1).tolist())
+    return found if found in ((0,), (0, 1)) else None
+
+
+def stacked_cells(nodes: Sequence[ir.Node], carries: Sequence[ir.Value], slices: dict[int, ir.Value], outs: Sequence[ir.Value]) -> Stack | None:
+    """The :class:`Stack` that a scan body is, or None.
+
+    ``nodes`` are the body's nodes, ``carries`` its carry inputs, ``slices`` maps the id of
+    each step's slice of a scanned input to that input's whole sequence, ``outs`` are the
+    body's results (the new carries, then the per-step outputs). Matches only bodies whose
+    every result is a cell's new state (or a carry passed through), every cell reading a
+    scanned input or an earlier cell's new ``h``, starting from its own carries, with weights
+    from outside the body: then one run of the cells over the sequence is the scan.
+    """
+    own = {id(node): i for i, node in enumerate(nodes)}
+    carry_at = {id(v): k for k, v in enumerate(carries)}
+    seen_axes: set[tuple[int, ...] | None] = set()
+
+    def made_by(value: ir.Value | None, op_type: str) -> ir.Node | None:
+        node = None if value is None else value.producer()
+        if node is None or id(node) not in own or node.op_type != op_type or node.domain != "":
+            return None
+        return node
+
+    def unsqueezed(value: ir.Value | None) -> ir.Value | None:
+        node = made_by(value, "Unsqueeze")
+        if node is None:
+            return None
+        seen_axes.add(_axes(node))
+        return node.inputs[0]
+
+    def state_of(value: ir.Value | None) -> tuple[ir.Node, int] | None:
+        """(cell, state) when ``value`` is a cell's new state ``[N, hidden]``."""
+        node = made_by(value, "Squeeze")
+        if node is None:
+            return None
+        seen_axes.add(_axes(node))
+        out = node.inputs[0]
+        cell = out.producer() if out is not None else None
+        if cell is None or id(cell) not in own or cell.domain != "" or cell.op_type not in _STATES or out.index() == 0:
+            return None
+        return cell, out.index() - 1
+
+    def outside(value: ir.Value | None) -> bool:
+        producer = None if value is None else value.producer()
+        return value is None or ((producer is None or id(producer) not in own) and id(value) not in carry_at and id(value) not in slices)
+
+    found: dict[int, ir.Node] = {}
+    pending = [s[0] for s in map(state_of, outs) if s is not None]
+    sources: dict[int, ir.Value | ir.Node] = {}
+    states: dict[int, tuple[int, ...]] = {}
+    while pending:
+        cell = pending.pop()
+        if id(cell) in found:
+            continue
+        found[id(cell)] = cell
+        n = _STATES[cell.op_type]
+        inputs = list(cell.inputs) + [None] * (8 - len(cell.inputs))
+        attrs = cell.attributes
+        if not all(outside(v) for v in inputs[1:4]) or inputs[4] is not None or inputs[1] is None or inputs[2] is None:
+            return None
+        if cell.op_type == "LSTM" and inputs[7] is not None:
+            return None
+        if ("direction" in attrs and attrs["direction"].value != "forward") or ("layout" in attrs and attrs["layout"].value != 0):
+            return None
+        initial = [unsqueezed(v) for v in inputs[5:5 + n]]
+        if any(v is None or id(v) not in carry_at for v in initial):
+            return None
+        states[id(cell)] = tuple(carry_at[id(v)] for v in initial)
+        x = unsqueezed(inputs[0])
+        if x is not None and id(x) in slices:
+            sources[id(cell)] = slices[id(x)]
+            continue
+        feed = state_of(x)
+        if feed is None or feed[1] != 0:
+            return None
+        sources[id(cell)] = feed[0]
+        pending.append(feed[0])
+    cells = sorted(found.values(), key=lambda c: own[id(c)])
+    index = {id(c): i for i, c in enumerate(cells)}
+    results: list[tuple[int | None, int | None]] = []
+    for k, out in enumerate(outs):
+        state = state_of(out)
+        if k < len(carries):
+            if state is None:
+                if out is not carries[k]:
+                    return None
+                results.append((None, k))
+            elif states[id(state[0])][state[1]] != k:
+                return None
+            else:
+                results.append((index[id(state[0])], state[1]))
+        elif state is None or state[1] != 0:
+            return None  # a per-step output other than a cell's h (ONNX gives no c per step)
+        else:
+            results.append((index[id(state[0])], None))
+    written = [k for cell, s in results[:len(carries)] if cell is not None for k in [states[id(cells[cell])][s]]]
+    used = [k for c in cells for k in states[id(c)]]
+    if sorted(written) != sorted(used) or len(set(used)) != len(used):
+        return None  # a cell's state that is not carried to the next step (or two cells' in one carry)
+    if len(seen_axes) != 1 or None in seen_axes:
+        return None
+    return Stack(
+        tuple(cells),
+        tuple(s if isinstance(s, ir.Value) else index[id(s)] for s in (sources[id(c)] for c in cells)),
+        tuple(states[id(c)] for c in cells),
+        tuple(results),
+        seen_axes.pop(),
+    )
+
+
+def run_stack(ctx: LoweringContext, stack: Stack, init: Sequence[ir.Value], *, reverse: bool) -> list[ir.Value]:
+    """The scan results of :class:`Stack` ``stack`` from the carries ``init``: each cell run
+    once over the whole sequence (``[T, N, features]``, reversed for a reverse scan), its
+    ``Y`` ``[T, 1, N, hidden]`` the next cell's input. The sequence must not be empty
+    (onnxruntime aborts on a GRU of length 0)."""
+    axes, one = ctx.ints(list(stack.axes)), ctx.ints([1])
+    batched = stack.axes == (0,)
+    hs: list[ir.Value] = []  # each cell's h at every step, [T, N, hidden]
+    finals: list[list[ir.Value]] = []
+    for cell, source, states in zip(stack.cells, stack.sources, stack.states, strict=True):
+        x = hs[source] if isinstance(source, int) else source if batched else ctx.op.Unsqueeze(source, one)
+        attrs = {name: attr.value for name, attr in cell.attributes.items()}
+        if reverse:
+            attrs["direction"] = "reverse"
+        initial = [ctx.op.Unsqueeze(init[k], axes) for k in states]
+        weights = [*cell.inputs[1:4], None, None][:3]
+        outputs = getattr(ctx.op, cell.op_type)(x, *weights, None, *initial, _outputs=1 + len(states), **attrs)
+        hs.append(ctx.op.Squeeze(outputs[0], one))
+        finals.append([ctx.op.Squeeze(v, axes) for v in outputs[1:]])
+    per_step = hs if batched else [ctx.op.Squeeze(h, one) for h in hs]
+    return [init[state] if cell is None else per_step[cell] if state is None else finals[cell][state] for cell, state in stack.results]

@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.graph import mark_required, set_type
+from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 
@@ -241,7 +242,7 @@ def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
 
 # -- scan -------------------------------------------------------------------------------------
 
-@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub", "Add", "Range"), key_data=True)
+@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub", "Add", "Range", "GRU", "LSTM", "RNN", "Unsqueeze", "If", "Equal", "ConstantOfShape"), key_data=True)
 def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object) -> list[ir.Value]:
     num_consts, num_carry = jxi.scan_counts(params)
     consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]
@@ -249,7 +250,7 @@ def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, revers
     if not symbolic and int(length) == 0:
         return [*init, *[ctx.zeros(aval) for aval in ctx.avals_out[num_carry:]]]
     if xs and (not symbolic or ctx.target.scan_symbolic):
-        return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse)
+        return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse, length=length)
     counter = _counter(jaxpr, num_consts, num_carry) if not xs and not symbolic and not reverse else None
     if counter is not None and ctx.target.scan_ticks:
         return _scan_over_counter(ctx, jaxpr, consts, init, counter, int(length))  # a fori_loop
@@ -267,7 +268,10 @@ def _scan_over_counter(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Val
     return _scan_as_scan(ctx, jaxpr, consts, init, [ticks], False, counter=counter)
 
 
-def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool, counter: int | None = None) -> list[ir.Value]:
+def _scan_as_scan(
+    ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool,
+    counter: int | None = None, length: Any = None,
+) -> list[ir.Value]:
     """An ONNX Scan. With ``counter``, ``xs`` holds that carry's values: the body reads them
     instead of the carry, which leaves the Scan's state (its final value is ``xs[-1] + 1``)."""
     closed = jxi.as_closed(jaxpr)
@@ -284,6 +288,9 @@ def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     else:
         x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
         outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
+        cells = _cells_over_sequence(ctx, body, carries, dict(zip(map(id, x_slices), xs, strict=True)), outs, init, length, reverse)
+        if cells is not None:
+            return cells
     graph = _set_outputs(body, outs, _types(out_avals))
     n_ys = len(avals_out) - len(state)
     directions = {}
@@ -297,6 +304,28 @@ def _scan_as_scan(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     return results
 
 
+def _cells_over_sequence(
+    ctx: LoweringContext, body: LoweringContext, carries: Sequence[ir.Value], slices: dict[int, ir.Value], outs: Sequence[ir.Value],
+    init: Sequence[ir.Value], length: Any, reverse: bool,
+) -> list[ir.Value] | None:
+    """A body of recurrent cell steps (ONNX GRU / LSTM / RNN of one step, stacked) as the cells
+    run over the whole sequence, one node each instead of a loop of steps (onnxruntime's
+    Scan and Loop cost microseconds per step); None for any other body. A length that may be
+    0 at run time is guarded by an If: onnxruntime aborts the process on an empty GRU."""
+    stack = rnn.stacked_cells(body.builder.nodes, carries, slices, outs)
+    if stack is None:
+        return None
+    if not jxi.is_symbolic_dim(length):
+        return rnn.run_stack(ctx, stack, init, reverse=reverse)
+    types = _types(ctx.avals_out)
+    empty = ctx.body("then_branch")
+    then_graph = _set_outputs(empty, [*init, *[empty.zeros(a) for a in ctx.avals_out[len(init):]]], types)
+    full = ctx.body("else_branch")
+    else_graph = _set_outputs(full, rnn.run_stack(full, stack, init, reverse=reverse), types)
+    is_empty = ctx.op.Equal(ctx.dim_scalar(length), ctx.ints(0))
+    return _node(ctx, "If", [is_empty], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
+
+
 def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], length: Any, reverse: bool) -> list[ir.Value]:
     closed = jxi.as_closed(jaxpr)
     in_avals = closed.in_avals[len(consts):]
@@ -308,6 +337,9 @@ def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     index = body.op.Sub(last, iteration) if last is not None else iteration
     x_slices = [ctx.typed(body.op.Gather(x, index, axis=0), a) for x, a in zip(xs, in_avals[len(init):], strict=True)]
     outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
+    cells = _cells_over_sequence(ctx, body, carries, dict(zip(map(id, x_slices), xs, strict=True)), outs, init, length, reverse)
+    if cells is not None:
+        return cells
     graph = _set_outputs(body, [cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
     # with no carries a trailing empty cond would be dropped, and Loop needs (M, cond): pass True
     cond = None if init else ctx.const(np.array(True))
