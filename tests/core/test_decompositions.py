@@ -94,6 +94,24 @@ def check_triangular_solve(n, k, batch, dtype, seed, left_side, lower, transpose
     assert_exports_match_on(lambda a, b: lax.linalg.triangular_solve(a, b, **flags), a, b, **_tol(dtype), jit=True)
 
 
+@pytest.mark.parametrize(("n", "dtype", "flags"), [
+    (17, np.float64, (True, True, False, False, False)), (17, np.float32, (False, True, True, True, False)),
+    (40, np.float32, (True, False, False, False, False)), (40, np.float64, (True, False, True, False, False)),
+])
+def test_blocked_triangular_solve(n, dtype, flags):
+    """Above the unroll limit by blocks of rows (17: padded to 18; 40: to 42), every
+    direction; a zero pivot (inf/NaN as JAX) and a symbolic batch."""
+    assert n > decompositions.UNROLL_LIMIT
+    check_triangular_solve(n, 2, (2,), dtype, 5, *flags)
+    if flags[0] and not flags[2]:
+        a, b = general(5, (2,), n, dtype=dtype), rhs(5, (2,), n, 2, dtype)
+        a[1, n - 2, n - 2] = 0.0
+        solve = lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=flags[1])  # noqa: E731
+        assert_exports_match_on(solve, a, b, **_tol(dtype), jit=True)
+        assert_exports_match(solve, [("B", n, n), ("B", n, 2)], input_values=[a, b], **_tol(dtype),
+                             enable_double_precision=dtype == np.float64, jit=True)
+
+
 def check_lu(shape, batch, dtype, seed):
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)  # pivoting is exercised
     assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype), jit=True)
@@ -308,8 +326,8 @@ def test_degenerate_inputs_as_jax(name, dtype):
 
 # -- graph size --------------------------------------------------------------------------------
 @pytest.mark.parametrize(("fn", "limit"), [
-    (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 60),
-    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 40),
+    (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 45),  # 8 of them JAX's tril
+    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 22),
     (lambda a: lax.linalg.lu(a), 200),
 ])
 def test_small_graphs(fn, limit):

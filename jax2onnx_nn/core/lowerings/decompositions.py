@@ -7,8 +7,9 @@ algorithm is a sequence of steps over the matrix size ``n``: for a static ``n`` 
 ``UNROLL_LIMIT`` the steps are unrolled (static slices, masks folded into constants); for a
 larger or symbolic ``n`` they become one ONNX ``Loop`` whose body is the same step on a traced
 index (``dynamic_slice`` reads, ``where`` writes), so the graph size does not grow with ``n``.
-``cholesky`` above ``UNROLL_LIMIT`` is blocked instead: a Loop over blocks of columns, each
-block's columns unrolled on static slices and the trailing matrix updated by one MatMul.
+``cholesky`` and ``triangular_solve`` above ``UNROLL_LIMIT`` are blocked instead: a Loop over
+blocks of columns (rows), each block unrolled on static slices and the rest updated by one
+MatMul.
 
 Steps write through ``where`` with masks, never by multiplying with 0/1 masks, so inf and NaN
 stay where LAPACK puts them: a NaN in a row does not leak into the rows it is not added to.
@@ -196,13 +197,21 @@ def _cholesky_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         return work, (columns, pivots)
 
     _, (columns, pivots) = lax.scan(trip, a, length=blocks)
-    zero = jnp.zeros((), a.dtype)
-    factor = jnp.concatenate(
-        [lax.pad(columns[k, ..., : size - k * b, :], zero, [*batch, (k * b, 0, 0), (0, 0, 0)]) for k in range(blocks)],
-        axis=-1,
-    )
+    # block k's row i is L's row k*b + i: shift each block down by k*b (rows wrapped to the
+    # top land in the upper triangle, which the caller does not keep)
+    shifted = _rows_of_blocks(jnp.moveaxis(columns, 0, -3), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
+    factor = jnp.swapaxes(shifted, -3, -2).reshape((*shifted.shape[:-3], size, size))
     pivots = jnp.moveaxis(pivots, 0, -2).reshape((*pivots.shape[1:-2], 1, size))
     return factor[..., :n, :n], pivots[..., :n]
+
+
+def _rows_of_blocks(x: jax.Array, rows: np.ndarray) -> jax.Array:
+    """``x`` (..., blocks, r, c) with block k's rows ``rows[k]`` (a static (blocks, r') index
+    table), in one Gather: (..., blocks, r', c)."""
+    blocks, r, c = x.shape[-3:]
+    flat = x.reshape((*x.shape[:-3], blocks * r, c))
+    index = (rows + r * np.arange(blocks)[:, None]).reshape(-1)
+    return jnp.take(flat, index, axis=-2, mode="clip").reshape((*x.shape[:-3], blocks, rows.shape[1], c))
 
 
 def _cholesky_columns(a: jax.Array) -> jax.Array:
@@ -225,7 +234,7 @@ def _cholesky_columns(a: jax.Array) -> jax.Array:
     return where(failed, jnp.asarray(np.nan, a.dtype), factor)
 
 
-@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "MatMul", "Pad", "LessOrEqual", "ReduceMax", "Where", "Scan", "Loop"))
+@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "ReduceMax", "Where", "Scan", "Loop"))
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
     return lower_as_jax(ctx, cholesky, [a])
@@ -233,8 +242,73 @@ def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value
 
 # -- triangular_solve --------------------------------------------------------------------------
 def substitute(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) -> jax.Array:
-    """Solve ``a @ x = b`` for a triangular ``a`` (..., m, m), ``b`` (..., m, k), row by row:
-    x_i = (b_i - a_i,<i . x_<i) / a_ii, forward for ``lower``, backward otherwise."""
+    """Solve ``a @ x = b`` for a triangular ``a`` (..., m, m), ``b`` (..., m, k): unrolled
+    (a static m up to ``UNROLL_LIMIT``), blocked (a larger static m) or one Loop step per row
+    (a symbolic m)."""
+    m = a.shape[-1]
+    if jxi.is_symbolic_dim(m):
+        return _substitute_rows(a, b, lower=lower, unit_diagonal=unit_diagonal)
+    if m == 0:
+        return b
+    if not lower:  # backward substitution is forward substitution in reversed order
+        x = substitute(a[..., ::-1, ::-1], b[..., ::-1, :], lower=True, unit_diagonal=unit_diagonal)
+        return x[..., ::-1, :]
+    if m <= UNROLL_LIMIT:
+        return _forward_unrolled(a, b, unit_diagonal=unit_diagonal)
+    return _forward_blocked(a, b, unit_diagonal=unit_diagonal)
+
+
+def _forward_unrolled(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.Array:
+    """Forward substitution on a lower ``a`` (..., m, m), column by column: x_i is the
+    remaining right-hand side's row i over a_ii, and the rows below lose a[:, i] x_i. The
+    rows at and above i lose it too, harmlessly: they are solved already, so the upper
+    triangle is never read into the solution."""
+    m = a.shape[-1]
+    columns = lax.split(a, [1] * m, axis=a.ndim - 1)
+    rows = []
+    for i, col in enumerate(columns):
+        xi = b[..., i : i + 1, :]
+        if not unit_diagonal:
+            xi = xi / col[..., i : i + 1, :]
+        rows.append(xi)
+        if i + 1 < m:
+            b = b - col * xi
+    return jnp.concatenate(rows, axis=-2)
+
+
+def _forward_blocked(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.Array:
+    """Forward substitution on a lower ``a`` of static size m > BLOCK: a Loop over blocks of
+    rows (``a`` padded with I, ``b`` with zeros, to a multiple of the block). Each trip solves
+    its diagonal block unrolled (``_forward_unrolled``) on the right-hand side's first rows,
+    then keeps the rows below less one MatMul with the block's column below the diagonal,
+    padded with zeros at the end back to the Loop's fixed shape."""
+    m = int(a.shape[-1])
+    blocks = -(-m // BLOCK)
+    size = blocks * (-(-m // blocks))
+    bs = size // blocks
+    zero = jnp.zeros((), a.dtype)
+    a_batch, b_batch = [(0, 0, 0)] * (a.ndim - 2), [(0, 0, 0)] * (b.ndim - 2)
+    if size != m:
+        a = lax.pad(a, zero, [*a_batch, (0, size - m, 0), (0, size - m, 0)])
+        a = a + jnp.asarray(np.diag(np.arange(size) >= m), a.dtype)
+        b = lax.pad(b, zero, [*b_batch, (0, size - m, 0), (0, 0, 0)])
+    # block k: a's column block k from row k*bs on, wrapped: its diagonal block on top, then
+    # the column below it (the rows wrapped past the end only reach rows already solved)
+    by_block = jnp.swapaxes(a.reshape((*a.shape[:-1], blocks, bs)), -3, -2)
+    by_block = _rows_of_blocks(by_block, (np.arange(size) + bs * np.arange(blocks)[:, None]) % size)
+    def trip(rhs: jax.Array, block: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = _forward_unrolled(block[..., :bs, :], rhs[..., :bs, :], unit_diagonal=unit_diagonal)
+        rhs = lax.pad(rhs[..., bs:, :] - block[..., bs:, :] @ x, zero, [*b_batch, (0, bs, 0), (0, 0, 0)])
+        return rhs, x
+
+    _, xs = lax.scan(trip, b, jnp.moveaxis(by_block, -3, 0))  # (blocks, ..., bs, k)
+    x = jnp.moveaxis(xs, 0, -3).reshape((*xs.shape[1:-2], size, xs.shape[-1]))
+    return x[..., :m, :]
+
+
+def _substitute_rows(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) -> jax.Array:
+    """Row by row, one Loop step each: x_i = (b_i - a_i,<i . x_<i) / a_ii, forward for
+    ``lower``, backward otherwise."""
     m = a.shape[-1]
     ids = _ids(m)
     strict = ids[:, None] > ids[None, :] if lower else ids[:, None] < ids[None, :]
@@ -263,7 +337,7 @@ def triangular_solve(
     return x if left_side else _mT(x)
 
 
-@lowering("triangular_solve", onnx_ops=("Slice", "MatMul", "Sub", "Div", "Where", "Loop"))
+@lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "Scan", "Loop"))
 def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
     return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params), [a, b])
 
