@@ -434,6 +434,7 @@ def patches() -> list[tuple[Any, str, MakeWrapper]]:
         (nnx.ConvTranspose, "__call__", _conv_transpose_handler),
         (nnx.GRUCell, "__call__", _gru_cell_handler),
         (nnx.LSTMCell, "__call__", _lstm_cell_handler),
+        (nnx.OptimizedLSTMCell, "__call__", _optimized_lstm_cell_handler),
     ]
     return [
         *[(owner, attr, coarse_wrapper(handler)) for owner, attr, handler in table],
@@ -643,6 +644,35 @@ def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     r = _stacked_weight(ctx, [ops[f"r{i}"] for i in range(4)], True, "R")
     b = _stacked_weight(ctx, [ops[f"b{i}"] for i in range(4)], False, "B")
     h, c = rnn.step(ctx, rnn.LSTM, _one_step(ctx, ops["x"]), [_one_step(ctx, ops[s]) for s in ("h", "c")], w, r, b, hidden)
+    h = _last_state(ctx, h)
+    return [_last_state(ctx, c), h, h]
+
+
+def _optimized_lstm_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """OptimizedLSTMCell: the LSTMCell's numbers from one input kernel ``(in, 4 * hidden)`` and
+    one recurrent kernel with the bias, gates i, f, g, o along the kernels' last axis."""
+    if len(args) != 2 or kwargs or not isinstance(args[0], tuple) or len(args[0]) != 2:
+        return NotApplicable
+    (c, h), x = args
+    if not _cell_ok(module, nnx.OptimizedLSTMCell, h, x) or not (is_array(c) and c.ndim == 2 and c.dtype == np.float32):
+        return NotApplicable
+    if not _plain_dense(module.dense_i, False) or not _plain_dense(module.dense_h, True):
+        return NotApplicable
+    return CoarseCall(
+        "nnx_optimized_lstm_cell", inputs={"c": c, "h": h, "x": x},
+        weights={"w": _value(module.dense_i.kernel), "r": _value(module.dense_h.kernel), "b": _value(module.dense_h.bias)},
+        params={"hidden": int(module.hidden_features)},
+    )
+
+
+@coarse_lowering("nnx_optimized_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose"), covers=("nnx.OptimizedLSTMCell",))
+def _optimized_lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
+    if _has_empty_dim(ops.aval("x"), ops.aval("h")):
+        return NotApplicable
+    h, c = rnn.library_step(
+        ctx, rnn.LSTM, _one_step(ctx, ops["x"]), [_one_step(ctx, ops[s]) for s in ("h", "c")], ops["w"], ops["r"], ops["b"],
+        hidden=hidden, dtype=onnx_aval(ops.aval("b"))[0], gate_axis=1,
+    )
     h = _last_state(ctx, h)
     return [_last_state(ctx, c), h, h]
 

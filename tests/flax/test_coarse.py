@@ -529,7 +529,7 @@ class Stacked(nnx.Module):
     def __call__(self, xs: Any) -> Any:
         def start(cell: Any, k: int) -> Any:
             h = jnp.full((xs.shape[0], cell.hidden_features), 0.25 * (k + 1), xs.dtype)
-            return (h * 2.0, h) if isinstance(cell, nnx.LSTMCell) else h
+            return (h * 2.0, h) if isinstance(cell, nnx.LSTMCell | nnx.OptimizedLSTMCell) else h
 
         def step(carries: list[Any], x: Any) -> Any:
             new = []
@@ -548,20 +548,20 @@ def _all_ops(nodes: Any) -> list[str]:
 
 @SMALL
 @given(
-    kinds=st.lists(st.booleans(), min_size=1, max_size=3), features=st.integers(1, 4), hidden=st.integers(1, 5),
-    reverse=st.booleans(), time=st.sampled_from(["T", 1, 4]),
+    kinds=st.lists(st.sampled_from([nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell]), min_size=1, max_size=3),
+    features=st.integers(1, 4), hidden=st.integers(1, 5), reverse=st.booleans(), time=st.sampled_from(["T", 1, 4]),
 )
-def test_stacked_cells_over_a_sequence_are_one_op_each(kinds: list[bool], features: int, hidden: int, reverse: bool, time: Any) -> None:
+def test_stacked_cells_over_a_sequence_are_one_op_each(kinds: list[type], features: int, hidden: int, reverse: bool, time: Any) -> None:
     """A scan whose step is GRU / LSTM cells is each cell run once over the whole sequence (no
     Loop or Scan), reversed for a reverse scan; a symbolic length is guarded by an If."""
     sizes = [features] + [hidden + k for k in range(len(kinds))]
-    cells = [(nnx.LSTMCell if lstm else nnx.GRUCell)(a, b, rngs=nnx.Rngs(k)) for k, (lstm, a, b) in enumerate(zip(kinds, sizes[:-1], sizes[1:], strict=True))]
+    cells = [cls(a, b, rngs=nnx.Rngs(k)) for k, (cls, a, b) in enumerate(zip(kinds, sizes[:-1], sizes[1:], strict=True))]
     for cell in cells:
         _random_biases(cell)
     model = assert_module_matches(Stacked(cells, reverse), [("B", time, features)], sizes={"B": [1, 3], "T": [1, 5]})
     ops = _all_ops(model.graph.node)
     assert "Loop" not in ops and "Scan" not in ops
-    assert (ops.count("LSTM"), ops.count("GRU")) == (sum(kinds), len(kinds) - sum(kinds))
+    assert ops.count("GRU") == kinds.count(nnx.GRUCell) and ops.count("LSTM") == len(kinds) - kinds.count(nnx.GRUCell)
     assert ("If" in ops) == (time == "T")
 
 
@@ -608,7 +608,7 @@ from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.verify import run_onnx
 from tests.flax.test_coarse import Stacked
 for reverse in (False, True):
-    cells = [nnx.GRUCell(3, 4, rngs=nnx.Rngs(0)), nnx.LSTMCell(4, 5, rngs=nnx.Rngs(1))]
+    cells = [nnx.GRUCell(3, 4, rngs=nnx.Rngs(0)), nnx.LSTMCell(4, 5, rngs=nnx.Rngs(1)), nnx.OptimizedLSTMCell(5, 2, rngs=nnx.Rngs(2))]
     model = Stacked(cells, reverse)
     xs = np.zeros((2, 0, 3), np.float32)
     got = run_onnx(to_onnx(model, [("B", "T", 3)]), [xs])
@@ -628,9 +628,9 @@ def test_stacked_cells_over_an_empty_sequence_keep_their_carries() -> None:
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("lstm", [False, True])
-def test_recurrent_cell_single_step(lstm: bool) -> None:
-    cls = nnx.LSTMCell if lstm else nnx.GRUCell
+@pytest.mark.parametrize("cls", [nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell])
+def test_recurrent_cell_single_step(cls: type) -> None:
+    lstm = cls is not nnx.GRUCell
     cell = cls(3, 4, rngs=nnx.Rngs(0))
     _random_biases(cell)
     if lstm:
