@@ -38,7 +38,7 @@ import onnx_ir as ir
 from jax import lax
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 
 # Largest static matrix size whose steps are unrolled; above it (or for a symbolic size) the
@@ -94,31 +94,75 @@ def _at(x: jax.Array, j: Index, axis: int) -> jax.Array:
     return lax.dynamic_slice_in_dim(x, j, 1, axis=axis)
 
 
-def _pick(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
-    """The entries of ``x`` where ``hits`` (one per line along ``axis``), kept as a size-1
-    axis: a masked sum, exact (no products with 0 that would turn inf into NaN)."""
-    return jnp.sum(where(hits, x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True, dtype=x.dtype)
+# -- plain ONNX ops for the steps --------------------------------------------------------------
+# The generic rules for these primitives handle cases a step never meets (a -0.0, a NaN in a
+# pivot search, a float out of an int's range) with extra nodes; each helper here is its JAX
+# reference function bound as a private primitive that exports as the bare ONNX op(s).
+def _bare(name: str, reference: Callable[..., Any], *args: Any, **params: Any) -> jax.Array:
+    specs = [jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for v in args]
+    body = jax.make_jaxpr(lambda *a: reference(*a, **params))(*specs)
+    return jxi.body_primitive(name).bind(*args, body=body, **params)[0]
 
 
 def where(which: jax.Array, x: Any, y: Any) -> jax.Array:
-    """``jnp.where`` for the steps, exported as one plain ONNX ``Where`` (which broadcasts):
-    the generic ``select_n`` rule adds a sign fix-up for a -0.0 picked from ``x`` and an
-    ``Expand`` per broadcast operand, five nodes where the masks here need one. A zero the
-    masks pick may lose its sign; LAPACK promises none either."""
+    """``jnp.where`` as one ONNX ``Where`` (which broadcasts): the generic ``select_n`` rule
+    adds a sign fix-up for a -0.0 picked from ``x`` and an ``Expand`` per broadcast operand,
+    five nodes where the masks here need one. A zero the masks pick may lose its sign; LAPACK
+    promises none either."""
     x = jnp.asarray(x)
-    y = jnp.asarray(y, x.dtype)
-    specs = [jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for v in (which, x, y)]
-    body = jax.make_jaxpr(jnp.where)(*specs)
-    return jxi.body_primitive(_SELECT).bind(which, x, y, body=body)[0]
+    return _bare(_SELECT, jnp.where, which, x, jnp.asarray(y, x.dtype))
 
 
-_SELECT = "linalg_select"
+def _pick(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
+    """The entries of ``x`` where ``hits`` (one per line along ``axis``), kept as a size-1
+    axis: a masked sum (``Where``, ``ReduceSum``), exact (no products with 0 that would turn
+    inf into NaN)."""
+    return _bare(_PICK, _masked_sum, hits, x, axis=axis % x.ndim)
+
+
+def _masked_sum(hits: jax.Array, x: jax.Array, *, axis: int) -> jax.Array:
+    return jnp.sum(jnp.where(hits, x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True, dtype=x.dtype)
+
+
+def first_argmax(x: jax.Array, axis: int) -> jax.Array:
+    """The index of the first largest entry along ``axis`` of an ``x`` without NaN, kept as a
+    size-1 axis: one ONNX ``ArgMax`` and a Cast to JAX's index type (the generic rule's NaN
+    handling is nine nodes)."""
+    return _bare(_ARGMAX, lambda x, axis: jnp.argmax(x, axis=axis, keepdims=True), x, axis=axis % x.ndim)
+
+
+def exact_cast(x: jax.Array, dtype: Any) -> jax.Array:
+    """``x`` (integers held in a float) as the integer ``dtype``: one Cast (the generic rule
+    saturates out-of-range values and NaN first, six more nodes)."""
+    return _bare(_CAST, lambda x: x.astype(dtype), x)
+
+
+_SELECT, _PICK, _ARGMAX, _CAST = "linalg_select", "linalg_pick", "linalg_first_argmax", "linalg_exact_cast"
 
 
 @lowering(_SELECT, onnx_ops=("Where",))
 def _linalg_select(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value, *, body: Any) -> ir.Value:
     del body  # jnp.where, which ONNX Where computes with its own broadcasting
     return ctx.op.Where(which, x, y)
+
+
+@lowering(_PICK, onnx_ops=("Where", "ReduceSum"))
+def _linalg_pick(ctx: LoweringContext, hits: ir.Value, x: ir.Value, *, body: Any, axis: int) -> ir.Value:
+    del body  # _masked_sum
+    masked = ctx.op.Where(hits, x, ctx.const(np.zeros((), onnx_aval(ctx.avals_in[1])[0])))
+    return ctx.op.ReduceSum(masked, ctx.ints([axis]), keepdims=1)
+
+
+@lowering(_ARGMAX, onnx_ops=("ArgMax", "Cast"))
+def _linalg_first_argmax(ctx: LoweringContext, x: ir.Value, *, body: Any, axis: int) -> ir.Value:
+    del body  # jnp.argmax, which ArgMax computes on NaN-free input
+    return ctx.cast(ctx.op.ArgMax(x, axis=axis, keepdims=1, select_last_index=0), onnx_aval(ctx.aval_out)[0])
+
+
+@lowering(_CAST, onnx_ops=("Cast",))
+def _linalg_exact_cast(ctx: LoweringContext, x: ir.Value, *, body: Any) -> ir.Value:
+    del body  # astype, exact on the integers the steps hold
+    return ctx.cast(x, onnx_aval(ctx.aval_out)[0])
 
 
 def _mT(x: jax.Array) -> jax.Array:
@@ -344,7 +388,49 @@ def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: 
 
 # -- lu ----------------------------------------------------------------------------------------
 def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """LU with partial pivoting of ``a`` (..., m, n) as ``getrf``: (lu, pivots, permutation)."""
+    """LU with partial pivoting of ``a`` (..., m, n) as ``getrf``: (lu, pivots, permutation).
+    Unrolled for static sizes up to ``UNROLL_LIMIT``, one Loop step per column otherwise."""
+    m, n = a.shape[-2], a.shape[-1]
+    if jxi.is_symbolic_dim(m) or jxi.is_symbolic_dim(n) or max(m, n) > UNROLL_LIMIT or min(m, n) == 0:
+        return _lu_columns(a)
+    # the permutation rides along as one more column (row ids, exact in a float), so each
+    # row swap moves it with the row
+    ids = jnp.broadcast_to(_ids(m).astype(a.dtype)[:, None], (*a.shape[:-1], 1))
+    work, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
+    pivots = jnp.concatenate(pivots, axis=-1)[..., 0, :].astype(jnp.int32)
+    return work[..., :n], pivots, exact_cast(work[..., n], jnp.int32)
+
+
+def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, list[jax.Array]]:
+    """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``n`` columns
+    are eliminated, all ``c`` are swapped. Returns work and each step's pivot row (..., 1, 1)."""
+    m = work.shape[-2]
+    rows, cols = _ids(m)[:, None], _ids(work.shape[-1])[None, :]
+    one = jnp.ones((), work.dtype)
+    pivots = []
+    for j in range(steps):
+        if j == m - 1:  # one row left: it is its own pivot, nothing below it
+            pivots.append(jnp.full((*work.shape[:-2], 1, 1), j, jnp.int32))
+            break
+        col = work[..., :, j : j + 1]
+        # the first row of largest magnitude at or below j; NaN (-1) only if nothing else is
+        magnitude = where(rows >= j, where(col == col, jnp.abs(col), -1.0), -2.0)
+        p = first_argmax(magnitude, -2)  # (..., 1, 1)
+        pivots.append(p)
+        is_p = rows == p
+        row_p, row_j = _pick(work, is_p, -2), work[..., j : j + 1, :]
+        work = where(rows == j, row_p, where(is_p, row_j, work))
+        pivot = row_p[..., j : j + 1]
+        multipliers = work[..., :, j : j + 1] / where(pivot == 0, one, pivot)  # getf2 skips a zero pivot
+        under = rows > j
+        if j + 1 < n:
+            work = where(under & (cols > j) & (cols < n), work - multipliers * row_p, work)
+        work = where(under & (cols == j), multipliers, work)
+    return work, pivots
+
+
+def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """LU as one Loop step per column (a symbolic or large size)."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
     rows, cols = _ids(m), _ids(n)
@@ -376,7 +462,7 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return work, pivots[..., 0, :], perm[..., 0]
 
 
-@lowering("lu", onnx_ops=("Slice", "ArgMax", "Where", "ReduceSum", "Div", "Mul", "Sub", "Loop"))
+@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Where", "ReduceSum", "ReduceMax", "ReduceMin", "Div", "Mul", "Sub", "Squeeze", "Loop"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     return lower_as_jax(ctx, lu, [a])
