@@ -111,6 +111,145 @@ def _compress_as_gather(node: ir.Node, edit: _Editor) -> bool:
 _BOOL_TYPE = ir.DataType.BOOL
 
 
+# -- Range of a run-time length ----------------------------------------------------------------
+def _range_as_cumsum(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 follows the values of an integer Range symbolically: a causal mask compared
+    from ``Range(0, T)`` makes its optimizer split the attention into regions bounded by a
+    symbol it never binds at run time ("Undetermined symbol in expression"). The same values
+    as ``start + delta * k`` where ``k`` is an exclusive CumSum of ones shaped like the Range
+    (the Range itself then gives only its length) are numbers it does not follow. A Range of
+    constant operands is left as it is (it is folded), as is one of a run-time step."""
+    if node.op_type != "Range" or node.domain != "" or len(node.inputs) != 3:
+        return False
+    dtype = node.outputs[0].dtype
+    start, limit, delta = node.inputs
+    if dtype not in (ir.DataType.INT64, ir.DataType.INT32) or start is None or limit is None or delta is None:
+        return False
+    step = _constant(delta)
+    if step is None or _constant(limit) is not None and _constant(start) is not None:
+        return False
+    plain = edit.op("Range", start, limit, delta, dtype=dtype)
+    ones = edit.op("Expand", np.ones((1,), step.dtype), edit.op("Shape", plain, dtype=ir.DataType.INT64), dtype=dtype)
+    index = edit.op("CumSum", ones, np.array(0, np.int64), exclusive=1, dtype=dtype)
+    if int(step) != 1:
+        index = edit.op("Mul", index, step, dtype=dtype)
+    edit.replace(edit.op("Add", index, start, dtype=dtype))
+    return True
+
+
+def _constant_range(value: ir.Value | None) -> np.ndarray | None:
+    """The values of a constant, or of a Range of constant operands (not folded when large)."""
+    producer = value.producer() if value is not None else None
+    if producer is not None and producer.op_type == "Range" and producer.domain == "":
+        operands = [_constant(v) for v in producer.inputs]
+        if all(x is not None for x in operands):
+            start, limit, delta = operands
+            return np.arange(start, limit, delta, dtype=start.dtype)  # type: ignore[arg-type]
+    return _constant(value)
+
+
+# -- Scan over a fori_loop's counter ---------------------------------------------------------
+def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
+    """A fori_loop of static length is a Scan over its counter's values, a constant
+    ``[start, start + 1, ...]``. tract 0.23's declutter breaks on it: it drops the scan input of
+    a body that does not read the counter ("No scan input"), and it folds what the body computes
+    from the counter alone as if the tick were the whole constant ("Trying to substitute a 1,F32
+    by 5,F32"). So the counter is also a state, ``start`` and then one more each step, and the
+    body reads ``Max(state, tick)`` (the same number): neither can be dropped or folded."""
+    if node.op_type != "Scan" or node.domain != "" or node.attributes.get_int("num_scan_inputs", 0) != 1:
+        return False
+    ticks = _constant_range(node.inputs[-1])
+    directions = node.attributes.get_ints("scan_input_directions", None)
+    if ticks is None or ticks.ndim != 1 or not ticks.size or ticks.dtype.kind != "i" or directions and any(directions):
+        return False
+    if not np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype)):
+        return False
+    body = node.attributes["body"].as_graph()
+    n_state = len(node.inputs) - 1
+    tick = body.inputs[n_state]
+    dtype = ir.DataType.from_numpy(ticks.dtype)
+    state = ir.Value(name=f"{tick.name}/state", type=ir.TensorType(dtype), shape=ir.Shape([]))
+    body.inputs.insert(n_state, state)
+    one = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.ones((), ticks.dtype))}), name=f"{tick.name}/one")
+    counter = ir.Node("", "Max", [state, tick], name=f"{tick.name}/counter")
+    tick.replace_all_uses_with(counter.outputs[0])
+    counter.replace_input_with(1, tick)
+    following = ir.Node("", "Add", [counter.outputs[0], one.outputs[0]], name=f"{tick.name}/next")
+    for new_node in (one, counter, following):
+        new_node.outputs[0].name = f"{new_node.name}_output"
+        new_node.outputs[0].type, new_node.outputs[0].shape = ir.TensorType(dtype), ir.Shape([])
+    if len(body):
+        body.insert_before(next(iter(body)), (one, counter, following))
+    else:
+        body.extend((one, counter, following))
+    body.outputs.insert(n_state, following.outputs[0])
+    start = edit.const(np.asarray(ticks[0]))
+    attributes = [attr for name, attr in node.attributes.items() if name != "body"]
+    scan = ir.Node("", "Scan", [*node.inputs[:-1], start, node.inputs[-1]],
+                   [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + 1,
+                   name=node.name, doc_string=node.doc_string)
+    assert edit.graph is not None
+    edit.graph.insert_before(node, scan)
+    for i, old in enumerate(node.outputs):
+        new = scan.outputs[i if i < n_state else i + 1]
+        new.type, new.shape = old.type, old.shape
+        old.replace_all_uses_with(new, replace_graph_outputs=True)
+        old.name, new.name = f"{old.name}/replaced", old.name
+    scan.outputs[n_state].name = f"{tick.name}/last"
+    scan.outputs[n_state].type = ir.TensorType(dtype)
+    edit.graph.remove(node, safe=True)
+    return True
+
+
+# -- Gemm of float64 -------------------------------------------------------------------------
+def _gemm_as_matmul(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 translates Gemm with its ``beta`` as a float32 constant, and fails on a float64
+    Gemm ("tensor is F32, accessed as F64"): one of another type than float32 is a MatMul (of
+    the transposed operands), times ``alpha``, plus ``beta * C``."""
+    if node.op_type != "Gemm" or node.domain != "":
+        return False
+    dtype = node.outputs[0].dtype
+    if dtype is None or dtype == ir.DataType.FLOAT:
+        return False
+    numpy_type = dtype.numpy()
+    a, b, *c = node.inputs
+    assert a is not None and b is not None
+    if node.attributes.get_int("transA", 0):
+        a = edit.op("Transpose", a, perm=[1, 0], dtype=dtype)
+    if node.attributes.get_int("transB", 0):
+        b = edit.op("Transpose", b, perm=[1, 0], dtype=dtype)
+    result = edit.op("MatMul", a, b, dtype=dtype)
+    alpha, beta = node.attributes.get_float("alpha", 1.0), node.attributes.get_float("beta", 1.0)
+    if alpha != 1.0:
+        result = edit.op("Mul", result, np.asarray(alpha, numpy_type), dtype=dtype)
+    if c and c[0] is not None and beta != 0.0:
+        bias = c[0] if beta == 1.0 else edit.op("Mul", c[0], np.asarray(beta, numpy_type), dtype=dtype)
+        result = edit.op("Add", result, bias, dtype=dtype)
+    edit.replace(result)
+    return True
+
+
+# -- Expand of a lower rank ------------------------------------------------------------------
+def _expand_full_rank(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 splits a MatMul of a Concat into one MatMul per part, and fails when a part is
+    an Expand of a tensor of lower rank (a scalar broadcast to ``(B, 1)``: "Condition failed ...
+    axes.rank"). The Expand's input gets the output's rank first (leading 1s, the same values)."""
+    if node.op_type != "Expand" or node.domain != "" or len(node.inputs) != 2:
+        return False
+    x, shape = node.inputs
+    out = node.outputs[0].shape
+    rank = len(out) if out is not None else shape.shape[0] if shape is not None and shape.shape is not None else None
+    if x is None or x.shape is None or not isinstance(rank, int):
+        return False
+    missing = rank - len(x.shape)
+    if missing <= 0:
+        return False
+    padded = edit.op("Unsqueeze", x, np.arange(missing, dtype=np.int64), dtype=x.dtype)
+    padded.shape = ir.Shape([1] * missing + list(x.shape.dims))
+    node.replace_input_with(0, padded)
+    return True
+
+
 # -- uint32 arithmetic as int32 ----------------------------------------------------------------
 _U32, _I32, _F32, _BOOL = ir.DataType.UINT32, ir.DataType.INT32, ir.DataType.FLOAT, ir.DataType.BOOL
 _SAME_BITS = frozenset({"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "CumSum"})
@@ -294,6 +433,10 @@ def _uint32_bits(node: ir.Node, edit: _Editor) -> bool:
 
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "bool_equal_as_xor": _bool_equal_as_xor,
+    "counter_scan_as_state": _counter_scan_as_state,
+    "gemm_as_matmul": _gemm_as_matmul,
+    "expand_full_rank": _expand_full_rank,
+    "range_as_cumsum": _range_as_cumsum,
     "compress_as_gather": _compress_as_gather,
     "uint32_bits": _uint32_bits,
     "nan_propagating_max_min": _nan_propagating_max_min,
