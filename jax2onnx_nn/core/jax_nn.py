@@ -36,9 +36,17 @@ from jax2onnx_nn.core.coarse import (
     coarse_wrapper,
 )
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.layers.attention import attention, causal_keep, jax_nn_mask_value
+from jax2onnx_nn.core.layers.attention import (
+    ATTENTION_OPSET,
+    attention,
+    attention_op,
+    causal_keep,
+    if_nonempty,
+    jax_nn_mask_value,
+)
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.session import Prepared, patch, register_adapter
+from jax2onnx_nn.core.symbolic import has_zero
 
 MakeWrapper = Callable[[Any], Any]
 
@@ -104,8 +112,39 @@ def _without_extras(a: dict[str, Any]) -> bool:
     return not dropout and (dtype is None or np.dtype(dtype) == np.float32) and a.get("precision") is None and a.get("module") is None
 
 
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze"), covers=("jax.nn.dot_product_attention",))
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Size", "Greater", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
+    """ONNX Attention from opset 23 (:func:`attention_op`), else the attention core's ops; a
+    symbolic dim chooses at run time (onnxruntime's Attention refuses a batch of 0)."""
+    dims = [d for role in ("query", "key", "value") for d in ops.aval(role).shape]
+    if ctx.opset < ATTENTION_OPSET or has_zero(dims):
+        return _attention_decomposed(ctx, ops, scale=scale, is_causal=is_causal)
+    if not any(map(jxi.is_symbolic_dim, dims)):
+        return _attention_op(ctx, ops, scale=scale, is_causal=is_causal)
+    return if_nonempty(
+        ctx, [ops["query"], ops["key"], ops["value"]], ctx.aval_out,
+        functools.partial(_attention_op, ops=ops, scale=scale, is_causal=is_causal),
+        functools.partial(_attention_decomposed, ops=ops, scale=scale, is_causal=is_causal),
+    )
+
+
+def _attention_op(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> ir.Value:
+    dtype = np.dtype(np.float32)
+    q, k, v = (ctx.op.Transpose(ops[role], perm=[0, 2, 1, 3]) for role in ("query", "key", "value"))  # B N T|S H
+    bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
+    keep = ops["mask"] if "mask" in ops else None
+    (b, t, n, _), s = ops.aval("query").shape, ops.aval("key").shape[1]
+    mask_shapes = [ops.aval(role).shape for role in ("mask", "bias") if role in ops]
+    if is_causal and keep is not None:
+        keep = ctx.op.And(keep, causal_keep(ctx, t, s))
+        mask_shapes.append((1, 1, t, s))
+    y = attention_op(ctx, q, k, v, dtype=dtype, mask_value=jax_nn_mask_value(dtype), scale=scale, bias=bias,
+                     keep=keep, causal=is_causal and keep is None, logits_shape=(b, n, t, s),
+                     mask_shape=broadcast_dims(mask_shapes))
+    return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
+
+
+def _attention_decomposed(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> ir.Value:
     dtype = np.dtype(np.float32)
     q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
     k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
@@ -117,6 +156,13 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
         keep = causal if keep is None else ctx.op.And(keep, causal)
     y = attention(ctx, q, k, v, dtype=dtype, mask_value=jax_nn_mask_value(dtype), scale=scale, bias=bias, keep=keep)
     return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
+
+
+def broadcast_dims(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The broadcast of same-rank shapes: per axis the dim that is not a static 1."""
+    if not shapes:
+        return ()
+    return tuple(next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*shapes, strict=True))
 
 
 # -- activations ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from jax2onnx_nn import to_onnx
+from jax2onnx_nn.core.config import MAX_OPSET
 from jax2onnx_nn.core.jax_nn import ACTIVATIONS, substitute
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types
 
@@ -112,3 +113,35 @@ def test_dot_product_attention_in_a_plain_function(data):
 
     model = assert_exports_match_on(attend, q, k, v, mask, rtol=1e-5, atol=1e-6)
     assert "Softmax" in op_types(model) and "ReduceMax" not in op_types(model)
+
+
+@given(data=st.data())
+def test_dot_product_attention_is_onnx_attention_from_opset_23(data):
+    b, t, s, n, h = (data.draw(st.integers(1, 4)) for _ in range(5))
+    causal, with_mask, with_bias = (data.draw(st.booleans()) for _ in range(3))
+    scale = data.draw(st.none() | st.floats(0.1, 2.0))
+    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, n, h), (b, s, n, h)))
+    # broadcast masks and biases; rows masked everywhere too (JAX averages the values)
+    shapes = st.sampled_from([(b, n, t, s), (1, 1, t, s), (b, 1, 1, s), (1, n, t, 1), (1, 1, 1, 1)])
+    mask = data.draw(hnp.arrays(np.bool_, data.draw(shapes)))
+    bias = data.draw(_floats(np.float32, data.draw(shapes)))
+    opset = data.draw(st.sampled_from([23, 24, MAX_OPSET]))
+
+    def attend(q, k, v, mask, bias):
+        return jax.nn.dot_product_attention(q, k, v, bias=bias if with_bias else None, mask=mask if with_mask else None,
+                                            scale=scale, is_causal=causal)
+
+    model = assert_exports_match_on(attend, q, k, v, mask, bias, opset=opset, rtol=1e-5, atol=1e-6)
+    assert op_types(model).count("Attention") == 1 and "Softmax" not in op_types(model)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dot_product_attention_of_symbolic_size_chooses_at_run_time(causal):
+    # onnxruntime's Attention refuses a batch of 0: an If on the sizes runs the decomposition then
+    fn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    model = assert_exports_match(fn, [("B", "T", 2, 4)] * 3, sizes={"B": [0, 1, 3], "T": [1, 5]}, opset=MAX_OPSET, rtol=1e-5, atol=1e-6)
+    (branch,) = [n for n in model.graph.node if n.op_type == "If"]
+    then_ops = [node.op_type for node in branch.attribute[0].g.node] + [node.op_type for node in branch.attribute[1].g.node]
+    assert "Attention" in then_ops and "Softmax" in then_ops
+    assert "Attention" in op_types(to_onnx(fn, [(2, 3, 2, 4)] * 3, opset=23)) and "If" not in op_types(to_onnx(fn, [(2, 3, 2, 4)] * 3, opset=23))
+    assert "Attention" not in op_types(to_onnx(fn, [(0, 3, 2, 4)] * 3, opset=23))  # a static 0: the decomposition

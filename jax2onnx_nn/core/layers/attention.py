@@ -5,16 +5,20 @@ details, which the callers pass as they are: where the scale is applied (``jax.n
 the logits, Equinox divides the query first) and the value a masked logit gets (``jax.nn``:
 ``-0.7 * finfo.max``, capped at float32's; Equinox: ``finfo.min``). The value matters where a
 row's unmasked logits are below it: then the masked positions get the weight in JAX too.
+
+From opset 23, :func:`attention_op` writes the same arithmetic as one ONNX ``Attention``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.symbolic import same_shape
 
 
 def jax_nn_mask_value(dtype: Any) -> np.ndarray:
@@ -49,3 +53,57 @@ def attention(
     if keep is not None:
         logits = ctx.op.Where(keep, logits, ctx.const(np.asarray(mask_value, dtype=dtype)))
     return ctx.op.MatMul(ctx.op.Softmax(logits, axis=-1), v)
+
+
+ATTENTION_OPSET = 23  # ONNX Attention
+
+
+def attention_op(
+    ctx: LoweringContext, q: ir.Value, k: ir.Value, v: ir.Value, *, dtype: np.dtype, mask_value: np.ndarray,
+    scale: float, bias: ir.Value | None = None, keep: ir.Value | None = None, causal: bool = False,
+    logits_shape: Sequence[Any] = (), mask_shape: Sequence[Any] = (),
+) -> ir.Value:
+    """:func:`attention` as ONNX ``Attention`` on ``[B, N, T, H]`` queries and ``[B, N, S, H]``
+    keys and values; ``causal`` is top-left (ONNX's alignment without a cache, and JAX's).
+
+    ONNX's boolean mask is -inf where it is False and a row masked everywhere gives zeros,
+    where JAX (a finite ``mask_value``) gives the mean of the values. So a mask is given as
+    floats added to the logits: the bias (or 0) where kept, ``mask_value`` elsewhere. A
+    logit plus ``mask_value`` rounds to ``mask_value`` for any logit below its half ulp (1e31
+    in float32), so the masked logits are JAX's. The causal mask alone is ``is_causal``: it
+    keeps the first key of every row, so no row is masked everywhere.
+
+    onnxruntime broadcasts the mask's leading dims only (a last dim shorter than the keys is
+    padded): a ``mask_shape`` (of ``keep`` and ``bias`` broadcast) whose last two dims are not
+    those of ``logits_shape`` ``[B, N, T, S]`` is expanded to them.
+    """
+    mask = bias
+    if keep is not None:
+        kept = bias if bias is not None else ctx.const(np.zeros((), dtype))
+        mask = ctx.op.Where(keep, kept, ctx.const(np.asarray(mask_value, dtype=dtype)))
+    if mask is not None and not same_shape(mask_shape[-2:], logits_shape[-2:]):
+        mask = ctx.expand(mask, [1] * (len(mask_shape) - 2) + list(logits_shape[-2:]))
+    return ctx.op.Attention(q, k, v, mask, scale=float(scale), is_causal=int(causal))
+
+
+def if_nonempty(
+    ctx: LoweringContext, tensors: Sequence[ir.Value], aval: Any,
+    op_form: Callable[[LoweringContext], ir.Value], fallback: Callable[[LoweringContext], ir.Value],
+) -> ir.Value:
+    """An ``If``: ``op_form`` when every one of ``tensors`` has elements, else ``fallback``
+    (onnxruntime's Attention refuses a batch of 0; the decomposition computes JAX's result
+    for size-0 dims); both write a value of ``aval``, the result."""
+    nonempty = None
+    for t in tensors:
+        has = ctx.op.Greater(ctx.op.Size(t), ctx.ints(0))
+        nonempty = has if nonempty is None else ctx.op.And(nonempty, has)
+    branches = {}
+    for name, form in (("then_branch", op_form), ("else_branch", fallback)):
+        body = ctx.body(name)
+        out = form(body)
+        if out.producer() is None or out.producer() not in body.builder.nodes:
+            out = body.op.Identity(out)
+        body.builder.outputs.append(body.typed(out, aval))
+        branches[name] = body.builder.build_graph()
+    (y,) = ctx.builder.add_node("If", [nonempty], branches, num_outputs=1)
+    return ctx.typed(y, aval)

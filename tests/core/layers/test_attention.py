@@ -45,3 +45,17 @@ def test_equinox_attention_masks_with_finfo_min() -> None:
     assert np.allclose(expected[0], VALUE.mean(axis=0))  # a fully masked row: uniform
     model = assert_exports_match_on(fn, QUERY, KEY, VALUE, MASK)
     assert "Softmax" in op_types(model)
+
+
+def test_onnx_attention_adds_the_masked_value_exactly_below_1e31() -> None:
+    # from opset 23 jax.nn's attention is ONNX Attention with the mask added to the logits:
+    # a logit below half an ulp of the masked value (1e31) rounds to it, so rows masked
+    # everywhere average the values as in JAX (and ONNX's own boolean mask would give zeros)
+    def fn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0)
+
+    q, k, v = (np.repeat(a, 2, axis=1)[None, :, None, :] for a in (QUERY / 1e4, KEY / 2e5, VALUE[:, :1]))  # logits -1.5e30
+    expected = np.asarray(fn(q, k, v, MASK[None, None]))
+    assert np.allclose(expected[0, 0, 0], VALUE[:, 0].mean())  # a fully masked row: uniform
+    model = assert_exports_match_on(fn, q, k, v, MASK[None, None], opset=23)
+    assert op_types(model).count("Attention") == 1
