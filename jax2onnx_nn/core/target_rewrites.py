@@ -22,8 +22,8 @@ class _Editor:
         self.graph = anchor.graph
         self.counter = counter
 
-    def op(self, op_type: str, *inputs: ir.Value | np.ndarray, dtype: ir.DataType | None = None, **attrs: Any) -> ir.Value:
-        values = [x if isinstance(x, ir.Value) else self.const(x) for x in inputs]
+    def op(self, op_type: str, *inputs: ir.Value | np.ndarray | None, dtype: ir.DataType | None = None, **attrs: Any) -> ir.Value:
+        values = [x if x is None or isinstance(x, ir.Value) else self.const(x) for x in inputs]  # None: an omitted input
         self.counter[0] += 1
         base = f"{self.anchor.name}/target{self.counter[0]}"
         node = ir.Node("", op_type, values, ir.convenience.convert_attributes(attrs), name=f"{base}/{op_type}", doc_string=self.anchor.doc_string)
@@ -78,6 +78,53 @@ def _nan_propagating_max_min(node: ir.Node, edit: _Editor) -> bool:
         nan = edit.op("Or", edit.op("IsNaN", result), edit.op("IsNaN", other), dtype=ir.DataType.BOOL)
         result = edit.op("Where", nan, edit.op("Add", result, other, dtype=dtype), plain, dtype=dtype)
     edit.replace(result)
+    return True
+
+
+# -- Greater with NaN --------------------------------------------------------------------------
+_SWAPPED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
+
+
+def _greater_as_less(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4's Greater and GreaterOrEqual are true where an operand is NaN (its
+    Less, LessOrEqual and Equal are false there, as in JAX and IEEE): ``a > b`` is ``b < a``."""
+    if node.op_type not in _SWAPPED or node.domain != "" or len(node.inputs) != 2:
+        return False
+    a, b = node.inputs
+    if a is None or b is None or a.dtype is None or not a.dtype.is_floating_point():
+        return False
+    edit.replace(edit.op(_SWAPPED[node.op_type], b, a, dtype=ir.DataType.BOOL))
+    return True
+
+
+# -- Cast of a float to uint32 -------------------------------------------------------------------
+def _float_to_uint32_via_int32(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 casts a float to uint32 through int32, saturating at 2**31 - 1 (JAX's
+    3e9 becomes 2147483648 or 2147483647). A value at or above 2**31 is cast less 2**31 (exact
+    in float) and gets the top bit back by an int32 Add, which wraps there, as the uint32
+    rewrites use; the Cast of int32 bits to uint32 keeps them."""
+    if node.op_type != "Cast" or node.domain != "" or node.attributes.get_int("to", 0) != _U32:
+        return False
+    x = node.inputs[0]
+    if x is None or x.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
+        return False
+    top = np.asarray(2.0**31, x.dtype.numpy())
+    high = edit.op("GreaterOrEqual", x, top, dtype=_BOOL)
+    low = edit.op("Where", high, edit.op("Sub", x, top, dtype=x.dtype), x, dtype=x.dtype)
+    bits = _i32(edit, low)
+    bits = edit.op("Where", high, edit.op("Add", bits, np.int32(-(2**31)), dtype=_I32), bits, dtype=_I32)
+    edit.replace(edit.op("Cast", bits, to=_U32, dtype=_U32))
+    return True
+
+
+# -- IsNaN of float64 -------------------------------------------------------------------------
+def _isnan_as_not_equal(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 refuses IsNaN of float64 ("Impossible to unify Bool with F64"): NaN is the
+    one value not equal to itself, ``isnan(x) = not (x == x)``."""
+    if node.op_type != "IsNaN" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.DOUBLE:
+        return False
+    x = node.inputs[0]
+    edit.replace(edit.op("Not", edit.op("Equal", x, x, dtype=_BOOL), dtype=_BOOL))
     return True
 
 
@@ -250,6 +297,69 @@ def _expand_full_rank(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- DFT of float64 ---------------------------------------------------------------------------
+def _dft_in_float32(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 refuses a float64 DFT ("FFT op input element type must be f32, f16, or
+    bf16"); it computes float64 in float32 anyway (its profile says ``float64=False``), so the
+    DFT is computed in float32 between two Casts, as every other op there is."""
+    if node.op_type != "DFT" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.DOUBLE:
+        return False
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    narrow = edit.op("Cast", node.inputs[0], to=ir.DataType.FLOAT, dtype=ir.DataType.FLOAT)
+    narrow.shape = node.inputs[0].shape
+    spectrum = edit.op("DFT", narrow, *node.inputs[1:], dtype=ir.DataType.FLOAT, **attributes)
+    spectrum.shape = node.outputs[0].shape
+    edit.replace(edit.op("Cast", spectrum, to=ir.DataType.DOUBLE, dtype=ir.DataType.DOUBLE))
+    return True
+
+
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Where"})
+_SAME_RANK = frozenset({"Cast", "Neg", "Identity", "DFT", "Transpose", "Concat"})
+
+
+def _rank(value: ir.Value | None, depth: int = 16) -> int | None:
+    """The rank of ``value``: its shape's, else read back through the ops that keep their
+    inputs' rank (values a rule made inside itself have no shape yet); None if unknown."""
+    if value is None or depth == 0:
+        return None
+    if value.shape is not None:
+        return len(value.shape)
+    producer = value.producer()
+    if producer is None or producer.domain != "" or not producer.inputs:
+        return None
+    if producer.op_type == "Unsqueeze" and len(producer.inputs) == 2:
+        axes, inner = _constant(producer.inputs[1]), _rank(producer.inputs[0], depth - 1)
+        return None if axes is None or inner is None else inner + axes.size
+    if producer.op_type in _SAME_RANK:
+        return _rank(producer.inputs[0], depth - 1)
+    if producer.op_type in _BROADCAST:
+        ranks = [_rank(v, depth - 1) for v in producer.inputs]
+        return None if None in ranks else max(ranks)  # type: ignore[type-var]
+    return None
+
+
+def _dft_on_axis_one(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 ignores the ``axis`` input of DFT-20 and transforms along axis 1 (the old
+    attribute's default; measured: any other axis gives another axis's transform). A DFT along
+    another axis is one along axis 1 between two Transposes that swap the axes."""
+    if node.op_type != "DFT" or node.domain != "" or len(node.inputs) < 3 or node.inputs[2] is None:
+        return False
+    x, axis_value = node.inputs[0], _constant(node.inputs[2])
+    rank = _rank(x)
+    if x is None or rank is None or axis_value is None:
+        return False
+    axis = int(axis_value) % rank
+    if axis == 1:
+        return False
+    perm = list(range(rank))
+    perm[1], perm[axis] = axis, 1
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    moved = edit.op("Transpose", x, perm=perm, dtype=x.dtype)
+    spectrum = edit.op("DFT", moved, node.inputs[1], np.array(1, np.int64), dtype=node.outputs[0].dtype, **attributes)
+    edit.replace(edit.op("Transpose", spectrum, perm=perm, dtype=node.outputs[0].dtype))
+    return True
+
+
 # -- uint32 arithmetic as int32 ----------------------------------------------------------------
 _U32, _I32, _F32, _BOOL = ir.DataType.UINT32, ir.DataType.INT32, ir.DataType.FLOAT, ir.DataType.BOOL
 _SAME_BITS = frozenset({"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "CumSum"})
@@ -267,6 +377,12 @@ def _uint32_as_int32(node: ir.Node, edit: _Editor) -> bool:
     amounts as a multiply; comparisons, Max/Min, right shifts by constant amounts and Mod on the
     value's two 16-bit halves, which float32 holds exactly (``_halves``). No op used here needs
     opset 18, so this also covers the bitwise ops' decomposition below it."""
+    if node.op_type == "Where" and node.domain == "" and node.outputs[0].dtype == _U32 and None not in node.inputs:
+        # (its Where of uint32 goes through int32 too: 4294967295 came out as 2147483647)
+        condition, a, b = node.inputs
+        result = edit.op("Where", condition, _as_int32(edit, a), _as_int32(edit, b), dtype=_I32)  # type: ignore[arg-type]
+        edit.replace(edit.op("Cast", result, to=_U32, dtype=_U32))
+        return True
     if node.domain != "" or not node.inputs or node.inputs[0] is None or node.inputs[0].dtype != _U32:
         return False
     op = node.op_type
@@ -433,7 +549,12 @@ def _uint32_bits(node: ir.Node, edit: _Editor) -> bool:
 
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "bool_equal_as_xor": _bool_equal_as_xor,
+    "greater_as_less": _greater_as_less,
+    "isnan_as_not_equal": _isnan_as_not_equal,
+    "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
+    "dft_in_float32": _dft_in_float32,
+    "dft_on_axis_one": _dft_on_axis_one,
     "gemm_as_matmul": _gemm_as_matmul,
     "expand_full_rank": _expand_full_rank,
     "range_as_cumsum": _range_as_cumsum,

@@ -98,10 +98,12 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         model_functions=False, scan_symbolic=True, scan_ticks=False,
         # its CPU plugin computes uint32 arithmetic (and int32 comparisons, Mod, shifts) through
         # float32 and keeps int64 in 32 bits; int32 Add/Mul/CumSum/bitwise ops wrap as they
-        # should, so uint32 is computed as int32 (CumSum too: not widened to int64); its
-        # Max/Min return the other operand for NaN
+        # should, so uint32 is computed as int32 (CumSum too: not widened to int64), and so is
+        # a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
+        # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("uint32_bits", "uint32_as_int32", "nan_propagating_max_min"),
+        rewrites=("uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
+                  "greater_as_less", "dft_in_float32", "dft_on_axis_one"),
         float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(
@@ -113,7 +115,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # constant counter (a fori_loop), on a MatMul of a Concat with a broadcast part and on
         # a float64 Gemm: the rewrites write each so that it runs (core/target_rewrites.py)
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("nan_propagating_max_min", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counter_scan_as_state", "gemm_as_matmul", "expand_full_rank"),
+        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counter_scan_as_state", "gemm_as_matmul", "expand_full_rank"),
         lacks={"Loop": "tract 0.23 has no Loop: a while_loop whose trip count depends on the data "
                        "has no Scan form; write it as a fori_loop or scan of static length"},
     ),

@@ -71,6 +71,50 @@ def test_causal_mask_of_symbolic_length_runs_on_every_runtime(runtime: str) -> N
     assert ("CumSum" in op_types(model)) == (runtime == "tract")
 
 
+def _spectra(x: jax.Array) -> tuple[jax.Array, ...]:
+    return jnp.fft.fft2(x), jnp.fft.ifft2(x).real, jnp.fft.fft(x, axis=0).imag
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+def test_ffts_along_every_axis_run_on_every_runtime(runtime: str) -> None:
+    # OpenVINO 2026.4 ignores DFT's axis input (it transforms along axis 1): its profile moves
+    # the axis there between two Transposes
+    assert_exports_match(_spectra, [("N", "M")], sizes={"N": [1, 8], "M": [6, 5]}, target=runtime, runtime=runtime)
+
+
+@pytest.mark.skipif(missing_reason("openvino") is not None, reason=str(missing_reason("openvino")))
+def test_float64_fft_runs_on_openvino_in_float32() -> None:
+    # it refuses a float64 DFT, and computes float64 in float32 anyway: the DFT is float32 there
+    from jax2onnx_nn.core.runtimes import run_model
+
+    x = np.random.default_rng(0).normal(size=(8, 6))
+    model = to_onnx(lambda v: jnp.fft.fft2(v).real, [(("N", "M"), np.float64)], target="openvino", enable_double_precision=True)
+    (got,) = run_model(model, [x], "openvino")
+    np.testing.assert_allclose(got, np.fft.fft2(x.astype(np.float32)).real, rtol=1e-5, atol=1e-5)
+
+
+_EDGES = [2.5, -2.5, 0.5, -0.5, 1.7, -1.7, 2.999, -0.999, 3e9, -3e9, 1e20, np.nan, np.inf, -np.inf, 2.0**31, 2.0**32 - 256]
+
+
+def _casts_and_comparisons(x: jax.Array, y: jax.Array) -> tuple[jax.Array, ...]:
+    return (x.astype(jnp.int32), x.astype(jnp.uint32), x.astype(jnp.uint8), x.astype(jnp.int8),
+            x > y, x >= y, x < y, x <= y, x == y, jnp.isnan(x), jnp.maximum(x, 0.5))
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_casts_and_comparisons_match_jax_on_every_runtime(runtime: str, dtype: type) -> None:
+    # JAX truncates toward zero, saturates out-of-range values and makes NaN 0. OpenVINO's
+    # Greater / GreaterOrEqual are true for NaN and its float -> uint32 Cast and uint32 Where
+    # saturate at 2**31 - 1; tract refuses IsNaN of float64: their profiles write these so
+    # that the numbers are JAX's
+    if runtime == "openvino" and dtype == np.float64:
+        pytest.skip("OpenVINO computes float64 in float32 (test_openvino_computes_float64_in_float32)")
+    x = np.array(_EDGES, dtype)
+    assert_exports_match(_casts_and_comparisons, [((16,), dtype)] * 2, input_values=[x, x[::-1].copy()],
+                         target=runtime, runtime=runtime, enable_double_precision=dtype == np.float64)
+
+
 _U32 = st.integers(0, 2**32 - 1)
 
 
