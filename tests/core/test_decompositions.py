@@ -112,6 +112,24 @@ def test_blocked_triangular_solve(n, dtype, flags):
                              enable_double_precision=dtype == np.float64, jit=True)
 
 
+@pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)])
+def test_blocked_lu(n, dtype):
+    """Above the unroll limit a square lu runs by blocks of columns (17: padded to 18; 40: to
+    42): Gaussian matrices (pivoting exercised), a zero column (getf2 skips the zero pivot,
+    det 0), a symbolic batch, and solve/det on top."""
+    assert n > decompositions.UNROLL_LIMIT
+    a = general(4, (2,), n, dtype=dtype, shift=0.0)
+    assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype), jit=True)
+    singular = a.copy()
+    singular[1, :, n // 2] = 0.0
+    assert_exports_match_on(lax.linalg.lu, singular, **_tol(dtype), jit=True)
+    assert_exports_match_on(jnp.linalg.det, singular[1], jit=True)
+    well = general(4, (2,), n, dtype=dtype)
+    assert_exports_match_on(jnp.linalg.solve, well, rhs(4, (2,), n, 2, dtype), **_tol(dtype), jit=True)
+    if dtype == np.float32:
+        assert_exports_match(lax.linalg.lu, [("B", n, n)], input_values=[a], rtol=1e-5, atol=1e-5, jit=True)
+
+
 def check_lu(shape, batch, dtype, seed):
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)  # pivoting is exercised
     assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype), jit=True)

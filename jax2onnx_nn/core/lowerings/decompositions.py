@@ -7,9 +7,9 @@ algorithm is a sequence of steps over the matrix size ``n``: for a static ``n`` 
 ``UNROLL_LIMIT`` the steps are unrolled (static slices, masks folded into constants); for a
 larger or symbolic ``n`` they become one ONNX ``Loop`` whose body is the same step on a traced
 index (``dynamic_slice`` reads, ``where`` writes), so the graph size does not grow with ``n``.
-``cholesky`` and ``triangular_solve`` above ``UNROLL_LIMIT`` are blocked instead: a Loop over
-blocks of columns (rows), each block unrolled on static slices and the rest updated by one
-MatMul.
+``cholesky``, ``triangular_solve`` and a square ``lu`` above ``UNROLL_LIMIT`` are blocked
+instead: a Loop over blocks of columns (rows), each block unrolled on static slices and the
+rest updated by one MatMul.
 
 Steps write through ``where`` with masks, never by multiplying with 0/1 masks, so inf and NaN
 stay where LAPACK puts them: a NaN in a row does not leak into the rows it is not added to.
@@ -135,6 +135,44 @@ def exact_cast(x: jax.Array, dtype: Any) -> jax.Array:
     """``x`` (integers held in a float) as the integer ``dtype``: one Cast (the generic rule
     saturates out-of-range values and NaN first, six more nodes)."""
     return _bare(_CAST, lambda x: x.astype(dtype), x)
+
+
+def take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
+    """The rows ``rows`` (..., r, 1) of ``x`` (..., m, c), one per matrix each: one ONNX
+    ``GatherElements`` (the generic gather rule clamps and checks the indices first)."""
+    return _bare(_TAKE_ROWS, lambda x, rows: jnp.take_along_axis(x, rows, axis=-2), x, rows)
+
+
+def put_row(x: jax.Array, p: jax.Array, row: jax.Array) -> jax.Array:
+    """``x`` (..., m, c) with its row ``p`` (..., 1, 1) replaced by ``row`` (..., 1, c): one
+    ONNX ``ScatterElements``."""
+    return _bare(_PUT_ROW, lambda x, p, row: jnp.where(lax.broadcasted_iota(p.dtype, x.shape, x.ndim - 2) == p, row, x), x, p, row)
+
+
+_TAKE_ROWS, _PUT_ROW = "linalg_take_rows", "linalg_put_row"
+
+
+def _row_index(ctx: LoweringContext, index: ir.Value, dims: Sequence[Any]) -> ir.Value:
+    """An index (..., r, 1) as the int64 (..., r, c) GatherElements/ScatterElements need; an
+    ArgMax's int64 result is used directly, not through its Cast to JAX's index type."""
+    producer = index.producer()
+    if producer is not None and producer.op_type == "Cast" and producer.inputs[0].dtype == ir.DataType.INT64:
+        index = producer.inputs[0]
+    return ctx.expand(ctx.cast(index, np.int64), dims)
+
+
+@lowering(_TAKE_ROWS, onnx_ops=("GatherElements", "Expand", "Cast"))
+def _linalg_take_rows(ctx: LoweringContext, x: ir.Value, rows: ir.Value, *, body: Any) -> ir.Value:
+    del body  # take_along_axis on in-range indices
+    rank = len(ctx.avals_in[0].shape)
+    return ctx.op.GatherElements(x, _row_index(ctx, rows, ctx.aval_out.shape), axis=rank - 2)
+
+
+@lowering(_PUT_ROW, onnx_ops=("ScatterElements", "Expand", "Cast"))
+def _linalg_put_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, row: ir.Value, *, body: Any) -> ir.Value:
+    del body  # the row written at an in-range index
+    rank = len(ctx.avals_in[0].shape)
+    return ctx.op.ScatterElements(x, _row_index(ctx, p, ctx.avals_in[2].shape), row, axis=rank - 2)
 
 
 _SELECT, _PICK, _ARGMAX, _CAST = "linalg_select", "linalg_pick", "linalg_first_argmax", "linalg_exact_cast"
@@ -281,7 +319,7 @@ def _cholesky_columns(a: jax.Array) -> jax.Array:
 @lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "ReduceMax", "Where", "Scan", "Loop"))
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
-    return lower_as_jax(ctx, cholesky, [a])
+    return lower_as_jax(ctx, cholesky, [a], cache_key=("cholesky", UNROLL_LIMIT))
 
 
 # -- triangular_solve --------------------------------------------------------------------------
@@ -383,50 +421,101 @@ def triangular_solve(
 
 @lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "Scan", "Loop"))
 def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
-    return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params), [a, b])
+    key = ("triangular_solve", UNROLL_LIMIT, *sorted(params.items()))
+    return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params), [a, b], cache_key=key)
 
 
 # -- lu ----------------------------------------------------------------------------------------
 def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """LU with partial pivoting of ``a`` (..., m, n) as ``getrf``: (lu, pivots, permutation).
-    Unrolled for static sizes up to ``UNROLL_LIMIT``, one Loop step per column otherwise."""
+    Unrolled for static sizes up to ``UNROLL_LIMIT``, blocked for a larger static square
+    matrix, one Loop step per column otherwise."""
     m, n = a.shape[-2], a.shape[-1]
-    if jxi.is_symbolic_dim(m) or jxi.is_symbolic_dim(n) or max(m, n) > UNROLL_LIMIT or min(m, n) == 0:
+    if jxi.is_symbolic_dim(m) or jxi.is_symbolic_dim(n) or min(m, n) == 0:
         return _lu_columns(a)
+    if max(m, n) > UNROLL_LIMIT:
+        return _lu_blocked(a) if m == n else _lu_columns(a)
     # the permutation rides along as one more column (row ids, exact in a float), so each
     # row swap moves it with the row
     ids = jnp.broadcast_to(_ids(m).astype(a.dtype)[:, None], (*a.shape[:-1], 1))
-    work, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
+    done, rest, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
+    work = jnp.concatenate([done, rest], axis=-2) if rest.shape[-2] else done
     pivots = jnp.concatenate(pivots, axis=-1)[..., 0, :].astype(jnp.int32)
     return work[..., :n], pivots, exact_cast(work[..., n], jnp.int32)
 
 
-def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, list[jax.Array]]:
+def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
     """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``n`` columns
-    are eliminated, all ``c`` are swapped. Returns work and each step's pivot row (..., 1, 1)."""
-    m = work.shape[-2]
-    rows, cols = _ids(m)[:, None], _ids(work.shape[-1])[None, :]
-    one = jnp.ones((), work.dtype)
-    pivots = []
+    are eliminated, all ``c`` are swapped. Each step takes its pivot row out (one Gather),
+    puts the first row in its place (one Scatter) and eliminates the rows left, so no step
+    masks a whole matrix. Returns (the pivot rows (..., steps, c), the rows left, each
+    step's pivot row index (..., 1, 1))."""
+    done, pivots = [], []
     for j in range(steps):
-        if j == m - 1:  # one row left: it is its own pivot, nothing below it
+        if work.shape[-2] == 1:  # one row left: it is its own pivot, nothing below it
+            done.append(work)
             pivots.append(jnp.full((*work.shape[:-2], 1, 1), j, jnp.int32))
+            work = work[..., 1:, :]
             break
         col = work[..., :, j : j + 1]
-        # the first row of largest magnitude at or below j; NaN (-1) only if nothing else is
-        magnitude = where(rows >= j, where(col == col, jnp.abs(col), -1.0), -2.0)
-        p = first_argmax(magnitude, -2)  # (..., 1, 1)
-        pivots.append(p)
-        is_p = rows == p
-        row_p, row_j = _pick(work, is_p, -2), work[..., j : j + 1, :]
-        work = where(rows == j, row_p, where(is_p, row_j, work))
-        pivot = row_p[..., j : j + 1]
-        multipliers = work[..., :, j : j + 1] / where(pivot == 0, one, pivot)  # getf2 skips a zero pivot
-        under = rows > j
+        # the first row of largest magnitude; NaN (-1) only if nothing else is left
+        p = first_argmax(where(col == col, jnp.abs(col), -1.0), -2)  # (..., 1, 1)
+        pivots.append(p + j)
+        row = take_rows(work, p)
+        done.append(row)
+        work = put_row(work, p, work[..., :1, :])[..., 1:, :]
+        pivot = row[..., j : j + 1]
+        multipliers = work[..., :, j : j + 1] / where(pivot == 0, 1.0, pivot)  # getf2 skips a zero pivot
+        parts = [work[..., :, :j], multipliers]
         if j + 1 < n:
-            work = where(under & (cols > j) & (cols < n), work - multipliers * row_p, work)
-        work = where(under & (cols == j), multipliers, work)
-    return work, pivots
+            parts.append(work[..., :, j + 1 : n] - multipliers * row[..., j + 1 : n])
+        parts.append(work[..., :, n:])
+        work = jnp.concatenate([x for x in parts if x.shape[-1]], axis=-1)
+    return jnp.concatenate(done, axis=-2), work, pivots
+
+
+def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Blocked right-looking LU of a square ``a`` of static size n > BLOCK: a Loop over blocks
+    of b columns. A trip factors the panel (the trailing matrix's first b columns) unrolled
+    (``_lu_panel``), gathers the rest of the rows into the panel's row order, solves the
+    block row of U with the panel's unit-lower block (``_forward_unrolled``), and updates
+    the trailing matrix with one MatMul. The trailing matrix keeps all columns, rotated so
+    the panel comes first: [trailing | the L columns done (later swaps still move them) |
+    the permutation]; it loses b rows a trip, padded back with NaN rows at the bottom, which
+    a pivot search never picks over a number or an earlier NaN. ``a`` is padded to a
+    multiple of b the same way (zero columns, NaN rows): the padding only meets itself."""
+    n = int(a.shape[-1])
+    blocks = -(-n // BLOCK)
+    b = -(-n // blocks)
+    size = blocks * b
+    batch = [(0, 0, 0)] * (a.ndim - 2)
+    nan = jnp.asarray(np.nan, a.dtype)
+    a = lax.pad(a, jnp.zeros((), a.dtype), [*batch, (0, 0, 0), (0, size - n, 0)])
+    a = lax.pad(a, nan, [*batch, (0, size - n, 0), (0, 0, 0)])
+    ids = jnp.broadcast_to(_ids(size).astype(a.dtype)[:, None], (*a.shape[:-1], 1))
+    rest_cols = _ids(size - b + 1)[None, :]
+
+    def trip(work: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        done, below, pivots = _lu_panel(jnp.concatenate([work[..., :b], ids], axis=-1), b, b)
+        panel = jnp.concatenate([done, below], axis=-2)
+        rest = take_rows(work[..., b:], exact_cast(panel[..., b:], jnp.int32))
+        trailing = rest_cols < size - (k + 1) * b  # the columns of U still to come
+        u = where(trailing, _forward_unrolled(panel[..., :b, :b], rest[..., :b, :], unit_diagonal=True), rest[..., :b, :])
+        below = panel[..., b:, :b]
+        rest = where(trailing, rest[..., b:, :] - below @ u, rest[..., b:, :])
+        work = jnp.concatenate([rest[..., : size - b], below, rest[..., size - b :]], axis=-1)
+        work = lax.pad(work, nan, [*batch, (0, b, 0), (0, 0, 0)])
+        done = jnp.concatenate([panel[..., :b, :b], u], axis=-1)  # (..., b, size + 1)
+        return work, (done, jnp.concatenate(pivots, axis=-1) + k * b)
+
+    work = jnp.concatenate([a, ids], axis=-1)
+    _, (done, pivots) = lax.scan(trip, work, jnp.arange(blocks, dtype=jnp.int32))
+    done = jnp.moveaxis(done, 0, -3)  # (..., blocks, b, size + 1), block k's columns rotated by k*b
+    perm = exact_cast(done[..., size].reshape((*done.shape[:-3], size)), jnp.int32)
+    columns = _rows_of_blocks(_mT(done[..., :size]), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
+    packed = _mT(columns).reshape((*done.shape[:-3], size, size))
+    pivots = jnp.moveaxis(pivots, 0, -3).reshape((*done.shape[:-3], size)).astype(jnp.int32)
+    return packed[..., :n, :n], pivots[..., :n], perm[..., :n]
 
 
 def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -462,10 +551,10 @@ def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return work, pivots[..., 0, :], perm[..., 0]
 
 
-@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Where", "ReduceSum", "ReduceMax", "ReduceMin", "Div", "Mul", "Sub", "Squeeze", "Loop"))
+@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
-    return lower_as_jax(ctx, lu, [a])
+    return lower_as_jax(ctx, lu, [a], cache_key=("lu", UNROLL_LIMIT))
 
 
 def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array:
