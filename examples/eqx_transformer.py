@@ -2,8 +2,9 @@
 position embeddings (RoPE, applied to the heads through ``process_heads``), and an MLP.
 
 Exported for a symbolic batch of sequences at opset 23, where RMSNorm is one
-``RMSNormalization`` node; the projections are Gemm/MatMul over the batch, the attention core
-is MatMul / Where (the causal mask) / Softmax / MatMul, and RoPE is its rotate-half formula.
+``RMSNormalization`` node and RoPE one ``RotaryEmbedding`` for queries and one for keys
+(every head of every example at once); the projections are Gemm/MatMul over the batch and the
+attention core is MatMul / Where (the causal mask) / Softmax / MatMul.
 Run ``python -m examples.eqx_transformer [out.onnx]``.
 """
 
