@@ -80,6 +80,9 @@ def _in_order(w: jax.Array, *vectors: jax.Array) -> tuple:
     order = jnp.argsort(jnp.real(w) + 0.37 * jnp.imag(w), axis=-1)
     out = [jnp.take_along_axis(w, order, axis=-1)]
     for v in vectors:
+        if v.shape[-1] == 0:  # no vector to order (argmax of an empty column is undefined)
+            out.append(v)
+            continue
         v = jnp.take_along_axis(v, jnp.broadcast_to(order[..., None, :], v.shape), axis=-1)
         lead = jnp.take_along_axis(v, jnp.argmax(jnp.abs(v), axis=-2, keepdims=True), axis=-2)
         out.append(v * jnp.conj(lead) / jnp.abs(lead))
