@@ -79,7 +79,7 @@ def test_symbolic_batch_and_length(name, x64):
 
 @pytest.mark.parametrize("opset", [13, 16])
 @pytest.mark.parametrize("x64", [False, True])
-@pytest.mark.parametrize("name", _params(["fft", "ifft", "rfft", "irfft", "rfft2", "irfft2", "hfft"], {"fft", "ifft", "rfft", "irfft", "irfft2"}))
+@pytest.mark.parametrize("name", _params(["fft", "ifft", "rfft", "irfft", "rfft2", "irfft2", "hfft"], {"fft", "irfft"}))
 def test_symbolic_length_below_opset_17_is_a_matrix_built_at_run_time(name, x64, opset):
     # no DFT before opset 17: the cos/sin matrices come from the length at run time, in float64
     fn = {**ONE_AXIS, **MANY_AXES}[name]

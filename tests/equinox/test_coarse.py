@@ -321,12 +321,12 @@ def test_rope(size: int, seq: int, theta: float, batch: bool) -> None:
     assert "Tile" not in node_ops(model) and "Split" in node_ops(model)
 
 
-@pytest.mark.parametrize("opset", [23, MAX_OPSET])
-@settings(max_examples=4)
-@given(size=st.sampled_from([2, 8]), seq=st.integers(1, 5), theta=st.sampled_from([10_000.0, 500.0]), batch=BATCH)
-def test_rope_is_onnx_rotary_embedding_from_opset_23(opset: int, size: int, seq: int, theta: float, batch: bool) -> None:
+@settings(max_examples=3)
+@given(size=st.sampled_from([2, 8]), seq=st.integers(1, 5), theta=st.sampled_from([10_000.0, 500.0]), batch=BATCH,
+       opset=st.sampled_from([23, MAX_OPSET]))
+def test_rope_is_onnx_rotary_embedding_from_opset_23(size: int, seq: int, theta: float, batch: bool, opset: int) -> None:
     rope = eqx.nn.RotaryPositionalEmbedding(size, theta)
-    model = assert_module_matches(rope, [(seq, size)], batch=batch, sizes={"B": [0, 1, 3]} if batch else None, opset=opset)
+    model = assert_module_matches(rope, [(seq, size)], batch=batch, sizes={"B": [0, 2]} if batch else None, opset=opset)
     assert node_ops(model).count("RotaryEmbedding") == 1 and "Split" not in node_ops(model)
 
 
@@ -336,15 +336,13 @@ def test_rope_over_vmapped_heads_is_one_rotary_embedding() -> None:
     model = assert_exports_match(per_head, [("B", 6, 3, 4)], sizes={"B": [0, 1, 2]}, opset=23)
     # on [B, seq, heads * size] with num_heads: the Transposes vmap made are gone
     assert node_ops(model).count("RotaryEmbedding") == 1 and "Transpose" not in node_ops(model)
-    with x64(True):  # float64: onnxruntime's RotaryEmbedding has float32 / float16 kernels only
-        model = assert_module_matches(eqx.nn.RotaryPositionalEmbedding(4, dtype=jnp.float64), [(3, 4)], batch=True, enable_double_precision=True, opset=23)
-    assert "RotaryEmbedding" not in node_ops(model)
 
 
 def test_rope_float64() -> None:
-    with x64(True):
+    with x64(True):  # at opset 23 too: onnxruntime's RotaryEmbedding has float32 / float16 kernels only
         rope = eqx.nn.RotaryPositionalEmbedding(4, dtype=jnp.float64)
-        assert_module_matches(rope, [(3, 4)], batch=True, enable_double_precision=True)
+        model = assert_module_matches(rope, [(3, 4)], batch=True, enable_double_precision=True, opset=23)
+    assert "RotaryEmbedding" not in node_ops(model) and "Split" in node_ops(model)
 
 
 # -- GRU / LSTM cells -----------------------------------------------------------------------
