@@ -44,6 +44,7 @@ def gp_mean(a: jax.Array, b: jax.Array) -> jax.Array:
 
 CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "eigvals": lambda a, b: jnp.linalg.eigvals(a),
+    "qr": lambda a, b: jnp.linalg.qr(a),
     "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
     "trsm": lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
     "lu": lambda a, b: lax.linalg.lu(a),

@@ -348,6 +348,7 @@ def test_degenerate_inputs_as_jax(name, dtype):
     (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 22),
     (lambda a: lax.linalg.lu(a), 80),
     (lambda a: jnp.linalg.solve(a, a[..., :1]), 130),
+    (lambda a: lax.linalg.qr(a), 135),
 ])
 def test_small_graphs(fn, limit):
     """A 4x4 factorization is a few dozen nodes."""

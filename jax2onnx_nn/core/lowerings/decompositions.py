@@ -124,6 +124,12 @@ def _masked_sum(hits: jax.Array, x: jax.Array, *, axis: int) -> jax.Array:
     return jnp.sum(jnp.where(hits, x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True, dtype=x.dtype)
 
 
+def sum_keepdims(x: jax.Array, axis: int) -> jax.Array:
+    """``jnp.sum(x, axis, keepdims=True)`` as one ``ReduceSum`` (the generic rule drops the
+    axis and adds it back with an Unsqueeze)."""
+    return _bare(_SUM, lambda x, axis: jnp.sum(x, axis=axis, keepdims=True), x, axis=axis % x.ndim)
+
+
 def first_argmax(x: jax.Array, axis: int) -> jax.Array:
     """The index of the first largest entry along ``axis`` of an ``x`` without NaN, kept as a
     size-1 axis: one ONNX ``ArgMax`` and a Cast to JAX's index type (the generic rule's NaN
@@ -175,7 +181,7 @@ def _linalg_put_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, row: ir.Valu
     return ctx.op.ScatterElements(x, _row_index(ctx, p, ctx.avals_in[2].shape), row, axis=rank - 2)
 
 
-_SELECT, _PICK, _ARGMAX, _CAST = "linalg_select", "linalg_pick", "linalg_first_argmax", "linalg_exact_cast"
+_SELECT, _PICK, _SUM, _ARGMAX, _CAST = "linalg_select", "linalg_pick", "linalg_sum", "linalg_first_argmax", "linalg_exact_cast"
 
 
 @lowering(_SELECT, onnx_ops=("Where",))
@@ -189,6 +195,12 @@ def _linalg_pick(ctx: LoweringContext, hits: ir.Value, x: ir.Value, *, body: Any
     del body  # _masked_sum
     masked = ctx.op.Where(hits, x, ctx.const(np.zeros((), onnx_aval(ctx.avals_in[1])[0])))
     return ctx.op.ReduceSum(masked, ctx.ints([axis]), keepdims=1)
+
+
+@lowering(_SUM, onnx_ops=("ReduceSum",))
+def _linalg_sum(ctx: LoweringContext, x: ir.Value, *, body: Any, axis: int) -> ir.Value:
+    del body  # jnp.sum with keepdims
+    return ctx.op.ReduceSum(x, ctx.ints([axis]), keepdims=1)
 
 
 @lowering(_ARGMAX, onnx_ops=("ArgMax", "Cast"))
@@ -686,9 +698,13 @@ def geqp3(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: bool | None = None) -> tuple[jax.Array, ...]:
     """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n);
     with ``pivoting`` also the column permutation p (a[..., p] = q r), zeros when a is empty
-    (as JAX)."""
+    (as JAX). Without pivoting, a static size up to ``UNROLL_LIMIT`` runs on shrinking
+    blocks (``_qr_unrolled``); otherwise ``geqrf`` and ``householder_product``."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
+    static = not any(jxi.is_symbolic_dim(d) for d in a.shape[-2:])
+    if not pivoting and unroll is not False and static and 0 < k and max(m, n) <= UNROLL_LIMIT:
+        return _qr_unrolled(a, full_matrices=full_matrices)
     if pivoting:
         packed, perm, taus = geqp3(a)
         if not jxi.is_symbolic_dim(k) and k == 0:
@@ -699,6 +715,61 @@ def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: boo
     columns, r = (m, r) if full_matrices else (k, r[..., :k, :])
     q = householder_product(packed, taus, columns, unroll=unroll)
     return (q, r, perm) if pivoting else (q, r)
+
+
+def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.Array]:
+    """``qr`` of a small static ``a`` (..., m, n) on shrinking blocks, no masks: step j
+    reflects the trailing block a[j:, j:] (``dlarfg``'s reflector, as ``reflector``) and
+    leaves R's row j; Q is accumulated backward on the growing block Q[j:, j:] (``orgqr``).
+    The reflector v = [1; w] is never formed: v^T X = X's first row + w^T X's other rows."""
+    m, n = int(a.shape[-2]), int(a.shape[-1])
+    k = min(m, n)
+    batch = [(0, 0, 0)] * (a.ndim - 2)
+    zero = jnp.zeros((), a.dtype)
+    block, rows, reflectors = a, [], []
+    for _ in range(k):
+        x = block[..., :, :1]
+        alpha = x[..., :1, :]
+        if block.shape[-2] == 1:  # no tail: no reflection (tau = 0), as dlarfg on one entry
+            rows.append(block)
+            break
+        tail = x[..., 1:, :]
+        squares = x * x
+        trivial = sum_keepdims(squares[..., 1:, :], -2) == 0
+        norm = jnp.sqrt(sum_keepdims(squares, -2))
+        beta = where(alpha >= 0, -norm, norm)
+        tau = where(trivial, zero, (beta - alpha) / beta)
+        w = tail / where(trivial, jnp.ones((), a.dtype), alpha - beta)
+        head = where(trivial, alpha, beta)
+        reflectors.append((w, tau))
+        if block.shape[-1] > 1:
+            top, bottom = block[..., :1, 1:], block[..., 1:, 1:]
+            scaled = tau * (top + _mT(w) @ bottom)  # tau v^T (the block's other columns)
+            rows.append(jnp.concatenate([head, top - scaled], axis=-1))
+            block = bottom - w * scaled
+        else:
+            rows.append(head)
+            block = block[..., 1:, 1:]
+    # R: row j starts at column j
+    r = jnp.concatenate([lax.pad(row, zero, [*batch, (0, 0, 0), (j, 0, 0)]) for j, row in enumerate(rows)], axis=-2)
+    if full_matrices and m > k:
+        r = lax.pad(r, zero, [*batch, (0, m - k, 0), (0, 0, 0)])
+    columns = m if full_matrices else k
+    # Q[j:, j:] = H_j diag(1, Q[j+1:, j+1:]), from the identity below the last reflector
+    q = None
+    if columns > len(reflectors):
+        size = m - len(reflectors)
+        eye = np.eye(size, columns - len(reflectors))
+        q = jnp.broadcast_to(jnp.asarray(eye, a.dtype), (*a.shape[:-2], *eye.shape))
+    for w, tau in reversed(reflectors):
+        if q is None:
+            top, bottom = 1 - tau, -tau * w
+        else:
+            scaled = tau * (_mT(w) @ q)  # tau v^T diag(1, q), its columns past the first
+            top = jnp.concatenate([1 - tau, -scaled], axis=-1)
+            bottom = jnp.concatenate([-tau * w, q - w * scaled], axis=-1)
+        q = jnp.concatenate([top, bottom], axis=-2)
+    return q, r
 
 
 @lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
@@ -713,7 +784,7 @@ def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **pa
     return lower_as_jax(ctx, householder_product, [a, taus])
 
 
-@lowering("qr", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Abs", "Max", "Where", "ReduceSum", "Loop"))
+@lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Loop"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices, pivoting=pivoting), [a])
