@@ -18,6 +18,7 @@ from jax2onnx_nn.core.graph import mark_required, set_type
 from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
+from jax2onnx_nn.core.symbolic import same_dim
 
 OnnxType = tuple[np.dtype, tuple[Any, ...]]
 _BOOL_SCALAR: OnnxType = (np.dtype(np.bool_), ())
@@ -242,7 +243,7 @@ def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
 
 # -- scan -------------------------------------------------------------------------------------
 
-@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub", "Add", "Range", "GRU", "LSTM", "RNN", "Unsqueeze", "If", "Equal", "ConstantOfShape"), key_data=True)
+@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub", "Add", "Range", "GRU", "LSTM", "RNN", "Unsqueeze", "If", "Equal", "Or", "ConstantOfShape"), key_data=True)
 def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object) -> list[ir.Value]:
     num_consts, num_carry = jxi.scan_counts(params)
     consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]
@@ -310,19 +311,28 @@ def _cells_over_sequence(
 ) -> list[ir.Value] | None:
     """A body of recurrent cell steps (ONNX GRU / LSTM / RNN of one step, stacked) as the cells
     run over the whole sequence, one node each instead of a loop of steps (onnxruntime's
-    Scan and Loop cost microseconds per step); None for any other body. A length that may be
-    0 at run time is guarded by an If: onnxruntime aborts the process on an empty GRU."""
+    Scan and Loop cost microseconds per step); None for any other body. A length or batch
+    that may be 0 at run time is guarded by an If: onnxruntime aborts the process on a GRU
+    of length 0 and on a GRU or LSTM of batch 0."""
     stack = rnn.stacked_cells(body.builder.nodes, carries, slices, outs)
     if stack is None:
         return None
-    if not jxi.is_symbolic_dim(length):
+    dims: list[Any] = [length] if jxi.is_symbolic_dim(length) else []
+    if stack.axes == (0,):  # states [N, hidden]
+        for k in sorted({k for states in stack.states for k in states}):
+            batch = ctx.avals_out[k].shape[0]
+            if jxi.is_symbolic_dim(batch) and not any(same_dim(batch, d) for d in dims):
+                dims.append(batch)
+    if not dims:
         return rnn.run_stack(ctx, stack, init, reverse=reverse)
     types = _types(ctx.avals_out)
     empty = ctx.body("then_branch")
     then_graph = _set_outputs(empty, [*init, *[empty.zeros(a) for a in ctx.avals_out[len(init):]]], types)
     full = ctx.body("else_branch")
     else_graph = _set_outputs(full, rnn.run_stack(full, stack, init, reverse=reverse), types)
-    is_empty = ctx.op.Equal(ctx.dim_scalar(length), ctx.ints(0))
+    is_empty = ctx.op.Equal(ctx.dim_scalar(dims[0]), ctx.ints(0))
+    for d in dims[1:]:
+        is_empty = ctx.op.Or(is_empty, ctx.op.Equal(ctx.dim_scalar(d), ctx.ints(0)))
     return _node(ctx, "If", [is_empty], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
 
 
