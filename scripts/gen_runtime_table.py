@@ -1,4 +1,4 @@
-"""Regenerate the README's "Runtime support" table: the benchmark models on every runtime.
+"""Regenerate the README's "Runtime support" table: every example and benchmark model on every runtime.
 
     python scripts/gen_runtime_table.py           # rewrite README.md from tests/runtime_matrix.txt
     python scripts/gen_runtime_table.py --check   # exit 1 if README.md is stale
@@ -6,45 +6,232 @@
                                                   # with that runtime's target profile, rewrite the
                                                   # record, then README.md
 
-Each model comes from benchmarks/models.py, is exported with ``target=<runtime>`` and checked
-with ``verify(..., runtime=<runtime>)`` against JAX at the default tolerances. Never edit the
-table by hand.
+Each model (a :class:`Case`: benchmarks/models.py's models, then the examples/*.py models that
+are not one of them, at the example's own small sizes) is exported with ``target=<runtime>`` and
+checked with ``verify(..., runtime=<runtime>)`` against JAX at the default tolerances, on each of
+the case's runs (sizes of its symbolic dims, or concrete inputs). Never edit the table by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import pathlib
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's package, examples and benchmarks (not an installed one)
 BEGIN = "<!-- runtime-table:begin -->"
 END = "<!-- runtime-table:end -->"
 README = ROOT / "README.md"
 RECORD = ROOT / "tests" / "runtime_matrix.txt"
-MODELS = ("jax_mlp", "flax_mlp", "cnn", "eqx_mlp", "eqx_transformer", "eqx_vit", "vit", "gru", "heat_fori", "heat_while", "gpt2_small")
+BENCHMARKS = ("jax_mlp", "flax_mlp", "cnn", "eqx_mlp", "eqx_transformer", "eqx_vit", "vit", "gru", "heat_fori", "heat_while", "gpt2_small")
 RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
+
+
+@dataclass
+class Case:
+    """One model of the matrix: the JAX callable, how it is exported for a target, its input
+    specs and the ``verify`` keyword arguments of each checked run (sizes or concrete values)."""
+
+    source: str
+    reference: Callable[..., Any]
+    export: Callable[[str], Any]
+    specs: list[Any]
+    runs: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    jit: bool = True
+
+
+def _benchmark(name: str) -> Case:
+    import benchmarks.models as models
+    from jax2onnx_nn import to_onnx
+
+    fn, specs, options = getattr(models, name)()
+    return Case("benchmarks/models.py", fn, lambda target: to_onnx(fn, specs, target=target, **options), specs)
+
+
+def _example(name: str) -> Any:
+    return importlib.import_module(f"examples.{name}")
+
+
+def _eqx(name: str, module: Any, inputs: list[Any], reference: Any = None, sizes: dict[str, list[int]] | None = None, **options: Any) -> Case:
+    """An Equinox example exported with ``batch=True`` (a symbolic ``B``) and checked vmapped."""
+    import equinox as eqx
+
+    from jax2onnx_nn.equinox import export_onnx
+
+    batched = [(("B", *spec[0]), *spec[1:]) if spec and isinstance(spec[0], tuple) else ("B", *spec) for spec in inputs]
+    reference = reference if reference is not None else jax.vmap(eqx.nn.inference_mode(module))
+    return Case(f"examples/{name}.py", reference, lambda target: export_onnx(module, inputs, batch=True, target=target, **options),
+                batched, [{"sizes": sizes or {"B": [1, 3]}}])
+
+
+def _flax(name: str, model: Any, specs: list[Any], sizes: dict[str, list[int]], **options: Any) -> Case:
+    from jax2onnx_nn import to_onnx
+    from jax2onnx_nn.flax import mode_copy
+
+    return Case(f"examples/{name}.py", mode_copy(model), lambda target: to_onnx(model, specs, target=target, **options), specs, [{"sizes": sizes}])
+
+
+def _function(name: str, fn: Any, specs: list[Any], runs: list[dict[str, Any]], *, jit: bool = True, **options: Any) -> Case:
+    from jax2onnx_nn import to_onnx
+
+    return Case(f"examples/{name}.py", fn, lambda target: to_onnx(fn, specs, target=target, **options), specs, runs, jit)
+
+
+def eqx_bert() -> Case:
+    import equinox as eqx
+
+    m = _example("eqx_bert")
+    bert = m.BertClassifier(jax.random.key(0))
+    case = _eqx("eqx_bert", bert, m.INPUTS)
+    case.reference = jax.vmap(eqx.nn.inference_mode(bert))
+    case.runs = [{"input_values": m.example_batch(batch, padded=padded)} for batch, padded in [(1, False), (3, True)]]
+    return case
+
+
+def eqx_cnn() -> Case:
+    m = _example("eqx_cnn")
+    model, state = m.build()
+    return _eqx("eqx_cnn", model, [(1, 28, 28)], m.reference(model, state), state=state)
+
+
+def eqx_dcgan_generator() -> Case:
+    m = _example("eqx_dcgan")
+    generator, g_state, _, _ = m.build()
+    return _eqx("eqx_dcgan", generator, [(m.LATENT,)], m.reference(generator, g_state), state=g_state)
+
+
+def eqx_dcgan_discriminator() -> Case:
+    m = _example("eqx_dcgan")
+    _, _, discriminator, d_state = m.build()
+    return _eqx("eqx_dcgan", discriminator, [(m.CHANNELS, m.SIZE, m.SIZE)], m.reference(discriminator, d_state), state=d_state)
+
+
+def eqx_neural_ode() -> Case:
+    from jax2onnx_nn.core.jax_internals import x64
+
+    m = _example("eqx_neural_ode")
+    with x64(True):
+        model = m.build()
+    return _eqx("eqx_neural_ode", model, [(m.STATE,)], jax.vmap(model), enable_double_precision=True)
+
+
+def eqx_rnn() -> Case:
+    m = _example("eqx_rnn")
+    model = m.SequenceModel(jax.random.key(0))
+    return _eqx("eqx_rnn", model, [(m.STEPS, m.FEATURES)], jax.vmap(model))
+
+
+def eqx_unet() -> Case:
+    m = _example("eqx_unet")
+    model = m.build()
+    return _eqx("eqx_unet", model, [(), (m.CHANNELS, m.SIZE, m.SIZE)], m.reference(model), opset=21)
+
+
+def flax_autoencoder() -> Case:
+    from flax import nnx
+
+    m = _example("flax_autoencoder")
+    return _flax("flax_autoencoder", m.AutoEncoder(rngs=nnx.Rngs(0)), m.IMAGES, {"B": [1, 6]})
+
+
+def flax_cnn() -> Case:
+    from flax import nnx
+
+    m = _example("flax_cnn")
+    return _flax("flax_cnn", m.CNN(rngs=nnx.Rngs(0)), m.IMAGES, {"B": [1, 8]})
+
+
+def flax_mlp_functions() -> Case:
+    from flax import nnx
+
+    m = _example("flax_mlp_functions")
+    return _flax("flax_mlp_functions", m.MyModel(256, rngs=nnx.Rngs(0)), [(100, 256)], {})
+
+
+def gamma_sampling() -> Case:
+    m = _example("gamma_sampling")
+    counts = np.random.default_rng(0).poisson(3.0, size=(4, 12)).astype(np.float32)
+    key_data = np.asarray(jax.random.key_data(jax.random.key(0)))
+    return _function("gamma_sampling", m.posterior_rates, [m.KEY, m.COUNTS], [{"input_values": [key_data, counts]}])
+
+
+def gaussian_process() -> Case:
+    m = _example("gaussian_process")
+    x, y = m.training_data()
+    runs = [{"input_values": [x, y, np.linspace(-2.5, 2.5, n)[:, None], np.float64(0.7), np.float64(1.0), np.float64(0.01)]} for n in (1, 50)]
+    return _function("gaussian_process", m.gp_posterior, m.SPECS, runs, enable_double_precision=True)
+
+
+def heat_equation() -> Case:
+    from jax2onnx_nn.core.jax_internals import x64
+
+    m = _example("heat_equation")
+    specs = [(("N",), "float64"), ((), "float64"), ((), "float64")]
+    with x64(True):
+        runs = [{"input_values": [np.asarray(m.initial_condition(n)), np.float64(0.5), np.float64(0.02)]} for n in (11, 41)]
+    return _function("heat_equation", m.heat_solve, specs, runs, enable_double_precision=True, constraints=("N >= 3",))
+
+
+def spectral_poisson() -> Case:
+    m = _example("spectral_poisson")
+    runs = [{"input_values": [m.manufactured(n)[0], np.float64(2 * np.pi)]} for n in (8, 15)]
+    return _function("spectral_poisson", m.poisson_solve, m.SPECS, runs, enable_double_precision=True)
+
+
+# Examples that are not already a benchmark model (eqx_mlp, eqx_transformer, eqx_vit,
+# flax_gpt2 (gpt2_small), flax_gru (gru), flax_mlp and flax_vit (vit) are).
+EXAMPLES = {f.__name__: f for f in (
+    eqx_bert, eqx_cnn, eqx_dcgan_generator, eqx_dcgan_discriminator, eqx_neural_ode, eqx_rnn, eqx_unet,
+    flax_autoencoder, flax_cnn, flax_mlp_functions, gamma_sampling, gaussian_process, heat_equation, spectral_poisson,
+)}
+MODELS = BENCHMARKS + tuple(EXAMPLES)
+# the example file of a model whose name is not the file's (the benchmark models that are an
+# example's model are exported as the example exports it)
+EXAMPLE_OF = {"flax_mlp": "flax_mlp", "eqx_mlp": "eqx_mlp", "eqx_transformer": "eqx_transformer", "eqx_vit": "eqx_vit",
+              "vit": "flax_vit", "gru": "flax_gru", "gpt2_small": "flax_gpt2",
+              "eqx_dcgan_generator": "eqx_dcgan", "eqx_dcgan_discriminator": "eqx_dcgan"}
+
+
+def case(model_name: str) -> Case:
+    return EXAMPLES[model_name]() if model_name in EXAMPLES else _benchmark(model_name)
+
+
+def _gist(message: str) -> str:
+    """An error's first line, and where that only introduces what follows (``...:``), the first
+    line that says something itself (OpenVINO's reason, a ConversionError's source line)."""
+    lines = [line.strip() for line in message.replace(str(ROOT) + "/", "").splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    said = next((line for line in lines[1:] if not line.endswith(":")), "") if lines[0].endswith(":") else ""
+    return (f"{lines[0]} {said}" if said else lines[0])[:240]
 
 
 def check_pair(model_name: str, runtime: str) -> str:
     """``ok`` or ``fails: <first line of the error>`` for one (model, runtime) pair."""
-    sys.path.insert(0, str(ROOT))
-    import benchmarks.models as models
-    from jax2onnx_nn import to_onnx, verify
-
-    fn, specs, options = getattr(models, model_name)()
-    try:
-        model = to_onnx(fn, specs, target=runtime, **options)
-        report = verify(fn, model, specs, runtime=runtime, jit=True)
-    except Exception as err:  # noqa: BLE001 - the table records what the runtime says
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return f"fails: {type(err).__name__}: {first[:140]}"
-    if report.ok:
-        return "ok"
+    from jax2onnx_nn import verify
     from jax2onnx_nn.core.targets import get_target
 
-    cause = "" if get_target(runtime).float64 or not options.get("enable_double_precision") else f"{runtime} computes float64 in float32: "
-    return f"fails: {cause}max abs error {report.max_abs:.3g}"
+    c = case(model_name)
+    reports = []
+    try:
+        model = c.export(runtime)
+        for run in c.runs:
+            reports.append(verify(c.reference, model, c.specs, runtime=runtime, jit=c.jit, **run))
+    except Exception as err:  # noqa: BLE001 - the table records what the runtime says
+        return f"fails: {type(err).__name__}: {_gist(str(err))}"
+    if all(report.ok for report in reports):
+        return "ok"
+    float64 = any(o.dtype == "float64" for report in reports for r in report.runs for o in r.outputs)
+    cause = f"{runtime} computes float64 in float32: " if float64 and not get_target(runtime).float64 else ""
+    return f"fails: {cause}max abs error {max(report.max_abs for report in reports):.3g}"
 
 
 def read_record() -> dict[tuple[str, str], str]:
@@ -71,7 +258,7 @@ def record() -> None:
 
 def render() -> str:
     rows = read_record()
-    head = ["| model | " + " | ".join(RUNTIMES) + " |", "|---|" + "---|" * len(RUNTIMES)]
+    head = ["| model | from | " + " | ".join(RUNTIMES) + " |", "|---|---|" + "---|" * len(RUNTIMES)]
     body = []
     notes = []
     for model in MODELS:
@@ -83,7 +270,8 @@ def render() -> str:
             else:
                 notes.append(f"{len(notes) + 1}. `{model}` on {runtime}: {result}")
                 cells.append(f"no ({len(notes)})")
-        body.append(f"| `{model}` | " + " | ".join(cells) + " |")
+        source = f"examples/{EXAMPLE_OF.get(model, model)}.py" if model in EXAMPLES or model in EXAMPLE_OF else "benchmarks/models.py"
+        body.append(f"| `{model}` | `{source}` | " + " | ".join(cells) + " |")
     return "\n".join(head + body + ([""] + notes if notes else []))
 
 
@@ -94,7 +282,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.record:
         record()
-    sys.path.insert(0, str(ROOT))
     from jax2onnx_nn.testing.support import refresh_readme_block
 
     return refresh_readme_block(README, BEGIN, END, render(), check=args.check, what="runtime table", script="scripts/gen_runtime_table.py")

@@ -297,6 +297,72 @@ def _expand_full_rank(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- values a Scan body reads from outside -------------------------------------------------------
+def _scan_captures_as_states(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4's ONNX frontend does not let a Scan body read a value of the enclosing
+    graph that is not a constant ("Number of Scan node inputs (1) is less than required (2)";
+    a ``lax.map`` reading a model input, ``jax.random.gamma``'s). Each such value becomes a
+    state of the Scan that the body passes on unchanged (an Identity)."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    body = node.attributes["body"].as_graph()
+    inside = {id(n) for n in ir.traversal.RecursiveGraphIterator(body)}
+    own = {id(v) for n in ir.traversal.RecursiveGraphIterator(body) for v in n.outputs}
+    own |= {id(v) for v in body.inputs} | {id(v) for g in _subgraphs(body) for v in g.inputs}
+    captured: list[ir.Value] = []
+    for inner in ir.traversal.RecursiveGraphIterator(body):
+        for value in inner.inputs:
+            if value is None or id(value) in own or _constant(value) is not None or any(value is c for c in captured):
+                continue
+            captured.append(value)
+    if not captured:
+        return False
+    n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
+    edit.counter[0] += 1
+    tag = f"scan{edit.counter[0]}"  # (names stay unique when several Scans read one value)
+    passed = []
+    for i, value in enumerate(captured):
+        local = ir.Value(name=f"{value.name}/in_{tag}", type=value.type, shape=value.shape)
+        for user, index in list(value.uses()):
+            if id(user) in inside:
+                user.replace_input_with(index, local)
+        body.inputs.insert(n_state + i, local)
+        identity = ir.Node("", "Identity", [local], name=f"{value.name}/through_{tag}")
+        identity.outputs[0].name = f"{value.name}/through_{tag}_output"
+        identity.outputs[0].type, identity.outputs[0].shape = value.type, value.shape
+        body.append(identity)
+        passed.append(identity.outputs[0])
+    body.outputs[n_state:n_state] = passed
+    attributes = [attr for name, attr in node.attributes.items() if name != "body"]
+    scan = ir.Node("", "Scan", [*node.inputs[:n_state], *captured, *node.inputs[n_state:]],
+                   [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + len(captured),
+                   name=node.name, doc_string=node.doc_string)
+    assert edit.graph is not None
+    edit.graph.insert_before(node, scan)
+    for i, old in enumerate(node.outputs):
+        new = scan.outputs[i if i < n_state else i + len(captured)]
+        new.type, new.shape = old.type, old.shape
+        old.replace_all_uses_with(new, replace_graph_outputs=True)
+        old.name, new.name = f"{old.name}/replaced", old.name
+    for i, value in enumerate(captured):
+        extra = scan.outputs[n_state + i]
+        extra.name, extra.type, extra.shape = f"{value.name}/after_{tag}", value.type, value.shape
+    edit.graph.remove(node, safe=True)
+    return True
+
+
+def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
+    """The graphs in the attributes of ``graph``'s nodes, at any depth."""
+    found = []
+    for inner in ir.traversal.RecursiveGraphIterator(graph):
+        for attr in inner.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                found.append(attr.as_graph())
+            elif attr.type == ir.AttributeType.GRAPHS:
+                found.extend(attr.as_graphs())
+    return found
+
+
 # -- DFT of float64 ---------------------------------------------------------------------------
 def _dft_in_float32(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 refuses a float64 DFT ("FFT op input element type must be f32, f16, or
@@ -554,6 +620,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
     "dft_in_float32": _dft_in_float32,
+    "scan_captures_as_states": _scan_captures_as_states,
     "dft_on_axis_one": _dft_on_axis_one,
     "gemm_as_matmul": _gemm_as_matmul,
     "expand_full_rank": _expand_full_rank,

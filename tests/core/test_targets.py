@@ -115,6 +115,21 @@ def test_float_casts_and_comparisons_match_jax_on_every_runtime(runtime: str, dt
                          target=runtime, runtime=runtime, enable_double_precision=dtype == np.float64)
 
 
+def _maps_reading_an_input(xs: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    halvings = jax.lax.map(lambda a: jax.lax.while_loop(lambda c: c < a, lambda c: c * 2 + y, jnp.float32(1.0)), xs)
+    return halvings, jax.lax.map(lambda a: a * y + 1.0, xs)
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+def test_scan_bodies_reading_outer_values_run_on_every_runtime(runtime: str) -> None:
+    # OpenVINO's frontend refuses a Scan body that reads a non-constant value of the enclosing
+    # graph (jax.random.gamma's lax.map does): its profile passes each through as a state
+    if runtime == "tract":
+        pytest.skip("the data-dependent while_loop is a Loop, which tract does not run")
+    xs = np.array([3.0, 10.0, 100.0, 0.5, 7.0], np.float32)
+    assert_exports_match(_maps_reading_an_input, [(5,), ()], input_values=[xs, np.float32(0.25)], target=runtime, runtime=runtime)
+
+
 _U32 = st.integers(0, 2**32 - 1)
 
 
