@@ -282,6 +282,16 @@ def test_symbolic_batch(name):
         assert_exports_match(lambda a, fn=fn: fn(a, a), [("B", 4, 4)], input_values=[a], jit=True)
 
 
+@pytest.mark.parametrize("name", ["cholesky", "solve_triangular", "lu", pytest.param("solve", marks=pytest.mark.slow)])
+def test_symbolic_size(name):
+    """A symbolic matrix size ("B", "N", "N"): one Loop step per column."""
+    a, b = spd(2, (2,), 5), rhs(2, (2,), 5, 2)
+    fn = {"cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
+          "solve_triangular": lambda a, b: jsl.solve_triangular(a, b, lower=False),
+          "lu": lambda a, b: lax.linalg.lu(a), "solve": jnp.linalg.solve}[name]
+    assert_exports_match(fn, [("B", "N", "N"), ("B", "N", 2)], input_values=[a, b], rtol=1e-5, atol=1e-5, jit=True)
+
+
 def test_under_vmap():
     a, b = spd(0, (3,), 4), rhs(0, (3,), 4, 1)[..., 0]
     assert_exports_match_on(jax.vmap(jnp.linalg.solve), a, b, jit=True)
