@@ -75,8 +75,11 @@ def _attention_call(a: dict[str, Any]) -> Any:
         return NotApplicable
     if any(t is not None and not (is_array(t) and t.ndim == 4) for t in (bias, mask)):
         return NotApplicable
-    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32 or q.shape[2] != k.shape[2]:
-        return NotApplicable  # grouped heads and low precision: lax path
+    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32:
+        return NotApplicable  # low precision: lax path
+    heads, kv_heads = q.shape[2], k.shape[2]
+    if any(map(jxi.is_symbolic_dim, (heads, kv_heads))) or kv_heads != v.shape[2] or heads % kv_heads:
+        return NotApplicable  # (JAX's own error for heads that do not group)
     if mask is not None and mask.dtype != np.bool_:
         return NotApplicable
     for name in ("query_seq_lengths", "key_value_seq_lengths", "local_window_size"):
@@ -112,7 +115,7 @@ def _without_extras(a: dict[str, Any]) -> bool:
     return not dropout and (dtype is None or np.dtype(dtype) == np.float32) and a.get("precision") is None and a.get("module") is None
 
 
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Size", "Greater", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Reshape", "Concat", "Shape", "Size", "Greater", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
     """ONNX Attention from opset 23 (:func:`attention_op`), else the attention core's ops; a
     symbolic dim chooses at run time (onnxruntime's Attention refuses a batch of 0)."""
@@ -147,8 +150,9 @@ def _attention_op(ctx: LoweringContext, ops: Operands, *, scale: float, is_causa
 def _attention_decomposed(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> ir.Value:
     dtype = np.dtype(np.float32)
     q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
-    k = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
-    v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
+    _, s, _, h = ops.aval("key").shape
+    k = _repeat_heads(ctx, ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1]), ops, (h, s))  # B N H S
+    v = _repeat_heads(ctx, ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3]), ops, (s, ops.aval("value").shape[3]))  # B N S H
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     keep = ops["mask"] if "mask" in ops else None
     if is_causal:
@@ -156,6 +160,16 @@ def _attention_decomposed(ctx: LoweringContext, ops: Operands, *, scale: float, 
         keep = causal if keep is None else ctx.op.And(keep, causal)
     y = attention(ctx, q, k, v, dtype=dtype, mask_value=jax_nn_mask_value(dtype), scale=scale, bias=bias, keep=keep)
     return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
+
+
+def _repeat_heads(ctx: LoweringContext, x: ir.Value, ops: Operands, tail: tuple[Any, Any]) -> ir.Value:
+    """Grouped heads: keys or values ``[B, K, *tail]`` of K heads for N query heads, each head
+    repeated N / K times in a row, as JAX groups them (query head n uses head n // (N / K))."""
+    heads, kv_heads = ops.aval("query").shape[2], ops.aval("key").shape[2]
+    if heads == kv_heads:
+        return x
+    groups = ctx.op.Expand(ctx.op.Unsqueeze(x, ctx.ints([2])), ctx.ints([1, 1, heads // kv_heads, 1, 1]))
+    return ctx.reshape(groups, [ops.aval("key").shape[0], heads, *tail])
 
 
 def broadcast_dims(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...]:

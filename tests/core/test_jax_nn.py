@@ -102,9 +102,10 @@ def test_each_export_applies_the_same_patched_functions():
 @given(data=st.data())
 def test_dot_product_attention_in_a_plain_function(data):
     b, t, s, n, h = (data.draw(st.integers(1, 4)) for _ in range(5))
+    kv = data.draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))  # grouped heads: K of them repeated
     causal = data.draw(st.booleans()) and t == s
     with_mask = data.draw(st.booleans())
-    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, n, h), (b, s, n, h)))
+    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, kv, h), (b, s, kv, h)))
     mask = data.draw(hnp.arrays(np.bool_, (b, n, t, s)))
     mask[..., 0] = True  # every query attends to at least one key (else JAX and ONNX both average)
 
@@ -119,9 +120,10 @@ def test_dot_product_attention_in_a_plain_function(data):
 @given(data=st.data())
 def test_dot_product_attention_is_onnx_attention_from_opset_23(data):
     b, t, s, n, h = (data.draw(st.integers(1, 4)) for _ in range(5))
+    kv = data.draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))  # grouped heads too
     causal, with_mask, with_bias = (data.draw(st.booleans()) for _ in range(3))
     scale = data.draw(st.none() | st.floats(0.1, 2.0))
-    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, n, h), (b, s, n, h)))
+    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, kv, h), (b, s, kv, h)))
     # broadcast masks and biases; rows masked everywhere too (JAX averages the values)
     shapes = st.sampled_from([(b, n, t, s), (1, 1, t, s), (b, 1, 1, s), (1, n, t, 1), (1, 1, 1, 1)])
     mask = data.draw(hnp.arrays(np.bool_, data.draw(shapes)))
@@ -140,7 +142,8 @@ def test_dot_product_attention_is_onnx_attention_from_opset_23(data):
 def test_dot_product_attention_of_symbolic_size_chooses_at_run_time(causal):
     # onnxruntime's Attention refuses a batch of 0: an If on the sizes runs the decomposition then
     fn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    model = assert_exports_match(fn, [("B", "T", 2, 4)] * 3, sizes={"B": [0, 1, 3], "T": [1, 5]}, opset=MAX_OPSET, rtol=1e-5, atol=1e-6)
+    specs = [("B", "T", 4, 4), ("B", "T", 2, 4), ("B", "T", 2, 4)]  # grouped heads: 2 queries per key head
+    model = assert_exports_match(fn, specs, sizes={"B": [0, 1, 3], "T": [1, 5]}, opset=MAX_OPSET, rtol=1e-5, atol=1e-6)
     (branch,) = [n for n in model.graph.node if n.op_type == "If"]
     then_ops = [node.op_type for node in branch.attribute[0].g.node] + [node.op_type for node in branch.attribute[1].g.node]
     assert "Attention" in then_ops and "Softmax" in then_ops
