@@ -128,6 +128,24 @@ def _isnan_as_not_equal(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- Cast to int64 -----------------------------------------------------------------------------
+def _int64_cast_as_castlike(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 casts to int64 into its symbolic-dim type: such a model output cannot be read
+    ("Unsupported DatumType in the public API TDim"), and a float beyond 2**31 saturates on the
+    way. A CastLike of an int64 constant is a plain int64 there. Only casts of floats and
+    unsigned ints (values, not the shape arithmetic tract follows symbolically) are rewritten."""
+    if node.op_type != "Cast" or node.domain != "" or node.attributes.get_int("to", 0) != ir.DataType.INT64:
+        return False
+    x = node.inputs[0]
+    if x is None or x.dtype is None or not (x.dtype.is_floating_point() or x.dtype in _UNSIGNED):
+        return False
+    edit.replace(edit.op("CastLike", x, np.zeros((), np.int64), dtype=ir.DataType.INT64))
+    return True
+
+
+_UNSIGNED = frozenset({ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64})
+
+
 # -- Equal on bool ----------------------------------------------------------------------------
 def _bool_equal_as_xor(node: ir.Node, edit: _Editor) -> bool:
     """tract refuses Equal on bools ("Bool is not a number"; ``jnp.remainder`` compares signs
@@ -616,6 +634,7 @@ def _uint32_bits(node: ir.Node, edit: _Editor) -> bool:
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "bool_equal_as_xor": _bool_equal_as_xor,
     "greater_as_less": _greater_as_less,
+    "int64_cast_as_castlike": _int64_cast_as_castlike,
     "isnan_as_not_equal": _isnan_as_not_equal,
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
