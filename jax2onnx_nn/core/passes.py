@@ -3,6 +3,7 @@ types for every value."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -940,14 +941,179 @@ def fill_missing_types(model: ir.Model) -> None:
     """Give every value without a full type a dtype and shape from ONNX shape inference.
 
     Rules stamp each equation's outputs from the jaxpr; values made inside a rule are left to
-    this pass. Inference runs on a copy of the graph without the data of large initializers,
-    so the cost does not grow with the size of the weights; small ones (axes, pads, shapes)
-    keep their data, which shape inference needs.
+    this pass. Each node making such a value is inferred on its own first: the common ops from
+    a small table of ONNX's own shape rules (same shape, broadcasting, MatMul, Transpose,
+    Shape), the others by onnx's per-op inference over their inputs' types and small constant
+    inputs; so a few such nodes cost a few node inferences, not a serialization of the whole
+    graph. A result is kept only when every dim is known, which whole-graph inference could not
+    tell otherwise (it only adds data, which only refines unknown dims). What is left (a shape
+    computed from another shape at run time, a node with a body graph, a function call) gets
+    whole-graph inference with data propagation.
     """
-    values = _all_values(model.graph)
-    missing = [v for v in values if v.type is None or v.shape is None]
-    if not missing:
-        return
+    missing = [v for v in _all_values(model.graph) if v.name and (v.type is None or v.shape is None)]
+    if missing and not _infer_node_by_node(model, missing):
+        _infer_whole_graph(model, [v for v in missing if v.type is None or v.shape is None])
+
+
+# ONNX ops whose outputs have the shape of their first input
+_SAME_SHAPE_OPS = frozenset({
+    "Abs", "Acos", "Asin", "Atan", "Ceil", "Cos", "Cosh", "Elu", "Erf", "Exp", "Floor", "Gelu",
+    "HardSigmoid", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "LogSoftmax", "Neg", "Not",
+    "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus",
+    "Softsign", "Sqrt", "Tan", "Tanh", "Cast",
+})
+# ONNX ops with multidirectional (numpy) broadcasting of all their inputs
+_BROADCAST_OPS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less", "LessOrEqual",
+    "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "BitwiseAnd",
+    "BitwiseOr", "BitwiseXor",
+})
+
+
+def _broadcast(shapes: list[list[int | str]]) -> list[int | str | None]:
+    """ONNX's multidirectional broadcast of ``shapes`` (its shape inference's rule): a dim
+    above 1 wins, else the one symbolic dim, else 1; two different symbolic dims are unknown
+    (``None``)."""
+    rank = max(len(shape) for shape in shapes)
+    out: list[int | str | None] = []
+    for i in range(rank):
+        value, symbols = 1, set()
+        for shape in shapes:
+            j = i - rank + len(shape)
+            if j < 0:
+                continue
+            d = shape[j]
+            if isinstance(d, str):
+                symbols.add(d)
+            elif d != 1:
+                if value not in (1, d):
+                    return [None]  # incompatible: ONNX refuses; left to whole-graph inference
+                value = d
+        out.append(value if value != 1 or not symbols else next(iter(symbols)) if len(symbols) == 1 else None)
+    return out
+
+
+def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str | None] | None:
+    """The first output's shape from the table above, ``None`` for an op it does not hold."""
+    op = node.op_type
+    if op in _SAME_SHAPE_OPS and len(node.outputs) == 1:
+        return shapes[0]
+    if op in _BROADCAST_OPS:
+        return _broadcast(shapes)
+    if op == "MatMul" and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
+        k, k2 = shapes[0][-1], shapes[1][-2]
+        if isinstance(k, int) and isinstance(k2, int) and k != k2:
+            return [None]  # ONNX refuses
+        return [*_broadcast([shapes[0][:-2], shapes[1][:-2]]), shapes[0][-2], shapes[1][-1]]
+    if op == "Transpose":
+        perm = node.attributes.get("perm")
+        order = list(perm.value) if perm is not None else list(range(len(shapes[0])))[::-1]
+        return [shapes[0][p] for p in order]
+    if op == "Shape":
+        rank = len(shapes[0])
+        start, end = (_int_attr(node, name, default) for name, default in (("start", 0), ("end", rank)))
+        start, end = (min(max(i + rank if i < 0 else i, 0), rank) for i in (start, end))
+        return [max(end - start, 0)]
+    if op == "Concat":
+        axis = _int_attr(node, "axis", 0)
+        axis += len(shapes[0]) if axis < 0 else 0
+        sizes = [shape[axis] for shape in shapes]
+        others = {(*shape[:axis], *shape[axis + 1:]) for shape in shapes}
+        if not all(isinstance(size, int) for size in sizes) or len(others) != 1:
+            return None  # ONNX merges unequal dims its own way: its per-node inference decides
+        return [*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1:]]  # type: ignore[arg-type]
+    if op == "Unsqueeze" and len(node.inputs) == 2 and node.inputs[1].const_value is not None:
+        rank = len(shapes[0]) + node.inputs[1].const_value.size
+        axes = sorted(int(a) % rank for a in node.inputs[1].const_value.numpy().reshape(-1))
+        dims = iter(shapes[0])
+        return [1 if i in axes else next(dims) for i in range(rank)]
+    return None
+
+
+def _int_attr(node: ir.Node, name: str, default: int) -> int:
+    attr = node.attributes.get(name)
+    return default if attr is None else int(attr.value)
+
+
+@functools.cache
+def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema:
+    return onnx.defs.get_schema(op_type, opset, "")
+
+
+def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
+    """Type ``missing`` node by node, in graph order; ``False`` as soon as a node cannot be
+    inferred on its own to a full type (what was typed so far stays: it is what whole-graph
+    inference gives)."""
+    opset = model.opset_imports.get("", 1)
+    for node in dict.fromkeys(v.producer() for v in missing):
+        if node is None or node.domain not in ("", "ai.onnx") or any(
+            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()
+        ):
+            return False
+        inputs = [v for v in node.inputs if v is not None]
+        if any(v.type is None or v.shape is None for v in inputs):
+            return False
+        shapes = [[d if isinstance(d, int) else d.value for d in v.shape] for v in inputs]
+        known = all(d is not None for shape in shapes for d in shape)
+        shape = _table_shape(node, shapes) if known and inputs else None
+        if shape is not None and node.outputs[0].type is not None:
+            if any(d is None for d in shape):
+                return False
+            node.outputs[0].shape = node.outputs[0].shape or ir.Shape(shape)
+            continue
+        if not _infer_node(model, node, opset):
+            return False
+    return True
+
+
+def _infer_node(model: ir.Model, node: ir.Node, opset: int) -> bool:
+    """Type ``node``'s untyped outputs by onnx's inference of this one node; ``False`` when it
+    cannot say every dim."""
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for value in node.inputs:
+        if value is None:
+            continue
+        types[value.name] = ir.serde.serialize_value(value).type
+        tensor = value.const_value
+        if value.is_initializer() and tensor is not None and tensor.size <= _INFERENCE_CONST_SIZE:
+            data[value.name] = ir.serde.serialize_tensor(tensor)
+    try:
+        opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
+        inferred = onnx.shape_inference.infer_node_outputs(
+            _schema(node.op_type, opset), ir.serde.serialize_node(node), types, data, opset_imports=opsets,
+            ir_version=model.ir_version,
+        )
+    except Exception:  # no schema, or inference refused: whole-graph inference decides
+        return False
+    for value in node.outputs:
+        if not value.name or (value.type is not None and value.shape is not None):
+            continue
+        dtype, shape = _type_of(inferred.get(value.name))
+        if dtype is None or shape is None or any(d is None for d in shape):
+            return False
+        value.type = value.type or ir.TensorType(dtype)
+        value.shape = value.shape or ir.Shape(shape)
+    return True
+
+
+def _type_of(t: onnx.TypeProto | None) -> tuple[ir.DataType | None, list[int | str | None] | None]:
+    """(dtype, dims) of a tensor TypeProto; ``None`` for what it does not say (an unknown dim is
+    ``None`` in the dims)."""
+    if t is None or not t.HasField("tensor_type") or t.tensor_type.elem_type == 0:
+        return None, None
+    if not t.tensor_type.HasField("shape"):
+        return ir.DataType(t.tensor_type.elem_type), None
+    dims: list[int | str | None] = []
+    for d in t.tensor_type.shape.dim:
+        dims.append(d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None)
+    return ir.DataType(t.tensor_type.elem_type), dims
+
+
+def _infer_whole_graph(model: ir.Model, missing: list[ir.Value]) -> None:
+    """ONNX shape inference with data propagation over a copy of the whole graph without the
+    data of large initializers (the cost does not grow with the weights; small ones: axes,
+    pads, shapes keep their data, which inference needs)."""
     graph = model.graph
     order = list(graph.initializers.values())
     initializers = [v for v in order if v.const_value is None or v.const_value.size > _INFERENCE_CONST_SIZE]
@@ -984,20 +1150,12 @@ def fill_missing_types(model: ir.Model) -> None:
 
     collect(inferred.graph)
     for v in missing:
-        t = known.get(v.name)
-        if t is None or not t.HasField("tensor_type") or t.tensor_type.elem_type == 0:
+        dtype, dims = _type_of(known.get(v.name))
+        if dtype is None:
             continue
         if v.type is None:
-            v.type = ir.TensorType(ir.DataType(t.tensor_type.elem_type))
-        if v.shape is None and t.tensor_type.HasField("shape"):
-            dims = []
-            for d in t.tensor_type.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(d.dim_value)
-                elif d.HasField("dim_param"):
-                    dims.append(d.dim_param)
-                else:
-                    dims.append(None)
+            v.type = ir.TensorType(dtype)
+        if v.shape is None and dims is not None:
             v.shape = ir.Shape(dims)
 
 
