@@ -4,7 +4,8 @@ graph size and onnxruntime latency against jax.jit, per model.
     python -m benchmarks.export_bench                    # the default set
     python -m benchmarks.export_bench --models gpt2_124m_b1 heat_fori
     python -m benchmarks.export_bench --big              # also the 300M / 600M-parameter MLPs
-    python -m benchmarks.export_bench --memory-modes     # big models: RSS per mode (path, proto, ir)
+    python -m benchmarks.export_bench --big --memory-modes --no-latency --warm 1
+        # a row per export mode (path, external, proto, ir) for each model given, one at a time
 
 Each model runs in a fresh subprocess, so that its memory is its own. Columns:
 
@@ -19,8 +20,10 @@ Each model runs in a fresh subprocess, so that its memory is its own. Columns:
 - ``s/layer`` for the GPT-2 depth series: ``export`` over the layers, and ``ds/layer``, the
   extra ``export`` seconds per extra layer against the previous depth of the series.
 - ``rss/w``: peak RSS above the process baseline (model built, nothing exported yet) during the
-  first export, ``to_onnx(..., path=...)`` unless ``--mode`` says otherwise, over the weight bytes
-  (left out below 1 MB of weights, where it measures the interpreter, not the weights).
+  first export, over the weight bytes (left out below 1 MB of weights, where it measures the
+  interpreter, not the weights). The export is ``--mode``: ``path`` ``to_onnx(..., path=...)``
+  (one file below ~1.8 GB of weights, external data above), ``external`` the same with
+  ``external_data=True``, ``proto`` ``to_onnx`` returning a ModelProto, ``ir`` ``export_model``.
 - ``nodes``: nodes of the main graph + nodes of function bodies (``fn``: function count).
 - ``init_mb``, ``file_mb``: initializer bytes, size of the written file (with external data).
 - ``ort_ms``, ``jit_ms``, ``ort/jit``: median latency at the row's batch size, over at most
@@ -66,6 +69,7 @@ MODELS: dict[str, tuple[str, tuple[Any, ...], int, int]] = {
     "mlp_600m": ("big_mlp", (600,), 8, 0),
 }
 BIG = ["mlp_300m", "mlp_600m"]
+MODES = ["path", "external", "proto", "ir"]
 DEFAULT = [name for name in MODELS if name not in BIG]
 COLUMNS = [
     "model", "trace", "lower", "passes", "export", "jaxpr", "export/jaxpr", "serialize", "total", "s/layer", "ds/layer",
@@ -144,8 +148,8 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, b
     gc.collect()
     baseline = _rss_kb("VmRSS")
     _reset_peak_rss()
-    if mode == "path":
-        to_onnx(fn, inputs, path=path, **options)
+    if mode in ("path", "external"):
+        to_onnx(fn, inputs, path=path, external_data=True if mode == "external" else None, **options)
     elif mode == "proto":
         to_onnx(fn, inputs, **options)
     else:
@@ -166,7 +170,7 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, b
         row["serialize"] = round(time.perf_counter() - t, 3)
     else:  # above the protobuf limit: written with external data only
         proto, data = None, None
-    if mode != "path":
+    if mode not in ("path", "external"):
         from jax2onnx_nn.core.api import save_model
 
         save_model(model, path)
@@ -251,8 +255,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=None, choices=sorted(MODELS))
     parser.add_argument("--big", action="store_true", help="also the 300M / 600M-parameter MLPs")
-    parser.add_argument("--mode", default="path", choices=["path", "proto", "ir"], help="export mode of the memory column")
-    parser.add_argument("--memory-modes", action="store_true", help="for the big models, a row per export mode")
+    parser.add_argument("--mode", default="path", choices=MODES, help="export mode of the memory column")
+    parser.add_argument("--memory-modes", action="store_true", help="a row per export mode (rss/w of each)")
     parser.add_argument("--repeat", type=int, default=20, help="latency runs at most")
     parser.add_argument("--budget", type=float, default=5.0, help="seconds of latency runs per runtime and model (at least 3 runs)")
     parser.add_argument("--warm", type=int, default=3, help="warm exports (and make_jaxpr runs) to take the median of")
@@ -268,7 +272,7 @@ def main() -> int:
     rows, failed = [], 0
     load = os.getloadavg()
     for name in names:
-        modes = ["path", "proto", "ir"] if args.memory_modes and name in BIG else [args.mode]
+        modes = MODES if args.memory_modes else [args.mode]
         for mode in modes:
             row = _run(name, args, mode)
             failed += row.get("trace") in ("failed", "timeout")
