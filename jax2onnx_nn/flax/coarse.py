@@ -585,7 +585,7 @@ def _last_state(ctx: LoweringContext, value: ir.Value) -> ir.Value:
     return ctx.op.Squeeze(value, ctx.ints([0]))
 
 
-@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose"), covers=("nnx.GRUCell",))
+@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose", *rnn.GUARD_OPS), covers=("nnx.GRUCell",))
 def _gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
@@ -636,7 +636,7 @@ def _stacked_weight(ctx: LoweringContext, parts: list[ir.Value], transpose: bool
     return ctx.op.Unsqueeze(stacked, ctx.ints([0]))
 
 
-@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Concat", "Pad", "Transpose"), covers=("nnx.LSTMCell",))
+@coarse_lowering("nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Concat", "Pad", "Transpose", *rnn.GUARD_OPS), covers=("nnx.LSTMCell",))
 def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
@@ -665,7 +665,9 @@ def _optimized_lstm_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-@coarse_lowering("nnx_optimized_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose"), covers=("nnx.OptimizedLSTMCell",))
+@coarse_lowering(
+    "nnx_optimized_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose", *rnn.GUARD_OPS), covers=("nnx.OptimizedLSTMCell",),
+)
 def _optimized_lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable

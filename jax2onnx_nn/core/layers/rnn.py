@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.graph import set_type
 from jax2onnx_nn.core.lower import LoweringContext
 
 
@@ -83,11 +85,41 @@ def gate_biases(ctx: LoweringContext, bias: ir.Value, order: Sequence[int], hidd
     return ctx.derived_weight(bias, ("onnx_biases", *order, None if candidate is None else candidate.name), array, nodes)
 
 
+GUARD_OPS = ("If", "Size", "Equal", "Identity")
+"""The ops of :func:`step`'s guard against a batch of 0 (a rule using it declares them)."""
+
+
 def step(ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Value], w: ir.Value, r: ir.Value, b: ir.Value | None, hidden: int) -> list[ir.Value]:
     """One step of ``cell`` over ``x`` ``[1, N, in]`` from ``states`` (each ``[1, N, hidden]``)
-    with ONNX's ``W``, ``R`` and ``B``: the new states."""
-    outputs = getattr(ctx.op, cell.op)(x, w, r, b, None, *states, hidden_size=hidden, _outputs=1 + cell.states, **dict(cell.attrs))
-    return list(outputs[1:])
+    with ONNX's ``W``, ``R`` and ``B``: the new states.
+
+    In the main graph a call with symbolic dims sits in an If on ``x`` being empty
+    (onnxruntime aborts the process on a GRU or LSTM of batch 0; the states are then the
+    empty result; a feature dim of 0 never reaches here). In a loop body
+    the op stays bare: a scan of cell steps becomes the cells over the whole sequence, guarded
+    there (control_flow), and an If per step would cost every step."""
+    def run(where: LoweringContext) -> list[ir.Value]:
+        outputs = getattr(where.op, cell.op)(x, w, r, b, None, *states, hidden_size=hidden, _outputs=1 + cell.states, **dict(cell.attrs))
+        return list(outputs[1:])
+
+    symbolic = any(jxi.is_symbolic_dim(d) for aval in ctx.avals_in for d in getattr(aval, "shape", ()))
+    if not symbolic or ctx.builder.parent is not None:
+        return run(ctx)
+    batch = x.shape[1] if x.shape is not None and len(x.shape) == 3 and x.shape[1] is not None else None
+    types = [(x.dtype.numpy(), None if batch is None else [1, batch, hidden]) for _ in states]
+    branches = []
+    for name, values in (("then_branch", None), ("else_branch", run)):
+        branch = ctx.body(name)
+        outs = [branch.op.Identity(s) for s in states] if values is None else values(branch)
+        for value, (dtype, shape) in zip(outs, types, strict=True):
+            set_type(value, dtype, shape)
+            branch.builder.outputs.append(value)
+        branches.append(branch.builder.build_graph())
+    is_empty = ctx.op.Equal(ctx.op.Size(x), ctx.ints(0))
+    new = ctx.builder.add_node("If", [is_empty], {"then_branch": branches[0], "else_branch": branches[1]}, num_outputs=len(states))
+    for value, (dtype, shape) in zip(new, types, strict=True):
+        set_type(value, dtype, shape)
+    return list(new)
 
 
 def library_step(
