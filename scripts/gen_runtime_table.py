@@ -231,7 +231,9 @@ def check_pair(model_name: str, runtime: str) -> str:
         return "ok"
     float64 = any(o.dtype == "float64" for report in reports for r in report.runs for o in r.outputs)
     cause = f"{runtime} computes float64 in float32: " if float64 and not get_target(runtime).float64 else ""
-    return f"fails: {cause}max abs error {max(report.max_abs for report in reports):.3g}"
+    # the order of magnitude only: the exact error moves with any change to how a model is written
+    bound = 10.0 ** (np.floor(np.log10(max(max(report.max_abs for report in reports), 1e-300))) + 1)
+    return f"fails: {cause}max abs error below {bound:.0e}"
 
 
 def read_record() -> dict[tuple[str, str], str]:
