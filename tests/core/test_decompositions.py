@@ -181,6 +181,19 @@ def test_qr_property(shape, batch, dtype, seed, full_matrices):
     check_qr(shape, batch, dtype, seed, full_matrices)
 
 
+@pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)])
+def test_blocked_qr(n, dtype):
+    """Above the unroll limit a square qr runs by blocks of columns (17: padded to 18; 40: to
+    42): Gaussian matrices, a zero column (no reflection, as dlarfg), a symbolic batch."""
+    assert n > decompositions.UNROLL_LIMIT
+    a = general(6, (2,), n, dtype=dtype, shift=0.0)
+    a[1, :, n // 3] = 0.0
+    model = assert_exports_match_on(lax.linalg.qr, a, **_tol(dtype), jit=True)
+    assert op_types(model).count("Scan") + op_types(model).count("Loop") == 1
+    assert_exports_match(lax.linalg.qr, [("B", n, n)], input_values=[a], **_tol(dtype),
+                         enable_double_precision=dtype == np.float64, jit=True)
+
+
 def check_qr_pivoting(shape, batch, dtype, seed, full_matrices):
     """Column pivoting as geqp3: the permutation, Q and R themselves."""
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)

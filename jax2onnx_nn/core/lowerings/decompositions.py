@@ -7,9 +7,9 @@ algorithm is a sequence of steps over the matrix size ``n``: for a static ``n`` 
 ``UNROLL_LIMIT`` the steps are unrolled (static slices, masks folded into constants); for a
 larger or symbolic ``n`` they become one ONNX ``Loop`` whose body is the same step on a traced
 index (``dynamic_slice`` reads, ``where`` writes), so the graph size does not grow with ``n``.
-``cholesky``, ``triangular_solve`` and a square ``lu`` above ``UNROLL_LIMIT`` are blocked
-instead: a Loop over blocks of columns (rows), each block unrolled on static slices and the
-rest updated by one MatMul.
+``cholesky``, ``triangular_solve`` and a square ``lu`` or ``qr`` above ``UNROLL_LIMIT`` are
+blocked instead: a Loop over blocks of columns (rows), each block unrolled on static slices
+and the rest updated by one MatMul.
 
 Steps write through ``where`` with masks, never by multiplying with 0/1 masks, so inf and NaN
 stay where LAPACK puts them: a NaN in a row does not leak into the rows it is not added to.
@@ -699,12 +699,15 @@ def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: boo
     """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n);
     with ``pivoting`` also the column permutation p (a[..., p] = q r), zeros when a is empty
     (as JAX). Without pivoting, a static size up to ``UNROLL_LIMIT`` runs on shrinking
-    blocks (``_qr_unrolled``); otherwise ``geqrf`` and ``householder_product``."""
+    blocks (``_qr_unrolled``), a larger static square one blocked (``_qr_blocked``);
+    otherwise ``geqrf`` and ``householder_product``."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
     static = not any(jxi.is_symbolic_dim(d) for d in a.shape[-2:])
     if not pivoting and unroll is not False and static and 0 < k and max(m, n) <= UNROLL_LIMIT:
         return _qr_unrolled(a, full_matrices=full_matrices)
+    if not pivoting and unroll is not False and static and m == n and n > UNROLL_LIMIT:
+        return _qr_blocked(a)
     if pivoting:
         packed, perm, taus = geqp3(a)
         if not jxi.is_symbolic_dim(k) and k == 0:
@@ -715,6 +718,64 @@ def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: boo
     columns, r = (m, r) if full_matrices else (k, r[..., :k, :])
     q = householder_product(packed, taus, columns, unroll=unroll)
     return (q, r, perm) if pivoting else (q, r)
+
+
+def _reflect(block: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One Householder step on ``block`` (..., r, c), r >= 2: ``dlarfg``'s reflector of its
+    first column (v = [1; w], as ``reflector``) applied to it. Returns (R's row (..., 1, c),
+    w (..., r-1, 1), tau (..., 1, 1), the trailing block (..., r-1, c-1))."""
+    x = block[..., :, :1]
+    alpha, tail = x[..., :1, :], x[..., 1:, :]
+    squares = x * x
+    trivial = sum_keepdims(squares[..., 1:, :], -2) == 0
+    norm = jnp.sqrt(sum_keepdims(squares, -2))
+    beta = where(alpha >= 0, -norm, norm)
+    tau = where(trivial, jnp.zeros((), x.dtype), (beta - alpha) / beta)
+    w = tail / where(trivial, jnp.ones((), x.dtype), alpha - beta)
+    head = where(trivial, alpha, beta)
+    if block.shape[-1] == 1:
+        return head, w, tau, block[..., 1:, 1:]
+    top, bottom = block[..., :1, 1:], block[..., 1:, 1:]
+    scaled = tau * (top + _mT(w) @ bottom)  # tau v^T (the block's other columns)
+    return jnp.concatenate([head, top - scaled], axis=-1), w, tau, bottom - w * scaled
+
+
+def _qr_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``qr`` of a square ``a`` of static size n > BLOCK: a Loop over blocks of b columns, each
+    trip b unrolled ``_reflect`` steps on the trailing block (padded back with zero rows and
+    columns, which reflect to nothing) and the same reflectors applied to Q from the right
+    (Q <- Q H_j, forward), Q's columns rotated so the trip's first column comes first (the
+    columns done sit where the reflectors are 0). ``a`` is padded with zeros to a multiple of
+    b: its factors are [[Q, 0], [0, I]] and [[R, 0], [0, 0]]. A NaN input makes all of Q NaN
+    (LAPACK's Q keeps some entries; so did none of the per-column Loop's), R as LAPACK's."""
+    n = int(a.shape[-1])
+    blocks = -(-n // BLOCK)
+    b = -(-n // blocks)
+    size = blocks * b
+    batch = [(0, 0, 0)] * (a.ndim - 2)
+    zero = jnp.zeros((), a.dtype)
+    a = lax.pad(a, zero, [*batch, (0, size - n, 0), (0, size - n, 0)])
+
+    def trip(carry: tuple, _: Any) -> tuple:
+        block, q = carry
+        rows = []
+        for i in range(b):
+            row, w, tau, block = _reflect(block)
+            rows.append(lax.pad(row, zero, [*batch, (0, 0, 0), (0, i, 0)]))
+            first, rest = q[..., :, i : i + 1], q[..., :, i + 1 :]
+            t = tau * (first + rest @ w)  # tau Q[:, i:] v
+            q = jnp.concatenate([*([q[..., :, :i]] if i else []), first - t, rest - t * _mT(w)], axis=-1)
+        block = lax.pad(block, zero, [*batch, (0, b, 0), (0, b, 0)])
+        return (block, jnp.concatenate([q[..., :, b:], q[..., :, :b]], axis=-1)), jnp.concatenate(rows, axis=-2)
+
+    eye = jnp.broadcast_to(jnp.eye(size, dtype=a.dtype), a.shape)
+    (_, q), rows = lax.scan(trip, (a, eye), length=blocks)  # rows (blocks, ..., b, size)
+    rows = jnp.moveaxis(rows, 0, -3).reshape((*a.shape[:-2], size, size, 1))
+    # row j holds R[j, j:]: shift it right by j (one Gather), zero left of the diagonal
+    ids = np.arange(size)
+    r = _rows_of_blocks(rows, (ids[None, :] - ids[:, None]) % size).reshape(a.shape)
+    r = where(_ids(size)[:, None] <= _ids(size)[None, :], r, zero)
+    return q[..., :n, :n], r[..., :n, :n]
 
 
 def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.Array]:
@@ -728,28 +789,12 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
     zero = jnp.zeros((), a.dtype)
     block, rows, reflectors = a, [], []
     for _ in range(k):
-        x = block[..., :, :1]
-        alpha = x[..., :1, :]
         if block.shape[-2] == 1:  # no tail: no reflection (tau = 0), as dlarfg on one entry
             rows.append(block)
             break
-        tail = x[..., 1:, :]
-        squares = x * x
-        trivial = sum_keepdims(squares[..., 1:, :], -2) == 0
-        norm = jnp.sqrt(sum_keepdims(squares, -2))
-        beta = where(alpha >= 0, -norm, norm)
-        tau = where(trivial, zero, (beta - alpha) / beta)
-        w = tail / where(trivial, jnp.ones((), a.dtype), alpha - beta)
-        head = where(trivial, alpha, beta)
+        row, w, tau, block = _reflect(block)
+        rows.append(row)
         reflectors.append((w, tau))
-        if block.shape[-1] > 1:
-            top, bottom = block[..., :1, 1:], block[..., 1:, 1:]
-            scaled = tau * (top + _mT(w) @ bottom)  # tau v^T (the block's other columns)
-            rows.append(jnp.concatenate([head, top - scaled], axis=-1))
-            block = bottom - w * scaled
-        else:
-            rows.append(head)
-            block = block[..., 1:, 1:]
     # R: row j starts at column j
     r = jnp.concatenate([lax.pad(row, zero, [*batch, (0, 0, 0), (j, 0, 0)]) for j, row in enumerate(rows)], axis=-2)
     if full_matrices and m > k:
@@ -784,7 +829,7 @@ def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **pa
     return lower_as_jax(ctx, householder_product, [a, taus])
 
 
-@lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Loop"))
+@lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices, pivoting=pivoting), [a])
