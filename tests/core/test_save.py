@@ -113,6 +113,35 @@ def test_above_the_threshold_external_data_is_automatic_also_with_functions(tmp_
     _check_runs_like_jax(str(path), f)
 
 
+@pytest.mark.slow
+def test_a_model_above_two_gigabytes_is_written_with_external_data_and_runs_like_jax(tmp_path):
+    # 9 x 8192 x 8192 float32 = 2.4 GB of weights, the blocks an ONNX function: past protobuf's
+    # 2 GB, the file gets external data by itself; ~8 GB of RAM at the peak (onnxruntime's copy)
+    width, depth = 8192, 9
+    keys = jax.random.split(jax.random.key(0), depth)
+    weights = [jax.random.normal(k, (width, width), jnp.float32) / width**0.5 for k in keys]
+
+    @onnx_function
+    def block(x, w):
+        return jax.nn.relu(x @ w)
+
+    def f(x):
+        for w in weights:
+            x = block(x, w)
+        return x
+
+    path = tmp_path / "big.onnx"
+    assert to_onnx(f, [("B", width)], path=path) == str(path)
+    assert sorted(os.listdir(tmp_path)) == ["big.onnx", "big.onnx.data"]
+    assert os.path.getsize(path) < 1e6 and os.path.getsize(tmp_path / "big.onnx.data") >= depth * width * width * 4
+    assert len(onnx.load(path, load_external_data=False).functions) == 1
+    x = np.asarray(jax.random.normal(jax.random.key(1), (2, width)), np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    del session
+    np.testing.assert_allclose(got, np.asarray(f(x)), rtol=1e-4, atol=1e-5)
+
+
 def test_a_single_file_above_two_gigabytes_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(save, "PROTOBUF_LIMIT", 1000)
     model = export_model(_mlp, [("B", 64)])
