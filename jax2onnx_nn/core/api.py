@@ -139,7 +139,7 @@ def export_model(
         started = time.perf_counter()
         traced = trace(prepared.fn, specs, arg_names)
         traced_at = time.perf_counter()
-        names = _input_names(fn, traced.in_names, config.input_names)
+        names = _input_names(arg_names, traced.in_names, config.input_names)
         builder = GraphBuilder(config.model_name or _callable_name(fn))
         builder.opset_imports[""] = config.opset
         lowerer = Lowerer(builder, config)
@@ -192,10 +192,15 @@ def _check_target_ops(model: ir.Model, profile: Target, opset: int) -> None:
     """Ops the opset does not define or the target cannot run, named with the source lines
     that made them, before writing."""
     missing: dict[str, list[str]] = {}
+    runs: dict[str, bool] = {}  # per op type, asked once (a schema lookup each)
     nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
     nodes += [n for f in model.functions.values() for n in ir.traversal.RecursiveGraphIterator(f.graph)]
     for node in nodes:
-        if node.domain in ("", "ai.onnx") and not (has_op(node.op_type, opset) and profile.runs(node.op_type)):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type not in runs:
+            runs[node.op_type] = has_op(node.op_type, opset) and profile.runs(node.op_type)
+        if not runs[node.op_type]:
             missing.setdefault(node.op_type, []).append(node.doc_string or "")
     if missing:
         by_target = any(has_op(op, opset) for op in missing)
@@ -221,7 +226,7 @@ def _callable_name(fn: Any) -> str:
     return "main" if name == "<lambda>" else name
 
 
-def _input_names(fn: Any, paths: list[str], given: Sequence[str] | None) -> list[str]:
+def _input_names(params: list[str], paths: list[str], given: Sequence[str] | None) -> list[str]:
     if given is not None:
         given = list(given)
         if len(given) != len(paths):
@@ -229,7 +234,6 @@ def _input_names(fn: Any, paths: list[str], given: Sequence[str] | None) -> list
         if len(set(given)) != len(given):
             raise SpecError(f"input_names must be unique, got {given}")
         return given
-    params = _positional_names(fn)
     names = []
     for path in paths:
         head, _, rest = path.partition("/")
