@@ -266,6 +266,28 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+def _real_dft_reshaped(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 gives a DFT of a real input (last dim 1) one dim too many (``rfft`` of
+    ``(8, 6)``: ``(8, 4, 1, 2)``, not ``(8, 4, 2)``): a Reshape to ``[0, ..., 0, 2]`` (0 keeps a
+    dim) drops it there and changes nothing where the shape is right."""
+    if node.op_type != "DFT" or node.domain != "" or node.inputs[0] is None:
+        return False
+    x = node.inputs[0]
+    producer = x.producer()
+    real = x.shape is not None and len(x.shape) > 0 and x.shape[-1] == 1
+    if not real and producer is not None and producer.op_type == "Unsqueeze" and len(producer.inputs) == 2:
+        axes, rank = _constant(producer.inputs[1]), _rank(x)
+        real = axes is not None and rank is not None and axes.size == 1 and int(axes.reshape(-1)[0]) % rank == rank - 1
+    rank = _rank(x)
+    if not real or rank is None:
+        return False
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    spectrum = edit.op("DFT", *node.inputs, dtype=node.outputs[0].dtype, **attributes)
+    shape = np.array([0] * (rank - 1) + [2], np.int64)
+    edit.replace(edit.op("Reshape", spectrum, shape, dtype=node.outputs[0].dtype))
+    return True
+
+
 # -- Gemm of float64 -------------------------------------------------------------------------
 def _gemm_as_matmul(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 translates Gemm with its ``beta`` as a float32 constant, and fails on a float64
@@ -639,6 +661,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
     "dft_in_float32": _dft_in_float32,
+    "real_dft_reshaped": _real_dft_reshaped,
     "scan_captures_as_states": _scan_captures_as_states,
     "dft_on_axis_one": _dft_on_axis_one,
     "gemm_as_matmul": _gemm_as_matmul,

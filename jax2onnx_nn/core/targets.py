@@ -103,7 +103,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input
         kernels={"CumSum": _CUMSUM_UINT32},
         rewrites=("uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
-                  "greater_as_less", "dft_in_float32", "dft_on_axis_one", "scan_captures_as_states"),
+                  "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped",
+                  "scan_captures_as_states"),
         float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(
