@@ -290,7 +290,7 @@ def _cholesky_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         work = lax.pad(work, jnp.zeros((), a.dtype), [*batch, (0, b, 0), (0, b, 0)])
         return work, (columns, pivots)
 
-    _, (columns, pivots) = lax.scan(trip, a, length=blocks)
+    _, (columns, pivots) = lax.scan(trip, a, jnp.arange(blocks, dtype=jnp.int32))  # xs: an ONNX Scan, not a Loop
     # block k's row i is L's row k*b + i: shift each block down by k*b (rows wrapped to the
     # top land in the upper triangle, which the caller does not keep)
     shifted = _rows_of_blocks(jnp.moveaxis(columns, 0, -3), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
