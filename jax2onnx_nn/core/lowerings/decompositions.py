@@ -452,7 +452,7 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     ids = jnp.broadcast_to(_ids(m).astype(a.dtype)[:, None], (*a.shape[:-1], 1))
     done, rest, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
     work = jnp.concatenate([done, rest], axis=-2) if rest.shape[-2] else done
-    pivots = jnp.concatenate(pivots, axis=-1)[..., 0, :].astype(jnp.int32)
+    pivots = (jnp.concatenate(pivots, axis=-1)[..., 0, :] + _ids(len(pivots))).astype(jnp.int32)
     return work[..., :n], pivots, exact_cast(work[..., n], jnp.int32)
 
 
@@ -461,18 +461,18 @@ def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array
     are eliminated, all ``c`` are swapped. Each step takes its pivot row out (one Gather),
     puts the first row in its place (one Scatter) and eliminates the rows left, so no step
     masks a whole matrix. Returns (the pivot rows (..., steps, c), the rows left, each
-    step's pivot row index (..., 1, 1))."""
+    step's pivot row among the rows it had left (..., 1, 1): step j's row is that plus j)."""
     done, pivots = [], []
     for j in range(steps):
         if work.shape[-2] == 1:  # one row left: it is its own pivot, nothing below it
             done.append(work)
-            pivots.append(jnp.full((*work.shape[:-2], 1, 1), j, jnp.int32))
+            pivots.append(jnp.zeros((*work.shape[:-2], 1, 1), jnp.int32))
             work = work[..., 1:, :]
             break
         col = work[..., :, j : j + 1]
         # the first row of largest magnitude; NaN (-1) only if nothing else is left
         p = first_argmax(where(col == col, jnp.abs(col), -1.0), -2)  # (..., 1, 1)
-        pivots.append(p + j)
+        pivots.append(p)
         row = take_rows(work, p)
         done.append(row)
         work = put_row(work, p, work[..., :1, :])[..., 1:, :]
@@ -518,7 +518,7 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         work = jnp.concatenate([rest[..., : size - b], below, rest[..., size - b :]], axis=-1)
         work = lax.pad(work, nan, [*batch, (0, b, 0), (0, 0, 0)])
         done = jnp.concatenate([panel[..., :b, :b], u], axis=-1)  # (..., b, size + 1)
-        return work, (done, jnp.concatenate(pivots, axis=-1) + k * b)
+        return work, (done, jnp.concatenate(pivots, axis=-1) + (k * b + _ids(b)))
 
     work = jnp.concatenate([a, ids], axis=-1)
     _, (done, pivots) = lax.scan(trip, work, jnp.arange(blocks, dtype=jnp.int32))
