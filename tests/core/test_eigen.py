@@ -32,9 +32,11 @@ def _gaussian(seed: int, batch: tuple, n: int, dtype) -> np.ndarray:
 
 
 def _reduction_tol(dtype) -> dict:
-    """Each reflector's rounding feeds the next, so float32 entries of size ~sqrt(n) agree to
-    about 1e-5 of that scale."""
-    return _tol(dtype) if np.dtype(dtype) == np.float64 else {"rtol": 1e-4, "atol": 1e-4}
+    """Each reflector's rounding feeds the next, and the last reflectors' entries are not well
+    conditioned in the input: for one 8x8 Gaussian matrix (seed 3845, upper tridiagonal) JAX's
+    own float32 diagonal is 1.5e-4 from the float64 one and ours 2.1e-4 (3.6e-4 apart), so float32
+    is compared at 1e-3 absolute (entries of size ~sqrt(n)); float64 at the usual bar."""
+    return _tol(dtype) if np.dtype(dtype) == np.float64 else {"rtol": 1e-4, "atol": 1e-3}
 
 
 @settings(max_examples=3)
