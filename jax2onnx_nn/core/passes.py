@@ -887,10 +887,11 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
     common.RemoveUnusedNodesPass()(model)  # the folding below needs exact reader counts
     if fold_weights:
         fold_into_weights(model)
+        common.RemoveUnusedNodesPass()(model)
+    # Neither of these leaves a node unread (a merged duplicate reads what the kept one
+    # reads), so no removal pass follows them: each costs a walk of the whole model.
     merge_duplicate_initializers(model)
-    common.RemoveUnusedNodesPass()(model)
     eliminate_common_subexpressions(model)
-    common.RemoveUnusedNodesPass()(model)
     common.RemoveUnusedFunctionsPass()(model)
 
 

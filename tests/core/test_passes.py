@@ -449,3 +449,29 @@ def test_the_shape_table_agrees_with_onnx_inference(data, op):
         assert op == "Concat" and any(isinstance(s[attributes["axis"]], str) for s in shapes)
     elif all(d is not None for d in ours):  # the table's answer is used only when every dim is known
         assert ours == _onnx_dims(op, shapes, attributes, axes), (op, shapes, attributes, axes)
+
+
+def test_merging_leaves_no_unread_node():
+    """Merging equal weights and duplicate nodes (main graph, loop body, function body) leaves
+    nothing for a removal pass: cleanup relies on it to skip one walk per export."""
+    from jax import lax
+    from onnx_ir.passes import common
+
+    from jax2onnx_nn import export_model, onnx_function
+
+    w = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)  # 64 KiB: merged
+    copy = w.copy()
+
+    @onnx_function
+    def block(x):
+        return jnp.sin(x * 2) + jnp.sin(x * 2) * x
+
+    def f(x):
+        y = jnp.tanh(x @ w) + jnp.tanh(x @ copy)
+        y = lax.fori_loop(0, 3, lambda i, u: jnp.cos(u[::-1]) * jnp.cos(u[::-1]), y)
+        return block(y) + jnp.exp(y) * jnp.exp(y)
+
+    model = assert_exports_match(f, [("B", 128)], sizes={"B": [1, 2]})
+    assert len([t for t in model.graph.initializer if list(t.dims) == [128, 128]]) == 1
+    assert [n.op_type for n in model.functions[0].node].count("Sin") == 1
+    assert not common.RemoveUnusedNodesPass()(export_model(f, [("B", 128)])).modified
