@@ -266,6 +266,30 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+
+def _scan_outputs_unread(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 fails to analyse a Scan whose body also reads a value it emits as a scan
+    output (the blocked cholesky's column panel, stacked out and used for the trailing update:
+    "Failed analyse for node ... StridedSlice ... Impossible to unify 2 with 3"; it takes the
+    stacked rank for the value inside the body). Such an output is emitted through an Identity,
+    so the value the body reads is not the one it stacks."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    body = node.attributes["body"].as_graph()
+    n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
+    changed = False
+    for i in range(n_state, len(body.outputs)):
+        value = body.outputs[i]
+        if not value.uses():
+            continue
+        identity = ir.Node("", "Identity", [value], name=f"{value.name}/stacked")
+        identity.outputs[0].name = f"{value.name}/stacked_output"
+        identity.outputs[0].type, identity.outputs[0].shape = value.type, value.shape
+        body.append(identity)
+        body.outputs[i] = identity.outputs[0]
+        changed = True
+    return changed
+
 def _real_dft_reshaped(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 gives a DFT of a real input (last dim 1) one dim too many (``rfft`` of
     ``(8, 6)``: ``(8, 4, 1, 2)``, not ``(8, 4, 2)``): a Reshape to ``[0, ..., 0, 2]`` (0 keeps a
@@ -660,6 +684,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "isnan_as_not_equal": _isnan_as_not_equal,
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
+    "scan_outputs_unread": _scan_outputs_unread,
     "dft_in_float32": _dft_in_float32,
     "real_dft_reshaped": _real_dft_reshaped,
     "scan_captures_as_states": _scan_captures_as_states,

@@ -379,3 +379,37 @@ def test_a_custom_profile_is_data() -> None:
     custom = dataclasses.replace(TARGETS["onnxruntime"], name="no-loops", scan_symbolic=True)
     assert "Loop" not in op_types(to_onnx(_rnn, [("T", 4)], target=custom))
     assert "Loop" in op_types(to_onnx(_rnn, [("T", 4)]))
+
+
+def _stacks_what_it_reads(xs: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def body(c, x):
+        y = jnp.tanh(c[:, :2] * x)  # stacked as the scan's output and read for the next carry
+        return c - 0.5 * jnp.concatenate([y, y], axis=1), y
+
+    return jax.lax.scan(body, c, xs)
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+def test_scan_body_reading_what_it_stacks_runs_on_every_runtime(runtime: str) -> None:
+    # tract 0.23 gives such a value the stacked rank inside the body ("Impossible to unify 2
+    # with 3"): its profile emits the scan output through an Identity
+    assert_exports_match(_stacks_what_it_reads, [(3,), ("B", 4)], sizes={"B": [1, 4]}, target=runtime, runtime=runtime)
+
+
+def _factor(n: int) -> Any:
+    def cholesky(a: jax.Array) -> jax.Array:
+        spd = a @ jnp.swapaxes(a, -1, -2) + n * jnp.eye(n, dtype=a.dtype)
+        return jnp.linalg.cholesky(spd)
+
+    return cholesky
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+@pytest.mark.parametrize("shape", [(20, 20), ("B", 40, 40)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_cholesky_runs_on_tract(shape: tuple, dtype: type) -> None:
+    # above 16 rows the factor is a Scan over blocks whose body stacks the panel it also reads
+    # for the trailing update (the gaussian_process example); values checked against JAX
+    sizes = {"B": [1, 3]} if "B" in shape else None
+    assert_exports_match(_factor(shape[-1]), [(shape, dtype)], sizes=sizes, target="tract", runtime="tract",
+                         enable_double_precision=dtype == np.float64)
