@@ -312,6 +312,38 @@ def _real_dft_reshaped(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+def _vector_dot_as_matrix_product(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 refuses a MatMul of two vectors (``y @ alpha``: "Condition failed: `a_rank >
+    1 || b_rank > 1`"): the left one is made a row (``1 x n``), the product (of shape ``(1,)``)
+    squeezed back to a scalar."""
+    if node.op_type != "MatMul" or node.domain != "" or _rank(node.inputs[0]) != 1 or _rank(node.inputs[1]) != 1:
+        return False
+    dtype = node.outputs[0].dtype
+    axis = np.array([0], np.int64)
+    row = edit.op("Unsqueeze", node.inputs[0], axis, dtype=dtype)
+    edit.replace(edit.op("Squeeze", edit.op("MatMul", row, node.inputs[1], dtype=dtype), axis, dtype=dtype))
+    return True
+
+
+def _strided_slice_as_gather(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23's declutter fails to move a Slice of step other than 1 (``x[::-1]``, the blocked
+    upper triangular solve's reversal; ``x[::2]``) over the Reshape before it ("Pulling ...
+    Downsample over ... Reshape: Invalid axis"). A one-axis Slice of such a step over a static
+    dim is a Gather of the positions it takes (computed here, as numpy slices them)."""
+    if node.op_type != "Slice" or node.domain != "" or len(node.inputs) != 5 or node.inputs[0] is None:
+        return False
+    starts, ends, axes, steps = (_constant(v) for v in node.inputs[1:])
+    shape = node.inputs[0].shape
+    if any(c is None or c.size != 1 for c in (starts, ends, axes, steps)) or shape is None or int(steps.reshape(-1)[0]) == 1:
+        return False
+    axis = int(axes.reshape(-1)[0]) % len(shape)
+    if not isinstance(shape[axis], int):
+        return False
+    start, end, step = (int(c.reshape(-1)[0]) for c in (starts, ends, steps))
+    positions = np.arange(shape[axis], dtype=np.int64)[start:end:step]
+    edit.replace(edit.op("Gather", node.inputs[0], positions, axis=axis, dtype=node.outputs[0].dtype))
+    return True
+
 # -- Gemm of float64 -------------------------------------------------------------------------
 def _gemm_as_matmul(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 translates Gemm with its ``beta`` as a float32 constant, and fails on a float64
@@ -690,6 +722,8 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "scan_captures_as_states": _scan_captures_as_states,
     "dft_on_axis_one": _dft_on_axis_one,
     "gemm_as_matmul": _gemm_as_matmul,
+    "vector_dot_as_matrix_product": _vector_dot_as_matrix_product,
+    "strided_slice_as_gather": _strided_slice_as_gather,
     "expand_full_rank": _expand_full_rank,
     "range_as_cumsum": _range_as_cumsum,
     "compress_as_gather": _compress_as_gather,
