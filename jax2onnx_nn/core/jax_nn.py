@@ -45,7 +45,7 @@ from jax2onnx_nn.core.layers.attention import (
     jax_nn_mask_value,
 )
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.session import Prepared, patch, register_adapter
+from jax2onnx_nn.core.session import Prepared, patches, register_adapter
 from jax2onnx_nn.core.symbolic import has_zero
 
 MakeWrapper = Callable[[Any], Any]
@@ -318,7 +318,18 @@ def shared(handler_for: Callable[[Any], Handler]) -> MakeWrapper:
 
 def namespace_patches(namespace: Any) -> list[tuple[Any, str, MakeWrapper]]:
     """(namespace, name, make_wrapper) for each function of the table ``namespace`` holds
-    (``jax.nn``, or a framework's re-export of it such as ``flax.nnx``)."""
+    (``jax.nn``, or a framework's re-export of it such as ``flax.nnx``). Made once per
+    namespace: every export applies them (``make_wrapper`` looks the original up then)."""
+    known = _NAMESPACE_PATCHES.get(id(namespace))
+    if known is None or known[0] is not namespace:
+        known = _NAMESPACE_PATCHES[id(namespace)] = (namespace, _make_namespace_patches(namespace))
+    return list(known[1])
+
+
+_NAMESPACE_PATCHES: dict[int, tuple[Any, list[tuple[Any, str, MakeWrapper]]]] = {}
+
+
+def _make_namespace_patches(namespace: Any) -> list[tuple[Any, str, MakeWrapper]]:
     result: list[tuple[Any, str, MakeWrapper]] = []
     for name, activation in ACTIVATIONS.items():
         if callable(getattr(namespace, name, None)):
@@ -350,8 +361,7 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
         return
     with contextlib.ExitStack() as stack:
         stack.callback(_PATCHED.clear)
-        for owner, name, make_wrapper in namespace_patches(jax.nn):
-            stack.enter_context(patch(owner, name, make_wrapper))
+        stack.enter_context(patches(namespace_patches(jax.nn)))
         yield Prepared(substitute(prepared.fn), prepared.const_names)
 
 

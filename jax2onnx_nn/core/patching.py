@@ -28,6 +28,7 @@ from jax2onnx_nn.core.session import (
     add_session_patch,
     export_session,
     patch,
+    patches,
     register_adapter,
 )
 
@@ -37,6 +38,6 @@ __all__ = [
     "CoarseCall", "ExportConfig", "ExportOptions", "Handler", "ModuleCallStack", "ModuleRow",
     "NotApplicable", "Operands", "Prepared", "active_options", "add_session_patch", "bind_coarse",
     "coarse_lowering", "coarse_wrapper", "describe_module", "export_session", "is_array",
-    "map_calls", "module_rows", "overrides_nothing", "patch", "register_adapter", "split_arrays",
+    "map_calls", "module_rows", "overrides_nothing", "patch", "patches", "register_adapter", "split_arrays",
     "trace_call",
 ]

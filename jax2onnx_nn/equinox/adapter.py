@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator
 
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.patching import Prepared, patch
+from jax2onnx_nn.core.patching import Prepared, patches
 from jax2onnx_nn.equinox import coarse, flags, primitives
 from jax2onnx_nn.equinox.functions import ModulePaths, module_call_classes
 from jax2onnx_nn.equinox.modules import array_names, export_copy, retarget
@@ -25,13 +25,10 @@ primitives.register_rules()
 @contextlib.contextmanager
 def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
     with contextlib.ExitStack() as stack:
-        for owner, name, make_wrapper in primitives.patches():
-            stack.enter_context(patch(owner, name, make_wrapper))
+        stack.enter_context(patches(primitives.patches()))
         if options.coarse_ops:
-            for owner, name, make_wrapper in coarse.patches():
-                stack.enter_context(patch(owner, name, make_wrapper))
-        for owner, name, make_wrapper in flags.patches():  # outside the coarse ops: runtime flags
-            stack.enter_context(patch(owner, name, make_wrapper))
+            stack.enter_context(patches(coarse.patches()))
+        stack.enter_context(patches(flags.patches()))  # outside the coarse ops: runtime flags
         fn, roots = retarget(prepared.fn, lambda tree: export_copy(tree, options.training))
         if not roots:
             yield prepared

@@ -22,7 +22,7 @@ from flax import nnx
 
 from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.patching import Prepared, patch
+from jax2onnx_nn.core.patching import Prepared, patches
 from jax2onnx_nn.flax import coarse, flags
 from jax2onnx_nn.flax.functions import ModulePaths
 
@@ -160,10 +160,8 @@ def traced_copy(fn: Any, module: nnx.Module, split: Any, training: bool, paths: 
 def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
     with contextlib.ExitStack() as stack:
         if options.coarse_ops:
-            for owner, name, make_wrapper in coarse.patches():
-                stack.enter_context(patch(owner, name, make_wrapper))
-        for owner, name, make_wrapper in flags.patches():  # outside the coarse ops: runtime flags
-            stack.enter_context(patch(owner, name, make_wrapper))
+            stack.enter_context(patches(coarse.patches()))
+        stack.enter_context(patches(flags.patches()))  # outside the coarse ops: runtime flags
         module = exported_module(prepared.fn)
         paths = ModulePaths()
         if module is not None:

@@ -78,6 +78,27 @@ def test_patch_of_inherited_attribute_is_removed_again() -> None:
     assert Sub.__call__ is Scale.__call__
 
 
+def test_patches_restore_in_reverse_order_also_when_one_fails() -> None:
+    """A table of patches is one context: an attribute patched twice ends as it began, and a
+    ``make_wrapper`` that raises leaves no earlier patch of the table applied."""
+    from jax2onnx_nn.core.session import patches
+
+    class Sub(Scale):
+        pass
+
+    original = Scale.__call__
+    with patches([(Sub, "__call__", lambda f: "first"), (Sub, "__call__", lambda f: f + " second")]):
+        assert vars(Sub)["__call__"] == "first second"
+    assert "__call__" not in vars(Sub) and Sub.__call__ is original
+
+    def broken(f: Any) -> Any:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"), patches([(Scale, "__call__", lambda f: "patched"), (Sub, "__call__", broken)]):
+        pass
+    assert Scale.__call__ is original and "__call__" not in vars(Sub)
+
+
 def test_outside_exports_the_original_runs(patched_scale: Any) -> None:
     layer = _layer()
     x = np.ones(4, np.float32)
