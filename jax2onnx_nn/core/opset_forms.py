@@ -246,6 +246,7 @@ _TYPE_NAMES["tensor(float)"] = "float32"
 _TYPE_NAMES["tensor(double)"] = "float64"
 
 
+@functools.cache  # an onnx schema look-up (~23 us) per call, several per export
 def _schema_types(op: str, opset: int) -> frozenset[str] | None:
     try:
         schema = onnx.defs.get_schema(op, opset)
