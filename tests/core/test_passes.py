@@ -475,3 +475,18 @@ def test_merging_leaves_no_unread_node():
     assert len([t for t in model.graph.initializer if list(t.dims) == [128, 128]]) == 1
     assert [n.op_type for n in model.functions[0].node].count("Sin") == 1
     assert not common.RemoveUnusedNodesPass()(export_model(f, [("B", 128)])).modified
+
+
+def test_remembered_folds_follow_the_weights_and_the_positions():
+    """Folds are remembered across exports by their node and input bytes: a table with other
+    values, other positions or another dtype is folded afresh (never a stale result)."""
+    rng = np.random.default_rng(1)
+    tables = [TABLE, TABLE + 1.0, rng.standard_normal((10, 4)).astype(np.float32), TABLE.astype(np.int32)]
+    for table in tables:
+        for start in (0, 2, 2, -3):
+            def f(x, table=table, start=start):
+                return x + jnp.take(jnp.asarray(table), jnp.arange(3) + start, axis=0, mode="clip").sum(axis=0)
+
+            dtype = "int32" if table.dtype == np.int32 else "float32"
+            model = assert_exports_match(f, [(("B", 4), dtype)], sizes={"B": [2]})
+            assert "Gather" not in op_types(model), op_types(model)
