@@ -219,15 +219,19 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
     ``[start, start + 1, ...]``. tract 0.23's declutter breaks on it: it drops the scan input of
     a body that does not read the counter ("No scan input"), and it folds what the body computes
     from the counter alone as if the tick were the whole constant ("Trying to substitute a 1,F32
-    by 5,F32"). So the counter is also a state, ``start`` and then one more each step, and the
-    body reads ``Max(state, tick)`` (the same number): neither can be dropped or folded."""
+    by 5,F32"). So the counter is also a state, the previous tick (``start - 1`` at first), and
+    the body reads ``Max(state + 1, tick)`` (the same number), which is also the state's output:
+    neither can be dropped or folded. The value read is the one passed on because tract infers
+    facts of a value from what reads it and refuses a state whose output fact differs from its
+    input's ("inconsistent fact: body input 1 is ,I32 ... and body output 1 is ,I32", when the
+    output was ``Max(state, tick) + 1``, read by nothing: the blocked lu and slogdet)."""
     if node.op_type != "Scan" or node.domain != "" or node.attributes.get_int("num_scan_inputs", 0) != 1:
         return False
     ticks = _constant_range(node.inputs[-1])
     directions = node.attributes.get_ints("scan_input_directions", None)
     if ticks is None or ticks.ndim != 1 or not ticks.size or ticks.dtype.kind != "i" or directions and any(directions):
         return False
-    if not np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype)):
+    if not np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype)) or ticks[0] == np.iinfo(ticks.dtype).min:
         return False
     body = node.attributes["body"].as_graph()
     n_state = len(node.inputs) - 1
@@ -236,19 +240,19 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
     state = ir.Value(name=f"{tick.name}/state", type=ir.TensorType(dtype), shape=ir.Shape([]))
     body.inputs.insert(n_state, state)
     one = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.ones((), ticks.dtype))}), name=f"{tick.name}/one")
-    counter = ir.Node("", "Max", [state, tick], name=f"{tick.name}/counter")
+    following = ir.Node("", "Add", [state, one.outputs[0]], name=f"{tick.name}/next")
+    counter = ir.Node("", "Max", [following.outputs[0], tick], name=f"{tick.name}/counter")
     tick.replace_all_uses_with(counter.outputs[0])
     counter.replace_input_with(1, tick)
-    following = ir.Node("", "Add", [counter.outputs[0], one.outputs[0]], name=f"{tick.name}/next")
-    for new_node in (one, counter, following):
+    for new_node in (one, following, counter):
         new_node.outputs[0].name = f"{new_node.name}_output"
         new_node.outputs[0].type, new_node.outputs[0].shape = ir.TensorType(dtype), ir.Shape([])
     if len(body):
-        body.insert_before(next(iter(body)), (one, counter, following))
+        body.insert_before(next(iter(body)), (one, following, counter))
     else:
-        body.extend((one, counter, following))
-    body.outputs.insert(n_state, following.outputs[0])
-    start = edit.const(np.asarray(ticks[0]))
+        body.extend((one, following, counter))
+    body.outputs.insert(n_state, counter.outputs[0])
+    start = edit.const(np.asarray(ticks[0] - 1))
     attributes = [attr for name, attr in node.attributes.items() if name != "body"]
     scan = ir.Node("", "Scan", [*node.inputs[:-1], start, node.inputs[-1]],
                    [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + 1,

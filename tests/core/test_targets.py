@@ -404,6 +404,11 @@ def _factor(n: int) -> Any:
     return cholesky
 
 
+def _lu_and_logdet(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    lu, pivots, _ = jax.lax.linalg.lu(a)
+    return lu, pivots, jnp.linalg.slogdet(a)[1]
+
+
 @pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
 @pytest.mark.parametrize("shape", [(20, 20), ("B", 40, 40)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -431,3 +436,14 @@ def test_strided_slice_after_a_reshape_runs_on_every_runtime(runtime: str, step:
     # reversal in the blocked upper triangular solve): its profile writes it as a Gather
     model = assert_exports_match(lambda x: (x.reshape(-1, 1)[::step] * 2.0, x[:, ::-1]), [(2, 8, 1)], target=runtime, runtime=runtime)
     assert ("Gather" in op_types(model)) == (runtime == "tract")
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+@pytest.mark.parametrize("shape", [(20, 20), ("B", 40, 40)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_lu_runs_on_tract(shape: tuple, dtype: type) -> None:
+    # above 16 rows lu is a Scan over blocks whose body computes with the block number; tract
+    # refused the counter state when its output was a value nothing in the body read
+    sizes = {"B": [1, 3]} if "B" in shape else None
+    assert_exports_match(_lu_and_logdet, [(shape, dtype)], sizes=sizes, target="tract", runtime="tract",
+                         enable_double_precision=dtype == np.float64)
