@@ -2,7 +2,7 @@
 
 The training set (``x_train``, ``y_train``, 32 points) is part of the graph's inputs; the number
 of test points ``M`` is symbolic. The exported graph factors the kernel matrix once
-(``cholesky``, unrolled up to 16 points and one ONNX ``Loop`` above), solves with it
+(``cholesky``, unrolled up to 16 points and an ONNX ``Scan`` over blocks above), solves with it
 (``cho_solve``: two triangular solves) and returns the posterior mean and variance at the test
 points and the log marginal likelihood of the training data (``slogdet`` of the kernel matrix).
 """
