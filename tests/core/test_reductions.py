@@ -384,3 +384,39 @@ def test_cumulative_include_initial(data, prod):
     x = data.draw(hnp.arrays(dtype, shape, elements=st.integers(-3, 3)))
     f = jnp.cumulative_prod if prod else jnp.cumulative_sum
     _check(lambda v: f(v, axis=axis, include_initial=True), [x])
+
+
+KEEPDIMS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min, "prod": jnp.prod}
+
+
+@pytest.mark.parametrize("name", sorted(KEEPDIMS))
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@given(data=st.data())
+def test_keepdims_is_one_reduction(name, dtype, data):
+    """``keepdims=True`` exports as ReduceX(keepdims=1), no Unsqueeze, where the reduction is
+    one ReduceX (a float max/min keeps its NaN fix-up between the reduction and the Unsqueeze,
+    an integer sum its Casts, an integer product its log-step folds); values as JAX's."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    rank = len(shape)
+    reduced = data.draw(st.sets(st.integers(0, rank - 1), min_size=1))
+    axes = tuple(a - rank if data.draw(st.booleans()) else a for a in sorted(reduced))  # negative axes too
+    elements = st.floats(-10, 10, width=32) | st.sampled_from([np.nan, np.inf, -np.inf, -0.0]) if dtype == np.float32 else st.integers(-5, 5)
+    x = data.draw(hnp.arrays(dtype, shape, elements=elements))
+    fn = lambda v: KEEPDIMS[name](v, axis=axes, keepdims=True)  # noqa: E731
+    one_reduction = name in (("max", "min") if dtype == np.int32 else ("sum", "mean", "prod"))
+    model = _check(fn, [x])
+    if one_reduction:
+        assert "Unsqueeze" not in op_types(model)
+    if 0 not in reduced:  # a symbolic batch (of size 0 too) that is not reduced
+        model = assert_exports_match(fn, [(("B", *shape[1:]), dtype)], sizes={"B": [0, 1, 3]})
+        if one_reduction:
+            assert "Unsqueeze" not in op_types(model)
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18, MAX_OPSET])
+def test_keepdims_in_every_opset_form(opset):
+    """Axes as an attribute (ReduceMax before 18) or as an input (ReduceSum from 13)."""
+    for fn, dtype in [(lambda v: jnp.sum(v, axis=(0, -1), keepdims=True), np.float32),
+                      (lambda v: jnp.max(v, axis=-1, keepdims=True), np.int32)]:
+        model = assert_exports_match(fn, [(("B", 3, 4), dtype)], sizes={"B": [0, 2]}, opset=opset)
+        assert len(op_types(model)) == 1 and op_types(model)[0] in ("ReduceSum", "ReduceMax")
