@@ -294,6 +294,45 @@ def _scan_outputs_unread(node: ir.Node, edit: _Editor) -> bool:
         changed = True
     return changed
 
+def _scan_inputs_read(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 runs a Scan whose body reads none of its scanned inputs once, not once
+    per scanned element (its outputs stack one step: the blocked cholesky, which reads only its
+    carry, gave ``Shape inference input shapes {[1,1,16],[2]}``). The body then reads its first
+    scanned input into a zero that its first output takes away: ``y - 0`` (exact, -0.0 and NaN
+    included) or ``y or false``; the zero is the sum of ``x xor x`` (as bools, so 0 for any
+    ``x``, of any shape, empty too)."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    body = node.attributes["body"].as_graph()
+    n_scanned = node.attributes.get_int("num_scan_inputs", 0)
+    scanned = body.inputs[len(body.inputs) - n_scanned:]
+    if not scanned or not body.outputs or any(x.uses() for x in scanned):
+        return False
+    x, y = scanned[0], body.outputs[0]
+    tag = f"{y.name}/reads_{x.name}"
+
+    def add(op_type: str, inputs: list[ir.Value], dtype: ir.DataType, **attrs: Any) -> ir.Value:
+        edit.counter[0] += 1
+        name = f"{tag}/{op_type}{edit.counter[0]}"
+        inner = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs), name=name)
+        out = inner.outputs[0]
+        out.name, out.type, out.shape = f"{name}_output", ir.TensorType(dtype), ir.Shape([])
+        body.append(inner)
+        return out
+
+    as_bool = add("Cast", [x], ir.DataType.BOOL, to=ir.DataType.BOOL)
+    as_bool.shape = x.shape
+    false = add("Xor", [as_bool, as_bool], ir.DataType.BOOL)
+    false.shape = x.shape
+    zero = add("ReduceSum", [add("Cast", [false], ir.DataType.INT32, to=ir.DataType.INT32)], ir.DataType.INT32, keepdims=0)
+    assert y.dtype is not None
+    zero = add("Cast", [zero], y.dtype, to=y.dtype)
+    read = add("Or" if y.dtype == ir.DataType.BOOL else "Sub", [y, zero], y.dtype)
+    read.shape = y.shape
+    body.outputs[0] = read
+    return True
+
+
 def _real_dft_reshaped(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 gives a DFT of a real input (last dim 1) one dim too many (``rfft`` of
     ``(8, 6)``: ``(8, 4, 1, 2)``, not ``(8, 4, 2)``): a Reshape to ``[0, ..., 0, 2]`` (0 keeps a
@@ -733,6 +772,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "compress_as_gather": _compress_as_gather,
     "uint32_bits": _uint32_bits,
     "nan_propagating_max_min": _nan_propagating_max_min,
+    "scan_inputs_read": _scan_inputs_read,
     "uint32_as_int32": _uint32_as_int32,
 }
 

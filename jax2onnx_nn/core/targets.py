@@ -104,7 +104,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         kernels={"CumSum": _CUMSUM_UINT32},
         rewrites=("uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
                   "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped",
-                  "scan_captures_as_states"),
+                  "scan_captures_as_states", "scan_inputs_read"),
         float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(
