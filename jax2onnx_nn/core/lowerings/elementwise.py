@@ -444,10 +444,9 @@ def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: objec
 def _float_to_int(ctx: LoweringContext, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
     # JAX truncates toward zero, saturates out-of-range values and maps NaN to 0; ONNX leaves
     # those undefined, so clamp first (in a float type wide enough to hold the int limits).
-    # A 32-bit target's limits are exact in float64 (not in float32): 6 nodes instead of 7.
     info = np.iinfo(dst)
-    wdtype = np.dtype(np.float32 if src.itemsize <= 4 and dst.itemsize != 4 else np.float64)
-    work = x if src == wdtype else ctx.cast(x, wdtype)
+    work = ctx.cast(x, np.float32) if src.itemsize < 4 else x
+    wdtype = np.float32 if src.itemsize <= 4 else np.float64
     lo = np.asarray(info.min, dtype=wdtype)
     hi = np.asarray(info.max, dtype=wdtype)
     if int(hi) > info.max:  # the float nearest to max rounds up: step below it
