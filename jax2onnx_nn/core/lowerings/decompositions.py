@@ -167,14 +167,14 @@ def _row_index(ctx: LoweringContext, index: ir.Value, dims: Sequence[Any]) -> ir
     return ctx.expand(ctx.cast(index, np.int64), dims)
 
 
-@lowering(_TAKE_ROWS, onnx_ops=("GatherElements", "Expand", "Cast"))
+@lowering(_TAKE_ROWS, onnx_ops=("GatherElements", "Expand", "Cast", "Concat"))
 def _linalg_take_rows(ctx: LoweringContext, x: ir.Value, rows: ir.Value, *, body: Any) -> ir.Value:
     del body  # take_along_axis on in-range indices
     rank = len(ctx.avals_in[0].shape)
     return ctx.op.GatherElements(x, _row_index(ctx, rows, ctx.aval_out.shape), axis=rank - 2)
 
 
-@lowering(_PUT_ROW, onnx_ops=("ScatterElements", "Expand", "Cast"))
+@lowering(_PUT_ROW, onnx_ops=("ScatterElements", "Expand", "Cast", "Concat"))
 def _linalg_put_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, row: ir.Value, *, body: Any) -> ir.Value:
     del body  # the row written at an in-range index
     rank = len(ctx.avals_in[0].shape)

@@ -389,5 +389,5 @@ for _prim, _reduction in SCATTER.items():
     register(_prim, partial(_scatter, _reduction), onnx_ops=(
         "ScatterND", "Compress", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Div", "Equal", "Expand",
         "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Range", "ReduceMin",
-        "Reshape", "Squeeze", "Transpose", "Unsqueeze", "Where",
+        "Reshape", "Squeeze", "Transpose", "Unsqueeze", "Where", "Neg",
     ))

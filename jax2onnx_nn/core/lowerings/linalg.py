@@ -77,7 +77,7 @@ def _einsum_equation(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> 
     return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
 
 
-@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "ConstantOfShape"))
+@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "ConstantOfShape", "Concat"))
 def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object) -> ir.Value:
     out_dtype = onnx_aval(ctx.aval_out)[0]
     if has_zero([*ctx.avals_in[0].shape, *ctx.avals_in[1].shape]):

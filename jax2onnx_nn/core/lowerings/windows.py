@@ -188,4 +188,4 @@ def _reduce_window(ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts
     return fold(ctx, op, [folded, init], dtype)
 
 
-register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze"))
+register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze", "Or"))
