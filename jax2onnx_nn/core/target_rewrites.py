@@ -253,21 +253,29 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
         body.extend((one, following, counter))
     body.outputs.insert(n_state, counter.outputs[0])
     start = edit.const(np.asarray(ticks[0] - 1))
+    scan = _scan_with_states(node, edit, body, n_state, [start])
+    scan.outputs[n_state].name = f"{tick.name}/last"
+    scan.outputs[n_state].type = ir.TensorType(dtype)
+    return True
+
+
+def _scan_with_states(node: ir.Node, edit: _Editor, body: ir.Graph, n_state: int, states: Sequence[ir.Value]) -> ir.Node:
+    """``node`` (a Scan with ``n_state`` states) replaced by a Scan running ``body``, which has
+    ``states`` as more states after those: the old outputs' users read the new Scan's, which
+    takes their names; the final values of the added states are its outputs ``n_state...``."""
     attributes = [attr for name, attr in node.attributes.items() if name != "body"]
-    scan = ir.Node("", "Scan", [*node.inputs[:-1], start, node.inputs[-1]],
-                   [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + 1,
+    scan = ir.Node("", "Scan", [*node.inputs[:n_state], *states, *node.inputs[n_state:]],
+                   [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + len(states),
                    name=node.name, doc_string=node.doc_string)
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
     for i, old in enumerate(node.outputs):
-        new = scan.outputs[i if i < n_state else i + 1]
+        new = scan.outputs[i if i < n_state else i + len(states)]
         new.type, new.shape = old.type, old.shape
         old.replace_all_uses_with(new, replace_graph_outputs=True)
         old.name, new.name = f"{old.name}/replaced", old.name
-    scan.outputs[n_state].name = f"{tick.name}/last"
-    scan.outputs[n_state].type = ir.TensorType(dtype)
     edit.graph.remove(node, safe=True)
-    return True
+    return scan
 
 
 
@@ -472,21 +480,10 @@ def _scan_captures_as_states(node: ir.Node, edit: _Editor) -> bool:
         body.append(identity)
         passed.append(identity.outputs[0])
     body.outputs[n_state:n_state] = passed
-    attributes = [attr for name, attr in node.attributes.items() if name != "body"]
-    scan = ir.Node("", "Scan", [*node.inputs[:n_state], *captured, *node.inputs[n_state:]],
-                   [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + len(captured),
-                   name=node.name, doc_string=node.doc_string)
-    assert edit.graph is not None
-    edit.graph.insert_before(node, scan)
-    for i, old in enumerate(node.outputs):
-        new = scan.outputs[i if i < n_state else i + len(captured)]
-        new.type, new.shape = old.type, old.shape
-        old.replace_all_uses_with(new, replace_graph_outputs=True)
-        old.name, new.name = f"{old.name}/replaced", old.name
+    scan = _scan_with_states(node, edit, body, n_state, captured)
     for i, value in enumerate(captured):
         extra = scan.outputs[n_state + i]
         extra.name, extra.type, extra.shape = f"{value.name}/after_{tag}", value.type, value.shape
-    edit.graph.remove(node, safe=True)
     return True
 
 
