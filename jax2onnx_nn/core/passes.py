@@ -335,7 +335,7 @@ def _reduced_axes(node: ir.Node, rank: int) -> list[int] | None:
     else:
         axes = []
     if not axes:  # no axes: all of them, unless noop_with_empty_axes
-        return None if _int_attr(node, "noop_with_empty_axes", 0) else list(range(rank))
+        return None if node.attributes.get_int("noop_with_empty_axes", 0) else list(range(rank))
     return sorted(a % rank for a in axes)
 
 
@@ -351,7 +351,7 @@ def keep_reduced_dims(model: ir.Model) -> int:
         source, out = node.inputs[0], node.outputs[0]
         reduce = source.producer() if source is not None else None
         if (reduce is None or reduce.domain != "" or reduce.op_type not in _REDUCTIONS or is_required(reduce)
-                or _int_attr(reduce, "keepdims", 1) != 0 or _one_reader(source) is not node
+                or reduce.attributes.get_int("keepdims", 1) != 0 or _one_reader(source) is not node
                 or out.shape is None or reduce.inputs[0] is None):
             continue
         rank = len(out.shape)
@@ -1095,11 +1095,11 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
         return [shapes[0][p] for p in order]
     if op == "Shape":
         rank = len(shapes[0])
-        start, end = (_int_attr(node, name, default) for name, default in (("start", 0), ("end", rank)))
+        start, end = (node.attributes.get_int(name, default) for name, default in (("start", 0), ("end", rank)))
         start, end = (min(max(i + rank if i < 0 else i, 0), rank) for i in (start, end))
         return [max(end - start, 0)]
     if op == "Concat":
-        axis = _int_attr(node, "axis", 0)
+        axis = node.attributes.get_int("axis", 0)
         axis += len(shapes[0]) if axis < 0 else 0
         sizes = [shape[axis] for shape in shapes]
         others = {(*shape[:axis], *shape[axis + 1:]) for shape in shapes}
@@ -1112,11 +1112,6 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
         dims = iter(shapes[0])
         return [1 if i in axes else next(dims) for i in range(rank)]
     return None
-
-
-def _int_attr(node: ir.Node, name: str, default: int) -> int:
-    attr = node.attributes.get(name)
-    return default if attr is None else int(attr.value)
 
 
 @functools.cache
