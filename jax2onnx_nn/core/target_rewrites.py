@@ -305,10 +305,12 @@ def _scan_outputs_unread(node: ir.Node, edit: _Editor) -> bool:
 def _scan_inputs_read(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 runs a Scan whose body reads none of its scanned inputs once, not once
     per scanned element (its outputs stack one step: the blocked cholesky, which reads only its
-    carry, gave ``Shape inference input shapes {[1,1,16],[2]}``). The body then reads its first
-    scanned input into a zero that its first output takes away: ``y - 0`` (exact, -0.0 and NaN
-    included) or ``y or false``; the zero is the sum of ``x xor x`` (as bools, so 0 for any
-    ``x``, of any shape, empty too)."""
+    carry, gave ``Shape inference input shapes {[1,1,16],[2]}``); tract 0.23 drops such an input
+    and then has none ("No scan input"). The body then reads its first scanned input into a
+    zero that its first output takes away: ``y - 0`` (exact, -0.0 and NaN included) or ``y or
+    false``; the zero is the sum of ``b and not b`` with ``b = bool(x)`` (0 for any ``x``, of any
+    shape, empty too). No node reads one value twice: tract's declutter moves the ops of the
+    scanned input alone out of the Scan and panics on one that does (``x xor x``)."""
     if node.op_type != "Scan" or node.domain != "":
         return False
     body = node.attributes["body"].as_graph()
@@ -319,25 +321,23 @@ def _scan_inputs_read(node: ir.Node, edit: _Editor) -> bool:
     x, y = scanned[0], body.outputs[0]
     tag = f"{y.name}/reads_{x.name}"
 
-    def add(op_type: str, inputs: list[ir.Value], dtype: ir.DataType, **attrs: Any) -> ir.Value:
+    def add(op_type: str, inputs: list[ir.Value], dtype: ir.DataType, shape: ir.Shape | None, **attrs: Any) -> ir.Value:
         edit.counter[0] += 1
         name = f"{tag}/{op_type}{edit.counter[0]}"
         inner = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs), name=name)
         out = inner.outputs[0]
-        out.name, out.type, out.shape = f"{name}_output", ir.TensorType(dtype), ir.Shape([])
+        out.name, out.type, out.shape = f"{name}_output", ir.TensorType(dtype), shape
         body.append(inner)
         return out
 
-    as_bool = add("Cast", [x], ir.DataType.BOOL, to=ir.DataType.BOOL)
-    as_bool.shape = x.shape
-    false = add("Xor", [as_bool, as_bool], ir.DataType.BOOL)
-    false.shape = x.shape
-    zero = add("ReduceSum", [add("Cast", [false], ir.DataType.INT32, to=ir.DataType.INT32)], ir.DataType.INT32, keepdims=0)
+    # (each value declares its own shape: tract checks them, a Cast's rank is its input's)
+    as_bool = add("Cast", [x], ir.DataType.BOOL, x.shape, to=ir.DataType.BOOL)
+    false = add("And", [as_bool, add("Not", [as_bool], ir.DataType.BOOL, x.shape)], ir.DataType.BOOL, x.shape)
+    count = add("Cast", [false], ir.DataType.INT32, x.shape, to=ir.DataType.INT32)
+    zero = add("ReduceSum", [count], ir.DataType.INT32, ir.Shape([]), keepdims=0)
     assert y.dtype is not None
-    zero = add("Cast", [zero], y.dtype, to=y.dtype)
-    read = add("Or" if y.dtype == ir.DataType.BOOL else "Sub", [y, zero], y.dtype)
-    read.shape = y.shape
-    body.outputs[0] = read
+    zero = add("Cast", [zero], y.dtype, ir.Shape([]), to=y.dtype)
+    body.outputs[0] = add("Or" if y.dtype == ir.DataType.BOOL else "Sub", [y, zero], y.dtype, y.shape)
     return True
 
 

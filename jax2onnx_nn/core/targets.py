@@ -113,12 +113,13 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # it runs CumSum on uint32 (the bitwise ops below opset 18 sum their bits with it); a
         # Cast to int64 would sign-extend uint32 and make a value it cannot take a CumSum of.
         # Its optimizer breaks on a Range of run-time length (a causal mask), on a Scan over a
-        # constant counter (a fori_loop), on a Scan body reading a value it also stacks (the
+        # constant counter (a fori_loop), on a Scan body that reads none of its scanned inputs
+        # (it drops them all), on a Scan body reading a value it also stacks (the
         # blocked cholesky), on a MatMul of a Concat with a broadcast part and on a float64
         # Gemm, on a Slice of step other than 1 after a Reshape, and it refuses a MatMul of two
         # vectors: the rewrites write each so that it runs (core/target_rewrites.py)
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counter_scan_as_state", "scan_outputs_unread", "gemm_as_matmul",
+        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counter_scan_as_state", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "expand_full_rank"),
         lacks={"Loop": "tract 0.23 has no Loop: a while_loop whose trip count depends on the data "
                        "has no Scan form; write it as a fori_loop or scan of static length"},

@@ -469,11 +469,9 @@ def _ignores_its_xs(c: jax.Array, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @pytest.mark.parametrize("runtime", runtime_params())
-def test_scan_body_reading_no_scanned_input_runs_on_every_runtime(runtime: str, request: pytest.FixtureRequest) -> None:
-    # the scanned input gives only the trip count; OpenVINO ran such a Scan once
-    if runtime == "tract":  # not fixed yet: its profile has no rewrite for it
-        request.applymarker(pytest.mark.xfail(strict=True, reason="tract 0.23 drops a scan input the body does not "
-                                              "read and then fails (declutter_discard_unused_input: 'No scan input')"))
+def test_scan_body_reading_no_scanned_input_runs_on_every_runtime(runtime: str) -> None:
+    # the scanned input gives only the trip count; OpenVINO ran such a Scan once, tract drops
+    # it and then fails ("No scan input"): both profiles make the body read it
     c = np.array([0.0, -0.0, np.inf, np.nan, 3.0], np.float32)  # -0.0 and NaN pass through exactly
     model = assert_exports_match(_ignores_its_xs, [(5,), (7, 2)], input_values=[c, np.ones((7, 2), np.float32)],
                                  target=runtime, runtime=runtime)
