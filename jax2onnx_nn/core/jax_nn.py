@@ -41,10 +41,9 @@ from jax2onnx_nn.core.layers.attention import (
     attention,
     attention_op,
     causal_keep,
-    if_nonempty,
     jax_nn_mask_value,
 )
-from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.session import Prepared, patches, register_adapter
 from jax2onnx_nn.core.symbolic import has_zero
 
@@ -115,7 +114,7 @@ def _without_extras(a: dict[str, Any]) -> bool:
     return not dropout and (dtype is None or np.dtype(dtype) == np.float32) and a.get("precision") is None and a.get("module") is None
 
 
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Reshape", "Concat", "Shape", "Size", "Greater", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
+@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Reshape", "Concat", "Shape", "Size", "Equal", "Or", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
     """ONNX Attention from opset 23 (:func:`attention_op`), else the attention core's ops; a
     symbolic dim chooses at run time (onnxruntime's Attention refuses a batch of 0)."""
@@ -124,11 +123,12 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
         return _attention_decomposed(ctx, ops, scale=scale, is_causal=is_causal)
     if not any(map(jxi.is_symbolic_dim, dims)):
         return _attention_op(ctx, ops, scale=scale, is_causal=is_causal)
-    return if_nonempty(
-        ctx, [ops["query"], ops["key"], ops["value"]], ctx.aval_out,
-        functools.partial(_attention_op, ops=ops, scale=scale, is_causal=is_causal),
-        functools.partial(_attention_decomposed, ops=ops, scale=scale, is_causal=is_causal),
+    (y,) = ctx.unless_empty(
+        [ops["query"], ops["key"], ops["value"]], [onnx_aval(ctx.aval_out)],
+        lambda full: [_attention_op(full, ops, scale=scale, is_causal=is_causal)],
+        lambda empty: [_attention_decomposed(empty, ops, scale=scale, is_causal=is_causal)],
     )
+    return y
 
 
 def _attention_op(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> ir.Value:

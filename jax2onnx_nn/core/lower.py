@@ -49,6 +49,9 @@ def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
     return np.dtype(struct.dtype), tuple(struct.shape)
 
 
+OnnxType = tuple[np.dtype, Sequence[Any] | None]
+"""A value's ONNX element type and shape (ints, dim names or symbolic dims; None: unknown)."""
+
 # An index of the toolkit: a static int, or an int64 tensor of shape [1] (``ctx.dim``).
 Index = int | ir.Value
 _IOTA_CONSTANT_MAX = 1024  # longer iotas are a Range node, not a stored constant
@@ -235,6 +238,54 @@ class LoweringContext:
         """The context of a new body graph (an If branch, a Loop or Scan body) below this
         one; ``body.builder`` takes its inputs and outputs."""
         return self.within(self.builder.body(name))
+
+    def graph_returning(self, values: Sequence[ir.Value], types: Sequence[OnnxType]) -> ir.Graph:
+        """This body's graph with ``values`` as its outputs of ``types`` ((dtype, shape) each).
+
+        A body output must be made by a node of the body, once: outer values, constants, body
+        inputs and repeated values pass through an Identity.
+        """
+        graph = self.builder
+        own = {id(node) for node in graph.nodes}
+        seen: set[int] = set()
+        for value, (dtype, shape) in zip(values, types, strict=True):
+            producer = value.producer()
+            if producer is None or id(producer) not in own or id(value) in seen:
+                value = self.op.Identity(value)
+            seen.add(id(value))
+            set_type(value, dtype, shape)
+            graph.outputs.append(value)
+        return graph.build_graph()
+
+    def unless_empty(
+        self, sizes: Sequence[Any], types: Sequence[OnnxType],
+        run: Callable[[LoweringContext], Sequence[ir.Value]], empty: Callable[[LoweringContext], Sequence[ir.Value]],
+    ) -> list[ir.Value]:
+        """``run``'s values of ``types``, or ``empty``'s where one of ``sizes`` is 0 at run time:
+        for an op a runtime refuses on empty inputs (onnxruntime aborts the process on a GRU or
+        LSTM of batch or length 0, and refuses an Attention of batch 0).
+
+        ``sizes`` are tensors (their element count) and dims; a static dim that is not 0 needs
+        no test, a static 0 gives ``empty``'s values. When something is left to test, one
+        ``If`` on ``Equal(size, 0)`` (``Or``-ed) holds the two as branches.
+        """
+        if any(not isinstance(d, ir.Value) and is_zero(d) for d in sizes):
+            return list(empty(self))
+        unknown = [d for d in sizes if isinstance(d, ir.Value) or jxi.is_symbolic_dim(d)]
+        tested = [self.op.Size(d) if isinstance(d, ir.Value) else self.dim_scalar(d) for d in unknown]
+        if not tested:
+            return list(run(self))
+        is_empty = self.op.Equal(tested[0], self.ints(0))
+        for size in tested[1:]:
+            is_empty = self.op.Or(is_empty, self.op.Equal(size, self.ints(0)))
+        graphs = {}
+        for name, form in (("then_branch", empty), ("else_branch", run)):
+            body = self.body(name)
+            graphs[name] = body.graph_returning(form(body), types)
+        results = self.builder.add_node("If", [is_empty], graphs, num_outputs=len(types))
+        for value, (dtype, shape) in zip(results, types, strict=True):
+            set_type(value, dtype, shape)
+        return list(results)
 
     @property
     def avals_in(self) -> list[Any]:
@@ -459,4 +510,4 @@ class LoweringContext:
         return value
 
 
-__all__ = ["Index", "Lowerer", "LoweringContext", "is_float", "onnx_aval", "ir_shape"]
+__all__ = ["Index", "Lowerer", "LoweringContext", "OnnxType", "is_float", "onnx_aval", "ir_shape"]

@@ -11,7 +11,7 @@ From opset 23, :func:`attention_op` writes the same arithmetic as one ONNX ``Att
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -84,26 +84,3 @@ def attention_op(
     if mask is not None and not same_shape(mask_shape[-2:], logits_shape[-2:]):
         mask = ctx.expand(mask, [1] * (len(mask_shape) - 2) + list(logits_shape[-2:]))
     return ctx.op.Attention(q, k, v, mask, scale=float(scale), is_causal=int(causal))
-
-
-def if_nonempty(
-    ctx: LoweringContext, tensors: Sequence[ir.Value], aval: Any,
-    op_form: Callable[[LoweringContext], ir.Value], fallback: Callable[[LoweringContext], ir.Value],
-) -> ir.Value:
-    """An ``If``: ``op_form`` when every one of ``tensors`` has elements, else ``fallback``
-    (onnxruntime's Attention refuses a batch of 0; the decomposition computes JAX's result
-    for size-0 dims); both write a value of ``aval``, the result."""
-    nonempty = None
-    for t in tensors:
-        has = ctx.op.Greater(ctx.op.Size(t), ctx.ints(0))
-        nonempty = has if nonempty is None else ctx.op.And(nonempty, has)
-    branches = {}
-    for name, form in (("then_branch", op_form), ("else_branch", fallback)):
-        body = ctx.body(name)
-        out = form(body)
-        if out.producer() is None or out.producer() not in body.builder.nodes:
-            out = body.op.Identity(out)
-        body.builder.outputs.append(body.typed(out, aval))
-        branches[name] = body.builder.build_graph()
-    (y,) = ctx.builder.add_node("If", [nonempty], branches, num_outputs=1)
-    return ctx.typed(y, aval)

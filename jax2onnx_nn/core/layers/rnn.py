@@ -17,7 +17,6 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import set_type
 from jax2onnx_nn.core.lower import LoweringContext
 
 
@@ -107,19 +106,7 @@ def step(ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Valu
         return run(ctx)
     batch = x.shape[1] if x.shape is not None and len(x.shape) == 3 and x.shape[1] is not None else None
     types = [(x.dtype.numpy(), None if batch is None else [1, batch, hidden]) for _ in states]
-    branches = []
-    for name, values in (("then_branch", None), ("else_branch", run)):
-        branch = ctx.body(name)
-        outs = [branch.op.Identity(s) for s in states] if values is None else values(branch)
-        for value, (dtype, shape) in zip(outs, types, strict=True):
-            set_type(value, dtype, shape)
-            branch.builder.outputs.append(value)
-        branches.append(branch.builder.build_graph())
-    is_empty = ctx.op.Equal(ctx.op.Size(x), ctx.ints(0))
-    new = ctx.builder.add_node("If", [is_empty], {"then_branch": branches[0], "else_branch": branches[1]}, num_outputs=len(states))
-    for value, (dtype, shape) in zip(new, types, strict=True):
-        set_type(value, dtype, shape)
-    return list(new)
+    return ctx.unless_empty([x], types, run, lambda empty: states)
 
 
 def library_step(

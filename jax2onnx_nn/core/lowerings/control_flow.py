@@ -14,13 +14,12 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.graph import mark_required, set_type
+from jax2onnx_nn.core.graph import mark_required
 from jax2onnx_nn.core.layers import rnn
-from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.lower import LoweringContext, OnnxType, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim
 
-OnnxType = tuple[np.dtype, tuple[Any, ...]]
 _BOOL_SCALAR: OnnxType = (np.dtype(np.bool_), ())
 # Loop counters whose range int64 holds, so that the trip count ``hi - lo`` is exact.
 _RANGE_DTYPES = frozenset(np.dtype(t) for t in (np.int16, np.int32, np.int64))
@@ -36,25 +35,6 @@ def _add_input(body: LoweringContext, name: str, aval: Any) -> ir.Value:
 def _loop_inputs(body: LoweringContext) -> tuple[ir.Value, ir.Value]:
     """The (iteration_num, cond) inputs every Loop body starts with."""
     return body.builder.add_input("iteration", np.int64, ()), body.builder.add_input("cond", np.bool_, ())
-
-
-def _set_outputs(body: LoweringContext, values: Sequence[ir.Value], types: Sequence[OnnxType]) -> ir.Graph:
-    """Make ``values`` the typed outputs of the ``body`` graph and return that graph.
-
-    A body output must be made by a node of the body, once: outer values, constants, body
-    inputs and repeated values pass through an Identity.
-    """
-    graph = body.builder
-    own = {id(node) for node in graph.nodes}
-    seen: set[int] = set()
-    for value, (dtype, shape) in zip(values, types, strict=True):
-        producer = value.producer()
-        if producer is None or id(producer) not in own or id(value) in seen:
-            value = body.op.Identity(value)
-        seen.add(id(value))
-        set_type(value, dtype, shape)
-        graph.outputs.append(value)
-    return graph.build_graph()
 
 
 def _node(ctx: LoweringContext, op_type: str, inputs: Sequence[ir.Value | None], avals: Sequence[Any], **attrs: Any) -> list[ir.Value]:
@@ -114,7 +94,7 @@ def _switch_chain(ctx: LoweringContext, index: ir.Value, branches: list[Any], op
         return _if(ctx, is_first, branches[first], branches[first + 1], operands)
     rest = ctx.body("else_branch")
     outs = _switch_chain(rest, index, branches, operands, first + 1)
-    else_graph = _set_outputs(rest, outs, _types(ctx.avals_out))
+    else_graph = rest.graph_returning(outs, _types(ctx.avals_out))
     then_graph = _branch(ctx, branches[first], operands, "then_branch")
     return _node(ctx, "If", [is_first], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
 
@@ -127,7 +107,7 @@ def _if(ctx: LoweringContext, pred: ir.Value, then: Any, otherwise: Any, operand
 
 def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name: str) -> ir.Graph:
     body = ctx.body(name)
-    return _set_outputs(body, body.lower_sub(jaxpr, operands), _types(ctx.avals_out))
+    return body.graph_returning(body.lower_sub(jaxpr, operands), _types(ctx.avals_out))
 
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
@@ -168,7 +148,7 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
         if batched:
             state, again = [again], body.any(again)
     state_types = _types([pred_aval] * len(state))
-    graph = _set_outputs(body, [again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)])
+    graph = body.graph_returning([again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)])
     first = ctx.any(pred) if batched else pred
     loop_in = [trip_count, first, *([pred] if batched else []), *init]
     outs = _node(ctx, "Loop", loop_in, [*[pred_aval] * len(state), *carry_avals], body=graph)
@@ -292,7 +272,7 @@ def _scan_as_scan(
         cells = _cells_over_sequence(ctx, body, carries, dict(zip(map(id, x_slices), xs, strict=True)), outs, init, length, reverse)
         if cells is not None:
             return cells
-    graph = _set_outputs(body, outs, _types(out_avals))
+    graph = body.graph_returning(outs, _types(out_avals))
     n_ys = len(avals_out) - len(state)
     directions = {}
     if reverse:
@@ -323,17 +303,10 @@ def _cells_over_sequence(
             batch = ctx.avals_out[k].shape[0]
             if jxi.is_symbolic_dim(batch) and not any(same_dim(batch, d) for d in dims):
                 dims.append(batch)
-    if not dims:
-        return rnn.run_stack(ctx, stack, init, reverse=reverse)
-    types = _types(ctx.avals_out)
-    empty = ctx.body("then_branch")
-    then_graph = _set_outputs(empty, [*init, *[empty.zeros(a) for a in ctx.avals_out[len(init):]]], types)
-    full = ctx.body("else_branch")
-    else_graph = _set_outputs(full, rnn.run_stack(full, stack, init, reverse=reverse), types)
-    is_empty = ctx.op.Equal(ctx.dim_scalar(dims[0]), ctx.ints(0))
-    for d in dims[1:]:
-        is_empty = ctx.op.Or(is_empty, ctx.op.Equal(ctx.dim_scalar(d), ctx.ints(0)))
-    return _node(ctx, "If", [is_empty], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
+    return ctx.unless_empty(
+        dims, _types(ctx.avals_out), lambda full: rnn.run_stack(full, stack, init, reverse=reverse),
+        lambda empty: [*init, *[empty.zeros(a) for a in ctx.avals_out[len(init):]]],
+    )
 
 
 def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], length: Any, reverse: bool) -> list[ir.Value]:
@@ -350,7 +323,7 @@ def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], 
     cells = _cells_over_sequence(ctx, body, carries, dict(zip(map(id, x_slices), xs, strict=True)), outs, init, length, reverse)
     if cells is not None:
         return cells
-    graph = _set_outputs(body, [cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
+    graph = body.graph_returning([cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
     # with no carries a trailing empty cond would be dropped, and Loop needs (M, cond): pass True
     cond = None if init else ctx.const(np.array(True))
     results = _node(ctx, "Loop", [trip_count, cond, *init], ctx.avals_out, body=graph)
