@@ -427,7 +427,11 @@ class LoweringContext:
         if not jxi.is_symbolic_dim(n) and int(n) <= _IOTA_CONSTANT_MAX:
             view = [int(n) if i == axis else 1 for i in range(rank)]
             return self.const(np.arange(int(n), dtype=np.int64).astype(dtype).reshape(view))
-        line = self.cast(self.op.Range(self.ints(0), self.dim_scalar(n), self.ints(1)), dtype)
+        line = self.op.Range(self.ints(0), self.dim_scalar(n), self.ints(1))
+        # its length is n; ONNX's inference cannot tell that from a run-time limit and would
+        # otherwise type the graph by whole-graph inference, naming the length unk__0
+        line.shape = ir_shape([n])
+        line = self.cast(line, dtype)
         return self.op.Unsqueeze(line, self.ints(others)) if others else line
 
     def reduce(self, op_type: str, x: ir.Value, axes: Sequence[int] | None = None, *, keepdims: int = 0) -> ir.Value:

@@ -62,6 +62,10 @@ def test_iota(lead, dtype):
     """ctx.iota: a constant when short and static, else a Range; converted as XLA does."""
     model = assert_exports_match(lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 0), [((lead, 2), dtype)], sizes={"B": [1, 3]})
     assert ("Range" in op_types(model)) == (lead in (2000, "B"))
+    if lead == "B":  # a run-time Range is typed with its length, not a name inference invents
+        ranges = {n.output[0] for n in model.graph.node if n.op_type == "Range"}
+        typed = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in model.graph.value_info}
+        assert ranges and all(typed[name] == ["B"] for name in ranges)
 
 
 def _any_rule(ctx, x, *, axes, **_):
