@@ -181,7 +181,7 @@ def export_model(
     fill_missing_types(model)
     vector_times_untransposed(model)  # ranks known now; onnxruntime miscomputes the other form
     _check_target_ops(model, config.target, config.opset)
-    progress.close()
+    progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress
     if timings is not None:
         timings.update(trace=traced_at - started, lower=lowered_at - traced_at, passes=time.perf_counter() - lowered_at)

@@ -23,26 +23,41 @@ class Progress:
         self.started = time.perf_counter()
         self._last = 0.0
         self._shown = False
+        self._stage: tuple[str, int, str] | None = None  # the last stage reported: its total and unit
 
     def update(self, stage: str, done: int, total: int, unit: str = "") -> None:
         """Report ``done`` of ``total`` (in ``unit``) for ``stage``; cheap when nothing is shown."""
         if not self.enabled:
             return
+        self._stage = (stage, total, unit)
         now = time.perf_counter()
         if now - self.started < DELAY or now - self._last < INTERVAL[self.terminal]:
             return
+        self._write(stage, done, total, unit, now)
+
+    def finish(self) -> None:
+        """The last stage reported, as done (``total/total``), when the export has run long
+        enough to be shown; then :meth:`close`."""
+        now = time.perf_counter()
+        if self._stage is not None and now - self.started >= DELAY:
+            stage, total, unit = self._stage
+            self._write(stage, total, total, unit, now)
+        self.close()
+
+    def close(self) -> None:
+        """End the display (a newline after a line rewritten in place), also after a failure."""
+        if self._shown and self.terminal:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+        self._shown = False
+        self._stage = None
+
+    def _write(self, stage: str, done: int, total: int, unit: str, now: float) -> None:
         self._last = now
         self._shown = True
         text = f"jax2onnx_nn: {stage} {_amount(done, unit)}/{_amount(total, unit)} ({now - self.started:.1f} s)"
         sys.stderr.write(f"\r{text}\x1b[K" if self.terminal else text + "\n")
         sys.stderr.flush()
-
-    def close(self) -> None:
-        """End the display (a newline after a line rewritten in place)."""
-        if self._shown and self.terminal:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-        self._shown = False
 
 
 def _amount(n: int, unit: str) -> str:

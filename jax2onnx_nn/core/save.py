@@ -83,6 +83,7 @@ def save_model(
     progress = progress or Progress()
     try:
         (_save_external if external else _save_single)(model, path, streamed, progress)
+        progress.finish()
         return path
     finally:
         progress.close()
