@@ -246,13 +246,20 @@ _TYPE_NAMES["tensor(float)"] = "float32"
 _TYPE_NAMES["tensor(double)"] = "float64"
 
 
-@functools.cache  # an onnx schema look-up (~23 us) per call, several per export
-def _schema_types(op: str, opset: int) -> frozenset[str] | None:
+@functools.cache  # an onnx schema look-up costs ~23 us, and exports ask for the same ones
+def schema(op: str, opset: int) -> onnx.defs.OpSchema | None:
+    """The default domain's schema of ``op`` at ``opset``; None where it does not define ``op``."""
     try:
-        schema = onnx.defs.get_schema(op, opset)
+        return onnx.defs.get_schema(op, opset, "")
     except onnx.defs.SchemaError:
         return None
-    return frozenset(_TYPE_NAMES[t] for c in schema.type_constraints for t in c.allowed_type_strs if t in _TYPE_NAMES)
+
+
+def _schema_types(op: str, opset: int) -> frozenset[str] | None:
+    found = schema(op, opset)
+    if found is None:
+        return None
+    return frozenset(_TYPE_NAMES[t] for c in found.type_constraints for t in c.allowed_type_strs if t in _TYPE_NAMES)
 
 
 @functools.cache
@@ -278,7 +285,7 @@ def _dtype_of(name: str) -> np.dtype:
 
 def has_op(op: str, opset: int) -> bool:
     """Whether the default domain defines ``op`` at ``opset``."""
-    return _schema_types(op, opset) is not None
+    return schema(op, opset) is not None
 
 
-__all__ = ["FORMS", "Form", "has_op", "missing_types", "older_form"]
+__all__ = ["FORMS", "Form", "has_op", "missing_types", "older_form", "schema"]

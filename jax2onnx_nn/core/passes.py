@@ -3,7 +3,6 @@ types for every value."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ import onnx_ir.passes.common as common
 from onnx.reference import ReferenceEvaluator
 
 from jax2onnx_nn.core.graph import is_required, tensor_bytes
+from jax2onnx_nn.core.opset_forms import schema
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
 
@@ -1114,11 +1114,6 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
     return None
 
 
-@functools.cache
-def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema:
-    return onnx.defs.get_schema(op_type, opset, "")
-
-
 def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
     """Type ``missing`` node by node, in graph order; ``False`` as soon as a node cannot be
     inferred on its own to a full type (what was typed so far stays: it is what whole-graph
@@ -1157,13 +1152,16 @@ def _infer_node(model: ir.Model, node: ir.Node, opset: int) -> bool:
         tensor = value.const_value
         if value.is_initializer() and tensor is not None and tensor.size <= _INFERENCE_CONST_SIZE:
             data[value.name] = ir.serde.serialize_tensor(tensor)
+    op_schema = schema(node.op_type, opset)
+    if op_schema is None:
+        return False
     try:
         opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
         inferred = onnx.shape_inference.infer_node_outputs(
-            _schema(node.op_type, opset), ir.serde.serialize_node(node), types, data, opset_imports=opsets,
+            op_schema, ir.serde.serialize_node(node), types, data, opset_imports=opsets,
             ir_version=model.ir_version,
         )
-    except Exception:  # no schema, or inference refused: whole-graph inference decides
+    except Exception:  # inference refused: whole-graph inference decides
         return False
     for value in node.outputs:
         if not value.name or (value.type is not None and value.shape is not None):
