@@ -246,8 +246,11 @@ def cholesky(a: jax.Array) -> jax.Array:
         factor, pivots = _cholesky_blocked(a)
     ids = _ids(n)
     factor = where(ids[:, None] >= ids[None, :], factor, a)
-    failed = jnp.any(pivots <= 0, axis=(-2, -1), keepdims=True)
-    return where(failed, jnp.asarray(np.nan, a.dtype), factor)
+    nan = jnp.asarray(np.nan, a.dtype)
+    # NaN where a pivot <= 0 (not PD): a sum over the pivots is one ReduceSum, where jnp.any
+    # is five nodes
+    failed = sum_keepdims(where(pivots <= 0, nan, jnp.zeros((), a.dtype)), -1)
+    return where(failed == 0, factor, nan)
 
 
 def _cholesky_panel(panel: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
@@ -344,36 +347,38 @@ def substitute(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) 
         return _substitute_rows(a, b, lower=lower, unit_diagonal=unit_diagonal)
     if m == 0:
         return b
-    if not lower:  # backward substitution is forward substitution in reversed order
-        x = substitute(a[..., ::-1, ::-1], b[..., ::-1, :], lower=True, unit_diagonal=unit_diagonal)
-        return x[..., ::-1, :]
     if m <= UNROLL_LIMIT:
-        return _forward_unrolled(a, b, unit_diagonal=unit_diagonal)
+        return _substitute_unrolled(a, b, lower=lower, unit_diagonal=unit_diagonal)
+    if not lower:  # backward substitution is forward substitution in reversed order
+        x = _forward_blocked(a[..., ::-1, ::-1], b[..., ::-1, :], unit_diagonal=unit_diagonal)
+        return x[..., ::-1, :]
     return _forward_blocked(a, b, unit_diagonal=unit_diagonal)
 
 
-def _forward_unrolled(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.Array:
-    """Forward substitution on a lower ``a`` (..., m, m), column by column: x_i is the
-    remaining right-hand side's row i over a_ii, and the rows below lose a[:, i] x_i. The
-    rows at and above i lose it too, harmlessly: they are solved already, so the upper
-    triangle is never read into the solution."""
+def _substitute_unrolled(a: jax.Array, b: jax.Array, *, lower: bool = True, unit_diagonal: bool) -> jax.Array:
+    """Forward (``lower``) or backward substitution on a triangular ``a`` (..., m, m), column
+    by column: x_i is the remaining right-hand side's row i over a_ii, and the rows not yet
+    solved lose a[:, i] x_i. The rows already solved lose it too, harmlessly: the other
+    triangle is never read into the solution. Backward runs its columns last to first, so no
+    reversal of ``a``, ``b`` or ``x`` is needed."""
     m = a.shape[-1]
     columns = lax.split(a, [1] * m, axis=a.ndim - 1)
-    rows = []
-    for i, col in enumerate(columns):
+    order = range(m) if lower else range(m - 1, -1, -1)
+    rows = [None] * m
+    for step, i in enumerate(order):
         xi = b[..., i : i + 1, :]
         if not unit_diagonal:
-            xi = xi / col[..., i : i + 1, :]
-        rows.append(xi)
-        if i + 1 < m:
-            b = b - col * xi
+            xi = xi / columns[i][..., i : i + 1, :]
+        rows[i] = xi
+        if step + 1 < m:
+            b = b - columns[i] * xi
     return jnp.concatenate(rows, axis=-2)
 
 
 def _forward_blocked(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.Array:
     """Forward substitution on a lower ``a`` of static size m > BLOCK: a Loop over blocks of
     rows (``a`` padded with I, ``b`` with zeros, to a multiple of the block). Each trip solves
-    its diagonal block unrolled (``_forward_unrolled``) on the right-hand side's first rows,
+    its diagonal block unrolled (``_substitute_unrolled``) on the right-hand side's first rows,
     then keeps the rows below less one MatMul with the block's column below the diagonal,
     padded with zeros at the end back to the Loop's fixed shape."""
     m = int(a.shape[-1])
@@ -391,7 +396,7 @@ def _forward_blocked(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.
     by_block = jnp.swapaxes(a.reshape((*a.shape[:-1], blocks, bs)), -3, -2)
     by_block = _rows_of_blocks(by_block, (np.arange(size) + bs * np.arange(blocks)[:, None]) % size)
     def trip(rhs: jax.Array, block: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = _forward_unrolled(block[..., :bs, :], rhs[..., :bs, :], unit_diagonal=unit_diagonal)
+        x = _substitute_unrolled(block[..., :bs, :], rhs[..., :bs, :], unit_diagonal=unit_diagonal)
         rhs = lax.pad(rhs[..., bs:, :] - block[..., bs:, :] @ x, zero, [*b_batch, (0, bs, 0), (0, 0, 0)])
         return rhs, x
 
@@ -449,7 +454,7 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         return _lu_blocked(a) if m == n else _lu_columns(a)
     # the permutation rides along as one more column (row ids, exact in a float), so each
     # row swap moves it with the row
-    ids = jnp.broadcast_to(_ids(m).astype(a.dtype)[:, None], (*a.shape[:-1], 1))
+    ids = jnp.broadcast_to(np.arange(m, dtype=a.dtype)[:, None], (*a.shape[:-1], 1))
     done, rest, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
     work = jnp.concatenate([done, rest], axis=-2) if rest.shape[-2] else done
     pivots = (jnp.concatenate(pivots, axis=-1)[..., 0, :] + _ids(len(pivots))).astype(jnp.int32)
@@ -490,7 +495,7 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Blocked right-looking LU of a square ``a`` of static size n > BLOCK: a Loop over blocks
     of b columns. A trip factors the panel (the trailing matrix's first b columns) unrolled
     (``_lu_panel``), gathers the rest of the rows into the panel's row order, solves the
-    block row of U with the panel's unit-lower block (``_forward_unrolled``), and updates
+    block row of U with the panel's unit-lower block (``_substitute_unrolled``), and updates
     the trailing matrix with one MatMul. The trailing matrix keeps all columns, rotated so
     the panel comes first: [trailing | the L columns done (later swaps still move them) |
     the permutation]; it loses b rows a trip, padded back with NaN rows at the bottom, which
@@ -512,7 +517,7 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         panel = jnp.concatenate([done, below], axis=-2)
         rest = take_rows(work[..., b:], exact_cast(panel[..., b:], jnp.int32))
         trailing = rest_cols < size - (k + 1) * b  # the columns of U still to come
-        u = where(trailing, _forward_unrolled(panel[..., :b, :b], rest[..., :b, :], unit_diagonal=True), rest[..., :b, :])
+        u = where(trailing, _substitute_unrolled(panel[..., :b, :b], rest[..., :b, :], unit_diagonal=True), rest[..., :b, :])
         below = panel[..., b:, :b]
         rest = where(trailing, rest[..., b:, :] - below @ u, rest[..., b:, :])
         work = jnp.concatenate([rest[..., : size - b], below, rest[..., size - b :]], axis=-1)
