@@ -1,7 +1,7 @@
 """onnxruntime latency of the RNN examples with their scans written as ONNX Scan vs Loop, and
 what one loop step costs there.
 
-Decides ``scan_loops`` of the onnxruntime target profile (core/targets.py). Run
+Decides ``scan_ticks`` of the onnxruntime target profile (core/targets.py). Run
 ``python -m benchmarks.scan_vs_loop``; prints the median of 200 runs per form (a scan of
 recurrent cells is no loop at all: one GRU / LSTM over the sequence, so both forms show none).
 ``--costs`` prints instead where the time of the float64 heat-equation loop (200 steps of a
@@ -39,8 +39,12 @@ def _models() -> dict[str, tuple[Any, list[Any], list[Any], list[np.ndarray]]]:
     def fori(x: jax.Array) -> jax.Array:
         return jax.lax.fori_loop(0, 100, lambda i, c: jax.numpy.tanh(c * 1.01 + 0.1), x)
 
+    def unscanned(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jax.lax.scan(lambda c, _: (jax.numpy.tanh(c * 1.01 + 0.1), c), x, None, length=100)
+
     return {
         "fori_loop (100 steps, no scanned input)": (fori, [(8, 16)], [(8, 16)], [rng.standard_normal((8, 16), np.float32)]),
+        "scan without xs (100 steps, stacked ys)": (unscanned, [(8, 16)], [(8, 16)], [rng.standard_normal((8, 16), np.float32)]),
         "flax_gru (B=8, T=64)": (flax_gru, [(8, 64, gru.FEATURES)], [(8, "T", gru.FEATURES)], [rng.standard_normal((8, 64, gru.FEATURES), np.float32)]),
         "eqx_rnn (B=8, T=12)": (eqx_rnn, [(8, rnn.STEPS, rnn.FEATURES)], [(8, "T", rnn.FEATURES)], [rng.standard_normal((8, rnn.STEPS, rnn.FEATURES), np.float32)]),
     }

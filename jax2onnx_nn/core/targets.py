@@ -28,11 +28,12 @@ class Target:
         model_functions: it runs model-local ONNX functions; if not, calls are inlined.
         scan_symbolic: a ``lax.scan`` of symbolic length is an ONNX ``Scan`` (else a ``Loop``:
             onnxruntime's Scan fails on an empty sequence, and a symbolic length may be 0).
-        scan_ticks: a ``fori_loop`` of static length is a ``Scan`` over its counter's values
-            (else a ``Loop``). On onnxruntime 1.32 Scan is faster than Loop
-            (benchmarks/scan_vs_loop.py); tract has no Loop; OpenVINO ran a Scan over
-            ticks too few times. A static-length scan with scanned inputs is always a ``Scan``, a
-            data-dependent ``while_loop`` always a ``Loop``.
+        scan_ticks: a loop of static length without scanned inputs (a ``fori_loop``, a
+            ``while_loop`` of counted steps, a ``lax.scan`` without xs) is a ``Scan`` over its
+            counter's values, or over ticks its body does not read (else a ``Loop``). On
+            onnxruntime 1.32 Scan is faster than Loop (benchmarks/scan_vs_loop.py); tract has
+            no Loop; OpenVINO ran a Scan over ticks too few times. A static-length scan with
+            scanned inputs is always a ``Scan``, a data-dependent ``while_loop`` always a ``Loop``.
         kernels: ``{op: element types}`` where its kernels differ from onnxruntime CPU's
             (core/kernels.py); inputs of a type not listed are widened.
         rewrites: names of the graph rewrites (core/target_rewrites.py) that make its ops

@@ -1,4 +1,4 @@
-"""Control flow: cond/switch -> If, while/fori_loop -> Loop, scan -> Scan/Loop, vs JAX."""
+"""Control flow: cond/switch -> If, while/fori_loop -> Loop or Scan, scan -> Scan/Loop, vs JAX."""
 
 import jax
 import jax.numpy as jnp
@@ -423,7 +423,7 @@ def test_jvp_and_jacfwd_of_fori_loop(data):
 def test_a_while_loop_of_known_steps_is_a_scan_over_its_counter(lo, hi, dtype, seed):
     """``while i < hi: i += 1`` from a constant ``lo`` runs a known number of steps: a Scan
     over the counter's values (no counter Add and condition per step in the body); the body
-    reads the counter, the final counter is ``max(lo, hi)``; no step at all stays a Loop."""
+    reads the counter, the final counter is ``max(lo, hi)``; no step at all is no loop."""
     def f(x):
         return lax.while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, s[1] * 0.5 + s[0]), (jnp.asarray(lo, dtype), x))
 

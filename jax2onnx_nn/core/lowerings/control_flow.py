@@ -1,4 +1,4 @@
-"""Control flow: cond/switch -> If, while/fori_loop -> Loop, scan -> Scan or Loop.
+"""Control flow: cond/switch -> If, while/fori_loop -> Loop (Scan when the trip count is static), scan -> Scan or Loop.
 
 Bodies are child graphs. Operands and loop-invariant values (consts) are not passed in: a body
 reads them from the enclosing graph (ONNX outer scope). Body inputs and outputs are stamped
@@ -127,11 +127,15 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     counted = None if batched else _counted_trips(ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init)
     trip_count, counter = counted if counted is not None else (None, None)
     trips = trip_count.const_value.numpy().item() if trip_count is not None and trip_count.const_value is not None else None
-    if trips and ctx.target.scan_ticks and np.dtype(carry_avals[counter].dtype) in _RANGE_DTYPES:
+    if trips == 0:
+        return list(init)
+    if trips and ctx.target.scan_ticks:
         # a fixed number of steps (> 0: Scan fails on an empty sequence in onnxruntime): a
         # Scan over the counter's values, as a fori_loop, without the counter's Add and the
-        # Loop's condition in the body
-        return _scan_over_counter(ctx, body_jaxpr, body_consts, init, counter, trips)
+        # Loop's condition in the body (a body of carries only is a scan body without xs)
+        if np.dtype(carry_avals[counter].dtype) in _RANGE_DTYPES:
+            return _scan_over_counter(ctx, body_jaxpr, body_consts, init, counter, trips)
+        return _scan_over_ticks(ctx, body_jaxpr, body_consts, init, trips, False)
     pred = None if trip_count is not None else predicate(init)
     body = ctx.body("while_body")
     _, cond_in = _loop_inputs(body)
@@ -230,13 +234,15 @@ def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, revers
     symbolic = jxi.is_symbolic_dim(length)
     if not symbolic and int(length) == 0:
         return [*init, *[ctx.zeros(aval) for aval in ctx.avals_out[num_carry:]]]
-    if xs and (not symbolic or ctx.target.scan_symbolic):
-        return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse, length=length)
-    counter = _counter(jaxpr, num_consts, num_carry) if not xs and not symbolic and not reverse else None
-    if counter is not None and ctx.target.scan_ticks:
-        return _scan_over_counter(ctx, jaxpr, consts, init, counter, int(length))  # a fori_loop
     # ONNX Scan fails on an empty sequence in onnxruntime, and a length that is a symbolic dim
     # may be 0 at run time; a Loop with a trip count runs 0 times correctly.
+    if xs and (not symbolic or ctx.target.scan_symbolic):
+        return _scan_as_scan(ctx, jaxpr, consts, init, xs, reverse, length=length)
+    if not xs and not symbolic and ctx.target.scan_ticks:  # (JAX wants a static length without xs)
+        counter = _counter(jaxpr, num_consts, num_carry) if not reverse else None
+        if counter is not None:
+            return _scan_over_counter(ctx, jaxpr, consts, init, counter, int(length))  # a fori_loop
+        return _scan_over_ticks(ctx, jaxpr, consts, init, int(length), reverse)
     return _scan_as_loop(ctx, jaxpr, consts, init, xs, length, reverse)
 
 
@@ -249,12 +255,21 @@ def _scan_over_counter(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Val
     return _scan_as_scan(ctx, jaxpr, consts, init, [ticks], False, counter=counter)
 
 
+def _scan_over_ticks(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], length: int, reverse: bool) -> list[ir.Value]:
+    """A loop of ``length`` steps without scanned inputs and without a counter among its carries
+    (``lax.scan(f, init, None, length)``) as a Scan over ``0 .. length - 1``, which its body does
+    not read: ONNX Scan needs a scanned input. (Profiles whose runtime drops an input the body
+    does not read make the body read it, core/target_rewrites.py.)"""
+    return _scan_as_scan(ctx, jaxpr, consts, init, [ctx.iota(length)], reverse, unread=True)
+
+
 def _scan_as_scan(
     ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool,
-    counter: int | None = None, length: Any = None,
+    counter: int | None = None, length: Any = None, unread: bool = False,
 ) -> list[ir.Value]:
     """An ONNX Scan. With ``counter``, ``xs`` holds that carry's values: the body reads them
-    instead of the carry, which leaves the Scan's state (its final value is ``xs[-1] + 1``)."""
+    instead of the carry, which leaves the Scan's state (its final value is ``xs[-1] + 1``).
+    With ``unread``, ``xs`` holds one sequence that only gives the number of steps."""
     closed = jxi.as_closed(jaxpr)
     in_avals = closed.in_avals[len(consts):]
     body = ctx.body("scan_body")
@@ -266,6 +281,9 @@ def _scan_as_scan(
         carries[counter] = tick
         outs = body.lower_sub(jaxpr, [*consts, *carries])
         del outs[counter], out_avals[counter], avals_out[counter], state[counter]
+    elif unread:
+        body.builder.add_input("tick", np.int64, ())
+        outs = body.lower_sub(jaxpr, [*consts, *carries])
     else:
         x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
         outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
@@ -275,8 +293,8 @@ def _scan_as_scan(
     graph = body.graph_returning(outs, _types(out_avals))
     n_ys = len(avals_out) - len(state)
     directions = {}
-    if reverse:
-        directions = {"scan_input_directions": [1] * len(xs), "scan_output_directions": [1] * n_ys or None}
+    if reverse:  # (the order of unread ticks does not matter: forward, as a counter's)
+        directions = {"scan_input_directions": [0 if unread else 1] * len(xs), "scan_output_directions": [1] * n_ys or None}
     results = _node(ctx, "Scan", [*state, *xs], avals_out, body=graph, num_scan_inputs=len(xs), **directions)
     if counter is not None:
         n = ctx.const(1, like=init[counter])
