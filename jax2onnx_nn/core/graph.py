@@ -7,6 +7,7 @@ and values, deduplicated constants, initializers that wrap (never copy) numpy bu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -19,13 +20,26 @@ from jax2onnx_nn.core import kernels, opset_forms
 _SMALL_CONST = 256  # constants up to this many elements are deduplicated by content
 
 
+@functools.lru_cache(maxsize=256)
+def _ir_dtype(dtype: np.dtype) -> ir.DataType:
+    return ir.DataType.from_numpy(dtype)
+
+
 def ir_dtype(dtype: Any) -> ir.DataType:
-    return ir.DataType.from_numpy(np.dtype(dtype))
+    return _ir_dtype(np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def dim_name(d: Any) -> str:
+    """The name of a symbolic dim (``B``, ``2*B``) in ONNX shapes. ``str`` of a JAX dim
+    expression sorts its terms (~10 µs); a shape is stamped on every value made, so each
+    distinct dim is named once."""
+    return str(d)
 
 
 def ir_shape(dims: Sequence[Any]) -> ir.Shape:
     """Static dims stay ints; symbolic dims (B, 2*B) become named dims."""
-    return ir.Shape([d if isinstance(d, (int, np.integer)) else str(d) for d in dims])
+    return ir.Shape([d if isinstance(d, (int, np.integer)) else dim_name(d) for d in dims])
 
 
 class _Names:

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.graph import GraphBuilder, ir_dtype, ir_shape, set_type
+from jax2onnx_nn.core.graph import GraphBuilder, dim_name, ir_dtype, ir_shape, set_type
 from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator, is_positive, is_zero
@@ -389,7 +389,7 @@ class LoweringContext:
         symbolic = [i for i, d in enumerate(dims) if jxi.is_symbolic_dim(d)]
         if symbolic:
             # an expression (B*T) costs nodes to compute; a plain variable is one Shape node
-            infer = next((i for i in symbolic if jxi.dim_vars(dims[i]) != {str(dims[i])}), symbolic[0])
+            infer = next((i for i in symbolic if jxi.dim_vars(dims[i]) != {dim_name(dims[i])}), symbolic[0])
             if all(is_positive(d) for i, d in enumerate(dims) if i != infer):
                 items = [-1 if i == infer else self.index(d) for i, d in enumerate(dims)]
                 return self.op.Reshape(x, self.index_vector(items))

@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import SpecError
-from jax2onnx_nn.core.graph import GraphBuilder
+from jax2onnx_nn.core.graph import GraphBuilder, dim_name
 
 
 def same_dim(a: Any, b: Any) -> bool:
@@ -86,7 +86,7 @@ class DimEvaluator:
         b = self.builder
         if not jxi.is_symbolic_dim(d):
             return b.const(np.array([int(d)], dtype=np.int64))
-        key = str(d)
+        key = dim_name(d)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._evaluate(d)
