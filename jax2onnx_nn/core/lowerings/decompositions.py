@@ -464,9 +464,11 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
     """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``n`` columns
     are eliminated, all ``c`` are swapped. Each step takes its pivot row out (one Gather),
-    puts the first row in its place (one Scatter) and eliminates the rows left, so no step
-    masks a whole matrix. Returns (the pivot rows (..., steps, c), the rows left, each
-    step's pivot row among the rows it had left (..., 1, 1): step j's row is that plus j)."""
+    eliminates every row against it in place (the pivot row's own result is discarded),
+    then puts the first row where the pivot row was (one Scatter) and drops it, so no step
+    masks a whole matrix and the swap moves the eliminated rows. Returns (the pivot rows
+    (..., steps, c), the rows left, each step's pivot row among the rows it had left
+    (..., 1, 1): step j's row is that plus j)."""
     done, pivots = [], []
     for j in range(steps):
         if work.shape[-2] == 1:  # one row left: it is its own pivot, nothing below it
@@ -480,14 +482,14 @@ def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array
         pivots.append(p)
         row = take_rows(work, p)
         done.append(row)
-        work = put_row(work, p, work[..., :1, :])[..., 1:, :]
         pivot = row[..., j : j + 1]
-        multipliers = work[..., :, j : j + 1] / where(pivot == 0, 1.0, pivot)  # getf2 skips a zero pivot
+        multipliers = col / where(pivot == 0, 1.0, pivot)  # getf2 skips a zero pivot
         parts = [work[..., :, :j], multipliers]
         if j + 1 < n:
             parts.append(work[..., :, j + 1 : n] - multipliers * row[..., j + 1 : n])
         parts.append(work[..., :, n:])
         work = jnp.concatenate([x for x in parts if x.shape[-1]], axis=-1)
+        work = put_row(work, p, work[..., :1, :])[..., 1:, :]
     return jnp.concatenate(done, axis=-2), work, pivots
 
 
@@ -509,7 +511,7 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     nan = jnp.asarray(np.nan, a.dtype)
     a = lax.pad(a, jnp.zeros((), a.dtype), [*batch, (0, 0, 0), (0, size - n, 0)])
     a = lax.pad(a, nan, [*batch, (0, size - n, 0), (0, 0, 0)])
-    ids = jnp.broadcast_to(_ids(size).astype(a.dtype)[:, None], (*a.shape[:-1], 1))
+    ids = jnp.broadcast_to(np.arange(size, dtype=a.dtype)[:, None], (*a.shape[:-1], 1))
     rest_cols = _ids(size - b + 1)[None, :]
 
     def trip(work: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
