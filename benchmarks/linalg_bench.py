@@ -7,8 +7,10 @@ Per case and size: nodes of the main graph, nodes including Loop bodies, export 
 latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
 matrices (``python benchmarks/linalg_bench.py --cases eigh svd --sizes 8 32 64`` for the
 Jacobi ones; add ``--accuracy`` for their errors against float64 LAPACK).
-``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size), which
-is how the default was chosen.
+``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size) and
+``--block`` ``decompositions.BLOCK`` (columns per trip of the blocked cholesky, lu, qr and
+triangular_solve), which is how the defaults were chosen. Latencies are "median (min)": on a
+loaded machine the median moves with the load, the min much less.
 """
 
 from __future__ import annotations
@@ -56,14 +58,15 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
 }
 
 
-def _median_ms(run: Callable[[], Any], repeat: int) -> float:
+def _latency_ms(run: Callable[[], Any], repeat: int) -> str:
+    """"median (min)" of ``repeat`` runs after one warm-up, in ms."""
     run()
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
         run()
         times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+    return f"{1e3 * statistics.median(times):.3f} ({1e3 * min(times):.3f})"
 
 
 def _all_nodes(graph: onnx.GraphProto) -> int:
@@ -88,10 +91,10 @@ def bench(name: str, n: int, repeat: int) -> str:
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = dict(zip([i.name for i in session.get_inputs()], [a, b], strict=False))
-    ort_ms = _median_ms(lambda: session.run(None, feeds), repeat)
+    ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat)
     jitted = jax.jit(fn)
-    jax_ms = _median_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)
-    return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms:.3f} | {jax_ms:.3f} |"
+    jax_ms = _latency_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)
+    return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms} | {jax_ms} |"
 
 
 def accuracy(n: int, dtype: type) -> str:
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="*", default=[4, 16, 64])
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--unroll-limit", type=int, default=None)
+    parser.add_argument("--block", type=int, default=None, help="columns per trip of the blocked factorizations")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--accuracy", action="store_true", help="svd/eigh errors vs float64 LAPACK instead")
     args = parser.parse_args(argv)
@@ -140,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.unroll_limit is not None:
         decompositions.UNROLL_LIMIT = args.unroll_limit
-    print(f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}; latency: median ms, 1 thread")
+    if args.block is not None:
+        decompositions.BLOCK = args.block
+    print(f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}, block {decompositions.BLOCK}; "
+          "latency: median (min) ms of --repeat runs, onnxruntime on 1 thread")
     print("| case | n | nodes | nodes incl. Loop bodies | export s | onnxruntime ms | jax.jit ms |")
     print("|---|---|---|---|---|---|---|")
     for name in args.cases:
