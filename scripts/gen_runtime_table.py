@@ -5,6 +5,9 @@
     python scripts/gen_runtime_table.py --record  # export and verify every (model, runtime) pair
                                                   # with that runtime's target profile, rewrite the
                                                   # record, then README.md
+    python scripts/gen_runtime_table.py --record gru/tract heat_while/openvino
+                                                  # the same for these pairs only (the other rows
+                                                  # of the record are kept)
 
 Each model (a :class:`Case`: benchmarks/models.py's models, then the examples/*.py models that
 are not one of them, at the example's own small sizes) is exported with ``target=<runtime>`` and
@@ -245,15 +248,25 @@ def read_record() -> dict[tuple[str, str], str]:
     return rows
 
 
-def record() -> None:
+def record(pairs: list[str] | None = None) -> None:
+    """Check every (model, runtime) pair, or only ``pairs`` (``"model/runtime"``, the other
+    rows kept as recorded), and rewrite the record."""
     from jax2onnx_nn.core.runtimes import missing_reason
 
+    chosen = None if not pairs else {tuple(p.split("/", 1)) for p in pairs}
+    unknown = (chosen or set()) - {(m, r) for m in MODELS for r in RUNTIMES}
+    if unknown:
+        raise SystemExit(f"unknown pairs {sorted(unknown)}: give model/runtime, a model of {MODELS} and a runtime of {RUNTIMES}")
+    recorded = read_record() if chosen else {}
     lines = []
     for model in MODELS:
         for runtime in RUNTIMES:
-            reason = missing_reason(runtime)
-            result = check_pair(model, runtime) if reason is None else f"not run: {reason}"
-            print(f"{model} / {runtime}: {result}", flush=True)
+            if chosen is not None and (model, runtime) not in chosen:
+                result = recorded.get((model, runtime), "not run")
+            else:
+                reason = missing_reason(runtime)
+                result = check_pair(model, runtime) if reason is None else f"not run: {reason}"
+                print(f"{model} / {runtime}: {result}", flush=True)
             lines.append(f"{model}\t{runtime}\t{result}")
     RECORD.write_text("\n".join(lines) + "\n")
 
@@ -280,10 +293,11 @@ def render() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--record", nargs="*", metavar="MODEL/RUNTIME", default=None,
+                        help="re-check every pair (or only those given) and rewrite the record")
     args = parser.parse_args()
-    if args.record:
-        record()
+    if args.record is not None:
+        record(args.record)
     from jax2onnx_nn.testing.support import refresh_readme_block
 
     return refresh_readme_block(README, BEGIN, END, render(), check=args.check, what="runtime table", script="scripts/gen_runtime_table.py")

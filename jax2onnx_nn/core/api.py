@@ -201,18 +201,27 @@ def _check_target_ops(model: ir.Model, profile: Target, opset: int) -> None:
         if node.op_type not in runs:
             runs[node.op_type] = has_op(node.op_type, opset) and profile.runs(node.op_type)
         if not runs[node.op_type]:
-            missing.setdefault(node.op_type, []).append(node.doc_string or "")
+            missing.setdefault(node.op_type, []).append(_made_at(node))
     if missing:
         by_target = any(has_op(op, opset) for op in missing)
         lacks = f"target {profile.name} cannot run" if by_target else f"opset {opset} does not define"
         lines = [f"{lacks} {', '.join(sorted(missing))} ({len(missing)} ONNX op(s) this model needs, at opset {opset}); nothing was exported:"]
         for op, where in sorted(missing.items()):
-            places = list(dict.fromkeys(w or "<unknown location>" for w in where))
+            places = list(dict.fromkeys(where))
             lines.append(f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}")
             if op in profile.lacks:
                 lines.append(f"    ({profile.lacks[op]})")
         lines.append("Export at a newer opset or for another target, or avoid the JAX operations these lines use.")
         raise ConversionError("\n".join(lines))
+
+
+def _made_at(node: ir.Node) -> str:
+    """The user's source line that made ``node``, and the name scope it was made in (the
+    library call that wrote it, ``qr``, or the module): an op the user never wrote is traced
+    to the call that did."""
+    where = node.doc_string or "<unknown location>"
+    scope = (node.name or "").rpartition("/")[0]
+    return f"{where} in {scope}" if scope else where
 
 
 def _version() -> str:

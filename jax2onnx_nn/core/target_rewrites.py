@@ -395,6 +395,33 @@ def _strided_slice_as_gather(node: ir.Node, edit: _Editor) -> bool:
     edit.replace(edit.op("Gather", node.inputs[0], positions, axis=axis, dtype=node.outputs[0].dtype))
     return True
 
+# -- Slice at a run-time start ---------------------------------------------------------------
+def _runtime_slice_as_gather(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 gives a Slice at a run-time start a new symbol as its length, though the end
+    is the start plus a constant (``dynamic_slice``: a column of a QR step at the step's index),
+    and its Where then fails on the mismatch ("Output mismatch after rewiring expansion ...
+    expected 20,1,F32 got 20,<Sym0>,F32"). Such a Slice is a Gather of ``start + [0 .. size)``
+    per axis (the starts are already clamped into range, as JAX clamps them)."""
+    if node.op_type != "Slice" or node.domain != "" or len(node.inputs) not in (4, 5) or node.inputs[0] is None:
+        return False
+    x, starts, ends, axes = node.inputs[:4]
+    steps = _constant(node.inputs[4]) if len(node.inputs) == 5 else None
+    producer = ends.producer() if ends is not None else None
+    if producer is None or producer.op_type != "Add" or producer.domain != "" or starts is None or _constant(starts) is not None:
+        return False
+    sizes = _constant(producer.inputs[1]) if producer.inputs[0] is starts else _constant(producer.inputs[0]) if producer.inputs[1] is starts else None
+    axes_value = _constant(axes)
+    if sizes is None or axes_value is None or steps is not None and np.any(steps != 1) or sizes.ndim != 1 or sizes.size != axes_value.size:
+        return False
+    result = x
+    for i, (axis, size) in enumerate(zip(axes_value.tolist(), sizes.tolist(), strict=True)):
+        start = edit.op("Gather", starts, np.array([i], np.int64), dtype=ir.DataType.INT64)
+        positions = edit.op("Add", start, np.arange(size, dtype=np.int64), dtype=ir.DataType.INT64)
+        result = edit.op("Gather", result, positions, axis=axis, dtype=node.outputs[0].dtype)
+    edit.replace(result)
+    return True
+
+
 # -- Gemm of float64 -------------------------------------------------------------------------
 def _gemm_as_matmul(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 translates Gemm with its ``beta`` as a float32 constant, and fails on a float64
@@ -764,6 +791,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "gemm_as_matmul": _gemm_as_matmul,
     "vector_dot_as_matrix_product": _vector_dot_as_matrix_product,
     "strided_slice_as_gather": _strided_slice_as_gather,
+    "runtime_slice_as_gather": _runtime_slice_as_gather,
     "expand_full_rank": _expand_full_rank,
     "range_as_cumsum": _range_as_cumsum,
     "compress_as_gather": _compress_as_gather,

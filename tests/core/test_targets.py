@@ -513,3 +513,49 @@ def test_scan_without_xs_of_static_length_is_a_scan(runtime: str, length: int, r
     loops = [t for t in op_types(model) if t in ("Scan", "Loop")]
     assert loops == ([] if length == 0 else ["Scan" if TARGETS[runtime].scan_ticks else "Loop"])
 
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+@given(i=st.integers(-3, 9), j=st.integers(-3, 9))
+def test_slice_at_a_run_time_start_runs_on_every_runtime(runtime: str, i: int, j: int) -> None:
+    # tract gives such a Slice a symbolic length, and a Where of it fails: its profile writes a
+    # Gather of start + [0 .. size) (the starts clamped as JAX clamps them)
+    def window(x: jax.Array, i: jax.Array, j: jax.Array) -> tuple[jax.Array, jax.Array]:
+        part = jax.lax.dynamic_slice(x, (i, j), (2, 3))
+        return jnp.where(part > 0, part, -2.0 * part), jax.lax.dynamic_slice_in_dim(x, j, 1, axis=1)
+
+    x = np.arange(42, dtype=np.float32).reshape(6, 7) - 20.0
+    model = assert_exports_match(window, [(6, 7), ((), np.int32), ((), np.int32)], input_values=[x, np.int32(i), np.int32(j)],
+                                 target=runtime, runtime=runtime)
+    assert ("Slice" in op_types(model)) == (runtime != "tract")
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+@pytest.mark.parametrize(("shape", "mode"), [((20, 20), "reduced"), ((40, 40), "reduced"), (("B", 40, 40), "reduced"),
+                                             ((20, 23), "reduced"), ((43, 40), "complete")])
+def test_qr_above_the_unrolled_size_runs_on_tract(shape: tuple, mode: str) -> None:
+    # a square one is a Scan over blocks, another a Scan per column (geqrf, orgqr): both loops of
+    # static length, which tract runs; Q and R match JAX's, and Q R = A with Q orthonormal there
+    from jax2onnx_nn.core.runtimes import run_model
+
+    def qr(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jnp.linalg.qr(a, mode=mode)
+
+    sizes = {"B": [1, 3]} if "B" in shape else None
+    model = assert_exports_match(qr, [shape], sizes=sizes, target="tract", runtime="tract")
+    assert "Loop" not in _all_op_types(model.graph)
+    a = np.random.default_rng(1).standard_normal(tuple(2 if d == "B" else d for d in shape)).astype(np.float32)
+    q, r = run_model(model, [a], "tract")
+    eye = np.eye(q.shape[-1], dtype=np.float32)
+    np.testing.assert_allclose(q @ r, a, atol=2e-5 * np.abs(a).max() * shape[-1])
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(eye, q.shape[:-2] + eye.shape), atol=1e-5 * shape[-1])
+    np.testing.assert_array_equal(np.tril(r, -1), 0)
+
+
+def test_a_loop_tract_cannot_run_is_traced_to_the_call_that_wrote_it() -> None:
+    def factor(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jnp.linalg.qr(a)  # of a symbolic size: its steps are a Loop of run-time trips
+
+    with pytest.raises(ConversionError, match=r"(?s)tract cannot run Loop.*Loop \(used \d+x\) at \S*test_targets.py:\d+:\d+ \(\S*factor\) in qr\n"
+                                              r".*linalg routine on a matrix of symbolic size"):
+        to_onnx(factor, [("N", "N")], target="tract")
