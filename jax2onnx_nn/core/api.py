@@ -177,6 +177,7 @@ def export_model(
     cleanup(model, fold_weights=config.fold_weights)
     if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
         cleanup(model)
+    apply_rewrites(model, config.target.late_rewrites)  # after the clean-up, which would undo them
     progress.update("passes", 2, 3)
     fill_missing_types(model)
     vector_times_untransposed(model)  # ranks known now; onnxruntime miscomputes the other form

@@ -867,11 +867,15 @@ def hoist_loop_invariants(model: ir.Model) -> int:
     (constants, values of the enclosing graph, or such nodes) in front of the loop, so that
     they run once instead of once per iteration. Only ops without side effects or failure
     modes (:data:`_HOISTABLE`) move, and never a node making a body output. One walk over
-    each body; the main graph and function bodies. Returns the number of nodes moved."""
+    each body, inner loops first, so that work invariant in every loop around it moves out of
+    all of them (into the main graph, where constant folding sees it: the shift amounts of a
+    ``jax.random`` kernel in a ``while_loop`` in a ``lax.map``). The main graph and function
+    bodies. Returns the number of nodes moved."""
     moved = 0
     graphs = [model.graph, *(f.graph for f in model.functions.values())]
     for graph in graphs:
-        for loop in list(ir.traversal.RecursiveGraphIterator(graph)):
+        # the traversal meets a loop before the loops in its body: reversed, inner ones first
+        for loop in reversed(list(ir.traversal.RecursiveGraphIterator(graph))):
             if loop.domain != "" or loop.op_type not in ("Loop", "Scan") or "body" not in loop.attributes:
                 continue
             body = loop.attributes["body"].value

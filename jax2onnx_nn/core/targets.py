@@ -37,7 +37,11 @@ class Target:
         kernels: ``{op: element types}`` where its kernels differ from onnxruntime CPU's
             (core/kernels.py); inputs of a type not listed are widened.
         rewrites: names of the graph rewrites (core/target_rewrites.py) that make its ops
-            compute JAX's numbers, e.g. NaN-propagating ``Max``.
+            compute JAX's numbers, e.g. NaN-propagating ``Max``. A clean-up (constant folding,
+            loop-invariant nodes hoisted out of Loop/Scan bodies) follows them.
+        late_rewrites: rewrites of the graph's structure that run after that clean-up, on the
+            graph as it is written, because it would undo them: hoisting a body's invariant
+            nodes (some written by ``rewrites``) makes the body read the enclosing graph again.
         ops: the ONNX ops it runs (None: every op this exporter emits); an export that needs
             another one fails before writing, naming the op and the source line.
         lacks: ``{op: what to do instead}`` for ops it does not run (the export fails before
@@ -54,6 +58,7 @@ class Target:
     scan_ticks: bool = True
     kernels: Mapping[str, str] = field(default_factory=dict)
     rewrites: tuple[str, ...] = ()
+    late_rewrites: tuple[str, ...] = ()
     ops: frozenset[str] | None = None
     lacks: Mapping[str, str] = field(default_factory=dict)
     float64: bool = True
@@ -104,8 +109,12 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input
         kernels={"CumSum": _CUMSUM_UINT32},
         rewrites=("uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
-                  "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped",
-                  "scan_captures_as_states", "scan_inputs_read"),
+                  "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
+        # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that
+        # the Scan has no inputs for (a Scan of jax.random.gamma: "num_scan_outputs can't be
+        # negative: body outputs (4) is less than num_initial_values (16)"), and runs a body
+        # that reads no scanned input once
+        late_rewrites=("scan_captures_as_states", "scan_inputs_read"),
         float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(

@@ -253,6 +253,27 @@ def test_loop_invariant_work_runs_before_the_loop(steps, size, use_while):
     assert not {"Exp", "Concat", "Unsqueeze"} & {n.op_type for n in body}, [n.op_type for n in body]
 
 
+@given(steps=st.integers(0, 3), rows=st.integers(1, 3), seed=st.integers(0, 100))
+def test_loop_invariant_work_leaves_every_loop_around_it(steps, rows, seed):
+    """Work in an inner loop on values from outside both loops (``exp(y)`` of an input; the
+    shift amounts of jax.random's kernels, which are then folded) moves out of both, into the
+    main graph; values match for every trip count, zero included."""
+    from jax import lax
+
+    def f(xs, n, y):
+        def row(x):
+            return lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * jnp.exp(y) + 1.0), (0, x))[1]
+
+        return lax.map(row, xs)
+
+    xs = np.random.default_rng(seed).standard_normal(rows).astype(np.float32)
+    model = assert_exports_match_on(f, xs, np.int32(steps), np.float32(-0.5))
+    scan_body = _body_nodes(model)
+    loop_body = [n for scan in scan_body for a in scan.attribute if a.HasField("g") for n in a.g.node]
+    assert "Loop" in [n.op_type for n in scan_body] and "Exp" not in [n.op_type for n in scan_body + loop_body], loop_body
+    assert "Exp" in [n.op_type for n in model.graph.node]
+
+
 @given(then=st.sampled_from(["none", "flatten", "expand", "transpose"]), seed=st.integers(0, 100))
 def test_the_reshape_restoring_a_loops_stacked_outputs_stays(then, seed):
     """After no trip onnxruntime gives a Loop's stacked outputs as (0, 0, ...): the Reshape
