@@ -37,6 +37,12 @@ def dim_name(d: Any) -> str:
     return str(d)
 
 
+def numpy_tensor(array: Any, name: str | None = None) -> ir.Tensor:
+    """``ir.tensor`` of a numpy array, without its checks of what else the value could be
+    (runtime protocols: ~0.1 ms a call, paid per constant a pass makes)."""
+    return ir.Tensor(np.asarray(array), name=name)
+
+
 def ir_shape(dims: Sequence[Any]) -> ir.Shape:
     """Static dims stay ints; symbolic dims (B, 2*B) become named dims."""
     return ir.Shape([d if isinstance(d, (int, np.integer)) else dim_name(d) for d in dims])

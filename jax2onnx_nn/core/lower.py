@@ -20,7 +20,14 @@ import onnx_ir as ir
 from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.graph import GraphBuilder, dim_name, ir_dtype, ir_shape, set_type
+from jax2onnx_nn.core.graph import (
+    GraphBuilder,
+    dim_name,
+    ir_dtype,
+    ir_shape,
+    numpy_tensor,
+    set_type,
+)
 from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator, is_positive, is_zero
@@ -344,7 +351,7 @@ class LoweringContext:
         fill = np.asarray(value, dtype)
         if not any(jxi.is_symbolic_dim(d) for d in shape) and int(np.prod(shape, dtype=np.int64)) <= 16:
             return self.const(np.full(shape, fill, dtype))
-        return self.op.ConstantOfShape(self.shape_tensor(shape), value=ir.tensor(fill.reshape(1)))
+        return self.op.ConstantOfShape(self.shape_tensor(shape), value=numpy_tensor(fill.reshape(1)))
 
     def zeros(self, aval: Any) -> ir.Value:
         """:meth:`full` of zeros."""

@@ -11,7 +11,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnx.reference import ReferenceEvaluator
 
-from jax2onnx_nn.core.graph import is_required, tensor_bytes
+from jax2onnx_nn.core.graph import is_required, numpy_tensor, tensor_bytes
 from jax2onnx_nn.core.opset_forms import schema
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
@@ -70,7 +70,7 @@ def fold_constants(model: ir.Model) -> int:
         if node.op_type in _MOVING_OPS and source is not None and len(source.uses()) == 1 and source.name:
             # a rearranged weight keeps the weight's name (``bn.mean``); the original is dropped
             name, source.name = source.name, _unused_name(graph, f"{source.name}/original")
-        constant = ir.Value(name=None, shape=ir.Shape(result.shape), type=out.type, const_value=ir.tensor(result))
+        constant = ir.Value(name=None, shape=ir.Shape(result.shape), type=out.type, const_value=numpy_tensor(result))
         ir.convenience.replace_all_uses_with(out, constant)
         graph.remove(node, safe=True)
         if source is not None and source.name in graph.initializers and not source.uses():
@@ -265,7 +265,7 @@ def _shortcut(node: ir.Node) -> ir.Value | None:
     if dims is None:
         return None
     shape = ir.Value(name=None, shape=ir.Shape([len(dims)]), type=ir.TensorType(ir.DataType.INT64),
-                     const_value=ir.tensor(np.asarray(dims, np.int64)))
+                     const_value=numpy_tensor(np.asarray(dims, np.int64)))
     return _insert_before(node, "Reshape", [x, shape], {}, out, constant=shape)
 
 
@@ -384,7 +384,7 @@ def all_nodes(model: ir.Model) -> list[tuple[ir.Node, bool]]:
 def _new_constant(model: ir.Model, before: ir.Node, array: np.ndarray, in_function: bool) -> ir.Value:
     """``array`` as a value ``before`` can read: an initializer of the main graph (bodies read
     the enclosing scope), or a Constant node in a function body."""
-    tensor = ir.tensor(array)
+    tensor = numpy_tensor(array)
     if in_function:
         node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", tensor)])
         out = node.outputs[0]
@@ -829,15 +829,15 @@ def fold_into_weights(model: ir.Model) -> int:
         else:
             w_new = w * scale.astype(w.dtype).reshape(1, -1)
         b_new = (np.broadcast_to(b, (channels,)) * scale + shift).astype(w.dtype)
-        weight.const_value = ir.tensor(w_new, name=weight.name)
+        weight.const_value = numpy_tensor(w_new, name=weight.name)
         if bias_value is None:
             bias_value = ir.Value(name=f"{weight.name}/folded_bias", shape=ir.Shape([channels]), type=weight.type)
-            bias_value.const_value = ir.tensor(b_new, name=bias_value.name)
+            bias_value.const_value = numpy_tensor(b_new, name=bias_value.name)
             graph.register_initializer(bias_value)
             producer.resize_inputs(3)
             producer.replace_input_with(2, bias_value)
         else:
-            bias_value.const_value = ir.tensor(b_new, name=bias_value.name)
+            bias_value.const_value = numpy_tensor(b_new, name=bias_value.name)
             bias_value.shape = ir.Shape([channels])
         out = node.outputs[0]
         if out.is_graph_output():  # x takes its place and its name
