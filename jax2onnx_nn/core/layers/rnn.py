@@ -92,21 +92,32 @@ def step(ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Valu
     """One step of ``cell`` over ``x`` ``[1, N, in]`` from ``states`` (each ``[1, N, hidden]``)
     with ONNX's ``W``, ``R`` and ``B``: the new states.
 
-    In the main graph a call with symbolic dims sits in an If on ``x`` being empty
-    (onnxruntime aborts the process on a GRU or LSTM of batch 0; the states are then the
-    empty result; a feature dim of 0 never reaches here). In a loop body
-    the op stays bare: a scan of cell steps becomes the cells over the whole sequence, guarded
-    there (control_flow), and an If per step would cost every step."""
+    A call with symbolic dims sits in :meth:`LoweringContext.unless_empty` on ``x`` (onnxruntime
+    aborts the process on a GRU or LSTM of batch 0; the states are then the empty result; a
+    feature dim of 0 never reaches here), in a loop or function body too: a scan of cell steps
+    still becomes the cells over the whole sequence (:func:`stacked_cells` sees the op in its
+    guard), guarded once there (control_flow)."""
+    made: list[ir.Node] = []
+
     def run(where: LoweringContext) -> list[ir.Value]:
         outputs = getattr(where.op, cell.op)(x, w, r, b, None, *states, hidden_size=hidden, _outputs=1 + cell.states, **dict(cell.attrs))
+        made.append(outputs[0].producer())
         return list(outputs[1:])
 
     symbolic = any(jxi.is_symbolic_dim(d) for aval in ctx.avals_in for d in getattr(aval, "shape", ()))
-    if not symbolic or ctx.builder.parent is not None:
+    if not symbolic:
         return run(ctx)
     batch = x.shape[1] if x.shape is not None and len(x.shape) == 3 and x.shape[1] is not None else None
     types = [(x.dtype.numpy(), None if batch is None else [1, batch, hidden]) for _ in states]
-    return ctx.unless_empty([x], types, run, lambda empty: states)
+    new = ctx.unless_empty([x], types, run, lambda empty: states)
+    guard = new[0].producer()
+    if guard is not None and guard.op_type == "If":
+        guard.meta[_GUARDED] = made[0]
+    return new
+
+
+_GUARDED = "jax2onnx_nn.guarded_cell"
+"""The meta key of :func:`step`'s guard: the op it runs on a batch that is not empty."""
 
 
 def library_step(
@@ -185,14 +196,21 @@ def stacked_cells(nodes: Sequence[ir.Node], carries: Sequence[ir.Value], slices:
         return node.inputs[0]
 
     def state_of(value: ir.Value | None) -> tuple[ir.Node, int] | None:
-        """(cell, state) when ``value`` is a cell's new state ``[N, hidden]``."""
+        """(cell, state) when ``value`` is a cell's new state ``[N, hidden]`` (the op's
+        output, or its guard's: see :func:`step`)."""
         node = made_by(value, "Squeeze")
         if node is None:
             return None
         seen_axes.add(_axes(node))
         out = node.inputs[0]
         cell = out.producer() if out is not None else None
-        if cell is None or id(cell) not in own or cell.domain != "" or cell.op_type not in _STATES or out.index() == 0:
+        if cell is None or id(cell) not in own:
+            return None
+        if _GUARDED in cell.meta:  # the guard's outputs are the op's states
+            guard, cell = cell, cell.meta[_GUARDED]
+            own.setdefault(id(cell), own[id(guard)])
+            return cell, out.index()
+        if cell.domain != "" or cell.op_type not in _STATES or out.index() == 0:
             return None
         return cell, out.index() - 1
 
