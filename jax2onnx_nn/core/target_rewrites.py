@@ -132,13 +132,18 @@ def _isnan_as_not_equal(node: ir.Node, edit: _Editor) -> bool:
 def _int64_cast_as_castlike(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 casts to int64 into its symbolic-dim type: such a model output cannot be read
     ("Unsupported DatumType in the public API TDim"), and a float beyond 2**31 saturates on the
-    way. A CastLike of an int64 constant is a plain int64 there. Only casts of floats and
-    unsigned ints (values, not the shape arithmetic tract follows symbolically) are rewritten."""
+    way. A CastLike of an int64 constant is a plain int64 there. Only casts of floats, unsigned
+    ints and bools (values, not the shape arithmetic tract follows symbolically) are rewritten;
+    a bool (``count_nonzero``'s, in slogdet's sign: a Pad of it failed, "Impossible to unify
+    TDim with I64") is a Where of int64 1 and 0, which every opset has."""
     if node.op_type != "Cast" or node.domain != "" or node.attributes.get_int("to", 0) != ir.DataType.INT64:
         return False
     x = node.inputs[0]
-    if x is None or x.dtype is None or not (x.dtype.is_floating_point() or x.dtype in _UNSIGNED):
+    if x is None or x.dtype is None or not (x.dtype.is_floating_point() or x.dtype in _UNSIGNED or x.dtype == ir.DataType.BOOL):
         return False
+    if x.dtype == ir.DataType.BOOL:
+        edit.replace(edit.op("Where", x, np.ones((), np.int64), np.zeros((), np.int64), dtype=ir.DataType.INT64))
+        return True
     edit.replace(edit.op("CastLike", x, np.zeros((), np.int64), dtype=ir.DataType.INT64))
     return True
 

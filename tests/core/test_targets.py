@@ -603,3 +603,39 @@ def test_a_loop_tract_cannot_run_is_traced_to_the_call_that_wrote_it() -> None:
     with pytest.raises(ConversionError, match=r"(?s)tract cannot run Loop.*Loop \(used \d+x\) at \S*test_targets.py:\d+:\d+ \(\S*factor\) in qr\n"
                                               r".*linalg routine on a matrix of symbolic size"):
         to_onnx(factor, [("N", "N")], target="tract")
+
+
+def _sign_case(n: int, case: int) -> np.ndarray:
+    """A matrix of positive, negative and zero determinant (an exactly zero row: a pivot of
+    round-off would make log|det| round-off too), and all zeros."""
+    a = np.random.default_rng(3).standard_normal((n, n))
+    if case == 1:
+        a[[0, 1]] = a[[1, 0]]
+    if case == 2:
+        a[2] = 0.0
+    return np.zeros((n, n)) if case == 3 else a
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+@pytest.mark.parametrize("n", [5, 20])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", range(4))
+def test_slogdet_sign_runs_on_tract(n: int, dtype: type, case: int) -> None:
+    # in float64 the sign counts row swaps with an int64 count_nonzero: tract made the Cast of
+    # bools to int64 its symbolic-dim type and failed on the Pad of it; its profile writes a Where
+    from jax2onnx_nn.core.runtimes import run_model
+
+    a = _sign_case(n, case).astype(dtype)
+    model = assert_exports_match(jnp.linalg.slogdet, [((n, n), dtype)], input_values=[a], target="tract", runtime="tract",
+                                 enable_double_precision=dtype == np.float64)
+    sign, _ = run_model(model, [a], "tract")
+    assert sign == np.linalg.slogdet(a.astype(np.float64))[0]
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+def test_bools_cast_to_int64_run_on_every_runtime(runtime: str) -> None:
+    def count(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return (x > 0).astype(jnp.int64), jnp.count_nonzero(x, axis=0)
+
+    x = np.array([[0.0, 1.5, -2.0], [3.0, 0.0, np.nan]], np.float64)
+    assert_exports_match(count, [((2, 3), np.float64)], input_values=[x], target=runtime, runtime=runtime, enable_double_precision=True)
