@@ -575,8 +575,8 @@ def test_slice_at_a_run_time_start_runs_on_every_runtime(runtime: str, i: int, j
 
 
 @pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
-@pytest.mark.parametrize(("shape", "mode"), [((20, 20), "reduced"), ((40, 40), "reduced"), (("B", 40, 40), "reduced"),
-                                             ((20, 23), "reduced"), ((43, 40), "complete")])
+@pytest.mark.parametrize(("shape", "mode"), [((20, 20), "reduced"), ((20, 23), "reduced"), *(
+    pytest.param(shape, mode, marks=pytest.mark.slow) for shape, mode in [((40, 40), "reduced"), (("B", 40, 40), "reduced"), ((43, 40), "complete")])])
 def test_qr_above_the_unrolled_size_runs_on_tract(shape: tuple, mode: str) -> None:
     # a square one is a Scan over blocks, another a Scan per column (geqrf, orgqr): both loops of
     # static length, which tract runs; Q and R match JAX's, and Q R = A with Q orthonormal there
@@ -617,7 +617,7 @@ def _sign_case(n: int, case: int) -> np.ndarray:
 
 
 @pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
-@pytest.mark.parametrize("n", [5, 20])
+@pytest.mark.parametrize("n", [5, pytest.param(20, marks=pytest.mark.slow)])  # (20: the blocked lu)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", range(4))
 def test_slogdet_sign_runs_on_tract(n: int, dtype: type, case: int) -> None:
