@@ -27,6 +27,7 @@ from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
 from jax2onnx_nn.core.opset_forms import has_op, missing_types
 from jax2onnx_nn.core.passes import (
+    all_nodes,
     cleanup,
     fill_missing_types,
     inline_functions,
@@ -194,8 +195,7 @@ def _check_target_ops(model: ir.Model, profile: Target, opset: int) -> None:
     that made them, before writing."""
     missing: dict[str, list[str]] = {}
     runs: dict[str, bool] = {}  # per op type, asked once (a schema lookup each)
-    nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
-    nodes += [n for f in model.functions.values() for n in ir.traversal.RecursiveGraphIterator(f.graph)]
+    nodes = [node for node, _ in all_nodes(model)]
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):
             continue
