@@ -307,6 +307,102 @@ def _scan_outputs_unread(node: ir.Node, edit: _Editor) -> bool:
         changed = True
     return changed
 
+# -- a Scan inside a Scan body ----------------------------------------------------------------
+def _nested_scans_as_loops(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 translates a Scan as a TensorIterator and refuses one inside another's
+    body, at any depth ("No nested TensorIterator": a ``lax.map`` of ``jax.random.gamma`` draws,
+    whose sampler is a ``lax.map`` too, or a scan in a scan). Each Scan inside a Scan's body
+    becomes a Loop (:func:`_scan_as_loop`), which it runs there."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    inner = [n for n in ir.traversal.RecursiveGraphIterator(node.attributes["body"].as_graph()) if n.op_type == "Scan" and n.domain == ""]
+    return sum(_scan_as_loop(n, edit.counter) for n in inner) > 0
+
+
+def _axes(node: ir.Node, name: str, count: int) -> list[int]:
+    return list(node.attributes.get_ints(name, None) or [0] * count)
+
+
+def _scan_as_loop(scan: ir.Node, counter: list[int]) -> bool:
+    """``scan`` as a Loop of as many trips as its scanned length: the body reads element ``i``
+    (``length - 1 - i`` for a reversed input) of each scanned input with a Gather, and each
+    stacked output (Loop stacks along axis 0, in trip order) is reversed and moved to its axis
+    where the Scan said so. False (nothing changed) where an axis or the length is not known."""
+    edit = _Editor(scan, counter)
+    body = scan.attributes["body"].as_graph()
+    n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
+    n_state = len(scan.inputs) - n_scanned
+    xs, slices, ys = scan.inputs[n_state:], list(body.inputs[n_state:]), scan.outputs[n_state:]
+    in_axes, out_axes = _axes(scan, "scan_input_axes", n_scanned), _axes(scan, "scan_output_axes", len(ys))
+    in_reversed = _axes(scan, "scan_input_directions", n_scanned)
+    out_reversed = _axes(scan, "scan_output_directions", len(ys))
+    ranks = [_rank(x) for x in xs]
+    out_ranks = [_rank(y) for y in ys]
+    if not xs or None in xs or any(a < 0 and r is None for a, r in zip(in_axes, ranks, strict=True)):
+        return False
+    if any(a < 0 and r is None for a, r in zip(out_axes, out_ranks, strict=True)):
+        return False
+    in_axes = [a % r if a < 0 else a for a, r in zip(in_axes, ranks, strict=True)]  # type: ignore[operator]
+    out_axes = [a % r if a < 0 else a for a, r in zip(out_axes, out_ranks, strict=True)]  # type: ignore[operator]
+    x0 = xs[0]
+    assert x0 is not None
+    length = x0.shape[in_axes[0]] if x0.shape is not None else None
+    if isinstance(length, int):
+        trips = edit.const(np.array(length, np.int64))
+    else:
+        trips = edit.op("Gather", edit.op("Shape", x0, dtype=ir.DataType.INT64), np.array(in_axes[0], np.int64), axis=0, dtype=ir.DataType.INT64)
+    last = edit.op("Sub", trips, np.array(1, np.int64), dtype=ir.DataType.INT64) if any(in_reversed) else None
+
+    tag = f"{scan.name}/as_loop"
+    iteration = ir.Value(name=f"{tag}/iteration", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
+    cond = ir.Value(name=f"{tag}/cond", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([]))
+    reads: list[ir.Node] = []
+
+    def add(op_type: str, inputs: list[ir.Value], like: ir.Value, **attrs: Any) -> ir.Value:
+        counter[0] += 1
+        inner = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs), name=f"{tag}/{op_type}{counter[0]}")
+        inner.outputs[0].name = f"{inner.name}_output"
+        inner.outputs[0].type, inner.outputs[0].shape = like.type, like.shape
+        reads.append(inner)
+        return inner.outputs[0]
+
+    for x, element, axis, backwards in zip(xs, slices, in_axes, in_reversed, strict=True):
+        position = add("Sub", [last, iteration], iteration) if backwards and last is not None else iteration
+        element.replace_all_uses_with(add("Gather", [x, position], element, axis=axis), replace_graph_outputs=True)  # type: ignore[list-item]
+    for element in slices:
+        body.inputs.remove(element)
+    body.inputs.insert(0, iteration)
+    body.inputs.insert(1, cond)
+    body.outputs.insert(0, add("Identity", [cond], cond))
+    if len(body):
+        body.insert_before(next(iter(body)), reads)
+    else:
+        body.extend(reads)
+    attributes = [ir.AttrGraph("body", body)]
+    loop = ir.Node("", "Loop", [trips, edit.const(np.array(True)), *scan.inputs[:n_state]], attributes,
+                   num_outputs=len(scan.outputs), name=scan.name, doc_string=scan.doc_string)
+    assert edit.graph is not None
+    edit.graph.insert_before(scan, loop)
+    results = list(loop.outputs[:n_state])
+    for k, (stacked, y) in enumerate(zip(loop.outputs[n_state:], ys, strict=True)):
+        stacked.type = y.type
+        if out_reversed[k]:
+            stacked = edit.op("Slice", stacked, np.array([-1], np.int64), np.array([np.iinfo(np.int64).min], np.int64),
+                              np.array([0], np.int64), np.array([-1], np.int64), dtype=y.dtype)
+        if out_axes[k]:
+            rank = out_ranks[k]
+            assert rank is not None
+            perm = [*range(1, out_axes[k] + 1), 0, *range(out_axes[k] + 1, rank)]
+            stacked = edit.op("Transpose", stacked, perm=perm, dtype=y.dtype)
+        results.append(stacked)
+    for old, new in zip(scan.outputs, results, strict=True):
+        new.type, new.shape = old.type, old.shape
+        old.replace_all_uses_with(new, replace_graph_outputs=True)
+        old.name, new.name = f"{old.name}/replaced", old.name
+    edit.graph.remove(scan, safe=True)
+    return True
+
+
 def _scan_inputs_read(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 runs a Scan whose body reads none of its scanned inputs once, not once
     per scanned element (its outputs stack one step: the blocked cholesky, which reads only its
@@ -803,6 +899,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "uint32_bits": _uint32_bits,
     "nan_propagating_max_min": _nan_propagating_max_min,
     "scan_inputs_read": _scan_inputs_read,
+    "nested_scans_as_loops": _nested_scans_as_loops,
     "uint32_as_int32": _uint32_as_int32,
 }
 

@@ -106,9 +106,10 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # float32 and keeps int64 in 32 bits; int32 Add/Mul/CumSum/bitwise ops wrap as they
         # should, so uint32 is computed as int32 (CumSum too: not widened to int64), and so is
         # a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
-        # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input
+        # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input, and a
+        # Scan inside another Scan's body (those become Loops)
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
+        rewrites=("nested_scans_as_loops", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
                   "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
         # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that
         # the Scan has no inputs for (a Scan of jax.random.gamma: "num_scan_outputs can't be

@@ -177,6 +177,25 @@ def test_draws_in_a_while_loop_in_a_map_match_jax_on_every_runtime(runtime: str)
     assert "Loop" in _nested_op_types(model)
 
 
+@pytest.mark.parametrize("runtime", runtime_params(fast=("onnxruntime", "openvino")))
+@given(steps=st.integers(1, 3), length=st.integers(1, 4), reverse=st.tuples(st.booleans(), st.booleans()), seed=st.integers(0, 100))
+def test_scans_in_scans_run_on_every_runtime(runtime: str, steps: int, length: int, reverse: tuple[bool, bool], seed: int) -> None:
+    # OpenVINO refuses a Scan in a Scan body ("No nested TensorIterator"): its profile writes
+    # the inner one as a Loop (reversed inputs and stacked outputs read and put back in order)
+    def f(c: jax.Array, xs: jax.Array, ws: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def row(c: jax.Array, xw: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            x, w = xw
+            return jax.lax.scan(lambda d, a: (d * 0.5 + a * w, d - a), c, x, reverse=reverse[1])
+
+        return jax.lax.scan(row, c, (xs, ws), reverse=reverse[0])
+
+    rng = np.random.default_rng(seed)
+    values = [rng.standard_normal(2).astype(np.float32), rng.standard_normal((steps, length, 2)).astype(np.float32),
+              rng.standard_normal(steps).astype(np.float32)]
+    model = assert_exports_match(f, [(2,), (steps, length, 2), (steps,)], input_values=values, target=runtime, runtime=runtime)
+    assert "Scan" in op_types(model) and ("Loop" if runtime == "openvino" else "Scan") in _nested_op_types(model)
+
+
 _U32 = st.integers(0, 2**32 - 1)
 
 
