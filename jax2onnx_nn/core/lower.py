@@ -272,16 +272,12 @@ class LoweringContext:
         for an op a runtime refuses on empty inputs (onnxruntime aborts the process on a GRU or
         LSTM of batch or length 0, and refuses an Attention of batch 0).
 
-        ``sizes`` are tensors (their element count) and dims; a static dim that is not 0 needs
-        no test, a static 0 gives ``empty``'s values. When something is left to test, one
-        ``If`` on ``Equal(size, 0)`` (``Or``-ed) holds the two as branches.
+        ``sizes`` are tensors (their element count) and dims that may be 0 at run time; one
+        ``If`` on ``Equal(size, 0)`` (``Or``-ed) holds the two as branches. No sizes: ``run``.
         """
-        if any(not isinstance(d, ir.Value) and is_zero(d) for d in sizes):
-            return list(empty(self))
-        unknown = [d for d in sizes if isinstance(d, ir.Value) or jxi.is_symbolic_dim(d)]
-        tested = [self.op.Size(d) if isinstance(d, ir.Value) else self.dim_scalar(d) for d in unknown]
-        if not tested:
+        if not sizes:
             return list(run(self))
+        tested = [self.op.Size(d) if isinstance(d, ir.Value) else self.dim_scalar(d) for d in sizes]
         is_empty = self.op.Equal(tested[0], self.ints(0))
         for size in tested[1:]:
             is_empty = self.op.Or(is_empty, self.op.Equal(size, self.ints(0)))
