@@ -15,12 +15,14 @@ import onnx_ir as ir
 
 
 class _Editor:
-    """Adds nodes before ``anchor`` in its graph and replaces its outputs by new values."""
+    """Adds nodes before ``anchor`` in its graph and replaces its outputs by new values
+    (``opset``: the model's, for a rewrite whose op is newer than some opsets)."""
 
-    def __init__(self, anchor: ir.Node, counter: list[int]) -> None:
+    def __init__(self, anchor: ir.Node, counter: list[int], opset: int) -> None:
         self.anchor = anchor
         self.graph = anchor.graph
         self.counter = counter
+        self.opset = opset
 
     def op(self, op_type: str, *inputs: ir.Value | np.ndarray | None, dtype: ir.DataType | None = None, **attrs: Any) -> ir.Value:
         values = [x if x is None or isinstance(x, ir.Value) else self.const(x) for x in inputs]  # None: an omitted input
@@ -135,7 +137,8 @@ def _int64_cast_as_castlike(node: ir.Node, edit: _Editor) -> bool:
     way. A CastLike of an int64 constant is a plain int64 there. Only casts of floats, unsigned
     ints and bools (values, not the shape arithmetic tract follows symbolically) are rewritten;
     a bool (``count_nonzero``'s, in slogdet's sign: a Pad of it failed, "Impossible to unify
-    TDim with I64") is a Where of int64 1 and 0, which every opset has."""
+    TDim with I64") is a Where of int64 1 and 0, which every opset has. Below opset 15 (no
+    CastLike) a float's Cast stays: the jax.random family ran right so at opset 13."""
     if node.op_type != "Cast" or node.domain != "" or node.attributes.get_int("to", 0) != ir.DataType.INT64:
         return False
     x = node.inputs[0]
@@ -144,6 +147,8 @@ def _int64_cast_as_castlike(node: ir.Node, edit: _Editor) -> bool:
     if x.dtype == ir.DataType.BOOL:
         edit.replace(edit.op("Where", x, np.ones((), np.int64), np.zeros((), np.int64), dtype=ir.DataType.INT64))
         return True
+    if edit.opset < 15:
+        return False
     edit.replace(edit.op("CastLike", x, np.zeros((), np.int64), dtype=ir.DataType.INT64))
     return True
 
@@ -909,9 +914,10 @@ def apply_rewrites(model: ir.Model, names: Sequence[str]) -> int:
     graph (a later rewrite sees what an earlier one wrote); returns how many nodes changed."""
     counter = [0]
     changed = 0
+    opset = model.opset_imports.get("", 0)
     for name in names:
         rule = REWRITES[name]
         for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
-            if node.graph is not None and rule(node, _Editor(node, counter)):
+            if node.graph is not None and rule(node, _Editor(node, counter, opset)):
                 changed += 1
     return changed
