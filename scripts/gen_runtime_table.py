@@ -40,8 +40,9 @@ RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
 
 @dataclass
 class Case:
-    """One model of the matrix: the JAX callable, how it is exported for a target, its input
-    specs and the ``verify`` keyword arguments of each checked run (sizes or concrete values)."""
+    """One model of the matrix: the JAX callable, how it is exported for a target (``export(target,
+    **options)``, options overriding the case's own, e.g. ``opset``), its input specs and the
+    ``verify`` keyword arguments of each checked run (sizes or concrete values)."""
 
     source: str
     reference: Callable[..., Any]
@@ -56,7 +57,7 @@ def _benchmark(name: str) -> Case:
     from jax2onnx_nn import to_onnx
 
     fn, specs, options = getattr(models, name)()
-    return Case("benchmarks/models.py", fn, lambda target: to_onnx(fn, specs, target=target, **options), specs)
+    return Case("benchmarks/models.py", fn, lambda target, **more: to_onnx(fn, specs, target=target, **{**options, **more}), specs)
 
 
 def _example(name: str) -> Any:
@@ -71,7 +72,7 @@ def _eqx(name: str, module: Any, inputs: list[Any], reference: Any = None, sizes
 
     batched = [(("B", *spec[0]), *spec[1:]) if spec and isinstance(spec[0], tuple) else ("B", *spec) for spec in inputs]
     reference = reference if reference is not None else jax.vmap(eqx.nn.inference_mode(module))
-    return Case(f"examples/{name}.py", reference, lambda target: export_onnx(module, inputs, batch=True, target=target, **options),
+    return Case(f"examples/{name}.py", reference, lambda target, **more: export_onnx(module, inputs, batch=True, target=target, **{**options, **more}),
                 batched, [{"sizes": sizes or {"B": [1, 3]}}])
 
 
@@ -79,13 +80,13 @@ def _flax(name: str, model: Any, specs: list[Any], sizes: dict[str, list[int]], 
     from jax2onnx_nn import to_onnx
     from jax2onnx_nn.flax import mode_copy
 
-    return Case(f"examples/{name}.py", mode_copy(model), lambda target: to_onnx(model, specs, target=target, **options), specs, [{"sizes": sizes}])
+    return Case(f"examples/{name}.py", mode_copy(model), lambda target, **more: to_onnx(model, specs, target=target, **{**options, **more}), specs, [{"sizes": sizes}])
 
 
 def _function(name: str, fn: Any, specs: list[Any], runs: list[dict[str, Any]], *, jit: bool = True, **options: Any) -> Case:
     from jax2onnx_nn import to_onnx
 
-    return Case(f"examples/{name}.py", fn, lambda target: to_onnx(fn, specs, target=target, **options), specs, runs, jit)
+    return Case(f"examples/{name}.py", fn, lambda target, **more: to_onnx(fn, specs, target=target, **{**options, **more}), specs, runs, jit)
 
 
 def eqx_bert() -> Case:

@@ -68,7 +68,8 @@ class Target:
         return (self.ops is None or op in self.ops) and op not in self.lacks
 
 
-# The ops onnx-tensorrt's TensorRT 10.0 importer supports (its docs/operators.md, opsets 9..20).
+# The ops onnx-tensorrt's TensorRT 10.0 importer supports (its docs/operators.md, opsets 9..20;
+# re-read at the 10.1-GA release, commit 96e7811 of June 2024: the same list and opsets).
 # It has no BitShift, Bitwise*, DFT, STFT or BitCast, so jax.random bit kernels and FFTs cannot
 # be exported for it; everything else this exporter emits is there.
 _TENSORRT_OPS = frozenset("""
@@ -87,6 +88,9 @@ RNN RoiAlign Round ScaledTanh Scan Scatter ScatterElements ScatterND Selu Shape 
 Sign Sin Sinh Size Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan
 Tanh ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Upsample Where Xor
 """.split())
+
+_TENSORRT_NO_BITS = ("TensorRT 10 has no integer bit operations (jax.random's threefry kernels use them): "
+                     "draw the random numbers outside the model and pass them as inputs")
 
 # CumSum's types on a runtime that sums uint32 (the bitwise ops below opset 18 sum their bits
 # with it; onnxruntime has no uint32 CumSum, so the builder widens to int64 for it)
@@ -139,6 +143,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
     ),
     "tensorrt": Target(
         "tensorrt", max_opset=20, model_functions=False, scan_symbolic=True, ops=_TENSORRT_OPS,
+        lacks={**dict.fromkeys(("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"), _TENSORRT_NO_BITS),
+               "DFT": "TensorRT 10 has no DFT (jnp.fft): compute the transform outside the model"},
     ),
 })
 

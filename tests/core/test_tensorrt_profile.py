@@ -3,15 +3,17 @@ onnx-tensorrt's supported-operator list, at an opset it imports."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import onnx
 import pytest
 
-from jax2onnx_nn import TARGETS, to_onnx
+from jax2onnx_nn import TARGETS, ConversionError, to_onnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 import benchmarks.models as models  # noqa: E402
 
 
@@ -39,3 +41,34 @@ def test_benchmark_models_export_for_tensorrt_with_supported_ops_only(name: str)
     model = to_onnx(fn, specs, target="tensorrt", **options)
     assert not model.functions and model.opset_import[0].version <= 20
     assert _all_ops(model) <= TARGETS["tensorrt"].ops, _all_ops(model) - TARGETS["tensorrt"].ops
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_runtime_table", ROOT / "scripts" / "gen_runtime_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclass looks its module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+# examples whose JAX operations TensorRT 10 cannot run (integer bit ops of jax.random; DFT)
+UNSUPPORTED = {"gamma_sampling": ("BitShift", "gamma_sampling.py"), "spectral_poisson": ("DFT", "spectral_poisson.py")}
+FAST = ("flax_mlp_functions", "heat_equation")
+
+
+@pytest.mark.parametrize("name", [
+    n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in GEN.EXAMPLES if n not in UNSUPPORTED
+])
+def test_example_models_export_for_tensorrt_with_supported_ops_only(name: str) -> None:
+    model = GEN.case(name).export("tensorrt", opset=20)  # (a case may pin a newer opset for onnxruntime)
+    assert not model.functions and model.opset_import[0].version <= 20
+    assert _all_ops(model) <= TARGETS["tensorrt"].ops, _all_ops(model) - TARGETS["tensorrt"].ops
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", UNSUPPORTED)
+def test_example_models_tensorrt_cannot_run_fail_before_writing(name: str) -> None:
+    op, source = UNSUPPORTED[name]
+    with pytest.raises(ConversionError, match=f"(?s)target tensorrt cannot run.*{op}.*{source}.*TensorRT 10 has no"):
+        GEN.case(name).export("tensorrt")
