@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.session import active_options
+from jax2onnx_nn.core.session import active_options, export_memo
 
 
 def is_array(x: Any) -> bool:
@@ -78,7 +78,10 @@ def _call_key(original: Callable[..., Any], leaves: list[Any], treedef: Any) -> 
         else:
             parts.append(("v", type(leaf), leaf))
     try:
-        key = (original, treedef, tuple(parts), jxi.trace_context(), _frozen(active_options()))
+        memo = export_memo()
+        if "frozen_options" not in memo:  # the options are the same for every call of an export
+            memo["frozen_options"] = _frozen(active_options())
+        key = (original, treedef, tuple(parts), jxi.trace_context(), memo["frozen_options"])
         hash(key)
     except Exception:  # an unhashable static value: this call is traced each time
         return None

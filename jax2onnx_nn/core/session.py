@@ -94,6 +94,15 @@ def active_options() -> ExportConfig | None:
     return getattr(_STATE, "options", None)
 
 
+def export_memo() -> dict[str, Any]:
+    """A dict that lives as long as the export running in this thread (empty at its start):
+    for what is computed from the options once per export instead of once per call."""
+    memo = getattr(_STATE, "memo", None)
+    if memo is None:
+        memo = _STATE.memo = {}
+    return memo
+
+
 @contextlib.contextmanager
 def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) -> Iterator[Prepared]:
     """Prepare ``fn`` for tracing and keep the adapters' patches applied meanwhile.
@@ -111,11 +120,12 @@ def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) 
             for adapter in adapters():
                 if adapter.trigger in sys.modules:
                     prepared = stack.enter_context(import_adapter(adapter).export_session(prepared, options))
-        _STATE.options = options
+        previous_memo = getattr(_STATE, "memo", None)
+        _STATE.options, _STATE.memo = options, {}
         try:
             yield prepared
         finally:
-            _STATE.options = previous
+            _STATE.options, _STATE.memo = previous, previous_memo
 
 
 @contextlib.contextmanager
@@ -159,6 +169,6 @@ def _replace(owner: Any, name: str, make_wrapper: Callable[[Any], Any]) -> Calla
     return lambda: delattr(owner, name)
 
 __all__ = [
-    "Adapter", "Prepared", "active_options", "add_session_patch", "adapters", "export_session",
+    "Adapter", "Prepared", "active_options", "add_session_patch", "adapters", "export_memo", "export_session",
     "import_adapter", "patch", "patches", "register_adapter",
 ]

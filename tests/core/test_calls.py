@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from jax2onnx_nn import onnx_function, to_onnx
 from jax2onnx_nn.core import calls
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.functions import DOMAIN
 from jax2onnx_nn.testing import assert_exports_match
 
@@ -89,6 +90,22 @@ def test_second_export_reuses_traces_and_sees_new_weights() -> None:
     to_onnx(_stack(fresh), [("B", 3)])
     assert TRACED == []
     assert_exports_match(_stack(fresh), [("B", 3)])
+
+
+def test_options_frozen_once_per_export_and_a_changed_option_traces_again(monkeypatch: Any) -> None:
+    calls.clear_trace_cache()
+    frozen: list[ExportConfig] = []
+    real = calls._frozen
+    monkeypatch.setattr(calls, "_frozen", lambda v: (frozen.append(v) if isinstance(v, ExportConfig) else None, real(v))[1])
+    rng = np.random.default_rng(3)
+    layers = [_dense(rng, 4, 4) for _ in range(3)]
+    config = ExportConfig()
+    TRACED.clear()
+    to_onnx(_stack(layers), [("B", 4)], config)
+    assert len(frozen) == 1 and TRACED == ["tanh"]  # three calls, one key of the options
+    config.lowerings["no_such_primitive"] = lambda ctx, x: x  # the same config object, changed
+    to_onnx(_stack(layers), [("B", 4)], config)
+    assert len(frozen) == 2 and TRACED == ["tanh", "tanh"]
 
 
 def test_static_field_or_shape_change_traces_again() -> None:
