@@ -18,6 +18,7 @@ from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.runtimes import open_session
 from jax2onnx_nn.core.specs import parse_specs
+from jax2onnx_nn.core.targets import TARGETS
 
 DEFAULT_SIZE = 3
 
@@ -71,6 +72,21 @@ class VerifyReport:
     def max_rel(self) -> float:
         return max((o.max_rel for r in self.runs for o in r.outputs), default=0.0)
 
+    @property
+    def note(self) -> str:
+        """Why float64 outputs are off, where the runtime computes float64 in float32 (its
+        target profile's ``float64=False``: OpenVINO's CPU plugin); empty otherwise."""
+        off = [o for r in self.runs for o in r.outputs if not o.ok and o.dtype == "float64"]
+        profile = TARGETS.get(self.runtime)
+        if not off or profile is None or profile.float64:
+            return ""
+        rel = max(o.max_rel for o in off)
+        rtol, _ = default_tolerance(np.float32)
+        return (f"note: {self.runtime} computes float64 in float32 (no graph can change that), so float64 outputs "
+                f"match JAX to float32 precision at best: max rel error {rel:.3g} here "
+                f"({'within' if rel <= rtol else 'beyond'} float32's tolerance {rtol:g}); "
+                "pass rtol/atol to verify for float32 precision, or run float64 models on another runtime")
+
     def __str__(self) -> str:
         lines = []
         for run in self.runs:
@@ -81,6 +97,8 @@ class VerifyReport:
                     f"[{sizes}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
                     f"max rel {o.max_rel:.3g} {mark}{(' - ' + o.detail) if o.detail else ''}"
                 )
+        if self.note:
+            lines.append(self.note)
         return "\n".join(lines)
 
     def raise_if_failed(self) -> None:

@@ -14,7 +14,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from jax2onnx_nn import TARGETS, ConversionError, inline_functions, onnx_function, to_onnx
+from jax2onnx_nn import TARGETS, ConversionError, inline_functions, onnx_function, to_onnx, verify
 from jax2onnx_nn.core.jax_internals import x64
 from jax2onnx_nn.core.runtimes import RUNTIMES, missing_reason
 from jax2onnx_nn.testing import assert_exports_match, op_types
@@ -417,6 +417,20 @@ def test_openvino_computes_float64_in_float32() -> None:
     (got,) = run_model(model, [x], "openvino")
     assert got.dtype == np.float64 and not TARGETS["openvino"].float64
     np.testing.assert_array_equal(got, (x.astype(np.float32) ** 2).astype(np.float64))
+
+
+@pytest.mark.skipif(missing_reason("openvino") is not None, reason=str(missing_reason("openvino")))
+def test_verify_on_openvino_says_it_computes_float64_in_float32() -> None:
+    with x64(True):
+        f = lambda v: jnp.sin(v) * 1e3 + v / 3  # noqa: E731
+        specs = [((5,), np.float64)]
+        model = to_onnx(f, specs, target="openvino", enable_double_precision=True)
+        report = verify(f, model, specs, runtime="openvino", input_values=[np.linspace(0.1, 7.0, 5)])
+        loose = verify(f, model, specs, runtime="openvino", input_values=[np.linspace(0.1, 7.0, 5)], rtol=1e-5, atol=1e-5)
+    assert not report.ok and loose.ok and not loose.note
+    assert "openvino computes float64 in float32" in str(report) and "within float32's tolerance" in report.note, str(report)
+    with pytest.raises(AssertionError, match="openvino computes float64 in float32"):
+        report.raise_if_failed()
 
 
 def test_unknown_target_names_the_choices() -> None:
