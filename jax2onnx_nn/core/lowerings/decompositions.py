@@ -358,22 +358,28 @@ def substitute(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) 
 
 def _substitute_unrolled(a: jax.Array, b: jax.Array, *, lower: bool = True, unit_diagonal: bool) -> jax.Array:
     """Forward (``lower``) or backward substitution on a triangular ``a`` (..., m, m), column
-    by column: x_i is the remaining right-hand side's row i over a_ii, and the rows not yet
-    solved lose a[:, i] x_i. The rows already solved lose it too, harmlessly: the other
-    triangle is never read into the solution. Backward runs its columns last to first, so no
-    reversal of ``a``, ``b`` or ``x`` is needed."""
+    by column: the remaining right-hand side's row i is b_i, and the rows not yet solved lose
+    (a[:, i] / a_ii) b_i; at the end x = b / a's diagonal, one Div. The columns are divided
+    by their diagonal entry once, all together, so a step is a Slice, a Mul and a Sub; a
+    zero a_ii gives the inf/NaN LAPACK's x_i = b_i / 0 gives (a_ki / 0 * b_i has the sign
+    and the NaN of a_ki * (b_i / 0)). The rows already solved lose their multiple too,
+    harmlessly: the other triangle is never read into the solution. Backward runs its
+    columns last to first, so no reversal of ``a``, ``b`` or ``x`` is needed."""
     m = a.shape[-1]
+    diagonal = None
+    if not unit_diagonal:
+        eye = np.eye(m, dtype=bool)
+        diagonal = sum_keepdims(where(eye, a, jnp.zeros((), a.dtype)), -2)  # (..., 1, m)
+        a = a / diagonal
     columns = lax.split(a, [1] * m, axis=a.ndim - 1)
     order = range(m) if lower else range(m - 1, -1, -1)
     rows = [None] * m
     for step, i in enumerate(order):
-        xi = b[..., i : i + 1, :]
-        if not unit_diagonal:
-            xi = xi / columns[i][..., i : i + 1, :]
-        rows[i] = xi
+        rows[i] = b[..., i : i + 1, :]
         if step + 1 < m:
-            b = b - columns[i] * xi
-    return jnp.concatenate(rows, axis=-2)
+            b = b - columns[i] * rows[i]
+    x = jnp.concatenate(rows, axis=-2)
+    return x if diagonal is None else x / _mT(diagonal)
 
 
 def _forward_blocked(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.Array:
