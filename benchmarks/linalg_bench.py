@@ -5,8 +5,10 @@
 
 Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median
 latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
-matrices (``python benchmarks/linalg_bench.py --cases eigh svd --sizes 8 32 64`` for the
-Jacobi ones; add ``--accuracy`` for their errors against float64 LAPACK).
+matrices (``python benchmarks/linalg_bench.py --cases eigh svd eig --sizes 4 16 64`` for the
+eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK).
+``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
+thread, so this is its own work, steady on a busy machine; jax.jit stays wall time).
 ``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size) and
 ``--block`` ``decompositions.BLOCK`` (columns per trip of the blocked cholesky, lu, qr and
 triangular_solve), which is how the defaults were chosen. Latencies are "median (min)": on a
@@ -46,6 +48,7 @@ def gp_mean(a: jax.Array, b: jax.Array) -> jax.Array:
 
 CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "eigvals": lambda a, b: jnp.linalg.eigvals(a),
+    "eig": lambda a, b: jnp.linalg.eig(a),
     "qr": lambda a, b: jnp.linalg.qr(a),
     "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
     "trsm": lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
@@ -58,14 +61,14 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
 }
 
 
-def _latency_ms(run: Callable[[], Any], repeat: int) -> str:
+def _latency_ms(run: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter) -> str:
     """"median (min)" of ``repeat`` runs after one warm-up, in ms."""
     run()
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         run()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return f"{1e3 * statistics.median(times):.3f} ({1e3 * min(times):.3f})"
 
 
@@ -73,7 +76,7 @@ def _all_nodes(graph: onnx.GraphProto) -> int:
     return sum(1 + sum(_all_nodes(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH) for n in graph.node)
 
 
-def bench(name: str, n: int, repeat: int) -> str:
+def bench(name: str, n: int, repeat: int, clock: Callable[[], float] = time.perf_counter) -> str:
     import onnxruntime as ort
 
     fn = CASES[name]
@@ -91,7 +94,7 @@ def bench(name: str, n: int, repeat: int) -> str:
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = dict(zip([i.name for i in session.get_inputs()], [a, b], strict=False))
-    ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat)
+    ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat, clock)
     jitted = jax.jit(fn)
     jax_ms = _latency_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)
     return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms} | {jax_ms} |"
@@ -133,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=None, help="columns per trip of the blocked factorizations")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--accuracy", action="store_true", help="svd/eigh errors vs float64 LAPACK instead")
+    parser.add_argument("--cpu-time", action="store_true", help="onnxruntime latency as process CPU time (one thread)")
     args = parser.parse_args(argv)
     if args.accuracy:
         print(f"batch {BATCH} random Gaussian matrices through onnxruntime vs float64 LAPACK")
@@ -146,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         decompositions.UNROLL_LIMIT = args.unroll_limit
     if args.block is not None:
         decompositions.BLOCK = args.block
+    clock = time.process_time if args.cpu_time else time.perf_counter
     print(f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}, block {decompositions.BLOCK}; "
-          "latency: median (min) ms of --repeat runs, onnxruntime on 1 thread")
+          "latency: median (min) ms of --repeat runs, onnxruntime on 1 thread" + (" as CPU time" if args.cpu_time else ""))
     print("| case | n | nodes | nodes incl. Loop bodies | export s | onnxruntime ms | jax.jit ms |")
     print("|---|---|---|---|---|---|---|")
     for name in args.cases:
         for n in args.sizes:
-            print(bench(name, n, args.repeat), flush=True)
+            print(bench(name, n, args.repeat, clock), flush=True)
     return 0
 
 
