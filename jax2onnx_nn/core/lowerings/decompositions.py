@@ -332,7 +332,7 @@ def _cholesky_columns(a: jax.Array) -> jax.Array:
     return where(failed, jnp.asarray(np.nan, a.dtype), factor)
 
 
-@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "ReduceMax", "Where", "Scan", "Loop"))
+@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "Or", "Equal", "ReduceSum", "Where", "Scan", "Loop"))
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
     return lower_as_jax(ctx, cholesky, [a], cache_key=("cholesky", UNROLL_LIMIT))
@@ -443,7 +443,7 @@ def triangular_solve(
     return x if left_side else _mT(x)
 
 
-@lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "Scan", "Loop"))
+@lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "ReduceSum", "Scan", "Loop"))
 def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
     key = ("triangular_solve", UNROLL_LIMIT, *sorted(params.items()))
     return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params), [a, b], cache_key=key)
