@@ -126,18 +126,19 @@ def _cmul(a: Parts, b: Parts) -> Parts:
     return a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]
 
 
-def _rotate(hz: jax.Array, k: Index, x: Parts, y: Parts, active: jax.Array, col: Index) -> jax.Array:
+def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax.Array, col: Index) -> tuple[jax.Array, ...]:
     """The similarity G h G^H (and z G^H) with the complex Givens rotation G on rows k, k+1
     that maps (x, y) to (r, 0): c = |x| / r, s = sign(x) conj(y) / r; identity where not
     ``active`` or r = 0. When (x, y) is column ``col`` of those rows, h[k+1, col] is set to an
     exact 0: rounding left there would leak into deflated entries through later rotations.
 
-    ``hz`` is [h; z] as real numbers, (..., 2n, 2, n) (rows, real and imaginary part,
-    columns), and ``k`` the same for the whole batch: the two rows of h are one slice
-    (..., 4, n) that G's real 4x4 form multiplies, the two columns of [h; z] one slice
-    (..., 2n, 4) multiplied by G^H's, each written back as one slice (a masked write of the
-    whole matrix per row, and the rotation as complex products of the parts, were 4x slower)."""
-    dtype = hz.dtype
+    ``hz`` is (h,) or (h, z) as real numbers, each (..., n, 2, n) (rows, real and imaginary
+    part, columns), and ``k`` the same for the whole batch: the two rows of h are one slice
+    (..., 4, n) that G's real 4x4 form multiplies, the two columns of h (and z) one slice
+    (..., n, 4) multiplied by G^H's, each written back as one slice (a masked write of the
+    whole matrix per row, and the rotation as complex products of the parts, were 4x slower;
+    every write copies the matrix, so z is left out when no vectors are asked for)."""
+    dtype = hz[0].dtype
     zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
     ax = jnp.sqrt(x[0] * x[0] + x[1] * x[1])
     r = jnp.sqrt(ax * ax + y[0] * y[0] + y[1] * y[1])
@@ -157,22 +158,26 @@ def _rotate(hz: jax.Array, k: Index, x: Parts, y: Parts, active: jax.Array, col:
     left = matrix(c, o, sr, -si, o, c, si, sr, -sr, -si, c, o, si, -sr, o, c)
     # columns (l, r) -> (c l + conj(s) r, c r - s l); the slice's columns are l.re, r.re, l.im, r.im
     right = matrix(c, -sr, o, -si, sr, c, -si, o, o, si, c, -sr, si, o, sr, c)
-    n = hz.shape[-1]
-    batch = hz.shape[:-3]
-    two_rows = jnp.reshape(lax.dynamic_slice_in_dim(hz, k, 2, axis=-3), (*batch, 4, n))
+    h = hz[0]
+    n = h.shape[-1]
+    batch = h.shape[:-3]
+    two_rows = jnp.reshape(lax.dynamic_slice_in_dim(h, k, 2, axis=-3), (*batch, 4, n))
     rotated = left @ two_rows
     annihilated = active & (_ids(4)[:, None] >= 2) & (_ids(n)[None, :] == col)
     rotated = where(annihilated, zero, rotated)
-    hz = lax.dynamic_update_slice_in_dim(hz, jnp.reshape(rotated, (*batch, 2, 2, n)), k, axis=-3)
-    two_cols = jnp.reshape(lax.dynamic_slice_in_dim(hz, k, 2, axis=-1), (*batch, 2 * n, 4))
-    rotated = jnp.reshape(two_cols @ right, (*batch, 2 * n, 2, 2))
-    return lax.dynamic_update_slice_in_dim(hz, rotated, k, axis=-1)
+    h = lax.dynamic_update_slice_in_dim(h, jnp.reshape(rotated, (*batch, 2, 2, n)), k, axis=-3)
+
+    def columns(m: jax.Array) -> jax.Array:
+        two_cols = jnp.reshape(lax.dynamic_slice_in_dim(m, k, 2, axis=-1), (*batch, n, 4))
+        return lax.dynamic_update_slice_in_dim(m, jnp.reshape(two_cols @ right, (*batch, n, 2, 2)), k, axis=-1)
+
+    return tuple(columns(m) for m in (h, *hz[1:]))
 
 
-def _entries(hz: jax.Array, row: Index, col: Index) -> tuple[Parts, Parts]:
+def _entries(hz: tuple[jax.Array, ...], row: Index, col: Index) -> tuple[Parts, Parts]:
     """h[..., row, col] and h[..., row + 1, col] as parts (..., 1, 1) of ``hz`` (see _rotate),
     for indices the whole batch shares: two slices."""
-    e = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(hz, row, 2, axis=-3), col, 1, axis=-1)  # (..., 2, 2, 1)
+    e = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(hz[0], row, 2, axis=-3), col, 1, axis=-1)  # (..., 2, 2, 1)
     return (e[..., 0, 0:1, :], e[..., 0, 1:2, :]), (e[..., 1, 0:1, :], e[..., 1, 1:2, :])
 
 
@@ -228,8 +233,8 @@ def _grid(a: jax.Array) -> tuple[int, jax.Array, jax.Array, jax.Array, jax.Array
     return n, ids, rows, cols, jnp.broadcast_to((rows == cols).astype(a.dtype), a.shape)
 
 
-def complex_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(t, z) complex with a = z t z^H, t upper triangular and z unitary, for a real or complex
+def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax.Array | None]:
+    """(t, z) complex with a = z t z^H (z None unless ``vectors``), t upper triangular and z unitary, for a real or complex
     ``a`` (..., n, n) of static size: Hessenberg form (Householder for a real matrix, Givens
     rotations for a complex one), then implicit single-shift QR sweeps (Wilkinson shift from
     the active block's trailing 2x2) with deflation where a subdiagonal entry falls below
@@ -241,16 +246,17 @@ def complex_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     real_dtype = jnp.real(a).dtype
     zero = jnp.zeros((), real_dtype)
     true = jnp.ones((*a.shape[:-2], 1, 1), bool)
-    h_parts = lambda hz: (hz[..., :n, 0, :], hz[..., :n, 1, :])  # noqa: E731
+    h_parts = lambda hz: (hz[0][..., 0, :], hz[0][..., 1, :])  # noqa: E731
+    parts = lambda m: jnp.stack([jnp.real(m), jnp.imag(m)], axis=-2)  # noqa: E731  (..., n, 2, n)
     if not jxi.is_complex_dtype(a.dtype) and n > 2:
         # a real matrix: Householder's Hessenberg form (gehrd, orghr), n - 2 reflectors in
         # place of n^2 / 2 rotations (64x64: 20 ms instead of ~250 ms in onnxruntime); two
         # Loops at any size (unrolled: 800 more nodes at 16x16, measured no faster)
         h, q = _hessenberg_q(a, unroll=False)
-        hz = jnp.stack([jnp.concatenate([h, q], axis=-2), jnp.zeros((*a.shape[:-2], 2 * n, n), real_dtype)], axis=-2)
+        hz = (parts(h), parts(q)) if vectors else (parts(h),)
     else:
         # Hessenberg form: zero h[i, j] (i > j + 1) against h[i-1, j], bottom up per column
-        hz = jnp.stack([jnp.real(jnp.concatenate([a, eye], axis=-2)), jnp.imag(jnp.concatenate([a, eye], axis=-2))], axis=-2)
+        hz = (parts(a), parts(eye)) if vectors else (parts(a),)
         pairs = np.array([(i, j) for j in range(n - 2) for i in range(n - 1, j + 1, -1)], np.int32).reshape(-1, 2)
         table = jnp.asarray(pairs)
 
@@ -262,7 +268,6 @@ def complex_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
             hz = lax.fori_loop(0, len(pairs), reduce, hz)
     eps = float(jnp.finfo(real_dtype).eps)
     sub_pos = rows == cols + 1
-    in_z = jnp.zeros((n, n), bool)
 
     def sweep(carry: tuple) -> tuple:
         hz, count, _ = carry
@@ -272,8 +277,7 @@ def complex_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         sub = jnp.sum(where(sub_pos, modulus, zero), axis=-1)  # sub[l] = |h[l, l-1]|, sub[0] = 0
         prev = jnp.concatenate([diag[..., :1], diag[..., :-1]], axis=-1)
         small = (sub <= eps * (diag + prev)) | (ids == 0)
-        deflated = sub_pos & small[..., :, None]
-        hz = where(jnp.concatenate([deflated, jnp.broadcast_to(in_z, deflated.shape)], axis=-2)[..., :, None, :], zero, hz)
+        hz = (where((sub_pos & small[..., :, None])[..., :, None, :], zero, hz[0]), *hz[1:])
         h = h_parts(hz)
         hi = jnp.max(where(small, 0, ids), axis=-1)[..., None, None]  # last unreduced row
         lo = jnp.max(where(small & (ids <= hi[..., 0]), ids, 0), axis=-1)[..., None, None]
@@ -303,7 +307,7 @@ def complex_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     init = (hz, jnp.zeros((), jnp.int32), jnp.ones((), bool))
     hz, _, _ = lax.while_loop(lambda c: c[2] & (c[1] < limit), sweep, init)
     t = lax.complex(*(where(rows > cols, zero, p) for p in h_parts(hz)))
-    return t, lax.complex(hz[..., n:, 0, :], hz[..., n:, 1, :])
+    return t, lax.complex(hz[1][..., 0, :], hz[1][..., 1, :]) if vectors else None
 
 
 # -- the real Schur form: Householder Hessenberg reduction + Francis double-shift QR -----------
@@ -566,7 +570,7 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     """[values, left vectors (u^H a = w u^H) if ``left``, right vectors (a v = w v) if
     ``right``] of a square real or complex ``a``, complex, from its complex Schur form."""
     dtype = jnp.result_type(a.dtype, jnp.complex64)
-    t, z = complex_schur(a)
+    t, z = complex_schur(a, vectors=left or right)
     n = a.shape[-1]
     ids = _ids(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1)
