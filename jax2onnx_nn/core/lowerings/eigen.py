@@ -106,7 +106,7 @@ def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.V
 
 
 
-# -- the complex Schur form: Givens Hessenberg reduction + shifted QR ---------------------------
+# -- the complex Schur form: Hessenberg reduction + shifted QR (Givens rotations) --------------
 # Sweeps of the single-shift QR algorithm, per row of the matrix: with Wilkinson shifts each
 # eigenvalue converges in 2-3 sweeps (LAPACK's zlahqr allows 30); the spare sweeps cost
 # nothing in accuracy (a deflated matrix is left as it is), and the loop stops at the first
@@ -116,9 +116,9 @@ def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.V
 QR_SWEEPS_PER_ROW = 4
 QR_SWEEPS_EXTRA = 8
 
-# The iteration works on (real, imag) parts as separate real arrays: a rotation is then a few
-# dozen real nodes, where complex jnp code on pairs adds the inf/NaN cases of complex
-# division and abs to each one (~1200 nodes per rotation).
+# The iteration works on (real, imag) parts as real arrays: a rotation is then a few dozen
+# real nodes (two 4x4 MatMuls, see _rotate), where complex jnp code on pairs adds the inf/NaN
+# cases of complex division and abs to each one (~1200 nodes per rotation).
 Parts = tuple[jax.Array, jax.Array]
 
 
