@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import types
+import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from typing import Any
@@ -585,6 +586,21 @@ def body_primitive(name: str) -> Any:
     return prim
 
 
+_JAXPR_TEXTS: dict[int, tuple[Any, str]] = {}  # id(closed jaxpr) -> (weak reference to it, text)
+
+
 def jaxpr_text(closed: Any) -> str:
-    """The printed jaxpr: equal texts (and equal input types) compute the same function."""
-    return str(closed.jaxpr)
+    """The printed jaxpr: equal texts (and equal input types) compute the same function.
+
+    Printing a layer's jaxpr costs milliseconds; equal layers share one traced body (the
+    trace cache of core/calls.py), so each body is printed once while it lives."""
+    hit = _JAXPR_TEXTS.get(id(closed))
+    if hit is not None and hit[0]() is closed:
+        return hit[1]
+    text, key = str(closed.jaxpr), id(closed)
+    try:
+        ref = weakref.ref(closed, lambda _: _JAXPR_TEXTS.pop(key, None))
+    except TypeError:  # not weakly referable: printed each time
+        return text
+    _JAXPR_TEXTS[key] = (ref, text)
+    return text

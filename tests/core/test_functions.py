@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import jax
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes
 
 from jax2onnx_nn import onnx_function, to_onnx
+from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.functions import DOMAIN
 from jax2onnx_nn.testing import assert_exports_match
 from jax2onnx_nn.testing.assertions import op_types
@@ -169,3 +171,18 @@ def test_deterministic_bytes() -> None:
     first = to_onnx(fn, [("B", 3)]).SerializeToString()
     second = to_onnx(fn, [("B", 3)]).SerializeToString()
     assert first == second
+
+
+def test_a_body_is_printed_once_while_it_lives() -> None:
+    """The text that tells function bodies apart is remembered per body object (equal layers
+    share one traced body) and forgotten with it."""
+    closed = jax.make_jaxpr(lambda x: jnp.sin(x) * 2)(1.0)
+    text = jxi.jaxpr_text(closed)
+    key = id(closed)
+    assert text == str(closed.jaxpr) and jxi._JAXPR_TEXTS[key][1] == text
+    assert jxi.jaxpr_text(closed) is text
+    other = jax.make_jaxpr(lambda x: jnp.cos(x) * 2)(1.0)
+    assert jxi.jaxpr_text(other) != text
+    del closed
+    gc.collect()
+    assert key not in jxi._JAXPR_TEXTS
