@@ -257,19 +257,22 @@ def cholesky(a: jax.Array) -> jax.Array:
 def _cholesky_panel(panel: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
     """The first ``b`` columns of L from ``panel`` (..., r, b), the trailing matrix's first
     ``b`` columns (its diagonal block on top), unrolled: (those columns (..., r, b), their
-    pivots (..., 1, b)). Rows above each column's diagonal are not zeroed: what they hold only
-    ever reaches rows and columns already done, and the caller keeps the lower triangle."""
+    pivots (..., 1, b)). A step takes the trailing column c and its pivot p and removes
+    c (c^T / p) from the panel; the columns are divided by sqrt(p) once, all together, at
+    the end (LAPACK's L column c / sqrt(p), and its update L L^T, differ from this only by
+    rounding). Rows above each column's diagonal are not zeroed: what they hold only ever
+    reaches rows and columns already done, and the caller keeps the lower triangle."""
     r = panel.shape[-2]
     columns, pivots = [], []
     for j in range(b):
         col = panel[..., :, j : j + 1]
         pivot = col[..., j : j + 1, :]
-        col = col / jnp.sqrt(pivot)
         columns.append(col)
         pivots.append(pivot)
         if j + 1 < b:
-            panel = panel - col * _mT(col if r == b else col[..., :b, :])
-    return jnp.concatenate(columns, axis=-1), jnp.concatenate(pivots, axis=-1)
+            panel = panel - col * (_mT(col if r == b else col[..., :b, :]) / pivot)
+    pivots = jnp.concatenate(pivots, axis=-1)
+    return jnp.concatenate(columns, axis=-1) / jnp.sqrt(pivots), pivots
 
 
 def _cholesky_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
