@@ -321,19 +321,20 @@ def _nested_scans_as_loops(node: ir.Node, edit: _Editor) -> bool:
     if node.op_type != "Scan" or node.domain != "":
         return False
     inner = [n for n in ir.traversal.RecursiveGraphIterator(node.attributes["body"].as_graph()) if n.op_type == "Scan" and n.domain == ""]
-    return sum(_scan_as_loop(n, edit.counter) for n in inner) > 0
+    return sum(_scan_as_loop(n, edit) for n in inner) > 0
 
 
 def _axes(node: ir.Node, name: str, count: int) -> list[int]:
     return list(node.attributes.get_ints(name, None) or [0] * count)
 
 
-def _scan_as_loop(scan: ir.Node, counter: list[int]) -> bool:
+def _scan_as_loop(scan: ir.Node, outer: _Editor) -> bool:
     """``scan`` as a Loop of as many trips as its scanned length: the body reads element ``i``
     (``length - 1 - i`` for a reversed input) of each scanned input with a Gather, and each
     stacked output (Loop stacks along axis 0, in trip order) is reversed and moved to its axis
     where the Scan said so. False (nothing changed) where an axis or the length is not known."""
-    edit = _Editor(scan, counter)
+    edit = _Editor(scan, outer.counter, outer.opset)
+    counter = edit.counter
     body = scan.attributes["body"].as_graph()
     n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
     n_state = len(scan.inputs) - n_scanned
