@@ -8,9 +8,10 @@ matrix is rotated as a row of its transpose): each half and each reseated piece 
 contiguous block, 1.2x faster at 64x64 than rotating columns. A round is the same graph every
 time, so a sweep is a short unrolled chain (n up to ``UNROLL_LIMIT``) or one ONNX ``Loop`` over
 the rounds, and the sweeps are one ``Loop`` that stops when the matrix has converged (at most
-``MAX_SWEEPS``). Grouping several rounds per Loop iteration measured no faster, nor did
-keeping the matrix and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost
-at 64x64.
+``MAX_SWEEPS``). svd carries the rows as the two halves (1.1x at 64x64: no slicing into
+halves each round). Grouping several rounds per Loop iteration measured no faster, nor did
+keeping the matrix and V^T as two tensors; the rotations' arithmetic, not the Loop, is the
+cost at 64x64.
 
 - ``svd`` is one-sided Jacobi (Hestenes): the columns of ``a`` (m >= n; ``a^T`` otherwise) are
   rotated until they are mutually orthogonal, ``a V = B`` (as rows of ``[a^T, V^T]``). The
@@ -98,6 +99,19 @@ def _rotate_rows(x: jax.Array, c: jax.Array, s: jax.Array) -> jax.Array:
     h = x.shape[-2] // 2
     even, odd = x[..., :h, :], x[..., h:, :]
     return reseat(c * even - s * odd, s * even + c * odd, axis=-2)
+
+
+def _reseat_halves(even: jax.Array, odd: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``reseat`` along the rows, kept as the next round's two halves (a carry of halves
+    saves the copy that slicing one array into them takes each round)."""
+    h = even.shape[-2]
+    if jxi.is_symbolic_dim(h):
+        rows = reseat(even, odd, axis=-2)
+        return rows[..., :h, :], rows[..., h:, :]
+    if h == 1:
+        return even, odd
+    return (jnp.concatenate([even[..., :1, :], odd[..., :1, :], even[..., 1 : h - 1, :]], axis=-2),
+            jnp.concatenate([odd[..., 1:, :], even[..., h - 1 :, :]], axis=-2))
 
 
 def _rotation(app: jax.Array, aqq: jax.Array, apq: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -250,17 +264,16 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     columns = (lambda w: w[..., :m]) if compute_uv else (lambda w: w)  # noqa: E731
 
     def round_fn(carry: tuple) -> tuple:
-        (w,) = carry
-        x = columns(w)
-        even, odd = x[..., :half, :], x[..., half:, :]
+        w_even, w_odd = carry  # the pairs' rows, (k, h + k) as row k of each
+        even, odd = columns(w_even), columns(w_odd)
         alpha = jnp.sum(even * even, axis=-1, keepdims=True)
         beta = jnp.sum(odd * odd, axis=-1, keepdims=True)
         gamma = jnp.sum(even * odd, axis=-1, keepdims=True)
         c, s = _rotation(alpha, beta, gamma)
-        return (_rotate_rows(w, c, s),)
+        return _reseat_halves(c * w_even - s * w_odd, s * w_even + c * w_odd)
 
     def converged(carry: tuple) -> jax.Array:
-        x = columns(carry[0])
+        x = columns(jnp.concatenate(carry, axis=-2))
         gram = x @ jnp.swapaxes(x, -1, -2)
         d = _diagonal(gram)
         scale = jnp.sqrt(d[..., :, None] * d[..., None, :])
@@ -268,7 +281,7 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
         off = where(jnp.eye(size, dtype=bool), False, off)
         return jnp.logical_not(jnp.any(off))
 
-    (work,) = _sweeps(size, round_fn, converged, (work,))
+    work = jnp.concatenate(_sweeps(size, round_fn, converged, (work[..., :half, :], work[..., half:, :])), axis=-2)
     work = jnp.swapaxes(work, -1, -2)  # [B; V]: the columns again
     b = work[..., :m, :]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
