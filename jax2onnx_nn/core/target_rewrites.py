@@ -269,6 +269,72 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- Loop of a trip count and no condition ------------------------------------------------------
+def _counted_loop_as_scan(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 has no Loop. A Loop with a trip count ``M`` whose condition never changes (a
+    ``fori_loop`` of traced bounds, a linalg routine's steps on a matrix of symbolic size,
+    ScatterND's reductions below their opset) is a Scan over ``Range(0, M)``: the body reads
+    the tick where it read the iteration number, its states and stacked outputs are the Loop's
+    (a Loop with stacked outputs is left as it is). tract gives the states of a Scan of 0 steps
+    shape ``()``: where ``M`` is 0 each result is the initial state, through a Where. A
+    while_loop whose condition depends on the data stays a Loop."""
+    if node.op_type != "Loop" or node.domain != "" or len(node.inputs) < 2 or node.inputs[0] is None:
+        return False
+    if len(node.outputs) != len(node.inputs) - 2:
+        return False
+    if any(_reshaped_at_run_time(v) for v in _read_from_outside(node.attributes["body"].as_graph())):
+        return False  # (tract finds no facts for them in a Scan body: ScatterND's rows below opset 18)
+    condition = _constant(node.inputs[1])
+    if node.inputs[1] is not None and (condition is None or not bool(condition)):
+        return False
+    body = node.attributes["body"].as_graph()
+    iteration, cond_in = body.inputs[0], body.inputs[1]
+    passed = body.outputs[0].producer()
+    if body.outputs[0] is not cond_in and (passed is None or passed.op_type != "Identity" or passed.inputs[0] is not cond_in):
+        return False
+    if any(user is not passed for user, _ in cond_in.uses()) or passed is not None and len(passed.outputs[0].uses()) > 0:
+        return False
+    body.outputs.pop(0)
+    if passed is not None:
+        body.remove(passed, safe=True)
+    body.inputs.remove(cond_in)
+    body.inputs.remove(iteration)
+    body.inputs.append(iteration)  # now the tick, the Scan's scanned input
+    for state, init in zip(body.inputs, node.inputs[2:], strict=False):
+        if state.shape is None and init is not None:  # (a Scan's states keep their shape: tract wants it)
+            state.shape = init.shape
+    count = node.inputs[0]
+    ticks = edit.op("Range", np.array(0, np.int64), count, np.array(1, np.int64), dtype=ir.DataType.INT64)
+    ticks.shape = ir.Shape([None])
+    scan = ir.Node("", "Scan", [*node.inputs[2:], ticks], [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", 1)],
+                   num_outputs=len(node.outputs), name=node.name, doc_string=node.doc_string)
+    assert edit.graph is not None
+    edit.graph.insert_before(node, scan)
+    ran = edit.op("Greater", count, np.array(0, np.int64), dtype=ir.DataType.BOOL)  # (after the Scan, before the Loop)
+    for old, new, init in zip(node.outputs, scan.outputs, node.inputs[2:], strict=True):
+        new.type, new.shape = old.type, old.shape
+        new.name = f"{old.name}/scanned"
+        result = edit.op("Where", ran, new, init, dtype=old.dtype)
+        result.shape = old.shape
+        old.replace_all_uses_with(result, replace_graph_outputs=True)
+        old.name, result.name = f"{old.name}/replaced", old.name
+    edit.graph.remove(node, safe=True)
+    return True
+
+
+def _reshaped_at_run_time(value: ir.Value) -> bool:
+    """``value`` has no shape and is a Reshape to a shape computed at run time."""
+    producer = value.producer()
+    return value.shape is None and producer is not None and producer.op_type == "Reshape" and _constant(producer.inputs[1]) is None
+
+
+def _read_from_outside(body: ir.Graph) -> list[ir.Value]:
+    """The values of enclosing graphs that ``body`` (or a graph inside it) reads."""
+    nodes = list(ir.traversal.RecursiveGraphIterator(body))
+    own = {id(v) for n in nodes for v in n.outputs} | {id(v) for v in body.inputs} | {id(v) for g in _subgraphs(body) for v in g.inputs}
+    return list({id(v): v for n in nodes for v in n.inputs if v is not None and id(v) not in own}.values())
+
+
 def _scan_with_states(node: ir.Node, edit: _Editor, body: ir.Graph, n_state: int, states: Sequence[ir.Value]) -> ir.Node:
     """``node`` (a Scan with ``n_state`` states) replaced by a Scan running ``body``, which has
     ``states`` as more states after those: the old outputs' users read the new Scan's, which
@@ -890,6 +956,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "isnan_as_not_equal": _isnan_as_not_equal,
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
+    "counted_loop_as_scan": _counted_loop_as_scan,
     "scan_outputs_unread": _scan_outputs_unread,
     "dft_in_float32": _dft_in_float32,
     "real_dft_reshaped": _real_dft_reshaped,

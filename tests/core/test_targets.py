@@ -397,7 +397,7 @@ def test_while_loop_with_data_dependent_trips_stays_a_loop() -> None:
     model = assert_exports_match(f, [(3,)], target="openvino")  # the graph, run by onnxruntime
     assert "Loop" in op_types(model) and "Scan" not in op_types(model)
     # tract has no Loop at all: said before writing, with the line and what to write instead
-    with pytest.raises(ConversionError, match=r"(?s)tract cannot run .*Loop .*test_targets.py:\d+.*fori_loop or scan of static length"):
+    with pytest.raises(ConversionError, match=r"(?s)tract cannot run .*Loop .*test_targets.py:\d+.*condition depends on the data.*fori_loop or scan"):
         to_onnx(f, [(3,)], target="tract")
 
 
@@ -630,12 +630,33 @@ def test_qr_above_the_unrolled_size_runs_on_tract(shape: tuple, mode: str) -> No
 
 
 def test_a_loop_tract_cannot_run_is_traced_to_the_call_that_wrote_it() -> None:
-    def factor(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return jnp.linalg.qr(a)  # of a symbolic size: its steps are a Loop of run-time trips
+    def draw(key: jax.Array) -> jax.Array:
+        return jax.random.gamma(key, jnp.full((4,), 0.5))  # a rejection sampler: a while_loop on the data
 
-    with pytest.raises(ConversionError, match=r"(?s)tract cannot run Loop.*Loop \(used \d+x\) at \S*test_targets.py:\d+:\d+ \(\S*factor\) in qr\n"
-                                              r".*linalg routine on a matrix of symbolic size"):
-        to_onnx(factor, [("N", "N")], target="tract")
+    with pytest.raises(ConversionError, match=r"(?s)tract cannot run Loop.*Loop \(used \d+x\) at \S*test_targets.py:\d+:\d+ \(\S*draw\) in \S*gamma\n"
+                                              r".*condition depends on the data"):
+        to_onnx(draw, [KEY], target="tract")
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+@given(lo=st.integers(-2, 4), hi=st.integers(-2, 4))
+def test_fori_loop_of_traced_bounds_runs_on_every_runtime(runtime: str, lo: int, hi: int) -> None:
+    # a Loop of a trip count and no condition: tract's profile writes it as a Scan over
+    # Range(0, trips), the states passed through a Where where there are 0 steps
+    def steps(lo: jax.Array, hi: jax.Array, x: jax.Array) -> jax.Array:
+        return jax.lax.fori_loop(lo, hi, lambda i, c: c * 0.5 + i.astype(c.dtype), x)
+
+    x = np.array([1.0, -2.0, np.nan], np.float32)
+    model = assert_exports_match(steps, [((), np.int32), ((), np.int32), (3,)], input_values=[np.int32(lo), np.int32(hi), x],
+                                 target=runtime, runtime=runtime)
+    assert ("Loop" in _all_op_types(model.graph)) == (runtime != "tract")
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+def test_qr_of_symbolic_size_runs_on_tract() -> None:
+    # geqrf / orgqr step over a symbolic number of columns: Loops of a trip count, Scans for tract
+    model = assert_exports_match(jnp.linalg.qr, [("N", "N")], sizes={"N": [1, 3, 20]}, target="tract", runtime="tract")
+    assert "Loop" not in _all_op_types(model.graph)
 
 
 def _sign_case(n: int, case: int) -> np.ndarray:
