@@ -145,7 +145,7 @@ def _gamma_draws(key_data: jax.Array, alpha: jax.Array) -> jax.Array:
     return jax.random.gamma(jax.random.wrap_key_data(key_data), alpha)
 
 
-@pytest.mark.parametrize("runtime", runtime_params(fast=("openvino",)))
+@pytest.mark.parametrize("runtime", runtime_params(fast=()))  # (~20 s on OpenVINO; the next test is its fast form)
 def test_gamma_draws_match_jax_on_every_runtime(runtime: str) -> None:
     # OpenVINO: the clean-up after the profile's rewrites hoisted a Scan body's invariant work
     # into the main graph (a read of the enclosing graph it refuses: the captures become states
@@ -169,6 +169,8 @@ def _draw_until(key: jax.Array) -> jax.Array:
 
 @pytest.mark.parametrize("runtime", runtime_params(fast=("openvino",)))
 def test_draws_in_a_while_loop_in_a_map_match_jax_on_every_runtime(runtime: str) -> None:
+    # both OpenVINO failures of the gamma sampler above: captures hoisted after the rewrites
+    # (a conversion failure) and a BitShift amount left unfolded two loops deep (NaN)
     if runtime == "tract":
         pytest.skip("the data-dependent while_loop is a Loop, which tract does not run")
     key_data = np.asarray(jax.random.key_data(jax.random.key(0)))
