@@ -322,6 +322,59 @@ def _counted_loop_as_scan(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- integer factors in a Scan body ------------------------------------------------------------
+_MASKING = frozenset({"Mul", "Div", "Pow", "And"})
+
+
+def _scan_int_factors_as_states(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 takes a one-element integer or bool constant that a Mul, Div, Pow or And reads
+    for a mask and marks the other operand with a "region of interest", up through the body:
+    a Scan state read so (``n * 3``) then has a fact its output lacks, and the Scan is refused
+    ("inconsistent fact: body input 0 is 2,I32 🬳 3 and body output 0 is 2,I32"). Each such
+    constant becomes a state of the Scan that the body passes on unchanged (not a constant
+    there, so no mask): the same numbers."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    body = node.attributes["body"].as_graph()
+    found: dict[int, tuple[ir.Value, list[tuple[ir.Node, int]]]] = {}
+    for inner in body:
+        if inner.op_type not in _MASKING or inner.domain != "" or len(inner.inputs) != 2:
+            continue
+        for index, value in enumerate(inner.inputs):
+            array = _constant(value)
+            if value is None or array is None or array.size != 1 or array.dtype.kind not in "iub":
+                continue
+            other = inner.inputs[1 - index]
+            if other is None or _constant(other) is not None:
+                continue
+            found.setdefault(id(value), (value, []))[1].append((inner, index))
+    if not found:
+        return False
+    n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
+    edit.counter[0] += 1
+    tag = f"factor{edit.counter[0]}"
+    constants, passed = [], []
+    for i, (value, users) in enumerate(found.values()):
+        local = ir.Value(name=f"{value.name}/in_{tag}", type=value.type, shape=value.shape)
+        for user, index in users:
+            user.replace_input_with(index, local)
+        body.inputs.insert(n_state + i, local)
+        identity = ir.Node("", "Identity", [local], name=f"{value.name}/through_{tag}")
+        identity.outputs[0].name = f"{value.name}/through_{tag}_output"
+        identity.outputs[0].type, identity.outputs[0].shape = value.type, value.shape
+        body.append(identity)
+        passed.append(identity.outputs[0])
+        array = _constant(value)
+        assert array is not None
+        constants.append(edit.const(array))
+    body.outputs[n_state:n_state] = passed
+    scan = _scan_with_states(node, edit, body, n_state, constants)
+    for i, value in enumerate(found.values()):
+        extra = scan.outputs[n_state + i]
+        extra.name, extra.type, extra.shape = f"{value[0].name}/after_{tag}", value[0].type, value[0].shape
+    return True
+
+
 def _reshaped_at_run_time(value: ir.Value) -> bool:
     """``value`` has no shape and is a Reshape to a shape computed at run time."""
     producer = value.producer()
@@ -957,6 +1010,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
     "counted_loop_as_scan": _counted_loop_as_scan,
+    "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,
     "dft_in_float32": _dft_in_float32,
     "real_dft_reshaped": _real_dft_reshaped,

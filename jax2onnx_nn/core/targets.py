@@ -133,9 +133,10 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # blocked cholesky), on a MatMul of a Concat with a broadcast part and on a float64
         # Gemm, on a Slice of step other than 1 after a Reshape, and it refuses a MatMul of two
         # vectors: the rewrites write each so that it runs (core/target_rewrites.py). It has no
-        # Loop: one of a trip count and no condition is a Scan over Range(0, trips)
+        # Loop: one of a trip count and no condition is a Scan over Range(0, trips). It takes a
+        # one-element integer constant read by a Mul in a Scan body for a mask and refuses the Scan
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
+        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
                        "(not a fixed number of steps) has no Scan form; write it as a fori_loop or scan "
