@@ -28,6 +28,8 @@ _INTEGER_OPS = frozenset({
     "Add", "Sub", "Mul", "Neg", "Abs", "Min", "Max", "Clip", "Less", "LessOrEqual", "Greater",
     "GreaterOrEqual", "Equal", "And", "Or", "Xor", "Not", "Range", "Cast",
 })
+# Split: exact, and what a cell's weights go through to become a GRU's W / R (the gate order)
+_FOLDABLE = _MOVING_OPS | _INTEGER_OPS | {"Split"}
 _FOLD_GROWTH_BYTES = 1024  # a folded result may be larger than its inputs by this much (iota: a Range)
 _MERGE_MIN_BYTES = 1 << 16  # equal initializers at least this large are stored once
 _SHARED_WEIGHT_BYTES = 1 << 16  # above this, a weight also read elsewhere is not folded into a copy
@@ -38,45 +40,84 @@ def _exact_dtype(dtype: ir.DataType | None) -> bool:
 
 
 def fold_constants(model: ir.Model) -> int:
-    """Replace main-graph nodes whose inputs are all initializers by initializers holding their
-    result, for ops whose result is exact (element moves and selections of any dtype,
-    integer and bool arithmetic). Index computations on constant positions (embedding
-    lookups of ``arange`` positions, clamps of constant indices) disappear. A result is not
-    folded when it would be more than 1 KiB larger than its inputs (a long ``Range`` stays a
-    node), nor when it is large and a large input is also read elsewhere (a weight would be
-    stored twice). A rearranged weight keeps the weight's name. Returns the number folded."""
-    graph = model.graph
-    outputs = {id(v) for v in graph.outputs}
+    """Replace nodes whose inputs are all constants by constants holding their result, for
+    ops whose result is exact (element moves and selections of any dtype, integer and bool
+    arithmetic): in the main graph (inputs initializers or Constant nodes, results
+    initializers) and in function bodies (inputs and results Constant nodes of the body).
+    Index computations on constant positions (embedding lookups of ``arange`` positions,
+    clamps of constant indices) disappear, and so does the layout work on a cell's weights
+    (Split / Concat / Transpose of a GRU kernel) that :func:`hoist_loop_invariants` moved out
+    of a loop body or that a kept function would redo at every call. A result is not folded
+    when it would be more than 1 KiB larger than its inputs (a long ``Range`` stays a node),
+    nor when it is large and a large input is also read elsewhere (a weight would be stored
+    twice). A rearranged weight keeps the weight's name. Returns the number folded."""
     opset = model.opset_imports[""]  # set by the export from its config
+    folded = _fold_graph(model, model.graph, False, opset)
+    for function in model.functions.values():
+        folded += _fold_graph(model, function.graph, True, opset)
+    return folded
+
+
+def _is_constant(v: ir.Value, graph: ir.Graph, in_function: bool) -> bool:
+    """Whether ``v`` is a constant of ``graph`` itself: an initializer of the main graph, or
+    the output of a Constant node of the graph (a function body's own, or one hoisted out of
+    a loop body into the main graph)."""
+    if v.const_value is None:
+        return False
+    producer = v.producer()
+    if producer is None:
+        return not in_function and graph.initializers.get(v.name) is v
+    return producer.op_type == "Constant" and producer.domain == "" and producer.graph is graph
+
+
+def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int) -> int:
+    outputs = {id(v) for v in graph.outputs}
     folded = 0
     for node in list(graph):
-        if node.domain != "" or node.op_type not in _MOVING_OPS | _INTEGER_OPS or not node.inputs:
+        if node.domain != "" or node.op_type not in _FOLDABLE or not node.inputs:
             continue
         inputs = [v for v in node.inputs if v is not None]
-        if not all(v.const_value is not None and v.producer() is None and v.name in graph.initializers for v in inputs):
+        if not all(_is_constant(v, graph, in_function) for v in inputs):
             continue
-        if any(id(out) in outputs for out in node.outputs) or len(node.outputs) != 1:
+        if any(id(out) in outputs for out in node.outputs):
             continue
-        out = node.outputs[0]
-        if node.op_type in _INTEGER_OPS and not all(_exact_dtype(v.dtype) for v in (*inputs, out)):
+        if node.op_type in _INTEGER_OPS and not all(_exact_dtype(v.dtype) for v in (*inputs, *node.outputs)):
             continue
-        result = _evaluate(node, opset)
-        if result is None or result.nbytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
+        results = _evaluate(node, opset)
+        if results is None or len(results) != len(node.outputs):
             continue
-        if result.nbytes > _SHARED_WEIGHT_BYTES and any(len(v.uses()) > 1 for v in inputs if v.const_value.nbytes > _SHARED_WEIGHT_BYTES):
+        result_bytes = sum(r.nbytes for r in results)
+        if result_bytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
+            continue
+        if result_bytes > _SHARED_WEIGHT_BYTES and any(len(v.uses()) > 1 for v in inputs if v.const_value.nbytes > _SHARED_WEIGHT_BYTES):
             continue  # a large weight read elsewhere too: folding would store it twice
-        name = out.name
         source = node.inputs[0]
-        if node.op_type in _MOVING_OPS and source is not None and len(source.uses()) == 1 and source.name:
+        names = [out.name for out in node.outputs]
+        renamed = (
+            not in_function and node.op_type in _MOVING_OPS and source is not None and len(source.uses()) == 1
+            and source.name and graph.initializers.get(source.name) is source
+        )
+        if renamed and len(names) == 1:
             # a rearranged weight keeps the weight's name (``bn.mean``); the original is dropped
-            name, source.name = source.name, _unused_name(graph, f"{source.name}/original")
-        constant = ir.Value(name=None, shape=ir.Shape(result.shape), type=out.type, const_value=numpy_tensor(result))
-        ir.convenience.replace_all_uses_with(out, constant)
+            names[0], source.name = source.name, _unused_name(graph, f"{source.name}/original")
+        elif renamed:  # the parts of a split weight are named after it
+            names = [_unused_name(graph, f"{source.name}_{i}") for i in range(len(names))]
+        constants = []
+        for out, result in zip(node.outputs, results, strict=True):
+            if in_function:
+                constant = _new_constant(model, node, result, True)
+                constant.type = out.type
+            else:
+                constant = ir.Value(name=None, shape=ir.Shape(result.shape), type=out.type, const_value=numpy_tensor(result))
+            ir.convenience.replace_all_uses_with(out, constant)
+            constants.append(constant)
         graph.remove(node, safe=True)
-        if source is not None and source.name in graph.initializers and not source.uses():
+        if not in_function and source is not None and graph.initializers.get(source.name) is source and not source.uses():
             graph.initializers.pop(source.name)
-        constant.name = name
-        graph.register_initializer(constant)
+        for constant, name in zip(constants, names, strict=True):
+            constant.name = name
+            if not in_function:
+                graph.register_initializer(constant)
         folded += 1
     return folded
 
@@ -89,8 +130,8 @@ def _unused_name(graph: ir.Graph, name: str) -> str:
     return candidate
 
 
-def _evaluate(node: ir.Node, opset: int) -> np.ndarray | None:
-    """The node's result on its constant inputs, by ONNX's reference implementation; None
+def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
+    """The node's results (one per output) on its constant inputs, by ONNX's reference implementation; None
     for an op, dtype or case it does not cover (the node then stays).
 
     Folds of small inputs (index arithmetic, shapes, a loop's bounds) are remembered by the
@@ -102,7 +143,7 @@ def _evaluate(node: ir.Node, opset: int) -> np.ndarray | None:
         del proto.input[:]
         proto.input.extend(names)
         del proto.output[:]
-        proto.output.append("out")
+        proto.output.extend(f"out{i}" for i in range(len(node.outputs)))
         feeds = {n: v.const_value.numpy() for n, v in zip(names, node.inputs, strict=True) if v is not None}
     except Exception:  # noqa: BLE001 - a node or input that does not convert is not folded
         return None
@@ -115,32 +156,33 @@ def _evaluate(node: ir.Node, opset: int) -> np.ndarray | None:
                *((a.dtype.str, a.shape, a.tobytes()) for a in feeds.values()))
         if key in _EVALUATED:
             known = _EVALUATED[key]
-            return None if known is None else known.copy()
-    result = _reference_result(proto, feeds, opset)
+            return None if known is None else [a.copy() for a in known]
+    results = _reference_result(proto, feeds, opset)
     if key is not None:
         if len(_EVALUATED) >= _EVALUATED_ENTRIES:
             _EVALUATED.clear()
-        _EVALUATED[key] = None if result is None else result.copy()
-    return result
+        _EVALUATED[key] = None if results is None else [a.copy() for a in results]
+    return results
 
 
-_EVALUATED: dict[tuple[Any, ...], np.ndarray | None] = {}
+_EVALUATED: dict[tuple[Any, ...], list[np.ndarray] | None] = {}
 _EVALUATED_INPUT_BYTES = 1 << 12  # folds of inputs up to this size are remembered ...
 _EVALUATED_ENTRIES = 4096  # ... this many at most
 
 
-def _reference_result(proto: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> np.ndarray | None:
+def _reference_result(proto: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
     try:
         inputs = [
             onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
             for n, a in feeds.items()
         ]
-        graph = onnx.helper.make_graph([proto], "fold", inputs, [onnx.helper.make_empty_tensor_value_info("out")])
+        outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in proto.output]
+        graph = onnx.helper.make_graph([proto], "fold", inputs, outputs)
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
-        (result,) = ReferenceEvaluator(model).run(None, feeds)
+        results = ReferenceEvaluator(model).run(None, feeds)
     except Exception:  # noqa: BLE001 - the reference's coverage decides, not ours
         return None
-    return np.asarray(result)
+    return [np.asarray(r) for r in results]
 
 
 def merge_duplicate_initializers(model: ir.Model) -> int:
@@ -876,7 +918,7 @@ def fold_into_weights(model: ir.Model) -> int:
 # ops that cannot fail on inputs a valid graph gives them and have no effect but their result:
 # safe to run once before the loop even when the loop runs zero times
 _HOISTABLE = frozenset({
-    "Constant", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Concat", "Cast", "Shape",
+    "Constant", "Identity", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Concat", "Cast", "Shape",
     "Add", "Sub", "Mul", "Neg", "Abs", "Min", "Max", "Exp", "Sqrt", "Reciprocal", "Not", "And", "Or",
     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Where", "Expand", "Range", "Slice",
 })

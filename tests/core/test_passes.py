@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jax2onnx_nn import to_onnx
+from jax2onnx_nn import to_onnx, verify
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types
 
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4) / 7.0
@@ -511,3 +511,19 @@ def test_remembered_folds_follow_the_weights_and_the_positions():
             dtype = "int32" if table.dtype == np.int32 else "float32"
             model = assert_exports_match(f, [(("B", 4), dtype)], sizes={"B": [2]})
             assert "Gather" not in op_types(model), op_types(model)
+
+
+def test_a_split_weight_folds_into_named_parts():
+    """A Split of a weight (a cell's gates reordered) folds into initializers named after the
+    weight; a Split of an input stays."""
+    w = np.arange(24, dtype=np.float32).reshape(2, 12)
+
+    def fn(x):
+        a, b, c = jnp.split(jnp.asarray(w), 3, axis=1)
+        return x @ jnp.concatenate([b, a, c], axis=1), jnp.split(x, 2, axis=1)[0]
+
+    model = to_onnx(fn, [(3, 2)])
+    ops = [n.op_type for n in model.graph.node]
+    assert "Concat" not in ops and ops.count("Split") + ops.count("Slice") <= 1, ops
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+    verify(fn, model, [x]).raise_if_failed()

@@ -116,3 +116,27 @@ def test_cells_in_kept_loops_and_functions_run_an_empty_batch() -> None:
     root = pathlib.Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-c", _EMPTY_BATCH], capture_output=True, text=True, timeout=600, cwd=root)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def _body_ops(nodes: Any, in_loop: bool = False) -> list[str]:
+    """The op types of every node inside a Loop / Scan body in ``nodes`` (If branches in it too)."""
+    ops: list[str] = []
+    for node in nodes:
+        ops += [node.op_type] if in_loop else []
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                ops += _body_ops(attr.g.node, in_loop or node.op_type in ("Loop", "Scan"))
+    return ops
+
+
+@pytest.mark.parametrize("module", [FlaxScan, EqxScan])
+def test_an_inlined_cells_weight_layout_runs_before_the_loop(module: type) -> None:
+    """Inlined into the scan body, the cell's weight layout (Split / Concat / Transpose of
+    the kernels into ONNX's gate order) moves in front of the loop and folds into the
+    initializers: the body holds the step's own work only."""
+    fn = module(False)
+    model = to_onnx(fn, [("B", 5, 3)], auto_functions=True, functions="inline")
+    ops = _body_ops(model.graph.node)
+    assert "GRU" in ops and not {"Split", "Concat", "Transpose", "Constant"} & set(ops), ops
+    assert "Split" not in {n.op_type for n in model.graph.node}  # folded, not only moved
+    verify(fn, model, [("B", 5, 3)], sizes={"B": [1, 3]}).raise_if_failed()
