@@ -1002,7 +1002,34 @@ def _uint32_bits(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- Expand, then arithmetic with a constant -------------------------------------------------
+def _expand_after_arithmetic(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 gives ``Add(Expand(c, shape), 0.5)`` (``jnp.zeros((B, 4)) + 0.5``, a
+    scan's initial carry) the shape ``(1, 4)`` where ``shape`` is ``(0, 4)`` at run time (the
+    Expand alone, or an Add of an input of batch 0, is right). The arithmetic on the Expand's
+    data, then the Expand: the same values (each element is ``op(data, constant)`` either way)
+    and shape (broadcast of data, constant and ``shape``), with less arithmetic."""
+    if node.op_type not in ("Add", "Sub", "Mul", "Div") or len(node.inputs) != 2:
+        return False
+    a, b = node.inputs
+    for expanded, other in ((a, b), (b, a)):
+        producer = expanded.producer() if expanded is not None else None
+        if producer is None or producer.op_type != "Expand" or producer.domain != "" or _constant(other) is None:
+            continue
+        if len(expanded.uses()) != 1:
+            continue
+        data, shape = producer.inputs
+        operands = (data, other) if expanded is a else (other, data)
+        dtype = node.outputs[0].dtype
+        edit.replace(edit.op("Expand", edit.op(node.op_type, *operands, dtype=dtype), shape, dtype=dtype))
+        if not producer.outputs[0].uses() and producer.graph is not None:
+            producer.graph.remove(producer, safe=True)
+        return True
+    return False
+
+
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
+    "expand_after_arithmetic": _expand_after_arithmetic,
     "bool_equal_as_xor": _bool_equal_as_xor,
     "greater_as_less": _greater_as_less,
     "int64_cast_as_castlike": _int64_cast_as_castlike,

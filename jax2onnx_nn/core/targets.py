@@ -119,7 +119,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # the Scan has no inputs for (a Scan of jax.random.gamma: "num_scan_outputs can't be
         # negative: body outputs (4) is less than num_initial_values (16)"), and runs a body
         # that reads no scanned input once
-        late_rewrites=("scan_captures_as_states", "scan_inputs_read"),
+        late_rewrites=("scan_captures_as_states", "scan_inputs_read", "expand_after_arithmetic"),
         float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(

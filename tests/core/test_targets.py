@@ -709,3 +709,21 @@ def test_integer_states_times_constants_run_on_every_runtime(runtime: str) -> No
     n, xs = np.array([-7, 0, 2**20], np.int32), np.arange(12, dtype=np.int32).reshape(4, 3) - 5
     model = assert_exports_match(scan, [((3,), np.int32), ((4, 3), np.int32)], input_values=[n, xs], target=runtime, runtime=runtime)
     assert "Scan" in op_types(model)
+
+
+@pytest.mark.skipif(missing_reason("openvino") is not None, reason=str(missing_reason("openvino")))
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("const_first", [False, True])
+def test_arithmetic_on_an_expanded_constant_keeps_an_empty_batch_on_openvino(op: str, const_first: bool) -> None:
+    """OpenVINO 2026.4 gives ``jnp.zeros((B, 4)) + 0.5`` the shape (1, 4) at B = 0; written as
+    the arithmetic first and the Expand after, it gives JAX's shapes and values (B 0, 1, 3)."""
+    c = np.array([0.5, -2.0, 3.0, 0.25], np.float32)
+    binary = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide}[op]
+
+    def f(xs: jax.Array) -> jax.Array:
+        filled = jnp.full((xs.shape[0], 4), 1.5, xs.dtype)
+        return binary(c, filled) if const_first else binary(filled, c)
+
+    model = to_onnx(f, [("B", 3)], target="openvino")
+    for runtime in ("openvino", "onnxruntime"):
+        verify(f, model, [("B", 3)], sizes={"B": [0, 1, 3]}, runtime=runtime).raise_if_failed()

@@ -140,3 +140,18 @@ def test_an_inlined_cells_weight_layout_runs_before_the_loop(module: type) -> No
     assert "GRU" in ops and not {"Split", "Concat", "Transpose", "Constant"} & set(ops), ops
     assert "Split" not in {n.op_type for n in model.graph.node}  # folded, not only moved
     verify(fn, model, [("B", 5, 3)], sizes={"B": [1, 3]}).raise_if_failed()
+
+
+@pytest.mark.parametrize("module, lstm", [pytest.param(m, lstm, marks=() if (m, lstm) == (FlaxScan, False) else pytest.mark.slow)
+                                          for m in (FlaxScan, EqxScan) for lstm in (False, True)])
+def test_a_scan_of_cell_steps_runs_an_empty_batch_on_openvino(module: type, lstm: bool) -> None:
+    """The step module inlined into a Scan for OpenVINO: batch 0 and 3 against JAX there and on
+    onnxruntime (the Flax scan's initial carry ``zeros((B, 4)) + 0.5`` was (1, 4) on OpenVINO)."""
+    from jax2onnx_nn.core.runtimes import missing_reason
+
+    if missing_reason("openvino") is not None:
+        pytest.skip(str(missing_reason("openvino")))
+    fn = module(lstm)
+    model = to_onnx(fn, [("B", 5, 3)], auto_functions=True, target="openvino")
+    for runtime in ("openvino", "onnxruntime"):
+        verify(fn, model, [("B", 5, 3)], sizes={"B": [0, 3]}, runtime=runtime).raise_if_failed()
