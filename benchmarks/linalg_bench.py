@@ -57,6 +57,7 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "solve": jnp.linalg.solve,
     "inv": lambda a, b: jnp.linalg.inv(a),
     "eigh": lambda a, b: jnp.linalg.eigh(a),
+    "eigvalsh": lambda a, b: jnp.linalg.eigvalsh(a),
     "svd": lambda a, b: jnp.linalg.svd(a),
 }
 

@@ -177,7 +177,7 @@ def export_model(
         inline_functions(model)
     cleanup(model, fold_weights=config.fold_weights)
     if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
-        cleanup(model)
+        cleanup(model, loop_state=False)  # (states a rewrite adds for its runtime stay)
     apply_rewrites(model, config.target.late_rewrites)  # after the clean-up, which would undo them
     progress.update("passes", 2, 3)
     fill_missing_types(model)

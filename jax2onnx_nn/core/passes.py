@@ -957,6 +957,128 @@ def hoist_loop_invariants(model: ir.Model) -> int:
     return moved
 
 
+# -- dead loop state: carries and stacked outputs nobody reads ---------------------------
+
+_DEAD_STATE_ROUNDS = 3  # walks over nested loops (each round drops what the last one left unread)
+
+
+def _reads(node: ir.Node) -> list[ir.Value]:
+    """The values ``node`` reads: its inputs and, for a node with bodies, every input of the
+    nodes in them (a superset of what the bodies capture from around the node)."""
+    reads = [v for v in node.inputs if v is not None]
+    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+        reads.extend(v for inner in _nodes_of_bodies(node) for v in inner.inputs if v is not None)
+    return reads
+
+
+def _nodes_of_bodies(node: ir.Node) -> list[ir.Node]:
+    """Every node of the bodies of ``node`` (and of their bodies)."""
+    nodes: list[ir.Node] = []
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH and isinstance(attr, ir.Attr):
+            nodes.extend(graph_nodes(attr.value))
+        elif attr.type == ir.AttributeType.GRAPHS and isinstance(attr, ir.Attr):
+            for sub in attr.value:
+                nodes.extend(graph_nodes(sub))
+    return nodes
+
+
+def _live_body_outputs(body: ir.Graph, live: list[bool], state_of_input: dict[int, int], first_state: int) -> list[bool]:
+    """``live`` (one flag per body output) grown to a fixed point: a state whose body input
+    feeds a live body output is live too."""
+    live = list(live)
+    while True:
+        needed = {id(v) for v, keep in zip(body.outputs, live, strict=True) if keep}
+        for node in reversed(list(body)):
+            if any(id(o) in needed for o in node.outputs):
+                needed.update(id(v) for v in _reads(node))
+        grown = False
+        for value_id, k in state_of_input.items():
+            if value_id in needed and not live[first_state + k]:
+                live[first_state + k] = grown = True
+        if not grown:
+            return live
+
+
+def _prune_loop(loop: ir.Node) -> int:
+    """:func:`remove_dead_loop_state` on one ``Loop`` or ``Scan``: returns the number of
+    states and stacked outputs removed."""
+    body = loop.attributes["body"].value
+    is_loop = loop.op_type == "Loop"
+    # the states: (input index, body input index, body output index, node output index)
+    if is_loop:
+        n_states = len(loop.inputs) - 2
+        first_input, first_body_input, first_body_output = 2, 2, 1
+    else:
+        n_states = len(loop.inputs) - loop.attributes["num_scan_inputs"].as_int()
+        first_input, first_body_input, first_body_output = 0, 0, 0
+    if len(body.inputs) < first_body_input + n_states or len(body.outputs) != first_body_output + len(loop.outputs):
+        return 0
+    used = [bool(o.uses()) or o.is_graph_output() for o in loop.outputs]
+    live = [True] * first_body_output + used  # a Loop's condition always stays
+    state_of_input = {id(body.inputs[first_body_input + k]): k for k in range(n_states)}
+    live = _live_body_outputs(body, live, state_of_input, first_body_output)
+    dead = [i for i, keep in enumerate(live[first_body_output:]) if not keep]  # node output indices
+    if not dead:
+        return 0
+    dead_states = [i for i in dead if i < n_states]
+    dead_scans = [i - n_states for i in dead if i >= n_states]
+    # the body: its outputs, then the nodes only they needed, then the states' inputs
+    for i in reversed(dead):
+        body.outputs.pop(first_body_output + i)
+    outputs = {id(v) for v in body.outputs}
+    for node in reversed(list(body)):
+        if not any(o.uses() or id(o) in outputs for o in node.outputs):
+            body.remove(node, safe=True)
+    for k in reversed(dead_states):
+        body.inputs.pop(first_body_input + k)
+    # the node: a new one without the dead inputs and outputs, its outputs taking the old ones' place
+    inputs = [v for i, v in enumerate(loop.inputs) if not (first_input <= i < first_input + n_states and i - first_input in dead_states)]
+    attributes = dict(loop.attributes)
+    if not is_loop:
+        for name in ("scan_output_axes", "scan_output_directions"):
+            if name in attributes:
+                kept = [x for j, x in enumerate(attributes[name].as_ints()) if j not in dead_scans]
+                attributes[name] = ir.AttrInt64s(name, kept)
+    kept_outputs = [o for i, o in enumerate(loop.outputs) if i not in dead]
+    graph = loop.graph
+    pruned = ir.Node(loop.domain, loop.op_type, inputs, attributes.values(), num_outputs=len(kept_outputs),
+                     version=loop.version, doc_string=loop.doc_string, metadata_props=dict(loop.metadata_props))
+    pruned.meta.update(loop.meta)
+    graph.insert_before(loop, pruned)
+    names = []
+    for old, new in zip(kept_outputs, pruned.outputs, strict=True):
+        new.type, new.shape = old.type, old.shape
+        new.meta.update(old.meta)
+        names.append(old.name)
+        old.replace_all_uses_with(new, replace_graph_outputs=True)
+    graph.remove(loop, safe=True)
+    pruned.name = loop.name
+    for name, new in zip(names, pruned.outputs, strict=True):
+        new.name = name
+    return len(dead)
+
+
+def remove_dead_loop_state(model: ir.Model) -> int:
+    """Drop the states of ``Loop`` and ``Scan`` nodes whose final value nobody reads and
+    which feed nothing kept inside the body (another kept state, a Loop's condition, a kept
+    stacked output), and the stacked outputs nobody reads, with the body nodes only they
+    needed: ``jnp.linalg.eigvalsh`` then no longer rotates the eigenvectors each sweep.
+    ``jax.make_jaxpr`` keeps such carries, and dead-node removal cannot see them (the body
+    updates them each trip). Loops in the main graph, in bodies (outer loops first, so a
+    state dropped outside leaves an inner loop's output unread) and in function bodies.
+    A dead state of an inner loop can leave one of the outer loop's states dead: with nested
+    loops, a few rounds. Returns the number of states and stacked outputs removed."""
+    removed = 0
+    for _round in range(_DEAD_STATE_ROUNDS):
+        loops = [n for n, _ in all_nodes(model) if n.domain == "" and n.op_type in ("Loop", "Scan")]
+        found = sum(_prune_loop(loop) for loop in loops if loop.graph is not None and isinstance(loop.attributes.get("body"), ir.Attr))
+        removed += found
+        if not found or len(loops) == 1:
+            break
+    return removed
+
+
 # -- common subexpressions, in every graph -----------------------------------------------
 
 _NON_DETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli"})
@@ -1025,8 +1147,11 @@ def eliminate_common_subexpressions(model: ir.Model) -> int:
     return merged
 
 
-def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
-    """The clean-up passes in order; ``fold_weights``: also :func:`fold_into_weights`."""
+def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = True) -> None:
+    """The clean-up passes in order; ``fold_weights``: also :func:`fold_into_weights`;
+    ``loop_state=False``: keep unread loop states (:func:`remove_dead_loop_state` is left
+    out, for the clean-up after target rewrites that add such states on purpose: tract's
+    counter state)."""
     hoist_loop_invariants(model)
     fold_constants(model)
     simplify_plumbing(model)
@@ -1034,6 +1159,8 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False) -> None:
     cancel_layout_chains(model)
     keep_reduced_dims(model)
     common.RemoveUnusedNodesPass()(model)  # the folding below needs exact reader counts
+    if loop_state and remove_dead_loop_state(model):
+        common.RemoveUnusedNodesPass()(model)  # what fed the dropped states' initial values
     if fold_weights:
         fold_into_weights(model)
         common.RemoveUnusedNodesPass()(model)

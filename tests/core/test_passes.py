@@ -527,3 +527,70 @@ def test_a_split_weight_folds_into_named_parts():
     assert "Concat" not in ops and ops.count("Split") + ops.count("Slice") <= 1, ops
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
     verify(fn, model, [x]).raise_if_failed()
+
+
+def _loops(model):
+    """(op, inputs, outputs) of every Loop and Scan, bodies and functions included."""
+    found = []
+
+    def walk(graph):
+        for node in graph.node:
+            if node.op_type in ("Loop", "Scan"):
+                found.append((node.op_type, len(node.input), len(node.output)))
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g)
+
+    walk(model.graph)
+    for function in model.functions:
+        walk(function)
+    return found
+
+
+@given(kind=st.sampled_from(["scan", "fori", "while"]), used=st.lists(st.booleans(), min_size=3, max_size=3),
+       stacked=st.lists(st.booleans(), min_size=2, max_size=2), steps=st.integers(0, 3), size=st.integers(0, 2))
+def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
+    """Carries and stacked outputs the caller does not read leave the Loop/Scan and its body,
+    unless a kept one reads them (``a`` feeds ``b``, ``b`` feeds ``c``); what is read keeps
+    its values, for every trip count and for empty carries."""
+    from jax import lax
+
+    def body(carry, x):
+        a, b, c = carry
+        return (a + x, b * 2.0 + a, c * b - 1.0), (a * x, jnp.sin(c))
+
+    def f(x, xs):
+        if kind == "scan":
+            carry, ys = lax.scan(body, (x, x, x), xs)
+        elif kind == "fori":
+            carry = lax.fori_loop(0, steps, lambda i, c: body(c, xs[i])[0], (x, x, x))
+            ys = ()
+        else:
+            carry = lax.while_loop(lambda s: s[0] < steps, lambda s: (s[0] + 1, *body(s[1:], xs[s[0]])[0]), (0, x, x, x))[1:]
+            ys = ()
+        picked = [v for v, keep in zip(carry, used, strict=True) if keep] + [v for v, keep in zip(ys, stacked, strict=False) if keep]
+        return tuple(picked) or (carry[0] if kind != "scan" or not any(stacked) else ys[0],)
+
+    model = assert_exports_match(f, [(size,), (max(steps, 1), size)])
+    # c reads b, b reads a: a carry stays when it or a later one in the chain is read
+    reads = [i for i, keep in enumerate(used) if keep]
+    if kind == "scan":
+        reads += [i for i, keep in zip((0, 2), stacked, strict=True) if keep]
+    kept = max(reads, default=0) + 1  # f returns a when it picks nothing
+    if not _loops(model):  # fori_loop(0, 0, ...) is no loop in the jaxpr; an empty result a constant
+        assert steps == 0 or size == 0
+        return
+    ((_op, _inputs, outputs),) = _loops(model)
+    if kind == "scan":
+        assert outputs == kept + sum(stacked), (_loops(model), kept)
+    else:  # the while loop's counter stays: it indexes xs
+        assert kept <= outputs <= kept + 1, (_loops(model), kept)
+
+
+def test_eigvalsh_loop_has_no_unread_state():
+    """``eigvalsh`` (and ``eigh``) export the sweep loop without the scalar state only the
+    loop itself updated (before this pass: 3 states). The eigenvectors stay: eigh's lowering
+    carries them in one (n, 2n) state with the matrix, whose diagonal is read."""
+    sym = lambda a: a + jnp.swapaxes(a, -1, -2)  # noqa: E731
+    model = assert_exports_match(lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, 16, 16)], rtol=1e-4, atol=1e-4)
+    assert _loops(model) == [("Loop", 4, 2)], _loops(model)
