@@ -594,3 +594,19 @@ def test_eigvalsh_loop_has_no_unread_state():
     sym = lambda a: a + jnp.swapaxes(a, -1, -2)  # noqa: E731
     model = assert_exports_match(lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, 16, 16)], rtol=1e-4, atol=1e-4)
     assert _loops(model) == [("Loop", 4, 2)], _loops(model)
+
+
+@given(rows=st.integers(1, 3), length=st.integers(1, 4), seed=st.integers(0, 100))
+def test_unread_state_of_a_loop_in_a_loop_is_dropped(rows, length, seed):
+    """An inner scan (in the body of ``lax.map``'s loop) whose second carry the row function
+    does not return loses it: one state and one scanned input left."""
+    from jax import lax
+
+    def row(x):
+        (a, _b), _ = lax.scan(lambda c, t: ((c[0] + t, c[1] * t + c[0]), None), (x[0], x[0]), x)
+        return a
+
+    xs = np.random.default_rng(seed).standard_normal((rows, length)).astype(np.float32)
+    model = assert_exports_match_on(lambda xs: lax.map(row, xs), xs)
+    inner = _loops(model)[1:]
+    assert inner and all(n_in == 2 and n_out == 1 for _op, n_in, n_out in inner), _loops(model)
