@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -10,19 +9,9 @@ import sys
 import pytest
 
 from jax2onnx_nn.core.runtimes import missing_reason
+from tests.runtime_table import GEN
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_runtime_table", ROOT / "scripts" / "gen_runtime_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclass looks its module up there)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
 RECORD = GEN.read_record()
 
 

@@ -350,28 +350,9 @@ def _scan_int_factors_as_states(node: ir.Node, edit: _Editor) -> bool:
             found.setdefault(id(value), (value, []))[1].append((inner, index))
     if not found:
         return False
-    n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
-    edit.counter[0] += 1
-    tag = f"factor{edit.counter[0]}"
-    constants, passed = [], []
-    for i, (value, users) in enumerate(found.values()):
-        local = ir.Value(name=f"{value.name}/in_{tag}", type=value.type, shape=value.shape)
-        for user, index in users:
-            user.replace_input_with(index, local)
-        body.inputs.insert(n_state + i, local)
-        identity = ir.Node("", "Identity", [local], name=f"{value.name}/through_{tag}")
-        identity.outputs[0].name = f"{value.name}/through_{tag}_output"
-        identity.outputs[0].type, identity.outputs[0].shape = value.type, value.shape
-        body.append(identity)
-        passed.append(identity.outputs[0])
-        array = _constant(value)
-        assert array is not None
-        constants.append(edit.const(array))
-    body.outputs[n_state:n_state] = passed
-    scan = _scan_with_states(node, edit, body, n_state, constants)
-    for i, value in enumerate(found.values()):
-        extra = scan.outputs[n_state + i]
-        extra.name, extra.type, extra.shape = f"{value[0].name}/after_{tag}", value[0].type, value[0].shape
+    read = list(found.values())
+    constants = [edit.const(_constant(value)) for value, _ in read]
+    _passed_through_as_states(node, edit, body, "factor", read, constants)
     return True
 
 
@@ -406,6 +387,36 @@ def _scan_with_states(node: ir.Node, edit: _Editor, body: ir.Graph, n_state: int
     edit.graph.remove(node, safe=True)
     return scan
 
+
+
+def _passed_through_as_states(
+    node: ir.Node, edit: _Editor, body: ir.Graph, prefix: str,
+    read: Sequence[tuple[ir.Value, Sequence[tuple[ir.Node, int]]]], initial: Sequence[ir.Value],
+) -> None:
+    """Makes each value of ``read`` a new state of the Scan ``node``: its readers in ``body``
+    (node, input index) read a new body input instead, which the body passes on unchanged (an
+    Identity) as the state's next value; ``initial`` holds the states' first values. The new
+    states come after the existing ones; names carry ``prefix`` and a counter, so they stay
+    unique when several Scans read one value."""
+    n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
+    edit.counter[0] += 1
+    tag = f"{prefix}{edit.counter[0]}"
+    passed = []
+    for i, (value, readers) in enumerate(read):
+        local = ir.Value(name=f"{value.name}/in_{tag}", type=value.type, shape=value.shape)
+        for reader, index in readers:
+            reader.replace_input_with(index, local)
+        body.inputs.insert(n_state + i, local)
+        identity = ir.Node("", "Identity", [local], name=f"{value.name}/through_{tag}")
+        identity.outputs[0].name = f"{value.name}/through_{tag}_output"
+        identity.outputs[0].type, identity.outputs[0].shape = value.type, value.shape
+        body.append(identity)
+        passed.append(identity.outputs[0])
+    body.outputs[n_state:n_state] = passed
+    scan = _scan_with_states(node, edit, body, n_state, initial)
+    for i, (value, _) in enumerate(read):
+        extra = scan.outputs[n_state + i]
+        extra.name, extra.type, extra.shape = f"{value.name}/after_{tag}", value.type, value.shape
 
 
 def _scan_outputs_unread(node: ir.Node, edit: _Editor) -> bool:
@@ -717,26 +728,8 @@ def _scan_captures_as_states(node: ir.Node, edit: _Editor) -> bool:
             captured.append(value)
     if not captured:
         return False
-    n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
-    edit.counter[0] += 1
-    tag = f"scan{edit.counter[0]}"  # (names stay unique when several Scans read one value)
-    passed = []
-    for i, value in enumerate(captured):
-        local = ir.Value(name=f"{value.name}/in_{tag}", type=value.type, shape=value.shape)
-        for user, index in list(value.uses()):
-            if id(user) in inside:
-                user.replace_input_with(index, local)
-        body.inputs.insert(n_state + i, local)
-        identity = ir.Node("", "Identity", [local], name=f"{value.name}/through_{tag}")
-        identity.outputs[0].name = f"{value.name}/through_{tag}_output"
-        identity.outputs[0].type, identity.outputs[0].shape = value.type, value.shape
-        body.append(identity)
-        passed.append(identity.outputs[0])
-    body.outputs[n_state:n_state] = passed
-    scan = _scan_with_states(node, edit, body, n_state, captured)
-    for i, value in enumerate(captured):
-        extra = scan.outputs[n_state + i]
-        extra.name, extra.type, extra.shape = f"{value.name}/after_{tag}", value.type, value.shape
+    read = [(value, [(user, index) for user, index in list(value.uses()) if id(user) in inside]) for value in captured]
+    _passed_through_as_states(node, edit, body, "scan", read, captured)
     return True
 
 

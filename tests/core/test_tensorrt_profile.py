@@ -3,7 +3,6 @@ onnx-tensorrt's supported-operator list, at an opset it imports."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from jax2onnx_nn import TARGETS, ConversionError, to_onnx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import benchmarks.models as models  # noqa: E402
+from tests.runtime_table import GEN  # noqa: E402
 
 
 def _all_ops(model: onnx.ModelProto) -> set[str]:
@@ -43,15 +43,6 @@ def test_benchmark_models_export_for_tensorrt_with_supported_ops_only(name: str)
     assert _all_ops(model) <= TARGETS["tensorrt"].ops, _all_ops(model) - TARGETS["tensorrt"].ops
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_runtime_table", ROOT / "scripts" / "gen_runtime_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclass looks its module up there)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
 # examples whose JAX operations TensorRT 10 cannot run (integer bit ops of jax.random; DFT)
 UNSUPPORTED = {"gamma_sampling": ("BitShift", "gamma_sampling.py"), "spectral_poisson": ("DFT", "spectral_poisson.py")}
 FAST = ("flax_mlp_functions", "heat_equation")
