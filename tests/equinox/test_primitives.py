@@ -94,7 +94,9 @@ def _counting_loop(kind: str) -> Any:
 def test_while_loops(kind: str, batch: bool) -> None:
     fn = _counting_loop(kind)
     model = assert_exports_match(jax.vmap(fn) if batch else fn, [("B", 3) if batch else (3,)], sizes={"B": [1, 4]})
-    assert "Loop" in node_ops(model) or "If" in node_ops(model)
+    # "bounded" is a scan of max_steps steps without xs: a Scan (a Loop before e61f92f); its
+    # step's cond is an If, or a select that JAX 0.12 writes for it
+    assert {"Loop", "Scan", "If"} & set(node_ops(model))
 
 
 def test_while_loop_with_buffers() -> None:
