@@ -423,15 +423,25 @@ def graph_nodes(graph: ir.Graph | ir.Function) -> list[ir.Node]:
     def walk(g: Any) -> None:
         for node in g:
             nodes.append(node)
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH and isinstance(attr, ir.Attr):
-                    walk(attr.value)
-                elif attr.type == ir.AttributeType.GRAPHS and isinstance(attr, ir.Attr):
-                    for sub in attr.value:
-                        walk(sub)
+            for body in node_bodies(node):
+                walk(body)
 
     walk(graph)
     return nodes
+
+
+def node_bodies(node: ir.Node) -> list[ir.Graph]:
+    """The graphs in ``node``'s attributes: a Loop's or Scan's body, an If's branches (none for
+    a reference to a function's attribute)."""
+    bodies: list[ir.Graph] = []
+    for attr in node.attributes.values():
+        if attr.is_ref():
+            continue
+        if attr.type == ir.AttributeType.GRAPH:
+            bodies.append(attr.value)
+        elif attr.type == ir.AttributeType.GRAPHS:
+            bodies.extend(attr.value)
+    return bodies
 
 
 def all_nodes(model: ir.Model) -> list[tuple[ir.Node, bool]]:
@@ -966,21 +976,9 @@ def _reads(node: ir.Node) -> list[ir.Value]:
     """The values ``node`` reads: its inputs and, for a node with bodies, every input of the
     nodes in them (a superset of what the bodies capture from around the node)."""
     reads = [v for v in node.inputs if v is not None]
-    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
-        reads.extend(v for inner in _nodes_of_bodies(node) for v in inner.inputs if v is not None)
+    for body in node_bodies(node):
+        reads.extend(v for inner in graph_nodes(body) for v in inner.inputs if v is not None)
     return reads
-
-
-def _nodes_of_bodies(node: ir.Node) -> list[ir.Node]:
-    """Every node of the bodies of ``node`` (and of their bodies)."""
-    nodes: list[ir.Node] = []
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH and isinstance(attr, ir.Attr):
-            nodes.extend(graph_nodes(attr.value))
-        elif attr.type == ir.AttributeType.GRAPHS and isinstance(attr, ir.Attr):
-            for sub in attr.value:
-                nodes.extend(graph_nodes(sub))
-    return nodes
 
 
 def _live_body_outputs(body: ir.Graph, live: list[bool], state_of_input: dict[int, int], first_state: int) -> list[bool]:
@@ -1063,8 +1061,8 @@ def remove_dead_loop_state(model: ir.Model) -> int:
     """Drop the states of ``Loop`` and ``Scan`` nodes whose final value nobody reads and
     which feed nothing kept inside the body (another kept state, a Loop's condition, a kept
     stacked output), and the stacked outputs nobody reads, with the body nodes only they
-    needed: ``jnp.linalg.eigvalsh`` then no longer rotates the eigenvectors each sweep.
-    ``jax.make_jaxpr`` keeps such carries, and dead-node removal cannot see them (the body
+    needed (a ``lax.scan`` whose caller reads some of its carries; a loop counter nothing
+    reads). ``jax.make_jaxpr`` keeps such carries, and dead-node removal cannot see them (the body
     updates them each trip). Loops in the main graph, in bodies (outer loops first, so a
     state dropped outside leaves an inner loop's output unread) and in function bodies.
     A dead state of an inner loop can leave one of the outer loop's states dead: with nested
@@ -1093,11 +1091,7 @@ def _graphs(model: ir.Model) -> list[ir.Graph]:
         graph = pending.pop()
         graphs.append(graph)
         for node in graph:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH:
-                    pending.append(attr.value)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    pending.extend(attr.value)
+            pending.extend(node_bodies(node))
     return graphs
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from jax2onnx_nn.core.passes import graph_nodes, node_bodies
+
 
 class _Editor:
     """Adds nodes before ``anchor`` in its graph and replaces its outputs by new values
@@ -735,14 +737,7 @@ def _scan_captures_as_states(node: ir.Node, edit: _Editor) -> bool:
 
 def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
     """The graphs in the attributes of ``graph``'s nodes, at any depth."""
-    found = []
-    for inner in ir.traversal.RecursiveGraphIterator(graph):
-        for attr in inner.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                found.append(attr.as_graph())
-            elif attr.type == ir.AttributeType.GRAPHS:
-                found.extend(attr.as_graphs())
-    return found
+    return [body for inner in graph_nodes(graph) for body in node_bodies(inner)]
 
 
 # -- DFT of float64 ---------------------------------------------------------------------------
