@@ -42,14 +42,13 @@ class _Editor:
     def const(self, array: np.ndarray) -> ir.Value:
         return self.op("Constant", value=ir.tensor(np.asarray(array)), dtype=ir.DataType.from_numpy(np.asarray(array).dtype))
 
-    def replace(self, new: ir.Value) -> None:
-        """The anchor's only output becomes ``new`` (keeping its name, type and shape)."""
-        (old,) = self.anchor.outputs
-        new.type, new.shape = old.type, old.shape
-        old.replace_all_uses_with(new, replace_graph_outputs=True)
-        name = old.name
-        old.name = f"{name}/replaced"
-        new.name = name
+    def replace(self, *news: ir.Value) -> None:
+        """The anchor's outputs become ``news``, one each (keeping its name, type and shape),
+        and the anchor goes."""
+        for old, new in zip(self.anchor.outputs, news, strict=True):
+            new.type, new.shape = old.type, old.shape
+            old.replace_all_uses_with(new, replace_graph_outputs=True)
+            old.name, new.name = f"{old.name}/replaced", old.name
         assert self.graph is not None
         self.graph.remove(self.anchor, safe=True)
 
@@ -313,14 +312,12 @@ def _counted_loop_as_scan(node: ir.Node, edit: _Editor) -> bool:
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
     ran = edit.op("Greater", count, np.array(0, np.int64), dtype=ir.DataType.BOOL)  # (after the Scan, before the Loop)
+    results = []
     for old, new, init in zip(node.outputs, scan.outputs, node.inputs[2:], strict=True):
         new.type, new.shape = old.type, old.shape
         new.name = f"{old.name}/scanned"
-        result = edit.op("Where", ran, new, init, dtype=old.dtype)
-        result.shape = old.shape
-        old.replace_all_uses_with(result, replace_graph_outputs=True)
-        old.name, result.name = f"{old.name}/replaced", old.name
-    edit.graph.remove(node, safe=True)
+        results.append(edit.op("Where", ran, new, init, dtype=old.dtype))
+    edit.replace(*results)
     return True
 
 
@@ -381,12 +378,7 @@ def _scan_with_states(node: ir.Node, edit: _Editor, body: ir.Graph, n_state: int
                    name=node.name, doc_string=node.doc_string)
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
-    for i, old in enumerate(node.outputs):
-        new = scan.outputs[i if i < n_state else i + len(states)]
-        new.type, new.shape = old.type, old.shape
-        old.replace_all_uses_with(new, replace_graph_outputs=True)
-        old.name, new.name = f"{old.name}/replaced", old.name
-    edit.graph.remove(node, safe=True)
+    edit.replace(*(scan.outputs[i if i < n_state else i + len(states)] for i in range(len(node.outputs))))
     return scan
 
 
@@ -533,11 +525,7 @@ def _scan_as_loop(scan: ir.Node, outer: _Editor) -> bool:
             perm = [*range(1, out_axes[k] + 1), 0, *range(out_axes[k] + 1, rank)]
             stacked = edit.op("Transpose", stacked, perm=perm, dtype=y.dtype)
         results.append(stacked)
-    for old, new in zip(scan.outputs, results, strict=True):
-        new.type, new.shape = old.type, old.shape
-        old.replace_all_uses_with(new, replace_graph_outputs=True)
-        old.name, new.name = f"{old.name}/replaced", old.name
-    edit.graph.remove(scan, safe=True)
+    edit.replace(*results)
     return True
 
 
