@@ -167,6 +167,21 @@ def _bool_equal_as_xor(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- Mul of an integer by itself --------------------------------------------------------------
+def _integer_square_as_product(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 makes ``Mul(x, x)`` its Square op, which saturates on int8, uint8 and int32
+    (int8 100 * 100: 127 where JAX wraps to 16) and has no int16, uint16, uint32 or int64
+    kernel ("Square does not support U32"); a Mul of two different values wraps in every
+    integer type. So the second operand is ``Max(x, x)``: the same number, another value."""
+    if node.op_type != "Mul" or node.domain != "" or len(node.inputs) != 2 or node.inputs[0] is not node.inputs[1]:
+        return False
+    x = node.inputs[0]
+    if x is None or x.dtype is None or not x.dtype.is_integer():
+        return False
+    node.replace_input_with(1, edit.op("Max", x, x, dtype=x.dtype))
+    return True
+
+
 # -- Compress ---------------------------------------------------------------------------------
 def _compress_as_gather(node: ir.Node, edit: _Editor) -> bool:
     """tract does not translate Compress (the scatters drop out-of-bounds updates with it):
@@ -1007,6 +1022,7 @@ def _expand_after_arithmetic(node: ir.Node, edit: _Editor) -> bool:
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "expand_after_arithmetic": _expand_after_arithmetic,
     "bool_equal_as_xor": _bool_equal_as_xor,
+    "integer_square_as_product": _integer_square_as_product,
     "greater_as_less": _greater_as_less,
     "int64_cast_as_castlike": _int64_cast_as_castlike,
     "isnan_as_not_equal": _isnan_as_not_equal,

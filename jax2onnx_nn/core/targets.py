@@ -96,6 +96,14 @@ _TENSORRT_NO_BITS = ("TensorRT 10 has no integer bit operations (jax.random's th
 # with it; onnxruntime has no uint32 CumSum, so the builder widens to int64 for it)
 _CUMSUM_UINT32 = "i32 i64 u32 u64 f32 f64"
 
+# OpenVINO 2026.4's CPU plugin saturates int8 and uint8 Add, Sub, Mul, Neg and Abs where they
+# overflow (int8 100 * 100: 127, JAX wraps to 16; -(-128): 127) and rounds their Div through
+# float (7 // 2: 4); int16 and uint16 wrap, and its Cast from a wider int wraps (all measured
+# on every pair of 8-bit values): those ops compute in int32, and the Cast back wraps
+_OPENVINO_NO_BYTES = "i16 i32 i64 u16 u32 u64 f16 f32 f64"
+_OPENVINO_WRAPPING = {**dict.fromkeys(("Add", "Sub", "Mul", "Div"), _OPENVINO_NO_BYTES),
+                      "Neg": "i16 i32 i64 f16 f32 f64", "Abs": "u8 " + _OPENVINO_NO_BYTES}
+
 TARGETS: Mapping[str, Target] = MappingProxyType({
     "onnxruntime": Target("onnxruntime"),
     "onnxruntime-web": Target(
@@ -112,7 +120,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
         # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input, and a
         # Scan inside another Scan's body (those become Loops)
-        kernels={"CumSum": _CUMSUM_UINT32},
+        kernels={"CumSum": _CUMSUM_UINT32, **_OPENVINO_WRAPPING},
         rewrites=("nested_scans_as_loops", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
                   "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
         # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that
@@ -134,9 +142,10 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # Gemm, on a Slice of step other than 1 after a Reshape, and it refuses a MatMul of two
         # vectors: the rewrites write each so that it runs (core/target_rewrites.py). It has no
         # Loop: one of a trip count and no condition is a Scan over Range(0, trips). It takes a
-        # one-element integer constant read by a Mul in a Scan body for a mask and refuses the Scan
+        # one-element integer constant read by a Mul in a Scan body for a mask and refuses the Scan.
+        # Its Mul(x, x) of integers is a Square that saturates or has no kernel
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
+        rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
                        "(not a fixed number of steps) has no Scan form; write it as a fori_loop or scan "

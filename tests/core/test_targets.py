@@ -236,6 +236,52 @@ def test_uint32_bitwise_ops_below_opset_18_are_exact_on_every_runtime(runtime: s
                          input_values=values, opset=13, target=runtime, runtime=runtime)
 
 
+_NARROW = (np.int8, np.uint8, np.int16, np.uint16)
+
+
+@st.composite
+def _narrow_values(draw: st.DrawFn) -> tuple[type, np.ndarray, np.ndarray, np.ndarray]:
+    """A narrow int type and two arrays of it (the extremes, 0, 1, -1 likely), and int32 values
+    around and beyond its range."""
+    dtype = draw(st.sampled_from(_NARROW))
+    info = np.iinfo(dtype)
+    edges = st.sampled_from(sorted({int(info.min), int(info.min) + 1, 0, 1, int(info.max) // 2 + 1, int(info.max) - 1, int(info.max),
+                                    *((-1,) if info.min < 0 else ())}))
+    values = st.lists(st.one_of(st.integers(int(info.min), int(info.max)), edges), min_size=8, max_size=8)
+    wide = st.lists(st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([2**31 - 1, -(2**31), 128, -129, 256, 65535, 65536, -32769])),
+                    min_size=8, max_size=8)
+    return dtype, np.array(draw(values), dtype), np.array(draw(values), dtype), np.array(draw(wide), np.int32)
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+@given(case=_narrow_values())
+@example(case=(np.int8, np.array([100, -128, -128, 127, 7, -7, 64, 0], np.int8), np.array([100, -1, -128, 127, 2, 2, -2, 1], np.int8),
+               np.array([300, -129, 2**31 - 1, -(2**31), 128, 255, 256, -1], np.int32)))
+def test_narrow_int_arithmetic_wraps_on_every_runtime(runtime: str, case: tuple[type, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    # OpenVINO saturates an overflowing int8 / uint8 sum, difference, product, negation and
+    # absolute value (100 * 100: 127 where JAX wraps to 16) and rounds their quotient (7 // 2: 4):
+    # its profile computes those in int32, and the Cast back wraps as JAX does
+    dtype, a, b, wide = case
+
+    def f(x: jax.Array, y: jax.Array, w: jax.Array) -> tuple[jax.Array, ...]:
+        divisor = jnp.where(y == 0, jnp.ones_like(y), y)
+        return (x + y, x - y, x * y, -x, jnp.abs(x), x * x * x, jax.lax.div(x, divisor), jax.lax.rem(x, divisor),
+                jnp.cumsum(x, dtype=x.dtype), jnp.sum(x, dtype=x.dtype), jnp.prod(x, dtype=x.dtype), w.astype(x.dtype))
+
+    assert_exports_match(f, [((8,), dtype), ((8,), dtype), ((8,), np.int32)], input_values=[a, b, wide], target=runtime, runtime=runtime)
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+@given(dtype=st.sampled_from([*_NARROW, np.int32, np.uint32]), data=st.data())
+def test_integer_squares_wrap_on_every_runtime(runtime: str, dtype: type, data: st.DataObject) -> None:
+    # tract makes Mul(x, x) a Square, which saturates int8/uint8/int32 and has no int16, uint16
+    # or uint32 kernel: its profile multiplies x by Max(x, x)
+    info = np.iinfo(dtype)
+    edges = st.sampled_from([int(info.min), int(info.max), int(info.max) // 2 + 1, 0, 1, 100, 70000 % (int(info.max) + 1)])
+    x = np.array(data.draw(st.lists(st.one_of(st.integers(int(info.min), int(info.max)), edges), min_size=6, max_size=6)), dtype)
+    assert_exports_match(lambda v: (v * v, v * v * v, v**2), [((6,), dtype)], input_values=[x], target=runtime, runtime=runtime)
+
+
 def _seeded(seed: jax.Array) -> tuple[jax.Array, ...]:
     key = jax.random.key(seed)
     k1, k2 = jax.random.split(key)
@@ -585,8 +631,6 @@ def test_scan_without_xs_of_static_length_is_a_scan(runtime: str, length: int, r
     assume(runtime != "openvino" or real == np.float32)  # (OpenVINO computes float64 in float32)
     # (OpenVINO 2026.4 gives a model output that is an empty constant, the ys of 0 steps, shape ())
     assume(runtime != "openvino" or length > 0)
-    # (OpenVINO 2026.4 saturates an int8 product that overflows, -128 where JAX wraps to 26)
-    assume(runtime != "openvino" or whole != np.int8)
     # (tract 0.23 reads the empty uint32 initializer of 0 steps' ys as int32: "Impossible to unify U32 with I32")
     assume(runtime != "tract" or length > 0 or whole != np.uint32)
     fn, specs = _unscanned(length, reverse, (real, whole))
