@@ -167,6 +167,48 @@ def _bool_equal_as_xor(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- empty constants -------------------------------------------------------------------------
+def _empty_constants_as_constant_of_shape(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 gives an empty constant (a ``(0, 3)`` Constant or initializer: the ys of
+    a scan of 0 steps) shape ``()`` as a model output, and ``(3,)`` to its sum with a ``(3,)``
+    input; tract 0.23 reads an empty uint32 or uint64 initializer as int32 / int64 ("Impossible
+    to unify U32 with I32"). A ConstantOfShape of the shape gives both the right shape and type
+    (measured for every element type): a Constant node that is empty becomes one, and so does
+    an empty initializer where a node reads it. A late rewrite: constant folding would undo it."""
+    if node.domain != "":
+        return False
+    if node.op_type == "Constant":
+        array = _constant(node.outputs[0])
+        if array is None or array.size or not _fills(array.dtype, edit.opset):
+            return False
+        edit.replace(_constant_of_shape(edit, array))
+        return True
+    changed = False
+    for index, value in enumerate(node.inputs):
+        if value is None or value.producer() is not None or value.const_value is None:
+            continue
+        array = value.const_value.numpy()
+        if array.size or not _fills(array.dtype, edit.opset):
+            continue
+        node.replace_input_with(index, _constant_of_shape(edit, array))
+        if not value.uses() and not value.is_graph_output() and value.graph is not None and value.name in value.graph.initializers:
+            value.graph.initializers.pop(value.name)
+        changed = True
+    return changed
+
+
+def _fills(dtype: np.dtype, opset: int) -> bool:
+    """ConstantOfShape has a value of this type at ``opset`` (bfloat16 from opset 20)."""
+    return dtype.kind in "biuf" or opset >= 20 and dtype.name == "bfloat16"
+
+
+def _constant_of_shape(edit: _Editor, array: np.ndarray) -> ir.Value:
+    dtype = ir.DataType.from_numpy(array.dtype)
+    filled = edit.op("ConstantOfShape", np.array(array.shape, np.int64), value=ir.tensor(np.zeros((1,), array.dtype)), dtype=dtype)
+    filled.shape = ir.Shape(list(array.shape))
+    return filled
+
+
 # -- Mul of an integer by itself --------------------------------------------------------------
 def _integer_square_as_product(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 makes ``Mul(x, x)`` its Square op, which saturates on int8, uint8 and int32
@@ -1022,6 +1064,7 @@ def _expand_after_arithmetic(node: ir.Node, edit: _Editor) -> bool:
 REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "expand_after_arithmetic": _expand_after_arithmetic,
     "bool_equal_as_xor": _bool_equal_as_xor,
+    "empty_constants_as_constant_of_shape": _empty_constants_as_constant_of_shape,
     "integer_square_as_product": _integer_square_as_product,
     "greater_as_less": _greater_as_less,
     "int64_cast_as_castlike": _int64_cast_as_castlike,

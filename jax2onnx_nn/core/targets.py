@@ -125,9 +125,9 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
                   "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
         # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that
         # the Scan has no inputs for (a Scan of jax.random.gamma: "num_scan_outputs can't be
-        # negative: body outputs (4) is less than num_initial_values (16)"), and runs a body
-        # that reads no scanned input once
-        late_rewrites=("scan_captures_as_states", "scan_inputs_read", "expand_after_arithmetic"),
+        # negative: body outputs (4) is less than num_initial_values (16)"), runs a body
+        # that reads no scanned input once, and gives an empty constant shape () as a model output
+        late_rewrites=("scan_captures_as_states", "scan_inputs_read", "expand_after_arithmetic", "empty_constants_as_constant_of_shape"),
         float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
     ),
     "tract": Target(
@@ -147,6 +147,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         kernels={"CumSum": _CUMSUM_UINT32},
         rewrites=("nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
+        late_rewrites=("empty_constants_as_constant_of_shape",),  # (it reads an empty uint32 initializer as int32)
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
                        "(not a fixed number of steps) has no Scan form; write it as a fori_loop or scan "
                        "(of static or traced length)"},
