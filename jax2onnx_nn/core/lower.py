@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core import value_range
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.graph import (
     GraphBuilder,
@@ -148,7 +149,11 @@ class Lowerer:
         builder.doc_string = jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
         try:
             data_jaxpr = self._on_data(eqn, registration)
-            if data_jaxpr is _NO_PAIRS:
+            # results the value ranges of the inputs settle (core/value_range.py)
+            folded = None if data_jaxpr is not None else value_range.fold(eqn, inputs, LoweringContext(self, eqn, builder).full)
+            if folded is not None:
+                outs = folded
+            elif data_jaxpr is _NO_PAIRS:
                 self.unsupported[f"{name} on complex numbers"].append(builder.doc_string)
                 outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
             elif data_jaxpr is not None:
@@ -173,6 +178,7 @@ class Lowerer:
             raise AssertionError(f"rule for {name} returned {len(outs)} values for {len(eqn.outvars)} outputs")
         for var, value in zip(eqn.outvars, outs, strict=True):
             self._stamp(value, var.aval, name)
+        value_range.propagate(eqn, inputs, outs)
         return outs
 
     def _on_data(self, eqn: Any, registration: Registration | None) -> Any | None:

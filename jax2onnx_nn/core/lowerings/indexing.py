@@ -39,6 +39,7 @@ from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
 from jax2onnx_nn.core.symbolic import has_zero, same_dim
+from jax2onnx_nn.core.value_range import within
 
 Dim = Any  # an int or a symbolic dim
 BATCH, POINT, WINDOW, WHOLE = "batch", "point", "window", "whole"
@@ -118,10 +119,16 @@ def _starts(ctx: LoweringContext, indices: ir.Value, plan: _Plan, *, masked: boo
             wrap_to: np.dtype | None = None) -> tuple[ir.Value, ir.Value | None]:
     """Clamped int64 start indices, and (when ``masked``) whether each window is in bounds.
     ``wrap_to``: an integer type the indices are first converted to, wrapping as in JAX."""
-    bounds = ctx.shape_tensor([plan.shape[d] - plan.window[d] for d in plan.index_map])
+    limits = [plan.shape[d] - plan.window[d] for d in plan.index_map]
+    # what the indices' value range (an iota's, lu's permutation: core/value_range.py) proves
+    static = not any(jxi.is_symbolic_dim(v) for v in limits)
+    above, below = within(indices, 0, min(int(v) for v in limits) if limits and static else np.iinfo(np.int64).min)
+    if above and below:
+        return ctx.cast(indices, np.int64), None
+    bounds = ctx.shape_tensor(limits)
     dtype = onnx_aval(ctx.avals_in[1])[0]
     if wrap_to is not None and not np.can_cast(dtype, wrap_to, "safe"):
-        indices, dtype = ctx.cast(indices, wrap_to), wrap_to
+        indices, dtype, above = ctx.cast(indices, wrap_to), wrap_to, False  # may wrap below 0
     as_i64 = ctx.cast(indices, np.int64)
     keep = None
     if masked and plan.index_map:
@@ -129,7 +136,8 @@ def _starts(ctx: LoweringContext, indices: ir.Value, plan: _Plan, *, masked: boo
         keep = ctx.all(inside, [-1])
     if dtype == np.uint64:  # values above 2**63 turn negative as int64: clamp them first
         as_i64 = ctx.cast(ctx.op.Min(indices, ctx.cast(bounds, np.uint64)), np.int64)
-    return ctx.op.Max(ctx.op.Min(as_i64, bounds), ctx.ints(0)), keep
+    clamped = ctx.op.Min(as_i64, bounds)
+    return clamped if above else ctx.op.Max(clamped, ctx.ints(0)), keep
 
 
 def _column(ctx: LoweringContext, start: ir.Value, plan: _Plan, d: int) -> ir.Value:
