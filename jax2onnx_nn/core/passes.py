@@ -981,53 +981,93 @@ def _reads(node: ir.Node) -> list[ir.Value]:
     return reads
 
 
-def _live_body_outputs(body: ir.Graph, live: list[bool], state_of_input: dict[int, int], first_state: int) -> list[bool]:
-    """``live`` (one flag per body output) grown to a fixed point: a state whose body input
-    feeds a live body output is live too."""
-    live = list(live)
+def _loop_layout(loop: ir.Node) -> tuple[int, int, int, int] | None:
+    """(number of states, index of the first state among the node's inputs, among its body's
+    inputs, among its body's outputs) of a ``Loop`` or ``Scan``; None for another node or a
+    body that does not match the node."""
+    body = loop.attributes.get("body")
+    if loop.domain != "" or loop.op_type not in ("Loop", "Scan") or not isinstance(body, ir.Attr) or body.is_ref():
+        return None
+    if loop.op_type == "Loop":
+        layout = (len(loop.inputs) - 2, 2, 2, 1)
+    else:
+        layout = (len(loop.inputs) - loop.attributes["num_scan_inputs"].as_int(), 0, 0, 0)
+    n_states, _, first_body_input, first_body_output = layout
+    if len(body.value.inputs) < first_body_input + n_states or len(body.value.outputs) != first_body_output + len(loop.outputs):
+        return None
+    return layout
+
+
+def _live_body_outputs(loop: ir.Node, used: list[bool]) -> tuple[list[bool], set[int]]:
+    """Which body outputs of ``loop`` (laid out as :func:`_loop_layout` says) stay when the
+    node outputs flagged ``used`` are read, and the ids of the values the body then needs (the
+    values it captures included). A state whose body input feeds a live body output is live
+    too (grown to a fixed point); a Loop's condition always is."""
+    n_states, _, first_body_input, first_body_output = _loop_layout(loop)  # type: ignore[misc]
+    body = loop.attributes["body"].value
+    live = [True] * first_body_output + list(used)
+    state_of_input = {id(body.inputs[first_body_input + k]): k for k in range(n_states)}
     while True:
         needed = {id(v) for v, keep in zip(body.outputs, live, strict=True) if keep}
         for node in reversed(list(body)):
             if any(id(o) in needed for o in node.outputs):
-                needed.update(id(v) for v in _reads(node))
+                needed |= _needed_reads(node, needed)
         grown = False
         for value_id, k in state_of_input.items():
-            if value_id in needed and not live[first_state + k]:
-                live[first_state + k] = grown = True
+            if value_id in needed and not live[first_body_output + k]:
+                live[first_body_output + k] = grown = True
         if not grown:
-            return live
+            return live, needed
 
 
-def _prune_loop(loop: ir.Node) -> int:
-    """:func:`remove_dead_loop_state` on one ``Loop`` or ``Scan``: returns the number of
-    states and stacked outputs removed."""
-    body = loop.attributes["body"].value
-    is_loop = loop.op_type == "Loop"
-    # the states: (input index, body input index, body output index, node output index)
-    if is_loop:
-        n_states = len(loop.inputs) - 2
-        first_input, first_body_input, first_body_output = 2, 2, 1
-    else:
-        n_states = len(loop.inputs) - loop.attributes["num_scan_inputs"].as_int()
-        first_input, first_body_input, first_body_output = 0, 0, 0
-    if len(body.inputs) < first_body_input + n_states or len(body.outputs) != first_body_output + len(loop.outputs):
-        return 0
-    used = [bool(o.uses()) or o.is_graph_output() for o in loop.outputs]
-    live = [True] * first_body_output + used  # a Loop's condition always stays
-    state_of_input = {id(body.inputs[first_body_input + k]): k for k in range(n_states)}
-    live = _live_body_outputs(body, live, state_of_input, first_body_output)
-    dead = [i for i, keep in enumerate(live[first_body_output:]) if not keep]  # node output indices
-    if not dead:
-        return 0
-    dead_states = [i for i in dead if i < n_states]
-    dead_scans = [i - n_states for i in dead if i >= n_states]
-    # the body: its outputs, then the nodes only they needed, then the states' inputs
-    for i in reversed(dead):
-        body.outputs.pop(first_body_output + i)
+def _needed_reads(node: ir.Node, needed: set[int]) -> set[int]:
+    """The ids of the values ``node`` reads to compute its outputs whose ids are in
+    ``needed``. A Loop or Scan needs its trip count, condition and scanned inputs, the initial
+    values of its live states only, and what its body needs for them: so a state of an inner
+    loop that only feeds a dead state of the loop around it is dead too (eigvalsh's rotations
+    of the eigenvectors, in a sweep loop inside the convergence loop). Any other node needs
+    all it reads (:func:`_reads`)."""
+    layout = _loop_layout(node)
+    if layout is None:
+        return {id(v) for v in _reads(node)}
+    n_states, first_input, _, first_body_output = layout
+    live, body_needs = _live_body_outputs(node, [id(o) in needed for o in node.outputs])
+    dead_input = lambda i: first_input <= i < first_input + n_states and not live[first_body_output + i - first_input]  # noqa: E731
+    return body_needs | {id(v) for i, v in enumerate(node.inputs) if v is not None and not dead_input(i)}
+
+
+def _remove_unread_body_nodes(body: ir.Graph) -> None:
     outputs = {id(v) for v in body.outputs}
     for node in reversed(list(body)):
         if not any(o.uses() or id(o) in outputs for o in node.outputs):
             body.remove(node, safe=True)
+            _drop_body_reads(node)
+
+
+def _prune_loop(loop: ir.Node) -> int:
+    """:func:`remove_dead_loop_state` on one ``Loop`` or ``Scan`` and the loops in its body:
+    returns the number of states and stacked outputs removed."""
+    layout = _loop_layout(loop)
+    if layout is None:
+        return 0
+    n_states, first_input, first_body_input, first_body_output = layout
+    body = loop.attributes["body"].value
+    is_loop = loop.op_type == "Loop"
+    used = [bool(o.uses()) or o.is_graph_output() for o in loop.outputs]
+    live, _ = _live_body_outputs(loop, used)
+    dead = [i for i, keep in enumerate(live[first_body_output:]) if not keep]  # node output indices
+    if not dead:
+        return 0
+    # the body: its outputs, then the nodes only they needed, the dead states of the loops
+    # in it (which read the states' inputs), what those needed, then the states' inputs
+    for i in reversed(dead):
+        body.outputs.pop(first_body_output + i)
+    _remove_unread_body_nodes(body)
+    removed = sum(_prune_loop(inner) for inner in reversed(list(body)) if _loop_layout(inner) is not None)
+    if removed:
+        _remove_unread_body_nodes(body)
+    dead_states = [i for i in dead if i < n_states]
+    dead_scans = [i - n_states for i in dead if i >= n_states]
     for k in reversed(dead_states):
         body.inputs.pop(first_body_input + k)
     # the node: a new one without the dead inputs and outputs, its outputs taking the old ones' place
@@ -1054,7 +1094,7 @@ def _prune_loop(loop: ir.Node) -> int:
     pruned.name = loop.name
     for name, new in zip(names, pruned.outputs, strict=True):
         new.name = name
-    return len(dead)
+    return len(dead) + removed
 
 
 def remove_dead_loop_state(model: ir.Model) -> int:
@@ -1063,18 +1103,54 @@ def remove_dead_loop_state(model: ir.Model) -> int:
     stacked output), and the stacked outputs nobody reads, with the body nodes only they
     needed (a ``lax.scan`` whose caller reads some of its carries; a loop counter nothing
     reads). ``jax.make_jaxpr`` keeps such carries, and dead-node removal cannot see them (the body
-    updates them each trip). Loops in the main graph, in bodies (outer loops first, so a
-    state dropped outside leaves an inner loop's output unread) and in function bodies.
-    A dead state of an inner loop can leave one of the outer loop's states dead: with nested
-    loops, a few rounds. Returns the number of states and stacked outputs removed."""
+    updates them each trip). Loops in the main graph, in bodies and in function bodies; a
+    loop's liveness looks through the loops in its body (an inner loop reads the initial
+    values of its live states only), and dropping an outer state drops the inner states that
+    fed only it (eigvalsh: the eigenvectors rotated in the sweep loop inside the convergence
+    loop). A dead state of an inner loop can leave one of the outer loop's states dead: with
+    nested loops, a few rounds. Returns the number of states and stacked outputs removed."""
     removed = 0
     for _round in range(_DEAD_STATE_ROUNDS):
-        loops = [n for n, _ in all_nodes(model) if n.domain == "" and n.op_type in ("Loop", "Scan")]
-        found = sum(_prune_loop(loop) for loop in loops if loop.graph is not None and isinstance(loop.attributes.get("body"), ir.Attr))
+        loops = [n for n, _ in all_nodes(model) if _loop_layout(n) is not None]
+        found = sum(_prune_loop(loop) for loop in loops if loop.graph is not None)
         removed += found
         if not found or len(loops) == 1:
             break
     return removed
+
+
+# -- unused nodes, with what the bodies of removed nodes read ----------------------------
+
+def _drop_body_reads(node: ir.Node) -> None:
+    """The reads of the nodes in a removed ``node``'s bodies (nested ones too), which would
+    otherwise keep counting as uses of the values they read."""
+    for inner in (i for body in node_bodies(node) for i in graph_nodes(body)):
+        for k, v in enumerate(inner.inputs):
+            if v is not None:
+                inner.replace_input_with(k, None)
+
+
+def remove_unused_nodes(model: ir.Model) -> None:
+    """onnx_ir's ``RemoveUnusedNodesPass``, complete for nodes with bodies, and unread
+    initializers of every graph. That pass removes an unread Loop, Scan or If but leaves the
+    nodes of its bodies reading the enclosing graph (each read is a use), so what only they
+    read stayed in the model: a hoisted constant as an unused initializer (onnxruntime warned
+    "Removing initializer ... It is not used by any node"), the nodes computing a captured
+    value. The reads of removed bodies are dropped and the pass runs again until nothing
+    more goes; then initializers nothing reads go from the body graphs too (the pass looks at
+    the main graph's only)."""
+    while True:
+        with_bodies = [n for n, _ in all_nodes(model) if node_bodies(n)]
+        common.RemoveUnusedNodesPass()(model)
+        removed = [n for n in with_bodies if n.graph is None]
+        for node in removed:
+            _drop_body_reads(node)
+        if not removed:
+            break
+    for graph in _graphs(model)[1:]:
+        for value in list(graph.initializers.values()):
+            if not value.uses() and not value.is_graph_output():
+                graph.initializers.pop(value.name)
 
 
 # -- common subexpressions, in every graph -----------------------------------------------
@@ -1152,12 +1228,12 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = T
     hoist_layout_over_split(model)
     cancel_layout_chains(model)
     keep_reduced_dims(model)
-    common.RemoveUnusedNodesPass()(model)  # the folding below needs exact reader counts
+    remove_unused_nodes(model)  # the folding below needs exact reader counts
     if loop_state and remove_dead_loop_state(model):
-        common.RemoveUnusedNodesPass()(model)  # what fed the dropped states' initial values
+        remove_unused_nodes(model)  # what fed the dropped states' initial values
     if fold_weights:
         fold_into_weights(model)
-        common.RemoveUnusedNodesPass()(model)
+        remove_unused_nodes(model)
     # Neither of these leaves a node unread (a merged duplicate reads what the kept one
     # reads), so no removal pass follows them: each costs a walk of the whole model.
     merge_duplicate_initializers(model)
@@ -1197,7 +1273,7 @@ def vector_times_untransposed(model: ir.Model) -> int:
             node.replace_input_with(1, producer.inputs[0])
             rewritten += 1
     if rewritten:
-        common.RemoveUnusedNodesPass()(model)
+        remove_unused_nodes(model)
     return rewritten
 
 

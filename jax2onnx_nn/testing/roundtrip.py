@@ -99,9 +99,14 @@ def roundtrip(
     Raises:
         ConversionError, SpecError: the export failed.
         onnx.checker.ValidationError: the model is not valid ONNX.
+        AssertionError: an initializer of the model (or of a Loop/Scan/If body) is read by
+            no node (see :func:`unread_initializers`).
     """
     model = onnx_model if onnx_model is not None else to_onnx(model_or_fn, inputs, **to_onnx_options)
     onnx.checker.check_model(model, full_check=full_check)
+    unread = unread_initializers(model)
+    if unread:
+        raise AssertionError(f"initializers no node reads (onnxruntime warns and drops them): {', '.join(unread)}")
     x64 = bool(to_onnx_options.get("enable_double_precision", False))
     input_params = to_onnx_options.get("input_params")
     training = bool(to_onnx_options.get("training", False))
@@ -130,6 +135,39 @@ def roundtrip(
         result.saved_to = os.path.join(os.fspath(save_dir), f"{model.graph.name or 'model'}.onnx")
         onnx.save(model, result.saved_to)
     return result
+
+
+def unread_initializers(model: onnx.ModelProto) -> list[str]:
+    """The initializers of ``model``'s graph and of its body graphs that no node reads (in
+    their graph or a body inside it) and that are no output of their graph: what an export
+    should never leave (onnxruntime warns about each one and drops it).
+
+    >>> unread_initializers(onnx.load("model.onnx"))  # doctest: +SKIP
+    []
+    """
+    unread: list[str] = []
+
+    def reads(nodes: Sequence[onnx.NodeProto]) -> set[str]:
+        """The names ``nodes`` and the nodes of their bodies read; each body's unread
+        initializers go into ``unread`` on the way."""
+        names: set[str] = set()
+        for node in nodes:
+            names.update(node.input)
+            for attr in node.attribute:
+                for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    names |= check(body)
+        return names
+
+    def check(graph: onnx.GraphProto) -> set[str]:
+        names = reads(graph.node)
+        kept = names | {o.name for o in graph.output}
+        unread.extend(t.name for t in graph.initializer if t.name not in kept)
+        return names
+
+    check(model.graph)
+    for function in model.functions:  # no initializers of their own; their bodies may have
+        reads(function.node)
+    return unread
 
 
 def reference_for(fn: Any, training: bool = False) -> Any:

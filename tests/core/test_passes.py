@@ -587,13 +587,18 @@ def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
         assert kept <= outputs <= kept + 1, (_loops(model), kept)
 
 
-def test_eigvalsh_loop_has_no_unread_state():
-    """``eigvalsh`` (and ``eigh``) export the sweep loop without the scalar state only the
-    loop itself updated (before this pass: 3 states). The eigenvectors stay: eigh's lowering
-    carries them in one (n, 2n) state with the matrix, whose diagonal is read."""
+@pytest.mark.parametrize("n", [16, 18])
+def test_eigvalsh_loop_has_no_unread_state(n):
+    """``eigvalsh`` exports eigh's sweep loop without the eigenvectors (a state of their own,
+    which only the dropped output reads) and without the scalar state only the loop itself
+    updated: one (n, n) state besides the counter. Above the unroll limit (16) the rounds are
+    an inner loop, whose eigenvector state fed only the outer one's: it goes too."""
     sym = lambda a: a + jnp.swapaxes(a, -1, -2)  # noqa: E731
-    model = assert_exports_match(lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, 16, 16)], rtol=1e-4, atol=1e-4)
-    assert _loops(model) == [("Loop", 4, 2)], _loops(model)
+    model = assert_exports_match(lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, n, n)], rtol=1e-4, atol=1e-4)
+    assert _loops(model)[0] == ("Loop", 4, 2), _loops(model)
+    assert all(n_out == 1 for _op, _n_in, n_out in _loops(model)[1:]), _loops(model)  # the matrix only
+    vectors = to_onnx(lambda a: jnp.linalg.eigh(sym(a)), [(2, n, n)])
+    assert _loops(vectors)[0] == ("Loop", 5, 3), _loops(vectors)
 
 
 @given(rows=st.integers(1, 3), length=st.integers(1, 4), seed=st.integers(0, 100))
@@ -610,3 +615,27 @@ def test_unread_state_of_a_loop_in_a_loop_is_dropped(rows, length, seed):
     model = assert_exports_match_on(lambda xs: lax.map(row, xs), xs)
     inner = _loops(model)[1:]
     assert inner and all(n_in == 2 and n_out == 1 for _op, n_in, n_out in inner), _loops(model)
+
+
+@given(trips=st.integers(0, 3), rows=st.integers(1, 3))
+def test_a_dropped_loop_leaves_nothing_its_body_read(trips, rows):
+    """An inner fori_loop whose carry the outer loop drops goes with what only its body read:
+    the weight it closes over and the hoisted constants (before: three initializers no node
+    read, which onnxruntime warns about). ``assert_exports_match`` checks that no initializer
+    of any graph is unread."""
+    from jax import lax
+
+    from jax2onnx_nn.testing.roundtrip import unread_initializers
+
+    w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+
+    def f(x):
+        def outer(i, c):
+            dropped = lax.fori_loop(0, i, lambda j, a: jnp.tanh(a @ w.T) @ w, c[0])
+            return dropped, c[1] * 0.5 + 1.0
+
+        return lax.fori_loop(0, trips, outer, (x, x))[1]
+
+    model = assert_exports_match(f, [(rows, 4)])
+    assert unread_initializers(model) == []
+    assert len(_loops(model)) <= 1 and not any(list(t.dims) == [3, 4] for t in model.graph.initializer), _loops(model)

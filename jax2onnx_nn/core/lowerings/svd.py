@@ -10,7 +10,7 @@ time, so a sweep is a short unrolled chain (n up to ``UNROLL_LIMIT``) or one ONN
 the rounds, and the sweeps are one ``Loop`` that stops when the matrix has converged (at most
 ``MAX_SWEEPS``). svd carries the rows as the two halves (1.1x at 64x64: no slicing into
 halves each round). Grouping several rounds per Loop iteration measured no faster, nor did
-keeping the matrix and V^T as two tensors; the rotations' arithmetic, not the Loop, is the
+keeping svd's matrix and V^T as two tensors; the rotations' arithmetic, not the Loop, is the
 cost at 64x64.
 
 - ``svd`` is one-sided Jacobi (Hestenes): the columns of ``a`` (m >= n; ``a^T`` otherwise) are
@@ -20,13 +20,15 @@ cost at 64x64.
   columns are ``B``'s over their norms, and for zero singular values (rank-deficient input)
   and ``full_matrices`` it completes an orthonormal basis, where ``B / s`` would be NaN.
 - ``eigh`` is two-sided (cyclic) Jacobi on the symmetric matrix: ``a <- J^T a J``,
-  ``V <- V J`` (the rows of ``[a, V^T]``, then those of the transposed ``a``); the eigenvalues
-  are the diagonal, ascending as LAPACK's.
+  ``V <- V J`` (the rows of ``a`` and ``V^T``, then those of the transposed ``a``); the
+  eigenvalues are the diagonal, ascending as LAPACK's. ``V^T`` is a loop state of its own, so
+  that ``eigvalsh`` (which reads no vectors) exports without it.
 
 Signs of singular and eigen vectors are free, as in JAX/LAPACK (which documents none):
 ``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` and ``eigh`` the sign Jacobi's rotations leave.
 An odd size is padded with one zero column (and row), which no rotation touches (its pair's
-inner product is exactly 0), and is dropped after sorting.
+inner product is exactly 0); a sweep's reseating returns every line to its seat, so the
+padding is line n when the sweeps stop, and is dropped before sorting.
 
 A symbolic matrix size (``("N", "N")``, ``("B", "N", "N")``) runs the same rounds: the rounds
 of a sweep are a ``Loop`` over ``size - 1``, the reseating is one ``Gather`` by an index
@@ -187,17 +189,6 @@ def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
     return jnp.pad(a, pad)
 
 
-def _padding_column(work: jax.Array, first: Any, n: Any) -> jax.Array | None:
-    """Which column is the padding one, from V (``work``'s rows from ``first`` on, size x
-    size): its column is exactly e_n (no rotation touches it), and no other column has a 1 in
-    row n; None when n is even (statically)."""
-    size = work.shape[-1]
-    if not jxi.is_symbolic_dim(n):
-        return None if size == n else work[..., first + n, :] == 1
-    odd = jnp.asarray(size - n, jnp.int32) == 1
-    return odd & (work[..., first + size - 1 : first + size, :][..., 0, :] == 1)
-
-
 def _lower_jacobi(ctx: LoweringContext, fn: Any, a: ir.Value, cache_key: tuple) -> list[ir.Value]:
     """Lower ``fn`` (svd or eigh on the equation's matrix), in float64 for a large float32 one
     (and for a symbolic size, which may be large)."""
@@ -283,19 +274,16 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
 
     work = jnp.concatenate(_sweeps(size, round_fn, converged, (work[..., :half, :], work[..., half:, :])), axis=-2)
     work = jnp.swapaxes(work, -1, -2)  # [B; V]: the columns again
-    b = work[..., :m, :]
+    # a sweep's reseating ends where it began: the padding column (if any) is column n again
+    b = work[..., :m, :n]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
-    key = norms
-    padding = _padding_column(work, m, n) if compute_uv else None
-    if padding is not None:  # sorted last: a norm is >= 0
-        key = where(padding, -jnp.ones((), dtype), norms)
-    order_desc = jnp.argsort(-key, axis=-1)[..., :n]
+    order_desc = jnp.argsort(-norms, axis=-1)
     s = jnp.take_along_axis(norms, order_desc, axis=-1)
     if not compute_uv:
         return (s,)
     cols = jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], m, n))
     b = jnp.take_along_axis(b, cols, axis=-1)
-    v = jnp.take_along_axis(work[..., m : m + n, :], jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
+    v = jnp.take_along_axis(work[..., m : m + n, :n], jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
     q, r = qr(b, full_matrices=full_matrices, unroll=False)  # a Loop: 6 nodes instead of ~60 n
     sign = where(_diagonal(r[..., :n, :n]) < 0, -jnp.ones((), dtype), jnp.ones((), dtype))
     u = q * jnp.concatenate([sign, jnp.ones((*a.shape[:-2], q.shape[-1] - n), dtype)], axis=-1)[..., None, :]
@@ -347,36 +335,33 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
     work = _pad_even(a, rows=True)
     size = work.shape[-1]
     half = size // 2
-    vt = jnp.broadcast_to(jnp.eye(size, dtype=dtype), work.shape)
     eps = jnp.finfo(dtype).eps
-    stride = 2 * size + 1  # between diagonal entries of [a, V^T] flattened
+    stride = size + 1  # between diagonal entries of the flattened matrix
 
     def round_fn(carry: tuple) -> tuple:
-        (w,) = carry  # [a, V^T]: rows are rotated (see _rotate_rows)
+        a, vt = carry  # rows are rotated (see _rotate_rows)
         # the pairs (k, h + k): a[k, k], a[h+k, h+k] and a[k, h+k] as strided slices
-        flat = jnp.reshape(w, (*a.shape[:-2], 2 * size * size, 1))
+        flat = jnp.reshape(a, (*a.shape[:-2], size * size, 1))
         app, aqq, apq = (_strided(flat, start, stride, half, axis=-2) for start in (0, half * stride, half))
         c, s = _rotation(app, aqq, apq)
-        w = _rotate_rows(w, c, s)  # P^T J^T a and (V J P)^T
+        a = _rotate_rows(a, c, s)  # P^T J^T a
         # a is symmetric: (P^T J^T a)^T = a J P, whose rotated rows are P^T J^T a J P
-        rotated = _rotate_rows(jnp.swapaxes(w[..., :size], -1, -2), c, s)
-        return (jnp.concatenate([rotated, w[..., size:]], axis=-1),)
+        return _rotate_rows(jnp.swapaxes(a, -1, -2), c, s), _rotate_rows(vt, c, s)  # and (V J P)^T
 
     def converged(carry: tuple) -> jax.Array:
-        x = carry[0][..., :size]
-        squares = x * x
+        squares = carry[0] * carry[0]
         off = jnp.sum(where(jnp.eye(size, dtype=bool), jnp.zeros((), dtype), squares), axis=(-2, -1))
         return jnp.logical_not(jnp.any(off > (_number(size, dtype) * eps) ** 2 * jnp.sum(squares, axis=(-2, -1))))
 
-    (work,) = _sweeps(size, round_fn, converged, (jnp.concatenate([work, vt], axis=-1),))
-    work = jnp.swapaxes(work, -1, -2)  # [a; V]
-    values = _diagonal(work[..., :size, :])
-    vectors = work[..., size:, :]
-    padding = _padding_column(vectors, 0, n)
-    key = values if padding is None else where(padding, jnp.asarray(np.inf, dtype), values)
-    ascending = jnp.argsort(key, axis=-1)[..., :n]
+    # V^T is a state of its own: when only the values are read (eigvalsh), the export drops it
+    vt = jnp.broadcast_to(jnp.eye(size, dtype=dtype), work.shape)
+    work, vt = _sweeps(size, round_fn, converged, (work, vt))
+    # a sweep's reseating ends where it began: the padding (if any) is line n again
+    values = _diagonal(work)[..., :n]
+    ascending = jnp.argsort(values, axis=-1)
     values = jnp.take_along_axis(values, ascending, axis=-1)
-    vectors = jnp.take_along_axis(vectors[..., :n, :], jnp.broadcast_to(ascending[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
+    vectors = jnp.swapaxes(vt[..., :n, :n], -1, -2)
+    vectors = jnp.take_along_axis(vectors, jnp.broadcast_to(ascending[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
     return vectors, values
 
 
