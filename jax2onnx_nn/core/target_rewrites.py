@@ -378,6 +378,126 @@ def _counted_loop_as_scan(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- ScatterND's reductions below their opset ----------------------------------------------------
+_REDUCE_ROWS = {"Add": "ReduceSum", "Mul": "ReduceProd", "Max": "ReduceMax", "Min": "ReduceMin"}
+_ONE_HOT_LIMIT = 1 << 12  # elements of the data: the one-hot form holds (updates + 1) times as many
+
+
+def _scatter_loop_as_one_hot(node: ir.Node, edit: _Editor) -> bool:
+    """Below their opset ScatterND's reductions are a Loop over the update rows (core/opset_forms.py);
+    tract 0.23 has no Loop, and a Scan body reading the rows finds no facts for them (their count
+    is data-dependent: out-of-bounds rows are dropped). For data of a static size up to
+    ``_ONE_HOT_LIMIT`` (or of a size known at run time only) the same result without a loop: each row's cell id (a GatherND of the ids
+    laid out like the data) compared with every id gives a one-hot ``(rows, cells)``; the updates
+    where it is set (the reduction's neutral element elsewhere) reduced over the rows, combined
+    with the data where a row hit the cell. Repeated indices combine in another order than the
+    Loop's (the same numbers for ints, float rounding otherwise)."""
+    if node.op_type != "Loop" or node.domain != "" or len(node.inputs) != 3 or len(node.outputs) != 1:
+        return False
+    count, keep_going, data = node.inputs
+    if count is None or data is None or keep_going is not None and _constant(keep_going) is None:
+        return False
+    body = node.attributes["body"].as_graph()
+    if len(body.inputs) != 3 or len(body.outputs) != 2:
+        return False
+    iteration, cond, acc = body.inputs
+    passed = body.outputs[0]
+    producer = passed.producer()
+    if passed is not cond and (producer is None or producer.op_type != "Identity" or producer.inputs[0] is not cond):
+        return False
+    write = body.outputs[1].producer()
+    if write is None or write.op_type != "ScatterND" or write.attributes.get_string("reduction", "none") != "none" or write.inputs[0] is not acc:
+        return False
+    where, combined = write.inputs[1], write.inputs[2]
+    combine = combined.producer() if combined is not None else None
+    if combine is None or combine.op_type not in _REDUCE_ROWS or combine.domain != "" or len(combine.inputs) != 2:
+        return False
+    old, value = combine.inputs
+    read = old.producer() if old is not None else None
+    if read is None or read.op_type != "GatherND" or read.inputs[0] is not acc or read.inputs[1] is not where:
+        return False
+    rows, values = _row_of(where, iteration), _row_of(value, iteration)
+    dtype, shape = data.dtype, data.shape
+    if rows is None or values is None or dtype is None or dtype == ir.DataType.BOOL:
+        return False
+    if shape is not None and shape.is_static() and int(np.prod(shape.numpy())) > _ONE_HOT_LIMIT:
+        return False
+    i64, numpy_type = ir.DataType.INT64, dtype.numpy()
+    neutral = np.asarray(_neutral(combine.op_type, numpy_type), numpy_type)
+    zero, one = np.array([0], np.int64), np.array([1], np.int64)
+
+    def dims(v: ir.Value, start: int, end: int) -> ir.Value:
+        return edit.op("Slice", edit.op("Shape", v, dtype=i64), np.array([start], np.int64), np.array([end], np.int64), dtype=i64)
+
+    data_shape = edit.op("Shape", data, dtype=i64)
+    size = edit.op("ReduceProd", data_shape, keepdims=1, dtype=i64)
+    depth, n = dims(rows, 1, 2), dims(rows, 0, 1)
+    lead = edit.op("Slice", data_shape, zero, depth, dtype=i64)
+    cells = edit.op("ReduceProd", lead, keepdims=1, dtype=i64)  # (1,): M
+    row_size = edit.op("Div", size, cells, dtype=i64)  # (1,): elements per cell
+    positions = edit.op("Range", np.array(0, np.int64), edit.op("Squeeze", cells, zero, dtype=i64), np.array(1, np.int64), dtype=i64)
+    cell = edit.op("GatherND", edit.op("Reshape", positions, lead, dtype=i64), rows, dtype=i64)  # (N,)
+    order = edit.op("Range", np.array(0, np.int64), edit.op("Squeeze", n, zero, dtype=i64), np.array(1, np.int64), dtype=i64)
+    applied = edit.op("Less", order, count, dtype=_BOOL)  # (the Loop's first `count` rows)
+    hits = edit.op("And", edit.op("Equal", edit.op("Unsqueeze", cell, one, dtype=i64), edit.op("Unsqueeze", positions, zero, dtype=i64), dtype=_BOOL),
+                   edit.op("Unsqueeze", applied, one, dtype=_BOOL), dtype=_BOOL)  # (N, M)
+    # a row that hits nothing, so that no reduction is over 0 rows
+    no_row = edit.op("ConstantOfShape", edit.op("Concat", one, cells, axis=0, dtype=i64), value=ir.tensor(np.zeros((1,), np.bool_)), dtype=_BOOL)
+    hits = edit.op("Concat", hits, no_row, axis=0, dtype=_BOOL)
+    updates = edit.op("Reshape", values, edit.op("Concat", n, one, row_size, axis=0, dtype=i64), dtype=dtype)  # (N, 1, R)
+    padding = edit.op("Expand", neutral.reshape(1, 1, 1), edit.op("Concat", np.array([1, 1], np.int64), row_size, axis=0, dtype=i64), dtype=dtype)
+    spread = edit.op("Where", edit.op("Unsqueeze", hits, np.array([2], np.int64), dtype=_BOOL),
+                     edit.op("Concat", updates, padding, axis=0, dtype=dtype), neutral, dtype=dtype)  # (N + 1, M, R)
+    reduced = _reduce_first_axis(edit, _REDUCE_ROWS[combine.op_type], spread, dtype)
+    if combine.op_type in ("Max", "Min") and numpy_type.kind == "f":
+        # tract's ReduceMax of only -inf is the lowest finite float (ReduceMin of +inf the largest)
+        finite = np.asarray(np.finfo(numpy_type).min if combine.op_type == "Max" else np.finfo(numpy_type).max, numpy_type)
+        reached = edit.op("Cast", edit.op("Equal", spread, finite, dtype=_BOOL), to=_I32, dtype=_I32)
+        clipped = edit.op("And", edit.op("Equal", reduced, finite, dtype=_BOOL),
+                          edit.op("Not", edit.op("Greater", _reduce_first_axis(edit, "ReduceSum", reached, _I32), np.int32(0), dtype=_BOOL), dtype=_BOOL), dtype=_BOOL)
+        reduced = edit.op("Where", clipped, neutral, reduced, dtype=dtype)
+    hit = edit.op("Greater", _reduce_first_axis(edit, "ReduceSum", edit.op("Cast", hits, to=_I32, dtype=_I32), _I32), np.int32(0), dtype=_BOOL)
+    flat = edit.op("Reshape", data, edit.op("Concat", cells, row_size, axis=0, dtype=i64), dtype=dtype)  # (M, R)
+    result = edit.op("Where", edit.op("Unsqueeze", hit, one, dtype=_BOOL), edit.op(combine.op_type, flat, reduced, dtype=dtype), flat, dtype=dtype)
+    edit.replace(edit.op("Reshape", result, data_shape, dtype=dtype))
+    return True
+
+
+def _row_of(value: ir.Value | None, iteration: ir.Value) -> ir.Value | None:
+    """``x`` where ``value`` is ``Unsqueeze(Gather(x, iteration, axis=0), [0])``, x read from outside."""
+    unsqueeze = value.producer() if value is not None else None
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or len(unsqueeze.inputs) != 2:
+        return None
+    axes = _constant(unsqueeze.inputs[1])
+    gather = unsqueeze.inputs[0].producer() if unsqueeze.inputs[0] is not None else None
+    if axes is None or axes.reshape(-1).tolist() != [0] or gather is None or gather.op_type != "Gather":
+        return None
+    if gather.attributes.get_int("axis", 0) != 0 or gather.inputs[1] is not iteration or gather.inputs[0] is None:
+        return None
+    x = gather.inputs[0]
+    return x if x.producer() is None or x.producer().graph is not gather.graph else None
+
+
+def _neutral(op_type: str, numpy_type: np.dtype) -> Any:
+    """The element that ``op_type`` combines without change (-0.0 for a float sum: x + -0.0 is x)."""
+    if op_type == "Add":
+        return -0.0 if numpy_type.kind == "f" else 0
+    if op_type == "Mul":
+        return 1
+    floating = numpy_type.kind == "f"
+    if op_type == "Max":
+        return -np.inf if floating else np.iinfo(numpy_type).min
+    return np.inf if floating else np.iinfo(numpy_type).max
+
+
+def _reduce_first_axis(edit: _Editor, op_type: str, x: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """``op_type`` over axis 0 (no kept dim), in the form of opsets 13-17 (ReduceSum's axes an
+    input, the others' an attribute): the opsets below ScatterND's reductions."""
+    if op_type == "ReduceSum":
+        return edit.op(op_type, x, np.array([0], np.int64), keepdims=0, dtype=dtype)
+    return edit.op(op_type, x, axes=[0], keepdims=0, dtype=dtype)
+
+
 # -- integer factors in a Scan body ------------------------------------------------------------
 _MASKING = frozenset({"Mul", "Div", "Pow", "And"})
 
@@ -1072,6 +1192,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
     "counted_loop_as_scan": _counted_loop_as_scan,
+    "scatter_loop_as_one_hot": _scatter_loop_as_one_hot,
     "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,
     "dft_in_float32": _dft_in_float32,

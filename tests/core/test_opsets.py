@@ -260,9 +260,6 @@ def _runtime_cases() -> list[Any]:
                 marks = [pytest.mark.skipif(reason is not None, reason=str(reason))]
                 if family != "mlp":
                     marks.append(pytest.mark.slow)
-                if family == "scatter" and runtime == "tract" and opset < 18:
-                    # its reductions below their opset are a Loop (core/opset_forms.py): tract has none
-                    marks.append(pytest.mark.xfail(raises=ConversionError, strict=True, reason="tract has no Loop"))
                 cases.append(pytest.param(runtime, family, opset, marks=marks, id=f"{runtime}-{family}-{opset}"))
     return cases
 
