@@ -35,6 +35,7 @@ from jax2onnx_nn.core.passes import (
 )
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.save import check_path, save_model
+from jax2onnx_nn.core.session import collector_paused
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.target_rewrites import apply_rewrites
 from jax2onnx_nn.core.targets import Target
@@ -112,6 +113,7 @@ def to_onnx(
 
 
 @with_options_signature
+@collector_paused()
 def export_model(
     fn: Callable[..., Any],
     inputs: Sequence[Any],

@@ -430,9 +430,16 @@ def graph_nodes(graph: ir.Graph | ir.Function) -> list[ir.Node]:
     return nodes
 
 
+# The ops of the default domain that have graph attributes: any other op of that domain has
+# none, which spares the passes a look at every attribute of every node on each walk.
+_BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def node_bodies(node: ir.Node) -> list[ir.Graph]:
     """The graphs in ``node``'s attributes: a Loop's or Scan's body, an If's branches (none for
     a reference to a function's attribute)."""
+    if node.op_type not in _BODY_OPS and node.domain in ("", "ai.onnx"):
+        return []
     bodies: list[ir.Graph] = []
     for attr in node.attributes.values():
         if attr.is_ref():

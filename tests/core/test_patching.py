@@ -188,3 +188,30 @@ def test_session_state_reset_after_failed_export() -> None:
     with pytest.raises(AttributeError):
         to_onnx(lambda x: x.undefined_attribute, [(2,)])
     assert patching.active_options() is None
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_during_an_export_and_restored_after(enabled: bool) -> None:
+    """An export runs with Python's cyclic collector off (its allocations would trigger
+    collections that scan its live graph again and again); afterwards the collector is as the
+    caller had it, also after a failed export."""
+    import gc
+
+    seen: list[bool] = []
+
+    def f(x: jax.Array) -> jax.Array:
+        seen.append(gc.isenabled())
+        return jnp.tanh(x)
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        model = to_onnx(f, [("B", 3)])
+        assert op_types(model) == ["Tanh"]
+        assert gc.isenabled() is enabled
+        with pytest.raises(AttributeError):
+            to_onnx(lambda x: x.undefined_attribute, [(2,)])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False]
