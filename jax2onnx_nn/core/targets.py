@@ -70,8 +70,9 @@ class Target:
 
 # The ops onnx-tensorrt's TensorRT 10.0 importer supports (its docs/operators.md, opsets 9..20;
 # re-read at the 10.1-GA release, commit 96e7811 of June 2024: the same list and opsets).
-# It has no BitShift, Bitwise*, DFT, STFT or BitCast, so jax.random bit kernels and FFTs cannot
-# be exported for it; everything else this exporter emits is there.
+# It has no BitShift, Bitwise*, DFT, STFT or BitCast, so jax.random bit kernels cannot be exported
+# for it, nor an FFT along an axis longer than 4096 (shorter ones are MatMuls: core/lowerings/fft.py);
+# everything else this exporter emits is there.
 _TENSORRT_OPS = frozenset("""
 Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization Cast
 CastLike Ceil Celu Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos Cosh CumSum
@@ -156,7 +157,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
     "tensorrt": Target(
         "tensorrt", max_opset=20, model_functions=False, scan_symbolic=True, ops=_TENSORRT_OPS,
         lacks={**dict.fromkeys(("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"), _TENSORRT_NO_BITS),
-               "DFT": "TensorRT 10 has no DFT (jnp.fft): compute the transform outside the model"},
+               "DFT": "TensorRT 10 has no DFT (jnp.fft); an axis up to 4096 long is a MatMul, a longer one is not "
+                      "written: compute that transform outside the model"},
     ),
 })
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from jax2onnx_nn import to_onnx
+from jax2onnx_nn import ConversionError, to_onnx
 from jax2onnx_nn.core.lowerings.fft import FFT, IFFT, IRFFT, RFFT, dft_matrix
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.strategies import complex_numbers
@@ -125,3 +125,36 @@ def test_freq_and_shift():
     fn = lambda z: (jnp.fft.fftshift(jnp.fft.fft(z), axes=-1) * jnp.fft.fftfreq(z.shape[-1], d=0.1),  # noqa: E731
                     jnp.fft.ifftshift(z, axes=-1), jnp.fft.rfftfreq(2 * z.shape[-1]) * z.shape[0])
     assert_exports_match(fn, [(("B", 9), "complex64")], sizes={"B": [1, 3]}, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "irfft", "fft2", "irfft2"])
+@given(data=st.data(), length=st.sampled_from([1, 2, 7, 16, 33, 64, 100]), x64=st.booleans())
+def test_tensorrt_has_no_dft_so_ffts_are_matmuls(name, data, length, x64):
+    # TensorRT 10 has no DFT: a static axis is a MatMul against a stored matrix (up to MATMUL_MAX)
+    fn = {**ONE_AXIS, **MANY_AXES}[name]
+    shape = (2, 3, length) if name.endswith("2") else (2, length)
+    if name.startswith("irfft") and length == 1:
+        shape = (*shape[:-1], 2)
+    x = _values(data, name, shape, x64)
+    scale = float(np.max(np.abs(np.asarray(fn(jnp.asarray(x)))), initial=1.0))
+    tol = 1e-12 if x64 else 1e-5
+    model = assert_exports_match_on(fn, x, target="tensorrt", rtol=tol, atol=tol * scale)
+    assert "DFT" not in {n.op_type for n in model.graph.node}
+
+
+@pytest.mark.parametrize(("name", "sizes"), [("fft", {"N": [2, 9, 64]}), ("irfft", {"N": [2, 9, 64]}),
+                                             pytest.param("rfft", {"N": [2048]}, marks=pytest.mark.slow)])
+def test_tensorrt_symbolic_and_long_axes_are_matrices_built_at_run_time(name, sizes):
+    # a symbolic length (or a static one above MATMUL_MAX, up to NO_DFT_MAX): cos/sin matrices
+    # computed from the length at run time; measured at most 5e-7 of the spectrum's max to 4096
+    fn = ONE_AXIS[name]
+    dtype = "float32" if name in REAL_INPUT else "complex64"
+    model = assert_exports_match(fn, [((2, "N"), dtype)], sizes=sizes, constraints=("N >= 2",), target="tensorrt",
+                                 rtol=1e-5, atol=2e-4 if max(sizes["N"]) > 64 else 1e-4)
+    ops = {n.op_type for n in model.graph.node}
+    assert "DFT" not in ops and {"MatMul", "Cos", "Sin"} <= ops
+
+
+def test_tensorrt_fft_above_the_limit_fails_before_writing():
+    with pytest.raises(ConversionError, match=r"(?s)tensorrt cannot run .*DFT .*test_fft.py:\d+.*up to 4096 long is a MatMul"):
+        to_onnx(lambda x: jnp.fft.rfft(x), [((2, 8192), "float32")], target="tensorrt")

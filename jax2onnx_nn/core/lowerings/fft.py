@@ -9,7 +9,8 @@ power of two (up to :data:`MATMUL_MAX`) or is small is a MatMul with a matrix co
 float64 at export (angles reduced exactly, mod n); power-of-two and symbolic lengths use
 DFT; inverses are forward transforms of the conjugate, scaled by us in the data's dtype.
 Below opset 17 (no DFT) a symbolic length is a MatMul too, its matrix built at run time from
-the length by the same float64 arithmetic (:meth:`_Axis.runtime_matmul`).
+the length by the same float64 arithmetic (:meth:`_Axis.runtime_matmul`); so is every length a
+target without DFT (TensorRT, core/targets.py) takes: see :data:`NO_DFT_MAX`.
 """
 
 from __future__ import annotations
@@ -33,11 +34,27 @@ FFT, IFFT, RFFT, IRFFT = 0, 1, 2, 3
 DFT_OPSET = 17  # the first opset with ONNX DFT: below it every static length is a MatMul
 
 
-def _use_matmul(n: Any, opset: int) -> bool:
+# A target without DFT (TensorRT) gets MatMuls: up to MATMUL_MAX against a stored matrix, up to
+# NO_DFT_MAX (and at a symbolic length) against matrices built at run time; a longer static axis
+# stays a DFT, which the export reports before writing. Measured on onnxruntime, float32, against
+# numpy's float64 FFT: at most 5e-7 of the spectrum's max for n = 32..4096, either way
+# (JAX's own FFT: 1.6e-7); the limit is the matrices' size ((2n)^2 floats: 256 MB at 4096).
+NO_DFT_MAX = 4096
+
+
+def _use_matmul(n: Any, ctx: LoweringContext) -> bool:
+    """A static length done by a MatMul against a matrix computed at export."""
     if jxi.is_symbolic_dim(n):
         return False
-    n = int(n)
-    return opset < DFT_OPSET or n <= MATMUL_ALWAYS or (n & (n - 1) != 0 and n <= MATMUL_MAX)
+    n, opset = int(n), ctx.opset
+    return (opset < DFT_OPSET or n <= MATMUL_ALWAYS or (n & (n - 1) != 0 and n <= MATMUL_MAX)
+            or not ctx.target.runs("DFT") and n <= MATMUL_MAX)
+
+
+def _runtime_matmul(n: Any, ctx: LoweringContext) -> bool:
+    """A length done by a MatMul against matrices built at run time: a symbolic one below opset
+    17, and one up to NO_DFT_MAX or symbolic for a target without DFT."""
+    return ctx.opset < DFT_OPSET or not ctx.target.runs("DFT") and (jxi.is_symbolic_dim(n) or int(n) <= NO_DFT_MAX)
 
 
 def _angles(rows: int, cols: int, n: int) -> np.ndarray:
@@ -164,9 +181,9 @@ class _Axis:
         return self.op.Div(self.op.Mul(x, sign), self.ctx.cast(self.ctx.dim(n), self.dtype))
 
     def complex(self, x: ir.Value, axis: int, n: Any, inverse: bool) -> ir.Value:
-        if _use_matmul(n, self.ctx.opset):
+        if _use_matmul(n, self.ctx):
             return self.matmul(x, axis, int(n), IFFT if inverse else FFT)
-        if self.ctx.opset < DFT_OPSET:
+        if _runtime_matmul(n, self.ctx):
             return self.runtime_matmul(x, axis, n, IFFT if inverse else FFT)
         if not inverse:
             return self.dft(x, axis)
@@ -174,9 +191,9 @@ class _Axis:
 
     def real_to_complex(self, x: ir.Value, n: Any) -> ir.Value:
         """RFFT over the last axis of a real tensor (rank - 1 dims)."""
-        if _use_matmul(n, self.ctx.opset):
+        if _use_matmul(n, self.ctx):
             return self.matmul(x, self.rank - 2, int(n), RFFT)
-        if self.ctx.opset < DFT_OPSET:
+        if _runtime_matmul(n, self.ctx):
             return self.runtime_matmul(x, self.rank - 2, n, RFFT)
         return self.dft(self.op.Unsqueeze(x, self.ctx.ints([-1])), self.rank - 2, onesided=True)
 
@@ -184,9 +201,9 @@ class _Axis:
         """IRFFT over the last complex axis: the full Hermitian spectrum (bins n-k are the
         conjugates of bins k), its inverse transform, the real part."""
         axis = self.rank - 2
-        if _use_matmul(n, self.ctx.opset):
+        if _use_matmul(n, self.ctx):
             return self.matmul(x, axis, int(n), IRFFT)
-        if self.ctx.opset < DFT_OPSET:
+        if _runtime_matmul(n, self.ctx):
             return self.runtime_matmul(x, axis, n, IRFFT)
         ctx = self.ctx
         m = n // 2 + 1
