@@ -169,9 +169,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
             opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
             inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
             target=args.deploy_target, functions="inline" if args.inline_functions else None,
-            fold_weights=args.fold_weights,
+            fold_weights=args.fold_weights, loop_bound=args.loop_bound,
         )
     except ValueError as err:
+        if args.loop_bound is not None and args.loop_bound < 1:
+            raise UsageError(f"--loop-bound {args.loop_bound}: give the most steps a data-dependent while_loop may take (>= 1)") from err
         raise UsageError(f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}") from err
     fn = exportable(load_target(args.target, args.debug), args.target, args.debug)
     start = time.perf_counter()
@@ -299,6 +301,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the runtime the model is for (default onnxruntime): kernel types, loop forms, NaN and integer semantics")
     export.add_argument("--fold-weights", action="store_true",
                         help="fold BatchNorm / per-channel Mul+Add after Conv or Gemm into its weights (~1 ulp from JAX)")
+    export.add_argument("--loop-bound", type=int, default=None, metavar="N",
+                        help="loop_bound: a while_loop whose condition depends on the data becomes a Scan of at most N steps "
+                             "(tract has no Loop); float results NaN where N steps do not finish it")
     export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")

@@ -80,6 +80,10 @@ USER_MODULE = textwrap.dedent(
 
     def nested(x):
         return pair(pair(x))
+
+    def doublings(x):
+        # doubles x until its absolute sum passes 100: a while_loop on the data
+        return jax.lax.while_loop(lambda c: jnp.abs(c).sum() < 100.0, lambda c: c * 2.0, x)
     """
 )
 
@@ -206,11 +210,23 @@ def test_import_error_inside_the_module_is_reported(workdir, monkeypatch, capsys
         (["--opset", "12"], f"--opset 12: supported opsets are {MIN_OPSET} ... {MAX_OPSET}"),
         (["--size", "B=0"], "--size 'B=0': expected NAME=N"),
         (["--input", "B,30:floaty"], "'floaty' is not a dtype"),
+        (["--loop-bound", "0"], "--loop-bound 0: give the most steps"),
     ],
 )
 def test_bad_options_are_usage_errors(workdir, monkeypatch, capsys, args, message):
     assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "-o", "m.onnx", *args) == USAGE
     assert message in capsys.readouterr().err
+
+
+def test_loop_bound_writes_a_data_dependent_while_loop_for_tract(workdir, monkeypatch, capsys):
+    # without it, tract's profile refuses the Loop and says which option to use
+    assert _main(workdir, monkeypatch, "export", "usermodels:doublings", "--input", "4", "-o", "w.onnx", "--target", "tract") == 3
+    assert "--loop-bound N" in capsys.readouterr().err
+    assert _main(workdir, monkeypatch, "export", "usermodels:doublings", "--input", "4", "-o", "w.onnx", "--target", "tract",
+                 "--loop-bound", "64", "--verify") == 0
+    assert "onnxruntime matches JAX" in capsys.readouterr().out
+    ops = {n.op_type for n in onnx.load(workdir / "w.onnx").graph.node}
+    assert "Scan" in ops and "Loop" not in ops
 
 
 def test_functions_option_and_inspect_counts_calls(workdir, monkeypatch, capsys):

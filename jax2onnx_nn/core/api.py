@@ -25,6 +25,7 @@ from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
+from jax2onnx_nn.core.lowerings.control_flow import warn_unpoisoned
 from jax2onnx_nn.core.opset_forms import has_op, missing_types
 from jax2onnx_nn.core.passes import (
     all_nodes,
@@ -178,6 +179,7 @@ def export_model(
     if config.functions == "inline":
         inline_functions(model)
     cleanup(model, fold_weights=config.fold_weights)
+    warn_unpoisoned(model)  # (results nothing reads are gone now)
     if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
         cleanup(model, loop_state=False)  # (states a rewrite adds for its runtime stay)
     apply_rewrites(model, config.target.late_rewrites)  # after the clean-up, which would undo them

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 
 from jax2onnx_nn.core.errors import SpecError
@@ -105,6 +106,12 @@ class ExportConfig:
         False, "fold a BatchNorm (inference) or a per-channel Mul/Add after a Conv or Gemm into "
         "its weights, so each such layer is one node; the folded weights are rounded once, so "
         "results differ from JAX by about one ulp (float32: within 1e-5 relative).")
+    loop_bound: int | None = _option(
+        None, "write every ``while_loop`` whose condition depends on the data as a ``Scan`` of at "
+        "most this many steps (for runtimes without ONNX ``Loop``: tract). Steps after the "
+        "condition turns false change nothing; where it still holds after the last step the "
+        "loop's float results are NaN, its integer and bool results the values after the last "
+        "step (a warning names the loop). Loops of a fixed or traced number of steps are unchanged.")
     progress: bool | None = _option(
         None, "show progress on stderr (equations lowered, passes, weights written) once an export "
         "runs past ~2 s; default: when stderr is a terminal.")
@@ -119,6 +126,8 @@ class ExportConfig:
         functions = self.functions or ("keep" if profile.model_functions else "inline")
         if functions not in ("keep", "inline"):
             raise ValueError(f"functions must be 'keep' or 'inline', got {functions!r}")
+        if self.loop_bound is not None and (isinstance(self.loop_bound, bool) or not isinstance(self.loop_bound, (int, np.integer)) or self.loop_bound < 1):
+            raise ValueError(f"loop_bound must be a positive int (the most steps a data-dependent while_loop takes), got {self.loop_bound!r}")
         if isinstance(self.constraints, str):
             raise SpecError(f"constraints must be a sequence of strings, got the string {self.constraints!r}: write ({self.constraints!r},)")
         normalized = {
@@ -133,6 +142,7 @@ class ExportConfig:
             "inputs_as_nchw": _names(self.inputs_as_nchw),
             "outputs_as_nchw": _names(self.outputs_as_nchw),
             "enable_double_precision": bool(self.enable_double_precision),
+            "loop_bound": None if self.loop_bound is None else int(self.loop_bound),
         }
         for name, value in normalized.items():
             object.__setattr__(self, name, value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 
 
@@ -39,3 +41,13 @@ class ConversionError(Exception):
             "Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}."
         )
         return cls("\n".join(lines), records)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised in this package that points at the first caller
+    outside it (the user's export call)."""
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(own):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -20,7 +20,6 @@ what was expected.
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.core.errors import SpecError, user_stacklevel
 
 # What JAX computes a 64-bit dtype as when x64 is off (jax.dtypes.canonicalize_dtype, without
 # reading the global flag: the export's own enable_double_precision decides).
@@ -256,20 +255,9 @@ def parse_specs(
             f"computes them with x64 off: {'; '.join(parser.narrowed)}. Pass "
             "enable_double_precision=True (CLI: --f64) to keep 64 bits.",
             UserWarning,
-            stacklevel=_user_stacklevel(),
+            stacklevel=user_stacklevel(),
         )
     return InputSpecs(args, kwargs, scope)
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the first caller outside this package (the user's export call)."""
-    import sys
-
-    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(own):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _common_scope(tree: Any, constraints: tuple[str, ...]) -> Any:

@@ -33,7 +33,14 @@ class Target:
             counter's values, or over ticks its body does not read (else a ``Loop``). On
             onnxruntime 1.32 Scan is faster than Loop (benchmarks/scan_vs_loop.py); tract has
             no Loop; OpenVINO ran a Scan over ticks too few times. A static-length scan with
-            scanned inputs is always a ``Scan``, a data-dependent ``while_loop`` always a ``Loop``.
+            scanned inputs is always a ``Scan``, a data-dependent ``while_loop`` a ``Loop`` (a
+            ``Scan`` of ``loop_bound`` steps with that option).
+        bounded_if: a data-dependent ``while_loop`` bounded by ``loop_bound=`` runs its body
+            under an ``If`` on the condition (skipped once it is false); else every step, its
+            results selected by ``Where``. On onnxruntime 1.32 the If is faster: heat_equation's
+            40 steps in 0.63 vs 0.65 ms at a bound of 40, 0.81 vs 1.51 ms at 80
+            (benchmarks/bounded_while.py). tract 0.23 cannot evaluate a Slice of a symbolic size
+            in an ``If`` in a Scan body ("Undetermined symbol").
         kernels: ``{op: element types}`` where its kernels differ from onnxruntime CPU's
             (core/kernels.py); inputs of a type not listed are widened.
         rewrites: names of the graph rewrites (core/target_rewrites.py) that make its ops
@@ -56,6 +63,7 @@ class Target:
     model_functions: bool = True
     scan_symbolic: bool = False
     scan_ticks: bool = True
+    bounded_if: bool = True
     kernels: Mapping[str, str] = field(default_factory=dict)
     rewrites: tuple[str, ...] = ()
     late_rewrites: tuple[str, ...] = ()
@@ -133,7 +141,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
     ),
     "tract": Target(
         "tract", max_opset=25,  # 0.23 has no BitCast (opset 26)
-        model_functions=False, scan_symbolic=True,
+        model_functions=False, scan_symbolic=True, bounded_if=False,
         # it runs CumSum on uint32 (the bitwise ops below opset 18 sum their bits with it); a
         # Cast to int64 would sign-extend uint32 and make a value it cannot take a CumSum of.
         # Its optimizer breaks on a Range of run-time length (a causal mask), on a Scan over a
@@ -151,8 +159,10 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
         late_rewrites=("empty_constants_as_constant_of_shape",),  # (it reads an empty uint32 initializer as int32)
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
-                       "(not a fixed number of steps) has no Scan form; write it as a fori_loop or scan "
-                       "(of static or traced length)"},
+                       "(not a fixed number of steps) has no exact Scan form: export with loop_bound=N "
+                       "(CLI: --loop-bound N) to write it as a Scan of at most N steps (float results NaN "
+                       "where N steps do not finish it), or write it as a fori_loop or scan (of static "
+                       "or traced length)"},
     ),
     "tensorrt": Target(
         "tensorrt", max_opset=20, model_functions=False, scan_symbolic=True, ops=_TENSORRT_OPS,

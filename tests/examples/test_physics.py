@@ -7,9 +7,12 @@ import jax
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jax2onnx_nn import to_onnx, verify
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.runtimes import missing_reason, run_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from examples.heat_equation import heat_solve, initial_condition  # noqa: E402
@@ -44,3 +47,22 @@ def test_matches_jax_to_1e12(model, n, t_end):
         u, steps = jax.jit(heat_solve)(*values)
     # the data-dependent trip count really varies with the grid (CFL: dt ~ dx^2)
     assert int(steps) == (0 if t_end == 0.0 else int(np.ceil(t_end / (0.4 / (n - 1) ** 2 / 0.7) - 1e-9)))
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+@given(n=st.sampled_from([5, 11, 41]), extra=st.integers(-3, 3))
+def test_runs_on_tract_with_loop_bound(n, extra):
+    # tract has no Loop: the CFL loop is a Scan of loop_bound steps; a bound below the steps
+    # needed gives a NaN field (and the step count after the last step, with a warning)
+    with jxi.x64(True):
+        values = [np.asarray(initial_condition(n)), np.float64(0.7), np.float64(0.02)]
+        u, steps = (np.asarray(v) for v in jax.jit(heat_solve)(*values))
+    bound = max(1, int(steps) + extra)
+    with pytest.warns(UserWarning, match=r"integer or bool results of the while_loop at \S*heat_equation.py:\d+:\d+ \(heat_solve\)"):
+        model = to_onnx(heat_solve, SPECS, enable_double_precision=True, constraints=("N >= 3",), target="tract", loop_bound=bound)
+    tract_u, tract_steps = run_model(model, values, "tract")
+    if bound >= steps:
+        np.testing.assert_allclose(tract_u, u, rtol=1e-12, atol=1e-12)
+        assert tract_steps == steps
+    else:
+        assert np.isnan(tract_u).all() and tract_steps == bound

@@ -1,4 +1,5 @@
-"""Control flow: cond/switch -> If, while/fori_loop -> Loop (Scan when the trip count is static), scan -> Scan or Loop.
+"""Control flow: cond/switch -> If, while/fori_loop -> Loop (Scan when the trip count is static, or
+bounded by ``loop_bound=``), scan -> Scan or Loop.
 
 Bodies are child graphs. Operands and loop-invariant values (consts) are not passed in: a body
 reads them from the enclosing graph (ONNX outer scope). Body inputs and outputs are stamped
@@ -7,6 +8,7 @@ with the dtype and shape of the jaxpr's avals, so every body graph is fully type
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,9 +16,11 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import user_stacklevel
 from jax2onnx_nn.core.graph import mark_required
 from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.lower import LoweringContext, OnnxType, onnx_aval
+from jax2onnx_nn.core.passes import all_nodes
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim
 
@@ -112,7 +116,7 @@ def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
 
-@lowering("while", onnx_ops=("Loop", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze", "Scan", "Range", "Add", "Slice", "Squeeze"), key_data=True)
+@lowering("while", onnx_ops=("Loop", "If", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze", "Scan", "Range", "Add", "Slice", "Squeeze"), key_data=True)
 def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
@@ -136,6 +140,9 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
         if np.dtype(carry_avals[counter].dtype) in _RANGE_DTYPES:
             return _scan_over_counter(ctx, body_jaxpr, body_consts, init, counter, trips)
         return _scan_over_ticks(ctx, body_jaxpr, body_consts, init, trips, False)
+    bound = ctx.lowerer.config.loop_bound
+    if trip_count is None and bound is not None:
+        return _bounded_while(ctx, predicate, body_jaxpr, body_consts, init, pred_aval, bound)
     pred = None if trip_count is not None else predicate(init)
     body = ctx.body("while_body")
     _, cond_in = _loop_inputs(body)
@@ -159,10 +166,72 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     return outs[len(state):]
 
 
+# The mark of a bounded loop's integer and bool results (no NaN to poison them with): the
+# user's source line, read by :func:`warn_unpoisoned` once the graph is clean.
+UNPOISONED = "jax2onnx_nn.unpoisoned"
+
+
+def _bounded_while(
+    ctx: LoweringContext, predicate: Any, body_jaxpr: Any, body_consts: Sequence[ir.Value], init: Sequence[ir.Value], pred_aval: Any, bound: int,
+) -> list[ir.Value]:
+    """A data-dependent ``while_loop`` as a Scan of ``bound`` steps (``loop_bound=``), the
+    condition a state: each step runs the body where the condition holds and keeps the
+    carries where it does not (per batch element for a vmapped loop). Where the condition
+    still holds after the last step, the loop did not finish: its float results are NaN; its
+    integer and bool results, which have no NaN, are the values after the last step (marked
+    for :func:`warn_unpoisoned`)."""
+    carry_avals = ctx.avals_out
+    batched = bool(pred_aval.shape)
+    types = _types([pred_aval, *carry_avals])
+    body = ctx.body("bounded_while_body")
+    running = _add_input(body, "running", pred_aval)
+    carries = [_add_input(body, "carry", a) for a in carry_avals]
+    body.builder.add_input("tick", np.int64, ())  # Scan needs a scanned input; the body does not read it
+
+    def step(where: LoweringContext) -> list[ir.Value]:
+        new = where.lower_sub(body_jaxpr, [*body_consts, *carries])
+        if batched or not ctx.target.bounded_if:  # (an If on one predicate runs the body only while it holds)
+            new = [_select_batch(where, running, n, c) for n, c in zip(new, carries, strict=True)]
+        return [predicate(new, where), *new]
+
+    if not ctx.target.bounded_if:
+        outs = step(body)
+    else:
+        then = body.body("then_branch")
+        then_graph = then.graph_returning(step(then), types)
+        stay = body.body("else_branch")
+        else_graph = stay.graph_returning([running, *carries], types)
+        outs = _node(body, "If", [body.any(running) if batched else running], [pred_aval, *carry_avals], then_branch=then_graph, else_branch=else_graph)
+    graph = body.graph_returning(outs, types)
+    unfinished, *results = _node(ctx, "Scan", [predicate(init), *init, ctx.iota(bound)], [pred_aval, *carry_avals], body=graph, num_scan_inputs=1)
+    line = ctx.source_line
+    for k, value in enumerate(results):
+        if value.dtype.is_floating_point():
+            poisoned = _select_batch(ctx, unfinished, ctx.const(np.nan, like=value), value)
+            results[k] = ctx.typed(poisoned, carry_avals[k])
+        else:
+            value.meta[UNPOISONED] = line
+    return results
+
+
+def warn_unpoisoned(model: ir.Model) -> None:
+    """Warn, once per loop, where the integer or bool results of a bounded ``while_loop``
+    are read: they cannot be NaN, so a loop that did not finish in ``loop_bound`` steps
+    gives them silently (its float results are NaN)."""
+    lines = dict.fromkeys(
+        value.meta[UNPOISONED] for node, _ in all_nodes(model) for value in node.outputs
+        if UNPOISONED in value.meta and (value.uses() or value.is_graph_output()))
+    for line in lines:
+        warnings.warn(
+            f"the integer or bool results of the while_loop at {line} are the values after the last of loop_bound "
+            "steps if its condition still holds then (its float results are NaN); raise loop_bound "
+            "if the loop may need more steps", stacklevel=user_stacklevel())
+
+
 def _select_batch(body: LoweringContext, pred: ir.Value, new: ir.Value, old: ir.Value) -> ir.Value:
     """``where(pred, new, old)`` with ``pred`` over the leading (batch) dims of the carry."""
     trailing = list(range(len(pred.shape), len(old.shape)))
-    if trailing:
+    if trailing and len(pred.shape):  # (a scalar broadcasts as it is)
         pred = body.op.Unsqueeze(pred, body.ints(trailing))
     return body.op.Where(pred, new, old)
 
