@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -45,9 +46,10 @@ class ConversionError(Exception):
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` of a warning raised in this package that points at the first caller
-    outside it (the user's export call)."""
+    outside it (the user's export call), past the frames of context managers used as
+    decorators (``export_model``'s)."""
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(own):
+    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(own) or frame.f_code.co_filename == contextlib.__file__):
         frame, level = frame.f_back, level + 1
     return level
