@@ -324,3 +324,33 @@ def test_subset_by_index_of_the_whole_range_exports():
     m = gaussian(3, (2, 4, 4), np.float64)
     whole = lambda a: (lax.linalg.eigh(a, subset_by_index=(0, 4))[1], lax.linalg.svd(a, compute_uv=False, full_matrices=False, subset_by_index=(0, 4)))  # noqa: E731
     assert_exports_match_on(whole, m + np.swapaxes(m, -1, -2), **_tol(np.float64), jit=True)
+
+
+def _eigh_defined(a):
+    """What eigh defines whatever the basis of a repeated eigenvalue's space: the values, the
+    reconstruction V diag(w) V^T and V^T V, over max |a| (the scale the errors follow)."""
+    v, w = lax.linalg.eigh(a)
+    big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
+    big = jnp.where(big == 0, 1, big)
+    return w / big[..., 0], (v * w[..., None, :]) @ jnp.swapaxes(v, -1, -2) / big, jnp.swapaxes(v, -1, -2) @ v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eigh_of_degenerate_matrices(dtype):
+    """The zero matrix, the identity (one eigenvalue n times), eigenvalues repeated in pairs,
+    and entries of 1e-20 and 1e20 (whose squares leave float32's range) as JAX's; a NaN entry
+    makes every value NaN (JAX's LAPACK leaves some values finite: a NaN input's values are
+    undefined beyond that)."""
+    n = 5
+    q, _ = np.linalg.qr(np.random.default_rng(1).normal(size=(n, n)))
+    repeated = q @ np.diag([1.0, 1.0, -2.0, -2.0, 3.0]) @ q.T
+    m = np.random.default_rng(2).normal(size=(n, n))
+    gaussian_sym = m + m.T
+    cases = np.stack([np.zeros((n, n)), np.eye(n), repeated, 1e-20 * gaussian_sym, 1e20 * gaussian_sym]).astype(dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    assert_exports_match_on(_eigh_defined, cases, **tol, jit=True)
+    nan = cases[2].copy()
+    nan[0, 1] = nan[1, 0] = np.nan
+    model = to_onnx(jnp.linalg.eigvalsh, [(nan.shape, dtype)], enable_double_precision=dtype == np.float64)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert np.isnan(session.run(None, {session.get_inputs()[0].name: nan})[0]).all()
