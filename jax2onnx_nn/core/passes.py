@@ -3,6 +3,7 @@ types for every value."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -1297,9 +1298,10 @@ def fill_missing_types(model: ir.Model) -> None:
     Rules stamp each equation's outputs from the jaxpr; values made inside a rule are left to
     this pass. Each node making such a value is inferred on its own first: the common ops from
     a small table of ONNX's own shape rules (same shape, broadcasting, MatMul, Transpose,
-    Shape), the others by onnx's per-op inference over their inputs' types and small constant
-    inputs; so a few such nodes cost a few node inferences, not a serialization of the whole
-    graph. A result is kept only when every dim is known, which whole-graph inference could not
+    Shape, Concat, (Un)Squeeze, Gather, Split, Reshape and Range on constants, Conv and
+    pools), the others by onnx's per-op inference over their inputs' types and small
+    constant inputs (a serialization of the node and its input types each: ~0.1 ms); so a
+    few such nodes cost a few node inferences, not a serialization of the whole graph. A result is kept only when every dim is known, which whole-graph inference could not
     tell otherwise (it only adds data, which only refines unknown dims). What is left (a shape
     computed from another shape at run time, a node with a body graph, a function call) gets
     whole-graph inference with data propagation.
@@ -1381,7 +1383,126 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
         axes = sorted(int(a) % rank for a in node.inputs[1].const_value.numpy().reshape(-1))
         dims = iter(shapes[0])
         return [1 if i in axes else next(dims) for i in range(rank)]
+    if op == "Squeeze":
+        return _squeeze_shape(node, shapes[0])
+    if op == "Gather":
+        data, indices = shapes[0], shapes[1]
+        axis = node.attributes.get_int("axis", 0)
+        if not -len(data) <= axis < len(data):
+            return None
+        axis %= len(data)
+        return [*data[:axis], *indices, *data[axis + 1:]]
+    if op == "Reshape" and len(node.inputs) == 2:
+        return _reshape_shape(node, shapes[0])
+    if op == "Range":
+        return _range_shape(node)
+    if op in ("Conv", "AveragePool", "MaxPool") and len(node.outputs) == 1:
+        return _window_shape(node, shapes)
     return None
+
+
+def _split_shapes(node: ir.Node, shapes: list[list[int | str]]) -> list[list[int | str]] | None:
+    """The shape of each output of a Split with constant sizes along ``axis`` (the input's
+    size there static, and their sum); other Splits go to onnx's own inference."""
+    sizes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 else node.attributes.get_ints("split", None)
+    dims = shapes[0]
+    axis = node.attributes.get_int("axis", 0)
+    if sizes is None or len(sizes) != len(node.outputs) or not -len(dims) <= axis < len(dims):
+        return None
+    axis %= len(dims)
+    if not isinstance(dims[axis], int) or sum(sizes) != dims[axis] or min(sizes) < 0:
+        return None
+    return [[*dims[:axis], size, *dims[axis + 1:]] for size in sizes]
+
+
+def _const_ints(value: ir.Value | None) -> list[int] | None:
+    """The integers of a constant input (an initializer or a Constant's output), else None."""
+    tensor = None if value is None else value.const_value
+    if tensor is None or not np.issubdtype(tensor.dtype.numpy(), np.integer):
+        return None
+    return [int(v) for v in tensor.numpy().reshape(-1)]
+
+
+def _squeeze_shape(node: ir.Node, dims: list[int | str]) -> list[int | str] | None:
+    """Squeeze with its axes given (an input from opset 13, an attribute before); without
+    axes, or with an axis whose size is known not to be 1, onnx's own inference decides."""
+    axes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 else node.attributes.get_ints("axes", None)
+    if axes is None or not all(-len(dims) <= a < len(dims) for a in axes):
+        return None
+    drop = {a % len(dims) for a in axes}
+    if any(dims[a] != 1 and isinstance(dims[a], int) for a in drop):
+        return None
+    return [d for i, d in enumerate(dims) if i not in drop]
+
+
+def _reshape_shape(node: ir.Node, dims: list[int | str]) -> list[int | str] | None:
+    """Reshape to a constant shape: 0 copies the input's dim (unless ``allowzero``), one -1
+    takes the rest when every size is static; other cases go to onnx's own inference."""
+    target = _const_ints(node.inputs[1])
+    if target is None:
+        return None
+    allowzero = node.attributes.get_int("allowzero", 0)
+    out: list[int | str] = []
+    for i, t in enumerate(target):
+        if t == 0 and not allowzero:
+            if i >= len(dims):
+                return None
+            out.append(dims[i])
+        elif t >= -1:
+            out.append(t)
+        else:
+            return None
+    static = all(isinstance(d, int) for d in (*dims, *out))
+    if -1 in out:
+        rest = [d for d in out if d != -1]
+        if out.count(-1) > 1 or not static or 0 in rest or math.prod(dims) % math.prod(rest):
+            return None
+        out[out.index(-1)] = math.prod(dims) // math.prod(rest)
+    elif static and math.prod(dims) != math.prod(out):  # type: ignore[arg-type]
+        return None
+    return out
+
+
+def _range_shape(node: ir.Node) -> list[int | str] | None:
+    """Range over constant integer scalars: ``max(ceil((limit - start) / delta), 0)`` elements."""
+    bounds = [_const_ints(v) for v in node.inputs]
+    if len(bounds) != 3 or any(b is None or len(b) != 1 for b in bounds):
+        return None
+    (start,), (limit,), (delta,) = bounds  # type: ignore[misc]
+    if delta == 0:
+        return None
+    return [max(-((start - limit) // delta), 0)]
+
+
+def _window_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str] | None:
+    """Conv / AveragePool / MaxPool with explicit pads (or none) over static spatial dims:
+    ``floor((size + pads - ((kernel - 1) * dilation + 1)) / stride) + 1`` per spatial axis;
+    ``auto_pad``, ``ceil_mode`` and symbolic sizes go to onnx's own inference."""
+    x = shapes[0]
+    n = len(x) - 2
+    attrs = node.attributes
+    if n < 1 or attrs.get_string("auto_pad", "NOTSET") != "NOTSET" or attrs.get_int("ceil_mode", 0):
+        return None
+    if node.op_type == "Conv":
+        if len(shapes) < 2 or len(shapes[1]) != n + 2:
+            return None
+        kernel, channels = attrs.get_ints("kernel_shape", None) or shapes[1][2:], shapes[1][0]
+    else:
+        kernel, channels = attrs.get_ints("kernel_shape", None), x[1]
+    strides = attrs.get_ints("strides", None) or [1] * n
+    dilations = attrs.get_ints("dilations", None) or [1] * n
+    pads = attrs.get_ints("pads", None) or [0] * (2 * n)
+    if kernel is None or not len(kernel) == len(strides) == len(dilations) == n or len(pads) != 2 * n:
+        return None
+    spatial: list[int | str] = []
+    for i, (size, k) in enumerate(zip(x[2:], kernel, strict=True)):
+        if not isinstance(size, int) or not isinstance(k, int):
+            return None
+        room = size + pads[i] + pads[i + n] - ((k - 1) * dilations[i] + 1)
+        if room < 0 or strides[i] < 1:
+            return None
+        spatial.append(room // strides[i] + 1)
+    return [x[0], channels, *spatial]
 
 
 def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
@@ -1399,6 +1520,12 @@ def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
             return False
         shapes = [[d if isinstance(d, int) else d.value for d in v.shape] for v in inputs]
         known = all(d is not None for shape in shapes for d in shape)
+        if node.op_type == "Split":
+            split = _split_shapes(node, shapes) if known else None
+            if split is not None and all(out.type is not None for out in node.outputs):
+                for out, shape in zip(node.outputs, split, strict=True):
+                    out.shape = out.shape or ir.Shape(shape)
+                continue
         shape = _table_shape(node, shapes) if known and inputs else None
         if shape is not None and node.outputs[0].type is not None:
             if any(d is None for d in shape):
