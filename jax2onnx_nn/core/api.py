@@ -114,7 +114,7 @@ def to_onnx(
 
 
 @with_options_signature
-@collector_paused()
+@collector_paused
 def export_model(
     fn: Callable[..., Any],
     inputs: Sequence[Any],

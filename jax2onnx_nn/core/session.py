@@ -16,6 +16,7 @@ adapter module). An adapter module defines
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -129,10 +130,9 @@ def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) 
             _STATE.options, _STATE.memo = previous, previous_memo
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while an export runs, and on again at the end
-    (also after a failure) if it was on; a decorator too.
+def collector_paused(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: ``fn`` runs with Python's cyclic garbage collector paused, and on again at
+    the end (also after a failure) if it was on.
 
     An export makes many objects that live until it returns (the jaxpr, the graph under
     construction, its values and attributes), so the collections that its allocations trigger
@@ -140,16 +140,21 @@ def collector_paused() -> Iterator[None]:
     collection scans every object of the process (about a fifth of a 4-layer GPT's warm
     export). What an export leaves as cyclic garbage is collected by the next automatic
     collection after it. Process-wide, as the collector is: another thread does not collect
-    while an export runs either.
+    while an export runs either. (A function of this package, not a ``contextlib``
+    decorator: warnings find the user's frame as the first one outside the package.)
     """
-    if not gc.isenabled():  # the caller's choice (or an export running in another thread)
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled():  # the caller's choice (or an export running in another thread)
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return run
 
 
 @contextlib.contextmanager
