@@ -298,6 +298,14 @@ def _new_scope(constraints: tuple[str, ...]) -> Any:
         raise SpecError(f"constraints {list(constraints)!r} do not go together: {err}") from None
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed_dims(spec: str, scope: Any) -> tuple[Any, ...]:
+    """``jax.export.symbolic_shape(spec, scope=scope)``, once per spec and scope in the process
+    (JAX tokenizes the text each time: a tenth of a small model's warm export). Scopes are
+    one per distinct ``constraints`` (:func:`_new_scope`), so equal specs give the same dims."""
+    return jxi.parse_symbolic_shape(spec, scope)
+
+
 class _Resolver:
     """Parses string dims of shape specs in the export's one symbolic scope."""
 
@@ -316,7 +324,7 @@ class _Resolver:
             return d
         if d not in self._cache:
             try:
-                parsed = jxi.parse_symbolic_shape(d, self.scope)
+                parsed = _parsed_dims(d, self.scope)
             except Exception as err:
                 raise SpecError(f"{leaf.where}: cannot parse the symbolic dim {d!r} in {leaf.dims!r}: {err}; {_DIM_HELP}") from None
             if len(parsed) != 1:
