@@ -84,6 +84,35 @@ def _nan_propagating_max_min(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- ReduceMax / ReduceMin of infinities -----------------------------------------------------
+def _reduce_extremes_of_infinities(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 and tract 0.23 start a float ReduceMax at the lowest finite value (and
+    ReduceMin at the largest): the max of only -inf is -3.4028235e38 there, not -inf (measured at
+    opsets 13 and 18; ``jnp.max`` of a fully masked row). Where the result is that finite value
+    and no element equals it, it is the infinity instead; a count of the elements equal to it
+    (a ReduceSum over the same axes) tells."""
+    if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return False
+    x, dtype = node.inputs[0], node.outputs[0].dtype
+    if dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
+        return False
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    result = edit.op(node.op_type, *node.inputs, dtype=dtype, **attributes)
+    info = np.finfo(dtype.numpy())
+    finite, infinite = (info.min, -np.inf) if node.op_type == "ReduceMax" else (info.max, np.inf)
+    finite, infinite = np.asarray(finite, dtype.numpy()), np.asarray(infinite, dtype.numpy())
+    axes = node.inputs[1] if len(node.inputs) > 1 else None
+    if axes is None and "axes" in attributes:
+        axes = edit.const(np.asarray(attributes["axes"], np.int64))
+    count_attributes = {name: value for name, value in attributes.items() if name in ("keepdims", "noop_with_empty_axes")}
+    reached = edit.op("Cast", edit.op("Equal", x, finite, dtype=_BOOL), to=_I32, dtype=_I32)
+    count = edit.op("ReduceSum", reached, axes, dtype=_I32, **count_attributes) if axes is not None else edit.op("ReduceSum", reached, dtype=_I32, **count_attributes)
+    clipped = edit.op("And", edit.op("Equal", result, finite, dtype=_BOOL),
+                      edit.op("Equal", count, np.int32(0), dtype=_BOOL), dtype=_BOOL)
+    edit.replace(edit.op("Where", clipped, infinite, result, dtype=dtype))
+    return True
+
+
 # -- Greater with NaN --------------------------------------------------------------------------
 _SWAPPED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
@@ -449,13 +478,7 @@ def _scatter_loop_as_one_hot(node: ir.Node, edit: _Editor) -> bool:
     spread = edit.op("Where", edit.op("Unsqueeze", hits, np.array([2], np.int64), dtype=_BOOL),
                      edit.op("Concat", updates, padding, axis=0, dtype=dtype), neutral, dtype=dtype)  # (N + 1, M, R)
     reduced = _reduce_first_axis(edit, _REDUCE_ROWS[combine.op_type], spread, dtype)
-    if combine.op_type in ("Max", "Min") and numpy_type.kind == "f":
-        # tract's ReduceMax of only -inf is the lowest finite float (ReduceMin of +inf the largest)
-        finite = np.asarray(np.finfo(numpy_type).min if combine.op_type == "Max" else np.finfo(numpy_type).max, numpy_type)
-        reached = edit.op("Cast", edit.op("Equal", spread, finite, dtype=_BOOL), to=_I32, dtype=_I32)
-        clipped = edit.op("And", edit.op("Equal", reduced, finite, dtype=_BOOL),
-                          edit.op("Not", edit.op("Greater", _reduce_first_axis(edit, "ReduceSum", reached, _I32), np.int32(0), dtype=_BOOL), dtype=_BOOL), dtype=_BOOL)
-        reduced = edit.op("Where", clipped, neutral, reduced, dtype=dtype)
+    # (tract's float ReduceMax/Min of only infinities is corrected by reduce_extremes_of_infinities)
     hit = edit.op("Greater", _reduce_first_axis(edit, "ReduceSum", edit.op("Cast", hits, to=_I32, dtype=_I32), _I32), np.int32(0), dtype=_BOOL)
     flat = edit.op("Reshape", data, edit.op("Concat", cells, row_size, axis=0, dtype=i64), dtype=dtype)  # (M, R)
     result = edit.op("Where", edit.op("Unsqueeze", hit, one, dtype=_BOOL), edit.op(combine.op_type, flat, reduced, dtype=dtype), flat, dtype=dtype)
@@ -1187,6 +1210,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "empty_constants_as_constant_of_shape": _empty_constants_as_constant_of_shape,
     "integer_square_as_product": _integer_square_as_product,
     "greater_as_less": _greater_as_less,
+    "reduce_extremes_of_infinities": _reduce_extremes_of_infinities,
     "int64_cast_as_castlike": _int64_cast_as_castlike,
     "isnan_as_not_equal": _isnan_as_not_equal,
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,

@@ -127,11 +127,12 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # float32 and keeps int64 in 32 bits; int32 Add/Mul/CumSum/bitwise ops wrap as they
         # should, so uint32 is computed as int32 (CumSum too: not widened to int64), and so is
         # a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
-        # (OrEqual) is true for NaN; it refuses a float64 DFT and ignores DFT's axis input, and a
+        # (OrEqual) is true for NaN, its float ReduceMax of only -inf is the lowest finite float
+        # (ReduceMin of +inf the largest); it refuses a float64 DFT and ignores DFT's axis input, and a
         # Scan inside another Scan's body (those become Loops)
         kernels={"CumSum": _CUMSUM_UINT32, **_OPENVINO_WRAPPING},
         rewrites=("nested_scans_as_loops", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
-                  "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
+                  "reduce_extremes_of_infinities", "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
         # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that
         # the Scan has no inputs for (a Scan of jax.random.gamma: "num_scan_outputs can't be
         # negative: body outputs (4) is less than num_initial_values (16)"), runs a body
@@ -152,10 +153,11 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # vectors: the rewrites write each so that it runs (core/target_rewrites.py). It has no
         # Loop: one of a trip count and no condition is a Scan over Range(0, trips). It takes a
         # one-element integer constant read by a Mul in a Scan body for a mask and refuses the Scan.
+        # Its float ReduceMax of only -inf is the lowest finite float (ReduceMin of +inf the largest).
         # Its Mul(x, x) of integers is a Square that saturates or has no kernel. ScatterND's
         # reductions below their opset (a Loop) are written without a loop
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("scatter_loop_as_one_hot", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
+        rewrites=("scatter_loop_as_one_hot", "reduce_extremes_of_infinities", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
         late_rewrites=("empty_constants_as_constant_of_shape",),  # (it reads an empty uint32 initializer as int32)
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
