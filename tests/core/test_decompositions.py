@@ -374,9 +374,9 @@ def test_degenerate_inputs_as_jax(name, dtype):
     (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 31),  # 8 of them JAX's tril
     (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 17),
     (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=False), 17),  # no reversals
-    (lambda a: lax.linalg.lu(a), 66),
-    (lambda a: jnp.linalg.solve(a, a[..., :1]), 102),
-    (lambda a: jnp.linalg.inv(a), 103),
+    (lambda a: lax.linalg.lu(a), 74),
+    (lambda a: jnp.linalg.solve(a, a[..., :1]), 110),  # lu's permutation gathered unclamped
+    (lambda a: jnp.linalg.inv(a), 110),
     (lambda a: lax.linalg.qr(a), 135),
 ])
 def test_small_graphs(fn, limit):

@@ -465,25 +465,21 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     # the permutation rides along as one more column (row ids, exact in a float), so each
     # row swap moves it with the row
     ids = jnp.broadcast_to(np.arange(m, dtype=a.dtype)[:, None], (*a.shape[:-1], 1))
-    done, rest, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n, masked=True)
+    done, rest, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
     work = jnp.concatenate([done, rest], axis=-2) if rest.shape[-2] else done
     pivots = (jnp.concatenate(pivots, axis=-1)[..., 0, :] + _ids(len(pivots))).astype(jnp.int32)
     return work[..., :n], pivots, exact_cast(work[..., n], jnp.int32)
 
 
-def _lu_panel(work: jax.Array, steps: int, n: int, *, masked: bool = False) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
     """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``n`` columns
     are eliminated, all ``c`` are swapped. Each step takes its pivot row out (one Gather),
     eliminates every row against it in place (the pivot row's own result is discarded),
-    then puts the first row where the pivot row was (one Scatter) and drops it, so the swap
-    moves the eliminated rows. ``masked`` writes a step's columns with two Wheres on static
-    column masks (4 nodes, where Slices and a Concat are 6-7): a 4x4 lu is 66 nodes instead
-    of 74 at the same onnxruntime latency, but a blocked 64x64 lu's panels ran 1.5x slower
-    that way (benchmarks/linalg_bench.py). Returns (the pivot rows (..., steps, c), the rows
-    left, each step's pivot row among the rows it had left (..., 1, 1): step j's row is that
-    plus j)."""
+    then puts the first row where the pivot row was (one Scatter) and drops it, so no step
+    masks a whole matrix and the swap moves the eliminated rows. Returns (the pivot rows
+    (..., steps, c), the rows left, each step's pivot row among the rows it had left
+    (..., 1, 1): step j's row is that plus j)."""
     done, pivots = [], []
-    columns = np.arange(work.shape[-1])
     for j in range(steps):
         if work.shape[-2] == 1:  # one row left: it is its own pivot, nothing below it
             done.append(work)
@@ -499,16 +495,15 @@ def _lu_panel(work: jax.Array, steps: int, n: int, *, masked: bool = False) -> t
         pivot = row[..., j : j + 1]
         multipliers = col / where(pivot == 0, 1.0, pivot)  # getf2 skips a zero pivot
         # column j takes the multipliers, the columns j+1..n-1 lose their multiple of the
-        # pivot row, the others (L columns done, the permutation) are kept
-        if masked:  # (the update of the kept columns is computed and dropped)
-            kept = (columns < j) | (columns >= n)
-            work = where(kept, work, where(columns == j, multipliers, work - multipliers * row))
-        else:
-            parts = [work[..., :, :j], multipliers]
-            if j + 1 < n:
-                parts.append(work[..., :, j + 1 : n] - multipliers * row[..., j + 1 : n])
-            parts.append(work[..., :, n:])
-            work = jnp.concatenate([x for x in parts if x.shape[-1]], axis=-1)
+        # pivot row, the others are kept: Slices and one Concat (two Wheres on static
+        # column masks are 3 nodes fewer a step, 66 instead of 74 for a 4x4 lu, but
+        # onnxruntime ran them slower: a blocked 64x64 lu 1.5x, unrolled 4x4 and 16x16
+        # lu/solve/inv 4-25% in interleaved runs)
+        parts = [work[..., :, :j], multipliers]
+        if j + 1 < n:
+            parts.append(work[..., :, j + 1 : n] - multipliers * row[..., j + 1 : n])
+        parts.append(work[..., :, n:])
+        work = jnp.concatenate([x for x in parts if x.shape[-1]], axis=-1)
         work = put_row(work, p, work[..., :1, :])[..., 1:, :]
     return jnp.concatenate(done, axis=-2), work, pivots
 
