@@ -151,8 +151,8 @@ def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax
     sr, si = where(rotates, (pr * y[0] + pi * y[1]) * inv_r, zero), where(rotates, (pi * y[0] - pr * y[1]) * inv_r, zero)
     o = jnp.zeros_like(c)
 
-    def matrix(*entries: jax.Array) -> jax.Array:  # 16 entries (..., 1, 1), row by row
-        return jnp.concatenate([jnp.concatenate(entries[i : i + 4], axis=-1) for i in range(0, 16, 4)], axis=-2)
+    def matrix(*entries: jax.Array) -> jax.Array:  # 16 entries (..., 1, 1), row by row: one Concat
+        return jnp.reshape(jnp.concatenate(entries, axis=-1), (*c.shape[:-2], 4, 4))
 
     # rows (t, b) -> (c t + s b, c b - conj(s) t); the slice's rows are t.re, t.im, b.re, b.im
     left = matrix(c, o, sr, -si, o, c, si, sr, -sr, -si, c, o, si, -sr, o, c)
@@ -289,9 +289,14 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         def chase(k: Any, hz: jax.Array) -> jax.Array:
             first = k == lo
             km1 = jnp.maximum(k - 1, 0)
-            (xk, yk), (xm, ym) = _entries(hz, k, k), _entries(hz, k, km1)
-            x = tuple(where(first, a - sh, b) for a, b, sh in zip(xk, xm, shift, strict=True))
-            y = tuple(where(first, a, b) for a, b in zip(yk, ym, strict=True))
+            # columns k-1 and k of rows k, k+1 as (..., 4, 2) (re, im of row k, then of k+1):
+            # one slice of the two rows _rotate reads too (the same nodes, merged)
+            two_rows = jnp.reshape(lax.dynamic_slice_in_dim(hz[0], k, 2, axis=-3), (*hz[0].shape[:-3], 4, n))
+            pair = lax.dynamic_slice_in_dim(two_rows, km1, 2, axis=-1)
+            at_k = where(k == km1, pair[..., 0:1], pair[..., 1:2])  # k = 0: the slice starts at k
+            picked = where(first, at_k, pair[..., 0:1])  # the shifted column k first, then the bulge's
+            x = tuple(picked[..., i : i + 1, :] - where(first, sh, zero) for i, sh in enumerate(shift))
+            y = picked[..., 2:3, :], picked[..., 3:4, :]
             return _rotate(hz, k, x, y, live & (k >= lo) & (k < hi), where(first, -1, km1))
 
         # only the rows some matrix of the batch still chases: from the lowest active block's
