@@ -53,6 +53,9 @@ CALL_BODIES: dict[str, tuple[str, ...]] = {
 def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
     """The ONNX dtype and shape a JAX aval is represented by: keys become their uint32 data,
     complex numbers real (real, imag) pairs in a trailing dim of 2."""
+    dtype = aval.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind != "c":  # the common case, once per value made
+        return dtype, tuple(aval.shape)
     struct = jxi.data_struct(aval)
     return np.dtype(struct.dtype), tuple(struct.shape)
 
