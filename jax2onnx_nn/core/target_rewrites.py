@@ -113,6 +113,47 @@ def _reduce_extremes_of_infinities(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- ReduceMax / ReduceMin of int32 ------------------------------------------------------------
+def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 computes an int32 ReduceMax/Min through float32 (the max of [2147483647, 5]
+    came out -2147483648, of [16777217, 16777216] 16777216). With the sign bit flipped (an int32
+    Add of -2**31, which wraps) the order is the unsigned order of the bits, whose 16-bit halves
+    float32 holds exactly (``_halves``): the extreme of the high halves, then of the low halves
+    among the elements that have it; the bits put back together by int32 arithmetic."""
+    if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return False
+    x = node.inputs[0]
+    if x.dtype != _I32:
+        return False
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    axes_value = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else attributes.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1] is not None and axes_value is None:
+        return False  # axes computed at run time
+    if attributes.get("noop_with_empty_axes") and (axes_value is None or not len(np.asarray(axes_value).reshape(-1))):
+        return False
+    axes = None if axes_value is None or not len(np.asarray(axes_value).reshape(-1)) else np.asarray(axes_value, np.int64).reshape(-1)
+    flip = np.int32(-(2**31))
+    high, low = _halves(edit, edit.op("Add", x, flip, dtype=_I32))
+
+    def reduce(v: ir.Value) -> ir.Value:
+        if axes is None:
+            return edit.op(node.op_type, v, keepdims=1, dtype=_F32)
+        if edit.opset >= 18:
+            return edit.op(node.op_type, v, axes, keepdims=1, dtype=_F32)
+        return edit.op(node.op_type, v, axes=axes.tolist(), keepdims=1, dtype=_F32)
+
+    top = reduce(high)
+    outside = np.float32(-1.0 if node.op_type == "ReduceMax" else 2.0**16)
+    bottom = reduce(edit.op("Where", edit.op("Equal", high, top, dtype=_BOOL), low, outside, dtype=_F32))
+    bits = edit.op("Add", edit.op("Mul", _i32(edit, top), np.int32(2**16), dtype=_I32), _i32(edit, bottom), dtype=_I32)
+    result = edit.op("Add", bits, flip, dtype=_I32)
+    if not attributes.get("keepdims", 1):
+        result = (edit.op("Reshape", result, np.zeros((0,), np.int64), dtype=_I32) if axes is None
+                  else edit.op("Squeeze", result, axes, dtype=_I32))
+    edit.replace(result)
+    return True
+
+
 # -- Greater with NaN --------------------------------------------------------------------------
 _SWAPPED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
@@ -1211,6 +1252,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "integer_square_as_product": _integer_square_as_product,
     "greater_as_less": _greater_as_less,
     "reduce_extremes_of_infinities": _reduce_extremes_of_infinities,
+    "int32_extremes_on_halves": _int32_extremes_on_halves,
     "int64_cast_as_castlike": _int64_cast_as_castlike,
     "isnan_as_not_equal": _isnan_as_not_equal,
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,

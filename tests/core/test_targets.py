@@ -74,6 +74,22 @@ def test_max_min_reductions_of_infinities_on_every_runtime(runtime: str, x: np.n
     assert_exports_match(f, [(3, 4)], input_values=[x], target=runtime, runtime=runtime)
 
 
+_INT32_EDGES = [2**31 - 1, -(2**31), -(2**31) + 1, 2**24 + 1, 2**24, -(2**24) - 1, 65536, 65535, -1, 0, 7]
+
+
+@pytest.mark.parametrize("runtime", runtime_params())
+@given(x=hnp.arrays(np.int32, (3, 4), elements=st.one_of(st.sampled_from(_INT32_EDGES), st.integers(-(2**31), 2**31 - 1))),
+       keepdims=st.booleans(), opset=st.sampled_from([13, 18, 21]))
+@example(x=np.array([[2**31 - 1, 5, 0, 1], [2**24 + 1, 2**24, 0, -1], [-(2**31) + 1, -5, -7, -(2**31)]], np.int32), keepdims=False, opset=21)
+def test_int32_max_min_reductions_are_exact_on_every_runtime(runtime: str, x: np.ndarray, keepdims: bool, opset: int) -> None:
+    # OpenVINO computes int32 ReduceMax/Min through float32 (max of [2**31 - 1, 5]: -2**31): its
+    # profile reduces the 16-bit halves of the bits with the sign bit flipped
+    def f(v: jax.Array) -> tuple[jax.Array, ...]:
+        return jnp.max(v, axis=1, keepdims=keepdims), jnp.min(v, axis=0, keepdims=keepdims), jnp.max(v), jnp.min(v, axis=(0, 1))
+
+    assert_exports_match(f, [((3, 4), np.int32)], input_values=[x], opset=opset, target=runtime, runtime=runtime)
+
+
 def _causal_attention(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     t = x.shape[1]
     scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), x @ jnp.swapaxes(x, 1, 2), -jnp.inf)
