@@ -397,6 +397,70 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- Scans in Scan bodies ----------------------------------------------------------------------
+_RESTARTED = "jax2onnx_nn.restarted"
+
+
+def _inner_scans_restarted(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 keeps the states of a Scan inside a Scan body from one step of the outer Scan
+    to the next: every outer step but the first starts the inner Scan from the states the last
+    one ended with, not from its initial values (a ``lax.map`` over a ``fori_loop`` or a bounded
+    ``while_loop``, ``jax.random.gamma``'s rejection loops: wrong numbers, no error). In each
+    Scan in this Scan's body (in If branches too) that scans a constant counter forward (a
+    ``fori_loop``, a scan without xs, a bounded ``while_loop``), the body reads each state as
+    ``Where(tick == first tick, initial value, state)``."""
+    del edit  # (the nodes go into the inner bodies)
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    return any([_restarted(inner) for inner in _scans_in(node.attributes["body"].as_graph())])
+
+
+def _scans_in(graph: ir.Graph) -> list[ir.Node]:
+    """The Scan nodes of ``graph`` and of the If branches in it (not those in Scan bodies)."""
+    found = []
+    for node in graph:
+        if node.op_type == "Scan" and node.domain == "":
+            found.append(node)
+        elif node.op_type == "If" and node.domain == "":
+            found.extend(inner for branch in node_bodies(node) for inner in _scans_in(branch))
+    return found
+
+
+def _restarted(scan: ir.Node) -> bool:
+    if scan.meta.get(_RESTARTED):
+        return False
+    n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
+    n_state = len(scan.inputs) - n_scanned
+    directions = scan.attributes.get_ints("scan_input_directions", None) or [0] * n_scanned
+    counters = [(k, ticks) for k, ticks in ((k, _constant_range(x)) for k, x in enumerate(scan.inputs[n_state:]))
+                if ticks is not None and ticks.ndim == 1 and ticks.size and not directions[k]]
+    if not n_state or not counters:
+        return False
+    k, ticks = counters[0]
+    body = scan.attributes["body"].as_graph()
+    tick = body.inputs[n_state + k]
+    name = f"{tick.name}/restart"
+    start = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.asarray(ticks[0]))}), name=f"{name}/start")
+    first = ir.Node("", "Equal", [tick, start.outputs[0]], name=f"{name}/first")
+    new_nodes = [start, first]
+    for node_, dtype in ((start, tick.dtype), (first, ir.DataType.BOOL)):
+        node_.outputs[0].name, node_.outputs[0].type, node_.outputs[0].shape = f"{node_.name}_output", ir.TensorType(dtype), ir.Shape([])
+    for i, state in enumerate(body.inputs[:n_state]):
+        initial = scan.inputs[i]
+        assert initial is not None
+        read = ir.Node("", "Where", [first.outputs[0], initial, state], name=f"{name}/state{i}")
+        read.outputs[0].name, read.outputs[0].type, read.outputs[0].shape = f"{read.name}_output", state.type, state.shape
+        state.replace_all_uses_with(read.outputs[0], replace_graph_outputs=True)
+        read.replace_input_with(2, state)
+        new_nodes.append(read)
+    if len(body):
+        body.insert_before(next(iter(body)), new_nodes)
+    else:
+        body.extend(new_nodes)
+    scan.meta[_RESTARTED] = True
+    return True
+
+
 # -- Loop of a trip count and no condition ------------------------------------------------------
 def _counted_loop_as_scan(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 has no Loop. A Loop with a trip count ``M`` whose condition never changes (a
@@ -1258,6 +1322,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,
     "counter_scan_as_state": _counter_scan_as_state,
     "counted_loop_as_scan": _counted_loop_as_scan,
+    "inner_scans_restarted": _inner_scans_restarted,
     "scatter_loop_as_one_hot": _scatter_loop_as_one_hot,
     "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,

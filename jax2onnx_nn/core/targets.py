@@ -154,10 +154,12 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # Loop: one of a trip count and no condition is a Scan over Range(0, trips). It takes a
         # one-element integer constant read by a Mul in a Scan body for a mask and refuses the Scan.
         # Its float ReduceMax of only -inf is the lowest finite float (ReduceMin of +inf the largest).
+        # It keeps the states of a Scan in a Scan body from one outer step to the next (not reset
+        # to their initial values): step 0 of one over a constant counter reads the initial values.
         # Its Mul(x, x) of integers is a Square that saturates or has no kernel. ScatterND's
         # reductions below their opset (a Loop) are written without a loop
         kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("scatter_loop_as_one_hot", "reduce_extremes_of_infinities", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
+        rewrites=("scatter_loop_as_one_hot", "reduce_extremes_of_infinities", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "inner_scans_restarted", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
         late_rewrites=("empty_constants_as_constant_of_shape",),  # (it reads an empty uint32 initializer as int32)
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "

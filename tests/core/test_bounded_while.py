@@ -147,3 +147,53 @@ def test_a_bound_that_is_not_a_positive_int_is_refused(bound: Any) -> None:
 def test_tract_refusing_a_data_dependent_loop_names_the_option() -> None:
     with pytest.raises(ConversionError, match=r"(?s)tract cannot run Loop.*loop_bound=N \(CLI: --loop-bound N\)"):
         to_onnx(grow, [(3,), ((), np.float32)], target="tract")
+
+
+TRACT = pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+
+
+@TRACT
+@given(bound=st.integers(1, 9), y=st.floats(0.0, 1.0, width=32))
+def test_bounded_loops_in_a_map_restart_on_tract(bound: int, y: float) -> None:
+    # tract keeps an inner Scan's states from one step of the outer Scan to the next: its
+    # profile makes each inner step 0 read the initial values (inner_scans_restarted)
+    def halvings(xs: jax.Array, y: jax.Array) -> jax.Array:
+        return jax.lax.map(lambda a: jax.lax.while_loop(lambda c: c < a, lambda c: c * 2 + y, jnp.float32(1.0)), xs)
+
+    xs = np.array([3.0, 10.0, 100.0, 0.5, 7.0], np.float32)
+    (out,) = run_model(_export(halvings, [(5,), ()], "tract", bound), [xs, np.float32(y)], "tract")
+    want = [stopped_after(lambda c, a=a: c < a, lambda c: c * 2 + np.float32(y), jnp.float32(1.0), bound) for a in xs]
+    np.testing.assert_allclose(out, [np.nan if unfinished else w for w, unfinished in want], rtol=1e-6)
+
+
+@TRACT
+@pytest.mark.parametrize("inner", ["fori_loop", "scan without xs", "scan of a counter"])
+def test_fixed_loops_in_a_map_restart_on_tract(inner: str) -> None:
+    # the same bug without loop_bound: a lax.map over a fori_loop or a scan without xs gave the
+    # last row's state to the next row on tract (wrong numbers, no error)
+    def step(c: jax.Array, a: jax.Array, i: jax.Array) -> jax.Array:
+        return jnp.where(c < a, c * 2 + i, c)
+
+    loops = {
+        "fori_loop": lambda a: jax.lax.fori_loop(0, 3, lambda i, c: step(c, a, i.astype(c.dtype)), jnp.float32(1.0)),
+        "scan without xs": lambda a: jax.lax.scan(lambda c, _: (step(c, a, 0.25), None), jnp.float32(1.0), None, length=3)[0],
+        "scan of a counter": lambda a: jax.lax.scan(lambda c, i: (step(c, a, i), c), jnp.float32(1.0), jnp.arange(4.0))[1],
+    }
+    xs = np.array([3.0, 10.0, 100.0, 0.5, 7.0], np.float32)
+    from jax2onnx_nn.testing import assert_exports_match
+
+    assert_exports_match(lambda xs: jax.lax.map(loops[inner], xs), [(5,)], input_values=[xs], target="tract", runtime="tract")
+
+
+@TRACT
+@pytest.mark.slow  # (~11 s)
+def test_gamma_draws_run_on_tract_with_loop_bound() -> None:
+    # jax.random.gamma: a lax.map over the elements, each a rejection loop around a loop
+    # drawing normals (both data-dependent: bounded)
+    def draws(key_data: jax.Array, alpha: jax.Array) -> jax.Array:
+        return jax.random.gamma(jax.random.wrap_key_data(key_data), alpha)
+
+    key_data = np.asarray(jax.random.key_data(jax.random.key(3)))
+    alpha = np.array([0.3, 1.0, 2.5, 9.0, 40.0], np.float32)
+    (out,) = run_model(_export(draws, [((2,), np.uint32), (5,)], "tract", 8), [key_data, alpha], "tract")
+    np.testing.assert_allclose(out, np.asarray(draws(key_data, alpha)), rtol=1e-5)
