@@ -116,14 +116,15 @@ def _reduce_extremes_of_infinities(node: ir.Node, edit: _Editor) -> bool:
 # -- ReduceMax / ReduceMin of int32 ------------------------------------------------------------
 def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 computes an int32 ReduceMax/Min through float32 (the max of [2147483647, 5]
-    came out -2147483648, of [16777217, 16777216] 16777216). With the sign bit flipped (an int32
-    Add of -2**31, which wraps) the order is the unsigned order of the bits, whose 16-bit halves
+    came out -2147483648, of [16777217, 16777216] 16777216), and uint32 too (the profile keeps it
+    uint32, not widened to int64, which it holds in 32 bits). With the sign bit of an int32 flipped
+    (an int32 Add of -2**31, which wraps) the order is the unsigned order of the bits, whose 16-bit halves
     float32 holds exactly (``_halves``): the extreme of the high halves, then of the low halves
     among the elements that have it; the bits put back together by int32 arithmetic."""
     if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
         return False
     x = node.inputs[0]
-    if x.dtype != _I32:
+    if x.dtype not in (_I32, _U32):
         return False
     attributes = {name: attr.value for name, attr in node.attributes.items()}
     axes_value = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else attributes.get("axes")
@@ -132,8 +133,8 @@ def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     if attributes.get("noop_with_empty_axes") and (axes_value is None or not len(np.asarray(axes_value).reshape(-1))):
         return False
     axes = None if axes_value is None or not len(np.asarray(axes_value).reshape(-1)) else np.asarray(axes_value, np.int64).reshape(-1)
-    flip = np.int32(-(2**31))
-    high, low = _halves(edit, edit.op("Add", x, flip, dtype=_I32))
+    flip = np.int32(-(2**31) if x.dtype == _I32 else 0)  # (uint32: its bits' order already)
+    high, low = _halves(edit, edit.op("Add", _as_int32(edit, x), flip, dtype=_I32))
 
     def reduce(v: ir.Value) -> ir.Value:
         if axes is None:
@@ -150,7 +151,7 @@ def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     if not attributes.get("keepdims", 1):
         result = (edit.op("Reshape", result, np.zeros((0,), np.int64), dtype=_I32) if axes is None
                   else edit.op("Squeeze", result, axes, dtype=_I32))
-    edit.replace(result)
+    edit.replace(result if x.dtype == _I32 else edit.op("Cast", result, to=_U32, dtype=_U32))
     return True
 
 

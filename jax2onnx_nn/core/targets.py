@@ -113,6 +113,9 @@ _OPENVINO_NO_BYTES = "i16 i32 i64 u16 u32 u64 f16 f32 f64"
 _OPENVINO_WRAPPING = {**dict.fromkeys(("Add", "Sub", "Mul", "Div"), _OPENVINO_NO_BYTES),
                       "Neg": "i16 i32 i64 f16 f32 f64", "Abs": "u8 " + _OPENVINO_NO_BYTES}
 
+# ReduceMax/Min's types on OpenVINO: uint32 kept (rewritten on int32 bits), not widened to int64
+_REDUCE_EXTREMES_UINT32 = "b i8 i32 i64 u8 u32 f16 f32 f64"
+
 TARGETS: Mapping[str, Target] = MappingProxyType({
     "onnxruntime": Target("onnxruntime"),
     "onnxruntime-web": Target(
@@ -130,7 +133,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # (OrEqual) is true for NaN, its float ReduceMax of only -inf is the lowest finite float
         # (ReduceMin of +inf the largest) and its int32 ReduceMax/Min go through float32; it refuses a float64 DFT and ignores DFT's axis input, and a
         # Scan inside another Scan's body (those become Loops)
-        kernels={"CumSum": _CUMSUM_UINT32, **_OPENVINO_WRAPPING},
+        kernels={"CumSum": _CUMSUM_UINT32, **_OPENVINO_WRAPPING, **dict.fromkeys(("ReduceMax", "ReduceMin"), _REDUCE_EXTREMES_UINT32)},
         rewrites=("nested_scans_as_loops", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
                   "reduce_extremes_of_infinities", "int32_extremes_on_halves", "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
         # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that

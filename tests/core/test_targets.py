@@ -79,15 +79,18 @@ _INT32_EDGES = [2**31 - 1, -(2**31), -(2**31) + 1, 2**24 + 1, 2**24, -(2**24) - 
 
 @pytest.mark.parametrize("runtime", runtime_params())
 @given(x=hnp.arrays(np.int32, (3, 4), elements=st.one_of(st.sampled_from(_INT32_EDGES), st.integers(-(2**31), 2**31 - 1))),
-       keepdims=st.booleans(), opset=st.sampled_from([13, 18, 21]))
-@example(x=np.array([[2**31 - 1, 5, 0, 1], [2**24 + 1, 2**24, 0, -1], [-(2**31) + 1, -5, -7, -(2**31)]], np.int32), keepdims=False, opset=21)
-def test_int32_max_min_reductions_are_exact_on_every_runtime(runtime: str, x: np.ndarray, keepdims: bool, opset: int) -> None:
-    # OpenVINO computes int32 ReduceMax/Min through float32 (max of [2**31 - 1, 5]: -2**31): its
-    # profile reduces the 16-bit halves of the bits with the sign bit flipped
+       keepdims=st.booleans(), opset=st.sampled_from([13, 18, 21]), unsigned=st.booleans())
+@example(x=np.array([[2**31 - 1, 5, 0, 1], [2**24 + 1, 2**24, 0, -1], [-(2**31) + 1, -5, -7, -(2**31)]], np.int32), keepdims=False, opset=21, unsigned=True)
+@example(x=np.array([[2**31 - 1, 5, 0, 1], [2**24 + 1, 2**24, 0, -1], [-(2**31) + 1, -5, -7, -(2**31)]], np.int32), keepdims=True, opset=13, unsigned=False)
+def test_int32_max_min_reductions_are_exact_on_every_runtime(runtime: str, x: np.ndarray, keepdims: bool, opset: int, unsigned: bool) -> None:
+    # OpenVINO computes int32 ReduceMax/Min through float32 (max of [2**31 - 1, 5]: -2**31) and
+    # uint32 ones widened to its 32-bit int64: its profile reduces the 16-bit halves of the bits
+    # (of int32, with the sign bit flipped)
     def f(v: jax.Array) -> tuple[jax.Array, ...]:
         return jnp.max(v, axis=1, keepdims=keepdims), jnp.min(v, axis=0, keepdims=keepdims), jnp.max(v), jnp.min(v, axis=(0, 1))
 
-    assert_exports_match(f, [((3, 4), np.int32)], input_values=[x], opset=opset, target=runtime, runtime=runtime)
+    dtype = np.uint32 if unsigned else np.int32
+    assert_exports_match(f, [((3, 4), dtype)], input_values=[x.view(dtype)], opset=opset, target=runtime, runtime=runtime)
 
 
 def _causal_attention(x: jax.Array) -> tuple[jax.Array, jax.Array]:
