@@ -2,7 +2,9 @@
 
 The grid size N is symbolic in the exported graph: dx, the stable time step and the number
 of steps are computed at run time from N and the inputs, so one ONNX file serves every grid.
-Run ``python -m examples.heat_equation [out.onnx]``.
+The step count depends on the data, so the loop is an ONNX Loop; for tract, which has no Loop,
+export with ``target="tract", loop_bound=N``: a Scan of N steps, the field NaN on a grid that
+needs more. Run ``python -m examples.heat_equation [out.onnx]``.
 """
 
 from __future__ import annotations
