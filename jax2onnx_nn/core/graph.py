@@ -280,13 +280,20 @@ class GraphBuilder:
         return ir.Graph(self.inputs, self.outputs, nodes=self.nodes, initializers=initializers, name=self.name, opset_imports=self.opset_imports if self.parent is None else None)
 
 
+@functools.lru_cache(maxsize=256)
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name`` (``float32``), which NumPy computes in Python (~9 us) on every access:
+    paid per constant a rule or a pass makes."""
+    return dtype.name
+
+
 def _const_name(array: np.ndarray) -> str:
     if array.size == 1:
         v = array.reshape(()).item()
         text = str(v).replace("-", "m").replace(".", "p").replace("+", "")
         if len(text) <= 12 and text.replace("_", "").isalnum():
-            return f"const_{array.dtype.name}_{text}" + ("" if array.ndim == 0 else f"_r{array.ndim}")
-    return f"const_{array.dtype.name}"
+            return f"const_{dtype_name(array.dtype)}_{text}" + ("" if array.ndim == 0 else f"_r{array.ndim}")
+    return f"const_{dtype_name(array.dtype)}"
 
 
 def _attr(value: Any) -> Any:

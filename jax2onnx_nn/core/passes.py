@@ -12,7 +12,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnx.reference import ReferenceEvaluator
 
-from jax2onnx_nn.core.graph import is_required, numpy_tensor, tensor_bytes
+from jax2onnx_nn.core.graph import dtype_name, is_required, numpy_tensor, tensor_bytes
 from jax2onnx_nn.core.opset_forms import schema
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
@@ -471,7 +471,7 @@ def _new_constant(model: ir.Model, before: ir.Node, array: np.ndarray, in_functi
         out.shape, out.type, out.const_value = ir.Shape(array.shape), ir.TensorType(tensor.dtype), tensor
         before.graph.insert_before(before, node)
         return out
-    value = ir.Value(name=_unused_name(model.graph, f"const_{array.dtype.name}"), shape=ir.Shape(array.shape),
+    value = ir.Value(name=_unused_name(model.graph, f"const_{dtype_name(array.dtype)}"), shape=ir.Shape(array.shape),
                      type=ir.TensorType(tensor.dtype), const_value=tensor)
     model.graph.register_initializer(value)
     return value
