@@ -6,14 +6,19 @@ and the gather rule clamps every index into bounds (ONNX wraps negatives, reject
 For indices that come from an ``iota``, an ``argmax`` or ``lu``'s permutation all of that is
 dead weight. The interpreter records a fact per value (``value.meta[RANGE]``), from:
 
-- constants (their data) and primitives whose results JAX bounds (``iota``, ``argmax``/``argmin``,
-  ``lu``'s pivots and permutation, ``lu_pivots_to_permutation``);
+- constants (their data), bools (0 or 1), and primitives whose results JAX bounds (``iota``,
+  ``argmax``/``argmin``, ``lu``'s pivots and permutation, ``lu_pivots_to_permutation``);
 - the primitives that only move, pick or widen entries (reshapes, slices, transposes,
-  ``concatenate``, ``sort``, ``select_n``, integer ``convert_element_type``), and ``add``/``sub``.
+  ``concatenate``, ``sort``, ``select_n``, integer ``convert_element_type``), ``add``/``sub``,
+  ``max``/``min``, ``rem`` of non-negative numbers, an integer ``reduce_sum`` (a count), the
+  comparisons and ``and``/``or``/``not`` of bools.
 
-What the facts decide: a comparison whose operands' ranges settle it is a constant
-(:func:`fold`); ``select_n`` on a constant predicate is the chosen case; and the gather and
-scatter rules skip the clamp of indices already in bounds (:func:`value_range`).
+What the facts decide: an integer or bool result of one value (a comparison they settle,
+``x & False``) is a constant, ``x != False``, ``x == True``, ``x & True`` and ``x | False`` are
+``x`` (:func:`fold`), ``select_n`` on a constant predicate is the chosen case, and the gather and
+scatter rules skip the clamp of indices already in bounds (:func:`within`). slogdet's sign
+(a count of swaps and negative pivots, mod 2) and lu_solve's gather by lu's permutation lose
+their normalizations this way.
 
 A bound is an int or None (unknown: a symbolic size, or no fact).
 """
@@ -38,6 +43,8 @@ def value_range(value: ir.Value) -> Range | None:
     if fact is not None:
         return fact
     tensor = value.const_value
+    if tensor is None and value.dtype == ir.DataType.BOOL:
+        return 0, 1
     if tensor is None or value.producer() is not None and value.producer().op_type != "Constant":
         return None
     array = tensor.numpy()
@@ -83,6 +90,13 @@ def _add(a: Range | None, b: Range | None, sign: int) -> Range | None:
     return None if lo is None and hi is None else (lo, hi)
 
 
+def _pick(choose: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
+    """``max``/``min`` of two bounds; an unknown bound stays unknown only where it can win."""
+    if a is None or b is None:
+        return None
+    return choose(a, b)
+
+
 def _fits(fact: Range | None, dtype: Any) -> Range | None:
     """``fact`` if every value in it is exact in the integer ``dtype``."""
     dtype = np.dtype(dtype)
@@ -93,6 +107,43 @@ def _fits(fact: Range | None, dtype: Any) -> Range | None:
         wide = dtype.itemsize >= 4 and fact[0] is not None and 0 <= fact[0] <= info.max and fact[1] is None
         return fact if wide else None
     return fact if info.min <= fact[0] and fact[1] <= info.max else None
+
+
+def _reduce_sum(r: list[Range | None], eqn: Any) -> list[Range | None]:
+    shape, fact = eqn.invars[0].aval.shape, r[0]
+    dims = [shape[a] for a in eqn.params["axes"]]
+    if fact is None or None in fact or any(jxi.is_symbolic_dim(d) for d in dims):
+        return [None]
+    count = int(np.prod(dims, dtype=np.int64))
+    return [_fits((count * fact[0], count * fact[1]), eqn.outvars[0].aval.dtype)]
+
+
+def _rem(r: list[Range | None], eqn: Any) -> list[Range | None]:
+    """x % y with x >= 0 and y > 0 (C remainder: the sign of x) is in [0, min(x, y - 1)]."""
+    x, y = r
+    if x is None or y is None or x[0] is None or x[0] < 0 or y[0] is None or y[0] <= 0:
+        return [None]
+    highs = [h for h in (x[1], None if y[1] is None else y[1] - 1) if h is not None]
+    return [(0, min(highs) if highs else None)]
+
+
+def _logical(op: str) -> Callable[[list[Range | None], Any], list[Range | None]]:
+    """and / or / not on bools, as 0/1 ranges."""
+    def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
+        if any(np.dtype(v.aval.dtype) != np.bool_ for v in eqn.invars) or None in r or any(None in f for f in r):
+            return [None]
+        if op == "not":
+            return [(1 - r[0][1], 1 - r[0][0])]
+        pick = min if op == "and" else max
+        return [(pick(r[0][0], r[1][0]), pick(r[0][1], r[1][1]))]
+    return rule
+
+
+def _compare(name: str) -> Callable[[list[Range | None], Any], list[Range | None]]:
+    def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
+        result = _decided(name, r[0], r[1])
+        return [(0, 1) if result is None else (int(result), int(result))]
+    return rule
 
 
 # primitive -> (input ranges, eqn) -> output ranges
@@ -109,23 +160,32 @@ _RULES: dict[str, Callable[[list[Range | None], Any], list[Range | None]]] = {
     "add": lambda r, e: [_add(r[0], r[1], 1)],
     "sub": lambda r, e: [_add(r[0], r[1], -1)],
     "convert_element_type": lambda r, e: [_fits(r[0], e.params["new_dtype"])],
+    "reduce_sum": _reduce_sum,
+    "rem": _rem,
+    "max": lambda r, e: [None if None in r else (_pick(max, r[0][0], r[1][0]), _pick(max, r[0][1], r[1][1]))],
+    "min": lambda r, e: [None if None in r else (_pick(min, r[0][0], r[1][0]), _pick(min, r[0][1], r[1][1]))],
+    **{name: _logical(name) for name in ("and", "or", "not")},
+    **{name: _compare(name) for name in ("lt", "le", "gt", "ge", "eq", "ne")},
     **{name: _same for name in (
         "broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy", "copy_p", "slice",
         "dynamic_slice", "rev", "stop_gradient",
     )},
 }
 
-_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
-
-
 def _decided(name: str, a: Range | None, b: Range | None) -> bool | None:
     """The result of ``a <op> b`` for every pair of values in the ranges, when one."""
-    if a is None or b is None or name not in _COMPARE:
+    if a is None or b is None:
         return None
     # x < y for all: hi(x) < lo(y); never: lo(x) >= hi(y) (and the mirrored forms)
     lo_a, hi_a, lo_b, hi_b = a[0], a[1], b[0], b[1]
     def less(x_hi: int | None, y_lo: int | None, strict: bool) -> bool:
         return x_hi is not None and y_lo is not None and (x_hi < y_lo if strict else x_hi <= y_lo)
+    if name in ("eq", "ne"):
+        if less(hi_a, lo_b, True) or less(hi_b, lo_a, True):  # disjoint
+            return name == "ne"
+        if None not in (lo_a, hi_a) and lo_a == hi_a == lo_b == hi_b:
+            return name == "eq"
+        return None
     if name in ("lt", "le"):
         if less(hi_a, lo_b, name == "lt"):
             return True
@@ -139,24 +199,38 @@ def _decided(name: str, a: Range | None, b: Range | None) -> bool | None:
     return None
 
 
+# x itself for x != False, x == True, x & True, x | False (x bool): the value that keeps x
+_NEUTRAL = {"ne": 0, "eq": 1, "and": 1, "or": 0}
+
+
 def fold(eqn: Any, inputs: Sequence[ir.Value], full: Callable[[Any, Any], ir.Value]) -> list[ir.Value] | None:
-    """The equation's results when the facts about its inputs settle them: a decided
-    comparison (``full(aval, value)`` makes the constant), or ``select_n`` on a predicate with
-    one value (the chosen case itself); else None."""
+    """The equation's results when the facts about its inputs settle them: an integer or bool
+    result of one value (a decided comparison, ``x & False``; ``full(aval, value)`` makes the
+    constant), a bool operand a neutral one does not change, or the case ``select_n`` picks
+    on a predicate of one value; else None."""
     name = eqn.primitive.name
-    if name in _COMPARE:
-        result = _decided(name, value_range(inputs[0]), value_range(inputs[1]))
-        if result is not None:
-            out = full(eqn.outvars[0].aval, result)
-            out.meta[RANGE] = (int(result), int(result))
+    out_aval = eqn.outvars[0].aval
+    rule = _RULES.get(name)
+    if rule is not None and len(eqn.outvars) == 1 and np.dtype(out_aval.dtype).kind in "biu":
+        (fact,) = rule([value_range(v) for v in inputs], eqn)
+        if fact is not None and fact[0] is not None and fact[0] == fact[1]:
+            out = full(out_aval, fact[0])
+            out.meta[RANGE] = fact
             return [out]
+    if name in _NEUTRAL and all(np.dtype(v.aval.dtype) == np.bool_ for v in eqn.invars):
+        for keep, other in ((0, 1), (1, 0)):
+            if value_range(inputs[other]) == (_NEUTRAL[name],) * 2 and _same_shape(eqn.invars[keep].aval, out_aval):
+                return [inputs[keep]]
     if name == "select_n":
         fact = value_range(inputs[0])
         if fact is not None and fact[0] is not None and fact[0] == fact[1] and 0 <= fact[0] < len(inputs) - 1:
-            case = inputs[1 + fact[0]]
-            if tuple(eqn.invars[1 + fact[0]].aval.shape) == tuple(eqn.outvars[0].aval.shape):
-                return [case]
+            if _same_shape(eqn.invars[1 + fact[0]].aval, out_aval):
+                return [inputs[1 + fact[0]]]
     return None
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    return tuple(a.shape) == tuple(b.shape)
 
 
 def propagate(eqn: Any, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value]) -> None:

@@ -158,6 +158,17 @@ def test_lu_pivots_to_permutation_matches_jax(k, extra, batch):
     check_lu_pivots_to_permutation(k, extra, batch, 0)
 
 
+def test_pivots_of_lu_are_its_permutation():
+    """lu_factor / lu_solve turn lu's pivots back into a permutation: lu's own is taken (no
+    swaps replayed), so the graph is no bigger than lu's; a symbolic batch too."""
+    a = general(3, (2,), 5, shift=0.0)
+    perm = lambda a: lax.linalg.lu_pivots_to_permutation(lax.linalg.lu(a)[1], 5)  # noqa: E731
+    model = assert_exports_match_on(perm, a, jit=True)
+    assert len(model.graph.node) <= len(assert_exports_match_on(lax.linalg.lu, a, jit=True).graph.node)
+    assert_exports_match(perm, [("B", 5, 5)], input_values=[a], jit=True)
+    assert_exports_match_on(lambda a: lax.linalg.lu_pivots_to_permutation(lax.linalg.lu(a)[1], 7), a, jit=True)
+
+
 @pytest.mark.slow
 @given(k=st.sampled_from([0, 1, 3, 5]), extra=st.integers(0, 2), batch=BATCHES, seed=SEEDS)
 def test_lu_pivots_to_permutation_property(k, extra, batch, seed):
@@ -377,6 +388,8 @@ def test_degenerate_inputs_as_jax(name, dtype):
     (lambda a: lax.linalg.lu(a), 74),
     (lambda a: jnp.linalg.solve(a, a[..., :1]), 110),  # lu's permutation gathered unclamped
     (lambda a: jnp.linalg.inv(a), 110),
+    (lambda a: jsl.lu_solve(jsl.lu_factor(a), a[..., :1]), 102),  # lu's permutation, not its pivots replayed
+    (lambda a: jnp.linalg.slogdet(a), 96),  # the sign's parity is one Mod (value ranges)
     (lambda a: lax.linalg.qr(a), 135),
 ])
 def test_small_graphs(fn, limit):

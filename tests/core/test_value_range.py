@@ -54,3 +54,15 @@ def test_decided_comparisons_fold():
     fn = lambda x: jnp.where(lax.iota(jnp.int32, 4) >= 0, x, -x) + jnp.where(lax.iota(jnp.int32, 4) < 4, 1.0, 2.0)  # noqa: E731
     model = assert_exports_match_on(fn, np.arange(4, dtype=np.float32))
     assert not {"Less", "GreaterOrEqual", "Where", "Neg"} & set(op_types(model)), op_types(model)
+
+
+def test_slogdet_parity_folds():
+    """slogdet's sign: a remainder of a count of pivots (>= 0) by 2 needs no sign fix-up (no
+    And, no Less but the diagonal's < 0), and ``x != False`` is x. Values as JAX: a negative
+    and a singular matrix."""
+    a = np.random.default_rng(2).normal(size=(3, 4, 4)).astype(np.float32)
+    a[1, :, 2] = 0.0
+    a[2] = a[2, ::-1]
+    model = assert_exports_match_on(jnp.linalg.slogdet, a, rtol=1e-5, atol=1e-5)
+    assert "And" not in op_types(model) and op_types(model).count("Less") == 1, op_types(model)
+    assert_exports_match_on(jnp.linalg.det, a, rtol=1e-5, atol=1e-5)

@@ -41,6 +41,7 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
+from jax2onnx_nn.core.symbolic import same_dim
 
 # Largest static matrix size whose steps are unrolled; above it (or for a symbolic size) the
 # steps run in one ONNX Loop. Chosen by benchmarks/linalg_bench.py (graph size and latency).
@@ -588,7 +589,13 @@ def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 @lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
-    return lower_as_jax(ctx, lu, [a], cache_key=("lu", UNROLL_LIMIT))
+    outs = lower_as_jax(ctx, lu, [a], cache_key=("lu", UNROLL_LIMIT))
+    # lu_factor / lu_solve turn the pivots back into the permutation lu made already
+    outs[1].meta[_PERMUTATION] = (outs[2], ctx.avals_in[0].shape[-2])
+    return outs
+
+
+_PERMUTATION = "jax2onnx_nn.lu_permutation"  # on lu's pivots: (its permutation, rows)
 
 
 def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array:
@@ -605,6 +612,9 @@ def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array
 
 @lowering("lu_pivots_to_permutation", onnx_ops=("Slice", "Where", "ReduceSum", "Loop"))
 def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permutation_size: int) -> list[ir.Value]:
+    made = pivots.meta.get(_PERMUTATION)
+    if made is not None and same_dim(made[1], permutation_size):  # pivots of an lu of that many rows
+        return [made[0]]
     return lower_as_jax(ctx, lambda p: pivots_to_permutation(p, permutation_size), [pivots])
 
 
