@@ -56,6 +56,8 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "cholesky+2 trsm": gp_mean,
     "solve": jnp.linalg.solve,
     "inv": lambda a, b: jnp.linalg.inv(a),
+    "lu_solve": lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b),
+    "slogdet": lambda a, b: jnp.linalg.slogdet(a),
     "eigh": lambda a, b: jnp.linalg.eigh(a),
     "eigvalsh": lambda a, b: jnp.linalg.eigvalsh(a),
     "svd": lambda a, b: jnp.linalg.svd(a),
