@@ -1032,9 +1032,9 @@ def _needed_reads(node: ir.Node, needed: set[int]) -> set[int]:
     """The ids of the values ``node`` reads to compute its outputs whose ids are in
     ``needed``. A Loop or Scan needs its trip count, condition and scanned inputs, the initial
     values of its live states only, and what its body needs for them: so a state of an inner
-    loop that only feeds a dead state of the loop around it is dead too (eigvalsh's rotations
-    of the eigenvectors, in a sweep loop inside the convergence loop). Any other node needs
-    all it reads (:func:`_reads`)."""
+    loop that only feeds a dead state of the loop around it is dead too (vectors rotated
+    alongside a matrix in rounds inside a convergence loop, when only the matrix is read).
+    Any other node needs all it reads (:func:`_reads`)."""
     layout = _loop_layout(node)
     if layout is None:
         return {id(v) for v in _reads(node)}
@@ -1114,8 +1114,7 @@ def remove_dead_loop_state(model: ir.Model) -> int:
     updates them each trip). Loops in the main graph, in bodies and in function bodies; a
     loop's liveness looks through the loops in its body (an inner loop reads the initial
     values of its live states only), and dropping an outer state drops the inner states that
-    fed only it (eigvalsh: the eigenvectors rotated in the sweep loop inside the convergence
-    loop). A dead state of an inner loop can leave one of the outer loop's states dead: with
+    fed only it. A dead state of an inner loop can leave one of the outer loop's states dead: with
     nested loops, a few rounds. Returns the number of states and stacked outputs removed."""
     removed = 0
     for _round in range(_DEAD_STATE_ROUNDS):

@@ -736,3 +736,27 @@ def test_a_dropped_loop_leaves_nothing_its_body_read(trips, rows):
     model = assert_exports_match(f, [(rows, 4)])
     assert unread_initializers(model) == []
     assert len(_loops(model)) <= 1 and not any(list(t.dims) == [3, 4] for t in model.graph.initializer), _loops(model)
+
+
+@given(outer=st.integers(1, 3), inner=st.integers(1, 3), rows=st.integers(1, 3))
+def test_a_state_feeding_only_a_dropped_outer_state_is_dropped(outer, inner, rows):
+    """Rounds (an inner fori_loop) inside a convergence loop rotate a matrix and, alongside,
+    vectors that only the outer loop's unread carry takes: both loops lose the vectors (the
+    outer one's state is dead only because the inner loop reads its initial value for a dead
+    state of its own)."""
+    from jax import lax
+
+    def rounds(i, c):
+        m, v = c
+        return jnp.cos(m) * 0.5, v @ m.T + m
+
+    def sweep(i, c):
+        return lax.fori_loop(0, inner + i, rounds, c)
+
+    def f(x):
+        return lax.fori_loop(0, outer, sweep, (x, jnp.ones_like(x)))[0]
+
+    model = assert_exports_match(f, [(rows, rows)])
+    both = to_onnx(lambda x: lax.fori_loop(0, outer, sweep, (x, jnp.ones_like(x))), [(rows, rows)])
+    # each loop (the outer one and the rounds inside it) has one state fewer: the vectors
+    assert [(op, n_out + 1) for op, _n_in, n_out in _loops(model)] == [(op, n_out) for op, _n_in, n_out in _loops(both)], (_loops(model), _loops(both))
