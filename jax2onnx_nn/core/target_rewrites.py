@@ -408,12 +408,42 @@ def _inner_scans_restarted(node: ir.Node, edit: _Editor) -> bool:
     one ended with, not from its initial values (a ``lax.map`` over a ``fori_loop`` or a bounded
     ``while_loop``, ``jax.random.gamma``'s rejection loops: wrong numbers, no error). In each
     Scan in this Scan's body (in If branches too) that scans a constant counter forward (a
-    ``fori_loop``, a scan without xs, a bounded ``while_loop``), the body reads each state as
-    ``Where(tick == first tick, initial value, state)``."""
-    del edit  # (the nodes go into the inner bodies)
+    ``fori_loop``, a scan without xs, a bounded ``while_loop``; one over data of a static length
+    is given that counter), the body reads each state as ``Where(tick == first tick, initial
+    value, state)``."""
     if node.op_type != "Scan" or node.domain != "":
         return False
-    return any([_restarted(inner) for inner in _scans_in(node.attributes["body"].as_graph())])
+    return any([_restarted(_with_counter(inner, edit)) for inner in _scans_in(node.attributes["body"].as_graph())])
+
+
+def _with_counter(scan: ir.Node, edit: _Editor) -> ir.Node:
+    """``scan`` with states and no constant counter among its scanned inputs, whose first scanned
+    input has a static length ``L``, as a Scan that also scans ``0 .. L-1`` (its body can then
+    tell its first step); else ``scan`` itself."""
+    n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
+    n_state = len(scan.inputs) - n_scanned
+    if not n_state or not n_scanned or any(_constant_range(x) is not None for x in scan.inputs[n_state:]) or scan.meta.get(_RESTARTED):
+        return scan
+    first = scan.inputs[n_state]
+    axes = scan.attributes.get_ints("scan_input_axes", None) or [0] * n_scanned
+    shape = first.shape if first is not None else None
+    if shape is None or not isinstance(shape[axes[0]], int) or not shape[axes[0]]:
+        return scan
+    editor = _Editor(scan, edit.counter, edit.opset)
+    ticks = editor.const(np.arange(shape[axes[0]], dtype=np.int64))
+    body = scan.attributes["body"].as_graph()
+    body.inputs.append(ir.Value(name=f"{scan.name}/tick", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([])))
+    attributes = {name: attr for name, attr in scan.attributes.items() if name != "body"}
+    attributes["num_scan_inputs"] = ir.AttrInt64("num_scan_inputs", n_scanned + 1)
+    for name in ("scan_input_directions", "scan_input_axes"):
+        if name in attributes:
+            attributes[name] = ir.AttrInt64s(name, [*scan.attributes.get_ints(name), 0])
+    counted = ir.Node("", "Scan", [*scan.inputs, ticks], [*attributes.values(), ir.AttrGraph("body", body)],
+                      num_outputs=len(scan.outputs), name=scan.name, doc_string=scan.doc_string)
+    assert editor.graph is not None
+    editor.graph.insert_before(scan, counted)
+    editor.replace(*counted.outputs)
+    return counted
 
 
 def _scans_in(graph: ir.Graph) -> list[ir.Node]:

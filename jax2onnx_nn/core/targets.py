@@ -158,7 +158,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # one-element integer constant read by a Mul in a Scan body for a mask and refuses the Scan.
         # Its float ReduceMax of only -inf is the lowest finite float (ReduceMin of +inf the largest).
         # It keeps the states of a Scan in a Scan body from one outer step to the next (not reset
-        # to their initial values): step 0 of one over a constant counter reads the initial values.
+        # to their initial values): step 0 of one over a constant counter (given one where it scans
+        # data of a static length) reads the initial values.
         # Its Mul(x, x) of integers is a Square that saturates or has no kernel. ScatterND's
         # reductions below their opset (a Loop) are written without a loop
         kernels={"CumSum": _CUMSUM_UINT32},

@@ -167,10 +167,10 @@ def test_bounded_loops_in_a_map_restart_on_tract(bound: int, y: float) -> None:
 
 
 @TRACT
-@pytest.mark.parametrize("inner", ["fori_loop", "scan without xs", "scan of a counter"])
+@pytest.mark.parametrize("inner", ["fori_loop", "scan without xs", "scan of a counter", "scan over data", "scan from the row"])
 def test_fixed_loops_in_a_map_restart_on_tract(inner: str) -> None:
-    # the same bug without loop_bound: a lax.map over a fori_loop or a scan without xs gave the
-    # last row's state to the next row on tract (wrong numbers, no error)
+    # the same bug without loop_bound: a lax.map over a fori_loop or a scan gave the last row's
+    # state to the next row on tract (wrong numbers, no error), or failed its declutter
     def step(c: jax.Array, a: jax.Array, i: jax.Array) -> jax.Array:
         return jnp.where(c < a, c * 2 + i, c)
 
@@ -178,6 +178,8 @@ def test_fixed_loops_in_a_map_restart_on_tract(inner: str) -> None:
         "fori_loop": lambda a: jax.lax.fori_loop(0, 3, lambda i, c: step(c, a, i.astype(c.dtype)), jnp.float32(1.0)),
         "scan without xs": lambda a: jax.lax.scan(lambda c, _: (step(c, a, 0.25), None), jnp.float32(1.0), None, length=3)[0],
         "scan of a counter": lambda a: jax.lax.scan(lambda c, i: (step(c, a, i), c), jnp.float32(1.0), jnp.arange(4.0))[1],
+        "scan over data": lambda a: jax.lax.scan(lambda c, t: (step(c, a, t), None), jnp.float32(1.0), jnp.full(3, 0.25) * a)[0],
+        "scan from the row": lambda a: jax.lax.scan(lambda c, t: (c * 0.5 + t * a, None), a, jnp.linspace(0.0, 1.0, 3))[0],
     }
     xs = np.array([3.0, 10.0, 100.0, 0.5, 7.0], np.float32)
     from jax2onnx_nn.testing import assert_exports_match
