@@ -90,6 +90,14 @@ def _add(a: Range | None, b: Range | None, sign: int) -> Range | None:
     return None if lo is None and hi is None else (lo, hi)
 
 
+def _kind(dtype: Any) -> str:
+    """NumPy's kind letter of a dtype; "" for JAX's extended dtypes (PRNG keys)."""
+    try:
+        return np.dtype(dtype).kind
+    except TypeError:
+        return ""
+
+
 def _pick(choose: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
     """``max``/``min`` of two bounds; an unknown bound stays unknown only where it can win."""
     if a is None or b is None:
@@ -99,9 +107,9 @@ def _pick(choose: Callable[[int, int], int], a: int | None, b: int | None) -> in
 
 def _fits(fact: Range | None, dtype: Any) -> Range | None:
     """``fact`` if every value in it is exact in the integer ``dtype``."""
-    dtype = np.dtype(dtype)
-    if fact is None or dtype.kind not in "iu":
+    if fact is None or _kind(dtype) not in ("i", "u"):
         return None
+    dtype = np.dtype(dtype)
     info = np.iinfo(dtype)
     if None in fact:  # an index into a symbolic size (far below 2**31): a lower bound of 0 or more
         wide = dtype.itemsize >= 4 and fact[0] is not None and 0 <= fact[0] <= info.max and fact[1] is None
@@ -130,7 +138,7 @@ def _rem(r: list[Range | None], eqn: Any) -> list[Range | None]:
 def _logical(op: str) -> Callable[[list[Range | None], Any], list[Range | None]]:
     """and / or / not on bools, as 0/1 ranges."""
     def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
-        if any(np.dtype(v.aval.dtype) != np.bool_ for v in eqn.invars) or None in r or any(None in f for f in r):
+        if any(_kind(v.aval.dtype) != "b" for v in eqn.invars) or None in r or any(None in f for f in r):
             return [None]
         if op == "not":
             return [(1 - r[0][1], 1 - r[0][0])]
@@ -208,16 +216,18 @@ def fold(eqn: Any, inputs: Sequence[ir.Value], full: Callable[[Any, Any], ir.Val
     result of one value (a decided comparison, ``x & False``; ``full(aval, value)`` makes the
     constant), a bool operand a neutral one does not change, or the case ``select_n`` picks
     on a predicate of one value; else None."""
+    if len(eqn.outvars) != 1:
+        return None
     name = eqn.primitive.name
     out_aval = eqn.outvars[0].aval
     rule = _RULES.get(name)
-    if rule is not None and len(eqn.outvars) == 1 and np.dtype(out_aval.dtype).kind in "biu":
+    if rule is not None and _kind(out_aval.dtype) in ("b", "i", "u"):
         (fact,) = rule([value_range(v) for v in inputs], eqn)
         if fact is not None and fact[0] is not None and fact[0] == fact[1]:
             out = full(out_aval, fact[0])
             out.meta[RANGE] = fact
             return [out]
-    if name in _NEUTRAL and all(np.dtype(v.aval.dtype) == np.bool_ for v in eqn.invars):
+    if name in _NEUTRAL and all(_kind(v.aval.dtype) == "b" for v in eqn.invars):
         for keep, other in ((0, 1), (1, 0)):
             if value_range(inputs[other]) == (_NEUTRAL[name],) * 2 and _same_shape(eqn.invars[keep].aval, out_aval):
                 return [inputs[keep]]
@@ -242,7 +252,7 @@ def propagate(eqn: Any, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value])
     for value, var, fact in zip(outputs, eqn.outvars, ranges, strict=False):
         if fact is None or fact == (None, None) or RANGE in value.meta:
             continue
-        if np.dtype(var.aval.dtype).kind not in "biu":
+        if _kind(var.aval.dtype) not in ("b", "i", "u"):
             continue
         if value.const_value is None:
             value.meta[RANGE] = fact
