@@ -171,6 +171,11 @@ GAMMA_SLOW = ("gammainc", "gammaincc", "igamma_grad_a", "random_gamma_grad", "ig
 @given(data=st.data())
 def test_incomplete_gamma(name, dtype, data):
     a = data.draw(_positive(dtype))
+    # (for a within ~1e3 of the smallest normal, XLA's exp(a log x - x - lgamma(a)) ~ a is at the
+    # subnormal boundary and its flush to zero gives igamma 0 where the value is ~1: drawn
+    # igamma(1.1754944e-38, 1e-30) = 0 in JAX; the README's subnormal limitation)
+    tiny = np.finfo(dtype).tiny * 1e3
+    a = np.where((a > 0) & (a < tiny), dtype(tiny), a)
     x = data.draw(_values(dtype, 0.0, 1e3, [0.0, 1e-30, 0.5, 1.0, 3.0, 30.0], size=a.size))
     specials = np.array([0.0, np.inf, np.nan, 1.0], dtype)
     a, x = np.concatenate([a, specials, specials[::-1]]), np.concatenate([x, specials[::-1], specials])
