@@ -18,6 +18,7 @@ import inspect
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -323,10 +324,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
+    """A warning as one line of the command's own: the location Python would print is the
+    command's (``<frozen runpy>``), not the user's; our warnings name the user's source line
+    in their text."""
+    print(f"jax2onnx-nn: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.func(args))
     except UsageError as err:
         if args.debug:
             raise

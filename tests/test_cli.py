@@ -84,6 +84,10 @@ USER_MODULE = textwrap.dedent(
     def doublings(x):
         # doubles x until its absolute sum passes 100: a while_loop on the data
         return jax.lax.while_loop(lambda c: jnp.abs(c).sum() < 100.0, lambda c: c * 2.0, x)
+
+    def counted_doublings(x):
+        # the same, counting the steps: an integer result a bounded loop cannot make NaN
+        return jax.lax.while_loop(lambda c: jnp.abs(c[0]).sum() < 100.0, lambda c: (c[0] * 2.0, c[1] + 1), (x, 0))
     """
 )
 
@@ -227,6 +231,16 @@ def test_loop_bound_writes_a_data_dependent_while_loop_for_tract(workdir, monkey
     assert "onnxruntime matches JAX" in capsys.readouterr().out
     ops = {n.op_type for n in onnx.load(workdir / "w.onnx").graph.node}
     assert "Scan" in ops and "Loop" not in ops
+
+
+def test_warnings_are_one_line_of_the_command(workdir, monkeypatch, capsys):
+    # a bounded loop's integer results cannot be poisoned: the export warns, naming the user's
+    # line in the text, as the command's own line (Python's location would be <frozen runpy>)
+    assert _main(workdir, monkeypatch, "export", "usermodels:counted_doublings", "--input", "4", "-o", "w.onnx",
+                 "--target", "tract", "--loop-bound", "64") == 0
+    err = capsys.readouterr().err
+    assert "jax2onnx-nn: warning: the integer or bool results of the while_loop at " in err
+    assert "usermodels.py:" in err and "runpy" not in err and "UserWarning" not in err
 
 
 def test_functions_option_and_inspect_counts_calls(workdir, monkeypatch, capsys):
