@@ -41,6 +41,30 @@ def test_random_samplers_match_jax_on_every_runtime(runtime: str, sampler: str) 
     assert_exports_match(lambda key: draw(key, (64,)), [KEY], target=runtime, runtime=runtime)
 
 
+def _draws_of_symbolic_shape(key_data: jax.Array, x: jax.Array) -> tuple[jax.Array, ...]:
+    key = jax.random.wrap_key_data(key_data)
+    keys = jax.random.split(key, (4, x.shape[0]))
+    return jax.random.key_data(keys), jax.random.bits(key, x.shape), jax.random.normal(key, (3, *x.shape))
+
+
+@pytest.mark.parametrize("runtime", runtime_params(fast=("tract",)))
+def test_random_draws_of_a_symbolic_shape_match_jax_on_every_runtime(runtime: str) -> None:
+    # the counters of a symbolic shape were a Range over the product of its dims, reshaped:
+    # tract 0.23 could not relate that Range's length to the dims ("Reshape ... invalid",
+    # "Div ... expected 64*B got range" in the gamma_sampling example)
+    assert_exports_match(_draws_of_symbolic_shape, [((2,), np.uint32), ("B", 2)], sizes={"B": [0, 1, 5]}, target=runtime, runtime=runtime)
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+def test_bounded_gamma_draws_of_a_symbolic_shape_run_on_tract() -> None:
+    # tract runs the rejection sampler only as the bounded loop (a Scan) loop_bound writes
+    # (the other runtimes run its Loop: test_gamma_draws_match_jax_on_every_runtime)
+    key_data = np.asarray(jax.random.key_data(jax.random.key(3)))
+    alpha = np.array([0.3, 1.0, 2.5, 9.0, 40.0], np.float32)
+    assert_exports_match(lambda k, a: jax.random.gamma(jax.random.wrap_key_data(k), a, shape=(2, *a.shape)),
+                         [((2,), np.uint32), ("B",)], input_values=[key_data, alpha], target="tract", runtime="tract", loop_bound=16)
+
+
 @pytest.mark.parametrize("runtime", runtime_params())
 def test_scalar_inputs_keep_their_shape_on_every_runtime(runtime: str) -> None:
     # (numpy's ascontiguousarray makes a 0-d array 1-d: tract then refuses the input)

@@ -16,6 +16,7 @@ Uniform floats are made from random bits by ``bitcast_convert_type`` (core/lower
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -44,22 +45,32 @@ for _name in ("random_seed", "random_bits", "random_split", "random_fold_in"):
     register(_name, _through_key_impl, key_data=True, onnx_ops=_THREEFRY_OPS)
 
 
-@lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape", "Concat", "Div", "Mod", "ReduceProd"))
+@lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape", "BitShift", "Add", "Mul", "Unsqueeze", "Squeeze"))
 def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) -> list[ir.Value]:
-    """Row-major flat indices of ``shape`` as 64-bit counts split into (high, low) uint32 words."""
-    shape_tensor = ctx.shape_tensor(shape)
+    """Row-major flat indices of ``shape`` as 64-bit counts split into (high, low) uint32 words.
+
+    Of a symbolic shape, the counts are the broadcast sum of each axis's iota times its
+    stride, not a Range over the product of the dims reshaped: tract 0.23 cannot relate the
+    length of ``Range(0, ReduceProd(shape))`` to the dims (its Reshape fails, "invalid"),
+    while a sum of per-axis iotas has the shape of the broadcast."""
     if all(isinstance(d, (int, np.integer)) for d in shape):
         size = int(np.prod(shape, dtype=np.int64))
-        limit = ctx.ints(size)
+        counts = ctx.reshape(ctx.op.Range(ctx.ints(0), ctx.ints(size), ctx.ints(1)), shape)
+        if size <= 2**32:
+            high = ctx.op.ConstantOfShape(ctx.shape_tensor(shape), value=np.zeros(1, np.uint32))
+            return [high, ctx.cast(counts, np.uint32)]
     else:
-        size = None
-        limit = ctx.reduce("ReduceProd", shape_tensor)
-    counts = ctx.reshape(ctx.op.Range(ctx.ints(0), limit, ctx.ints(1)), shape)
-    if size is not None and size <= 2**32:
-        high = ctx.op.ConstantOfShape(shape_tensor, value=np.zeros(1, np.uint32))
-        return [high, ctx.cast(counts, np.uint32)]
-    words = ctx.ints(2**32)
-    return [ctx.cast(ctx.op.Div(counts, words), np.uint32), ctx.cast(ctx.op.Mod(counts, words), np.uint32)]
+        counts = None
+        for axis, d in enumerate(shape):
+            stride = math.prod(shape[axis + 1 :])
+            term = ctx.iota(d, axis=axis, rank=len(shape))
+            if jxi.is_symbolic_dim(stride) or int(stride) != 1:
+                term = ctx.op.Mul(term, ctx.dim_scalar(stride))
+            counts = term if counts is None else ctx.op.Add(counts, term)
+    # the words of the count as uint64 (tract 0.23 failed an int64 Div by 2**32: "Division by zero")
+    counts = ctx.cast(counts, np.uint64)
+    high = ctx.op.BitShift(counts, ctx.const(32, dtype=np.uint64), direction="RIGHT")
+    return [ctx.cast(high, np.uint32), ctx.cast(counts, np.uint32)]
 
 
 # -- the counter-based hashes of JAX's key impls (Salmon et al., "Parallel random numbers:
