@@ -152,8 +152,9 @@ class Lowerer:
         builder.doc_string = jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
         try:
             data_jaxpr = self._on_data(eqn, registration)
+            ctx = LoweringContext(self, eqn, builder)
             # results the value ranges of the inputs settle (core/value_range.py)
-            folded = None if data_jaxpr is not None else value_range.fold(eqn, inputs, LoweringContext(self, eqn, builder).full)
+            folded = None if data_jaxpr is not None else value_range.fold(eqn, inputs, ctx.full)
             if folded is not None:
                 outs = folded
             elif data_jaxpr is _NO_PAIRS:
@@ -162,7 +163,6 @@ class Lowerer:
             elif data_jaxpr is not None:
                 outs = self.lower_jaxpr(data_jaxpr, inputs, builder)
             elif registration is not None and registration.min_opset <= self.config.opset:
-                ctx = LoweringContext(self, eqn, builder)
                 result = registration.rule(ctx, *inputs, **eqn.params)
                 outs = [result] if isinstance(result, ir.Value) else list(result)
             elif name in CALL_BODIES or jxi.is_body_primitive(eqn.primitive):
