@@ -154,7 +154,8 @@ class Lowerer:
             data_jaxpr = self._on_data(eqn, registration)
             ctx = LoweringContext(self, eqn, builder)
             # results the value ranges of the inputs settle (core/value_range.py)
-            folded = None if data_jaxpr is not None else value_range.fold(eqn, inputs, ctx.full)
+            ranges = value_range.facts(eqn, inputs)
+            folded = None if data_jaxpr is not None else value_range.fold(eqn, inputs, ranges, ctx.full)
             if folded is not None:
                 outs = folded
             elif data_jaxpr is _NO_PAIRS:
@@ -181,7 +182,7 @@ class Lowerer:
             raise AssertionError(f"rule for {name} returned {len(outs)} values for {len(eqn.outvars)} outputs")
         for var, value in zip(eqn.outvars, outs, strict=True):
             self._stamp(value, var.aval, name)
-        value_range.propagate(eqn, inputs, outs)
+        value_range.propagate(eqn, outs, ranges)
         return outs
 
     def _on_data(self, eqn: Any, registration: Registration | None) -> Any | None:

@@ -211,18 +211,28 @@ def _decided(name: str, a: Range | None, b: Range | None) -> bool | None:
 _NEUTRAL = {"ne": 0, "eq": 1, "and": 1, "or": 0}
 
 
-def fold(eqn: Any, inputs: Sequence[ir.Value], full: Callable[[Any, Any], ir.Value]) -> list[ir.Value] | None:
+def facts(eqn: Any, inputs: Sequence[ir.Value]) -> list[Range | None] | None:
+    """The ranges of the equation's results from those of its inputs (its rule, run once per
+    equation for ``fold`` and ``propagate``); None where no rule applies or no result is an
+    integer or bool."""
+    rule = _RULES.get(eqn.primitive.name)
+    if rule is None or not any(_kind(v.aval.dtype) in ("b", "i", "u") for v in eqn.outvars):
+        return None
+    return rule([value_range(v) for v in inputs], eqn)
+
+
+def fold(eqn: Any, inputs: Sequence[ir.Value], ranges: list[Range | None] | None,
+         full: Callable[[Any, Any], ir.Value]) -> list[ir.Value] | None:
     """The equation's results when the facts about its inputs settle them: an integer or bool
     result of one value (a decided comparison, ``x & False``; ``full(aval, value)`` makes the
     constant), a bool operand a neutral one does not change, or the case ``select_n`` picks
-    on a predicate of one value; else None."""
+    on a predicate of one value; else None. ``ranges`` is ``facts(eqn, inputs)``."""
     if len(eqn.outvars) != 1:
         return None
     name = eqn.primitive.name
     out_aval = eqn.outvars[0].aval
-    rule = _RULES.get(name)
-    if rule is not None and _kind(out_aval.dtype) in ("b", "i", "u"):
-        (fact,) = rule([value_range(v) for v in inputs], eqn)
+    if ranges is not None:
+        (fact,) = ranges
         if fact is not None and fact[0] is not None and fact[0] == fact[1]:
             out = full(out_aval, fact[0])
             out.meta[RANGE] = fact
@@ -243,12 +253,10 @@ def _same_shape(a: Any, b: Any) -> bool:
     return tuple(a.shape) == tuple(b.shape)
 
 
-def propagate(eqn: Any, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value]) -> None:
-    """Record the facts the equation's results have (on values that hold none yet)."""
-    rule = _RULES.get(eqn.primitive.name)
-    if rule is None:
+def propagate(eqn: Any, outputs: Sequence[ir.Value], ranges: list[Range | None] | None) -> None:
+    """Record ``ranges`` (``facts(eqn, inputs)``) on the equation's results that hold none yet."""
+    if ranges is None:
         return
-    ranges = rule([value_range(v) for v in inputs], eqn)
     for value, var, fact in zip(outputs, eqn.outvars, ranges, strict=False):
         if fact is None or fact == (None, None) or RANGE in value.meta:
             continue
