@@ -8,6 +8,8 @@ orthogonality; for ``full_matrices`` the extra columns of U (or rows of Vh) are 
 complement, so their projector is compared.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,6 +137,50 @@ def test_svd_propagates_nan():
     a = gaussian(0, (2, 3, 3))
     a[0, 1, 1] = np.nan
     assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, jit=True)
+
+
+@functools.cache
+def _session_of_svd_and_eigh(shape: tuple) -> onnxruntime.InferenceSession:
+    """svd of (..., m, n) and eigh of (..., n, n) in one float32 model, exported once per shape:
+    the magnitudes below are run-time values."""
+    sym = (*shape[:-2], shape[-1], shape[-1])
+    model = to_onnx(lambda a, b: (*lax.linalg.svd(a, full_matrices=False), *lax.linalg.eigh(b)), [shape, sym])
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@settings(max_examples=25, deadline=None)  # one export per shape, then a run per example
+@given(shape=st.sampled_from([(3, 3), (2, 5, 3), (2, 4)]), exponent=st.floats(-30, 30), seed=SEEDS)
+def test_float32_magnitudes_from_1e_30_to_1e30(shape, exponent, seed):
+    """float32 entries whose squares leave float32's range (1e20: 1e40; 1e-30: 1e-60) give
+    values, reconstructions and orthogonality to ~1e-6 of their scale, as LAPACK's (the
+    matrix is divided by a power of two first, exactly; jnp.linalg.svd's own LAPACK scales
+    too); float64 LAPACK is the reference."""
+    a = (gaussian(seed, shape, np.float64) * 10.0**exponent).astype(np.float32)
+    m = np.random.default_rng(seed).normal(size=(*shape[:-2], shape[-1], shape[-1]))
+    sym = ((m + np.swapaxes(m, -1, -2)) * 10.0**exponent).astype(np.float32)
+    session = _session_of_svd_and_eigh(shape)
+    u, s, vh, v, w = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True)))
+    a64, sym64 = a.astype(np.float64), sym.astype(np.float64)
+    big = np.max(np.abs(a64), axis=(-2, -1), keepdims=True)
+    eye = np.broadcast_to(np.eye(s.shape[-1]), (*shape[:-2], s.shape[-1], s.shape[-1]))
+    np.testing.assert_allclose(s / big[..., 0], np.linalg.svd(a64, compute_uv=False) / big[..., 0], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(((u * s[..., None, :]) @ vh) / big, a64 / big, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, eye, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2), eye, rtol=0, atol=2e-6)
+    big = np.max(np.abs(sym64), axis=(-2, -1), keepdims=True)
+    np.testing.assert_allclose(w / big[..., 0], np.linalg.eigvalsh(sym64) / big[..., 0], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(((v * w[..., None, :]) @ np.swapaxes(v, -1, -2)) / big, sym64 / big, rtol=0, atol=2e-6)
+
+
+def test_svd_of_inf_and_nan_is_nan_as_jax():
+    """A matrix with an inf or NaN entry has NaN singular values, as JAX's; its vectors are all
+    NaN (JAX's LAPACK leaves a few entries finite: a non-finite matrix has no decomposition)."""
+    a = gaussian(0, (3, 3, 3))
+    a[0, 1, 1], a[1, 0, 2] = np.nan, np.inf
+    session = _session_of_svd_and_eigh((3, 3, 3))
+    u, s, vh, _, _ = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, a + np.swapaxes(a, -1, -2)], strict=True)))
+    np.testing.assert_array_equal(np.isnan(s), np.isnan(np.asarray(jnp.linalg.svd(a, compute_uv=False))))
+    assert np.isnan(u[:2]).all() and np.isnan(vh[:2]).all() and np.isfinite(u[2]).all() and np.isfinite(vh[2]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])

@@ -15,11 +15,12 @@ cost at 64x64.
 
 - ``svd`` is one-sided Jacobi (Hestenes): the columns of ``a`` (m >= n; ``a^T`` otherwise) are
   rotated until they are mutually orthogonal, ``a V = B`` (as rows of ``[a^T, V^T]``). The
-  singular values are B's column norms, high relative accuracy included (no ``a^T a`` is formed), sorted descending as
+  singular values are B's column norms (of ``a`` divided by a power of two, exactly, so that no
+  square leaves the float range; the norms multiplied back), high relative accuracy included (no ``a^T a`` is formed), sorted descending as
   LAPACK's. ``U`` is the Householder QR of the sorted ``B`` with R's signs moved into Q: its
   columns are ``B``'s over their norms, and for zero singular values (rank-deficient input)
   and ``full_matrices`` it completes an orthonormal basis, where ``B / s`` would be NaN.
-- ``eigh`` is one-sided Jacobi on the symmetric matrix (scaled to entries of at most 1)
+- ``eigh`` is one-sided Jacobi on the symmetric matrix (scaled by a power of two, as svd's)
   shifted positive definite, ``b = a + 2 max(|a|_F, 1) I``: b's singular vectors are its
   eigenvectors, a's, so the columns of ``b V`` over their norms are V, and no V is carried
   (two-sided Jacobi, rotating a's rows, then its transpose's, and V^T's, measured 1.7x (64x64)
@@ -192,6 +193,26 @@ def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
     return jnp.pad(a, pad)
 
 
+# The scale a matrix is divided by before the rotations: 2^k, k a multiple of SCALE_STEP, the
+# largest not above max |a| (its reciprocal normal too): the scaled entries are below 2^SCALE_STEP
+# and the largest at least 1, so no square overflows or underflows (float32 entries of 1e30 or
+# 1e-30), and dividing by it and multiplying the values back are exact.
+SCALE_STEP = 4
+
+
+def power_of_two_scale(a: jax.Array) -> jax.Array:
+    """The power of two (..., 1, 1) that ``a`` (..., m, n) is divided by (see SCALE_STEP), from
+    a table: one comparison with ~64 (float32) or ~512 (float64) entries and one Gather. A zero
+    matrix gets the smallest entry, an inf one the largest and a NaN one (no comparison holds)
+    the smallest: either way the NaN or inf stays in the scaled matrix."""
+    top = jnp.finfo(a.dtype).maxexp - 2
+    powers = 2.0 ** np.arange(-top, top + 1, SCALE_STEP)
+    big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
+    below = jnp.sum((jnp.asarray(powers, a.dtype) <= big).astype(jnp.int32), axis=-1, keepdims=True)  # (..., 1, 1)
+    # entry i of the table read is the i-th power's predecessor (its first one twice)
+    return jnp.asarray(np.concatenate([powers[:1], powers]), a.dtype).at[below].get(mode="promise_in_bounds")
+
+
 def _lower_jacobi(ctx: LoweringContext, fn: Any, a: ir.Value, cache_key: tuple) -> list[ir.Value]:
     """Lower ``fn`` (svd or eigh on the equation's matrix), in float64 for a large float32 one
     (and for a symbolic size, which may be large)."""
@@ -287,11 +308,12 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     """(s, U, V) of ``a`` (..., m, n) with m >= n, n >= 1; U (m, m or n), V (n, n) as columns."""
     m, n = a.shape[-2], a.shape[-1]
     dtype = a.dtype
-    work = _orthogonal_columns(a, with_v=compute_uv)
+    scale = power_of_two_scale(a)
+    work = _orthogonal_columns(a / scale, with_v=compute_uv)
     b = work[..., :m, :n]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
     order_desc = jnp.argsort(-norms, axis=-1)
-    s = jnp.take_along_axis(norms, order_desc, axis=-1)
+    s = jnp.take_along_axis(norms, order_desc, axis=-1) * scale[..., 0]
     if not compute_uv:
         return (s,)
     cols = jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], m, n))
@@ -349,10 +371,9 @@ def eigh(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
     # eigenvalues are at least |a|_F): its singular vectors are its eigenvectors, which are
     # a's; one-sided Jacobi makes b's columns orthogonal, b V = V diag(lambda + shift), whose
     # columns over their norms are V itself (no V to carry, no transposed matrix to rotate)
-    # columns, scaled to entries of at most 1 as LAPACK's syev scales: b's squares neither
-    # overflow nor underflow (float32 entries of 1e20 or 1e-20)
-    big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
-    big = where(big == 0, jnp.ones((), dtype), big)  # the zero matrix: b = I
+    # columns, scaled exactly by a power of two as LAPACK's syev scales: b's squares neither
+    # overflow nor underflow (float32 entries of 1e30 or 1e-30)
+    big = power_of_two_scale(a)
     a = a / big
     shift = 2 * jnp.maximum(jnp.sqrt(jnp.sum(a * a, axis=(-2, -1), keepdims=True)), 1)  # >= 2 |a|_F > 0
     w = _orthogonal_columns(a + shift * jnp.eye(n, dtype=dtype), with_v=False)[..., :n]
