@@ -155,6 +155,73 @@ def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- integer sums ------------------------------------------------------------------------------
+def _integer_sum_as_cumsum(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 computes an integer ReduceSum through float32 (the sum of [2147483647,
+    1, 5] came out -2147483648 where JAX wraps to -2147483643, of [16777217, 1, 1, 1]
+    16777216), while its CumSum wraps exactly (int64 too, held in 32 bits). Per axis: a 0
+    padded in front, the running sum, its last element (:func:`_wrapping_sum`)."""
+    if node.op_type != "ReduceSum" or node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return False
+    x = node.inputs[0]
+    rank = _rank(x)
+    if x.dtype is None or not x.dtype.is_integer() or rank is None:
+        return False
+    axes_value = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else np.zeros((0,), np.int64)
+    if axes_value is None:
+        return False  # axes computed at run time
+    axes = sorted({int(a) % rank for a in axes_value.reshape(-1)}) if rank else []
+    if not axes and node.attributes.get_int("noop_with_empty_axes", 0):
+        return False
+    keepdims = bool(node.attributes.get_int("keepdims", 1))
+    edit.replace(_wrapping_sum(edit, x, axes or list(range(rank)), rank, keepdims))
+    return True
+
+
+def _integer_matmul_as_cumsum(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 computes an integer MatMul through float32 too (int32 ``[[2147483647,
+    1]] @ [[1], [5]]`` came out 2147483520, JAX: -2147483644; int16 and uint16 products past
+    2**24 go wrong the same way). Its int32 Mul wraps exactly: the products of every pair are
+    formed by broadcasting (``(..., M, K, 1) * (..., 1, K, N)``, a vector operand without its
+    extra axis) and summed over K by :func:`_wrapping_sum`. It holds M * K * N products: the
+    price of exact integers there."""
+    if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2 or None in node.inputs:
+        return False
+    a, b = node.inputs
+    dtype = node.outputs[0].dtype
+    rank_a, rank_b = _rank(a), _rank(b)
+    if dtype is None or not dtype.is_integer() or rank_a is None or rank_b is None:
+        return False
+    if rank_b == 1:  # (..., M, K) * (K,), summed over K
+        products = edit.op("Mul", a, b, dtype=dtype)
+        rank = max(rank_a, 1)
+    elif rank_a == 1:  # (K, 1) * (..., K, N), summed over K
+        products = edit.op("Mul", edit.op("Unsqueeze", a, np.array([1], np.int64), dtype=dtype), b, dtype=dtype)
+        rank = rank_b
+    else:
+        rows = edit.op("Unsqueeze", a, np.array([rank_a], np.int64), dtype=dtype)
+        columns = edit.op("Unsqueeze", b, np.array([rank_b - 2], np.int64), dtype=dtype)
+        products = edit.op("Mul", rows, columns, dtype=dtype)
+        rank = max(rank_a, rank_b) + 1
+    edit.replace(_wrapping_sum(edit, products, [rank - 1 if rank_b == 1 else rank - 2], rank, keepdims=False))
+    return True
+
+
+def _wrapping_sum(edit: _Editor, x: ir.Value, axes: Sequence[int], rank: int, keepdims: bool) -> ir.Value:
+    """The sum of integer ``x`` (of rank ``rank``) over ``axes`` (non-negative) by CumSum, which
+    wraps: per axis, from the last, a 0 padded in front (so an empty axis sums to 0), the
+    running sum and its last element (kept as a dim of 1 with ``keepdims``)."""
+    dtype = x.dtype
+    last = np.array([-1] if keepdims else -1, np.int64)
+    for axis in sorted(axes, reverse=True):
+        pads = np.zeros(2 * rank, np.int64)
+        pads[axis] = 1
+        running = edit.op("CumSum", edit.op("Pad", x, pads, dtype=dtype), np.array(axis, np.int64), dtype=dtype)
+        x = edit.op("Gather", running, last, axis=axis, dtype=dtype)
+        rank -= 0 if keepdims else 1
+    return x
+
+
 # -- Greater with NaN --------------------------------------------------------------------------
 _SWAPPED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
@@ -1348,6 +1415,8 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "greater_as_less": _greater_as_less,
     "reduce_extremes_of_infinities": _reduce_extremes_of_infinities,
     "int32_extremes_on_halves": _int32_extremes_on_halves,
+    "integer_sum_as_cumsum": _integer_sum_as_cumsum,
+    "integer_matmul_as_cumsum": _integer_matmul_as_cumsum,
     "int64_cast_as_castlike": _int64_cast_as_castlike,
     "isnan_as_not_equal": _isnan_as_not_equal,
     "float_to_uint32_via_int32": _float_to_uint32_via_int32,

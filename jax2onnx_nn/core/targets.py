@@ -131,10 +131,11 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # should, so uint32 is computed as int32 (CumSum too: not widened to int64), and so is
         # a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
         # (OrEqual) is true for NaN, its float ReduceMax of only -inf is the lowest finite float
-        # (ReduceMin of +inf the largest) and its int32 ReduceMax/Min go through float32; it refuses a float64 DFT and ignores DFT's axis input, and a
+        # (ReduceMin of +inf the largest) and its int32 ReduceMax/Min, ReduceSum and MatMul go
+        # through float32 (its CumSum and Mul wrap: sums are running sums); it refuses a float64 DFT and ignores DFT's axis input, and a
         # Scan inside another Scan's body (those become Loops)
         kernels={"CumSum": _CUMSUM_UINT32, **_OPENVINO_WRAPPING, **dict.fromkeys(("ReduceMax", "ReduceMin"), _REDUCE_EXTREMES_UINT32)},
-        rewrites=("nested_scans_as_loops", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
+        rewrites=("nested_scans_as_loops", "integer_sum_as_cumsum", "integer_matmul_as_cumsum", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
                   "reduce_extremes_of_infinities", "int32_extremes_on_halves", "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
         # its ONNX frontend gives a Scan body's reads of the enclosing graph body parameters that
         # the Scan has no inputs for (a Scan of jax.random.gamma: "num_scan_outputs can't be

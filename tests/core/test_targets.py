@@ -120,6 +120,32 @@ def test_int32_max_min_reductions_are_exact_on_every_runtime(runtime: str, x: np
     assert_exports_match(f, [((3, 4), dtype)], input_values=[x.view(dtype)], opset=opset, target=runtime, runtime=runtime)
 
 
+_INT_DTYPES = (np.int32, np.uint32, np.int16, np.uint16)
+
+
+@pytest.mark.parametrize("runtime", runtime_params(fast=("openvino",)))  # (the others: --run-slow)
+@given(data=st.data(), dtype=st.sampled_from(_INT_DTYPES), batch=st.integers(0, 3), depth=st.integers(1, 5),
+       axis=st.sampled_from([None, 0, 1, -1, (0, 1)]), keepdims=st.booleans())
+@example(data=None, dtype=np.int32, batch=1, depth=3, axis=-1, keepdims=False)
+def test_integer_sums_and_matmuls_wrap_on_every_runtime(runtime: str, data: Any, dtype: type, batch: int, depth: int, axis: Any, keepdims: bool) -> None:
+    # OpenVINO sums (ReduceSum) and multiplies matrices (MatMul) of integers in float32: the
+    # sum of [2147483647, 1, 5] was -2147483648 (JAX wraps: -2147483643); its profile sums by
+    # CumSum and multiplies by an elementwise Mul, which wrap. A symbolic batch, of 0 rows too
+    info = np.iinfo(dtype)
+    elements = st.one_of(st.sampled_from([info.max, info.min, info.max // 2 + 1, 1, 0]), st.integers(int(info.min), int(info.max)))
+    if data is None:  # the measured case
+        x, w = np.array([[2147483647, 1, 5]], dtype), np.array([[1], [5], [16777217]], dtype)
+    else:
+        x = data.draw(hnp.arrays(dtype, (batch, depth), elements=elements))
+        w = data.draw(hnp.arrays(dtype, (depth, 2), elements=elements))
+
+    def f(a: jax.Array, b: jax.Array) -> tuple[jax.Array, ...]:
+        return (jnp.sum(a, axis=axis, keepdims=keepdims, dtype=a.dtype), jnp.matmul(a, b, preferred_element_type=a.dtype),
+                jnp.matmul(b[:, 0], b, preferred_element_type=a.dtype), jnp.dot(b[:, 1], b[:, 0], preferred_element_type=a.dtype))
+
+    assert_exports_match(f, [(("B", w.shape[0]), dtype), (w.shape, dtype)], input_values=[x, w], target=runtime, runtime=runtime)
+
+
 def _causal_attention(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     t = x.shape[1]
     scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), x @ jnp.swapaxes(x, 1, 2), -jnp.inf)
