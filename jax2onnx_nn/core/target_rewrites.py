@@ -117,14 +117,28 @@ def _reduce_extremes_of_infinities(node: ir.Node, edit: _Editor) -> bool:
 def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 computes an int32 ReduceMax/Min through float32 (the max of [2147483647, 5]
     came out -2147483648, of [16777217, 16777216] 16777216), and uint32 too (the profile keeps it
-    uint32, not widened to int64, which it holds in 32 bits). With the sign bit of an int32 flipped
-    (an int32 Add of -2**31, which wraps) the order is the unsigned order of the bits, whose 16-bit halves
-    float32 holds exactly (``_halves``): the extreme of the high halves, then of the low halves
-    among the elements that have it; the bits put back together by int32 arithmetic."""
+    uint32, not widened to int64, which it holds in 32 bits): :func:`_extremes_on_halves`."""
+    return _extremes_on_halves(node, edit, (_I32, _U32))
+
+
+def _uint32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 has no uint32 ReduceMax/Min ("U32 is not a number"), and below opset 15 (no
+    CastLike) the Cast that widens uint32 to int64 gives its symbolic-dim type, whose ReduceMax
+    along an axis came out 4294967295 for [2147483647, 5, 0, 1] (opsets 13 and 14; the max of
+    the whole matrix was right). Its profile keeps them uint32: :func:`_extremes_on_halves`."""
+    return _extremes_on_halves(node, edit, (_U32,))
+
+
+def _extremes_on_halves(node: ir.Node, edit: _Editor, types: tuple[ir.DataType, ...]) -> bool:
+    """A ReduceMax/Min of int32 or uint32 (of ``types``) on float32: with the sign bit of an
+    int32 flipped (an int32 Add of -2**31, which wraps) the order is the unsigned order of the
+    bits, whose 16-bit halves float32 holds exactly (``_halves``): the extreme of the high halves,
+    then of the low halves among the elements that have it; the bits put back together by int32
+    arithmetic. An empty reduction gives the type's identity."""
     if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
         return False
     x = node.inputs[0]
-    if x.dtype not in (_I32, _U32):
+    if x.dtype not in types:
         return False
     attributes = {name: attr.value for name, attr in node.attributes.items()}
     axes_value = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else attributes.get("axes")
@@ -133,21 +147,29 @@ def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     if attributes.get("noop_with_empty_axes") and (axes_value is None or not len(np.asarray(axes_value).reshape(-1))):
         return False
     axes = None if axes_value is None or not len(np.asarray(axes_value).reshape(-1)) else np.asarray(axes_value, np.int64).reshape(-1)
-    flip = np.int32(-(2**31) if x.dtype == _I32 else 0)  # (uint32: its bits' order already)
-    high, low = _halves(edit, edit.op("Add", _as_int32(edit, x), flip, dtype=_I32))
+    flip = np.int32(-(2**31))
+
+    def flipped(v: ir.Value) -> ir.Value:  # (uint32: its bits' order already)
+        return edit.op("Add", v, flip, dtype=_I32) if x.dtype == _I32 else v
+
+    high, low = _halves(edit, flipped(_as_int32(edit, x)))
 
     def reduce(v: ir.Value) -> ir.Value:
         if axes is None:
-            return edit.op(node.op_type, v, keepdims=1, dtype=_F32)
-        if edit.opset >= 18:
-            return edit.op(node.op_type, v, axes, keepdims=1, dtype=_F32)
-        return edit.op(node.op_type, v, axes=axes.tolist(), keepdims=1, dtype=_F32)
+            extreme = edit.op(node.op_type, v, keepdims=1, dtype=_F32)
+        elif edit.opset >= 18:
+            extreme = edit.op(node.op_type, v, axes, keepdims=1, dtype=_F32)
+        else:
+            extreme = edit.op(node.op_type, v, axes=axes.tolist(), keepdims=1, dtype=_F32)
+        # (of no elements it is a float's extreme: clipped to a half's, the bits are the type's
+        # identity, as in JAX: the lowest value for a max, the largest for a min)
+        return edit.op("Clip", extreme, np.float32(0), np.float32(2**16 - 1), dtype=_F32)
 
     top = reduce(high)
     outside = np.float32(-1.0 if node.op_type == "ReduceMax" else 2.0**16)
     bottom = reduce(edit.op("Where", edit.op("Equal", high, top, dtype=_BOOL), low, outside, dtype=_F32))
     bits = edit.op("Add", edit.op("Mul", _i32(edit, top), np.int32(2**16), dtype=_I32), _i32(edit, bottom), dtype=_I32)
-    result = edit.op("Add", bits, flip, dtype=_I32)
+    result = flipped(bits)
     if not attributes.get("keepdims", 1):
         result = (edit.op("Reshape", result, np.zeros((0,), np.int64), dtype=_I32) if axes is None
                   else edit.op("Squeeze", result, axes, dtype=_I32))
@@ -1415,6 +1437,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "greater_as_less": _greater_as_less,
     "reduce_extremes_of_infinities": _reduce_extremes_of_infinities,
     "int32_extremes_on_halves": _int32_extremes_on_halves,
+    "uint32_extremes_on_halves": _uint32_extremes_on_halves,
     "integer_sum_as_cumsum": _integer_sum_as_cumsum,
     "integer_matmul_as_cumsum": _integer_matmul_as_cumsum,
     "int64_cast_as_castlike": _int64_cast_as_castlike,

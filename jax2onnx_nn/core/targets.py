@@ -113,7 +113,7 @@ _OPENVINO_NO_BYTES = "i16 i32 i64 u16 u32 u64 f16 f32 f64"
 _OPENVINO_WRAPPING = {**dict.fromkeys(("Add", "Sub", "Mul", "Div"), _OPENVINO_NO_BYTES),
                       "Neg": "i16 i32 i64 f16 f32 f64", "Abs": "u8 " + _OPENVINO_NO_BYTES}
 
-# ReduceMax/Min's types on OpenVINO: uint32 kept (rewritten on int32 bits), not widened to int64
+# ReduceMax/Min's types on OpenVINO and tract: uint32 kept (rewritten on 16-bit halves), not widened to int64
 _REDUCE_EXTREMES_UINT32 = "b i8 i32 i64 u8 u32 f16 f32 f64"
 
 TARGETS: Mapping[str, Target] = MappingProxyType({
@@ -163,8 +163,10 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # data of a static length) reads the initial values.
         # Its Mul(x, x) of integers is a Square that saturates or has no kernel. ScatterND's
         # reductions below their opset (a Loop) are written without a loop
-        kernels={"CumSum": _CUMSUM_UINT32},
-        rewrites=("scatter_loop_as_one_hot", "reduce_extremes_of_infinities", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "inner_scans_restarted", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
+        # Its ReduceMax/Min have no uint32 kernel, and below opset 15 a uint32 widened to int64 by
+        # a Cast became its symbolic-dim type, wrong along an axis: uint32 is kept, reduced on halves.
+        kernels={"CumSum": _CUMSUM_UINT32, **dict.fromkeys(("ReduceMax", "ReduceMin"), _REDUCE_EXTREMES_UINT32)},
+        rewrites=("scatter_loop_as_one_hot", "reduce_extremes_of_infinities", "uint32_extremes_on_halves", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "inner_scans_restarted", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank"),
         late_rewrites=("empty_constants_as_constant_of_shape",),  # (it reads an empty uint32 initializer as int32)
         lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
