@@ -254,6 +254,25 @@ def test_rank_deficient_matrices():
     check_rank_deficient((6, 3), 2, (), np.float64, 0)
 
 
+def test_v_from_u_above_the_unroll_limit():
+    """Above UNROLL_LIMIT columns V is a^T U / s orthonormalized: on a Gaussian matrix, one of
+    rank 5 (15 zero singular values: V completed) and one whose values span 12 decades (V of
+    the small ones from a division by them), values, reconstruction and orthogonality are
+    LAPACK's to float64 rounding, and a tall matrix's full U too."""
+    n = svd_module.UNROLL_LIMIT + 4
+    rng = np.random.default_rng(0)
+    q1, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    q2, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    cases = np.stack([gaussian(1, (n, n), np.float64), low_rank(2, (n, n), 5, np.float64), (q1 * np.logspace(0, -12, n)) @ q2.T])
+
+    def defined(a):
+        u, s, vh = jnp.linalg.svd(a)
+        return s, (u * s[..., None, :]) @ vh, jnp.swapaxes(u, -1, -2) @ u, vh @ jnp.swapaxes(vh, -1, -2)
+
+    assert_exports_match_on(defined, cases, rtol=1e-12, atol=1e-12, jit=True)
+    assert_exports_match_on(_svd_canonical, gaussian(3, (n + 4, n), np.float64), **_tol(np.float64), jit=True)
+
+
 @pytest.mark.slow
 @settings(max_examples=2)  # each example exports four SVDs (~8 s)
 @given(shape=st.sampled_from([(5, 5), (6, 3), (3, 6)]), rank=st.integers(0, 3), batch=st.sampled_from([(), (2,)]), dtype=DTYPES, seed=SEEDS)
