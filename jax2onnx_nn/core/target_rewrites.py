@@ -489,6 +489,7 @@ def _counter_scan_as_state(node: ir.Node, edit: _Editor) -> bool:
 
 # -- Scans in Scan bodies ----------------------------------------------------------------------
 _RESTARTED = "jax2onnx_nn.restarted"
+_FIRST_TICK = "jax2onnx_nn.first_tick"  # (which scanned input counts the steps, its first value)
 
 
 def _inner_scans_restarted(node: ir.Node, edit: _Editor) -> bool:
@@ -496,30 +497,41 @@ def _inner_scans_restarted(node: ir.Node, edit: _Editor) -> bool:
     to the next: every outer step but the first starts the inner Scan from the states the last
     one ended with, not from its initial values (a ``lax.map`` over a ``fori_loop`` or a bounded
     ``while_loop``, ``jax.random.gamma``'s rejection loops: wrong numbers, no error). In each
-    Scan in this Scan's body (in If branches too) that scans a constant counter forward (a
-    ``fori_loop``, a scan without xs, a bounded ``while_loop``; one over data of a static length
-    is given that counter), the body reads each state as ``Where(tick == first tick, initial
-    value, state)``."""
+    Scan in this Scan's body (in If branches too) that scans a counter forward (a ``fori_loop``,
+    a scan without xs, a bounded ``while_loop``: constant, or a Range of run-time length; one over
+    data is given a counter, computed at run time where the length is symbolic), the body reads
+    each state as ``Where(tick == first tick, initial value, state)``."""
     if node.op_type != "Scan" or node.domain != "":
         return False
     return any([_restarted(_with_counter(inner, edit)) for inner in _scans_in(node.attributes["body"].as_graph())])
 
 
 def _with_counter(scan: ir.Node, edit: _Editor) -> ir.Node:
-    """``scan`` with states and no constant counter among its scanned inputs, whose first scanned
-    input has a static length ``L``, as a Scan that also scans ``0 .. L-1`` (its body can then
-    tell its first step); else ``scan`` itself."""
+    """``scan`` with states and no counter among its scanned inputs, as a Scan that also scans
+    ``0 .. L-1`` for the length ``L`` of its first scanned input (a constant, or an exclusive
+    CumSum of ones where ``L`` is symbolic): its body can then tell its first step. Else (no
+    states, a known length of 0) ``scan`` itself."""
     n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
     n_state = len(scan.inputs) - n_scanned
-    if not n_state or not n_scanned or any(_constant_range(x) is not None for x in scan.inputs[n_state:]) or scan.meta.get(_RESTARTED):
+    if not n_state or not n_scanned or any(_range_start(x) is not None for x in scan.inputs[n_state:]) or scan.meta.get(_RESTARTED):
         return scan
     first = scan.inputs[n_state]
     axes = scan.attributes.get_ints("scan_input_axes", None) or [0] * n_scanned
-    shape = first.shape if first is not None else None
-    if shape is None or not isinstance(shape[axes[0]], int) or not shape[axes[0]]:
+    rank = _rank(first)
+    if first is None or rank is None:
+        return scan
+    axis = axes[0] % rank if rank else 0
+    length = first.shape[axis] if first.shape is not None else None
+    if length == 0:
         return scan
     editor = _Editor(scan, edit.counter, edit.opset)
-    ticks = editor.const(np.arange(shape[axes[0]], dtype=np.int64))
+    if isinstance(length, int):
+        ticks = editor.const(np.arange(length, dtype=np.int64))
+    else:  # (an exclusive CumSum of ones: tract follows a Range's length symbolically)
+        size = editor.op("Gather", editor.op("Shape", first, dtype=ir.DataType.INT64), np.array([axis], np.int64), axis=0, dtype=ir.DataType.INT64)
+        ones = editor.op("Expand", np.ones((1,), np.int64), size, dtype=ir.DataType.INT64)
+        ticks = editor.op("CumSum", ones, np.array(0, np.int64), exclusive=1, dtype=ir.DataType.INT64)
+        ticks.shape = ir.Shape([length])
     body = scan.attributes["body"].as_graph()
     body.inputs.append(ir.Value(name=f"{scan.name}/tick", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([])))
     attributes = {name: attr for name, attr in scan.attributes.items() if name != "body"}
@@ -532,7 +544,21 @@ def _with_counter(scan: ir.Node, edit: _Editor) -> ir.Node:
     assert editor.graph is not None
     editor.graph.insert_before(scan, counted)
     editor.replace(*counted.outputs)
+    counted.meta[_FIRST_TICK] = (n_scanned, 0)
     return counted
+
+
+def _range_start(value: ir.Value | None) -> Any:
+    """The first value of a counter a Scan scans: a constant ``[s, s + 1, ...]`` or a Range of
+    a constant start and step 1 (a fori_loop of run-time length); else None."""
+    ticks = _constant_range(value)
+    if ticks is not None:
+        return ticks[0] if ticks.ndim == 1 and ticks.size and np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype)) else None
+    producer = value.producer() if value is not None else None
+    if producer is None or producer.op_type != "Range" or producer.domain != "":
+        return None
+    start, delta = _constant(producer.inputs[0]), _constant(producer.inputs[2])
+    return start.reshape(()) if start is not None and delta is not None and delta.size == 1 and int(delta.reshape(-1)[0]) == 1 else None
 
 
 def _scans_in(graph: ir.Graph) -> list[ir.Node]:
@@ -552,15 +578,17 @@ def _restarted(scan: ir.Node) -> bool:
     n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
     n_state = len(scan.inputs) - n_scanned
     directions = scan.attributes.get_ints("scan_input_directions", None) or [0] * n_scanned
-    counters = [(k, ticks) for k, ticks in ((k, _constant_range(x)) for k, x in enumerate(scan.inputs[n_state:]))
-                if ticks is not None and ticks.ndim == 1 and ticks.size and not directions[k]]
+    counters = [(k, start) for k, start in ((k, _range_start(x)) for k, x in enumerate(scan.inputs[n_state:]))
+                if start is not None and not directions[k]]
+    if _FIRST_TICK in scan.meta:
+        counters.append(scan.meta[_FIRST_TICK])
     if not n_state or not counters:
         return False
-    k, ticks = counters[0]
+    k, first_tick = counters[0]
     body = scan.attributes["body"].as_graph()
     tick = body.inputs[n_state + k]
     name = f"{tick.name}/restart"
-    start = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.asarray(ticks[0]))}), name=f"{name}/start")
+    start = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.asarray(first_tick, tick.dtype.numpy()))}), name=f"{name}/start")
     first = ir.Node("", "Equal", [tick, start.outputs[0]], name=f"{name}/first")
     new_nodes = [start, first]
     for node_, dtype in ((start, tick.dtype), (first, ir.DataType.BOOL)):
@@ -578,6 +606,85 @@ def _restarted(scan: ir.Node) -> bool:
     else:
         body.extend(new_nodes)
     scan.meta[_RESTARTED] = True
+    return True
+
+
+# -- Scan of no steps -----------------------------------------------------------------------------
+_KEEPS_STATES = "jax2onnx_nn.keeps_states"  # (a Scan whose results are already selected so)
+
+
+def _scan_of_no_steps_keeps_states(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 gives the final states of a Scan of 0 steps as zeros, not the initial values
+    (a ``lax.scan`` over data of symbolic length 0: 0.0 where JAX returns the initial 1.0; at
+    the top level and in a Scan body alike). Where the scanned length is not a static positive
+    number, each final state is ``Where(length > 0, state, initial value)``."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    n_scanned = node.attributes.get_int("num_scan_inputs", 0)
+    n_state = len(node.inputs) - n_scanned
+    first = node.inputs[n_state] if n_scanned else None
+    rank = _rank(first)
+    if not n_state or first is None or not rank or node.meta.get(_KEEPS_STATES):
+        return False
+    axis = (node.attributes.get_ints("scan_input_axes", None) or [0])[0] % rank
+    length = first.shape[axis] if first.shape is not None else None
+    if isinstance(length, int) and length > 0 or not any(out.uses() or out.is_graph_output() for out in node.outputs[:n_state]):
+        return False
+    size = edit.op("Gather", edit.op("Shape", first, dtype=ir.DataType.INT64), np.array(axis, np.int64), axis=0, dtype=ir.DataType.INT64)
+    ran = edit.op("Greater", size, np.array(0, np.int64), dtype=_BOOL)
+    for out, initial in zip(node.outputs[:n_state], node.inputs[:n_state], strict=True):
+        if initial is None or not (out.uses() or out.is_graph_output()):
+            continue
+        uses = list(out.uses())
+        kept = ir.Node("", "Where", [ran, out, initial], name=f"{node.name}/target{edit.counter[0]}/kept{len(uses)}")
+        edit.counter[0] += 1
+        result = kept.outputs[0]
+        result.type, result.shape = out.type, out.shape
+        assert edit.graph is not None
+        edit.graph.insert_after(node, kept)
+        for user, index in uses:
+            user.replace_input_with(index, result)
+        if out.is_graph_output():
+            graph = edit.graph
+            for i, output in enumerate(graph.outputs):
+                if output is out:
+                    graph.outputs[i] = result
+            out.name, result.name = f"{out.name}/scanned", out.name
+        else:
+            result.name = f"{out.name}/kept"
+    return True
+
+
+# -- Range read by a Scan body ------------------------------------------------------------------
+def _ranges_in_scan_bodies(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 finds no type for a value a Scan body reads from the enclosing graph when it is
+    a Range of run-time length ("Source node without a determined fact": the counter of a
+    ``fori_loop`` of symbolic length in a ``lax.map``, hoisted out of the map's body as loop
+    invariant). It runs the Range computed in the body: each body reading one gets its own copy
+    (reading the Range's scalar operands from outside). A late rewrite: clean-up would hoist it."""
+    if node.op_type != "Scan" or node.domain != "":
+        return False
+    body = node.attributes["body"].as_graph()
+    copies = []
+    for value in _read_from_outside(body):
+        producer = value.producer()
+        if producer is None or producer.op_type != "Range" or producer.domain != "" or _constant_range(value) is not None:
+            continue
+        edit.counter[0] += 1
+        copy = ir.Node("", "Range", list(producer.inputs), name=f"{producer.name}/in_body{edit.counter[0]}")
+        copy.outputs[0].name = f"{value.name}/in_body{edit.counter[0]}"
+        copy.outputs[0].type, copy.outputs[0].shape = value.type, value.shape
+        inside = {id(n) for n in ir.traversal.RecursiveGraphIterator(body)}
+        for user, index in list(value.uses()):
+            if id(user) in inside:
+                user.replace_input_with(index, copy.outputs[0])
+        copies.append(copy)
+    if not copies:
+        return False
+    if len(body):
+        body.insert_before(next(iter(body)), copies)
+    else:
+        body.extend(copies)
     return True
 
 
@@ -620,6 +727,7 @@ def _counted_loop_as_scan(node: ir.Node, edit: _Editor) -> bool:
     ticks.shape = ir.Shape([None])
     scan = ir.Node("", "Scan", [*node.inputs[2:], ticks], [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", 1)],
                    num_outputs=len(node.outputs), name=node.name, doc_string=node.doc_string)
+    scan.meta[_KEEPS_STATES] = True
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
     ran = edit.op("Greater", count, np.array(0, np.int64), dtype=ir.DataType.BOOL)  # (after the Scan, before the Loop)
@@ -1446,6 +1554,8 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "counter_scan_as_state": _counter_scan_as_state,
     "counted_loop_as_scan": _counted_loop_as_scan,
     "inner_scans_restarted": _inner_scans_restarted,
+    "ranges_in_scan_bodies": _ranges_in_scan_bodies,
+    "scan_of_no_steps_keeps_states": _scan_of_no_steps_keeps_states,
     "scatter_loop_as_one_hot": _scatter_loop_as_one_hot,
     "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,

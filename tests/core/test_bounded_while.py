@@ -187,6 +187,32 @@ def test_fixed_loops_in_a_map_restart_on_tract(inner: str) -> None:
     assert_exports_match(lambda xs: jax.lax.map(loops[inner], xs), [(5,)], input_values=[xs], target="tract", runtime="tract")
 
 
+def _decay(c: jax.Array, t: jax.Array) -> jax.Array:
+    return c * 0.5 + t
+
+
+_RUN_TIME_LOOPS: dict[str, Callable[..., Any]] = {
+    "scan over the row": lambda row, n: jax.lax.scan(lambda c, t: (_decay(c, t), c), jnp.float32(1.0), row),
+    "fori_loop of the row's length": lambda row, n: jax.lax.fori_loop(0, row.shape[0], lambda i, c: _decay(c, i + jnp.sum(row)), jnp.float32(1.0)),
+    "fori_loop of a traced count": lambda row, n: jax.lax.fori_loop(0, n, lambda i, c: _decay(c, i.astype(c.dtype)), jnp.sum(row)),
+}
+
+
+@TRACT
+@pytest.mark.parametrize("inner", list(_RUN_TIME_LOOPS))
+def test_loops_of_run_time_length_in_a_map_restart_on_tract(inner: str) -> None:
+    # an inner Scan of symbolic length had no constant counter to restart it by (each row
+    # started from the last row's state), a fori_loop's Range of run-time length hoisted out of
+    # the map's body had no type in tract ("Source node without a determined fact"), and a Scan
+    # of 0 steps gave zeros for its states: the profile counts the steps at run time, computes
+    # such a Range in the body and selects the initial states where no step ran
+    from jax2onnx_nn.testing import assert_exports_match
+
+    loop = _RUN_TIME_LOOPS[inner]
+    assert_exports_match(lambda xs, n: jax.lax.map(lambda row: loop(row, n), xs), [("B", "T"), ((), np.int32)],
+                         sizes={"B": [3, 1, 0], "T": [4, 1, 0]}, target="tract", runtime="tract")
+
+
 @TRACT
 @pytest.mark.slow  # (~11 s)
 def test_gamma_draws_run_on_tract_with_loop_bound() -> None:
