@@ -683,3 +683,129 @@ def test_recurrent_cell_as_a_function_takes_its_weights_as_inputs(lstm: bool) ->
     model = assert_module_matches(Apply(Cell(cell, 4, lstm)), [("B", "T", 3)], sizes={"B": [2], "T": [3]}, auto_functions=True)
     [function] = [f for f in model.functions if f.name == "Cell"]
     assert _ops_in_bodies(function.node).count("LSTM" if lstm else "GRU") == 1
+
+
+# -- Linen GRUCell / LSTMCell / OptimizedLSTMCell --------------------------------------------
+
+
+def _linen_variables(module: Any, *args: Any) -> Any:
+    """``module.init`` with every param redrawn (Linen's biases start at zero)."""
+    from flax import linen
+
+    assert isinstance(module, linen.Module)
+    shapes = jax.eval_shape(lambda: module.init(jax.random.key(0), *args))
+    rng = np.random.default_rng(0)
+    return jax.tree.map(lambda a: jnp.asarray(rng.normal(0.0, 0.5, a.shape), a.dtype), shapes)
+
+
+def _linen_cell(kind: str, hidden: int, **options: Any) -> Any:
+    from flax import linen
+
+    return {"gru": linen.GRUCell, "lstm": linen.LSTMCell, "optimized": linen.OptimizedLSTMCell}[kind](hidden, **options)
+
+
+def _linen_carry(kind: str, batch: int, hidden: int) -> Any:
+    h = jnp.full((batch, hidden), 0.5)
+    return h if kind == "gru" else (h * 2.0, h)
+
+
+@SMALL
+@given(kind=st.sampled_from(["gru", "lstm", "optimized"]), features=st.integers(1, 4), hidden=st.integers(1, 5))
+def test_linen_recurrent_cell_single_step(kind: str, features: int, hidden: int) -> None:
+    """One step of a Linen cell is one GRU / LSTM op (symbolic batch, guarded by an If)."""
+    import functools
+
+    cell = _linen_cell(kind, hidden)
+    variables = _linen_variables(cell, _linen_carry(kind, 2, hidden), jnp.ones((2, features)))
+    if kind == "gru":
+        fn, inputs = functools.partial(cell.apply, variables), [("B", hidden), ("B", features)]
+    else:
+        fn, inputs = (lambda c, h, x: cell.apply(variables, (c, h), x)), [("B", hidden), ("B", hidden), ("B", features)]
+    model = assert_module_matches(fn, inputs, sizes={"B": [3]})
+    assert _all_ops(model.graph.node).count("GRU" if kind == "gru" else "LSTM") == 1 and "If" in node_ops(model)
+    assert not {"MatMul", "Sigmoid", "Tanh"} & set(_all_ops(model.graph.node))
+
+
+@SMALL
+@given(
+    kind=st.sampled_from(["gru", "lstm", "optimized"]), features=st.integers(1, 4), hidden=st.integers(1, 5),
+    reverse=st.booleans(), time=st.sampled_from(["T", 1, 4]),
+)
+def test_linen_rnn_over_a_sequence_is_one_op(kind: str, features: int, hidden: int, reverse: bool, time: Any) -> None:
+    """nn.RNN of a Linen cell (a lifted scan) is the cell's op run once over the sequence."""
+    from flax import linen
+
+    rnn = linen.RNN(_linen_cell(kind, hidden), reverse=reverse, keep_order=True, return_carry=True)
+    variables = _linen_variables(rnn, jnp.ones((2, 3, features)))
+    model = assert_module_matches(
+        lambda xs: rnn.apply(variables, xs), [("B", time, features)], sizes={"B": [3], "T": [1, 5]}
+    )
+    ops = _all_ops(model.graph.node)
+    assert "Loop" not in ops and "Scan" not in ops
+    assert ops.count("GRU" if kind == "gru" else "LSTM") == 1
+
+
+def test_linen_cells_stacked_in_nn_scan_are_one_op_each() -> None:
+    """Two Linen cells stacked in the step of an explicit nn.scan (params broadcast)."""
+    from flax import linen
+
+    class Step(linen.Module):
+        @linen.compact
+        def __call__(self, carry: Any, x: Any) -> Any:
+            g, lstm = carry
+            g, y = linen.GRUCell(4, name="gru")(g, x)
+            lstm, y = linen.LSTMCell(3, name="lstm")(lstm, y)
+            return (g, lstm), y
+
+    class Stack(linen.Module):
+        @linen.compact
+        def __call__(self, xs: Any) -> Any:
+            scan = linen.scan(Step, variable_broadcast="params", split_rngs={"params": False}, in_axes=1, out_axes=1)
+            h = jnp.full((xs.shape[0], 4), 0.25, xs.dtype)
+            c = jnp.full((xs.shape[0], 3), 0.5, xs.dtype)
+            return scan(name="scan")((h, (c, c)), xs)
+
+    model_def = Stack()
+    variables = _linen_variables(model_def, jnp.ones((2, 3, 2)))
+    model = assert_module_matches(lambda xs: model_def.apply(variables, xs), [("B", "T", 2)], sizes={"B": [2], "T": [4]})
+    ops = _all_ops(model.graph.node)
+    assert "Loop" not in ops and "Scan" not in ops and ops.count("GRU") == 1 and ops.count("LSTM") == 1
+
+
+@pytest.mark.parametrize(
+    "kind, options, shape",
+    [
+        ("gru", {"activation_fn": jax.nn.relu}, (2, 3)),
+        ("gru", {"gate_fn": jax.nn.hard_sigmoid}, (2, 3)),
+        ("gru", {}, (2, 2, 3)),  # two batch dims
+        ("lstm", {"activation_fn": jax.nn.gelu}, (2, 3)),
+        ("optimized", {"dtype": jnp.bfloat16}, (2, 3)),
+    ],
+)
+def test_linen_recurrent_cell_options_left_to_the_lax_path(kind: str, options: dict[str, Any], shape: tuple[int, ...]) -> None:
+    cell = _linen_cell(kind, 4, **options)
+    carry_shape = (*shape[:-1], 4)
+    h = jnp.full(carry_shape, 0.5)
+    variables = _linen_variables(cell, h if kind == "gru" else (h, h), jnp.ones(shape))
+    if kind == "gru":
+        fn, inputs = (lambda h, x: cell.apply(variables, h, x)), [carry_shape, shape]
+    else:
+        fn, inputs = (lambda c, h, x: cell.apply(variables, (c, h), x)), [carry_shape, carry_shape, shape]
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if "dtype" in options else {"rtol": 1e-5, "atol": 1e-5}
+    model = assert_module_matches(fn, inputs, **tolerance)
+    assert "GRU" not in node_ops(model) and "LSTM" not in node_ops(model)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_linen_recurrent_cell_with_params_as_graph_inputs(kind: str) -> None:
+    """Params given as graph inputs: the ONNX kernels and biases are laid out by nodes."""
+    cell = _linen_cell(kind, 4)
+    carry = _linen_carry(kind, 2, 4)
+    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), _linen_variables(cell, carry, jnp.ones((2, 3))))
+    if kind == "gru":
+        fn, inputs = (lambda v, h, x: cell.apply(v, h, x)), [spec, ("B", 4), ("B", 3)]
+    else:
+        fn, inputs = (lambda v, c, h, x: cell.apply(v, (c, h), x)), [spec, ("B", 4), ("B", 4), ("B", 3)]
+    model = assert_module_matches(fn, inputs, sizes={"B": [3]})
+    assert _all_ops(model.graph.node).count("GRU" if kind == "gru" else "LSTM") == 1
+    assert node_ops(model).count("Transpose") == (6 if kind == "gru" else 8)

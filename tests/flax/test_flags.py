@@ -170,9 +170,16 @@ def test_linen_alone_is_enough(tmp_path: pathlib.Path) -> None:
         "fn = lambda x, d: nn.Dropout(0.5).apply({}, x, deterministic=d, rngs={'dropout': jax.random.key(0)})\n"
         "model = to_onnx(fn, [('B', 4)], input_params={'d': True})\n"
         "print(sorted({n.op_type for n in model.graph.node}))\n"
+        # the coarse ops' module is imported inside this export, with jax.nn already patched:
+        # the cell's default gate_fn (jax.nn.sigmoid as flax imported it) is still recognised
+        "cell = nn.GRUCell(3)\n"
+        "variables = cell.init(jax.random.key(0), jax.numpy.zeros((1, 3)), jax.numpy.zeros((1, 2)))\n"
+        "model = to_onnx(lambda h, x: cell.apply(variables, h, x), [('B', 3), ('B', 2)])\n"
+        "print([n.op_type for n in model.graph.node for a in n.attribute for n in a.g.node])\n"
     )
     root = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert "'Where'" in result.stdout and "'BitShift'" in result.stdout  # both modes, JAX's threefry mask
+    assert "'GRU'" in result.stdout.splitlines()[-1]
