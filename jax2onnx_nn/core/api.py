@@ -32,6 +32,7 @@ from jax2onnx_nn.core.passes import (
     cleanup,
     fill_missing_types,
     inline_functions,
+    relabel_transposes,
     vector_times_untransposed,
 )
 from jax2onnx_nn.core.patching import export_session
@@ -186,6 +187,7 @@ def export_model(
     progress.update("passes", 2, 3)
     fill_missing_types(model)
     vector_times_untransposed(model)  # ranks known now; onnxruntime miscomputes the other form
+    relabel_transposes(model)  # shapes known now (a rule's own Transposes)
     _check_target_ops(model, config.target, config.opset)
     progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress

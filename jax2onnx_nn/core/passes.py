@@ -261,9 +261,11 @@ def _static_dims(v: ir.Value) -> tuple[int, ...] | None:
     return tuple(int(d) for d in v.shape)
 
 
-def _shortcut(node: ir.Node) -> ir.Value | None:
+def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
     """What ``node`` (a layout op fed by another one) computes, from the chain's source: the
-    source itself when the pair is the identity, a new single node's output, or None."""
+    source itself when the pair is the identity, a new single node's output, or None. A new
+    Reshape's shape is an initializer of ``model``, or a Constant node without one (in a
+    function body)."""
     (source_value, *_rest) = node.inputs
     producer = source_value.producer() if source_value is not None else None
     if is_required(producer):
@@ -308,6 +310,8 @@ def _shortcut(node: ir.Node) -> ir.Value | None:
     dims = _static_dims(out)
     if dims is None:
         return None
+    if model is not None:
+        return _insert_before(node, "Reshape", [x, _new_constant(model, node, np.asarray(dims, np.int64), False)], {}, out)
     shape = ir.Value(name=None, shape=ir.Shape([len(dims)]), type=ir.TensorType(ir.DataType.INT64),
                      const_value=numpy_tensor(np.asarray(dims, np.int64)))
     return _insert_before(node, "Reshape", [x, shape], {}, out, constant=shape)
@@ -353,14 +357,91 @@ def cancel_layout_chains(model: ir.Model) -> int:
             if node.domain != "" or node.op_type not in {"Transpose", "Cast", *_SHAPE_OPS} or len(node.outputs) != 1:
                 continue
             out = node.outputs[0]
-            if not node.inputs or node.inputs[0] is None or out.is_graph_output() or is_required(node):
+            if not node.inputs or node.inputs[0] is None or is_required(node):
                 continue
-            replacement = _shortcut(node)
+            replacement = _shortcut(node, model if graph is model.graph else None)
             if replacement is None or replacement is out:
                 continue
-            out.replace_all_uses_with(replacement)
+            if out.is_graph_output():
+                if not _renamable(replacement, node.graph):
+                    continue
+                out.replace_all_uses_with(replacement, replace_graph_outputs=True)
+                name, out.name = out.name, None
+                replacement.name = name
+            else:
+                out.replace_all_uses_with(replacement)
             bypassed += 1
     return bypassed
+
+
+def _renamable(v: ir.Value, graph: ir.Graph | None) -> bool:
+    """``v`` can take the place (and the name) of an output of ``graph``: the result of one of
+    its nodes that is not an output already (a graph input, an initializer or a value of an
+    enclosing graph keeps its name)."""
+    producer = v.producer()
+    return producer is not None and producer.graph is graph and not v.is_graph_output()
+
+
+def _relabelling_shape(node: ir.Node) -> list[int] | None:
+    """The Reshape target equal to ``node`` (a Transpose) when it moves only axes of size 1
+    (the other axes keep their order, so no element moves), or None. A symbolic dim is copied
+    (0) where it keeps its index, else inferred (-1) when every other dim is a known nonzero
+    size; a tensor with a static 0 dim is left as it is (a 0 would read as "copy")."""
+    out = node.outputs[0]
+    if out.shape is None or "perm" not in node.attributes:
+        return None
+    perm = list(node.attributes["perm"].value)
+    if sorted(perm) != list(range(len(out.shape))):
+        return None
+    dims = [None] * len(perm)  # the input's dims, from the output's (a rule may leave the input unshaped)
+    for i, p in enumerate(perm):
+        dims[p] = out.shape[i]
+    kept = [p for p in perm if dims[p] != 1]
+    if kept != sorted(kept) or any(isinstance(d, int) and d == 0 for d in out.shape):
+        return None
+    target: list[int] = []
+    for i, d in enumerate(out.shape):
+        if isinstance(d, int):
+            target.append(d)
+        elif _same_dim(dims[i], d):
+            target.append(0)
+        else:
+            target.append(-1)
+    if target.count(-1) > 1 or (-1 in target and 0 in target):
+        return None
+    return target
+
+
+def relabel_transposes(model: ir.Model) -> int:
+    """A Transpose that moves only axes of size 1 (``(B, 4, 1) -> (B, 1, 4)``, JAX's
+    ``swapaxes`` of a vector) becomes a Reshape: no element moves, and the Reshapes merge with
+    the shape ops around them (:func:`cancel_layout_chains` and :func:`remove_unused_nodes`
+    run again when one was replaced). It runs after :func:`fill_missing_types`: the shapes of
+    the Transposes a rule makes inside an equation are known only then. A Transpose whose
+    target shape one Reshape cannot state (a symbolic dim that moves next to another one)
+    stays. Returns the number of Transposes replaced."""
+    replaced = 0
+    for node, in_function in all_nodes(model):
+        if node.domain != "" or node.op_type != "Transpose" or is_required(node) or node.inputs[0] is None:
+            continue
+        target = _relabelling_shape(node)
+        if target is None:
+            continue
+        shape = _new_constant(model, node, np.asarray(target, np.int64), in_function)
+        out = node.outputs[0]
+        reshape = ir.Node("", "Reshape", [node.inputs[0], shape], name=node.name or None)
+        reshape.outputs[0].shape, reshape.outputs[0].type = out.shape, out.type
+        reshape.outputs[0].name = f"{out.name}/relabelled" if out.name else None
+        node.graph.insert_before(node, reshape)
+        out.replace_all_uses_with(reshape.outputs[0], replace_graph_outputs=True)
+        if reshape.outputs[0].is_graph_output():
+            name, out.name = out.name, None
+            reshape.outputs[0].name = name
+        replaced += 1
+    if replaced:
+        cancel_layout_chains(model)
+        remove_unused_nodes(model)
+    return replaced
 
 
 _REDUCTIONS = frozenset(["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2",

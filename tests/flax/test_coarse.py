@@ -454,7 +454,8 @@ def test_conv_transpose(ndim: int, kernel: int, stride: int, dilation: int, padd
     expressible = pairs is None or (pairs[0] <= dilated - 1 and pairs[1] - (dilated - 1) < stride)
     empty = any(d.dim_value == 0 for d in model.graph.output[0].type.tensor_type.shape.dim[1:])
     if expressible and not empty:
-        assert node_ops(model) == ["Transpose", "ConvTranspose", "Transpose"]
+        ops = node_ops(model)  # a layout change moving only size-1 dims is a Reshape (passes.relabel_transposes)
+        assert len(ops) == 3 and ops[1] == "ConvTranspose" and {ops[0], ops[2]} <= {"Transpose", "Reshape"}, ops
 
 
 def test_conv_transpose_symbolic_spatial_dims() -> None:
