@@ -540,6 +540,15 @@ def _table_cases(draw, op):
         cuts = sorted(draw(st.lists(st.integers(0, x[0]), min_size=outputs - 1, max_size=outputs - 1)))
         sizes = [b - a for a, b in zip([0, *cuts], [*cuts, x[0]], strict=True)]
         inputs = [value("x", x), value("split", None, sizes)]
+    elif op in ("GRU", "LSTM", "RNN"):
+        gates = {"GRU": 3, "LSTM": 4, "RNN": 1}[op]
+        hidden, features = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        directions = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
+        count = 2 if directions == "bidirectional" else 1
+        attributes = {"hidden_size": hidden, "direction": directions, "layout": draw(st.integers(0, 1))}
+        x = [draw(_DIMS), draw(_DIMS), features]
+        inputs = [value("x", x), value("w", [count, gates * hidden, features]), value("r", [count, gates * hidden, hidden])]
+        outputs = draw(st.integers(1, 3 if op == "LSTM" else 2))
     else:  # Conv, AveragePool, MaxPool over 1-2 spatial axes
         n = draw(st.integers(1, 2))
         x = [draw(_DIMS), draw(st.integers(1, 3)), *(draw(st.integers(1, 9)) for _ in range(n))]
@@ -558,15 +567,17 @@ def _table_cases(draw, op):
     return [[d if isinstance(d, int) else d.value for d in v.shape] for v in inputs], node
 
 
-@given(data=st.data(), op=st.sampled_from(["Squeeze", "Gather", "Reshape", "Range", "Split", "Conv", "AveragePool", "MaxPool"]))
+@given(data=st.data(), op=st.sampled_from(["Squeeze", "Gather", "Reshape", "Range", "Split", "Conv", "AveragePool", "MaxPool", "GRU", "LSTM", "RNN"]))
 def test_the_shape_table_of_ops_with_constant_operands_agrees_with_onnx_inference(data, op):
     """The table's shapes for ops whose shape needs a constant operand or attributes (what
     rules and passes make without a shape: embedding Gathers, head Splits, Conv and pools in
-    NCHW) are onnx's own, and the table answers where onnx does for the models we export."""
+    NCHW, the GRU / LSTM layers' outputs) are onnx's own, and the table answers where onnx
+    does for the models we export."""
     from jax2onnx_nn.core import passes
 
     shapes, node = data.draw(_table_cases(op))
-    ours = passes._split_shapes(node, shapes) if op == "Split" else [passes._table_shape(node, shapes)]
+    multi = passes._MULTI_OUTPUT_SHAPES.get(op)
+    ours = multi(node, shapes) if multi is not None else [passes._table_shape(node, shapes)]
     if ours is None or ours == [None]:  # left to onnx's inference
         assert op in ("Squeeze", "Reshape", "Conv", "AveragePool", "MaxPool"), (op, shapes)
         return
