@@ -1366,17 +1366,19 @@ def _uint32_as_int32(node: ir.Node, edit: _Editor) -> bool:
         x_less = _less(edit, _halves(edit, args[0]), _halves(edit, args[1]))
         first, second = (args[1], args[0]) if op == "Max" else (args[0], args[1])
         result = edit.op("Where", x_less, first, second, dtype=_I32)
-    elif op == "BitShift" and _constant(node.inputs[1]) is not None:
-        amount = _constant(node.inputs[1]).astype(np.int64)  # type: ignore[union-attr]
+    elif op == "BitShift":
+        constant = _constant(node.inputs[1])
+        # (a run-time amount: its clipped value indexes tables; OpenVINO's own BitShift of them
+        # goes through float32 and makes a scalar rank 1, which a loop state cannot take)
+        amount = np.clip(constant.astype(np.int64), 0, _MAX_SHIFT) if constant is not None else _shift_index(edit, args[1])  # type: ignore[arg-type]
         if node.attributes["direction"].as_string() == "LEFT":
-            factor = np.where(amount < 32, np.left_shift(1, np.clip(amount, 0, 31)), 0).astype(np.uint32).view(np.int32)
-            result = edit.op("Mul", args[0], factor, dtype=_I32)
+            result = edit.op("Mul", args[0], _per_amount(edit, _LEFT_FACTORS, amount), dtype=_I32)
         else:
             result = _shift_right(edit, _halves(edit, args[0]), amount)
     elif op == "Mod":  # (fmod or not: the same for unsigned values)
         result = _remainder(edit, args[0], args[1], _constant(node.inputs[1]))
     else:
-        return False  # a shift by a runtime amount stays as it is
+        return False
     edit.replace(edit.op("Cast", result, to=_U32, dtype=_U32))
     return True
 
@@ -1428,15 +1430,39 @@ def _equal(edit: _Editor, x: Halves, y: Halves) -> ir.Value:
     return edit.op("And", *both, dtype=_BOOL)
 
 
-def _shift_right(edit: _Editor, x: Halves, amount: np.ndarray) -> ir.Value:
-    """Logical right shift by constant amounts (any shape, broadcast): the high half scaled by
-    2**(16 - s) (a float scale and Floor for s >= 16, an int32 multiply below) plus the low
-    half's ``floor(low / 2**s)``; the two never overlap. Amounts of 32 and more give 0."""
-    s = np.clip(amount, 0, 48)
-    high_scale = np.where(s >= 16, np.ldexp(1.0, 16 - s), 1.0).astype(np.float32)
-    high_factor = np.where(s < 16, np.left_shift(1, np.clip(16 - s, 0, 16)), 1).astype(np.int32)
-    high = edit.op("Mul", _i32(edit, edit.op("Floor", _scaled(edit, x[0], high_scale), dtype=_F32)), high_factor, dtype=_I32)
-    low = _i32(edit, edit.op("Floor", _scaled(edit, x[1], np.ldexp(1.0, -s).astype(np.float32)), dtype=_F32))
+_MAX_SHIFT = 48  # (any amount from 32 on gives 0; 48 also empties the high half's scale)
+_AMOUNTS = np.arange(_MAX_SHIFT + 1)
+# per shift amount: the left shift's int32 factor, and the right shift's high-half float scale and
+# int32 factor (``_shift_right``) and low-half float scale
+_LEFT_FACTORS = np.where(_AMOUNTS < 32, np.left_shift(1, np.clip(_AMOUNTS, 0, 31)), 0).astype(np.uint32).view(np.int32)
+_HIGH_SCALES = np.where(_AMOUNTS >= 16, np.ldexp(1.0, 16 - _AMOUNTS), 1.0).astype(np.float32)
+_HIGH_FACTORS = np.where(_AMOUNTS < 16, np.left_shift(1, np.clip(16 - _AMOUNTS, 0, 16)), 1).astype(np.int32)
+_LOW_SCALES = np.ldexp(1.0, -_AMOUNTS).astype(np.float32)
+
+
+def _shift_index(edit: _Editor, amount: ir.Value) -> ir.Value:
+    """Run-time shift amounts (int32 bits of uint32) as indices into the tables: clipped to
+    ``_MAX_SHIFT``, those at or above 2**31 (negative as int32) too."""
+    clipped = edit.op("Min", amount, np.int32(_MAX_SHIFT), dtype=_I32)
+    return edit.op("Where", edit.op("Less", amount, np.int32(0), dtype=_BOOL), np.int32(_MAX_SHIFT), clipped, dtype=_I32)
+
+
+def _per_amount(edit: _Editor, table: np.ndarray, amount: np.ndarray | ir.Value) -> np.ndarray | ir.Value:
+    """``table`` at each shift amount: constant amounts index it here, run-time ones by a Gather."""
+    if isinstance(amount, np.ndarray):
+        return table[amount]
+    return edit.op("Gather", table, amount, axis=0, dtype=ir.DataType.from_numpy(table.dtype))
+
+
+def _shift_right(edit: _Editor, x: Halves, amount: np.ndarray | ir.Value) -> ir.Value:
+    """Logical right shift by amounts in ``[0, _MAX_SHIFT]`` (constants, or run-time indices;
+    any shape, broadcast): the high half scaled by 2**(16 - s) (a float scale and Floor for
+    s >= 16, an int32 multiply below, which wraps into the top bits) plus the low half's
+    ``floor(low / 2**s)``; the two never overlap. Amounts of 32 and more give 0."""
+    high_scale = _per_amount(edit, _HIGH_SCALES, amount)
+    high = edit.op("Mul", _i32(edit, edit.op("Floor", edit.op("Mul", x[0], high_scale, dtype=_F32), dtype=_F32)),
+                   _per_amount(edit, _HIGH_FACTORS, amount), dtype=_I32)
+    low = _i32(edit, edit.op("Floor", edit.op("Mul", x[1], _per_amount(edit, _LOW_SCALES, amount), dtype=_F32), dtype=_F32))
     return edit.op("Add", high, low, dtype=_I32)
 
 

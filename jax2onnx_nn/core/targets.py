@@ -128,8 +128,9 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         model_functions=False, scan_symbolic=True, scan_ticks=False,
         # its CPU plugin computes uint32 arithmetic (and int32 comparisons, Mod, shifts) through
         # float32 and keeps int64 in 32 bits; int32 Add/Mul/CumSum/bitwise ops wrap as they
-        # should, so uint32 is computed as int32 (CumSum too: not widened to int64), and so is
-        # a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
+        # should, so uint32 is computed as int32 (CumSum too: not widened to int64; shifts by
+        # run-time amounts with factors from tables: its own BitShift of a scalar is rank 1), and
+        # so is a float -> uint32 Cast; its Max/Min return the other operand for NaN, its Greater
         # (OrEqual) is true for NaN, its float ReduceMax of only -inf is the lowest finite float
         # (ReduceMin of +inf the largest) and its int32 ReduceMax/Min, ReduceSum and MatMul go
         # through float32 (its CumSum and Mul wrap: sums are running sums); it refuses a float64 DFT and ignores DFT's axis input, and a
