@@ -13,6 +13,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from hypothesis import given, settings
@@ -254,23 +255,29 @@ def test_rank_deficient_matrices():
     check_rank_deficient((6, 3), 2, (), np.float64, 0)
 
 
-def test_v_from_u_above_the_unroll_limit():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_v_from_u_above_the_unroll_limit(dtype):
     """Above UNROLL_LIMIT columns V is a^T U / s orthonormalized: on a Gaussian matrix, one of
     rank 5 (15 zero singular values: V completed) and one whose values span 12 decades (V of
     the small ones from a division by them), values, reconstruction and orthogonality are
-    LAPACK's to float64 rounding, and a tall matrix's full U too."""
+    LAPACK's to rounding, and a tall matrix's full U too. float32 is rotated in float32 (its
+    values from U and V), no float64 in the graph."""
     n = svd_module.UNROLL_LIMIT + 4
     rng = np.random.default_rng(0)
     q1, _ = np.linalg.qr(rng.normal(size=(n, n)))
     q2, _ = np.linalg.qr(rng.normal(size=(n, n)))
-    cases = np.stack([gaussian(1, (n, n), np.float64), low_rank(2, (n, n), 5, np.float64), (q1 * np.logspace(0, -12, n)) @ q2.T])
+    cases = np.stack([gaussian(1, (n, n), np.float64), low_rank(2, (n, n), 5, np.float64), (q1 * np.logspace(0, -12, n)) @ q2.T]).astype(dtype)
 
     def defined(a):
         u, s, vh = jnp.linalg.svd(a)
-        return s, (u * s[..., None, :]) @ vh, jnp.swapaxes(u, -1, -2) @ u, vh @ jnp.swapaxes(vh, -1, -2)
+        big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
+        return s / big[..., 0], (u * s[..., None, :]) @ vh / big, jnp.swapaxes(u, -1, -2) @ u, vh @ jnp.swapaxes(vh, -1, -2)
 
-    assert_exports_match_on(defined, cases, rtol=1e-12, atol=1e-12, jit=True)
-    assert_exports_match_on(_svd_canonical, gaussian(3, (n + 4, n), np.float64), **_tol(np.float64), jit=True)
+    tol = 1e-12 if dtype == np.float64 else 3e-6
+    model = assert_exports_match_on(defined, cases, rtol=tol, atol=tol, jit=True)
+    loop_state = [i.type.tensor_type.elem_type for node in model.graph.node if node.op_type == "Loop" for i in node.attribute[0].g.input]
+    assert (onnx.TensorProto.DOUBLE in loop_state) == (dtype == np.float64)
+    assert_exports_match_on(_svd_canonical, gaussian(3, (n + 4, n), dtype), **_tol(dtype), jit=True)
 
 
 @pytest.mark.slow
