@@ -380,6 +380,20 @@ def test_degenerate_inputs_as_jax(name, dtype):
     assert_exports_match_on(fn, a.astype(dtype), jit=True)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("fn", [lambda a: lax.linalg.lu(a), lambda a: jnp.linalg.inv(a), lambda a: jnp.linalg.solve(a, a[:, :1]), lambda a: jnp.linalg.det(a)])
+def test_half_precision_lu_is_refused_with_the_fix(fn, dtype):
+    """JAX's CPU lu refuses float16 / bfloat16 ("Unsupported dtype"); the export names the
+    primitive, the dtype, the user's line and the cast that fixes it."""
+    from jax2onnx_nn import ConversionError, to_onnx
+
+    with pytest.raises(ConversionError) as raised:
+        to_onnx(fn, [((4, 4), dtype)])
+    message = str(raised.value)
+    assert f"lu of a {dtype} matrix at " in message and "test_decompositions.py" in message, message
+    assert "a.astype(jnp.float32)" in message, message
+
+
 # -- graph size --------------------------------------------------------------------------------
 @pytest.mark.parametrize(("fn", "limit"), [
     (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 31),  # 8 of them JAX's tril

@@ -39,6 +39,7 @@ import onnx_ir as ir
 from jax import lax
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim
@@ -586,9 +587,22 @@ def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return work, pivots[..., 0, :], perm[..., 0]
 
 
+def _refuse_half_precision(ctx: LoweringContext, name: str) -> None:
+    """JAX's CPU ``lu`` (LAPACK ``getrf``) has no float16 / bfloat16 kernel ("Unsupported dtype
+    float16"): there is no JAX result to match, and the steps' pivot search runs in float32."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    if dtype.itemsize == 2:
+        raise ConversionError(
+            f"{name} of a {dtype.name} matrix at {ctx.source_line or '<unknown location>'} is not supported: "
+            f"JAX's CPU {name} has no {dtype.name} kernel either (LAPACK works in float32 and float64). "
+            f"Cast the matrix to float32 first and the result back, e.g. jnp.linalg.inv(a.astype(jnp.float32)).astype(jnp.{dtype.name})"
+        )
+
+
 @lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
+    _refuse_half_precision(ctx, "lu")
     outs = lower_as_jax(ctx, lu, [a], cache_key=("lu", UNROLL_LIMIT))
     # lu_factor / lu_solve turn the pivots back into the permutation lu made already
     outs[1].meta[_PERMUTATION] = (outs[2], ctx.avals_in[0].shape[-2])
