@@ -29,7 +29,9 @@ Each model runs in a fresh subprocess, so that its memory is its own. Columns:
 - ``nodes``: nodes of the main graph + nodes of function bodies (``fn``: function count).
 - ``init_mb``, ``file_mb``: initializer bytes, size of the written file (with external data).
 - ``ort_ms``, ``jit_ms``, ``ort/jit``: median latency at the row's batch size, over at most
-  ``--repeat`` runs and about ``--budget`` seconds of runs each (at least 3 runs).
+  ``--repeat`` runs and about ``--budget`` seconds of runs each (at least 3 runs), the
+  onnxruntime and ``jax.jit`` runs taken in turn (both see the same load); onnxruntime has
+  as many intra-op threads as the machine has cores (XLA's CPU pool uses them all).
 
 The machine's load average is printed under the table: on a shared machine the seconds are
 only comparable within one run of the table.
@@ -79,16 +81,21 @@ COLUMNS = [
 ]
 
 
-def _median_ms(run: Any, repeat: int, budget: float) -> float:
-    """Median milliseconds of ``run`` after a warm-up: ``repeat`` runs, fewer (at least 3)
-    when they take more than ``budget`` seconds together."""
-    run()  # warm-up
-    times: list[float] = []
-    while len(times) < repeat and (len(times) < 3 or sum(times) < budget):
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+def _interleaved_median_ms(runs: dict[str, Any], repeat: int, budget: float) -> dict[str, float]:
+    """Median milliseconds of each of ``runs`` after a warm-up, the runs taken in turn (one of
+    each per round) so that all of them see the same machine load: ``repeat`` rounds, fewer
+    (at least 3) when they take more than ``budget`` seconds per run together."""
+    for run in runs.values():
+        run()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    rounds = 0
+    while rounds < repeat and (rounds < 3 or max(sum(t) for t in times.values()) < budget):
+        for name, run in runs.items():
+            t = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t)
+        rounds += 1
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def _median_run(run: Any, times: int) -> tuple[float, Any, float]:
@@ -214,12 +221,14 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, b
             import onnxruntime as ort
 
             session_options = ort.SessionOptions()
-            session_options.intra_op_num_threads = 2
+            session_options.intra_op_num_threads = os.cpu_count() or 1  # as many as XLA's CPU pool
             session = ort.InferenceSession(path if data is None else data, session_options, providers=["CPUExecutionProvider"])
             feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
-            row["ort_ms"] = round(_median_ms(lambda: session.run(None, feeds), repeat, budget), 3)
             jitted = jax.jit(reference)
-            row["jit_ms"] = round(_median_ms(lambda: jax.block_until_ready(jitted(*flat)), repeat, budget), 3)
+            medians = _interleaved_median_ms(
+                {"ort": lambda: session.run(None, feeds), "jit": lambda: jax.block_until_ready(jitted(*flat))}, repeat, budget
+            )
+            row["ort_ms"], row["jit_ms"] = round(medians["ort"], 3), round(medians["jit"], 3)
             row["ort/jit"] = round(row["ort_ms"] / row["jit_ms"], 2)
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
