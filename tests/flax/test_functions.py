@@ -156,3 +156,34 @@ def test_training_mode_state_updates_run_inline() -> None:
         MyModel(8, rngs=nnx.Rngs(6)), [(4, 8)], training=True, auto_functions=True
     )
     assert len(model.functions) == 0  # BatchNorm updates its statistics: no function boundary
+
+
+@given(shared=st.lists(st.sampled_from(["attr", "list", "dict", "tuple"]), max_size=3), order=st.permutations(["a", "b", "c"]))
+@settings(max_examples=10)
+def test_module_paths_are_iter_graphs(shared: list[str], order: list[str]) -> None:
+    """The per-export walk of the module copy finds every module at the path (and in the
+    order) ``nnx.graph.iter_graph`` gives: a module held in several places (attributes,
+    nnx.List, nnx.Dict, a data tuple) keeps its first path, which names its nodes."""
+    from jax2onnx_nn.flax.functions import modules_in
+
+    rngs = nnx.Rngs(0)
+    common = nnx.Linear(2, 2, rngs=rngs)
+
+    class Holder(nnx.Module):
+        def __init__(self) -> None:
+            holders = {
+                "attr": lambda: common,
+                "list": lambda: nnx.List([nnx.Dropout(0.1), common]),
+                "dict": lambda: nnx.Dict({"norm": nnx.BatchNorm(2, rngs=rngs), "layer": common}),
+                "tuple": lambda: nnx.data((common, 3)),
+            }
+            for name, kind in zip(order, shared, strict=False):
+                setattr(self, name, holders[kind]())
+            self.own = nnx.Linear(2, 3, rngs=rngs)
+            self.width = 4
+
+    root = Holder()
+    expected = [(path, node) for path, node in nnx.graph.iter_graph(root) if isinstance(node, nnx.Module)]
+    found = modules_in(root)
+    assert [path for path, _ in found] == [path for path, _ in expected]
+    assert all(a is b for (_, a), (_, b) in zip(found, expected, strict=True))
