@@ -125,13 +125,32 @@ def test_symbolic_batch_and_vmap():
     assert_exports_match_on(values, a, rtol=1e-5, atol=1e-5, jit=True)
 
 
-def test_large_float32_matrices_are_rotated_in_float64():
-    """Above WIDEN_ABOVE a float32 matrix is rotated in float64: values as accurate as LAPACK's
-    float32 ones (Jacobi in float32 would be ~1e-5 off at 64x64)."""
+def _loop_state_types(model) -> set:
+    return {i.type.tensor_type.elem_type for node in model.graph.node if node.op_type == "Loop" for i in node.attribute[0].g.input}
+
+
+def test_large_float32_singular_values_are_rotated_in_float64():
+    """Above WIDEN_ABOVE a float32 svdvals is rotated in float64: values as accurate as LAPACK's
+    float32 ones (Jacobi in float32 would be ~5e-6 off at 64x64)."""
     n = svd_module.WIDEN_ABOVE + 4
-    a = gaussian(0, (2, n, n))
-    model = assert_exports_match_on(lambda a: (jnp.linalg.svdvals(a), jnp.linalg.eigvalsh(a + jnp.swapaxes(a, -1, -2))), a, rtol=1e-6, atol=1e-6, jit=True)
-    assert "Cast" in op_types(model)
+    model = assert_exports_match_on(jnp.linalg.svdvals, gaussian(0, (2, n, n)), rtol=1e-6, atol=1e-6, jit=True)
+    assert onnx.TensorProto.DOUBLE in _loop_state_types(model)
+
+
+def test_large_float32_eigh_is_rotated_in_float32_and_refined():
+    """Above WIDEN_ABOVE a float32 eigh rotates in float32, then again on V^T a V (eigh's
+    refine): on a Gaussian matrix, two clusters of eigenvalues 1e-6 apart, repeated ones, the
+    zero matrix and a diagonal one, the values, V w V^T and V^T V are LAPACK's to 3e-6 of
+    max |a|, with no float64 in the graph."""
+    n = svd_module.WIDEN_ABOVE + 4
+    rng = np.random.default_rng(5)
+    q, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    spectra = [np.repeat([1.0, -1.0], n // 2) + 1e-6 * rng.normal(size=n), np.repeat([1.0, 2.0, 3.0, 4.0], n // 4)]
+    m = gaussian(6, (n, n), np.float64)
+    cases = np.stack([m + m.T, *((q * lam) @ q.T for lam in spectra), np.zeros((n, n)), np.diag(np.arange(n) - 3.0)])
+    cases = ((cases + np.swapaxes(cases, -1, -2)) / 2).astype(np.float32)
+    model = assert_exports_match_on(_eigh_defined, cases, rtol=3e-6, atol=3e-6, jit=True)
+    assert onnx.TensorProto.DOUBLE not in _loop_state_types(model)
 
 
 def test_svd_propagates_nan():
@@ -275,8 +294,7 @@ def test_v_from_u_above_the_unroll_limit(dtype):
 
     tol = 1e-12 if dtype == np.float64 else 3e-6
     model = assert_exports_match_on(defined, cases, rtol=tol, atol=tol, jit=True)
-    loop_state = [i.type.tensor_type.elem_type for node in model.graph.node if node.op_type == "Loop" for i in node.attribute[0].g.input]
-    assert (onnx.TensorProto.DOUBLE in loop_state) == (dtype == np.float64)
+    assert (onnx.TensorProto.DOUBLE in _loop_state_types(model)) == (dtype == np.float64)
     assert_exports_match_on(_svd_canonical, gaussian(3, (n + 4, n), dtype), **_tol(dtype), jit=True)
 
 
