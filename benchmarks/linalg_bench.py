@@ -50,6 +50,7 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "eigvals": lambda a, b: jnp.linalg.eigvals(a),
     "eig": lambda a, b: jnp.linalg.eig(a),
     "qr": lambda a, b: jnp.linalg.qr(a),
+    "qr_pivoting": lambda a, b: jsl.qr(a, pivoting=True),
     "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
     "trsm": lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
     "lu": lambda a, b: lax.linalg.lu(a),

@@ -211,9 +211,20 @@ def check_qr_pivoting(shape, batch, dtype, seed, full_matrices):
     assert_exports_match_on(lambda a: lax.linalg.qr(a, pivoting=True, full_matrices=full_matrices), a, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [((5, 3), (2,), np.float32, False), ((3, 5), (), np.float64, True)])
+@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [
+    ((5, 3), (2,), np.float32, False), ((3, 5), (), np.float64, True),
+    ((9, 6), (2,), np.float64, True),  # above PIVOTED_UNROLL_LIMIT: the steps in a Loop
+])
 def test_qr_pivoting_matches_jax(shape, batch, dtype, full_matrices):
     check_qr_pivoting(shape, batch, dtype, 0, full_matrices)
+
+
+def test_qr_pivoting_above_the_unroll_limit_is_one_loop():
+    """A 16x16 pivoted QR was 1772 nodes unrolled; its pivoting steps run in one loop (an
+    ONNX Scan; the reflectors' product stays unrolled), on a symbolic batch too."""
+    a = general(2, (2,), 16, dtype=np.float32, shift=0.0)
+    model = assert_exports_match(lambda a: jsl.qr(a, pivoting=True), [("B", 16, 16)], input_values=[a], **_tol(np.float32), jit=True)
+    assert op_types(model).count("Loop") + op_types(model).count("Scan") == 1 and len(model.graph.node) < 200, op_types(model)
 
 
 @pytest.mark.slow

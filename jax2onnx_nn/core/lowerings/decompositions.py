@@ -48,6 +48,11 @@ from jax2onnx_nn.core.symbolic import same_dim
 # steps run in one ONNX Loop. Chosen by benchmarks/linalg_bench.py (graph size and latency).
 UNROLL_LIMIT = 16
 
+# Largest static step count of a pivoted QR (geqp3) that is unrolled: its steps are ~100 nodes
+# each (a 16x16 was 1772 nodes); as a Loop onnxruntime ran 3x3 ~20% slower, 8x8 to 16x16 as
+# fast or faster (benchmarks/linalg_bench.py --cases qr_pivoting).
+PIVOTED_UNROLL_LIMIT = 4
+
 Index = Any  # a Python int (unrolled step) or a traced int32 scalar (a Loop iteration)
 
 
@@ -694,7 +699,7 @@ def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None,
     return iterate(taus.shape[-1], step, q, reverse=True, unroll=unroll)
 
 
-def geqp3(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def geqp3(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Householder QR with column pivoting as ``geqp3`` (unblocked ``laqp2``): (packed, the
     0-based column permutation, taus). Step j swaps in the remaining column of largest
     partial norm (the first on ties); the partial norms are downdated as LAPACK does and
@@ -737,7 +742,9 @@ def geqp3(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     vn = norms(a, jnp.ones((), bool))
     perm = jnp.broadcast_to(cols, (*a.shape[:-2], 1, n))
     carry = (a, perm, vn, vn, jnp.zeros((*a.shape[:-2], 1, k), a.dtype))
-    packed, perm, _, _, taus = iterate(k, step, carry)
+    if unroll is None:  # a step is ~100 nodes: unrolled only where that is faster
+        unroll = not jxi.is_symbolic_dim(k) and int(k) <= PIVOTED_UNROLL_LIMIT
+    packed, perm, _, _, taus = iterate(k, step, carry, unroll=unroll)
     return packed, perm[..., 0, :], taus[..., 0, :]
 
 
@@ -755,7 +762,7 @@ def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: boo
     if not pivoting and unroll is not False and static and m == n and n > UNROLL_LIMIT:
         return _qr_blocked(a)
     if pivoting:
-        packed, perm, taus = geqp3(a)
+        packed, perm, taus = geqp3(a, unroll=unroll)
         if not jxi.is_symbolic_dim(k) and k == 0:
             perm = jnp.zeros_like(perm)
     else:
