@@ -1071,6 +1071,9 @@ def _reads(node: ir.Node) -> list[ir.Value]:
     return reads
 
 
+_LOOP_OPS = frozenset({"Loop", "Scan"})
+
+
 def _loop_layout(loop: ir.Node) -> tuple[int, int, int, int] | None:
     """(number of states, index of the first state among the node's inputs, among its body's
     inputs, among its body's outputs) of a ``Loop`` or ``Scan``; None for another node or a
@@ -1202,7 +1205,7 @@ def remove_dead_loop_state(model: ir.Model) -> int:
     nested loops, a few rounds. Returns the number of states and stacked outputs removed."""
     removed = 0
     for _round in range(_DEAD_STATE_ROUNDS):
-        loops = [n for n, _ in all_nodes(model) if _loop_layout(n) is not None]
+        loops = [n for n, _ in all_nodes(model) if n.op_type in _LOOP_OPS and _loop_layout(n) is not None]
         found = sum(_prune_loop(loop) for loop in loops if loop.graph is not None)
         removed += found
         if not found or len(loops) == 1:
@@ -1393,7 +1396,8 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = T
     # reads), so no removal pass follows them: each costs a walk of the whole model.
     merge_duplicate_initializers(model)
     eliminate_common_subexpressions(model)
-    common.RemoveUnusedFunctionsPass()(model)
+    if model.functions:  # (the pass walks every node even when there are none)
+        common.RemoveUnusedFunctionsPass()(model)
 
 
 def vector_times_untransposed(model: ir.Model) -> int:
