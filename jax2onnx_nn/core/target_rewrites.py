@@ -655,6 +655,56 @@ def _scan_of_no_steps_keeps_states(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+def _scan_of_no_steps_runs_one(node: ir.Node, edit: _Editor) -> bool:
+    """OpenVINO 2026.4 refuses to run a Scan (its TensorIterator) of 0 steps ('Invalid "start",
+    "stride", "end" values'; a ``lax.scan`` over data of symbolic length 0). Where the scanned
+    length is not a static positive number, each scanned input is padded with one element of
+    zeros along its axis when it is empty, so that at least one step runs; the stacked outputs
+    are sliced back to the length and the final states selected as the initial ones where it
+    is 0 (the extra step's results are never read)."""
+    if node.op_type != "Scan" or node.domain != "" or node.meta.get(_RUNS_ONE):
+        return False
+    n_scanned = node.attributes.get_int("num_scan_inputs", 0)
+    n_state = len(node.inputs) - n_scanned
+    xs = node.inputs[n_state:]
+    ranks = [_rank(x) for x in xs]
+    out_ranks = [_rank(y) for y in node.outputs[n_state:]]
+    if not xs or None in xs or None in ranks or None in out_ranks or 0 in ranks:
+        return False
+    in_axes = [a % r for a, r in zip(_axes(node, "scan_input_axes", n_scanned), ranks, strict=True)]  # type: ignore[operator]
+    out_axes = [a % r for a, r in zip(_axes(node, "scan_output_axes", len(out_ranks)), out_ranks, strict=True)]  # type: ignore[operator]
+    length = xs[0].shape[in_axes[0]] if xs[0].shape is not None else None  # type: ignore[union-attr]
+    if isinstance(length, int) and length > 0:
+        return False
+    i64 = ir.DataType.INT64
+    size = edit.op("Gather", edit.op("Shape", xs[0], dtype=i64), np.array([in_axes[0]], np.int64), axis=0, dtype=i64)  # (1,)
+    ran = edit.op("Greater", size, np.array([0], np.int64), dtype=_BOOL)  # (1,)
+    extra = edit.op("Cast", edit.op("Not", ran, dtype=_BOOL), to=i64, dtype=i64)  # (1,): 1 where empty
+    padded = []
+    for x, axis, rank in zip(xs, in_axes, ranks, strict=True):
+        assert x is not None and rank is not None
+        after = np.zeros((2 * rank,), np.int64)
+        after[rank + axis] = 1
+        padded.append(edit.op("Pad", x, edit.op("Mul", extra, after, dtype=i64), dtype=x.dtype))
+    attributes = [attr for name, attr in node.attributes.items()]
+    scan = ir.Node("", "Scan", [*node.inputs[:n_state], *padded], attributes, num_outputs=len(node.outputs), name=node.name, doc_string=node.doc_string)
+    scan.meta[_RUNS_ONE] = True
+    assert edit.graph is not None
+    edit.graph.insert_before(node, scan)
+    results = []
+    for old, new, initial in zip(node.outputs[:n_state], scan.outputs[:n_state], node.inputs[:n_state], strict=True):
+        new.type, new.shape, new.name = old.type, old.shape, f"{old.name}/ran"
+        results.append(edit.op("Where", edit.op("Reshape", ran, np.zeros((0,), np.int64), dtype=_BOOL), new, initial, dtype=old.dtype))
+    for old, new, axis in zip(node.outputs[n_state:], scan.outputs[n_state:], out_axes, strict=True):
+        new.type, new.name = old.type, f"{old.name}/ran"
+        results.append(edit.op("Slice", new, np.array([0], np.int64), size, np.array([axis], np.int64), dtype=old.dtype))
+    edit.replace(*results)
+    return True
+
+
+_RUNS_ONE = "jax2onnx_nn.runs_one"
+
+
 # -- Range read by a Scan body ------------------------------------------------------------------
 def _ranges_in_scan_bodies(node: ir.Node, edit: _Editor) -> bool:
     """tract 0.23 finds no type for a value a Scan body reads from the enclosing graph when it is
@@ -1582,6 +1632,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "inner_scans_restarted": _inner_scans_restarted,
     "ranges_in_scan_bodies": _ranges_in_scan_bodies,
     "scan_of_no_steps_keeps_states": _scan_of_no_steps_keeps_states,
+    "scan_of_no_steps_runs_one": _scan_of_no_steps_runs_one,
     "scatter_loop_as_one_hot": _scatter_loop_as_one_hot,
     "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,

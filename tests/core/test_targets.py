@@ -561,7 +561,9 @@ def test_symbolic_scan_runs_on_every_runtime(runtime: str) -> None:
     def rnn(xs):
         return jax.lax.scan(lambda h, x: (jnp.tanh(h * 0.5 + x), h), jnp.zeros(xs.shape[1:]), xs)
 
-    model = assert_exports_match(rnn, [("T", 4)], sizes={"T": [1, 6]}, target=runtime, runtime=runtime)
+    # (of 0 steps: OpenVINO refused to run its Scan, "Invalid start, stride, end values", and
+    # tract gave zeros as its final state; their profiles run one step or select the initial one)
+    model = assert_exports_match(rnn, [("T", 4)], sizes={"T": [0, 1, 6]}, target=runtime, runtime=runtime)
     assert ("Scan" if TARGETS[runtime].scan_symbolic else "Loop") in op_types(model)
 
 
