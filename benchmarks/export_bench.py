@@ -67,6 +67,7 @@ MODELS: dict[str, tuple[str, tuple[Any, ...], int, int]] = {
     "gpt2_L8": ("gpt2_layers", (8,), 1, 64),
     "gpt2_L12": ("gpt2_layers", (12,), 1, 64),
     "gru": ("gru", (), 8, 64),
+    "linen_gru": ("linen_gru", (), 8, 64),
     "heat_fori": ("heat_fori", (), 1, 0),
     "heat_while": ("heat_while", (), 1, 0),
     "mlp_300m": ("big_mlp", (300,), 8, 0),

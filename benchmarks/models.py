@@ -124,6 +124,27 @@ def gru() -> tuple[Any, list[Any], dict[str, Any]]:
     return mode_copy(model), list(module.SEQUENCES), {}
 
 
+def linen_gru() -> tuple[Any, list[Any], dict[str, Any]]:
+    """The GRU classifier's sizes in Linen: nn.RNN over a GRUCell, then a Dense on the last h."""
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    module = importlib.import_module("examples.flax_gru")
+
+    class LinenGRUClassifier(nn.Module):
+        @nn.compact
+        def __call__(self, xs: jax.Array) -> jax.Array:
+            return nn.Dense(module.CLASSES)(nn.RNN(nn.GRUCell(module.HIDDEN))(xs)[:, -1])
+
+    model = LinenGRUClassifier()
+    variables = model.init(jax.random.key(0), jnp.zeros((1, 4, module.FEATURES)))
+
+    def linen_gru(xs: jax.Array) -> jax.Array:
+        return model.apply(variables, xs)
+
+    return linen_gru, list(module.SEQUENCES), {}
+
+
 HEAT_STEPS, HEAT_POINTS = 200, 256
 
 
