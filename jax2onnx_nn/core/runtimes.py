@@ -76,7 +76,9 @@ def open_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], runtim
     if reason is not None:
         raise RuntimeUnavailable(reason)
     data = _model_bytes(model)
-    return {"onnxruntime": _onnxruntime, "openvino": _openvino, "tract": _tract, "onnxruntime-web": _web}[runtime](data)
+    if runtime == "openvino":
+        return _openvino(data, _input_names(model if isinstance(model, onnx.ModelProto) else data))
+    return {"onnxruntime": _onnxruntime, "tract": _tract, "onnxruntime-web": _web}[runtime](data)
 
 
 def run_model(model: onnx.ModelProto | bytes | str | os.PathLike[str], flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
@@ -111,16 +113,25 @@ def _onnxruntime(data: bytes) -> Session:
     return run
 
 
-def _openvino(data: bytes) -> Session:
+def _input_names(model: onnx.ModelProto | bytes) -> list[str]:
+    """The main graph's input names, in order."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.ModelProto.FromString(model)
+    return [i.name for i in proto.graph.input]
+
+
+def _openvino(data: bytes, input_names: Sequence[str]) -> Session:
     import openvino as ov
 
     core = ov.Core()
     # f32 stays f32 (the CPU plugin may otherwise compute in bf16 where the CPU has it)
     compiled = core.compile_model(core.read_model(model=data, weights=b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    # inputs go by name: OpenVINO drops the graph inputs nothing reads (``lambda a, b: b + 1``
+    # has one parameter there), so positions do not line up with the graph's
+    kept = {name for port in compiled.inputs for name in port.get_names()}
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
         request = compiled.create_infer_request()
-        results = request.infer(list(flat))
+        results = request.infer({name: v for name, v in zip(input_names, flat, strict=True) if name in kept})
         return [np.array(results[out]) for out in compiled.outputs]
 
     return run
