@@ -15,7 +15,9 @@ Each model runs in a fresh subprocess, so that its memory is its own. Columns:
   ``jaxpr``: ``jax.make_jaxpr`` of the same function on concrete inputs (warm, median of
   ``--warm``); ``export/jaxpr`` their ratio; ``min ratio`` the ratio of the fastest export to
   the fastest ``make_jaxpr`` (on a shared machine the fastest run is the one least slowed by
-  the other processes: compare this column across runs).
+  the other processes: compare this column across runs); ``cpu ratio`` the same in this
+  thread's CPU time (``time.thread_time``: time spent waiting for a core is left out). Each
+  warm export is followed by a ``make_jaxpr``, so that both see the same load.
 - ``serialize``: ``ir.to_proto`` + ``SerializeToString`` of that model (copies every weight:
   seconds grow with the weight bytes, not with the model's size as a program);
   ``total`` = ``export`` + ``serialize``.
@@ -77,7 +79,7 @@ BIG = ["mlp_300m", "mlp_600m"]
 MODES = ["path", "external", "proto", "ir"]
 DEFAULT = [name for name in MODELS if name not in BIG]
 COLUMNS = [
-    "model", "trace", "lower", "passes", "export", "jaxpr", "export/jaxpr", "min ratio", "serialize", "total", "s/layer", "ds/layer",
+    "model", "trace", "lower", "passes", "export", "jaxpr", "export/jaxpr", "min ratio", "cpu ratio", "serialize", "total", "s/layer", "ds/layer",
     "rss/w", "nodes", "fn", "init_mb", "file_mb", "ort_ms", "jit_ms", "ort/jit",
 ]
 
@@ -99,15 +101,11 @@ def _interleaved_median_ms(runs: dict[str, Any], repeat: int, budget: float) -> 
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def _median_run(run: Any, times: int) -> tuple[float, Any, float]:
-    """(median seconds, result of the median run, fastest seconds) of ``times`` calls of ``run``."""
-    runs = []
-    for _ in range(times):
-        t = time.perf_counter()
-        result = run()
-        runs.append((time.perf_counter() - t, result))
-    runs.sort(key=lambda r: r[0])
-    return (*runs[len(runs) // 2], runs[0][0])
+def _timed(run: Any) -> tuple[float, float, Any]:
+    """(wall seconds, this thread's CPU seconds, result) of one call of ``run``."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    result = run()
+    return time.perf_counter() - wall, time.thread_time() - cpu, result
 
 
 def _rss_kb(field: str) -> int:
@@ -166,12 +164,41 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, b
         export_model(fn, inputs, **options)
     peak = _rss_kb("VmHWM") - baseline
 
-    # warm exports: the median one's timings
+    with jxi.x64(x64):
+        specs = parse_specs(inputs, enable_double_precision=x64)
+        avals = [leaf for _, leaf in specs.flat()[0]]
+        rng = np.random.default_rng(0)
+        flat = random_inputs(avals, {"B": batch, "T": seq}, rng)
+        if name.startswith("gpt"):
+            flat = [rng.integers(0, 90, size=np.shape(flat[0])).astype(np.int32)]
+        from jax2onnx_nn.testing.roundtrip import reference_for
+
+        reference = reference_for(fn)
+
+    # warm exports, each followed by a make_jaxpr of the same function (so that both see the
+    # same load on a shared machine): the median export's timings
     def export() -> tuple[Any, dict[str, float]]:
         timings: dict[str, float] = {}
         return export_model(fn, inputs, timings=timings, **options), timings
 
-    seconds, (model, timings), fastest = _median_run(export, warm)
+    def make_jaxpr() -> None:
+        # a fresh closure each time: jax caches traces by function; the module's weights are
+        # constants of the jaxpr, as in the export
+        with jxi.x64(x64):
+            jax.make_jaxpr(lambda *xs: reference(*xs))(*flat)
+
+    make_jaxpr()
+    exports, jaxprs = [], []
+    for _ in range(warm):
+        exports.append(_timed(export))
+        jaxprs.append(_timed(make_jaxpr))
+    seconds, _, (model, timings) = sorted(exports, key=lambda r: r[0])[len(exports) // 2]
+    jaxpr_seconds = statistics.median(r[0] for r in jaxprs)
+    row["jaxpr"] = round(jaxpr_seconds, 4)
+    row["export/jaxpr"] = round(seconds / jaxpr_seconds, 2)
+    row["min ratio"] = round(min(r[0] for r in exports) / min(r[0] for r in jaxprs), 2)
+    row["cpu ratio"] = round(min(r[1] for r in exports) / min(r[1] for r in jaxprs), 2)
+    del exports
     weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     t = time.perf_counter()
     if weight_bytes < 1.8e9:
@@ -202,22 +229,6 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, b
     row["init_mb"], row["file_mb"] = round(weight_bytes / 1e6, 2), round(file_bytes / 1e6, 2)
 
     with jxi.x64(x64):
-        specs = parse_specs(inputs, enable_double_precision=x64)
-        avals = [leaf for _, leaf in specs.flat()[0]]
-        rng = np.random.default_rng(0)
-        flat = random_inputs(avals, {"B": batch, "T": seq}, rng)
-        if name.startswith("gpt"):
-            flat = [rng.integers(0, 90, size=np.shape(flat[0])).astype(np.int32)]
-        from jax2onnx_nn.testing.roundtrip import reference_for
-
-        reference = reference_for(fn)
-        # a fresh closure each time: jax caches traces by function; the module's weights are
-        # constants of the jaxpr, as in the export
-        jax.make_jaxpr(lambda *xs: reference(*xs))(*flat)
-        jaxpr_seconds, _, jaxpr_fastest = _median_run(lambda: jax.make_jaxpr(lambda *xs: reference(*xs))(*flat), warm)
-        row["jaxpr"] = round(jaxpr_seconds, 4)
-        row["export/jaxpr"] = round(seconds / jaxpr_seconds, 2)
-        row["min ratio"] = round(fastest / jaxpr_fastest, 2)
         if latency:
             import onnxruntime as ort
 
