@@ -20,7 +20,9 @@ What LAPACK (JAX's CPU path) does on degenerate inputs, and what these rules do 
   works in place); a pivot ``<= 0`` (not PD) makes the whole matrix NaN, a NaN pivot only
   propagates.
 - ``triangular_solve`` reads only the named triangle (and no diagonal with
-  ``unit_diagonal``) and divides plainly: a zero pivot gives inf, or NaN for 0/0.
+  ``unit_diagonal``) and divides plainly: a zero pivot gives inf, or NaN for 0/0. With
+  ``lu``'s unit L (lu_solve, solve, inv) it multiplies by powers of L's strict triangle
+  instead (``_unit_solve_by_powers``): the same numbers up to rounding, a NaN spread wider.
 - ``lu`` pivots on the first entry of largest magnitude in the column (``idamax``; NaN entries
   are never chosen over numbers, where JAX's CPU idamax gives a column with a NaN other
   pivots that follow no documented rule) and skips the division by a zero pivot (``getf2``), so a
@@ -440,23 +442,53 @@ def _substitute_rows(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: 
 
 
 def triangular_solve(
-    a: jax.Array, b: jax.Array, *, left_side: bool, lower: bool, transpose_a: bool, conjugate_a: bool, unit_diagonal: bool
+    a: jax.Array, b: jax.Array, *, left_side: bool, lower: bool, transpose_a: bool, conjugate_a: bool, unit_diagonal: bool,
+    lu_factor: bool = False,
 ) -> jax.Array:
-    """``op(a) @ x = b`` (left side) or ``x @ op(a) = b``, op = transpose/conjugate as asked."""
+    """``op(a) @ x = b`` (left side) or ``x @ op(a) = b``, op = transpose/conjugate as asked;
+    ``lu_factor``: ``a`` is ``lu``'s packed result (its unit lower triangle is L)."""
     if conjugate_a:
         a = jnp.conj(a)
     if not left_side:  # x a = b  <=>  a^T x^T = b^T
         b, transpose_a = _mT(b), not transpose_a
+    l_factor = lu_factor and unit_diagonal and lower  # L or L^T of partial pivoting
     if transpose_a:
         a, lower = _mT(a), not lower
-    x = substitute(a, b, lower=lower, unit_diagonal=unit_diagonal)
+    m = a.shape[-1]
+    if l_factor and not jxi.is_symbolic_dim(m) and 1 < m <= UNROLL_LIMIT:
+        x = _unit_solve_by_powers(a, b, lower=lower)
+    else:
+        x = substitute(a, b, lower=lower, unit_diagonal=unit_diagonal)
     return x if left_side else _mT(x)
+
+
+def _unit_solve_by_powers(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
+    """``(I + S)^-1 b`` for ``S`` the strict lower (or upper) triangle of ``a`` (..., m, m):
+    ``S`` is nilpotent, so ``(I + S)^-1 = (I - S)(I + S^2)(I + S^4)...`` (ceil(log2 m)
+    factors), two MatMuls and an Add a factor where substitution takes a Slice, a Mul and a
+    Sub a row (4x4: 6 nodes instead of 12, 16x16: 12 instead of 48). Only for ``lu``'s L:
+    partial pivoting keeps its entries at most 1 in magnitude, so the powers stay as small as
+    substitution's partial sums. A NaN in L (from a NaN input) or an inf in ``b`` reaches every
+    row here, only the rows after it in LAPACK's substitution; lu_solve's backward
+    substitution spreads a NaN over the whole column in both (an inf in ``b`` may come out
+    NaN where LAPACK keeps +-inf)."""
+    ids = _ids(a.shape[-1])
+    strict = ids[:, None] > ids[None, :] if lower else ids[:, None] < ids[None, :]
+    power = where(strict, a, jnp.zeros((), a.dtype))
+    x = b - power @ b
+    span = 2
+    while span < a.shape[-1]:
+        power = power @ power
+        x = x + power @ x
+        span *= 2
+    return x
 
 
 @lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "ReduceSum", "Scan", "Loop"))
 def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
-    key = ("triangular_solve", UNROLL_LIMIT, *sorted(params.items()))
-    return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params), [a, b], cache_key=key)
+    lu_factor = bool(a.meta.get(_LU_FACTOR))
+    key = ("triangular_solve", UNROLL_LIMIT, lu_factor, *sorted(params.items()))
+    return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params, lu_factor=lu_factor), [a, b], cache_key=key)
 
 
 # -- lu ----------------------------------------------------------------------------------------
@@ -611,10 +643,12 @@ def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     outs = lower_as_jax(ctx, lu, [a], cache_key=("lu", UNROLL_LIMIT))
     # lu_factor / lu_solve turn the pivots back into the permutation lu made already
     outs[1].meta[_PERMUTATION] = (outs[2], ctx.avals_in[0].shape[-2])
+    outs[0].meta[_LU_FACTOR] = True  # lu_solve's triangular solves with L (see triangular_solve)
     return outs
 
 
 _PERMUTATION = "jax2onnx_nn.lu_permutation"  # on lu's pivots: (its permutation, rows)
+_LU_FACTOR = "jax2onnx_nn.lu_factor"  # on lu's packed result: L's entries are at most 1 in magnitude
 
 
 def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array:
