@@ -5,8 +5,8 @@
 
 Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median
 latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
-matrices (``python benchmarks/linalg_bench.py --cases eigh svd eig --sizes 4 16 64`` for the
-eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK).
+matrices (``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
+for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK).
 ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
 thread, so this is its own work, steady on a busy machine; jax.jit stays wall time).
 ``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size) and
@@ -62,6 +62,7 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "eigh": lambda a, b: jnp.linalg.eigh(a),
     "eigvalsh": lambda a, b: jnp.linalg.eigvalsh(a),
     "svd": lambda a, b: jnp.linalg.svd(a),
+    "svdvals": lambda a, b: jnp.linalg.svdvals(a),
 }
 
 
