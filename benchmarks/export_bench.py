@@ -33,7 +33,8 @@ Each model runs in a fresh subprocess, so that its memory is its own. Columns:
 - ``ort_ms``, ``jit_ms``, ``ort/jit``: median latency at the row's batch size, over at most
   ``--repeat`` runs and about ``--budget`` seconds of runs each (at least 3 runs), the
   onnxruntime and ``jax.jit`` runs taken in turn (both see the same load); onnxruntime has
-  as many intra-op threads as the machine has cores (XLA's CPU pool uses them all).
+  as many intra-op threads as the machine has cores (XLA's CPU pool uses them all), spinning
+  while idle (its default) unless ``--ort-no-spinning``.
 
 The machine's load average is printed under the table: on a shared machine the seconds are
 only comparable within one run of the table.
@@ -135,7 +136,9 @@ def _count_nodes(proto: Any) -> int:
     return count(proto.graph.node) + sum(count(f.node) for f in proto.functions)
 
 
-def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, budget: float = 5.0) -> dict[str, Any]:
+def bench_one(
+    name: str, repeat: int, mode: str, latency: bool, warm: int = 3, budget: float = 5.0, ort_spinning: bool = True
+) -> dict[str, Any]:
     import jax
     import numpy as np
     import onnx_ir as ir
@@ -234,6 +237,8 @@ def bench_one(name: str, repeat: int, mode: str, latency: bool, warm: int = 3, b
 
             session_options = ort.SessionOptions()
             session_options.intra_op_num_threads = os.cpu_count() or 1  # as many as XLA's CPU pool
+            if not ort_spinning:  # idle intra-op threads sleep instead of spinning (a shared machine)
+                session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = ort.InferenceSession(path if data is None else data, session_options, providers=["CPUExecutionProvider"])
             feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
             jitted = jax.jit(reference)
@@ -265,6 +270,8 @@ def _run(name: str, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     ]
     if args.no_latency:
         command.append("--no-latency")
+    if args.ort_no_spinning:
+        command.append("--ort-no-spinning")
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -287,11 +294,16 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=3, help="warm exports (and make_jaxpr runs) to take the median of")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per model before it counts as failed")
     parser.add_argument("--no-latency", action="store_true", help="skip onnxruntime / jax.jit latencies")
+    parser.add_argument(
+        "--ort-no-spinning", action="store_true",
+        help="onnxruntime's idle intra-op threads sleep (session.intra_op.allow_spinning=0): on a loaded machine its "
+        "default spin-waiting takes the cores from the work",
+    )
     parser.add_argument("--json", help="also write the rows there")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(bench_one(args.one, args.repeat, args.mode, not args.no_latency, args.warm, args.budget)))
+        print(json.dumps(bench_one(args.one, args.repeat, args.mode, not args.no_latency, args.warm, args.budget, not args.ort_no_spinning)))
         return 0
     names = args.models or DEFAULT + (BIG if args.big else [])
     rows, failed = [], 0
