@@ -1024,7 +1024,10 @@ def _nested_scans_as_loops(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 translates a Scan as a TensorIterator and refuses one inside another's
     body, at any depth ("No nested TensorIterator": a ``lax.map`` of ``jax.random.gamma`` draws,
     whose sampler is a ``lax.map`` too, or a scan in a scan). Each Scan inside a Scan's body
-    becomes a Loop (:func:`_scan_as_loop`), which it runs there."""
+    becomes a Loop (:func:`_scan_as_loop`), which it runs there. A Loop of 0 trips in a Scan body
+    returns, as its stacked outputs, what the previous inference stacked (a ``lax.map`` of a scan
+    over rows of 0 columns run after rows of 4 gave ys of shape (B, 4)): where the length is not
+    a static positive number, the Loop runs at least one trip and its results are dropped."""
     if node.op_type != "Scan" or node.domain != "":
         return False
     inner = [n for n in ir.traversal.RecursiveGraphIterator(node.attributes["body"].as_graph()) if n.op_type == "Scan" and n.domain == ""]
@@ -1065,6 +1068,20 @@ def _scan_as_loop(scan: ir.Node, outer: _Editor) -> bool:
     else:
         trips = edit.op("Gather", edit.op("Shape", x0, dtype=ir.DataType.INT64), np.array(in_axes[0], np.int64), axis=0, dtype=ir.DataType.INT64)
     last = edit.op("Sub", trips, np.array(1, np.int64), dtype=ir.DataType.INT64) if any(in_reversed) else None
+    ran = size = None
+    if not (isinstance(length, int) and length > 0) and None not in ranks:  # (one trip at least; see above)
+        i64 = ir.DataType.INT64
+        ran = edit.op("Greater", trips, np.array(0, np.int64), dtype=_BOOL)
+        size = edit.op("Reshape", trips, np.array([1], np.int64), dtype=i64)
+        extra = edit.op("Cast", edit.op("Not", edit.op("Reshape", ran, np.array([1], np.int64), dtype=_BOOL), dtype=_BOOL), to=i64, dtype=i64)
+        padded = []
+        for x, axis, rank in zip(xs, in_axes, ranks, strict=True):
+            assert x is not None and rank is not None
+            after = np.zeros((2 * rank,), np.int64)
+            after[rank + axis] = 1
+            padded.append(edit.op("Pad", x, edit.op("Mul", extra, after, dtype=i64), dtype=x.dtype))
+        xs = padded
+        trips = edit.op("Max", trips, np.array(1, np.int64), dtype=i64)
 
     tag = f"{scan.name}/as_loop"
     iteration = ir.Value(name=f"{tag}/iteration", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
@@ -1097,8 +1114,14 @@ def _scan_as_loop(scan: ir.Node, outer: _Editor) -> bool:
     assert edit.graph is not None
     edit.graph.insert_before(scan, loop)
     results = list(loop.outputs[:n_state])
+    if ran is not None:
+        for k, (out, initial) in enumerate(zip(loop.outputs[:n_state], scan.inputs[:n_state], strict=True)):
+            out.type, out.shape = scan.outputs[k].type, scan.outputs[k].shape
+            results[k] = edit.op("Where", ran, out, initial, dtype=scan.outputs[k].dtype)
     for k, (stacked, y) in enumerate(zip(loop.outputs[n_state:], ys, strict=True)):
         stacked.type = y.type
+        if size is not None:
+            stacked = edit.op("Slice", stacked, np.array([0], np.int64), size, np.array([0], np.int64), dtype=y.dtype)
         if out_reversed[k]:
             stacked = edit.op("Slice", stacked, np.array([-1], np.int64), np.array([np.iinfo(np.int64).min], np.int64),
                               np.array([0], np.int64), np.array([-1], np.int64), dtype=y.dtype)

@@ -134,7 +134,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # (OrEqual) is true for NaN, its float ReduceMax of only -inf is the lowest finite float
         # (ReduceMin of +inf the largest) and its int32 ReduceMax/Min, ReduceSum and MatMul go
         # through float32 (its CumSum and Mul wrap: sums are running sums); it refuses a float64 DFT and ignores DFT's axis input, and a
-        # Scan inside another Scan's body (those become Loops)
+        # Scan inside another Scan's body (those become Loops; one of 0 trips there stacks what
+        # the previous inference stacked: they run one trip at least, its results dropped)
         kernels={"CumSum": _CUMSUM_UINT32, **_OPENVINO_WRAPPING, **dict.fromkeys(("ReduceMax", "ReduceMin"), _REDUCE_EXTREMES_UINT32)},
         rewrites=("nested_scans_as_loops", "scan_of_no_steps_runs_one", "integer_sum_as_cumsum", "integer_matmul_as_cumsum", "uint32_bits", "uint32_as_int32", "float_to_uint32_via_int32", "nan_propagating_max_min",
                   "reduce_extremes_of_infinities", "int32_extremes_on_halves", "greater_as_less", "dft_in_float32", "dft_on_axis_one", "real_dft_reshaped"),
