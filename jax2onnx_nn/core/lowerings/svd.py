@@ -57,7 +57,8 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.lowerings.decompositions import UNROLL_LIMIT, _ids, lower_as_jax, qr, where
+from jax2onnx_nn.core.lowerings import decompositions
+from jax2onnx_nn.core.lowerings.decompositions import _ids, lower_as_jax, qr, where
 from jax2onnx_nn.core.registry import lowering
 
 # Jacobi converges quadratically: random Gaussian 64x64 matrices converge in 7-9 sweeps in
@@ -139,7 +140,7 @@ def _sweeps(n: int, round_fn: Any, converged: Any, carry: tuple) -> tuple:
     """Sweeps of ``n - 1`` rounds each until ``converged(carry)`` or ``MAX_SWEEPS``."""
 
     def sweep(carry: tuple) -> tuple:
-        if not jxi.is_symbolic_dim(n) and n <= UNROLL_LIMIT:
+        if not jxi.is_symbolic_dim(n) and n <= decompositions.UNROLL_LIMIT:
             for _ in range(n - 1):
                 carry = round_fn(carry)
             return carry
@@ -332,7 +333,7 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     dtype = a.dtype
     scale = power_of_two_scale(a)
     a = a / scale
-    carry_v = compute_uv and (jxi.is_symbolic_dim(n) or n <= UNROLL_LIMIT)
+    carry_v = compute_uv and (jxi.is_symbolic_dim(n) or n <= decompositions.UNROLL_LIMIT)
     work = _orthogonal_columns(a, with_v=carry_v)
     b = work[..., :m, :n]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
@@ -400,7 +401,7 @@ def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: 
     fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv, tall=tall)
     short = n if tall else m
     # with vectors above UNROLL_LIMIT, float32 rotations suffice (values from U and V: _svd_tall)
-    narrow = compute_uv and not jxi.is_symbolic_dim(short) and short > UNROLL_LIMIT
+    narrow = compute_uv and not jxi.is_symbolic_dim(short) and short > decompositions.UNROLL_LIMIT
     return _lower_jacobi(ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv), narrow=narrow)
 
 
