@@ -501,18 +501,18 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         return _lu_columns(a)
     if max(m, n) > UNROLL_LIMIT:
         return _lu_blocked(a) if m == n else _lu_columns(a)
-    # the permutation rides along as one more column (row ids, exact in a float), so each
-    # row swap moves it with the row
+    # the permutation rides along as one more column in front (row ids, exact in a float),
+    # so each row swap moves it with the row
     ids = jnp.broadcast_to(np.arange(m, dtype=a.dtype)[:, None], (*a.shape[:-1], 1))
-    done, rest, pivots = _lu_panel(jnp.concatenate([a, ids], axis=-1), min(m, n), n)
+    done, rest, pivots = _lu_panel(jnp.concatenate([ids, a], axis=-1), min(m, n), 1)
     work = jnp.concatenate([done, rest], axis=-2) if rest.shape[-2] else done
     pivots = (jnp.concatenate(pivots, axis=-1)[..., 0, :] + _ids(len(pivots))).astype(jnp.int32)
-    return work[..., :n], pivots, exact_cast(work[..., n], jnp.int32)
+    return work[..., 1:], pivots, exact_cast(work[..., 0], jnp.int32)
 
 
-def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
-    """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``n`` columns
-    are eliminated, all ``c`` are swapped. Each step takes its pivot row out (one Gather),
+def _lu_panel(work: jax.Array, steps: int, riders: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+    """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``riders``
+    columns ride along (swapped only), the others are eliminated. Each step takes its pivot row out (one Gather),
     eliminates every row against it in place (the pivot row's own result is discarded),
     then puts the first row where the pivot row was (one Scatter) and drops it, so no step
     masks a whole matrix and the swap moves the eliminated rows. Returns (the pivot rows
@@ -525,24 +525,24 @@ def _lu_panel(work: jax.Array, steps: int, n: int) -> tuple[jax.Array, jax.Array
             pivots.append(jnp.zeros((*work.shape[:-2], 1, 1), jnp.int32))
             work = work[..., 1:, :]
             break
-        col = work[..., :, j : j + 1]
+        k = riders + j  # the column eliminated
+        col = work[..., :, k : k + 1]
         # the first row of largest magnitude; NaN (-1) only if nothing else is left
         p = first_argmax(where(col == col, jnp.abs(col), -1.0), -2)  # (..., 1, 1)
         pivots.append(p)
         row = take_rows(work, p)
         done.append(row)
-        pivot = row[..., j : j + 1]
+        pivot = row[..., k : k + 1]
         multipliers = col / where(pivot == 0, 1.0, pivot)  # getf2 skips a zero pivot
-        # column j takes the multipliers, the columns j+1..n-1 lose their multiple of the
-        # pivot row, the others are kept: Slices and one Concat (two Wheres on static
-        # column masks are 3 nodes fewer a step, 66 instead of 74 for a 4x4 lu, but
-        # onnxruntime ran them slower: a blocked 64x64 lu 1.5x, unrolled 4x4 and 16x16
-        # lu/solve/inv 4-25% in interleaved runs)
-        parts = [work[..., :, :j], multipliers]
-        if j + 1 < n:
-            parts.append(work[..., :, j + 1 : n] - multipliers * row[..., j + 1 : n])
-        parts.append(work[..., :, n:])
-        work = jnp.concatenate([x for x in parts if x.shape[-1]], axis=-1)
+        # column k takes the multipliers, the columns after it lose their multiple of the
+        # pivot row, the riders and the L columns before it are kept: Slices and one Concat
+        # (two Wheres on static column masks are 3 nodes fewer a step, 66 instead of 74 for
+        # a 4x4 lu, but onnxruntime ran them slower: a blocked 64x64 lu 1.5x, unrolled 4x4
+        # and 16x16 lu/solve/inv 4-25% in interleaved runs)
+        parts = [work[..., :, :k], multipliers]
+        if k + 1 < work.shape[-1]:
+            parts.append(work[..., :, k + 1 :] - multipliers * row[..., k + 1 :])
+        work = jnp.concatenate(parts, axis=-1)
         work = put_row(work, p, work[..., :1, :])[..., 1:, :]
     return jnp.concatenate(done, axis=-2), work, pivots
 
@@ -569,9 +569,10 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     rest_cols = _ids(size - b + 1)[None, :]
 
     def trip(work: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        done, below, pivots = _lu_panel(jnp.concatenate([work[..., :b], ids], axis=-1), b, b)
-        panel = jnp.concatenate([done, below], axis=-2)
-        rest = take_rows(work[..., b:], exact_cast(panel[..., b:], jnp.int32))
+        done, below, pivots = _lu_panel(jnp.concatenate([ids, work[..., :b]], axis=-1), b, 1)
+        panel = jnp.concatenate([done, below], axis=-2)  # (..., size, 1 + b): the trip's row ids first
+        rest = take_rows(work[..., b:], exact_cast(panel[..., :1], jnp.int32))
+        panel = panel[..., 1:]
         trailing = rest_cols < size - (k + 1) * b  # the columns of U still to come
         u = where(trailing, _substitute_unrolled(panel[..., :b, :b], rest[..., :b, :], unit_diagonal=True), rest[..., :b, :])
         below = panel[..., b:, :b]
