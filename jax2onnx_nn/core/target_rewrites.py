@@ -113,6 +113,49 @@ def _reduce_extremes_of_infinities(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+# -- float ReduceSum over an empty last axis ---------------------------------------------------
+_PADDED = "jax2onnx_nn.padded_sum"
+
+
+def _float_sum_over_empty_last_axis(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 aborts the whole process (a Rust panic, "attempt to divide by zero" in its
+    reduce.rs, which Python cannot catch) on a float ReduceSum over the last axis of its input
+    when that axis is empty at run time: ``jnp.sum`` of a row of symbolic length 0 (a
+    ``lax.map`` over rows of 0 columns; a 1-d sum; measured: the other axes, an int32 sum and
+    ReduceMax/Min/Prod run). Where the last axis is reduced and its size is not a static
+    positive number, the input gets one zero appended along it (a Pad of constant amounts):
+    the sum is the same (adding +0.0 is exact)."""
+    if node.op_type != "ReduceSum" or node.domain != "" or node.meta.get(_PADDED) or not node.inputs or node.inputs[0] is None:
+        return False
+    x = node.inputs[0]
+    if node.outputs[0].dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return False
+    rank = _rank(x)
+    if not rank:
+        return False
+    last = x.shape[-1] if x.shape is not None else None
+    if isinstance(last, int) and last > 0:
+        return False
+    axes_input = node.inputs[1] if len(node.inputs) > 1 else None
+    axes = _constant(axes_input) if axes_input is not None else np.zeros((0,), np.int64)
+    if axes is None:
+        return False
+    axes = axes.reshape(-1)
+    if axes.size == 0 and node.attributes.get_int("noop_with_empty_axes", 0) or axes.size and rank - 1 not in {int(a) % rank for a in axes}:
+        return False
+    pads = np.zeros((2 * rank,), np.int64)
+    pads[-1] = 1
+    padded = edit.op("Pad", x, pads, dtype=x.dtype)
+    padded.shape = ir.Shape([*x.shape[:-1], None]) if x.shape is not None else None
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    total = edit.op("ReduceSum", padded, *node.inputs[1:], dtype=node.outputs[0].dtype, **attributes)
+    producer = total.producer()
+    assert producer is not None
+    producer.meta[_PADDED] = True
+    edit.replace(total)
+    return True
+
+
 # -- ReduceMax / ReduceMin of int32 ------------------------------------------------------------
 def _int32_extremes_on_halves(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 computes an int32 ReduceMax/Min through float32 (the max of [2147483647, 5]
@@ -1656,6 +1699,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "ranges_in_scan_bodies": _ranges_in_scan_bodies,
     "scan_of_no_steps_keeps_states": _scan_of_no_steps_keeps_states,
     "scan_of_no_steps_runs_one": _scan_of_no_steps_runs_one,
+    "float_sum_over_empty_last_axis": _float_sum_over_empty_last_axis,
     "scatter_loop_as_one_hot": _scatter_loop_as_one_hot,
     "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,

@@ -912,3 +912,48 @@ def test_arithmetic_on_an_expanded_constant_keeps_an_empty_batch_on_openvino(op:
     model = to_onnx(f, [("B", 3)], target="openvino")
     for runtime in ("openvino", "onnxruntime"):
         verify(f, model, [("B", 3)], sizes={"B": [0, 1, 3]}, runtime=runtime).raise_if_failed()
+
+
+_SUMS_OVER_LAST_AXES = {
+    "sum of a vector": (lambda x: jnp.sum(x), ("T",)),
+    "sum over axis -1": (lambda x: jnp.sum(x, axis=-1), ("B", "T")),
+    "sum over both axes": (lambda x: jnp.sum(x), ("B", "T")),
+    "mean over axis 1, keepdims": (lambda x: jnp.mean(x, axis=1, keepdims=True), ("B", "T")),
+    "sum over axes (0, 2)": (lambda x: jnp.sum(x, axis=(0, 2)), (2, "B", "T")),
+    "sum of a map's rows": (lambda xs: jax.lax.map(jnp.sum, xs), ("B", "T")),
+}
+
+
+@pytest.mark.skipif(missing_reason("tract") is not None, reason=str(missing_reason("tract")))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", list(_SUMS_OVER_LAST_AXES))
+def test_float_sums_over_an_empty_last_axis_run_on_tract(case: str, dtype: type, tmp_path: Any) -> None:
+    # tract 0.23 aborted the process (a Rust panic, "attempt to divide by zero") on a float
+    # ReduceSum over an empty last axis: the model runs in a subprocess, so that a regression
+    # fails this test instead of killing pytest
+    import subprocess
+    import sys
+
+    fn, spec = _SUMS_OVER_LAST_AXES[case]
+    sizes = [(2, 0), (0, 0), (1, 0), (0, 3), (3, 1), (1, 5)]
+    rng = np.random.default_rng(0)
+    with x64(dtype == np.float64):
+        model = to_onnx(fn, [(spec, dtype)], target="tract", enable_double_precision=dtype == np.float64)
+        inputs, expected = {}, {}
+        for i, (b, t) in enumerate(sizes):
+            x = rng.normal(size=tuple({"B": b, "T": t}.get(d, d) for d in spec)).astype(dtype)  # type: ignore[call-overload]
+            if x.size > 2:
+                x.reshape(-1)[:2] = [np.inf, -0.0]
+            inputs[f"x{i}"], expected[f"x{i}"] = x, np.asarray(fn(jnp.asarray(x)))
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    script = ("import sys, numpy as np, tract; d = sys.argv[1]; xs = np.load(d + '/inputs.npz');"
+              "run = tract.onnx().load(d + '/model.onnx').into_model().into_runnable().run;"
+              "np.savez(d + '/outputs.npz', **{k: run([np.ascontiguousarray(xs[k])])[0].to_numpy() for k in xs.files})")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"tract exited with {done.returncode}: {done.stderr[-2000:]}"
+    outputs = np.load(tmp_path / "outputs.npz")
+    for k, want in expected.items():
+        got = outputs[k]
+        assert got.shape == want.shape and got.dtype == want.dtype, (k, inputs[k].shape, got.shape, want.shape, got.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-12 if dtype == np.float64 else 1e-5, atol=1e-12 if dtype == np.float64 else 1e-6)
