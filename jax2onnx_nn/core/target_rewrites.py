@@ -243,6 +243,20 @@ def _integer_sum_as_cumsum(node: ir.Node, edit: _Editor) -> bool:
     return True
 
 
+def _uint32_matmul_as_int32(node: ir.Node, edit: _Editor) -> bool:
+    """tract 0.23 has no uint32 MatMul kernel: loading a model with one aborts the process (a
+    Rust panic in linalg/src/frame/weights.rs; int64 too, int32 runs). Products and sums modulo
+    2**32 do not depend on the sign of the operands' bits, so the MatMul runs on int32 Casts of
+    its operands (which wrap) and its result is cast back to uint32."""
+    if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2 or None in node.inputs:
+        return False
+    if node.outputs[0].dtype != _U32:
+        return False
+    a, b = (edit.op("Cast", x, to=_I32, dtype=_I32) for x in node.inputs)
+    edit.replace(edit.op("Cast", edit.op("MatMul", a, b, dtype=_I32), to=_U32, dtype=_U32))
+    return True
+
+
 def _integer_matmul_as_cumsum(node: ir.Node, edit: _Editor) -> bool:
     """OpenVINO 2026.4 computes an integer MatMul through float32 too (int32 ``[[2147483647,
     1]] @ [[1], [5]]`` came out 2147483520, JAX: -2147483644; int16 and uint16 products past
@@ -1700,6 +1714,7 @@ REWRITES: dict[str, Callable[[ir.Node, _Editor], bool]] = {
     "scan_of_no_steps_keeps_states": _scan_of_no_steps_keeps_states,
     "scan_of_no_steps_runs_one": _scan_of_no_steps_runs_one,
     "float_sum_over_empty_last_axis": _float_sum_over_empty_last_axis,
+    "uint32_matmul_as_int32": _uint32_matmul_as_int32,
     "scatter_loop_as_one_hot": _scatter_loop_as_one_hot,
     "scan_int_factors_as_states": _scan_int_factors_as_states,
     "scan_outputs_unread": _scan_outputs_unread,

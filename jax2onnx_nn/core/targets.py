@@ -163,7 +163,8 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         # It keeps the states of a Scan in a Scan body from one outer step to the next (not reset
         # to their initial values): step 0 of one over a counter (given one where it scans data)
         # reads the initial values. A Scan of 0 steps gives zeros as its states (not the initial ones).
-        # It aborts the process on a float ReduceSum over an empty last axis (given a zero more).
+        # It aborts the process on a float ReduceSum over an empty last axis (given a zero more)
+        # and on loading a uint32 MatMul (computed on int32, which wraps the same).
         # Its Mul(x, x) of integers is a Square that saturates or has no kernel. ScatterND's
         # reductions below their opset (a Loop) are written without a loop
         # Its ReduceMax/Min have no uint32 kernel, and below opset 15 a uint32 widened to int64 by
@@ -171,7 +172,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({
         kernels={"CumSum": _CUMSUM_UINT32, **dict.fromkeys(("ReduceMax", "ReduceMin"), _REDUCE_EXTREMES_UINT32)},
         rewrites=("scatter_loop_as_one_hot", "reduce_extremes_of_infinities", "uint32_extremes_on_halves", "nan_propagating_max_min", "isnan_as_not_equal", "int64_cast_as_castlike", "bool_equal_as_xor", "integer_square_as_product", "compress_as_gather", "range_as_cumsum", "counted_loop_as_scan", "counter_scan_as_state", "scan_int_factors_as_states", "inner_scans_restarted", "scan_of_no_steps_keeps_states", "scan_inputs_read", "scan_outputs_unread", "gemm_as_matmul",
                   "vector_dot_as_matrix_product", "strided_slice_as_gather", "runtime_slice_as_gather", "expand_full_rank",
-                  "float_sum_over_empty_last_axis"),
+                  "float_sum_over_empty_last_axis", "uint32_matmul_as_int32"),
         # (it reads an empty uint32 initializer as int32, and finds no type for a Range of run-time
         # length that a Scan body reads from outside)
         late_rewrites=("empty_constants_as_constant_of_shape", "ranges_in_scan_bodies"),
