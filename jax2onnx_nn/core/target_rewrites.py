@@ -736,13 +736,7 @@ def _scan_of_no_steps_runs_one(node: ir.Node, edit: _Editor) -> bool:
     i64 = ir.DataType.INT64
     size = edit.op("Gather", edit.op("Shape", xs[0], dtype=i64), np.array([in_axes[0]], np.int64), axis=0, dtype=i64)  # (1,)
     ran = edit.op("Greater", size, np.array([0], np.int64), dtype=_BOOL)  # (1,)
-    extra = edit.op("Cast", edit.op("Not", ran, dtype=_BOOL), to=i64, dtype=i64)  # (1,): 1 where empty
-    padded = []
-    for x, axis, rank in zip(xs, in_axes, ranks, strict=True):
-        assert x is not None and rank is not None
-        after = np.zeros((2 * rank,), np.int64)
-        after[rank + axis] = 1
-        padded.append(edit.op("Pad", x, edit.op("Mul", extra, after, dtype=i64), dtype=x.dtype))
+    padded = _padded_when_empty(edit, xs, in_axes, ranks, ran)
     attributes = [attr for name, attr in node.attributes.items()]
     scan = ir.Node("", "Scan", [*node.inputs[:n_state], *padded], attributes, num_outputs=len(node.outputs), name=node.name, doc_string=node.doc_string)
     scan.meta[_RUNS_ONE] = True
@@ -757,6 +751,21 @@ def _scan_of_no_steps_runs_one(node: ir.Node, edit: _Editor) -> bool:
         results.append(edit.op("Slice", new, np.array([0], np.int64), size, np.array([axis], np.int64), dtype=old.dtype))
     edit.replace(*results)
     return True
+
+
+def _padded_when_empty(edit: _Editor, xs: Sequence[ir.Value | None], axes: Sequence[int], ranks: Sequence[int | None], ran: ir.Value) -> list[ir.Value]:
+    """The scanned inputs ``xs``, each with one row of zeros appended on its scan axis where
+    ``ran`` (bool of shape (1,)) is false: a scan of no steps then runs one, whose results
+    the caller drops."""
+    i64 = ir.DataType.INT64
+    extra = edit.op("Cast", edit.op("Not", ran, dtype=_BOOL), to=i64, dtype=i64)  # (1,): 1 where empty
+    padded = []
+    for x, axis, rank in zip(xs, axes, ranks, strict=True):
+        assert x is not None and rank is not None
+        after = np.zeros((2 * rank,), np.int64)
+        after[rank + axis] = 1
+        padded.append(edit.op("Pad", x, edit.op("Mul", extra, after, dtype=i64), dtype=x.dtype))
+    return padded
 
 
 _RUNS_ONE = "jax2onnx_nn.runs_one"
@@ -1130,14 +1139,7 @@ def _scan_as_loop(scan: ir.Node, outer: _Editor) -> bool:
         i64 = ir.DataType.INT64
         ran = edit.op("Greater", trips, np.array(0, np.int64), dtype=_BOOL)
         size = edit.op("Reshape", trips, np.array([1], np.int64), dtype=i64)
-        extra = edit.op("Cast", edit.op("Not", edit.op("Reshape", ran, np.array([1], np.int64), dtype=_BOOL), dtype=_BOOL), to=i64, dtype=i64)
-        padded = []
-        for x, axis, rank in zip(xs, in_axes, ranks, strict=True):
-            assert x is not None and rank is not None
-            after = np.zeros((2 * rank,), np.int64)
-            after[rank + axis] = 1
-            padded.append(edit.op("Pad", x, edit.op("Mul", extra, after, dtype=i64), dtype=x.dtype))
-        xs = padded
+        xs = _padded_when_empty(edit, xs, in_axes, ranks, edit.op("Reshape", ran, np.array([1], np.int64), dtype=_BOOL))
         trips = edit.op("Max", trips, np.array(1, np.int64), dtype=i64)
 
     tag = f"{scan.name}/as_loop"
