@@ -134,7 +134,11 @@ def test_transpose_pairs_fold_into_one_or_none(shape, data):
 
     model = assert_exports_match(f, [tuple(shape)])
     composed = [p1[p] for p in p2]
-    expected = 0 if composed == sorted(composed) else 1
+    # none either when the pair moves only axes of size 1 (a Reshape: passes.relabel_transposes,
+    # which leaves tensors with a 0 dim alone)
+    moved = [p for p in composed if shape[p] != 1]
+    relabels = moved == sorted(moved) and 0 not in shape
+    expected = 0 if composed == sorted(composed) or relabels else 1
     assert _ops(model)["Transpose"] == expected
 
 
