@@ -362,16 +362,20 @@ def cancel_layout_chains(model: ir.Model) -> int:
             replacement = _shortcut(node, model if graph is model.graph else None)
             if replacement is None or replacement is out:
                 continue
-            if out.is_graph_output():
-                if not _renamable(replacement, node.graph):
-                    continue
-                out.replace_all_uses_with(replacement, replace_graph_outputs=True)
-                name, out.name = out.name, None
-                replacement.name = name
-            else:
-                out.replace_all_uses_with(replacement)
+            if out.is_graph_output() and not _renamable(replacement, node.graph):
+                continue
+            _take_place(out, replacement)
             bypassed += 1
     return bypassed
+
+
+def _take_place(old: ir.Value, new: ir.Value) -> None:
+    """``new`` replaces ``old`` for every reader, and as a graph output under ``old``'s name."""
+    was_output = old.is_graph_output()
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    if was_output:
+        name, old.name = old.name, None
+        new.name = name
 
 
 def _renamable(v: ir.Value, graph: ir.Graph | None) -> bool:
@@ -433,10 +437,7 @@ def relabel_transposes(model: ir.Model) -> int:
         reshape.outputs[0].shape, reshape.outputs[0].type = out.shape, out.type
         reshape.outputs[0].name = f"{out.name}/relabelled" if out.name else None
         node.graph.insert_before(node, reshape)
-        out.replace_all_uses_with(reshape.outputs[0], replace_graph_outputs=True)
-        if reshape.outputs[0].is_graph_output():
-            name, out.name = out.name, None
-            reshape.outputs[0].name = name
+        _take_place(out, reshape.outputs[0])
         replaced += 1
     if replaced:
         cancel_layout_chains(model)
@@ -1129,16 +1130,6 @@ def _needed_reads(node: ir.Node, needed: set[int]) -> set[int]:
     return body_needs | {id(v) for i, v in enumerate(node.inputs) if v is not None and not dead_input(i)}
 
 
-def _remove_unread_body_nodes(body: ir.Graph) -> None:
-    outputs = {id(v) for v in body.outputs}
-    for node in reversed(list(body)):
-        if not any(o.uses() or id(o) in outputs for o in node.outputs):
-            bodies = node_bodies(node)
-            body.remove(node, safe=True)
-            for inner in bodies:
-                _drop_reads(inner)
-
-
 def _prune_loop(loop: ir.Node) -> int:
     """:func:`remove_dead_loop_state` on one ``Loop`` or ``Scan`` and the loops in its body:
     returns the number of states and stacked outputs removed."""
@@ -1157,10 +1148,10 @@ def _prune_loop(loop: ir.Node) -> int:
     # in it (which read the states' inputs), what those needed, then the states' inputs
     for i in reversed(dead):
         body.outputs.pop(first_body_output + i)
-    _remove_unread_body_nodes(body)
+    _remove_unused_in(body, None)
     removed = sum(_prune_loop(inner) for inner in reversed(list(body)) if _loop_layout(inner) is not None)
     if removed:
-        _remove_unread_body_nodes(body)
+        _remove_unused_in(body, None)
     dead_states = [i for i in dead if i < n_states]
     dead_scans = [i - n_states for i in dead if i >= n_states]
     for k in reversed(dead_states):
@@ -1242,6 +1233,8 @@ def remove_unused_nodes(model: ir.Model) -> None:
 
 
 def _remove_unused_in(graph: ir.Graph | ir.Function, opset: int | None) -> None:
+    """:func:`remove_unused_nodes` on one graph and the bodies in it; unread optional outputs
+    are left alone when ``opset`` is None (a loop body pruned by :func:`_prune_loop`)."""
     outputs = {id(v) for v in graph.outputs}
     for node in reversed(graph):
         if not any(o.uses() or id(o) in outputs for o in node.outputs):
