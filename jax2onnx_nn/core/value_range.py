@@ -99,7 +99,7 @@ def _kind(dtype: Any) -> str:
 
 
 def _pick(choose: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
-    """``max``/``min`` of two bounds; an unknown bound stays unknown only where it can win."""
+    """``max``/``min`` of two bounds; unknown (None) when either is."""
     if a is None or b is None:
         return None
     return choose(a, b)
