@@ -403,25 +403,35 @@ def test_degenerate_inputs_as_jax(name, dtype):
     assert_exports_match_on(fn, a.astype(dtype), jit=True)
 
 
+# the primitive JAX's CPU refuses in half precision, and calls of users that reach it
+HALF_PRECISION_REFUSED = [
+    ("lu", lambda a: lax.linalg.lu(a)), ("lu", jnp.linalg.inv), ("lu", lambda a: jnp.linalg.solve(a, a[:, :1])), ("lu", jnp.linalg.det),
+    ("cholesky", jnp.linalg.cholesky), ("cholesky", lambda a: jsl.cho_factor(a)[0]),
+    ("qr", jnp.linalg.qr), ("householder_product", lambda a: lax.linalg.householder_product(a, a[0])),
+    ("svd", jnp.linalg.svd), ("svd", jnp.linalg.svdvals), ("svd", jnp.linalg.pinv), ("eigh", jnp.linalg.eigh), ("eigh", jnp.linalg.eigvalsh),
+    ("hessenberg", jsl.hessenberg), ("tridiagonal", lambda a: lax.linalg.tridiagonal(a)), ("schur", jsl.schur),
+]
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("fn", [lambda a: lax.linalg.lu(a), lambda a: jnp.linalg.inv(a), lambda a: jnp.linalg.solve(a, a[:, :1]), lambda a: jnp.linalg.det(a)])
-def test_half_precision_lu_is_refused_with_the_fix(fn, dtype):
-    """JAX's CPU lu refuses float16 / bfloat16 ("Unsupported dtype"); the export names the
-    primitive, the dtype, the user's line and the cast that fixes it. (JAX 0.12 refuses the
-    dtype while tracing already: then it is the SpecError of a call JAX rejects, naming lu,
-    the dtype and the user's line.)"""
+@pytest.mark.parametrize(("name", "fn"), HALF_PRECISION_REFUSED, ids=[f"{name}-{i}" for i, (name, _) in enumerate(HALF_PRECISION_REFUSED)])
+def test_half_precision_factorization_is_refused_with_the_fix(name, fn, dtype):
+    """JAX's CPU lu, cholesky, qr, svd, eigh, hessenberg, tridiagonal and schur (LAPACK) refuse float16 / bfloat16
+    ("Unsupported dtype"); the export names the primitive, the dtype, the user's line and the
+    cast that fixes it. (JAX 0.12 refuses the dtype while tracing already: then it is the
+    SpecError of a call JAX rejects, naming the primitive, the dtype and the user's line.)"""
     from jax2onnx_nn import ConversionError, to_onnx
     from jax2onnx_nn.core.errors import SpecError
 
     with pytest.raises((ConversionError, SpecError)) as raised:
-        to_onnx(fn, [((4, 4), dtype)])
+        to_onnx(lambda a: fn(a), [((4, 4), dtype)])
     message = str(raised.value)
     assert "test_decompositions.py" in message, message
     if isinstance(raised.value, SpecError):
-        assert f"lu does not accept dtype {dtype}" in message, message
+        assert f"{name} does not accept dtype {dtype}" in message, message
         return
-    assert f"lu of a {dtype} matrix at " in message, message
-    assert "a.astype(jnp.float32)" in message, message
+    assert f"{name} of a {dtype} matrix at " in message, message
+    assert "a.astype(jnp.float32)" in message and f".astype(jnp.{dtype})" in message, message
 
 
 # -- graph size --------------------------------------------------------------------------------

@@ -347,6 +347,7 @@ def _cholesky_columns(a: jax.Array) -> jax.Array:
 @lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "Or", "Equal", "ReduceSum", "Where", "Scan", "Loop"))
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
+    refuse_half_precision(ctx, "cholesky", "jnp.linalg.cholesky(a.astype(jnp.float32))")
     return lower_as_jax(ctx, cholesky, [a], cache_key=("cholesky", UNROLL_LIMIT))
 
 
@@ -625,22 +626,25 @@ def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return work, pivots[..., 0, :], perm[..., 0]
 
 
-def _refuse_half_precision(ctx: LoweringContext, name: str) -> None:
-    """JAX's CPU ``lu`` (LAPACK ``getrf``) has no float16 / bfloat16 kernel ("Unsupported dtype
-    float16"): there is no JAX result to match, and the steps' pivot search runs in float32."""
+def refuse_half_precision(ctx: LoweringContext, name: str, call: str) -> None:
+    """Refuse a float16 / bfloat16 matrix for ``name``, as JAX does: its CPU lowering of the
+    LAPACK primitives (getrf, potrf, geqrf, orgqr, syevd, gesdd) has no half-precision kernel
+    ("Unsupported dtype float16"; JAX 0.12 refuses the dtype while tracing already), so there
+    is no JAX result to match. ``call``: the user-level function on ``a`` in float32 that the
+    message suggests (``jnp.linalg.inv(a.astype(jnp.float32))``)."""
     dtype = np.dtype(ctx.avals_in[0].dtype)
     if dtype.itemsize == 2:
         raise ConversionError(
             f"{name} of a {dtype.name} matrix at {ctx.source_line or '<unknown location>'} is not supported: "
             f"JAX's CPU {name} has no {dtype.name} kernel either (LAPACK works in float32 and float64). "
-            f"Cast the matrix to float32 first and the result back, e.g. jnp.linalg.inv(a.astype(jnp.float32)).astype(jnp.{dtype.name})"
+            f"Cast the matrix to float32 first and the results back, e.g. {call} and .astype(jnp.{dtype.name}) on its results"
         )
 
 
 @lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
-    _refuse_half_precision(ctx, "lu")
+    refuse_half_precision(ctx, "lu", "jnp.linalg.inv(a.astype(jnp.float32))")
     outs = lower_as_jax(ctx, lu, [a], cache_key=("lu", UNROLL_LIMIT))
     # lu_factor / lu_solve turn the pivots back into the permutation lu made already
     outs[1].meta[_PERMUTATION] = (outs[2], ctx.avals_in[0].shape[-2])
@@ -908,16 +912,19 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
 @lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
 def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
+    refuse_half_precision(ctx, "geqrf", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, geqrf, [a])
 
 
 @lowering("householder_product", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Where", "Loop"))
 def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **params: Any) -> list[ir.Value]:
     del params
+    refuse_half_precision(ctx, "householder_product", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, householder_product, [a, taus])
 
 
 @lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
+    refuse_half_precision(ctx, "qr", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices, pivoting=pivoting), [a])

@@ -30,6 +30,7 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     iterate,
     lower_as_jax,
     reflector,
+    refuse_half_precision,
     where,
 )
 from jax2onnx_nn.core.registry import lowering
@@ -62,6 +63,7 @@ def hessenberg(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, 
 
 @lowering("hessenberg", onnx_ops=REDUCTION_OPS)
 def _hessenberg(ctx: LoweringContext, a: ir.Value) -> list[ir.Value]:
+    refuse_half_precision(ctx, "hessenberg", "jax.scipy.linalg.hessenberg(a.astype(jnp.float32))")
     return lower_as_jax(ctx, hessenberg, [a])
 
 
@@ -102,6 +104,7 @@ def tridiagonal(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array, jax
 
 @lowering("tridiagonal", onnx_ops=(*REDUCTION_OPS, "ReduceSum"))
 def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.Value]:
+    refuse_half_precision(ctx, "tridiagonal", "lax.linalg.tridiagonal(a.astype(jnp.float32))")
     return lower_as_jax(ctx, lambda a: tridiagonal(a, lower=lower), [a])
 
 
@@ -618,6 +621,7 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
 @lowering("schur", onnx_ops=(*EIG_OPS, "Pad", "Concat", "Mod"), complex_pairs=True)
 def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
+    refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")
     _static_size(ctx, "schur")
     if sort_eig_vals:  # JAX's CPU lowering refuses it: NotImplementedError
         raise ConversionError(

@@ -58,7 +58,13 @@ from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.lowerings import decompositions
-from jax2onnx_nn.core.lowerings.decompositions import _ids, lower_as_jax, qr, where
+from jax2onnx_nn.core.lowerings.decompositions import (
+    _ids,
+    lower_as_jax,
+    qr,
+    refuse_half_precision,
+    where,
+)
 from jax2onnx_nn.core.registry import lowering
 
 # Jacobi converges quadratically: random Gaussian 64x64 matrices converge in 7-9 sweeps in
@@ -396,6 +402,7 @@ def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | Non
 def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
     m, n = ctx.aval_in.shape[-2:]
+    refuse_half_precision(ctx, "svd", "jnp.linalg.svd(a.astype(jnp.float32))")
     tall = _tall(ctx)
     _whole_range(ctx, "svd", subset_by_index, n if tall else m)
     fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv, tall=tall)
@@ -460,6 +467,7 @@ def eigh(a: jax.Array, *, lower: bool, refine: bool = False) -> tuple[jax.Array,
 @lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Abs", "Max", "ReduceMax", "ReduceSum", "MatMul", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements"))
 def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
+    refuse_half_precision(ctx, "eigh", "jnp.linalg.eigh(a.astype(jnp.float32))")
     _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
     n = ctx.aval_in.shape[-1]
     # a large float32 matrix: float32 rotations refined (eigh's refine) where the static size allows
