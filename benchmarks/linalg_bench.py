@@ -7,7 +7,8 @@ Per case and size: nodes of the main graph, nodes including Loop bodies, export 
 latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
 matrices (``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
 for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK).
-``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
+A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that take one
+(svd, svdvals, qr). ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
 thread, so this is its own work, steady on a busy machine; jax.jit stays wall time).
 ``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size) and
 ``--block`` ``decompositions.BLOCK`` (columns per trip of the blocked cholesky, lu, qr and
@@ -81,19 +82,26 @@ def _all_nodes(graph: onnx.GraphProto) -> int:
     return sum(1 + sum(_all_nodes(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH) for n in graph.node)
 
 
-def bench(name: str, n: int, repeat: int, clock: Callable[[], float] = time.perf_counter) -> str:
+def _shape(size: str) -> tuple[int, int]:
+    """``"16"`` -> (16, 16), ``"64x8"`` -> (64, 8)."""
+    m, _, n = size.partition("x")
+    return int(m), int(n or m)
+
+
+def bench(name: str, size: str, repeat: int, clock: Callable[[], float] = time.perf_counter) -> str:
     import onnxruntime as ort
 
     fn = CASES[name]
     rng = np.random.default_rng(0)
-    m = rng.normal(size=(BATCH, n, n))
-    a = (m @ np.swapaxes(m, -1, -2) / n + np.eye(n)).astype(np.float32)
+    n, cols = _shape(size)
+    m = rng.normal(size=(BATCH, n, cols))
+    a = (m @ np.swapaxes(m, -1, -2) / n + np.eye(n) if n == cols else m).astype(np.float32)
     b = rng.normal(size=(BATCH, n, 1)).astype(np.float32)
     start = time.perf_counter()
     try:
         model = to_onnx(fn, [a.shape, b.shape])
     except ConversionError as err:
-        return f"| {name} | {n} | not lowered: {str(err).splitlines()[1].strip()} | | | | |"
+        return f"| {name} | {size} | not lowered: {str(err).splitlines()[1].strip()} | | | | |"
     export_s = time.perf_counter() - start
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -102,40 +110,47 @@ def bench(name: str, n: int, repeat: int, clock: Callable[[], float] = time.perf
     ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat, clock)
     jitted = jax.jit(fn)
     jax_ms = _latency_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)
-    return f"| {name} | {n} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms} | {jax_ms} |"
+    return f"| {name} | {size} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms} | {jax_ms} |"
 
 
-def accuracy(n: int, dtype: type) -> str:
-    """svd and eigh through onnxruntime on a batch of random Gaussian (n, n) matrices, against
-    float64 LAPACK: largest value error over the largest value, reconstruction error over
-    max |a|, and deviation of U^T U, V^T V from I."""
+def accuracy(size: str, dtype: type) -> str:
+    """svd, svdvals and eigh through onnxruntime on a batch of random Gaussian (m, n) matrices
+    (eigh: square ones only), against float64 LAPACK: largest value error over the largest
+    value, reconstruction error over max |a|, and deviation of U^T U, V^T V from I."""
     import onnxruntime as ort
 
     from jax2onnx_nn.core import jax_internals as jxi
 
-    a = np.random.default_rng(n).normal(size=(BATCH, n, n)).astype(dtype)
-    sym = a + np.swapaxes(a, -1, -2)
+    n, cols = _shape(size)
+    a = np.random.default_rng(n).normal(size=(BATCH, n, cols)).astype(dtype)
+    sym = a + np.swapaxes(a, -1, -2) if n == cols else np.zeros((BATCH, 1, 1), dtype)
     x64 = dtype == np.float64
     with jxi.x64(x64):
-        model = to_onnx(lambda a, s: (*jnp.linalg.svd(a), *jnp.linalg.eigh(s)), [a, sym], enable_double_precision=x64)
+        model = to_onnx(lambda a, s: (*jnp.linalg.svd(a, full_matrices=False), jnp.linalg.svdvals(a), *jnp.linalg.eigh(s)),
+                        [a, sym], enable_double_precision=x64)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    u, s, vh, w, v = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True)))
-    eye = np.eye(n)
+    u, s, vh, values, w, v = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True)))
+    eye = np.eye(min(n, cols))
 
     def rel(x: np.ndarray, ref: np.ndarray) -> float:
         return float(np.max(np.abs(x - ref)) / np.max(np.abs(ref)))
 
     mT = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
-    svd = (rel(s, np.linalg.svd(a.astype(np.float64), compute_uv=False)), rel((u * s[..., None, :]) @ vh, a),
-           max(np.abs(mT(u) @ u - eye).max(), np.abs(vh @ mT(vh) - eye).max()))
-    eigh = (rel(w, np.linalg.eigvalsh(sym.astype(np.float64))), rel((v * w[..., None, :]) @ mT(v), sym), np.abs(mT(v) @ v - eye).max())
-    row = " | ".join(f"{e:.1e}" for e in (*svd, *eigh))
-    return f"| {n} | {np.dtype(dtype).name} | {row} |"
+    reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    svd = (rel(s, reference), rel((u * s[..., None, :]) @ vh, a),
+           max(np.abs(mT(u) @ u - eye).max(), np.abs(vh @ mT(vh) - eye).max()), rel(values, reference))
+    row = " | ".join(f"{e:.1e}" for e in svd)
+    if n == cols:
+        eigh = (rel(w, np.linalg.eigvalsh(sym.astype(np.float64))), rel((v * w[..., None, :]) @ mT(v), sym), np.abs(mT(v) @ v - np.eye(n)).max())
+        row += " | " + " | ".join(f"{e:.1e}" for e in eigh)
+    else:
+        row += " | - | - | -"
+    return f"| {size} | {np.dtype(dtype).name} | {row} |"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="*", default=[4, 16, 64])
+    parser.add_argument("--sizes", nargs="*", default=["4", "16", "64"], help="n (square) or MxN")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--unroll-limit", type=int, default=None)
     parser.add_argument("--block", type=int, default=None, help="columns per trip of the blocked factorizations")
@@ -145,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.accuracy:
         print(f"batch {BATCH} random Gaussian matrices through onnxruntime vs float64 LAPACK")
-        print("| n | dtype | svd values | svd U s Vh | svd orthogonality | eigh values | eigh V w V^T | eigh orthogonality |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| n | dtype | svd values | svd U s Vh | svd orthogonality | svdvals | eigh values | eigh V w V^T | eigh orthogonality |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for dtype in (np.float32, np.float64):
             for n in args.sizes:
                 print(accuracy(n, dtype), flush=True)

@@ -130,12 +130,32 @@ def _loop_state_types(model) -> set:
     return {i.type.tensor_type.elem_type for node in model.graph.node if node.op_type == "Loop" for i in node.attribute[0].g.input}
 
 
-def test_large_float32_singular_values_are_rotated_in_float64():
-    """Above WIDEN_ABOVE a float32 svdvals is rotated in float64: values as accurate as LAPACK's
-    float32 ones (Jacobi in float32 would be ~5e-6 off at 64x64)."""
-    n = svd_module.WIDEN_ABOVE + 4
-    model = assert_exports_match_on(jnp.linalg.svdvals, gaussian(0, (2, n, n)), rtol=1e-6, atol=1e-6, jit=True)
-    assert onnx.TensorProto.DOUBLE in _loop_state_types(model)
+@pytest.mark.parametrize("shape", [(3, 20, 20), (3, 40, 8), (3, 8, 40)], ids=["square", "tall", "wide"])
+def test_float32_svd_is_rotated_in_float32(shape):
+    """A float32 svd of a static size rotates in float32 (no float64 in the graph): a short side
+    up to WIDEN_ABOVE as the square one (a column meets as few rotations), a larger one with
+    its values from the rotated columns' directions (values only) or from U and V (the Loops'
+    states, the rotated matrices, hold no float64). On a
+    Gaussian matrix, one of rank 3 and one whose values span 6 decades, the values, U s Vh and
+    U^T U, Vh Vh^T are float64 LAPACK's to 2e-6 of the largest value."""
+    m, n = shape[-2:]
+    k = min(m, n)
+    rng = np.random.default_rng(0)
+    q1, _ = np.linalg.qr(rng.normal(size=(m, k)))
+    q2, _ = np.linalg.qr(rng.normal(size=(n, k)))
+    a = np.stack([gaussian(1, (m, n), np.float64), low_rank(2, (m, n), 3, np.float64), (q1 * np.logspace(0, -6, k)) @ q2.T]).astype(np.float32)
+    model = to_onnx(lambda a: (*jnp.linalg.svd(a, full_matrices=False), jnp.linalg.svdvals(a)), [a])
+    assert onnx.TensorProto.DOUBLE not in _loop_state_types(model)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    u, s, vh, values = session.run(None, {session.get_inputs()[0].name: a})
+    reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    big = reference[..., :1]
+    eye = np.eye(k)
+    np.testing.assert_allclose(s / big, reference / big, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(values / big, reference / big, rtol=0, atol=2e-6)
+    np.testing.assert_allclose((u * s[..., None, :]) @ vh / big[..., None], a / big[..., None], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2), np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6)
 
 
 def test_large_float32_eigh_is_rotated_in_float32_and_refined():
