@@ -56,9 +56,21 @@ def apply_layout(model: ir.Model, inputs_as_nchw: Selection = None, outputs_as_n
     recorded in the model metadata (``jax2onnx_nn.inputs_as_nchw`` / ``..outputs_as_nchw``).
     """
     graph = model.graph
-    names = _Names(graph)
     ins = resolve(inputs_as_nchw, [v.name or "" for v in graph.inputs], "inputs_as_nchw")
     outs = resolve(outputs_as_nchw, [v.name or "" for v in graph.outputs], "outputs_as_nchw")
+    if ins or outs:  # (naming walks the whole graph: only when something is moved)
+        _move_to_channels_first(graph, ins, outs)
+    if ins:
+        model.metadata_props[INPUTS_KEY] = ",".join(map(str, ins))
+    if outs:
+        model.metadata_props[OUTPUTS_KEY] = ",".join(map(str, outs))
+    fold_transposes(model)
+
+
+def _move_to_channels_first(graph: ir.Graph, ins: list[int], outs: list[int]) -> None:
+    """Transposes at the selected inputs (to NHWC) and outputs (to NCHW); the values keep
+    their names."""
+    names = _Names(graph)
     first = graph.node(0) if graph.num_nodes() else None
     for i in ins:
         nhwc = graph.inputs[i]
@@ -85,11 +97,6 @@ def apply_layout(model: ir.Model, inputs_as_nchw: Selection = None, outputs_as_n
         nchw.name = name
         graph.append(node)
         graph.outputs[j] = nchw
-    if ins:
-        model.metadata_props[INPUTS_KEY] = ",".join(map(str, ins))
-    if outs:
-        model.metadata_props[OUTPUTS_KEY] = ",".join(map(str, outs))
-    fold_transposes(model)
 
 
 # Ops that act element by element (with numpy broadcasting), so they commute with a Transpose
