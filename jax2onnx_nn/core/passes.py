@@ -137,28 +137,32 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
     for an op, dtype or case it does not cover (the node then stays).
 
     Folds of small inputs (index arithmetic, shapes, a loop's bounds) are remembered by the
-    node and the inputs' bytes: each export of a model makes the same ones, and the reference
-    evaluator costs ~0.3 ms a node."""
+    op, its attributes and the inputs' bytes: each export of a model makes the same ones, and
+    the reference evaluator costs ~0.3 ms a node (the node is serialized only when it runs)."""
+    try:
+        arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
+    except Exception:  # noqa: BLE001 - an input that does not convert is not folded
+        return None
+    given = [a for a in arrays if a is not None]
+    key = None
+    if sum(a.nbytes for a in given) <= _EVALUATED_INPUT_BYTES and all(a.dtype.kind != "O" for a in given):
+        attributes = _attributes_key(node)  # (strings: no bytes to compare)
+        if attributes is not None:
+            key = (opset, node.op_identifier(), len(node.outputs), attributes,
+                   *(None if a is None else (a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+            if key in _EVALUATED:
+                known = _EVALUATED[key]
+                return None if known is None else [a.copy() for a in known]
     try:
         proto = ir.serde.serialize_node(node)
-        names = [f"in{i}" if v is not None else "" for i, v in enumerate(node.inputs)]
+        names = [f"in{i}" if a is not None else "" for i, a in enumerate(arrays)]
         del proto.input[:]
         proto.input.extend(names)
         del proto.output[:]
         proto.output.extend(f"out{i}" for i in range(len(node.outputs)))
-        feeds = {n: v.const_value.numpy() for n, v in zip(names, node.inputs, strict=True) if v is not None}
-    except Exception:  # noqa: BLE001 - a node or input that does not convert is not folded
+    except Exception:  # noqa: BLE001 - a node that does not convert is not folded
         return None
-    key = None
-    small = sum(a.nbytes for a in feeds.values()) <= _EVALUATED_INPUT_BYTES
-    if small and all(a.dtype.kind != "O" for a in feeds.values()):  # strings: no bytes to compare
-        proto.name, proto.doc_string = "", ""  # neither changes the result
-        del proto.metadata_props[:]
-        key = (opset, proto.SerializeToString(deterministic=True),
-               *((a.dtype.str, a.shape, a.tobytes()) for a in feeds.values()))
-        if key in _EVALUATED:
-            known = _EVALUATED[key]
-            return None if known is None else [a.copy() for a in known]
+    feeds = {n: a for n, a in zip(names, arrays, strict=True) if a is not None}
     results = _reference_result(proto, feeds, opset)
     if key is not None:
         if len(_EVALUATED) >= _EVALUATED_ENTRIES:
@@ -1322,11 +1326,9 @@ def _graphs(model: ir.Model) -> list[ir.Graph]:
     return graphs
 
 
-def _node_key(node: ir.Node) -> tuple[Any, ...] | None:
-    """What makes two nodes compute the same values: op, inputs (by identity) and
-    attributes; None for a node that is never merged (a body, randomness, a large tensor)."""
-    if node.op_type in _NON_DETERMINISTIC:
-        return None
+def _attributes_key(node: ir.Node) -> tuple[Any, ...] | None:
+    """The node's attributes as a hashable value (sorted by name); None when one cannot be
+    compared by value (a graph, a reference to a function's attribute, a large tensor)."""
     attrs = []
     for name, attr in sorted(node.attributes.items()):
         if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) or attr.is_ref():
@@ -1341,8 +1343,19 @@ def _node_key(node: ir.Node) -> tuple[Any, ...] | None:
             value = tuple(value)
         elif attr.type not in (ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING):
             return None
-        attrs.append((name, value))
-    return (node.op_identifier(), len(node.outputs), tuple(id(v) for v in node.inputs), tuple(attrs))
+        attrs.append((name, attr.type, value))
+    return tuple(attrs)
+
+
+def _node_key(node: ir.Node) -> tuple[Any, ...] | None:
+    """What makes two nodes compute the same values: op, inputs (by identity) and
+    attributes; None for a node that is never merged (a body, randomness, a large tensor)."""
+    if node.op_type in _NON_DETERMINISTIC:
+        return None
+    attrs = _attributes_key(node)
+    if attrs is None:
+        return None
+    return (node.op_identifier(), len(node.outputs), tuple(id(v) for v in node.inputs), attrs)
 
 
 def eliminate_common_subexpressions(model: ir.Model) -> int:
