@@ -13,6 +13,7 @@ from jax.scipy.sparse import linalg as jssl
 
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing.assertions import op_types
 from jax2onnx_nn.testing.roundtrip import roundtrip
 from tests.core.test_decompositions import BATCHES, DTYPES, SEEDS, SIZES, _tol, general, spd
 
@@ -108,6 +109,82 @@ def test_custom_linear_solve_matches_jax(name, dtype):
 @given(n=st.sampled_from([1, 3, 6]), dtype=DTYPES, seed=SEEDS)
 def test_custom_linear_solve_property(name, n, dtype, seed):
     check_custom_linear_solve(name, n, dtype, seed)
+
+
+# jnp.linalg.solve's custom_linear_solve (lu_solve with the lu of its matvec's matrix) of a small
+# matrix is one elimination on [a | b]: its b laid out as the matvec says, the rows swapped as
+# getrf swaps them (ties among integer entries too), a zero pivot left as getf2 leaves it
+SOLVE_LAYOUTS = {
+    "batched": ((2, 4, 4), (2, 4, 3)),
+    "vector": ((4, 4), (4,)),
+    "matrix": ((5, 5), (5, 2)),
+    "broadcast_a": ((4, 4), (2, 4, 3)),
+    "two_batch_dims": ((2, 3, 4, 4), (3, 4, 1)),
+    "one_by_one": ((3, 1, 1), (3, 1, 2)),
+    "largest_unrolled": ((2, 16, 16), (2, 16, 1)),
+}
+
+
+@pytest.mark.parametrize("layout", SOLVE_LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_solve_eliminates_a_and_b_together(layout, dtype):
+    """Gaussian matrices (rows swapped), every layout of b JAX's solve gives the solve: no
+    L solve (MatMul), no permutation of b (a gather by index) left in the graph."""
+    sa, sb = SOLVE_LAYOUTS[layout]
+    rng = np.random.default_rng(len(layout))
+    a, b = rng.normal(size=sa).astype(dtype), rng.normal(size=sb).astype(dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 and sa[-1] == 16 else _tol(dtype)
+    model = assert_exports_match_on(jnp.linalg.solve, a, b, **tol, jit=True)
+    ops = op_types(model)
+    assert "MatMul" not in ops and "GatherND" not in ops and "Gather" not in ops, ops
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_solve_and_inv_pivot_on_ties_as_getrf(seed):
+    """Small integer entries: equal magnitudes in a column, the first row in getrf's swapped
+    order is the pivot (a different one rounds differently)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(-2, 3, size=(6, 4, 4)).astype(np.float32), rng.integers(-2, 3, size=(6, 4, 2)).astype(np.float32)
+    a[:, range(4), range(4)] += 0.5 * (rng.integers(0, 2, size=(6, 4)))  # fewer singular ones
+    assert_exports_match_on(jnp.linalg.solve, a, b, rtol=1e-5, atol=1e-5, jit=True)
+    assert_exports_match_on(jnp.linalg.inv, a, rtol=1e-5, atol=1e-5, jit=True)
+
+
+SINGULAR = {
+    "zero_pivot_in_the_middle": [[1.0, 2, 3], [2, 4, 7], [3, 6, 1]],
+    "zero_first_column": [[0.0, 1, 2], [0, 3, 4], [0, 5, 7]],
+    "zero_row": [[2.0, 1, 0, 0], [4, 2, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1]],
+    "ones": [[1.0, 1, 1], [1, 1, 1], [1, 1, 1]],
+    "zeros": [[0.0, 0], [0, 0]],
+    "inf": [[1.0, 2], [np.inf, 1]],
+    "nan_in_a_pivot_column": [[1.0, 2, 3], [3, np.nan, 0], [2, 0, 1]],
+}
+
+
+@pytest.mark.parametrize("name", SINGULAR)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_solve_and_inv_of_singular_matrices_as_jax(name, dtype):
+    """getf2 skips the division by a zero pivot and U's substitution divides by it: the
+    inf/NaN pattern of JAX's solution, for right-hand sides with zeros and without."""
+    a = np.array(SINGULAR[name], dtype)
+    n = a.shape[-1]
+    for b in (np.ones(n), np.arange(n), np.eye(n)[:, :2]):
+        assert_exports_match_on(jnp.linalg.solve, a, b.astype(dtype), jit=True)
+    assert_exports_match_on(jnp.linalg.inv, a, jit=True)
+
+
+def test_a_custom_solve_by_lu_is_run_as_written():
+    """A custom_linear_solve whose solve is another use of the lu (here the transposed solve)
+    is lowered as its own jaxpr, not as jnp.linalg.solve's elimination."""
+    import jax.scipy.linalg as jsl
+
+    def solve(a, b):
+        factors = jsl.lu_factor(a)
+        return lax.custom_linear_solve(lambda x: a.T @ x, b, lambda mv, r: jsl.lu_solve(factors, r, trans=1))
+
+    a, b = general(2, (), 4, shift=0.0), np.arange(4.0, dtype=np.float32)
+    model = assert_exports_match_on(solve, a, b, **_tol(np.float32), jit=True)
+    assert "MatMul" in op_types(model)  # lu_solve applies L^T by powers of its triangle
 
 
 # -- symmetric_product, cholesky_update --------------------------------------------------------

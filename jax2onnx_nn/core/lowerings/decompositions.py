@@ -58,14 +58,17 @@ PIVOTED_UNROLL_LIMIT = 4
 Index = Any  # a Python int (unrolled step) or a traced int32 scalar (a Loop iteration)
 
 
-def lower_as_jax(ctx: LoweringContext, fn: Callable[..., Any], operands: Sequence[ir.Value], *, cache_key: Hashable = None) -> list[ir.Value]:
-    """Lower the equation as ``fn``, JAX code traced on the equation's input avals.
+def lower_as_jax(
+    ctx: LoweringContext, fn: Callable[..., Any], operands: Sequence[ir.Value], *, cache_key: Hashable = None, avals: Sequence[Any] | None = None,
+) -> list[ir.Value]:
+    """Lower the equation as ``fn``, JAX code traced on the equation's input avals (or on
+    ``avals``, those of ``operands`` when they are not the equation's inputs).
 
     With a ``cache_key`` (what ``fn`` computes, its params included) the trace is kept for
     every later equation with the same key and static avals: tracing a Jacobi SVD takes about
     a second, and a model (``pinv``, ``lstsq``, ``matrix_rank`` of one matrix) or a test
     suite exports the same one many times."""
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (ctx.avals_in if avals is None else avals)]
     static = not any(jxi.is_symbolic_dim(d) for a in ctx.avals_in for d in a.shape)
     key = (cache_key, tuple((s.shape, str(s.dtype)) for s in specs), bool(jax.config.jax_enable_x64))
     closed = _TRACES.get(key) if cache_key is not None and static else None
@@ -548,6 +551,42 @@ def _lu_panel(work: jax.Array, steps: int, riders: int) -> tuple[jax.Array, jax.
     return jnp.concatenate(done, axis=-2), work, pivots
 
 
+def solve_by_elimination(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a^-1 b`` for ``a`` (..., n, n) of static size n up to ``UNROLL_LIMIT`` and ``b`` (..., n,
+    k): what ``lu`` then ``lu_solve`` compute (getf2's pivots, multipliers and updates; U's
+    backward substitution), with b's columns riding along in the elimination. Applying each
+    step's multipliers to b as the step goes is trsm's forward substitution with L in the same
+    order, so neither L, the permutation nor the reordered b is formed, and a step updates the
+    whole [a | b] in one Mul and Sub (the eliminated column is left as it comes out: below U's
+    diagonal, where the backward substitution only reaches rows already solved).
+
+    The pivot search has no NaN guard: a NaN in the searched column makes every entry of the
+    solution NaN whichever row is picked (a NaN row is eliminated into an all-NaN row that
+    ends up in U, or a NaN pivot makes every row NaN), as it does in JAX's."""
+    n = int(a.shape[-1])
+    work = jnp.concatenate([a, b], axis=-1)  # rows leave it as they become U's
+    rows, pivots = [], []
+    for j in range(n - 1):
+        col = work[..., :, j : j + 1]
+        p = first_argmax(jnp.abs(col), -2)  # (..., 1, 1)
+        row = take_rows(work, p)
+        pivot = row[..., j : j + 1]
+        work = work - (col / where(pivot == 0, jnp.ones((), a.dtype), pivot)) * row  # getf2 skips a zero pivot
+        work = put_row(work, p, work[..., :1, :])[..., 1:, :]  # the first row takes the pivot row's place
+        rows.append(row)
+        pivots.append(pivot)
+    rows.append(work)
+    pivots.append(work[..., n - 1 : n])
+    # U's backward substitution as trsm's: x_i = b_i / u_ii, then the rows above lose u[:, i] x_i
+    *columns, rhs = lax.split(jnp.concatenate(rows, axis=-2), [1] * n + [b.shape[-1]], axis=a.ndim - 1)
+    x = [None] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = rhs[..., i : i + 1, :] / pivots[i]
+        if i:
+            rhs = rhs - columns[i] * x[i]
+    return jnp.concatenate(x, axis=-2)
+
+
 def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Blocked right-looking LU of a square ``a`` of static size n > BLOCK: a Loop over blocks
     of b columns. A trip factors the panel (the trailing matrix's first b columns) unrolled
@@ -649,11 +688,18 @@ def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     # lu_factor / lu_solve turn the pivots back into the permutation lu made already
     outs[1].meta[_PERMUTATION] = (outs[2], ctx.avals_in[0].shape[-2])
     outs[0].meta[_LU_FACTOR] = True  # lu_solve's triangular solves with L (see triangular_solve)
+    outs[0].meta[_LU_OF] = (a, outs[2])  # a solve by this lu (see solves.custom_linear_solve)
     return outs
 
 
 _PERMUTATION = "jax2onnx_nn.lu_permutation"  # on lu's pivots: (its permutation, rows)
 _LU_FACTOR = "jax2onnx_nn.lu_factor"  # on lu's packed result: L's entries are at most 1 in magnitude
+_LU_OF = "jax2onnx_nn.lu_of"  # on lu's packed result: (the matrix factored, lu's permutation)
+
+
+def lu_of(packed: ir.Value) -> tuple[ir.Value, ir.Value] | None:
+    """(the matrix, the permutation) of the ``lu`` whose packed result ``packed`` is, if it is one."""
+    return packed.meta.get(_LU_OF)
 
 
 def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array:

@@ -9,13 +9,19 @@ sizes come for free. What JAX's CPU path computes, and these rules compute the s
   between each row and the next (a swap fills in a second superdiagonal), then back
   substitution; an exact zero pivot (a singular matrix) makes that system's solution all NaN.
   On a diagonally dominant matrix no row is swapped and this is the Thomas algorithm.
-- ``custom_linear_solve`` runs its ``solve`` jaxpr (the matvec only defines derivatives).
+- ``custom_linear_solve`` runs its ``solve`` jaxpr (the matvec only defines derivatives);
+  ``jnp.linalg.solve``'s (lu_solve with the lu of the matvec's matrix, as ``inv`` calls it too)
+  of a matrix up to ``UNROLL_LIMIT`` is getrf's elimination on [a | b] and U's substitution
+  (``decompositions.solve_by_elimination``): the same arithmetic without L or the permutation.
 - ``symmetric_product`` is ``alpha * a @ a^T + beta * c``, both triangles (JAX's CPU rule).
 - ``cholesky_update`` is JAX's own Givens sweep (``drotg``/``drot``) over the rows of R.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import jax
@@ -25,7 +31,8 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
-from jax2onnx_nn.core.lower import LoweringContext
+from jax2onnx_nn.core.lower import LoweringContext, is_float
+from jax2onnx_nn.core.lowerings import decompositions
 from jax2onnx_nn.core.lowerings.decompositions import (
     Index,
     _at,
@@ -33,6 +40,8 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     _mT,
     iterate,
     lower_as_jax,
+    lu_of,
+    solve_by_elimination,
     where,
 )
 from jax2onnx_nn.core.registry import lowering
@@ -97,11 +106,92 @@ def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.V
 @lowering("custom_linear_solve")
 def _custom_linear_solve(ctx: LoweringContext, *args: ir.Value, const_lengths: Any, jaxprs: Any) -> list[ir.Value]:
     """The ``solve`` jaxpr on its constants and the right-hand side (what JAX's impl runs);
-    ``matvec`` and the transposes only serve differentiation."""
+    ``matvec`` and the transposes only serve differentiation. ``jnp.linalg.solve`` (and
+    ``inv``) of a small matrix is one elimination on [a | b] instead (``_lu_solve_of``)."""
     counts = [const_lengths.matvec, const_lengths.vecmat, const_lengths.solve, const_lengths.transpose_solve]
     start = sum(counts[:2])
     consts, b = args[start : start + counts[2]], args[sum(counts) :]
+    fused = _lu_solve_of(jaxprs, args[: counts[0]], consts, b)
+    if fused is not None:
+        a, axes = fused
+        avals = [jaxprs.matvec.jaxpr.invars[0].aval, ctx.avals_in[-1]]
+        return lower_as_jax(ctx, partial(_solve_along, axes=axes), [a, b[0]], avals=avals, cache_key=("solve_along", decompositions.UNROLL_LIMIT, axes))
     return ctx.lower_sub(jaxprs.solve, [*consts, *b])
+
+
+def _lu_solve_of(jaxprs: Any, matvec_consts: Sequence[ir.Value], solve_consts: Sequence[ir.Value], b: Sequence[ir.Value]) -> tuple[ir.Value, tuple[int, ...]] | None:
+    """(a, the axes of b as (a's batch axes, a's row axis, b's other axes)) when this solve is
+    ``jnp.linalg.solve``'s: the matvec is ``a`` applied along one axis of b (a dot_general and
+    the transpose back to b's layout), the solve is ``lu_solve`` (P, then L's and U's
+    triangular solves, nothing transposed) with the ``lu`` of that same ``a``, and ``a`` is
+    small enough to be unrolled. Else None (the solve jaxpr is lowered as it is)."""
+    if len(matvec_consts) != 1 or len(solve_consts) != 2 or len(b) != 1:
+        return None
+    made = lu_of(solve_consts[0])
+    if made is None or made[0] is not matvec_consts[0] or made[1] is not solve_consts[1]:
+        return None
+    matvec = jaxprs.matvec.jaxpr
+    a_aval, x_aval = (v.aval for v in matvec.invars)
+    n = a_aval.shape[-1]
+    if jxi.is_symbolic_dim(n) or not 0 < n <= decompositions.UNROLL_LIMIT or not is_float(a_aval.dtype) or a_aval.dtype != x_aval.dtype:
+        return None
+    axes = _matvec_axes(matvec, a_aval.ndim, x_aval.ndim)
+    if axes is None or any(jxi.is_symbolic_dim(x_aval.shape[i]) or x_aval.shape[i] == 0 for i in axes[a_aval.ndim - 1 :]):
+        return None
+    solves = [e.params for e in _equations(jaxprs.solve.jaxpr) if e.primitive.name == "triangular_solve"]
+    plain = all(p["left_side"] and not p["transpose_a"] and not p["conjugate_a"] for p in solves)
+    if not plain or [(p["lower"], p["unit_diagonal"]) for p in solves] != [(True, True), (False, False)]:
+        return None
+    return made[0], axes
+
+
+def _matvec_axes(matvec: Any, a_rank: int, x_rank: int) -> tuple[int, ...] | None:
+    """The axes of x (batch axes, the axis ``a`` contracts, the other axes) when ``matvec`` is
+    ``a`` (..., n, n) times x along one axis, batched over a's leading axes, with the result
+    transposed back to x's layout."""
+    eqns = matvec.eqns
+    if not 1 <= len(eqns) <= 2 or eqns[0].primitive.name != "dot_general" or list(eqns[0].invars) != list(matvec.invars):
+        return None
+    (contract_a, contract_x), (batch_a, batch_x) = eqns[0].params["dimension_numbers"]
+    batch = a_rank - 2
+    if tuple(contract_a) != (a_rank - 1,) or tuple(batch_a) != tuple(range(batch)) or len(contract_x) != 1:
+        return None
+    row = int(contract_x[0])
+    others = [i for i in range(x_rank) if i != row and i not in batch_x]
+    axes = (*(int(i) for i in batch_x), row, *others)
+    # the dot_general's result is (batch, a's rows, x's other axes); b's layout puts them back
+    expected = [0] * x_rank
+    for source, axis in enumerate(axes):
+        expected[axis] = source
+    if len(eqns) == 2:
+        if eqns[1].primitive.name != "transpose" or eqns[1].invars[0] is not eqns[0].outvars[0]:
+            return None
+        layout, out = list(eqns[1].params["permutation"]), eqns[1].outvars[0]
+    else:
+        layout, out = list(range(x_rank)), eqns[0].outvars[0]
+    if layout != expected or list(matvec.outvars) != [out]:
+        return None
+    return axes
+
+
+def _equations(jaxpr: Any) -> list[Any]:
+    """The equations of ``jaxpr`` and of every jaxpr inside it."""
+    found = []
+    for eqn in jaxpr.eqns:
+        found.append(eqn)
+        for sub in jxi.subjaxprs_of(eqn.params):
+            found.extend(_equations(getattr(sub, "jaxpr", sub)))
+    return found
+
+
+def _solve_along(a: jax.Array, b: jax.Array, *, axes: tuple[int, ...]) -> jax.Array:
+    """``solve_by_elimination`` of ``a`` (..., n, n) and ``b`` laid out as ``axes`` says (see
+    ``_matvec_axes``): b's other axes become the right-hand sides' columns and back."""
+    batch = a.ndim - 2
+    x = jnp.transpose(b, axes)
+    shape = x.shape
+    x = x.reshape((*shape[: batch + 1], math.prod(shape[batch + 1 :])))
+    return jnp.transpose(solve_by_elimination(a, x).reshape(shape), np.argsort(axes))
 
 
 # -- symmetric_product -------------------------------------------------------------------------
