@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -168,11 +168,15 @@ class InputSpecs:
     args: list[Any]
     kwargs: dict[str, Any]
     scope: Any
+    _flat: tuple[list[tuple[str, jax.ShapeDtypeStruct]], Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def flat(self) -> tuple[list[tuple[str, jax.ShapeDtypeStruct]], Any]:
         """(path name, leaf) pairs in flattening order, and the treedef of (args, kwargs)."""
-        pairs, treedef = jax.tree_util.tree_flatten_with_path((self.args, self.kwargs))
-        return [(_path_name(p), leaf) for p, leaf in pairs], treedef
+        if self._flat is None:  # (once: each export of the same specs asks again)
+            pairs, treedef = jax.tree_util.tree_flatten_with_path((self.args, self.kwargs))
+            self._flat = [(_path_name(p), leaf) for p, leaf in pairs], treedef
+        pairs, treedef = self._flat
+        return list(pairs), treedef
 
     def describe(self, arg_names: Sequence[str] = ()) -> list[str]:
         """One line per flat input, ``x: float32[B, 30]``, for error messages."""
@@ -216,10 +220,64 @@ def parse_specs(
     ``warn``: say once (one warning for the whole export) which 64-bit inputs are traced
     at 32 bits because ``enable_double_precision`` is off.
 
+    Specs made of plain values (shape tuples of ints and names, dtype names or types, Python
+    scalars, in lists / tuples / dicts) are parsed once per process: a warm export of the
+    same specs gets the same ``InputSpecs`` (which nothing changes).
+
     Raises:
         SpecError: naming the argument (``inputs[1] (w)['params']``), what was given and
             what was expected.
     """
+    key = _specs_key(inputs, input_params, enable_double_precision, constraints, arg_names)
+    known = _PARSED.get(key) if key is not None else None
+    if known is not None:
+        return known
+    specs, narrowed = _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names)
+    if warn and narrowed:
+        warnings.warn(
+            "enable_double_precision is off, so these inputs are traced at 32 bits, as jax.jit "
+            f"computes them with x64 off: {'; '.join(narrowed)}. Pass "
+            "enable_double_precision=True (CLI: --f64) to keep 64 bits.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    elif key is not None:  # (a warning is given by every export that narrows)
+        if len(_PARSED) >= _PARSED_ENTRIES:
+            _PARSED.clear()
+        _PARSED[key] = specs
+    return specs
+
+
+_PARSED: dict[Any, InputSpecs] = {}
+_PARSED_ENTRIES = 256
+_PLAIN = (int, float, complex, bool, str, type(None))
+
+
+def _plain_key(value: Any) -> Any:
+    """``value`` as a hashable key that tells every spec apart (types included: ``1``, ``1.0``
+    and ``True`` are different specs), or None for anything but plain values in plain
+    containers (arrays, ShapeDtypeStructs and symbolic dims are parsed each time)."""
+    if type(value) in _PLAIN or isinstance(value, (np.dtype, type)):
+        return (type(value), value)
+    if type(value) in (list, tuple):
+        items = tuple(_plain_key(v) for v in value)
+        return None if any(i is None for i in items) else (type(value), items)
+    if type(value) is dict:
+        items = tuple((_plain_key(k), _plain_key(v)) for k, v in value.items())
+        return None if any(k is None or v is None for k, v in items) else (dict, items)
+    return None
+
+
+def _specs_key(inputs: Any, input_params: Any, enable_double_precision: bool, constraints: Any, arg_names: Any) -> Any:
+    parts = (_plain_key(inputs), _plain_key(input_params or {}), _plain_key(constraints), _plain_key(tuple(arg_names)))
+    return None if any(p is None for p in parts) else (*parts, bool(enable_double_precision))
+
+
+def _parse_specs(
+    inputs: Sequence[Any], input_params: dict[str, Any] | None, enable_double_precision: bool,
+    constraints: Sequence[str], arg_names: Sequence[str],
+) -> tuple[InputSpecs, list[str]]:
+    """:func:`parse_specs` without its memo: the specs and the 64-bit inputs narrowed."""
     if not isinstance(inputs, (list, tuple)):
         raise SpecError(
             f"inputs must be a list with one spec per positional argument, got {type(inputs).__name__}"
@@ -249,15 +307,7 @@ def parse_specs(
     scope = _common_scope((args, kwargs), tuple(constraints))
     resolve = _Resolver(scope)
     args, kwargs = jax.tree_util.tree_map(resolve, (args, kwargs), is_leaf=lambda x: isinstance(x, _ShapeSpec))
-    if warn and parser.narrowed:
-        warnings.warn(
-            "enable_double_precision is off, so these inputs are traced at 32 bits, as jax.jit "
-            f"computes them with x64 off: {'; '.join(parser.narrowed)}. Pass "
-            "enable_double_precision=True (CLI: --f64) to keep 64 bits.",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
-    return InputSpecs(args, kwargs, scope)
+    return InputSpecs(args, kwargs, scope), parser.narrowed
 
 
 def _common_scope(tree: Any, constraints: tuple[str, ...]) -> Any:

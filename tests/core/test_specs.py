@@ -287,3 +287,15 @@ def test_equal_specs_give_equal_avals_across_exports() -> None:
     constrained = parse_specs([("B", 3)], constraints=("B >= 2",))
     assert constrained.scope is not parse_specs([("B", 3)]).scope
     assert constrained.scope is parse_specs([("B", 4)], constraints=("B >= 2",)).scope
+
+
+def test_plain_specs_are_parsed_once_and_scalar_kinds_stay_apart() -> None:
+    """Specs of plain values are parsed once per process (a warm export reuses them); 1, 1.0
+    and True are equal in Python but different specs."""
+    from jax2onnx_nn.core.specs import parse_specs
+
+    assert parse_specs([("B", 3), ((2,), "int32")]) is parse_specs([("B", 3), ((2,), "int32")])
+    kinds = [parse_specs([v]).flat()[0][0][1].dtype for v in (1, 1.0, True)]
+    assert kinds == [np.dtype("int32"), np.dtype("float32"), np.dtype("bool")]
+    assert parse_specs([1.0], enable_double_precision=True).flat()[0][0][1].dtype == np.dtype("float64")
+    assert parse_specs([(3,)], arg_names=["x"]) is not parse_specs([(3,)], arg_names=["y"])
