@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, overload
 
@@ -261,8 +263,38 @@ def _input_names(params: list[str], paths: list[str], given: Sequence[str] | Non
 
 
 def _positional_names(fn: Any) -> list[str]:
-    import inspect
+    """The names of ``fn``'s positional parameters (graph input names), asked of
+    ``inspect.signature`` once per function code: a plain function, or a callable object
+    whose class's ``__call__`` is one (a module), is keyed by that code."""
+    key = _signature_key(fn)
+    names = _POSITIONAL_NAMES.get(key) if key is not None else None
+    if names is None:
+        names = _signature_names(fn)
+        if key is not None:
+            if len(_POSITIONAL_NAMES) >= 256:
+                _POSITIONAL_NAMES.clear()
+            _POSITIONAL_NAMES[key] = names
+    return list(names)
 
+
+_POSITIONAL_NAMES: dict[Any, list[str]] = {}
+
+
+def _signature_key(fn: Any) -> Any:
+    """What ``inspect.signature(fn)``'s parameters depend on alone, or None: the code of a
+    plain function, or of a plain ``__call__`` of the object's class (then bound: "self" left
+    out); anything wrapped, partial or carrying its own ``__signature__`` is asked each time."""
+    if hasattr(fn, "__wrapped__") or hasattr(fn, "__signature__"):
+        return None
+    if isinstance(fn, types.FunctionType):
+        return fn.__code__
+    call = next((vars(c)["__call__"] for c in type(fn).__mro__ if "__call__" in vars(c)), None)
+    if not isinstance(fn, type) and isinstance(call, types.FunctionType):
+        return (call.__code__, "bound")
+    return None
+
+
+def _signature_names(fn: Any) -> list[str]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):

@@ -1,5 +1,6 @@
 """to_onnx end to end: specs, names, symbolic dims, float64, inlining, errors, determinism."""
 
+import functools
 import os
 
 import jax
@@ -375,3 +376,24 @@ def test_verify_can_compile_the_reference():
 
     model = to_onnx(lambda x: x * (jnp.max(x) > 0).astype(x.dtype), [(4,)])
     verify(needs_values, model, [(4,)], jit=True).raise_if_failed()
+
+
+def test_graph_inputs_are_named_after_the_positional_parameters_of_any_callable():
+    """Names come from the signature of a function, a callable object, a partial and a jitted
+    function alike (asked once per function code)."""
+
+    def f(a, b, /, c, *rest, d=1):
+        return a + b * c
+
+    class Scaled:
+        def __call__(self, u, v):
+            return u * v
+
+    def names(fn, n):
+        return [i.name for i in to_onnx(fn, [(2,)] * n).graph.input]
+
+    for _ in range(2):  # (the second time from the memo)
+        assert names(f, 3) == ["a", "b", "c"]
+        assert names(Scaled(), 2) == ["u", "v"]
+        assert names(functools.partial(f, np.ones(2, np.float32)), 2) == ["b", "c"]
+        assert names(jax.jit(f), 3) == ["a", "b", "c"]
