@@ -118,6 +118,13 @@ def test_eig_matches_jax_drawn(n, batch, dtype, seed, left, right):
     assert_exports_match_on(_eig(left, right), _gaussian(seed, batch, n, dtype), **_eig_tol(dtype))
 
 
+@pytest.mark.parametrize("n", [24, pytest.param(64, marks=pytest.mark.slow)])
+def test_eig_in_chase_windows(n):
+    """Above 19 rows a QR sweep runs in windows of the rows it chases (eigen.CHASE_WINDOW),
+    the last one clamped to the matrix's end: values, left and right vectors as JAX's."""
+    assert_exports_match_on(_eig(True, True), _gaussian(n, (2,), n, np.float64), **_tol(np.float64))
+
+
 @pytest.mark.slow
 def test_eig_large_symbolic_batch_and_vmap():
     assert_exports_match_on(_eig(False, True), _gaussian(1, (2,), 16, np.float64), **_tol(np.float64))

@@ -123,6 +123,12 @@ def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.V
 # negative-index wrapping (allow_negative_indices=False): 99 -> 93 nodes per step, same time.
 QR_SWEEPS_PER_ROW = 4
 QR_SWEEPS_EXTRA = 8
+# A sweep's chase steps run in windows of this many steps on the block of rows and columns
+# they touch (steps k0..k0+W-1 rotate rows and columns k0..k0+W and read column k0-1: a
+# block of W+3), the rotations gathered in a unitary W+3 matrix that updates the rest of
+# those rows and columns (and z) once per window: a step then writes a (W+3)^2 block, not
+# the whole matrix twice (at 64x64 the two whole-matrix writes were half a step's time).
+CHASE_WINDOW = 16
 
 # The iteration works on (real, imag) parts as real arrays: a rotation is then a few dozen
 # real nodes (two 4x4 MatMuls, see _rotate), where complex jnp code on pairs adds the inf/NaN
@@ -187,6 +193,31 @@ def _entries(hz: tuple[jax.Array, ...], row: Index, col: Index) -> tuple[Parts, 
     for indices the whole batch shares: two slices."""
     e = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(hz[0], row, 2, axis=-3), col, 1, axis=-1)  # (..., 2, 2, 1)
     return (e[..., 0, 0:1, :], e[..., 0, 1:2, :]), (e[..., 1, 0:1, :], e[..., 1, 1:2, :])
+
+
+def _apply_window(hz: tuple[jax.Array, ...], w: jax.Array, u: jax.Array, r0: Any) -> tuple[jax.Array, ...]:
+    """``hz`` (see _rotate) after the rotations gathered in the unitary ``u`` (..., m, 2, m)
+    on its rows and columns r0..r0+m-1, whose block of h they made ``w``: h's rows of the
+    block times u^H, its columns (and z's) times u, then the block itself written as ``w``
+    (the products' rounding would undo the exact zeros the rotations left in it)."""
+    h = hz[0]
+    n, m = h.shape[-1], w.shape[-1]
+    batch = h.shape[:-3]
+    # a complex p + i q as the real [[p, q], [-q, p]]: of u's parts, it multiplies x's parts laid
+    # out as [re | im] columns by u; of their transposes, it multiplies [re; im] rows by u^H
+    real_form = lambda p, q: jnp.concatenate([jnp.concatenate([p, q], axis=-1), jnp.concatenate([-q, p], axis=-1)], axis=-2)  # noqa: E731
+    real_u = real_form(u[..., 0, :], u[..., 1, :])
+
+    def columns(x: jax.Array) -> jax.Array:  # x[:, block] @ u
+        slab = jnp.reshape(lax.dynamic_slice_in_dim(x, r0, m, axis=-1), (*batch, n, 2 * m))
+        return lax.dynamic_update_slice_in_dim(x, jnp.reshape(slab @ real_u, (*batch, n, 2, m)), r0, axis=-1)
+
+    slab = jnp.reshape(jnp.swapaxes(lax.dynamic_slice_in_dim(h, r0, m, axis=-3), -3, -2), (*batch, 2 * m, n))
+    rows = jnp.swapaxes(jnp.reshape(real_form(_mT(u[..., 0, :]), _mT(u[..., 1, :])) @ slab, (*batch, 2, m, n)), -3, -2)
+    h = columns(lax.dynamic_update_slice_in_dim(h, rows, r0, axis=-3))
+    origin = jnp.zeros((), jnp.asarray(r0).dtype)
+    h = lax.dynamic_update_slice(h, w, (*[origin] * len(batch), r0, origin, r0))
+    return (h, *(columns(x) for x in hz[1:]))
 
 
 def _take(m: jax.Array, i: Any, j: Any) -> jax.Array:
@@ -276,6 +307,8 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
             hz = lax.fori_loop(0, len(pairs), reduce, hz)
     eps = float(jnp.finfo(real_dtype).eps)
     sub_pos = rows == cols + 1
+    size = min(CHASE_WINDOW + 3, n)
+    u_eye = parts(_grid(jnp.zeros((*a.shape[:-2], size, size), a.dtype))[-1])
 
     def sweep(carry: tuple) -> tuple:
         hz, count, _ = carry
@@ -294,24 +327,41 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         entries = [tuple(_take(p, r, c) for p in h) for r, c in ((hi1, hi1), (hi1, hi), (hi, hi1), (hi, hi))]
         shift = _wilkinson_shift(*entries)
 
-        def chase(k: Any, hz: jax.Array) -> jax.Array:
+        def chase(k: Any, r0: Any, wz: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+            # step k of the sweep on the window wz = (w, u) whose row and column 0 is r0
             first = k == lo
-            km1 = jnp.maximum(k - 1, 0)
+            kl = k - r0
+            km1 = jnp.maximum(kl - 1, 0)
             # columns k-1 and k of rows k, k+1 as (..., 4, 2) (re, im of row k, then of k+1):
             # one slice of the two rows _rotate reads too (the same nodes, merged)
-            two_rows = jnp.reshape(lax.dynamic_slice_in_dim(hz[0], k, 2, axis=-3), (*hz[0].shape[:-3], 4, n))
+            w = wz[0]
+            two_rows = jnp.reshape(lax.dynamic_slice_in_dim(w, kl, 2, axis=-3), (*w.shape[:-3], 4, w.shape[-1]))
             pair = lax.dynamic_slice_in_dim(two_rows, km1, 2, axis=-1)
-            at_k = where(k == km1, pair[..., 0:1], pair[..., 1:2])  # k = 0: the slice starts at k
+            at_k = where(kl == km1, pair[..., 0:1], pair[..., 1:2])  # k = 0: the slice starts at k
             picked = where(first, at_k, pair[..., 0:1])  # the shifted column k first, then the bulge's
             x = tuple(picked[..., i : i + 1, :] - where(first, sh, zero) for i, sh in enumerate(shift))
             y = picked[..., 2:3, :], picked[..., 3:4, :]
-            return _rotate(hz, k, x, y, live & (k >= lo) & (k < hi), where(first, -1, km1))
+            return _rotate(wz, kl, x, y, live & (k >= lo) & (k < hi), where(first, -1, km1))
+
+        def window(i: Any, hz: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+            # CHASE_WINDOW steps on the block of rows and columns r0..r0+m-1 around them, the
+            # rotations gathered in u; then the block's rows and columns outside it (and z's
+            # columns) updated by one product each (see CHASE_WINDOW)
+            k0 = start + i * CHASE_WINDOW
+            r0 = jnp.clip(k0 - 1, 0, n - size)
+            block = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(hz[0], r0, size, axis=-3), r0, size, axis=-1)
+            w, u = lax.fori_loop(k0, jnp.minimum(k0 + CHASE_WINDOW, stop), lambda k, wz: chase(k, r0, wz), (block, u_eye))
+            return _apply_window(hz, w, u, r0)
 
         # only the rows some matrix of the batch still chases: from the lowest active block's
         # top to the highest block's bottom (deflation shrinks the blocks sweep by sweep)
         start = jnp.min(where(live, lo, n - 1)).astype(jnp.int32)
         stop = jnp.max(where(live, hi, 0)).astype(jnp.int32)
-        hz = lax.fori_loop(start, stop, chase, hz)
+        if size == n:  # one window holds the matrix: the steps rotate h (and z) themselves
+            hz = lax.fori_loop(start, stop, lambda k, hz: chase(k, 0, hz), hz)
+        else:
+            windows = (jnp.maximum(stop - start, 0) + CHASE_WINDOW - 1) // CHASE_WINDOW
+            hz = lax.fori_loop(0, windows, window, hz)
         return hz, count + 1, jnp.any(live)
 
     # until a sweep finds every matrix of the batch deflated (the sweeps after it would
