@@ -112,6 +112,17 @@ def test_blocked_triangular_solve(n, dtype, flags):
                              enable_double_precision=dtype == np.float64, jit=True)
 
 
+@pytest.mark.parametrize("n", [4, 16])
+def test_solves_with_a_matrix_and_its_transpose_share_its_diagonal(n):
+    """cho_solve's two solves (L, then L^T) read one diagonal of L: one masked sum."""
+    a, b = np.linalg.cholesky(spd(n, (2,), n, np.float64)).astype(np.float32), rhs(n, (2,), n, 2)
+    def both(a, b):
+        z = lax.linalg.triangular_solve(a, b, left_side=True, lower=True)
+        return lax.linalg.triangular_solve(a, z, left_side=True, lower=True, transpose_a=True)
+    model = assert_exports_match_on(both, a, b, **_tol(np.float32), jit=True)
+    assert op_types(model).count("ReduceSum") == 1, op_types(model)
+
+
 @pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)])
 def test_blocked_lu(n, dtype):
     """Above the unroll limit a square lu runs by blocks of columns (17: padded to 18; 40: to

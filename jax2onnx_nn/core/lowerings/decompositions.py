@@ -31,6 +31,7 @@ What LAPACK (JAX's CPU path) does on degenerate inputs, and what these rules do 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -372,7 +373,7 @@ def substitute(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: bool) 
     return _forward_blocked(a, b, unit_diagonal=unit_diagonal)
 
 
-def _substitute_unrolled(a: jax.Array, b: jax.Array, *, lower: bool = True, unit_diagonal: bool) -> jax.Array:
+def _substitute_unrolled(a: jax.Array, b: jax.Array, *, lower: bool = True, unit_diagonal: bool, diagonal: jax.Array | None = None) -> jax.Array:
     """Forward (``lower``) or backward substitution on a triangular ``a`` (..., m, m), column
     by column: the remaining right-hand side's row i is b_i, and the rows not yet solved lose
     (a[:, i] / a_ii) b_i; at the end x = b / a's diagonal, one Div. The columns are divided
@@ -380,12 +381,13 @@ def _substitute_unrolled(a: jax.Array, b: jax.Array, *, lower: bool = True, unit
     zero a_ii gives the inf/NaN LAPACK's x_i = b_i / 0 gives (a_ki / 0 * b_i has the sign
     and the NaN of a_ki * (b_i / 0)). The rows already solved lose their multiple too,
     harmlessly: the other triangle is never read into the solution. Backward runs its
-    columns last to first, so no reversal of ``a``, ``b`` or ``x`` is needed."""
+    columns last to first, so no reversal of ``a``, ``b`` or ``x`` is needed. ``diagonal``
+    (..., 1, m): a's, when the caller has it (``_diagonal``)."""
     m = a.shape[-1]
-    diagonal = None
-    if not unit_diagonal:
-        eye = np.eye(m, dtype=bool)
-        diagonal = sum_keepdims(where(eye, a, jnp.zeros((), a.dtype)), -2)  # (..., 1, m)
+    if unit_diagonal:
+        diagonal = None
+    else:
+        diagonal = _diagonal(a) if diagonal is None else diagonal
         a = a / diagonal
     columns = lax.split(a, [1] * m, axis=a.ndim - 1)
     order = range(m) if lower else range(m - 1, -1, -1)
@@ -396,6 +398,22 @@ def _substitute_unrolled(a: jax.Array, b: jax.Array, *, lower: bool = True, unit
             b = b - columns[i] * rows[i]
     x = jnp.concatenate(rows, axis=-2)
     return x if diagonal is None else x / _mT(diagonal)
+
+
+def _diagonal(a: jax.Array) -> jax.Array:
+    """The diagonal of ``a`` (..., m, m) as (..., 1, m), the same of ``a`` and of its transpose:
+    a masked sum down the columns (``Where``, ``ReduceSum``), so the solves with a matrix and
+    with its transpose (cho_solve's two) share it."""
+    return sum_keepdims(where(_eye(a.shape[-1]), a, jnp.zeros((), a.dtype)), -2)
+
+
+@functools.cache
+def _eye(m: int) -> np.ndarray:
+    """One boolean identity per size: the export makes one initializer of it, so the masks of
+    two equations are one value (and what reads them, one node)."""
+    eye = np.eye(m, dtype=bool)
+    eye.setflags(write=False)
+    return eye
 
 
 def _forward_blocked(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.Array:
@@ -456,11 +474,15 @@ def triangular_solve(
     if not left_side:  # x a = b  <=>  a^T x^T = b^T
         b, transpose_a = _mT(b), not transpose_a
     l_factor = lu_factor and unit_diagonal and lower  # L or L^T of partial pivoting
+    m = a.shape[-1]
+    unrolled = not jxi.is_symbolic_dim(m) and 0 < m <= UNROLL_LIMIT
+    diagonal = _diagonal(a) if unrolled and not unit_diagonal else None  # before a transpose
     if transpose_a:
         a, lower = _mT(a), not lower
-    m = a.shape[-1]
-    if l_factor and not jxi.is_symbolic_dim(m) and 1 < m <= UNROLL_LIMIT:
+    if l_factor and unrolled and m > 1:
         x = _unit_solve_by_powers(a, b, lower=lower)
+    elif unrolled:
+        x = _substitute_unrolled(a, b, lower=lower, unit_diagonal=unit_diagonal, diagonal=diagonal)
     else:
         x = substitute(a, b, lower=lower, unit_diagonal=unit_diagonal)
     return x if left_side else _mT(x)
