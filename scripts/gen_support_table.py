@@ -4,13 +4,16 @@
     python scripts/gen_support_table.py --check   # exit 1 if README.md is stale
     python scripts/gen_support_table.py --record  # rerun the tests, rewrite the records
                                                   # (tests/lowered_primitives.txt, tests/emitted_ops.txt), then README.md
+    python scripts/gen_support_table.py --record tests/core/test_svd.py   # add to the records
 
 The "tested" column says whether a passing test of the suite lowers the primitive with its
 registered rule; it is read from ``tests/lowered_primitives.txt``, which ``--record`` rewrites
 by running ``pytest tests`` (slow tests skipped) with the recording plugin
 ``jax2onnx_nn.testing.coverage``; the same run records the ONNX ops each rule emitted
 (``tests/emitted_ops.txt``), which ``tests/test_readme.py`` checks against the declared
-``onnx_ops=``. Extra arguments after ``--`` go to pytest.
+``onnx_ops=``. Extra arguments after ``--`` go to pytest; with test paths (a subset of the
+suite) the run's records are added to the committed ones (``--record-merge``), which only a
+whole run rewrites.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def record(pytest_args: list[str]) -> int:
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
         "-p", "jax2onnx_nn.testing.coverage", "--record-lowered", str(RECORD),
-        *(pytest_args or ["tests"]),
+        *(["--record-merge", *pytest_args] if pytest_args else ["tests"]),
     ]
     print("running:", " ".join(command))
     return subprocess.run(command, cwd=ROOT).returncode

@@ -2,11 +2,18 @@
 
 A primitive counts as tested when a passing test ran its built-in lowering rule (per-call
 ``lowerings=`` overrides, plugins and rules registered by tests do not count): the "tested" column of the support table. The ONNX
-ops each rule emitted (one ``primitive op_type`` line per pair; the nodes of the rules it
-lowers in turn, of symbolic-dim arithmetic and of Constants are not its own) are the check on
-the declared ``onnx_ops=``: ``tests/test_readme.py`` asserts that every recorded op is
-declared, so the support table cannot lie. ``python scripts/gen_support_table.py --record``
-runs the test suite with this module as a pytest plugin and rewrites both committed records::
+ops each rule emitted (one ``primitive op_type`` line per pair, the nodes of Loop, Scan and
+If bodies included) are the check on the declared ``onnx_ops=``: ``tests/test_readme.py``
+asserts that every recorded op is declared, so the support table cannot lie. The nodes of
+the rules a rule lowers in turn are its own too when its equation carries no code (no jaxpr,
+no Python function among its params): then what it lowers is its own algorithm (svd's Jacobi
+sweeps, lgamma's series, a cumprod's combiner), and every op of it is in the exported graph
+because of that primitive. When the equation carries code (a ``while`` body, a ``pjit``, a
+coarse op's fallback, Equinox's ``noinline``), what that code lowers belongs to its own
+rules. Nodes of symbolic-dim arithmetic and of an older opset's form of an op are nobody's.
+``python scripts/gen_support_table.py --record`` runs the test suite with this module as a
+pytest plugin and rewrites both committed records; with ``--record-merge`` (what the script
+passes for a subset of the tests) the records of the run are added to the committed ones::
 
     python -m pytest -p jax2onnx_nn.testing.coverage --record-lowered tests/lowered_primitives.txt
 """
@@ -25,15 +32,18 @@ EMITTED_NAME = "emitted_ops.txt"  # beside the lowered record
 
 
 @contextlib.contextmanager
-def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> Iterator[None]:
+def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumbing: set[str] | None = None) -> Iterator[None]:
     """While active, add to ``seen`` the name of every primitive whose registered rule runs
-    (or whose body is inlined), and to ``emitted`` its (name, ONNX op type) pairs."""
+    (or whose body is inlined), to ``emitted`` its (name, ONNX op type) pairs, and to
+    ``plumbing`` the op types of the nodes that are nobody's (symbolic-dim arithmetic, an
+    older opset's form of an op)."""
     from jax2onnx_nn.core import lower, registry
     from jax2onnx_nn.core.graph import GraphBuilder
     from jax2onnx_nn.core.symbolic import DimEvaluator
 
     original = lower.lookup
     running: list[str | None] = []  # the rule whose nodes are being added (None: dim arithmetic)
+    owners: list[str] = []  # the rules running whose equations carry no code: they own every node
 
     def lookup(name: str, overrides: Any = None) -> Any:
         registration = original(name, overrides)
@@ -44,10 +54,10 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> It
                 seen.add(name)
             return None
 
-        def rule(*args: Any, **kwargs: Any) -> Any:
+        def rule(*args: Any, **params: Any) -> Any:
             seen.add(name)
-            with _running(name):
-                return registration.rule(*args, **kwargs)
+            with _running(name), _owning(name, not carries_code(params)):
+                return registration.rule(*args, **params)
 
         return dataclasses.replace(registration, rule=rule)
 
@@ -59,12 +69,25 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> It
         finally:
             running.pop()
 
+    @contextlib.contextmanager
+    def _owning(name: str, owns: bool) -> Iterator[None]:
+        if owns:
+            owners.append(name)
+        try:
+            yield
+        finally:
+            if owns:
+                owners.pop()
+
     add_node, dim, var = GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var
     older_form = GraphBuilder._older_form  # noqa: SLF001
 
     def recorded_add_node(self: GraphBuilder, op_type: str, *args: Any, **kwargs: Any) -> Any:
         if emitted is not None and running and running[-1] is not None and kwargs.get("domain", "") == "":
             emitted.add((running[-1], op_type))
+            emitted.update((owner, op_type) for owner in owners)
+        elif plumbing is not None and running and running[-1] is None:
+            plumbing.add(op_type)
         return add_node(self, op_type, *args, **kwargs)
 
     def recorded_dim(self: DimEvaluator, d: Any) -> Any:
@@ -91,6 +114,18 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None) -> It
         GraphBuilder._older_form = older_form  # type: ignore[method-assign]  # noqa: SLF001
 
 
+def carries_code(params: dict[str, Any]) -> bool:
+    """Whether an equation's params hold code its rule lowers or calls: a jaxpr, or a Python
+    function (a callback, Equinox's ``noinline`` function), directly or in a tuple. Classes
+    (dtypes given as their scalar type) are not code."""
+    from jax2onnx_nn.core import jax_internals as jxi
+
+    if jxi.subjaxprs_of(params):
+        return True
+    values = [v for value in params.values() for v in (value if isinstance(value, (tuple, list)) else (value,))]
+    return any(callable(v) and not isinstance(v, type) for v in values)
+
+
 def read_emitted(path: pathlib.Path) -> dict[str, set[str]] | None:
     """The recorded ONNX op types per primitive, or None when there is no record."""
     if not path.exists():
@@ -106,8 +141,9 @@ def read_emitted(path: pathlib.Path) -> dict[str, set[str]] | None:
 class _Recorder:
     """Collects the primitives lowered by each test; keeps those of passing tests."""
 
-    def __init__(self, path: pathlib.Path) -> None:
+    def __init__(self, path: pathlib.Path, *, merge: bool = False) -> None:
         self.path = path
+        self.merge = merge  # add to the committed records (a subset of the tests ran)
         self.current: set[str] = set()
         self.passed: set[str] = set()
         self.current_emitted: set[tuple[str, str]] = set()
@@ -134,21 +170,32 @@ class _Recorder:
             self.emitted.update(self.current_emitted)
 
     def write(self) -> None:
+        emitted_path = self.path.parent / EMITTED_NAME
+        if self.merge:
+            self.passed |= _read_names(self.path)
+            self.emitted |= {(name, op_type) for name, ops in (read_emitted(emitted_path) or {}).items() for op_type in ops}
         lines = ["# Primitives lowered by passing tests; python scripts/gen_support_table.py --record"]
         self.path.write_text("\n".join([*lines, *sorted(self.passed)]) + "\n")
         head = ["# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py --record"]
         pairs = [f"{name} {op_type}" for name, op_type in sorted(self.emitted)]
-        (self.path.parent / EMITTED_NAME).write_text("\n".join([*head, *pairs]) + "\n")
+        emitted_path.write_text("\n".join([*head, *pairs]) + "\n")
+
+
+def _read_names(path: pathlib.Path) -> set[str]:
+    if not path.exists():
+        return set()
+    return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--record-lowered", metavar="PATH", default=None, help="write the primitives lowered by passing tests to PATH")
+    parser.addoption("--record-merge", action="store_true", help="add to the records at PATH instead of rewriting them (a subset of the tests)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--record-lowered")
     if path:
-        recorder = _Recorder(pathlib.Path(path))
+        recorder = _Recorder(pathlib.Path(path), merge=config.getoption("--record-merge"))
         config.pluginmanager.register(recorder, "jax2onnx_nn_recorder")
         config.stash[_KEY] = recorder
         recorder.start()

@@ -66,7 +66,7 @@ def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: obje
     return ctx.const(index, dtype=ctx.aval_out.dtype)
 
 
-@lowering("cond", onnx_ops=("If", "Equal", "Identity"), key_data=True)
+@lowering("cond", onnx_ops=("If", "Equal", "Identity", "ConstantOfShape"), key_data=True)
 def _cond(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object) -> list[ir.Value]:
     if not ctx.avals_out:
         return []
@@ -116,7 +116,7 @@ def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
 
-@lowering("while", onnx_ops=("Loop", "If", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze", "Scan", "Range", "Add", "Slice", "Squeeze"), key_data=True)
+@lowering("while", onnx_ops=("Loop", "If", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze", "Scan", "Range", "Add", "Slice", "Squeeze", "ConstantOfShape"), key_data=True)
 def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]

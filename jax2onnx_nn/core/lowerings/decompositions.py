@@ -348,7 +348,7 @@ def _cholesky_columns(a: jax.Array) -> jax.Array:
     return where(failed, jnp.asarray(np.nan, a.dtype), factor)
 
 
-@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "Or", "Equal", "ReduceSum", "Where", "Scan", "Loop"))
+@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "Or", "Equal", "ReduceSum", "Where", "Scan", "Loop", "Add", "Cast", "ConstantOfShape", "Expand", "GreaterOrEqual", "Identity", "Less", "Max", "Min", "Range", "Squeeze", "Unsqueeze"))
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
     refuse_half_precision(ctx, "cholesky", "jnp.linalg.cholesky(a.astype(jnp.float32))")
@@ -510,7 +510,7 @@ def _unit_solve_by_powers(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Arr
     return x
 
 
-@lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "ReduceSum", "Scan", "Loop"))
+@lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "ReduceSum", "Scan", "Loop", "Add", "Cast", "Equal", "Expand", "GatherND", "Greater", "Identity", "Less", "Max", "Min", "Range", "Squeeze", "Unsqueeze"))
 def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
     lu_factor = bool(a.meta.get(_LU_FACTOR))
     key = ("triangular_solve", UNROLL_LIMIT, lu_factor, *sorted(params.items()))
@@ -702,7 +702,7 @@ def refuse_half_precision(ctx: LoweringContext, name: str, call: str) -> None:
         )
 
 
-@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop"))
+@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop", "Add", "And", "ConstantOfShape", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "Max", "Min", "Not", "Range", "Unsqueeze"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "lu", "jnp.linalg.inv(a.astype(jnp.float32))")
@@ -736,7 +736,7 @@ def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array
     return iterate(pivots.shape[-1], step, perm)
 
 
-@lowering("lu_pivots_to_permutation", onnx_ops=("Slice", "Where", "ReduceSum", "Loop"))
+@lowering("lu_pivots_to_permutation", onnx_ops=("Slice", "Where", "ReduceSum", "Loop", "Equal", "Expand", "Unsqueeze"))
 def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permutation_size: int) -> list[ir.Value]:
     made = pivots.meta.get(_PERMUTATION)
     if made is not None and same_dim(made[1], permutation_size):  # pivots of an lu of that many rows
@@ -977,21 +977,21 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
     return q, r
 
 
-@lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop"))
+@lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop", "Abs", "Add", "Equal", "Expand", "Greater", "GreaterOrEqual", "Max", "Min", "Neg", "Or", "ReduceSum", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
 def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "geqrf", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, geqrf, [a])
 
 
-@lowering("householder_product", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Where", "Loop"))
+@lowering("householder_product", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Where", "Loop", "Cast", "Equal", "Expand", "Greater", "Transpose", "Unsqueeze", "Add", "Less", "Max", "Min", "Range", "Reshape", "Scan", "Squeeze"))
 def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "householder_product", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, householder_product, [a, taus])
 
 
-@lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop"))
+@lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     refuse_half_precision(ctx, "qr", "jnp.linalg.qr(a.astype(jnp.float32))")

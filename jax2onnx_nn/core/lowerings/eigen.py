@@ -61,7 +61,7 @@ def hessenberg(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, 
     return h, taus[..., 0, :]
 
 
-@lowering("hessenberg", onnx_ops=REDUCTION_OPS)
+@lowering("hessenberg", onnx_ops=(*REDUCTION_OPS, "LessOrEqual", "Abs", "Add", "Cast", "Concat", "Equal", "Expand", "Greater", "GreaterOrEqual", "Less", "Max", "Min", "Neg", "Or", "Range", "ReduceSum", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
 def _hessenberg(ctx: LoweringContext, a: ir.Value) -> list[ir.Value]:
     refuse_half_precision(ctx, "hessenberg", "jax.scipy.linalg.hessenberg(a.astype(jnp.float32))")
     return lower_as_jax(ctx, hessenberg, [a])
@@ -102,7 +102,7 @@ def tridiagonal(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array, jax
     return packed, d, e, taus[..., 0, :]
 
 
-@lowering("tridiagonal", onnx_ops=(*REDUCTION_OPS, "ReduceSum"))
+@lowering("tridiagonal", onnx_ops=(*REDUCTION_OPS, "ReduceSum", "Abs", "Add", "Cast", "Concat", "Equal", "Expand", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Max", "Min", "Neg", "Or", "Range", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
 def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.Value]:
     refuse_half_precision(ctx, "tridiagonal", "lax.linalg.tridiagonal(a.astype(jnp.float32))")
     return lower_as_jax(ctx, lambda a: tridiagonal(a, lower=lower), [a])
@@ -660,7 +660,7 @@ def _static_size(ctx: LoweringContext, what: str) -> None:
 EIG_OPS = ("Slice", "MatMul", "Mul", "Add", "Sub", "Div", "Sqrt", "Abs", "Where", "ReduceSum", "ReduceMax", "ArgMax", "Loop")
 
 
-@lowering("eig", onnx_ops=EIG_OPS, complex_pairs=True)
+@lowering("eig", onnx_ops=(*EIG_OPS, "Sign", "And", "Cast", "Concat", "ConstantOfShape", "Equal", "Expand", "Gather", "GatherElements", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, compute_right_eigenvectors: bool, **params: Any) -> list[ir.Value]:
     del params  # implementation, enable_eigvec_derivs: choices of JAX's backends and derivatives
     _static_size(ctx, "eig")
@@ -668,7 +668,7 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
     return lower_as_jax(ctx, fn, [a])
 
 
-@lowering("schur", onnx_ops=(*EIG_OPS, "Pad", "Concat", "Mod"), complex_pairs=True)
+@lowering("schur", onnx_ops=(*EIG_OPS, "Pad", "Concat", "Mod", "And", "Cast", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
     refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")

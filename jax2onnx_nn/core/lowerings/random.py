@@ -27,6 +27,8 @@ from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.registry import lowering, register
 
 _THREEFRY_OPS = ("Add", "BitShift", "BitwiseOr", "BitwiseXor")
+# a key primitive lowered through its JAX implementation: threefry and the key plumbing around it
+_KEY_IMPL_OPS = (*_THREEFRY_OPS, "BitwiseAnd", "Cast", "Concat", "ConstantOfShape", "Less", "Max", "Min", "Mul", "Range", "Reshape", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze", "Where")
 
 
 def _identity(ctx: LoweringContext, keys: ir.Value, **_: Any) -> ir.Value:
@@ -42,7 +44,7 @@ def _through_key_impl(ctx: LoweringContext, *operands: ir.Value, **params: Any) 
 
 
 for _name in ("random_seed", "random_bits", "random_split", "random_fold_in"):
-    register(_name, _through_key_impl, key_data=True, onnx_ops=_THREEFRY_OPS)
+    register(_name, _through_key_impl, key_data=True, onnx_ops=_KEY_IMPL_OPS)
 
 
 @lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape", "BitShift", "Add", "Mul", "Unsqueeze", "Squeeze"))

@@ -272,8 +272,14 @@ def _doubling_loop(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tu
 
 
 _SCAN_OPS = ("Pad", "Slice", "Loop", "Add", "Less", "Mul", "Neg", "Squeeze")
+_COMBINER_OPS = {  # the ops of each combiner (SCANS), lowered by our rules
+    "cumprod": ("CumProd",),
+    "cummax": ("Max",),
+    "cummin": ("Min",),
+    "cumlogsumexp": ("Abs", "Div", "Equal", "Exp", "IsInf", "Log", "Max", "Not", "Or", "Sub", "Where", "Xor"),
+}
 for _prim in SCANS:
-    register(_prim, partial(_cumulative, _prim), onnx_ops=("CumProd", *_SCAN_OPS) if _prim == "cumprod" else _SCAN_OPS)
+    register(_prim, partial(_cumulative, _prim), onnx_ops=(*_COMBINER_OPS[_prim], *_SCAN_OPS))
 
 
 # -- sort / top_k --------------------------------------------------------------------------------

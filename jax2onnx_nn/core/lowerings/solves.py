@@ -92,7 +92,7 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
     return where(failed[..., None], jnp.asarray(np.nan, b.dtype), x)
 
 
-@lowering("tridiagonal_solve", onnx_ops=("Slice", "Abs", "Mul", "Sub", "Div", "Where", "Loop"))
+@lowering("tridiagonal_solve", onnx_ops=("Slice", "Abs", "Mul", "Sub", "Div", "Where", "Loop", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Equal", "Expand", "Gather", "GreaterOrEqual", "Identity", "Less", "Max", "Min", "Neg", "Not", "Or", "Range", "Reshape", "Scan", "Squeeze", "Unsqueeze"))
 def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.Value, b: ir.Value, *, perturb_singular: bool) -> list[ir.Value]:
     if perturb_singular:
         raise ConversionError(
@@ -103,7 +103,7 @@ def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.V
 
 
 # -- custom_linear_solve -----------------------------------------------------------------------
-@lowering("custom_linear_solve")
+@lowering("custom_linear_solve", onnx_ops=("Concat", "ConstantOfShape"))
 def _custom_linear_solve(ctx: LoweringContext, *args: ir.Value, const_lengths: Any, jaxprs: Any) -> list[ir.Value]:
     """The ``solve`` jaxpr on its constants and the right-hand side (what JAX's impl runs);
     ``matvec`` and the transposes only serve differentiation. ``jnp.linalg.solve`` (and
@@ -195,7 +195,7 @@ def _solve_along(a: jax.Array, b: jax.Array, *, axes: tuple[int, ...]) -> jax.Ar
 
 
 # -- symmetric_product -------------------------------------------------------------------------
-@lowering("symmetric_product", onnx_ops=("Transpose", "MatMul", "Mul", "Add"))
+@lowering("symmetric_product", onnx_ops=("Transpose", "MatMul", "Mul", "Add", "Squeeze", "Unsqueeze"))
 def _symmetric_product(ctx: LoweringContext, a: ir.Value, c: ir.Value, *, alpha: float, beta: float) -> list[ir.Value]:
     return lower_as_jax(ctx, lambda a, c: alpha * (a @ _mT(a)) + beta * c, [a, c])
 
@@ -223,6 +223,6 @@ def cholesky_update(r: jax.Array, w: jax.Array) -> jax.Array:
     return r
 
 
-@lowering("cholesky_update", onnx_ops=("Slice", "Abs", "Div", "Mul", "Sub", "Add", "Sqrt", "Where", "Loop"))
+@lowering("cholesky_update", onnx_ops=("Slice", "Abs", "Div", "Mul", "Sub", "Add", "Sqrt", "Where", "Loop", "Cast", "Equal", "Greater", "Less", "Max", "Min", "Neg", "Range", "Scan", "Squeeze", "Unsqueeze"))
 def _cholesky_update(ctx: LoweringContext, r: ir.Value, w: ir.Value) -> list[ir.Value]:
     return lower_as_jax(ctx, cholesky_update, [r, w])

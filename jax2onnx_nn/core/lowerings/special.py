@@ -365,7 +365,7 @@ def _through_jax_impl(ctx: LoweringContext, *operands: ir.Value, **params: objec
 
 
 for _name in ("igamma", "igammac", "igamma_grad_a", "regularized_incomplete_beta", "bessel_i0e"):
-    register(_name, _through_jax_impl, onnx_ops=("Loop", *_ARITH, "Exp", "Sqrt"))
+    register(_name, _through_jax_impl, onnx_ops=("Loop", *_ARITH, "Exp", "Sqrt", "Abs", "And", "Cast", "ConstantOfShape", "Equal", "Expand", "Floor", "Greater", "GreaterOrEqual", "IsInf", "IsNaN", "Less", "LessOrEqual", "Mod", "Neg", "Not", "Or", "ReduceMax", "Sign", "Sin", "Xor"))
 
 
 @lowering("polynomial", onnx_ops=("Mul", "Add"))

@@ -417,7 +417,7 @@ def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | Non
     return result if not compute_uv else (result[0], result[2], jnp.swapaxes(result[1], -1, -2))
 
 
-@lowering("svd", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "ReduceSum", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "MatMul"))
+@lowering("svd", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "ReduceSum", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "MatMul", "Abs", "And", "Cast", "ConstantOfShape", "CumSum", "Equal", "Expand", "GatherND", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMax", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
 def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
     m, n = ctx.aval_in.shape[-2:]
@@ -485,7 +485,7 @@ def eigh(a: jax.Array, *, lower: bool, refine: bool = False) -> tuple[jax.Array,
     return vectors, values
 
 
-@lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Abs", "Max", "ReduceMax", "ReduceSum", "MatMul", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements"))
+@lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Abs", "Max", "ReduceMax", "ReduceSum", "MatMul", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "And", "Cast", "ConstantOfShape", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Min", "Mod", "Neg", "Not", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze"))
 def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
     del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
     refuse_half_precision(ctx, "eigh", "jnp.linalg.eigh(a.astype(jnp.float32))")
