@@ -46,6 +46,7 @@ def fold_constants(model: ir.Model) -> int:
     ops whose result is exact (element moves and selections of any dtype, integer and bool
     arithmetic): in the main graph (inputs initializers or Constant nodes, results
     initializers) and in function bodies (inputs and results Constant nodes of the body).
+    A Cast of bools or integers folds when every value converts back exactly (to a float too).
     Index computations on constant positions (embedding lookups of ``arange`` positions,
     clamps of constant indices) disappear, and so does the layout work on a cell's weights
     (Split / Concat / Transpose of a GRU kernel) that :func:`hoist_loop_invariants` moved out
@@ -83,11 +84,18 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
             continue
         if any(id(out) in outputs for out in node.outputs):
             continue
-        if node.op_type in _INTEGER_OPS and not all(_exact_dtype(v.dtype) for v in (*inputs, *node.outputs)):
+        # a Cast of bools or integers to floats is exact when every value converts back (a mask
+        # or an identity made of iota comparisons, as jnp.eye is)
+        exact_cast = node.op_type == "Cast" and _exact_dtype(inputs[0].dtype)
+        if node.op_type in _INTEGER_OPS and not exact_cast and not all(_exact_dtype(v.dtype) for v in (*inputs, *node.outputs)):
             continue
         results = _evaluate(node, opset)
         if results is None or len(results) != len(node.outputs):
             continue
+        if exact_cast:
+            source = inputs[0].const_value.numpy()
+            if not np.array_equal(results[0].astype(source.dtype), source):
+                continue
         result_bytes = sum(r.nbytes for r in results)
         if result_bytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
             continue

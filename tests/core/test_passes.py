@@ -39,6 +39,17 @@ def test_float_arithmetic_on_constants_is_left_to_the_runtime(dtype):
     assert "Exp" in op_types(model)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_mask_cast_to_floats_folds(dtype):
+    """jnp.eye is iota comparisons cast to the float type: exact, so it folds; an integer that
+    the float cannot hold (2**24 + 1 in float32) stays a Cast."""
+    model = assert_exports_match(lambda x: x + jnp.eye(4, dtype=dtype), [((4, 4), dtype)], enable_double_precision=dtype == np.float64)
+    assert op_types(model) == ["Add"], op_types(model)
+    big = np.array([1, 2**24 + 1], np.int32)
+    model = assert_exports_match(lambda x: x * jnp.asarray(big).astype(dtype), [((2,), dtype)], enable_double_precision=dtype == np.float64)
+    assert ("Cast" in op_types(model)) == (dtype == np.float32), op_types(model)
+
+
 def test_a_fold_that_would_grow_the_file_is_not_made():
     model = to_onnx(lambda x: x + jnp.broadcast_to(jnp.arange(3, dtype=jnp.int32), (512, 512, 3)), [((512, 512, 3), "int32")])
     assert "Expand" in op_types(model)
