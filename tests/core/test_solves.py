@@ -158,6 +158,8 @@ SINGULAR = {
     "zeros": [[0.0, 0], [0, 0]],
     "inf": [[1.0, 2], [np.inf, 1]],
     "nan_in_a_pivot_column": [[1.0, 2, 3], [3, np.nan, 0], [2, 0, 1]],
+    # above 5 rows U's columns are divided by their pivots before the substitution
+    "rank_5_of_6": [[1.0, 2, 2, 0, 1, 3], [2, 1, 4, 1, 0, 1], [0, 3, 0, 2, 1, 0], [1, 1, 2, 1, 1, 1], [3, 0, 6, 0, 2, 1], [1, 2, 2, 2, 0, 1]],
 }
 
 

@@ -599,8 +599,12 @@ def solve_by_elimination(a: jax.Array, b: jax.Array) -> jax.Array:
         pivots.append(pivot)
     rows.append(work)
     pivots.append(work[..., n - 1 : n])
+    u = jnp.concatenate(rows, axis=-2)
+    if n > 5:  # U's columns over their pivots first (as triangular_solve): 3n + 5 nodes, not 4n
+        u, rhs = lax.split(u, [n, b.shape[-1]], axis=a.ndim - 1)
+        return _substitute_unrolled(u, rhs, lower=False, unit_diagonal=False, diagonal=jnp.concatenate(pivots, axis=-1))
     # U's backward substitution as trsm's: x_i = b_i / u_ii, then the rows above lose u[:, i] x_i
-    *columns, rhs = lax.split(jnp.concatenate(rows, axis=-2), [1] * n + [b.shape[-1]], axis=a.ndim - 1)
+    *columns, rhs = lax.split(u, [1] * n + [b.shape[-1]], axis=a.ndim - 1)
     x = [None] * n
     for i in range(n - 1, -1, -1):
         x[i] = rhs[..., i : i + 1, :] / pivots[i]
