@@ -711,7 +711,7 @@ def _cell(cell: rnn.Cell, states: tuple[str, ...], ctx: LoweringContext, ops: Op
 
 
 for _name, _kind, _states, _module in (("eqx_gru", rnn.GRU, ("hidden",), "GRUCell"), ("eqx_lstm", rnn.LSTM, ("h", "c"), "LSTMCell")):
-    eqx_lowering(_name, onnx_ops=(_kind.op, "Reshape", "Squeeze", "Unsqueeze", *rnn.GUARD_OPS), covers=(f"eqx.nn.{_module}",))(functools.partial(_cell, _kind, _states))
+    eqx_lowering(_name, onnx_ops=(_kind.op, "Reshape", "Squeeze", "Unsqueeze", "Concat", "Split", *rnn.GUARD_OPS), covers=(f"eqx.nn.{_module}",))(functools.partial(_cell, _kind, _states))
 
 
 # -- pools: MaxPool / AveragePool ----------------------------------------------------------
