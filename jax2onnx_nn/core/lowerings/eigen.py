@@ -669,6 +669,7 @@ EIG_OPS = ("Slice", "MatMul", "Mul", "Add", "Sub", "Div", "Sqrt", "Abs", "Where"
 @lowering("eig", onnx_ops=(*EIG_OPS, "Sign", "And", "Cast", "Concat", "ConstantOfShape", "Equal", "Expand", "Gather", "GatherElements", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, compute_right_eigenvectors: bool, **params: Any) -> list[ir.Value]:
     del params  # implementation, enable_eigvec_derivs: choices of JAX's backends and derivatives
+    refuse_half_precision(ctx, "eig", "jnp.linalg.eig(a.astype(jnp.float32))")
     _static_size(ctx, "eig")
     fn = lambda a: eig(a, left=compute_left_eigenvectors, right=compute_right_eigenvectors)  # noqa: E731
     return lower_as_jax(ctx, fn, [a])
