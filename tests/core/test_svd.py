@@ -158,6 +158,25 @@ def test_float32_svd_is_rotated_in_float32(shape):
     np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2), np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6)
 
 
+def test_large_float32_singular_values_of_degenerate_and_scaled_matrices():
+    """Above WIDEN_ABOVE, float32 values from the rotated columns' directions: a NaN or an inf
+    entry makes all values NaN as in JAX, the zero matrix has zero values, and entries of
+    1e-30 or 1e30 (whose squares leave float32's range) give JAX's values to 1e-6 of the largest."""
+    n = svd_module.WIDEN_ABOVE + 4
+    a = gaussian(0, (5, n, n))
+    a[0, 1, 1], a[1, 2, 3], a[2] = np.nan, np.inf, 0
+    a[3] *= 1e-30
+    a[4] *= 1e30
+    model = to_onnx(jnp.linalg.svdvals, [a])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ours,) = session.run(None, {session.get_inputs()[0].name: a})
+    expected = np.asarray(jnp.linalg.svdvals(a))
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    assert np.isnan(ours[:2]).all() and (ours[2] == 0).all()
+    big = expected[3:, :1]
+    np.testing.assert_allclose(ours[3:] / big, expected[3:] / big, rtol=0, atol=1e-6)
+
+
 def test_large_float32_eigh_is_rotated_in_float32_and_refined():
     """Above WIDEN_ABOVE a float32 eigh rotates in float32, then again on V^T a V (eigh's
     refine): on a Gaussian matrix, two clusters of eigenvalues 1e-6 apart, repeated ones, the
