@@ -260,11 +260,10 @@ def cholesky(a: jax.Array) -> jax.Array:
         factor, pivots = _cholesky_blocked(a)
     ids = _ids(n)
     factor = where(ids[:, None] >= ids[None, :], factor, a)
-    nan = jnp.asarray(np.nan, a.dtype)
-    # NaN where a pivot <= 0 (not PD): a sum over the pivots is one ReduceSum, where jnp.any
-    # is five nodes
-    failed = sum_keepdims(where(pivots <= 0, nan, jnp.zeros((), a.dtype)), -1)
-    return where(failed == 0, factor, nan)
+    # NaN where a pivot <= 0 (not PD): a sum over the pivots is one ReduceSum (jnp.any is five
+    # nodes), +0 or NaN; subtracting +0 keeps every number, -0 and inf included
+    failed = sum_keepdims(where(pivots <= 0, jnp.asarray(np.nan, a.dtype), jnp.zeros((), a.dtype)), -1)
+    return factor - failed
 
 
 def _cholesky_panel(panel: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
