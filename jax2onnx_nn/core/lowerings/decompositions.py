@@ -21,8 +21,13 @@ What LAPACK (JAX's CPU path) does on degenerate inputs, and what these rules do 
   propagates.
 - ``triangular_solve`` reads only the named triangle (and no diagonal with
   ``unit_diagonal``) and divides plainly: a zero pivot gives inf, or NaN for 0/0. With
-  ``lu``'s unit L (lu_solve, solve, inv) it multiplies by powers of L's strict triangle
-  instead (``_unit_solve_by_powers``): the same numbers up to rounding, a NaN spread wider.
+  ``lu``'s unit L (lu_solve; solve and inv above ``UNROLL_LIMIT``) it multiplies by powers of
+  L's strict triangle instead (``_unit_solve_by_powers``): the same numbers up to rounding, a
+  NaN spread wider.
+- ``solve`` and ``inv`` up to ``UNROLL_LIMIT`` (``solve_by_elimination``, through
+  ``custom_linear_solve``) eliminate on [a | b] with ``lu``'s pivots and zero-pivot rule and
+  substitute with U as trsm does: JAX's inf/NaN pattern on singular matrices; a NaN in a
+  searched column makes the whole solution NaN (as in JAX), whichever row the search picks.
 - ``lu`` pivots on the first entry of largest magnitude in the column (``idamax``; NaN entries
   are never chosen over numbers, where JAX's CPU idamax gives a column with a NaN other
   pivots that follow no documented rule) and skips the division by a zero pivot (``getf2``), so a
