@@ -226,10 +226,23 @@ def _apply_window(hz: tuple[jax.Array, ...], w: jax.Array, u: jax.Array, r0: Any
     return (h, *(columns(x) for x in hz[1:]))
 
 
-def _take(m: jax.Array, i: Any, j: Any) -> jax.Array:
-    """m[..., i, j] for per-matrix indices i, j (..., 1, 1) (or a loop's scalar index)."""
-    ids_r, ids_c = _ids(m.shape[-2])[:, None], _ids(m.shape[-1])[None, :]
-    return jnp.sum(where((ids_r == i) & (ids_c == j), m, jnp.zeros((), m.dtype)), axis=(-2, -1), keepdims=True)
+def _diagonals(h: jax.Array) -> tuple[Parts, Parts, Parts]:
+    """The diagonal, subdiagonal (h[i, i-1] at i, 0 at 0) and superdiagonal (h[i, i+1] at i,
+    0 at n-1) of h (..., n, 2, n) (see _rotate), n >= 2, as (real, imag) parts (..., n): h read as one
+    line of 2 n^2 entries, where h[i, p, j] is entry 2 n i + n p + j, so each one is a slice
+    with stride 2 n + 1."""
+    n = h.shape[-1]
+    line = jnp.reshape(h, (*h.shape[:-3], 2 * n * n))
+    stride = 2 * n + 1
+
+    def along(first: int, count: int) -> jax.Array:
+        return lax.slice_in_dim(line, first, first + stride * (count - 1) + 1, stride=stride, axis=-1)
+
+    pad = lambda x, before: jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(1, 0) if before else (0, 1)])  # noqa: E731
+    diag = along(0, n), along(n, n)
+    sub = pad(along(2 * n, n - 1), True), pad(along(3 * n, n - 1), True)
+    sup = pad(along(1, n - 1), False), pad(along(n + 1, n - 1), False)
+    return diag, sub, sup
 
 
 def _csqrt(z: Parts) -> Parts:
@@ -318,19 +331,21 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
 
     def sweep(carry: tuple) -> tuple:
         hz, count, _ = carry
-        h = h_parts(hz)
-        modulus = jnp.sqrt(h[0] * h[0] + h[1] * h[1])
-        diag = jnp.sum(where(rows == cols, modulus, zero), axis=-1)  # (..., n)
-        sub = jnp.sum(where(sub_pos, modulus, zero), axis=-1)  # sub[l] = |h[l, l-1]|, sub[0] = 0
+        # the diagonal, sub- and superdiagonal as (real, imag) parts (..., n) (sub[0] and
+        # sup[n-1] are 0): strided slices of h read as one line, not masked sums of h
+        d, sub_h, sup_h = _diagonals(hz[0])
+        modulus = lambda p: jnp.sqrt(p[0] * p[0] + p[1] * p[1])  # noqa: E731
+        diag, sub = modulus(d), modulus(sub_h)  # sub[l] = |h[l, l-1]|
         prev = jnp.concatenate([diag[..., :1], diag[..., :-1]], axis=-1)
         small = (sub <= eps * (diag + prev)) | (ids == 0)
         hz = (where((sub_pos & small[..., :, None])[..., :, None, :], zero, hz[0]), *hz[1:])
-        h = h_parts(hz)
         hi = jnp.max(where(small, 0, ids), axis=-1)[..., None, None]  # last unreduced row
         lo = jnp.max(where(small & (ids <= hi[..., 0]), ids, 0), axis=-1)[..., None, None]
         live = hi > 0
         hi1 = jnp.maximum(hi - 1, 0)
-        entries = [tuple(_take(p, r, c) for p in h) for r, c in ((hi1, hi1), (hi1, hi), (hi, hi1), (hi, hi))]
+        # the block's trailing 2x2 (its subdiagonal entry is not small: unchanged above)
+        at = lambda line, i: tuple(jnp.sum(where(ids == i[..., 0], p, zero), axis=-1, keepdims=True)[..., None] for p in line)  # noqa: E731
+        entries = [at(d, hi1), at(sup_h, hi1), at(sub_h, hi), at(d, hi)]
         shift = _wilkinson_shift(*entries)
 
         def chase(k: Any, r0: Any, wz: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
