@@ -6,7 +6,8 @@
 Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median
 latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
 matrices (``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
-for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK).
+for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK,
+``--solve-accuracy`` for float32 solve/inv errors, onnxruntime's and jax.jit's).
 A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that take one
 (svd, svdvals, qr). ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
 thread, so this is its own work, steady on a busy machine; jax.jit stays wall time).
@@ -151,6 +152,26 @@ def accuracy(size: str, dtype: type) -> str:
     return f"| {size} | {np.dtype(dtype).name} | {row} |"
 
 
+def solve_accuracy(size: str, count: int = 2048) -> str:
+    """solve and inv in float32 on ``count`` Gaussian (n, n) matrices (a few ill-conditioned
+    among them), onnxruntime and jax.jit against float64 LAPACK: per matrix the largest error
+    over the largest |entry| of the solution, as median / 90th / 99th percentile."""
+    import onnxruntime as ort
+
+    n = int(size)
+    rng = np.random.default_rng(n)
+    a, b = rng.normal(size=(count, n, n)).astype(np.float32), rng.normal(size=(count, n, 1)).astype(np.float32)
+    cells = []
+    for name, ref in (("solve", np.linalg.solve(a.astype(np.float64), b.astype(np.float64))), ("inv", np.linalg.inv(a.astype(np.float64)))):
+        fn = CASES[name]
+        session = ort.InferenceSession(to_onnx(fn, [a.shape, b.shape]).SerializeToString(), providers=["CPUExecutionProvider"])
+        feeds = dict(zip([i.name for i in session.get_inputs()], [a, b], strict=False))
+        for got in (session.run(None, feeds)[0], np.asarray(jax.jit(fn)(a, b))):
+            errors = np.max(np.abs(got - ref), axis=(-2, -1)) / np.max(np.abs(ref), axis=(-2, -1))
+            cells.append(" / ".join(f"{e:.1e}" for e in np.percentile(errors, [50, 90, 99])))
+    return f"| {n} | {' | '.join(cells)} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="*", default=["4", "16", "64"], help="n (square) or MxN")
@@ -159,8 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=None, help="columns per trip of the blocked factorizations")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--accuracy", action="store_true", help="svd/eigh errors vs float64 LAPACK instead")
+    parser.add_argument("--solve-accuracy", action="store_true", help="float32 solve/inv errors vs float64 LAPACK instead")
     parser.add_argument("--cpu-time", action="store_true", help="onnxruntime latency as process CPU time (one thread)")
     args = parser.parse_args(argv)
+    if args.solve_accuracy:
+        print("float32 Gaussian matrices, error over max |x| against float64 LAPACK, per matrix: median / p90 / p99")
+        print("| n | solve onnxruntime | solve jax.jit | inv onnxruntime | inv jax.jit |")
+        print("|---|---|---|---|---|")
+        for n in args.sizes:
+            print(solve_accuracy(n), flush=True)
+        return 0
     if args.accuracy:
         print(f"batch {BATCH} random Gaussian matrices through onnxruntime vs float64 LAPACK")
         print("| n | dtype | svd values | svd U s Vh | svd orthogonality | svdvals | eigh values | eigh V w V^T | eigh orthogonality |")
