@@ -18,8 +18,8 @@ cost at 64x64.
   ``UNROLL_LIMIT`` columns; above it V is ``a^T U / s`` orthonormalized, see ``_svd_tall``). The
   singular values are B's column norms (of ``a`` divided by a power of two, exactly, so that no
   square leaves the float range; the norms multiplied back), high relative accuracy included (no ``a^T a`` is formed), sorted descending as
-  LAPACK's; in float32 above ``WIDEN_ABOVE`` columns, where the norms' rounding accumulates,
-  they are computed again from B's directions (values only) or from U and V. ``U`` is the Householder QR of the sorted ``B`` with R's signs moved into Q: its
+  LAPACK's; in float32, where the norms' rounding accumulates, they are computed again from
+  B's directions (values only) or, above ``WIDEN_ABOVE`` columns, from U and V. ``U`` is the Householder QR of the sorted ``B`` with R's signs moved into Q: its
   columns are ``B``'s over their norms, and for zero singular values (rank-deficient input)
   and ``full_matrices`` it completes an orthonormal basis, where ``B / s`` would be NaN.
 - ``eigh`` is one-sided Jacobi on the symmetric matrix (scaled by a power of two, as svd's)
@@ -73,8 +73,9 @@ from jax2onnx_nn.core.registry import lowering
 MAX_SWEEPS = 16
 # Every rotation rounds: in float32 a 64x64 matrix's column norms come out ~1e-6 of the largest
 # off (~500 rotations per column), so above this size (of the rotated side) a float32 eigh is
-# refined (eigh's refine) and an svd takes its values from the rotated columns' directions
-# (_values_from_columns) or from U and V (_values_from_vectors) instead; a symbolic size is
+# refined (eigh's refine) and an svd with vectors takes its values from U and V
+# (_values_from_vectors); a float32 svdvals of any static size takes them from the rotated
+# columns' directions (_values_from_columns); a symbolic size is
 # rotated in float64 and the results rounded to float32. A tall or wide svd whose short side
 # is at most this is rotated in float32 as the square one is: a column meets as few rotations.
 WIDEN_ABOVE = 16
@@ -347,7 +348,7 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     b = work[..., :m, :n]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
     if not compute_uv:
-        if dtype == jnp.float32 and not jxi.is_symbolic_dim(n) and n > WIDEN_ABOVE:
+        if dtype == jnp.float32 and not jxi.is_symbolic_dim(n) and n > 1:  # (one column: its norm is exact)
             norms = _values_from_columns(a, b, norms)
         return (-jnp.sort(-norms, axis=-1) * scale[..., 0],)
     order_desc = jnp.argsort(-norms, axis=-1)
@@ -371,10 +372,11 @@ def _values_from_columns(a: jax.Array, b: jax.Array, norms: jax.Array) -> jax.Ar
     (of the largest) off at 64x64, rounding accumulated over ~500 rotations per column, while
     their directions are as close to the singular vectors, and this quotient's error is
     second order in theirs (a Rayleigh quotient of ``a a^T``); its error is relative to the
-    largest value (as LAPACK's gesdd's), not to each. 64x64 Gaussian, float32 batch 8, against
-    float64 LAPACK (linalg_bench --accuracy): 1.4e-7 of the largest, where rotating in
-    float64 gave 2.9e-8 (and JAX's float32 gesdd ~5e-7) in 0.64x the onnxruntime time and
-    48 nodes instead of 52."""
+    largest value (as LAPACK's gesdd's), not to each. Gaussian, float32 batch 8, against
+    float64 LAPACK (linalg_bench --accuracy), of the largest value: 64x64 1.4e-7, where
+    rotating in float64 gave 2.9e-8 (and JAX's float32 gesdd ~5e-7) in 0.64x the onnxruntime
+    time and 48 nodes instead of 52; 16x16 1.1e-6 -> 8.6e-8, 8x8 4.9e-7 -> 1.4e-7, 64x8
+    5.4e-7 -> 1.6e-7 (the column norms -> this), for 7 nodes more and the same time."""
     at_b = jnp.swapaxes(a, -1, -2) @ b
     return jnp.sqrt(jnp.sum(at_b * at_b, axis=-2)) / where(norms > 0, norms, jnp.ones((), a.dtype))
 
