@@ -189,6 +189,21 @@ def test_a_custom_solve_by_lu_is_run_as_written():
     assert "MatMul" in op_types(model)  # lu_solve applies L^T by powers of its triangle
 
 
+@pytest.mark.parametrize("after", ["scaled", "shifted"])
+def test_a_custom_solve_with_more_than_lu_solve_is_run_as_written(after):
+    """A solve that calls JAX's own ``_lu_solve`` (as jnp.linalg.solve does) with the lu of
+    the matvec's matrix, then computes more, keeps what it computes after the lu_solve."""
+    from jax._src.lax import linalg as lax_linalg
+
+    def solve(a, b):
+        lu, _, perm = lax.linalg.lu(a)
+        more = {"scaled": lambda x: 2.0 * x, "shifted": lambda x: x + b}[after]
+        return lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, r: more(lax_linalg._lu_solve(lu, perm, r, trans=0)))
+
+    a, b = general(3, (), 4, shift=4.0), np.arange(4.0, dtype=np.float32)
+    assert_exports_match_on(solve, a, b, **_tol(np.float32), jit=True)
+
+
 # -- symmetric_product, cholesky_update --------------------------------------------------------
 def check_symmetric_product(m, n, batch, dtype, seed, alpha, beta, symmetrize):
     rng = np.random.default_rng(seed)

@@ -138,7 +138,10 @@ def _lu_solve_of(jaxprs: Any, matvec_consts: Sequence[ir.Value], solve_consts: S
     axes = _matvec_axes(matvec, a_aval.ndim, x_aval.ndim)
     if axes is None or any(jxi.is_symbolic_dim(x_aval.shape[i]) or x_aval.shape[i] == 0 for i in axes[a_aval.ndim - 1 :]):
         return None
-    solves = [e.params for e in _equations(jaxprs.solve.jaxpr) if e.primitive.name == "triangular_solve"]
+    inner = _lu_solve_body(jaxprs.solve.jaxpr)
+    if inner is None:
+        return None
+    solves = [e.params for e in inner.eqns if e.primitive.name == "triangular_solve"]
     plain = all(p["left_side"] and not p["transpose_a"] and not p["conjugate_a"] for p in solves)
     if not plain or [(p["lower"], p["unit_diagonal"]) for p in solves] != [(True, True), (False, False)]:
         return None
@@ -174,14 +177,24 @@ def _matvec_axes(matvec: Any, a_rank: int, x_rank: int) -> tuple[int, ...] | Non
     return axes
 
 
-def _equations(jaxpr: Any) -> list[Any]:
-    """The equations of ``jaxpr`` and of every jaxpr inside it."""
-    found = []
-    for eqn in jaxpr.eqns:
-        found.append(eqn)
-        for sub in jxi.subjaxprs_of(eqn.params):
-            found.extend(_equations(getattr(sub, "jaxpr", sub)))
-    return found
+# what JAX's ``_lu_solve`` does besides its two triangular solves: the permutation of b (index
+# wrapping and a gather) and b's layout; an equation of any other kind is arithmetic of the
+# caller's own, which the elimination would drop
+_LU_SOLVE_PLUMBING = frozenset({"broadcast_in_dim", "lt", "add", "select_n", "gather", "transpose", "reshape", "squeeze", "triangular_solve"})
+
+
+def _lu_solve_body(solve: Any) -> Any | None:
+    """The jaxpr of JAX's ``_lu_solve`` when ``solve`` is nothing but one call of it on its
+    own inputs (lu, permutation, b), as ``jnp.linalg.solve`` writes it; else None."""
+    if len(solve.eqns) != 1:
+        return None
+    call = solve.eqns[0]
+    if call.primitive.name not in ("jit", "pjit") or call.params.get("name") != "_lu_solve":
+        return None
+    if list(call.invars) != list(solve.invars) or list(call.outvars) != list(solve.outvars):
+        return None
+    body = call.params["jaxpr"].jaxpr
+    return body if all(e.primitive.name in _LU_SOLVE_PLUMBING for e in body.eqns) else None
 
 
 def _solve_along(a: jax.Array, b: jax.Array, *, axes: tuple[int, ...]) -> jax.Array:
