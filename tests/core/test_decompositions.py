@@ -422,13 +422,14 @@ HALF_PRECISION_REFUSED = [
     ("svd", jnp.linalg.svd), ("svd", jnp.linalg.svdvals), ("svd", jnp.linalg.pinv), ("eigh", jnp.linalg.eigh), ("eigh", jnp.linalg.eigvalsh),
     ("hessenberg", jsl.hessenberg), ("tridiagonal", lambda a: lax.linalg.tridiagonal(a)), ("schur", jsl.schur),
     ("eig", lambda a: lax.linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)),
+    ("tridiagonal_solve", lambda a: lax.linalg.tridiagonal_solve(a[0], a[1], a[2], a[:, :1])),
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize(("name", "fn"), HALF_PRECISION_REFUSED, ids=[f"{name}-{i}" for i, (name, _) in enumerate(HALF_PRECISION_REFUSED)])
 def test_half_precision_factorization_is_refused_with_the_fix(name, fn, dtype):
-    """JAX's CPU lu, cholesky, qr, svd, eigh, eig, hessenberg, tridiagonal and schur (LAPACK) refuse float16 / bfloat16
+    """JAX's CPU lu, cholesky, qr, svd, eigh, eig, hessenberg, tridiagonal, schur and tridiagonal_solve (LAPACK) refuse float16 / bfloat16
     ("Unsupported dtype"); the export names the primitive, the dtype, the user's line and the
     cast that fixes it. (JAX 0.12 refuses the dtype while tracing already: then it is the
     SpecError of a call JAX rejects, naming the primitive, the dtype and the user's line.)"""

@@ -41,6 +41,7 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     iterate,
     lower_as_jax,
     lu_of,
+    refuse_half_precision,
     solve_by_elimination,
     where,
 )
@@ -99,6 +100,7 @@ def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.V
             f"tridiagonal_solve(perturb_singular=True) at {ctx.source_line or '<unknown location>'} is not supported; "
             "use perturb_singular=False"
         )
+    refuse_half_precision(ctx, "tridiagonal_solve", "lax.linalg.tridiagonal_solve(*(a.astype(jnp.float32) for a in (dl, d, du, b)))")
     return lower_as_jax(ctx, tridiagonal_solve, [dl, d, du, b])
 
 
