@@ -156,9 +156,9 @@ class GraphBuilder:
         """A constant tensor; equal small constants are one value."""
         array = np.asarray(value, dtype=dtype)
         if array.size <= _SMALL_CONST:
-            key: Any = (array.dtype.str, array.shape, array.tobytes())
+            key: Any = (array.dtype, array.shape, array.tobytes())
         else:
-            key = ("id", id(value), array.dtype.str, array.shape)
+            key = ("id", id(value), array.dtype, array.shape)
         cached = self.constants.by_key.get(key)
         if cached is not None:
             return cached

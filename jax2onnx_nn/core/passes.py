@@ -157,7 +157,7 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
         attributes = _attributes_key(node)  # (strings: no bytes to compare)
         if attributes is not None:
             key = (opset, node.op_identifier(), len(node.outputs), attributes,
-                   *(None if a is None else (a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+                   *(None if a is None else (a.dtype, a.shape, a.tobytes()) for a in arrays))
             if key in _EVALUATED:
                 known = _EVALUATED[key]
                 return None if known is None else [a.copy() for a in known]
@@ -1347,7 +1347,7 @@ def _attributes_key(node: ir.Node) -> tuple[Any, ...] | None:
             if value.size > _CSE_TENSOR_ELEMENTS:
                 return None
             array = value.numpy()
-            value = (array.dtype.str, array.shape, array.tobytes())
+            value = (array.dtype, array.shape, array.tobytes())
         elif isinstance(value, (list, tuple)):
             value = tuple(value)
         elif attr.type not in (ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING):

@@ -50,6 +50,19 @@ def test_a_mask_cast_to_floats_folds(dtype):
     assert ("Cast" in op_types(model)) == (dtype == np.float32), op_types(model)
 
 
+def test_constants_of_equal_bytes_and_different_dtypes_stay_apart():
+    """float8_e4m3fn, float8_e4m3fnuz, int4 and uint4 share NumPy's dtype.str ('<V1'): equal
+    bytes of two of them are different numbers, in one export (small constants are one value
+    per key) and across exports (the fold memo)."""
+    import ml_dtypes
+
+    bits = np.arange(16, dtype=np.uint8).reshape(4, 4)
+    a, b = bits.view(ml_dtypes.float8_e4m3fn), bits.view(ml_dtypes.float8_e4m3fnuz)
+    assert_exports_match(lambda x: jnp.asarray(a).astype(jnp.float32) + jnp.asarray(b).astype(jnp.float32) + x, [(4, 4)])
+    for c in (a, b):  # a Transpose of the constant folds; the second must not get the first's result
+        assert_exports_match(lambda x, c=c: jnp.transpose(jnp.asarray(c)).astype(jnp.float32) + x, [(4, 4)])
+
+
 def test_a_fold_that_would_grow_the_file_is_not_made():
     model = to_onnx(lambda x: x + jnp.broadcast_to(jnp.arange(3, dtype=jnp.int32), (512, 512, 3)), [((512, 512, 3), "int32")])
     assert "Expand" in op_types(model)
