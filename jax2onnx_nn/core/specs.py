@@ -230,10 +230,14 @@ def parse_specs(
     """
     key = _specs_key(inputs, input_params, enable_double_precision, constraints, arg_names)
     known = _PARSED.get(key) if key is not None else None
-    if known is not None:
-        return known
-    specs, narrowed = _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names)
-    if warn and narrowed:
+    if known is None:
+        known = _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names)
+        if key is not None:
+            if len(_PARSED) >= _PARSED_ENTRIES:
+                _PARSED.clear()
+            _PARSED[key] = known
+    specs, narrowed = known
+    if warn and narrowed:  # (every export that narrows says so, parsed now or before)
         warnings.warn(
             "enable_double_precision is off, so these inputs are traced at 32 bits, as jax.jit "
             f"computes them with x64 off: {'; '.join(narrowed)}. Pass "
@@ -241,14 +245,10 @@ def parse_specs(
             UserWarning,
             stacklevel=user_stacklevel(),
         )
-    elif key is not None:  # (a warning is given by every export that narrows)
-        if len(_PARSED) >= _PARSED_ENTRIES:
-            _PARSED.clear()
-        _PARSED[key] = specs
     return specs
 
 
-_PARSED: dict[Any, InputSpecs] = {}
+_PARSED: dict[Any, tuple[InputSpecs, list[str]]] = {}
 _PARSED_ENTRIES = 256
 _PLAIN = (int, float, complex, bool, str, type(None))
 

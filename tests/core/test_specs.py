@@ -299,3 +299,17 @@ def test_plain_specs_are_parsed_once_and_scalar_kinds_stay_apart() -> None:
     assert kinds == [np.dtype("int32"), np.dtype("float32"), np.dtype("bool")]
     assert parse_specs([1.0], enable_double_precision=True).flat()[0][0][1].dtype == np.dtype("float64")
     assert parse_specs([(3,)], arg_names=["x"]) is not parse_specs([(3,)], arg_names=["y"])
+
+
+def test_narrowing_specs_warn_on_every_export_after_a_silent_parse() -> None:
+    """A parse without the warning (verify, layout, the test strategies) of specs that narrow
+    float64 must not make a later export of the same specs silent."""
+    from jax2onnx_nn.core.specs import parse_specs
+
+    specs = [((3,), "float64")]
+    assert parse_specs(specs, warn=False).flat()[0][0][1].dtype == np.dtype("float32")
+    for _ in range(2):
+        with pytest.warns(UserWarning, match=r"inputs\[0\] float64 -> float32"):
+            parse_specs(specs)
+    with pytest.warns(UserWarning, match="enable_double_precision"):
+        to_onnx(lambda *xs: xs[0] * 2, specs)  # no positional names: the same key as verify's parse
