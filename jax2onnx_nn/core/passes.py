@@ -89,13 +89,14 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         exact_cast = node.op_type == "Cast" and _exact_dtype(inputs[0].dtype)
         if node.op_type in _INTEGER_OPS and not exact_cast and not all(_exact_dtype(v.dtype) for v in (*inputs, *node.outputs)):
             continue
-        results = _evaluate(node, opset)
-        if results is None or len(results) != len(node.outputs):
-            continue
-        if exact_cast:
-            source = inputs[0].const_value.numpy()
-            if not np.array_equal(results[0].astype(source.dtype), source):
+        with np.errstate(over="ignore", invalid="ignore"):  # an int beyond the float: inf, which does not convert back
+            results = _evaluate(node, opset)
+            if results is None or len(results) != len(node.outputs):
                 continue
+            if exact_cast:
+                source = inputs[0].const_value.numpy()
+                if not np.array_equal(results[0].astype(source.dtype), source):
+                    continue
         result_bytes = sum(r.nbytes for r in results)
         if result_bytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
             continue

@@ -63,6 +63,27 @@ def test_constants_of_equal_bytes_and_different_dtypes_stay_apart():
         assert_exports_match(lambda x, c=c: jnp.transpose(jnp.asarray(c)).astype(jnp.float32) + x, [(4, 4)])
 
 
+_CAST_EDGES = {
+    "int32": [0, 1, -1, 2**24, 2**24 + 1, -2**31, 2**31 - 1, 65504, 65520, 70000, 257],
+    "int64": [0, -2**63, 2**63 - 1, 2**53, 2**53 + 1],
+    "uint64": [0, 2**64 - 1, 2**63, 2**24 + 1],
+    "bool": [True, False],
+}
+
+
+@pytest.mark.parametrize("dst", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("src", sorted(_CAST_EDGES))
+@pytest.mark.filterwarnings("error")
+def test_a_cast_of_constant_integers_at_the_float_range_edges_matches_jax(src, dst):
+    """Values a float cannot hold (rounded, or beyond its range: inf) keep their Cast, without a
+    NumPy RuntimeWarning from checking whether they convert back."""
+    c = np.array(_CAST_EDGES[src], dtype=src)
+    assert_exports_match_on(
+        lambda x: (jnp.asarray(c).astype(dst) + x.astype(dst)).astype(jnp.float64),
+        np.zeros(c.size, np.float32), enable_double_precision=True,
+    )
+
+
 def test_a_fold_that_would_grow_the_file_is_not_made():
     model = to_onnx(lambda x: x + jnp.broadcast_to(jnp.arange(3, dtype=jnp.int32), (512, 512, 3)), [((512, 512, 3), "int32")])
     assert "Expand" in op_types(model)
