@@ -177,6 +177,26 @@ def test_large_float32_singular_values_of_degenerate_and_scaled_matrices():
     np.testing.assert_allclose(ours[3:] / big, expected[3:] / big, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(3, 3), (8, 8), (17, 17), (64, 8), (8, 64)])
+def test_float32_singular_values_far_below_the_largest(shape):
+    """float32 svdvals (values from the rotated columns' directions): a value far below the
+    largest (rank 1 of ones, columns scaled 1e-20..1e20, values 1 .. 1e-6) is LAPACK's to 2e-6
+    of the largest, where the direction of its column is mostly rounding (|a^T b_k| / |b_k|
+    alone gave 17 for the second value of the 17x17 ones, 10-50% errors for the scaled columns)."""
+    m, n = shape
+    rng = np.random.default_rng(7)
+    q1, _ = np.linalg.qr(rng.normal(size=(m, min(m, n))))
+    q2, _ = np.linalg.qr(rng.normal(size=(n, min(m, n))))
+    scaled = rng.normal(size=shape) * np.logspace(-20, 20, n)[None, :] * 1e-20
+    a = np.stack([np.ones(shape), scaled, (q1 * np.logspace(0, -6, min(m, n))) @ q2.T]).astype(np.float32)
+    model = to_onnx(jnp.linalg.svdvals, [a])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (values,) = session.run(None, {session.get_inputs()[0].name: a})
+    reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    big = reference[..., :1]
+    np.testing.assert_allclose(values / big, reference / big, rtol=0, atol=2e-6)
+
+
 def test_large_float32_eigh_is_rotated_in_float32_and_refined():
     """Above WIDEN_ABOVE a float32 eigh rotates in float32, then again on V^T a V (eigh's
     refine): on a Gaussian matrix, two clusters of eigenvalues 1e-6 apart, repeated ones, the

@@ -376,9 +376,16 @@ def _values_from_columns(a: jax.Array, b: jax.Array, norms: jax.Array) -> jax.Ar
     float64 LAPACK (linalg_bench --accuracy), of the largest value: 64x64 1.4e-7, where
     rotating in float64 gave 2.9e-8 (and JAX's float32 gesdd ~5e-7) in 0.64x the onnxruntime
     time and 48 nodes instead of 52; 16x16 1.1e-6 -> 8.6e-8, 8x8 4.9e-7 -> 1.4e-7, 64x8
-    5.4e-7 -> 1.6e-7 (the column norms -> this), for 7 nodes more and the same time."""
+    5.4e-7 -> 1.6e-7 (the column norms -> this), for 7 nodes more and the same time.
+
+    The smaller of this and the column norm is taken: a value below ~eps^(2/3) of the largest
+    has a column whose direction is mostly rounding (eps |a| against its own small norm), and
+    ``a^T`` magnifies the part along the large values' vectors, up to the largest value itself
+    (rank 1 of ones, 17x17: a second value of 17 instead of 0; columns scaled 1e-20..1e20:
+    errors of 10-50% of the largest); the quotient over-estimates there, the norm does not."""
     at_b = jnp.swapaxes(a, -1, -2) @ b
-    return jnp.sqrt(jnp.sum(at_b * at_b, axis=-2)) / where(norms > 0, norms, jnp.ones((), a.dtype))
+    quotient = jnp.sqrt(jnp.sum(at_b * at_b, axis=-2)) / where(norms > 0, norms, jnp.ones((), a.dtype))
+    return jnp.minimum(quotient, norms)
 
 
 def _values_from_vectors(a: jax.Array, u: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
