@@ -354,7 +354,12 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     order_desc = jnp.argsort(-norms, axis=-1)
     s = jnp.take_along_axis(norms, order_desc, axis=-1)
     b = jnp.take_along_axis(b, jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], m, n)), axis=-1)
-    u = _orthonormalized(b, full_matrices=full_matrices, unroll=None if not carry_v else False)  # a Loop: 6 nodes, not ~60 n
+    # B's columns over their norms (the same Q): a column of a value far below the largest
+    # (1e-22 of it in float32) has squares under the float range, on which the Householder
+    # steps lose U's orthogonality (0.15 for columns scaled 1e-20..1e20, 8x8); one whose norm is
+    # 0 there is zero (its U column: the completion)
+    unit = where(s > 0, 1 / where(s > 0, s, jnp.ones((), dtype)), jnp.zeros((), dtype))
+    u = _orthonormalized(b * unit[..., None, :], full_matrices=full_matrices, unroll=None if not carry_v else False)  # a Loop: 6 nodes, not ~60 n
     if carry_v:
         v = jnp.take_along_axis(work[..., m : m + n, :n], jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
     else:
