@@ -8,11 +8,13 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+import onnxruntime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
+from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.roundtrip import roundtrip
@@ -232,3 +234,21 @@ def test_unsupported_forms_are_refused(fn, match):
 def test_symbolic_size_is_refused():
     with pytest.raises(ConversionError, match="symbolic size"):
         roundtrip(jnp.linalg.eigvals, [("N", "N")], sizes={"N": [3]})
+
+
+@pytest.mark.parametrize("n", [20, 23])
+def test_eigvals_in_chase_windows_of_structured_matrices(n):
+    """Just above the window threshold (19 rows): the zero matrix, an upper triangular one
+    (deflated before any sweep), a diagonal one, a Hessenberg one with zero subdiagonal entries
+    (blocks) and a NaN entry (all NaN, as JAX's), batched: JAX's values."""
+    g = np.random.default_rng(n).normal(size=(n, n))
+    hess = np.triu(g, -1)
+    blocks = hess * (np.arange(n) % 3 != 0)[None, :]
+    nan = g.copy()
+    nan[2, 3] = np.nan
+    a = np.stack([np.zeros((n, n)), np.triu(g), np.diag(np.arange(n) - 3.0), hess, blocks])
+    assert_exports_match_on(lambda a: _in_order(jnp.linalg.eigvals(a)), a, **_tol(np.float64))
+    model = to_onnx(jnp.linalg.eigvals, [nan[None]], enable_double_precision=True)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ours,) = session.run(None, {session.get_inputs()[0].name: nan[None]})
+    assert np.isnan(ours).all() and np.isnan(np.asarray(jnp.linalg.eigvals(nan[None]))).all()

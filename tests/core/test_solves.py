@@ -269,3 +269,23 @@ def test_tensorsolve_tensorinv_match_jax(dtype):
 def test_expm_polyfit_match_jax(name, fn):
     x = np.random.default_rng(5).normal(size=(4, 4)) / 2
     assert_exports_match_on(fn, x, rtol=1e-8, atol=1e-10, jit=True)
+
+
+@pytest.mark.parametrize("n", [4, 9])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_solve_elimination_keeps_each_batch_element_and_column_apart(n, dtype):
+    """One elimination on [a | b] for the whole batch: a singular matrix (a zero column) next to
+    regular ones, a NaN and an inf in b only, b with zero columns: each element's and each
+    column's values (or inf/NaN pattern) as JAX's; a symbolic number of right-hand sides."""
+    rng = np.random.default_rng(n)
+    a = rng.normal(size=(3, n, n)).astype(dtype)
+    a[1, :, 2] = 0
+    b = rng.normal(size=(3, n, 2)).astype(dtype)
+    b[0, 1, 0], b[2, 2, 1] = np.nan, np.inf
+    tol = {"rtol": 1e-3, "atol": 1e-4} if dtype == np.float32 else _tol(dtype)
+    assert_exports_match_on(jnp.linalg.solve, a, b, jit=True, **tol)
+    assert_exports_match_on(jnp.linalg.inv, a, jit=True, **tol)
+    assert_exports_match_on(jnp.linalg.solve, a, np.zeros((3, n, 0), dtype), jit=True)
+    name = np.dtype(dtype).name
+    assert_exports_match(jnp.linalg.solve, [((n, n), name), ((n, "K"), name)], sizes={"K": [1, 3]},
+                         enable_double_precision=dtype == np.float64, **tol)
