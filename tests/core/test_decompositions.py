@@ -447,6 +447,26 @@ def test_half_precision_factorization_is_refused_with_the_fix(name, fn, dtype):
     assert "a.astype(jnp.float32)" in message and f".astype(jnp.{dtype})" in message, message
 
 
+# float32 matrices in a model exported with enable_double_precision=True (x64 on while the
+# algorithms are traced): every result stays float32, as JAX's do
+FLOAT32_UNDER_X64 = {
+    "lu": lambda a: lax.linalg.lu(a), "det": jnp.linalg.det, "inv": jnp.linalg.inv,
+    "solve": lambda a: jnp.linalg.solve(a, a[:, :2]), "cholesky": lambda a: jnp.linalg.cholesky(a @ a.T + a.shape[0] * jnp.eye(a.shape[0], dtype=a.dtype)),
+    "qr": jnp.linalg.qr, "eigh": lambda a: jnp.linalg.eigvalsh(a + a.T), "svdvals": jnp.linalg.svdvals,
+    "eigvals": lambda a: (jnp.sort(jnp.linalg.eigvals(a).real), jnp.sort(jnp.abs(jnp.linalg.eigvals(a).imag))), "expm": lambda a: jsl.expm(0.1 * a),
+}
+
+
+@pytest.mark.parametrize("n", [3, 20])
+@pytest.mark.parametrize("name", FLOAT32_UNDER_X64)
+def test_float32_matrices_with_double_precision_enabled(name, n):
+    """lu's masks once took a Python scalar's dtype (float64 with x64 on) and widened the
+    float32 matrix: an internal error at export (5x5), a failed trace (20x20)."""
+    a = general(n, (), n)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if n == 20 else {"rtol": 1e-5, "atol": 1e-5}
+    assert_exports_match_on(FLOAT32_UNDER_X64[name], a, enable_double_precision=True, jit=True, **tol)
+
+
 # -- graph size --------------------------------------------------------------------------------
 @pytest.mark.parametrize(("fn", "limit"), [
     (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 30),  # 8 of them JAX's tril

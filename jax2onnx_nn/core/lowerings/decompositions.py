@@ -128,8 +128,10 @@ def where(which: jax.Array, x: Any, y: Any) -> jax.Array:
     adds a sign fix-up for a -0.0 picked from ``x`` and an ``Expand`` per broadcast operand,
     five nodes where the masks here need one. A zero the masks pick may lose its sign; LAPACK
     promises none either."""
-    x = jnp.asarray(x)
-    return _bare(_SELECT, jnp.where, which, x, jnp.asarray(y, x.dtype))
+    # a Python scalar takes the array's dtype (weak typing: with x64 on, jnp.asarray(1.0)
+    # alone is float64 and would widen a float32 matrix)
+    dtype = jnp.result_type(x, y)
+    return _bare(_SELECT, jnp.where, which, jnp.asarray(x, dtype), jnp.asarray(y, dtype))
 
 
 def _pick(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
