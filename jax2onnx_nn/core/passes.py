@@ -105,11 +105,12 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         source = node.inputs[0]
         names = [out.name for out in node.outputs]
         renamed = (
-            not in_function and node.op_type in _MOVING_OPS and source is not None and len(source.uses()) == 1
+            not in_function and (node.op_type in _MOVING_OPS or exact_cast) and source is not None and len(source.uses()) == 1
             and source.name and graph.initializers.get(source.name) is source
         )
         if renamed and len(names) == 1:
-            # a rearranged weight keeps the weight's name (``bn.mean``); the original is dropped
+            # a rearranged (or exactly converted) weight keeps the weight's name (``bn.mean``,
+            # an integer counter read as a float); the original is dropped
             names[0], source.name = source.name, _unused_name(graph, f"{source.name}/original")
         elif renamed:  # the parts of a split weight are named after it
             names = [_unused_name(graph, f"{source.name}_{i}") for i in range(len(names))]
