@@ -252,3 +252,16 @@ def test_eigvals_in_chase_windows_of_structured_matrices(n):
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (ours,) = session.run(None, {session.get_inputs()[0].name: nan[None]})
     assert np.isnan(ours).all() and np.isnan(np.asarray(jnp.linalg.eigvals(nan[None]))).all()
+
+
+@pytest.mark.parametrize("n", [4, 8, 20])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eig_of_a_cyclic_permutation(n, dtype):
+    """The Wilkinson shift of a cyclic permutation is 0, on which QR leaves the matrix as it
+    is: without zlahqr's exceptional shift after STALLED_SWEEPS sweeps without a deflation at
+    the block's bottom its values came out all 0, not the n-th roots of unity; next to a
+    Gaussian matrix in the batch (which deflates on its own)."""
+    a = np.stack([np.roll(np.eye(n), 1, axis=0), np.random.default_rng(n).normal(size=(n, n))]).astype(dtype)
+    # (values only: every entry of its vectors has the same modulus, so the phase convention's
+    # largest entry is a tie that rounding decides)
+    assert_exports_match_on(lambda a: _in_order(jnp.linalg.eigvals(a)), a, **_eig_tol(dtype))

@@ -115,13 +115,16 @@ def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.V
 # nothing in accuracy (a deflated matrix is left as it is), and the loop stops at the first
 # sweep that finds the whole batch deflated. 4 per row converged every one of
 # 200 Gaussian matrices at n = 5 and 16 in float64 (3 per row missed 9 at n = 16). zlahqr's
-# exceptional shifts, applied every k-th sweep without its stagnation count, made it worse.
+# exceptional shifts, applied every k-th sweep without its stagnation count, made it worse;
+# with it (STALLED_SWEEPS sweeps without a deflation at the block's bottom) they only change
+# the matrices on which the Wilkinson shift stalls (a cyclic permutation's is 0).
 # Measured no faster (float32 batch 8, onnxruntime CPU time): two bulges chased in one step
 # two rows apart (the trailing 2x2's two eigenvalues as shifts, rows and columns of both
 # rotations as one 4-row and one 4-column slice): 26 -> 22 sweeps at 16x16 but as many
 # chase steps (263), 99 -> 141 nodes per step, eigvals 16x16 23 -> 38 ms; slices without
 # negative-index wrapping (allow_negative_indices=False): 99 -> 93 nodes per step, same time.
 QR_SWEEPS_PER_ROW = 4
+STALLED_SWEEPS = 10  # sweeps without a deflation at the active block's bottom: an exceptional shift
 QR_SWEEPS_EXTRA = 8
 # A sweep's chase steps run in windows of this many steps on the block of rows and columns
 # they touch (steps k0..k0+W-1 rotate rows and columns k0..k0+W and read column k0-1: a
@@ -330,7 +333,7 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
     u_eye = parts(_grid(jnp.zeros((*a.shape[:-2], size, size), a.dtype))[-1])
 
     def sweep(carry: tuple) -> tuple:
-        hz, count, _ = carry
+        hz, count, _, last_hi, stalled = carry
         # the diagonal, sub- and superdiagonal as (real, imag) parts (..., n) (sub[0] and
         # sup[n-1] are 0): strided slices of h read as one line, not masked sums of h
         d, sub_h, sup_h = _diagonals(hz[0])
@@ -347,6 +350,12 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         at = lambda line, i: tuple(jnp.sum(where(ids == i[..., 0], p, zero), axis=-1, keepdims=True)[..., None] for p in line)  # noqa: E731
         entries = [at(d, hi1), at(sup_h, hi1), at(sub_h, hi), at(d, hi)]
         shift = _wilkinson_shift(*entries)
+        # zlahqr's exceptional shift after STALLED_SWEEPS sweeps without a deflation at the
+        # block's bottom: h[hi, hi] + 3/4 |Re h[hi, hi-1]| (the Wilkinson shift of a cyclic
+        # permutation is 0, on which QR leaves it as it is: its values came out 0)
+        stalled = where(hi == last_hi, stalled + 1, 0)
+        exceptional = (stalled > 0) & (stalled % STALLED_SWEEPS == 0)
+        shift = (where(exceptional, entries[3][0] + 0.75 * jnp.abs(entries[2][0]), shift[0]), where(exceptional, entries[3][1], shift[1]))
 
         def chase(k: Any, r0: Any, wz: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             # step k of the sweep on the window wz = (w, u) whose row and column 0 is r0
@@ -383,13 +392,14 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         else:
             windows = (jnp.maximum(stop - start, 0) + CHASE_WINDOW - 1) // CHASE_WINDOW
             hz = lax.fori_loop(0, windows, window, hz)
-        return hz, count + 1, jnp.any(live)
+        return hz, count + 1, jnp.any(live), hi.astype(jnp.int32), stalled.astype(jnp.int32)
 
     # until a sweep finds every matrix of the batch deflated (the sweeps after it would
     # change nothing), at most the fixed budget
     limit = QR_SWEEPS_PER_ROW * n + QR_SWEEPS_EXTRA
-    init = (hz, jnp.zeros((), jnp.int32), jnp.ones((), bool))
-    hz, _, _ = lax.while_loop(lambda c: c[2] & (c[1] < limit), sweep, init)
+    no_row = jnp.full((*a.shape[:-2], 1, 1), -1, jnp.int32)
+    init = (hz, jnp.zeros((), jnp.int32), jnp.ones((), bool), no_row, jnp.zeros_like(no_row))
+    hz = lax.while_loop(lambda c: c[2] & (c[1] < limit), sweep, init)[0]
     t = lax.complex(*(where(rows > cols, zero, p) for p in h_parts(hz)))
     return t, lax.complex(hz[1][..., 0, :], hz[1][..., 1, :]) if vectors else None
 
