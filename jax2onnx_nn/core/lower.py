@@ -21,6 +21,7 @@ from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import value_range
 from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.graph import (
     GraphBuilder,
     dim_name,
@@ -179,9 +180,11 @@ class Lowerer:
         finally:
             builder.doc_string = previous_doc
         if len(outs) != len(eqn.outvars):
-            raise AssertionError(f"rule for {name} returned {len(outs)} values for {len(eqn.outvars)} outputs")
+            raise _rule_bug(eqn, f"returned {len(outs)} values for {len(eqn.outvars)} outputs")
         for var, value in zip(eqn.outvars, outs, strict=True):
-            self._stamp(value, var.aval, name)
+            wrong = self._stamp(value, var.aval)
+            if wrong:
+                raise _rule_bug(eqn, wrong)
         value_range.propagate(eqn, outs, ranges)
         return outs
 
@@ -207,16 +210,15 @@ class Lowerer:
             return jaxpr
         return None
 
-    def _stamp(self, value: ir.Value, aval: Any, prim: str) -> None:
+    def _stamp(self, value: ir.Value, aval: Any) -> str | None:
+        """Give ``value`` the type and shape of ``aval``; what disagrees, if anything (graph
+        inputs and constants passed through are typed already)."""
         dtype, shape = onnx_aval(aval)
-        if value.type is not None and value.dtype is not None and value.producer() is None:
-            # graph inputs / constants passed through: already typed; they must agree
-            if value.dtype.numpy() != dtype:
-                raise AssertionError(f"lowering of {prim} returned {value.dtype} where JAX has {dtype}")
-            return
         if value.dtype is not None and value.dtype.numpy() != dtype:
-            raise AssertionError(f"lowering of {prim} returned {value.dtype} where JAX has {dtype}")
-        set_type(value, dtype, shape)
+            return f"returned {value.dtype.name} where JAX has {np.dtype(dtype).name}"
+        if value.type is None or value.producer() is not None:
+            set_type(value, dtype, shape)
+        return None
 
     def _lower_call(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         keys = CALL_BODIES.get(eqn.primitive.name, ("body",))
@@ -528,3 +530,14 @@ class LoweringContext:
 
 
 __all__ = ["Index", "Lowerer", "LoweringContext", "OnnxType", "is_float", "onnx_aval", "ir_shape"]
+
+
+def _rule_bug(eqn: Any, what: str) -> ConversionError:
+    """A lowering that disagrees with JAX's avals: a bug of this package (or of a user's
+    registered lowering), reported as what, where and what to do, not as an assertion."""
+    where = jxi.source_line(eqn) or jxi.source_line(eqn, library_ok=True) or "<unknown location>"
+    return ConversionError(
+        f"internal error: the lowering of {eqn.primitive.name} at {where} {what}; nothing was exported. "
+        "This is a bug in jax2onnx_nn (or in a lowering passed with lowerings=): please report it with "
+        "this message. Casting that operation's inputs to another dtype may avoid it meanwhile"
+    )

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import jax.numpy as jnp
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 from jax2onnx_nn import lowering, register, to_onnx
@@ -123,3 +124,22 @@ def test_per_export_lowerings_beat_user_rules(tables):
     model = assert_exports_match(jnp.tanh, [((4,), np.float32)], lowerings={"tanh": _tanh_by_sigmoid})
     assert "Sigmoid" in _ops(model) and "Exp" not in _ops(model)
     assert "Exp" in _ops(to_onnx(jnp.tanh, [(3,)]))  # the override was for that export only
+
+
+@pytest.mark.parametrize("wrong", ["dtype", "count"])
+def test_a_rule_that_disagrees_with_jax_is_a_clear_error(wrong):
+    """A lowering whose result has another dtype than JAX's, or another number of results, is
+    a ConversionError naming the primitive, the user's line and what to do, not an assertion."""
+    from jax2onnx_nn import ConversionError
+
+    def bad_tanh(ctx, x, **params):
+        if wrong == "dtype":
+            return ctx.op.Cast(x, to=ir.DataType.DOUBLE)
+        return [ctx.op.Tanh(x), ctx.op.Tanh(x)]
+
+    with pytest.raises(ConversionError) as raised:
+        to_onnx(lambda x: jnp.tanh(x), [((3,), np.float32)], lowerings={"tanh": bad_tanh})
+    message = str(raised.value)
+    assert "internal error: the lowering of tanh at " in message and "test_registry.py" in message, message
+    assert ("returned DOUBLE where JAX has float32" if wrong == "dtype" else "returned 2 values for 1 outputs") in message, message
+    assert "please report it" in message
