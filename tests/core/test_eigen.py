@@ -265,3 +265,21 @@ def test_eig_of_a_cyclic_permutation(n, dtype):
     # (values only: every entry of its vectors has the same modulus, so the phase convention's
     # largest entry is a tie that rounding decides)
     assert_exports_match_on(lambda a: _in_order(jnp.linalg.eigvals(a)), a, **_eig_tol(dtype))
+
+
+@pytest.mark.parametrize("n", [8, 20])
+def test_float32_eigvals_of_entries_from_1e_minus_30_to_1e30(n):
+    """float32 entries whose squares leave float32's range (1e20: 1e40; 1e-30: 1e-60): the
+    matrix is divided by a power of two first (exactly, as svd's), so the values are float64
+    LAPACK's to 1e-5 of the largest (they were NaN at 1e20 and 1e30, half their size at 1e-30;
+    JAX 0.10's own float32 eig is ~1e12 at all four scales on this CPU, so numpy is the reference)."""
+    g = np.random.default_rng(0).normal(size=(n, n))
+    a = np.stack([g * s for s in (1e-30, 1e-20, 1e20, 1e30)]).astype(np.float32)
+    model = to_onnx(jnp.linalg.eigvals, [a])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ours,) = session.run(None, {session.get_inputs()[0].name: a})
+    ours = ours[..., 0] + 1j * ours[..., 1]
+    reference = np.linalg.eigvals(a.astype(np.float64))
+    big = np.max(np.abs(reference), axis=-1, keepdims=True)
+    for part in (np.real, np.imag, np.abs):  # as multisets
+        np.testing.assert_allclose(np.sort(part(ours), axis=-1) / big, np.sort(part(reference), axis=-1) / big, rtol=0, atol=1e-5)

@@ -33,6 +33,7 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     refuse_half_precision,
     where,
 )
+from jax2onnx_nn.core.lowerings.svd import power_of_two_scale
 from jax2onnx_nn.core.registry import lowering
 
 REDUCTION_OPS = ("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop")
@@ -664,10 +665,13 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     """[values, left vectors (u^H a = w u^H) if ``left``, right vectors (a v = w v) if
     ``right``] of a square real or complex ``a``, complex, from its complex Schur form."""
     dtype = jnp.result_type(a.dtype, jnp.complex64)
-    t, z = complex_schur(a, vectors=left or right)
     n = a.shape[-1]
+    # a divided by a power of two (exactly, as svd's) so that no square in the rotations leaves
+    # the float range: float32 entries of 1e20 gave NaN values, of 1e-30 values half their size
+    scale = power_of_two_scale(jnp.abs(a)) if n else jnp.ones((*a.shape[:-2], 1, 1), jnp.abs(a).dtype)
+    t, z = complex_schur(a / scale, vectors=left or right)
     ids = _ids(n)
-    values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1)
+    values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
     out = [values]
     if n == 0:  # no vectors (the substitution's loop cannot even be traced on 0x0)
         return [*out, *[jnp.zeros(a.shape, dtype)] * (left + right)]
