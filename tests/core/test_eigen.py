@@ -283,3 +283,20 @@ def test_float32_eigvals_of_entries_from_1e_minus_30_to_1e30(n):
     big = np.max(np.abs(reference), axis=-1, keepdims=True)
     for part in (np.real, np.imag, np.abs):  # as multisets
         np.testing.assert_allclose(np.sort(part(ours), axis=-1) / big, np.sort(part(reference), axis=-1) / big, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("output", ["complex", "real"])
+def test_float32_schur_of_entries_1e_minus_30_and_1e20(output):
+    """schur divides the matrix by a power of two first, as eig: at 1e20 and 1e-30 (squares
+    past float32's range) t and z were NaN; now z t z^H is a to 1e-5 of max |a|, z unitary."""
+    g = np.random.default_rng(1).normal(size=(6, 6))
+    a = np.stack([g * 1e-30, g * 1e20]).astype(np.float32)
+    model = to_onnx(lambda a: jsl.schur(a, output=output), [a])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    t, z = session.run(None, {session.get_inputs()[0].name: a})
+    if output == "complex":
+        t, z = t[..., 0] + 1j * t[..., 1], z[..., 0] + 1j * z[..., 1]
+    zh = np.conj(np.swapaxes(z, -1, -2))
+    big = np.max(np.abs(a.astype(np.float64)), axis=(-2, -1), keepdims=True)
+    np.testing.assert_allclose(np.abs(z @ t @ zh - a) / big, 0, atol=1e-5)
+    np.testing.assert_allclose(np.abs(zh @ z - np.eye(6)), 0, atol=1e-5)

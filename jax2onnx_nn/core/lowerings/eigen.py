@@ -704,7 +704,7 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
     return lower_as_jax(ctx, fn, [a])
 
 
-@lowering("schur", onnx_ops=(*EIG_OPS, "Pad", "Concat", "Mod", "And", "Cast", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
+@lowering("schur", onnx_ops=(*EIG_OPS, "Gather", "Pad", "Concat", "Mod", "And", "Cast", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
     refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")
@@ -717,7 +717,10 @@ def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, so
     schur = complex_schur if jxi.is_complex_dtype(ctx.aval_in.dtype) else real_schur
 
     def fn(a: jax.Array) -> tuple[jax.Array, ...]:
-        t, z = schur(a)
+        # a divided by a power of two first, as eig's (float32 1e20 or 1e-30: NaN without)
+        scale = power_of_two_scale(jnp.abs(a)) if a.shape[-1] else jnp.ones((*a.shape[:-2], 1, 1), jnp.abs(a).dtype)
+        t, z = schur(a / scale)
+        t = t * scale
         return (t, z) if compute_schur_vectors else (t,)
 
     return lower_as_jax(ctx, fn, [a])
