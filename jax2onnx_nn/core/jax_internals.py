@@ -313,7 +313,9 @@ def special_impl_jaxpr(eqn: Any) -> Any:
 @functools.cache
 def digamma_at_zero() -> float:
     """digamma(0) as this JAX version defines it (NaN up to jax 0.10, -inf from 0.11 on)."""
-    return float(jax.jit(jax.lax.digamma, backend="cpu")(np.float32(0)))
+    # on the CPU device (jit(backend=...) is deprecated from JAX 0.12): the value is what
+    # the exported model is compared against
+    return float(jax.lax.digamma(jax.device_put(np.float32(0), jax.local_devices(backend="cpu")[0])))
 
 
 def callback_function(callback: Any) -> Any | None:
