@@ -668,7 +668,7 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     n = a.shape[-1]
     # a divided by a power of two (exactly, as svd's) so that no square in the rotations leaves
     # the float range: float32 entries of 1e20 gave NaN values, of 1e-30 values half their size
-    scale = power_of_two_scale(jnp.abs(a)) if n else jnp.ones((*a.shape[:-2], 1, 1), jnp.abs(a).dtype)
+    scale = power_of_two_scale(jnp.abs(a))
     t, z = complex_schur(a / scale, vectors=left or right)
     ids = _ids(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
@@ -718,7 +718,7 @@ def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, so
 
     def fn(a: jax.Array) -> tuple[jax.Array, ...]:
         # a divided by a power of two first, as eig's (float32 1e20 or 1e-30: NaN without)
-        scale = power_of_two_scale(jnp.abs(a)) if a.shape[-1] else jnp.ones((*a.shape[:-2], 1, 1), jnp.abs(a).dtype)
+        scale = power_of_two_scale(jnp.abs(a))
         t, z = schur(a / scale)
         t = t * scale
         return (t, z) if compute_schur_vectors else (t,)

@@ -218,7 +218,9 @@ def power_of_two_scale(a: jax.Array) -> jax.Array:
     """The power of two (..., 1, 1) that ``a`` (..., m, n) is divided by (see SCALE_STEP), from
     a table: one comparison with ~64 (float32) or ~512 (float64) entries and one Gather. A zero
     matrix gets the smallest entry, an inf one the largest and a NaN one (no comparison holds)
-    the smallest: either way the NaN or inf stays in the scaled matrix."""
+    the smallest: either way the NaN or inf stays in the scaled matrix; an empty one, 1."""
+    if any(not jxi.is_symbolic_dim(d) and d == 0 for d in a.shape[-2:]):
+        return jnp.ones((*a.shape[:-2], 1, 1), a.dtype)
     top = jnp.finfo(a.dtype).maxexp - 2
     powers = 2.0 ** np.arange(-top, top + 1, SCALE_STEP)
     big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
