@@ -521,9 +521,8 @@ def graph_nodes(graph: ir.Graph | ir.Function) -> list[ir.Node]:
     def walk(g: Any) -> None:
         for node in g:
             nodes.append(node)
-            if node.op_type in _BODY_OPS or node.domain not in ("", "ai.onnx"):  # (node_bodies' test, inline)
-                for body in node_bodies(node):
-                    walk(body)
+            for body in node_bodies(node):
+                walk(body)
 
     walk(graph)
     return nodes
