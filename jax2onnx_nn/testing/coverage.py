@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from jax2onnx_nn.testing.support import read_record
+
 EMITTED_NAME = "emitted_ops.txt"  # beside the lowered record
 
 
@@ -172,19 +174,13 @@ class _Recorder:
     def write(self) -> None:
         emitted_path = self.path.parent / EMITTED_NAME
         if self.merge:
-            self.passed |= _read_names(self.path)
+            self.passed |= read_record(self.path) or set()
             self.emitted |= {(name, op_type) for name, ops in (read_emitted(emitted_path) or {}).items() for op_type in ops}
         lines = ["# Primitives lowered by passing tests; python scripts/gen_support_table.py --record"]
         self.path.write_text("\n".join([*lines, *sorted(self.passed)]) + "\n")
         head = ["# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py --record"]
         pairs = [f"{name} {op_type}" for name, op_type in sorted(self.emitted)]
         emitted_path.write_text("\n".join([*head, *pairs]) + "\n")
-
-
-def _read_names(path: pathlib.Path) -> set[str]:
-    if not path.exists():
-        return set()
-    return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
