@@ -28,6 +28,7 @@ from jax2onnx_nn.core.graph import GraphBuilder
 from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
 from jax2onnx_nn.core.lowerings.control_flow import warn_unpoisoned
+from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.opset_forms import has_op, missing_types
 from jax2onnx_nn.core.passes import (
     all_nodes,
@@ -266,18 +267,10 @@ def _positional_names(fn: Any) -> list[str]:
     """The names of ``fn``'s positional parameters (graph input names), asked of
     ``inspect.signature`` once per function code: a plain function, or a callable object
     whose class's ``__call__`` is one (a module), is keyed by that code."""
-    key = _signature_key(fn)
-    names = _POSITIONAL_NAMES.get(key) if key is not None else None
-    if names is None:
-        names = _signature_names(fn)
-        if key is not None:
-            if len(_POSITIONAL_NAMES) >= 256:
-                _POSITIONAL_NAMES.clear()
-            _POSITIONAL_NAMES[key] = names
-    return list(names)
+    return list(_POSITIONAL_NAMES.get_or_make(_signature_key(fn), lambda: _signature_names(fn)))
 
 
-_POSITIONAL_NAMES: dict[Any, list[str]] = {}
+_POSITIONAL_NAMES: BoundedMemo[list[str]] = BoundedMemo(256)
 
 
 def _signature_key(fn: Any) -> Any:

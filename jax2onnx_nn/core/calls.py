@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ import jax
 import numpy as np
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.session import active_options, export_memo
 
 
@@ -49,8 +49,7 @@ class _Trace:
     out_tree: Any
 
 
-_CACHE_SIZE = 512
-_TRACES: OrderedDict[Hashable, _Trace] = OrderedDict()
+_TRACES: BoundedMemo[_Trace] = BoundedMemo(512)
 
 
 def _frozen(value: Any) -> Hashable:
@@ -126,9 +125,8 @@ def trace_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
         leaves, treedef, key = [], None, None
     else:
         key = _call_key(original, leaves, treedef)
-    cached = _TRACES.get(key) if key is not None else None
+    cached = _TRACES.get(key)
     if cached is not None:
-        _TRACES.move_to_end(key)
         consts = [leaves[i] for i in cached.const_leaves]
         return arrays, cached.body, [*consts, *arrays], cached.out_tree, len(consts)
 
@@ -141,9 +139,7 @@ def trace_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     out_tree = jax.tree_util.tree_structure(out_shape)
     positions = _const_positions(consts, leaves) if key is not None else None
     if positions is not None:
-        _TRACES[key] = _Trace(body, positions, out_tree)
-        if len(_TRACES) > _CACHE_SIZE:
-            _TRACES.popitem(last=False)
+        _TRACES.put(key, _Trace(body, positions, out_tree))
     return arrays, body, [*consts, *arrays], out_tree, len(consts)
 
 

@@ -16,7 +16,6 @@ import re
 import sys
 import types
 import weakref
-from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from typing import Any
 
@@ -24,6 +23,8 @@ import jax
 import jax.extend as jex
 import numpy as np
 from jax import export as jax_export
+
+from jax2onnx_nn.core.memo import BoundedMemo
 
 Jaxpr = jex.core.Jaxpr
 ClosedJaxpr = jex.core.ClosedJaxpr
@@ -501,8 +502,7 @@ def rebind_under_vmap(name: str) -> None:
     _REBOUND_UNDER_VMAP.add(name)
 
 
-_BATCHED_CACHE_SIZE = 512
-_BATCHED: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()
+_BATCHED: BoundedMemo[tuple[Any, Any]] = BoundedMemo(512)
 
 
 def batched_body(body: Any, in_axes: list[int | None], args: list[Any]) -> Any:
@@ -514,9 +514,8 @@ def batched_body(body: Any, in_axes: list[int | None], args: list[Any]) -> Any:
         hash(key)
     except TypeError:  # pragma: no cover - an aval that does not hash: traced each time
         key = None
-    hit = _BATCHED.get(key) if key is not None else None
+    hit = _BATCHED.get(key)
     if hit is not None and hit[0] is body:
-        _BATCHED.move_to_end(key)
         return hit[1]
     fn = jex.core.jaxpr_as_fun(body)
 
@@ -524,10 +523,7 @@ def batched_body(body: Any, in_axes: list[int | None], args: list[Any]) -> Any:
         return fn(*xs)
 
     batched = jax.make_jaxpr(jax.vmap(run, in_axes=list(in_axes)))(*args)
-    if key is not None:
-        _BATCHED[key] = (body, batched)  # holding body keeps id(body) unique
-        if len(_BATCHED) > _BATCHED_CACHE_SIZE:
-            _BATCHED.popitem(last=False)
+    _BATCHED.put(key, (body, batched))  # holding body keeps id(body) unique
     return batched
 
 

@@ -14,6 +14,7 @@ import onnx_ir.passes.common as common
 from onnx.reference import ReferenceEvaluator
 
 from jax2onnx_nn.core.graph import dtype_name, is_required, numpy_tensor, tensor_bytes
+from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.opset_forms import schema
 
 _INFERENCE_CONST_SIZE = 1024  # initializers up to this many elements keep their data for inference
@@ -160,8 +161,8 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
         if attributes is not None:
             key = (opset, node.op_identifier(), len(node.outputs), attributes,
                    *(None if a is None else (a.dtype, a.shape, a.tobytes()) for a in arrays))
-            if key in _EVALUATED:
-                known = _EVALUATED[key]
+            known = _EVALUATED.get(key, _UNKNOWN)
+            if known is not _UNKNOWN:
                 return None if known is None else [a.copy() for a in known]
     try:
         proto = ir.serde.serialize_node(node)
@@ -175,15 +176,13 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
     feeds = {n: a for n, a in zip(names, arrays, strict=True) if a is not None}
     results = _reference_result(proto, feeds, opset)
     if key is not None:
-        if len(_EVALUATED) >= _EVALUATED_ENTRIES:
-            _EVALUATED.clear()
-        _EVALUATED[key] = None if results is None else [a.copy() for a in results]
+        _EVALUATED.put(key, None if results is None else [a.copy() for a in results])
     return results
 
 
-_EVALUATED: dict[tuple[Any, ...], list[np.ndarray] | None] = {}
 _EVALUATED_INPUT_BYTES = 1 << 12  # folds of inputs up to this size are remembered ...
-_EVALUATED_ENTRIES = 4096  # ... this many at most
+_EVALUATED: BoundedMemo[list[np.ndarray] | None] = BoundedMemo(4096)  # ... this many at most
+_UNKNOWN: Any = object()
 
 
 def _reference_result(proto: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:

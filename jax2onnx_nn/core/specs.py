@@ -31,6 +31,7 @@ import numpy as np
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import SpecError, user_stacklevel
+from jax2onnx_nn.core.memo import BoundedMemo
 
 # What JAX computes a 64-bit dtype as when x64 is off (jax.dtypes.canonicalize_dtype, without
 # reading the global flag: the export's own enable_double_precision decides).
@@ -229,14 +230,9 @@ def parse_specs(
             what was expected.
     """
     key = _specs_key(inputs, input_params, enable_double_precision, constraints, arg_names)
-    known = _PARSED.get(key) if key is not None else None
-    if known is None:
-        known = _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names)
-        if key is not None:
-            if len(_PARSED) >= _PARSED_ENTRIES:
-                _PARSED.clear()
-            _PARSED[key] = known
-    specs, narrowed = known
+    specs, narrowed = _PARSED.get_or_make(
+        key, lambda: _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names)
+    )
     if warn and narrowed:  # (every export that narrows says so, parsed now or before)
         warnings.warn(
             "enable_double_precision is off, so these inputs are traced at 32 bits, as jax.jit "
@@ -248,8 +244,7 @@ def parse_specs(
     return specs
 
 
-_PARSED: dict[Any, tuple[InputSpecs, list[str]]] = {}
-_PARSED_ENTRIES = 256
+_PARSED: BoundedMemo[tuple[InputSpecs, list[str]]] = BoundedMemo(256)
 _PLAIN = (int, float, complex, bool, str, type(None))
 
 

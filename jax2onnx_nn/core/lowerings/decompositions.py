@@ -49,6 +49,7 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim
 
@@ -77,17 +78,11 @@ def lower_as_jax(
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (ctx.avals_in if avals is None else avals)]
     static = not any(jxi.is_symbolic_dim(d) for a in ctx.avals_in for d in a.shape)
     key = (cache_key, tuple((s.shape, str(s.dtype)) for s in specs), bool(jax.config.jax_enable_x64))
-    closed = _TRACES.get(key) if cache_key is not None and static else None
-    if closed is None:
-        closed = jax.make_jaxpr(fn)(*specs)
-        if cache_key is not None and static:
-            if len(_TRACES) >= 256:
-                del _TRACES[next(iter(_TRACES))]
-            _TRACES[key] = closed
+    closed = _TRACES.get_or_make(key if cache_key is not None and static else None, lambda: jax.make_jaxpr(fn)(*specs))
     return ctx.lower_sub(closed, list(operands))
 
 
-_TRACES: dict[Hashable, Any] = {}
+_TRACES: BoundedMemo[Any] = BoundedMemo(256)
 
 
 # -- the step machinery: unrolled for small static sizes, an ONNX Loop otherwise ----------------
