@@ -35,7 +35,9 @@ from jax2onnx_nn.core.passes import (
     cleanup,
     fill_missing_types,
     inline_functions,
+    op_census,
     relabel_transposes,
+    run_if_present,
     vector_times_untransposed,
 )
 from jax2onnx_nn.core.patching import export_session
@@ -189,9 +191,10 @@ def export_model(
     apply_rewrites(model, config.target.late_rewrites)  # after the clean-up, which would undo them
     progress.update("passes", 2, 3)
     fill_missing_types(model)
-    vector_times_untransposed(model)  # ranks known now; onnxruntime miscomputes the other form
-    relabel_transposes(model)  # shapes known now (a rule's own Transposes)
-    _check_target_ops(model, config.target, config.opset)
+    census = op_census(model)  # (the op types the passes below and the target check ask for)
+    run_if_present(vector_times_untransposed, model, census)  # ranks known now; onnxruntime miscomputes the other form
+    run_if_present(relabel_transposes, model, census)  # shapes known now (a rule's own Transposes)
+    _check_target_ops(model, census, config.target, config.opset)
     progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress
     if timings is not None:
@@ -199,19 +202,17 @@ def export_model(
     return model
 
 
-def _check_target_ops(model: ir.Model, profile: Target, opset: int) -> None:
+def _check_target_ops(model: ir.Model, census: set[str], profile: Target, opset: int) -> None:
     """Ops the opset does not define or the target cannot run, named with the source lines
-    that made them, before writing."""
+    that made them, before writing. ``census``: the model's op types of the default domain
+    (or more, :func:`~jax2onnx_nn.core.passes.op_census`), each asked once; the nodes are
+    walked only to name the lines of the ops missing."""
+    lacking = {op for op in census if not (has_op(op, opset) and profile.runs(op))}
     missing: dict[str, list[str]] = {}
-    runs: dict[str, bool] = {}  # per op type, asked once (a schema lookup each)
-    nodes = [node for node, _ in all_nodes(model)]
-    for node in nodes:
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if node.op_type not in runs:
-            runs[node.op_type] = has_op(node.op_type, opset) and profile.runs(node.op_type)
-        if not runs[node.op_type]:
-            missing.setdefault(node.op_type, []).append(_made_at(node))
+    if lacking:
+        for node, _ in all_nodes(model):
+            if node.domain in ("", "ai.onnx") and node.op_type in lacking:
+                missing.setdefault(node.op_type, []).append(_made_at(node))
     if missing:
         by_target = any(has_op(op, opset) for op in missing)
         lacks = f"target {profile.name} cannot run" if by_target else f"opset {opset} does not define"

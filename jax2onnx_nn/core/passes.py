@@ -38,10 +38,40 @@ _MERGE_MIN_BYTES = 1 << 16  # equal initializers at least this large are stored 
 _SHARED_WEIGHT_BYTES = 1 << 16  # above this, a weight also read elsewhere is not folded into a copy
 
 
+def rewrites(acts_on: frozenset[str] | set[str], creates: frozenset[str] | set[str] = frozenset()) -> Any:
+    """Declare the op types of the default domain a pass rewrites (``acts_on``: with none of
+    them in the model it changes nothing) and the op types it may add (``creates``), so
+    that :func:`run_if_present` can skip it on a model whose :func:`op_census` lacks them."""
+
+    def declare(pass_: Any) -> Any:
+        pass_.acts_on, pass_.creates = frozenset(acts_on), frozenset(creates)
+        return pass_
+
+    return declare
+
+
+def op_census(model: ir.Model) -> set[str]:
+    """The op types of the default domain anywhere in ``model`` (main graph, bodies, function
+    bodies), in one walk: what the passes declared with :func:`rewrites` are asked against,
+    instead of each walking the whole model to find nothing to do."""
+    return {n.op_type for n, _ in all_nodes(model) if n.domain in ("", "ai.onnx")}
+
+
+def run_if_present(pass_: Any, model: ir.Model, census: set[str]) -> Any:
+    """``pass_(model)`` when the model holds an op type it rewrites (else None, nothing
+    walked); the op types it may add join ``census``, which stays a superset of the
+    model's op types while passes only remove, move or add declared ones."""
+    if census.isdisjoint(pass_.acts_on):
+        return None
+    census |= pass_.creates
+    return pass_(model)
+
+
 def _exact_dtype(dtype: ir.DataType | None) -> bool:
     return dtype is not None and (dtype.is_integer() or dtype == ir.DataType.BOOL)
 
 
+@rewrites(_FOLDABLE, creates={"Constant"})
 def fold_constants(model: ir.Model) -> int:
     """Replace nodes whose inputs are all constants by constants holding their result, for
     ops whose result is exact (element moves and selections of any dtype, integer and bool
@@ -354,6 +384,7 @@ def _insert_before(node: ir.Node, op_type: str, inputs: list[ir.Value], attribut
     return new.outputs[0]
 
 
+@rewrites({"Transpose", "Cast", *_SHAPE_OPS}, creates={"Transpose", "Cast", "Reshape", "Constant"})
 def cancel_layout_chains(model: ir.Model) -> int:
     """Back-to-back Transposes, Casts and shape ops (Reshape, Squeeze, Unsqueeze, Flatten)
     become one node, or none when the pair is the identity (``x.T.T``, ``squeeze(expand_dims(x))``,
@@ -429,6 +460,7 @@ def _relabelling_shape(node: ir.Node) -> list[int] | None:
     return target
 
 
+@rewrites({"Transpose"}, creates={"Reshape", "Constant"})
 def relabel_transposes(model: ir.Model) -> int:
     """A Transpose that moves only axes of size 1 (``(B, 4, 1) -> (B, 1, 4)``, JAX's
     ``swapaxes`` of a vector) becomes a Reshape: no element moves, and the Reshapes merge with
@@ -478,6 +510,7 @@ def _reduced_axes(node: ir.Node, rank: int) -> list[int] | None:
     return sorted(a % rank for a in axes)
 
 
+@rewrites(_REDUCTIONS)
 def keep_reduced_dims(model: ir.Model) -> int:
     """``ReduceX(keepdims=0)`` read only by an ``Unsqueeze`` of exactly the reduced axes (JAX's
     ``keepdims=True``: a reduction then a broadcast_in_dim/expand_dims) becomes one
@@ -877,6 +910,7 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
     return new_split
 
 
+@rewrites({"Split"}, creates={"Split", "Reshape", "Transpose", "Constant"})
 def hoist_layout_over_split(model: ir.Model) -> int:
     """A Split whose outputs are each reshaped the same way (attention's heads:
     ``split(qkv, 3)`` then each ``(B, T, C) -> (B, T, N, H)``) or transposed mostly by one perm
@@ -1038,6 +1072,7 @@ _HOISTABLE = frozenset({
 })
 
 
+@rewrites({"Loop", "Scan"})
 def hoist_loop_invariants(model: ir.Model) -> int:
     """Move nodes of a ``Loop`` or ``Scan`` body whose inputs all come from outside the body
     (constants, values of the enclosing graph, or such nodes) in front of the loop, so that
@@ -1196,6 +1231,7 @@ def _prune_loop(loop: ir.Node) -> int:
     return len(dead) + removed
 
 
+@rewrites({"Loop", "Scan"})
 def remove_dead_loop_state(model: ir.Model) -> int:
     """Drop the states of ``Loop`` and ``Scan`` nodes whose final value nobody reads and
     which feed nothing kept inside the body (another kept state, a Loop's condition, a kept
@@ -1395,14 +1431,15 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = T
     ``loop_state=False``: keep unread loop states (:func:`remove_dead_loop_state` is left
     out, for the clean-up after target rewrites that add such states on purpose: tract's
     counter state)."""
-    hoist_loop_invariants(model)
-    fold_constants(model)
+    census = op_census(model)  # the passes that rewrite op types the model lacks are skipped
+    run_if_present(hoist_loop_invariants, model, census)
+    run_if_present(fold_constants, model, census)
     simplify_plumbing(model)
-    hoist_layout_over_split(model)
-    cancel_layout_chains(model)
-    keep_reduced_dims(model)
+    run_if_present(hoist_layout_over_split, model, census)
+    run_if_present(cancel_layout_chains, model, census)
+    run_if_present(keep_reduced_dims, model, census)
     remove_unused_nodes(model)  # the folding below needs exact reader counts
-    if loop_state and remove_dead_loop_state(model):
+    if loop_state and run_if_present(remove_dead_loop_state, model, census):
         remove_unused_nodes(model)  # what fed the dropped states' initial values
     if fold_weights:
         fold_into_weights(model)
@@ -1415,6 +1452,7 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = T
         common.RemoveUnusedFunctionsPass()(model)
 
 
+@rewrites({"MatMul"})
 def vector_times_untransposed(model: ir.Model) -> int:
     """``MatMul(Transpose(x), v)`` (last two dims swapped, ``v`` a vector) -> ``MatMul(v, x)``.
 
