@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import kernels, opset_forms
+from jax2onnx_nn.core.memo import BoundedMemo
 
 _SMALL_CONST = 256  # constants up to this many elements are deduplicated by content
 
@@ -288,12 +289,20 @@ def dtype_name(dtype: np.dtype) -> str:
 
 
 def _const_name(array: np.ndarray) -> str:
-    if array.size == 1:
-        v = array.reshape(()).item()
-        text = str(v).replace("-", "m").replace(".", "p").replace("+", "")
-        if len(text) <= 12 and text.replace("_", "").isalnum():
-            return f"const_{dtype_name(array.dtype)}_{text}" + ("" if array.ndim == 0 else f"_r{array.ndim}")
+    if array.size == 1:  # named after its value: asked again by every export (str of a float: ~2 us)
+        return _SCALAR_NAMES.get_or_make((array.dtype, array.ndim, array.tobytes()), lambda: _scalar_name(array))
     return f"const_{dtype_name(array.dtype)}"
+
+
+def _scalar_name(array: np.ndarray) -> str:
+    v = array.reshape(()).item()
+    text = str(v).replace("-", "m").replace(".", "p").replace("+", "")
+    if len(text) <= 12 and text.replace("_", "").isalnum():
+        return f"const_{dtype_name(array.dtype)}_{text}" + ("" if array.ndim == 0 else f"_r{array.ndim}")
+    return f"const_{dtype_name(array.dtype)}"
+
+
+_SCALAR_NAMES: BoundedMemo[str] = BoundedMemo(4096)
 
 
 def _attr(value: Any) -> Any:
@@ -352,8 +361,11 @@ def _attribute(name: str, value: Any) -> ir.Attr:
 
 
 def set_type(value: ir.Value, dtype: Any, shape: Sequence[Any] | None) -> None:
-    """Stamp dtype and shape on a value (the interpreter calls this once per eqn output)."""
-    value.type = ir.TensorType(ir_dtype(dtype))
+    """Stamp dtype and shape on a value (the interpreter calls this once per eqn output; the
+    tensor type the builder gave a node's output is kept when it says the same)."""
+    element = ir_dtype(dtype)
+    if not (type(value.type) is ir.TensorType and value.type.dtype == element):
+        value.type = ir.TensorType(element)
     value.shape = ir_shape(shape) if shape is not None else None
 
 

@@ -154,11 +154,18 @@ def source_line(eqn: Any, *, library_ok: bool = False) -> str:
             )
         if found is None:
             return ""
-        frame = _source_info_util.raw_frame_to_frame(codes[found], lastis[found])
-        column = f":{frame.start_column}" if frame.start_column else ""
-        return f"{frame.file_name}:{frame.start_line}{column} ({frame.function_name})"
+        return _LINES.get_or_make((codes[found], lastis[found]), lambda: _line(codes[found], lastis[found]))
     except Exception:  # pragma: no cover - defensive: source info is best effort
         return ""
+
+
+def _line(code: types.CodeType, lasti: int) -> str:
+    frame = _source_info_util.raw_frame_to_frame(code, lasti)
+    column = f":{frame.start_column}" if frame.start_column else ""
+    return f"{frame.file_name}:{frame.start_line}{column} ({frame.function_name})"
+
+
+_LINES: BoundedMemo[str] = BoundedMemo(4096)  # (code, instruction) -> its line: each warm export asks again
 
 
 def name_stack(eqn: Any) -> str:
