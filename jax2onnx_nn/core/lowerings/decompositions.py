@@ -165,13 +165,46 @@ def take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
     return _bare(_TAKE_ROWS, lambda x, rows: jnp.take_along_axis(x, rows, axis=-2), x, rows)
 
 
-def put_row(x: jax.Array, p: jax.Array, row: jax.Array) -> jax.Array:
-    """``x`` (..., m, c) with its row ``p`` (..., 1, 1) replaced by ``row`` (..., 1, c): one
-    ONNX ``ScatterElements``."""
-    return _bare(_PUT_ROW, lambda x, p, row: jnp.where(lax.broadcasted_iota(p.dtype, x.shape, x.ndim - 2) == p, row, x), x, p, row)
+def drop_pivot_row(x: jax.Array, p: jax.Array) -> jax.Array:
+    """The rows of ``x`` (..., m, c) left after an elimination step on pivot row ``p``
+    (..., 1, 1): getrf's swap puts row 0 where row ``p`` was, then row 0 leaves, so the rows
+    keep LAPACK's order (the next pivot search's ties). One ONNX ``ScatterElements`` and two
+    Slices; of two rows, the one that is not ``p``: one ``GatherElements`` at 1 - p."""
+    return _bare(_DROP_PIVOT_ROW, _drop_pivot_row_reference, x, p)
 
 
-_TAKE_ROWS, _PUT_ROW = "linalg_take_rows", "linalg_put_row"
+def _drop_pivot_row_reference(x: jax.Array, p: jax.Array) -> jax.Array:
+    return jnp.where(lax.broadcasted_iota(p.dtype, x.shape, x.ndim - 2) == p, x[..., :1, :], x)[..., 1:, :]
+
+
+def step_pivots(rows: Sequence[jax.Array]) -> jax.Array:
+    """getrf's 0-based ``ipiv`` (..., steps) int32 from each step's pivot row among the rows it
+    had left (``first_argmax`` results or int32 constants, (..., 1, 1) each): row + step. One
+    Concat of the ArgMaxes' own int64 results and one Cast, where each step's ArgMax would
+    otherwise be cast on its own."""
+    return _bare(_STEP_PIVOTS, _step_pivots_reference, *rows)
+
+
+def _step_pivots_reference(*rows: jax.Array) -> jax.Array:
+    return (jnp.concatenate(rows, axis=-1)[..., 0, :] + _ids(len(rows))).astype(jnp.int32)
+
+
+@lowering("linalg_step_pivots", onnx_ops=("Concat", "Squeeze", "Add", "Cast"))
+def _linalg_step_pivots(ctx: LoweringContext, *rows: ir.Value, body: Any) -> ir.Value:
+    del body  # _step_pivots_reference, in int64 until the end: exact for row indices
+    wide = []
+    for row in rows:
+        producer = row.producer()
+        looked_through = producer is not None and producer.op_type == "Cast" and producer.inputs[0].dtype == ir.DataType.INT64
+        wide.append(producer.inputs[0] if looked_through else ctx.cast(row, np.int64))
+    rank = len(ctx.avals_in[0].shape)
+    joined = ctx.op.Concat(*wide, axis=rank - 1) if len(wide) > 1 else wide[0]
+    joined = ctx.op.Squeeze(joined, ctx.ints([rank - 2]))
+    return ctx.cast(ctx.op.Add(joined, ctx.ints(list(range(len(rows))))), np.int32)
+
+
+_STEP_PIVOTS = "linalg_step_pivots"
+_TAKE_ROWS, _DROP_PIVOT_ROW = "linalg_take_rows", "linalg_drop_pivot_row"
 
 
 def _row_index(ctx: LoweringContext, index: ir.Value, dims: Sequence[Any]) -> ir.Value:
@@ -190,11 +223,17 @@ def _linalg_take_rows(ctx: LoweringContext, x: ir.Value, rows: ir.Value, *, body
     return ctx.op.GatherElements(x, _row_index(ctx, rows, ctx.aval_out.shape), axis=rank - 2)
 
 
-@lowering(_PUT_ROW, onnx_ops=("ScatterElements", "Expand", "Cast", "Concat"))
-def _linalg_put_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, row: ir.Value, *, body: Any) -> ir.Value:
-    del body  # the row written at an in-range index
-    rank = len(ctx.avals_in[0].shape)
-    return ctx.op.ScatterElements(x, _row_index(ctx, p, ctx.avals_in[2].shape), row, axis=rank - 2)
+@lowering(_DROP_PIVOT_ROW, onnx_ops=("ScatterElements", "Slice", "GatherElements", "Sub", "Expand", "Cast", "Concat"))
+def _linalg_drop_pivot_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, *, body: Any) -> ir.Value:
+    del body  # _drop_pivot_row_reference, on an in-range p
+    shape = ctx.avals_in[0].shape
+    axis = len(shape) - 2
+    row_shape = (*shape[:-2], 1, shape[-1])
+    index = _row_index(ctx, p, row_shape)  # the pivot row's gather made the same one: one node
+    if not jxi.is_symbolic_dim(shape[-2]) and shape[-2] == 2:
+        return ctx.op.GatherElements(x, ctx.op.Sub(ctx.const(np.ones((), np.int64)), index), axis=axis)
+    first = ctx.slice(x, [axis], [0], [1])
+    return ctx.slice(ctx.op.ScatterElements(x, index, first, axis=axis), [axis], [1], [2**63 - 1])
 
 
 _SELECT, _PICK, _SUM, _ARGMAX, _CAST = "linalg_select", "linalg_pick", "linalg_sum", "linalg_first_argmax", "linalg_exact_cast"
@@ -562,16 +601,15 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     ids = jnp.broadcast_to(np.arange(m, dtype=a.dtype)[:, None], (*a.shape[:-1], 1))
     done, rest, pivots = _lu_panel(jnp.concatenate([ids, a], axis=-1), min(m, n), 1)
     work = jnp.concatenate([done, rest], axis=-2) if rest.shape[-2] else done
-    pivots = (jnp.concatenate(pivots, axis=-1)[..., 0, :] + _ids(len(pivots))).astype(jnp.int32)
-    return work[..., 1:], pivots, exact_cast(work[..., 0], jnp.int32)
+    return work[..., 1:], step_pivots(pivots), exact_cast(work[..., 0], jnp.int32)
 
 
 def _lu_panel(work: jax.Array, steps: int, riders: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
     """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``riders``
     columns ride along (swapped only), the others are eliminated. Each step takes its pivot row out (one Gather),
     eliminates every row against it in place (the pivot row's own result is discarded),
-    then puts the first row where the pivot row was (one Scatter) and drops it, so no step
-    masks a whole matrix and the swap moves the eliminated rows. Returns (the pivot rows
+    then puts the first row where the pivot row was and drops it (``drop_pivot_row``), so no
+    step masks a whole matrix and the swap moves the eliminated rows. Returns (the pivot rows
     (..., steps, c), the rows left, each step's pivot row among the rows it had left
     (..., 1, 1): step j's row is that plus j)."""
     done, pivots = [], []
@@ -594,12 +632,14 @@ def _lu_panel(work: jax.Array, steps: int, riders: int) -> tuple[jax.Array, jax.
         # pivot row, the riders and the L columns before it are kept: Slices and one Concat
         # (two Wheres on static column masks are 3 nodes fewer a step, 66 instead of 74 for
         # a 4x4 lu, but onnxruntime ran them slower: a blocked 64x64 lu 1.5x, unrolled 4x4
-        # and 16x16 lu/solve/inv 4-25% in interleaved runs)
+        # and 16x16 lu/solve/inv 4-25% in interleaved runs; updating whole rows and slicing
+        # after is one Slice fewer a step, 68 nodes for a 4x4 lu, but ran 1-6% slower at 4x4
+        # to 16x16 and 5-10% at a blocked 64x64)
         parts = [work[..., :, :k], multipliers]
         if k + 1 < work.shape[-1]:
             parts.append(work[..., :, k + 1 :] - multipliers * row[..., k + 1 :])
         work = jnp.concatenate(parts, axis=-1)
-        work = put_row(work, p, work[..., :1, :])[..., 1:, :]
+        work = drop_pivot_row(work, p)
     return jnp.concatenate(done, axis=-2), work, pivots
 
 
@@ -624,7 +664,7 @@ def solve_by_elimination(a: jax.Array, b: jax.Array) -> jax.Array:
         row = take_rows(work, p)
         pivot = row[..., j : j + 1]
         work = work - (col / where(pivot == 0, jnp.ones((), a.dtype), pivot)) * row  # getf2 skips a zero pivot
-        work = put_row(work, p, work[..., :1, :])[..., 1:, :]  # the first row takes the pivot row's place
+        work = drop_pivot_row(work, p)
         rows.append(row)
         pivots.append(pivot)
     rows.append(work)
