@@ -10,12 +10,14 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import onnxruntime
 import pytest
+import scipy.linalg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
 from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.core.jax_internals import x64
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.roundtrip import roundtrip
 from tests.core.test_decompositions import BATCHES, DTYPES, SEEDS, _tol
@@ -300,3 +302,109 @@ def test_float32_schur_of_entries_1e_minus_30_and_1e20(output):
     big = np.max(np.abs(a.astype(np.float64)), axis=(-2, -1), keepdims=True)
     np.testing.assert_allclose(np.abs(z @ t @ zh - a) / big, 0, atol=1e-5)
     np.testing.assert_allclose(np.abs(zh @ z - np.eye(6)), 0, atol=1e-5)
+
+
+# -- balancing (gebal, gebak): eig as geev ----------------------------------------------------------
+def _run_eig(fn, a: np.ndarray) -> list[np.ndarray]:
+    """``fn`` exported on ``a`` and run in onnxruntime, complex results joined from their pairs."""
+    model = to_onnx(fn, [a], enable_double_precision=a.dtype == np.float64)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [o[..., 0] + 1j * o[..., 1] for o in session.run(None, {session.get_inputs()[0].name: a})]
+
+
+def _values_error(ours: np.ndarray, reference: np.ndarray) -> float:
+    """max over the reference's values (the last axis) of the distance to the nearest of ours,
+    relative to the largest reference value's modulus."""
+    near = np.min(np.abs(ours[..., None, :] - reference[..., :, None]), axis=-1)
+    return float(np.max(near / np.max(np.abs(reference), axis=-1, keepdims=True)))
+
+
+def _badly_scaled(seed: int, batch: tuple, n: int, dtype) -> np.ndarray:
+    """D G D^-1, G Gaussian, D diagonal with powers of ten from 1e-4 to 1e4: same values as G,
+    entries from ~1e-8 to ~1e8 times G's."""
+    rng = np.random.default_rng(seed)
+    d = 10.0 ** rng.integers(-4, 5, size=(*batch, n))
+    return (d[..., :, None] * rng.normal(size=(*batch, n, n)) / d[..., None, :]).astype(dtype)
+
+
+def _condition(a: np.ndarray) -> float:
+    """The largest eigenvalue condition number 1 / |y^H x| (unit left and right vectors) of the
+    float64 matrices ``a``, for a bar that grows with it."""
+    worst = 1.0
+    for m in a.reshape(-1, *a.shape[-2:]).astype(np.float64):
+        w, vl, vr = scipy.linalg.eig(m, left=True, right=True)
+        worst = max(worst, float(np.max(1 / np.abs(np.sum(np.conj(vl) * vr, axis=0)))))
+    return worst
+
+
+@settings(max_examples=4, deadline=None)
+@given(n=st.sampled_from([2, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+def test_eig_of_badly_scaled_matrices(n, batch, dtype, seed):
+    """D G D^-1 (see _badly_scaled): balancing's powers of two undo D, so the values are float64
+    LAPACK's to 1e-5 of the largest in float32 (times the values' condition number over 10 when
+    that is larger), 1e-10 in float64 (they were 50% off in float32 without balancing); each right
+    and left vector's residual is small componentwise (|a v - w v| against |a| |v| + |w| |v|)."""
+    a = _badly_scaled(seed, batch, n, dtype)
+    w, vl, vr = _run_eig(lambda a: lax.linalg.eig(a, compute_left_eigenvectors=True, compute_right_eigenvectors=True), a)
+    bar = (1e-5 if dtype == np.float32 else 1e-10) * max(1.0, _condition(a) / 10)
+    assert _values_error(w, np.linalg.eigvals(a.astype(np.float64))) <= bar
+    a64 = a.astype(np.float64)
+    for v, m in ((vr, a64), (vl, np.conj(np.swapaxes(a64, -1, -2)))):  # u^H a = w u^H: a^H u = conj(w) u
+        ww = w if m is a64 else np.conj(w)
+        residual = np.abs(m @ v - v * ww[..., None, :])
+        size = np.abs(m) @ np.abs(v) + np.abs(v) * np.abs(ww[..., None, :])
+        assert np.max(residual / np.where(size == 0, 1, size)) <= 100 * bar
+        np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_eig_of_badly_scaled_matrix_matches_jax():
+    """float64: values and both vectors as JAX's (which balances too), in a fixed order and phase."""
+    assert_exports_match_on(_eig(True, True), _badly_scaled(3, (2,), 6, np.float64), **_tol(np.float64))
+
+
+def _block_triangular(seed: int, n: int, block: int, dtype) -> np.ndarray:
+    """A permuted upper triangular matrix whose rows and columns lo..lo+block-1 are a dense block:
+    gebal isolates every other value."""
+    rng = np.random.default_rng(seed)
+    m = np.triu(rng.normal(size=(n, n)) * (rng.random((n, n)) < 0.7))
+    lo = int(rng.integers(0, n - block + 1))
+    m[lo:lo + block, lo:lo + block] = rng.normal(size=(block, block))
+    order = rng.permutation(n)
+    return m[order][:, order].astype(dtype)
+
+
+@settings(max_examples=4, deadline=None)
+@given(n=st.sampled_from([3, 8, 20]), dtype=DTYPES, seed=SEEDS, kind=st.sampled_from(["lower", "upper", "permuted", "block"]))
+def test_eigvals_of_triangular_and_block_triangular_matrices(n, dtype, seed, kind):
+    """Triangular matrices (also permuted) have their diagonal as values, exactly and in JAX's
+    order (gebal's permutation, LAPACK 3.12's search, puts them where geev does; a float32
+    20x20 lower triangular one was ~3% of max |a| off without it); a block triangular one its
+    isolated values so, the dense block's to the usual bar."""
+    rng = np.random.default_rng(seed)
+    g = rng.normal(size=(n, n)).astype(dtype)
+    a = {"lower": np.tril(g), "upper": np.triu(g), "permuted": (lambda p: np.triu(g)[p][:, p])(rng.permutation(n)),
+         "block": _block_triangular(seed, n, min(3, n), dtype)}[kind]
+    (ours,) = _run_eig(jnp.linalg.eigvals, a)
+    with x64(dtype == np.float64):
+        theirs = np.asarray(jnp.linalg.eigvals(a))
+    if kind == "block":
+        isolated = np.isclose(theirs.imag, 0) & np.isin(theirs.real, np.diagonal(a))
+        np.testing.assert_array_equal(ours[isolated], theirs[isolated])
+        assert _values_error(ours, np.linalg.eigvals(a.astype(np.float64))) <= (1e-5 if dtype == np.float32 else 1e-10)
+    else:
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@settings(max_examples=4, deadline=None)
+@given(degree=st.sampled_from([3, 5, 9]), dtype=DTYPES, seed=SEEDS)
+def test_roots_of_polynomials_with_wide_coefficient_ranges(degree, dtype, seed):
+    """jnp.roots is eig of a companion matrix: coefficients from 1e-6 to 1e6 make it badly
+    scaled; its roots are float64 numpy's to 1e-5 of the largest in float32, 1e-10 in float64."""
+    rng = np.random.default_rng(seed)
+    c = (rng.normal(size=degree + 1) * 10.0 ** rng.integers(-6, 7, size=degree + 1)).astype(dtype)
+    (ours,) = _run_eig(lambda c: jnp.roots(c, strip_zeros=False), c)
+    reference = np.roots(c.astype(np.float64))
+    companion = np.diag(np.ones(degree - 1), -1)
+    companion[0] = -c[1:].astype(np.float64) / c[0]
+    bar = (1e-5 if dtype == np.float32 else 1e-10) * max(1.0, _condition(companion) / 10)
+    assert _values_error(ours, reference) <= bar

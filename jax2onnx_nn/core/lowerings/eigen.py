@@ -31,6 +31,7 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     lower_as_jax,
     reflector,
     refuse_half_precision,
+    take_rows,
     where,
 )
 from jax2onnx_nn.core.lowerings.svd import power_of_two_scale
@@ -611,6 +612,174 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     return where(failed, nan, t), where(failed, nan, z)
 
 
+# -- balancing: gebal, gebak ------------------------------------------------------------------
+# geev balances before its Hessenberg reduction (gebal, job 'B'): a permutation that moves
+# rows and columns isolating an eigenvalue to the bottom and the top, so that the matrix is
+# block upper triangular with its isolated eigenvalues on the diagonal outside rows ilo..ihi
+# (the reflectors and QR sweeps leave them exact: a triangular matrix's values are its
+# diagonal); then powers of two on rows and columns ilo..ihi that bring each row's norm near
+# its column's (exact: D G D^-1 with D from 1e-4 to 1e3 gave values 84% off in float32).
+# FACTOR: a scaling is kept only when it shrinks the row's and column's norms by 5%.
+BALANCE_FACTOR = 0.95
+# Balancing sweeps at most (LAPACK's has no bound; each kept scaling shrinks the norms by 5%,
+# and a scaling reaches its power of two in one step: the badly scaled matrices of the tests
+# took at most 4 sweeps).
+BALANCE_SWEEPS = 32
+
+
+def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """gebal's permutation of ``a`` (..., n, n): (perm, its inverse, ilo, ihi), ``a[perm][:, perm]`` zero
+    below its diagonal in columns < ilo and rows > ihi; as LAPACK 3.12's search (JAX's CPU
+    eig orders triangular matrices' values so): rows with no off-diagonal nonzero among the
+    rows and columns still searched, found scanning down, each swapped with the last of those
+    (the scan going on above it, passes repeated while one swaps), then columns likewise
+    upward, each swapped with the first. One swap or one pass's end per loop step, for the
+    whole batch (each matrix at its own state): a dense matrix takes two steps, a triangular
+    one ~n."""
+    n = a.shape[-1]
+    ids = _ids(n)
+    batch = a.shape[:-2]
+    nonzero = (jnp.real(a) != 0) | (jnp.imag(a) != 0) if jnp.iscomplexobj(a) else a != 0
+    pattern = where(nonzero & (ids[:, None] != ids[None, :]), 1, 0).astype(jnp.real(a).dtype)  # off-diagonal
+    finite = jnp.all(jnp.isfinite(a), axis=(-2, -1))
+    scalar = lambda v: jnp.full(batch, v, jnp.int32)  # noqa: E731
+    pick = lambda v, i: jnp.sum(where(ids == i[..., None], v, 0), axis=-1, dtype=jnp.int32)  # noqa: E731  v[..., i]
+
+    def step(state: tuple) -> tuple:
+        perm, pos, k, hi, cursor, swapped, phase, it = state
+        rows = phase == 0
+        searched = ((pos >= k[..., None]) & (pos <= hi[..., None])).astype(pattern.dtype)  # by original index
+        row_hits = (pattern @ searched[..., None])[..., 0]  # off-diagonal nonzeros among searched columns
+        col_hits = (searched[..., None, :] @ pattern)[..., 0, :]
+        free = where(rows[..., None], row_hits, col_hits) == 0
+        window = where(rows[..., None], (pos >= k[..., None]) & (pos <= cursor[..., None]), (pos >= cursor[..., None]) & (pos <= hi[..., None]))
+        # the row search takes the last such position, the column search the first
+        key = where(rows[..., None], pos, n - 1 - pos)
+        best = jnp.max(where(free & window & (phase < 2)[..., None], key, -1), axis=-1)
+        found = best >= 0
+        at = where(rows, best, n - 1 - best)
+        to = where(rows, hi, k)
+        moved, other = pick(perm, at), pick(perm, to)
+        perm_new = where(ids == at[..., None], other[..., None], where(ids == to[..., None], moved[..., None], perm))
+        pos_new = where(ids == moved[..., None], to[..., None], where(ids == other[..., None], at[..., None], pos))
+        last = found & rows & (hi == 0)  # everything isolated: LAPACK stops here (ilo = ihi = 0)
+        perm, pos = where(found[..., None], perm_new, perm), where(found[..., None], pos_new, pos)
+        hi = where(found & rows & ~last, hi - 1, hi)
+        k = where(found & ~rows, k + 1, k)
+        restart = ~found & swapped  # a pass that swapped ends: another pass
+        cursor = where(found, where(rows, at - 1, at + 1), where(restart, where(rows, hi, k), cursor))
+        phase = where(last, 2, where(~found & ~swapped, phase + 1, phase))  # a pass without a swap ends the search
+        cursor = where(~found & ~swapped & rows, k, cursor)  # the column search starts at k
+        swapped = found
+        return perm, pos, k, hi, cursor, swapped, jnp.minimum(phase, 2), it + 1
+
+    init = (jnp.broadcast_to(ids, (*batch, n)), jnp.broadcast_to(ids, (*batch, n)), scalar(0), scalar(n - 1), scalar(n - 1),
+            jnp.zeros(batch, bool), where(finite, 0, 2).astype(jnp.int32), jnp.zeros((), jnp.int32))
+    # a matrix with inf or NaN is not permuted (its values are NaN anyway)
+    perm, pos, k, hi, *_ = lax.while_loop(lambda s: jnp.any(s[6] < 2) & (s[7] < 4 * n + 4), step, init)
+    return perm, pos, k, hi
+
+
+def _norm(x: jax.Array) -> jax.Array:
+    """The 2-norm along the last axis of magnitudes ``x`` without overflow or underflow of the
+    squares (as nrm2): the largest, times the norm of the entries divided by it."""
+    big = jnp.max(x, axis=-1)
+    safe = where(big == 0, 1, big)
+    return big * jnp.sqrt(jnp.sum((x / safe[..., None]) ** 2, axis=-1))
+
+
+def _magnitude(x: jax.Array) -> jax.Array:
+    if not jnp.iscomplexobj(x):
+        return jnp.abs(x)
+    re, im = jnp.abs(jnp.real(x)), jnp.abs(jnp.imag(x))
+    big = jnp.maximum(re, im)
+    safe = where(big == 0, 1, big)
+    return big * jnp.sqrt((re / safe) ** 2 + (im / safe) ** 2)
+
+
+def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """gebal's scaling of the permuted ``b``: (b D^-1... as D^-1 b D, d) with d (..., n) powers
+    of two, 1 outside rows ilo..ihi. Gauss-Seidel sweeps over the rows i of the block as
+    LAPACK's: f = 2^e with r / 2 <= c f^2 < 2 r (c, r the 2-norms of column and row i over the
+    block: LAPACK's two doubling loops in closed form, e from a logarithm and corrected by
+    exact comparisons), kept when c f + r / f < 0.95 (c + r), within LAPACK's bounds against
+    over- and underflow; one row per loop step, the sweeps repeated while one scaling is kept."""
+    n = b.shape[-1]
+    ids = _ids(n)
+    real = jnp.real(b).dtype
+    info = jnp.finfo(real)
+    # LAPACK's sfmin1 = tiny / (eps * 2), its reciprocal, and twice it (exponents)
+    lo1 = int(np.log2(float(info.tiny))) + info.nmant  # float32: -103
+    top = -lo1 + 2
+    powers = jnp.asarray(2.0 ** np.arange(-top, top + 1), real)  # 2^e at e + top: exact
+    sfmin1, sfmin2 = 2.0 ** lo1, 2.0 ** (lo1 + 1)
+    sfmax1, sfmax2 = 1 / sfmin1, 1 / sfmin2
+    block = (ids >= ilo[..., None]) & (ids <= ihi[..., None])  # (..., n)
+    rows_to = ids <= ihi[..., None]
+    cols_from = ids >= ilo[..., None]
+    log2 = lambda x: jnp.log(x) / np.log(2.0)  # noqa: E731
+
+    def step(state: tuple) -> tuple:
+        b, d, kept, done, t = state
+        i = t % n
+        col, row = _magnitude(_at(b, i, -1)[..., 0]), _magnitude(_at(b, i, -2)[..., 0, :])
+        c, r = _norm(where(block, col, 0)), _norm(where(block, row, 0))
+        ca, ra = jnp.max(where(rows_to, col, 0), axis=-1), jnp.max(where(cols_from, row, 0), axis=-1)
+        inside = (i >= ilo) & (i <= ihi) & (c > 0) & (r > 0) & jnp.isfinite(c + r) & ~done
+        cs, rs = where(inside, c, 1), where(inside, r, 1)
+        # e with r / 2 <= c 4^e < 2 r; then LAPACK's bounds on the doublings (halvings)
+        e = jnp.floor((log2(rs) - log2(cs) + 1) / 2)
+        up_max = jnp.floor(jnp.minimum(log2(sfmax2) - log2(jnp.maximum(cs, where(inside, ca, 1))), log2(jnp.minimum(rs / 2, where(inside, ra, 1))) - log2(sfmin2)))
+        down_max = jnp.floor(jnp.minimum(log2(sfmax2) - log2(jnp.maximum(rs, where(inside, ra, 1))), log2(jnp.minimum(cs / 2, where(inside, ca, 1))) - log2(sfmin2)))
+        e = jnp.clip(e, -jnp.maximum(down_max, 0), jnp.maximum(up_max, 0))
+        e = jnp.clip(e, -top, top).astype(jnp.int32)
+        f = powers[e + top]
+        too_small, too_big = cs * f * f < rs / 2, cs * f * f >= 2 * rs  # the logarithm's rounding
+        e = jnp.clip(e + where(too_small & (e < up_max), 1, 0) - where(too_big & (-e < down_max), 1, 0), -top, top)
+        f = powers[e + top]
+        di = jnp.sum(where(ids == i, d, 0), axis=-1)
+        keep = inside & (cs * f + rs / f < BALANCE_FACTOR * (cs + rs))
+        keep = keep & ~((f < 1) & (di < 1) & (f * di <= sfmin1)) & ~((f > 1) & (di > 1) & (di >= sfmax1 / f))
+        f = where(keep, f, 1)
+        hit = ids == i
+        b = b * where(hit[:, None], 1 / f[..., None, None], 1) * where(hit[None, :], f[..., None, None], 1)
+        d = where(hit, d * f[..., None], d)
+        kept = kept | keep
+        sweep_end = i == n - 1
+        done = where(sweep_end, done | ~kept, done)
+        kept = where(sweep_end, False, kept)
+        return b, d, kept, done, t + 1
+
+    batch = b.shape[:-2]
+    init = (b, jnp.ones((*batch, n), real), jnp.zeros(batch, bool), ihi <= ilo, jnp.zeros((), jnp.int32))
+    b, d, *_ = lax.while_loop(lambda s: jnp.any(~s[3]) & (s[4] < BALANCE_SWEEPS * n), step, init)
+    return b, d
+
+
+def balance(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(b, inverse, d): b = D^-1 P^T a P D as ``gebal`` with job 'B' (see _isolate, _scale),
+    b's row i a's row perm[i] scaled, ``inverse`` perm's inverse, D = diag(d) powers of two."""
+    perm, inverse, ilo, ihi = _isolate(a)
+    b, d = _scale(_permuted(a, perm), ilo, ihi)
+    return b, inverse, d
+
+
+def _permuted(a: jax.Array, perm: jax.Array) -> jax.Array:
+    """a[..., perm, :][..., :, perm]: two GatherElements (on each part of a complex ``a``)."""
+    if jnp.iscomplexobj(a):
+        return lax.complex(_permuted(jnp.real(a), perm), _permuted(jnp.imag(a), perm))
+    return _mT(take_rows(_mT(take_rows(a, perm[..., :, None])), perm[..., :, None]))
+
+
+def _back_rows(z: jax.Array, inverse: jax.Array, d: jax.Array) -> jax.Array:
+    """``gebak``: P (d * z), z's row i scaled by d[i] and moved to row perm[i] (row r read
+    from row inverse[r])."""
+    zd = z * d[..., :, None]
+    if jnp.iscomplexobj(zd):
+        return lax.complex(take_rows(jnp.real(zd), inverse[..., :, None]), take_rows(jnp.imag(zd), inverse[..., :, None]))
+    return take_rows(zd, inverse[..., :, None])
+
+
 # -- eigenvectors of the Schur form ------------------------------------------------------------
 def triangular_eigenvectors(t: jax.Array) -> Parts:
     """Columns x_k with t x_k = t_kk x_k, x_kk = 1, for an upper triangular complex ``t``, as
@@ -669,18 +838,20 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     # a divided by a power of two (exactly, as svd's) so that no square in the rotations leaves
     # the float range: float32 entries of 1e20 gave NaN values, of 1e-30 values half their size
     scale = power_of_two_scale(jnp.abs(a))
-    t, z = complex_schur(a / scale, vectors=left or right)
+    # balanced as geev (see BALANCE_FACTOR): isolated values stay exact, scaled rows accurate
+    b, inverse, d = balance(a / scale) if n > 1 else (a / scale, None, None)
+    t, z = complex_schur(b, vectors=left or right)
     ids = _ids(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
     out = [values]
     if n == 0:  # no vectors (the substitution's loop cannot even be traced on 0x0)
         return [*out, *[jnp.zeros(a.shape, dtype)] * (left + right)]
-    if left:  # right vectors of t^H, reversed into upper triangular form
+    if left:  # right vectors of t^H, reversed into upper triangular form; D^-1 back (gebak)
         flip = lambda m: jnp.flip(m, axis=(-2, -1))  # noqa: E731
         y = triangular_eigenvectors(flip(jnp.conj(_mT(t))))
-        out.append(_normalized(z, (flip(y[0]), flip(y[1]))))
+        out.append(_normalized(z if d is None else _back_rows(z, inverse, 1 / d), (flip(y[0]), flip(y[1]))))
     if right:
-        out.append(_normalized(z, triangular_eigenvectors(t)))
+        out.append(_normalized(z if d is None else _back_rows(z, inverse, d), triangular_eigenvectors(t)))
     return out
 
 
@@ -695,7 +866,7 @@ def _static_size(ctx: LoweringContext, what: str) -> None:
 EIG_OPS = ("Slice", "MatMul", "Mul", "Add", "Sub", "Div", "Sqrt", "Abs", "Where", "ReduceSum", "ReduceMax", "ArgMax", "Loop")
 
 
-@lowering("eig", onnx_ops=(*EIG_OPS, "Sign", "And", "Cast", "Concat", "ConstantOfShape", "Equal", "Expand", "Gather", "GatherElements", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
+@lowering("eig", onnx_ops=(*EIG_OPS, "Sign", "And", "Cast", "Concat", "ConstantOfShape", "CumSum", "Equal", "Expand", "Floor", "Gather", "GatherElements", "GatherND", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Log", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, compute_right_eigenvectors: bool, **params: Any) -> list[ir.Value]:
     del params  # implementation, enable_eigvec_derivs: choices of JAX's backends and derivatives
     refuse_half_precision(ctx, "eig", "jnp.linalg.eig(a.astype(jnp.float32))")
@@ -704,7 +875,7 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
     return lower_as_jax(ctx, fn, [a])
 
 
-@lowering("schur", onnx_ops=(*EIG_OPS, "Gather", "Pad", "Concat", "Mod", "And", "Cast", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
+@lowering("schur", onnx_ops=(*EIG_OPS, "Gather", "Pad", "Concat", "Mod", "And", "Cast", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Sign", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
     refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")
