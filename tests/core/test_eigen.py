@@ -408,3 +408,32 @@ def test_roots_of_polynomials_with_wide_coefficient_ranges(degree, dtype, seed):
     companion[0] = -c[1:].astype(np.float64) / c[0]
     bar = (1e-5 if dtype == np.float32 else 1e-10) * max(1.0, _condition(companion) / 10)
     assert _values_error(ours, reference) <= bar
+
+
+@settings(max_examples=4, deadline=None)
+@given(n=st.sampled_from([3, 8]), dtype=DTYPES, seed=SEEDS, kind=st.sampled_from(["lower", "permuted", "block"]), output=st.sampled_from(["real", "complex"]))
+def test_schur_permutes_as_gees(n, dtype, seed, kind, output):
+    """gees permutes too (gebal job 'P', no scaling): a triangular or permuted triangular matrix
+    is its own Schur form permuted, t and z (a permutation) exactly JAX's; a block triangular
+    one's t has its isolated values on the diagonal exactly where JAX's does, and a = z t z^H."""
+    rng = np.random.default_rng(seed)
+    g = rng.normal(size=(n, n)).astype(dtype)
+    a = {"lower": np.tril(g), "permuted": (lambda p: np.triu(g)[p][:, p])(rng.permutation(n)),
+         "block": _block_triangular(seed, n, min(3, n), dtype)}[kind]
+    t, z = _run_eig(lambda a: jsl.schur(a, output=output), a) if output == "complex" else _run_schur(a)
+    with x64(dtype == np.float64):
+        t_jax, z_jax = (np.asarray(x) for x in jsl.schur(a, output=output))
+    if kind == "block":
+        isolated = np.isin(np.diagonal(t_jax), np.diagonal(a))  # (the dense block's values are not a's entries)
+        np.testing.assert_array_equal(np.diagonal(t)[isolated], np.diagonal(t_jax)[isolated])
+        big = np.abs(a).max()
+        np.testing.assert_allclose(np.abs(z @ t @ np.conj(z.T) - a) / big, 0, atol=1e-5 if dtype == np.float32 else 1e-12)
+    else:
+        np.testing.assert_array_equal(t, t_jax)
+        np.testing.assert_array_equal(z, z_jax)
+
+
+def _run_schur(a: np.ndarray) -> list[np.ndarray]:
+    model = to_onnx(jsl.schur, [a], enable_double_precision=a.dtype == np.float64)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: a})

@@ -771,10 +771,10 @@ def _permuted(a: jax.Array, perm: jax.Array) -> jax.Array:
     return _mT(take_rows(_mT(take_rows(a, perm[..., :, None])), perm[..., :, None]))
 
 
-def _back_rows(z: jax.Array, inverse: jax.Array, d: jax.Array) -> jax.Array:
-    """``gebak``: P (d * z), z's row i scaled by d[i] and moved to row perm[i] (row r read
-    from row inverse[r])."""
-    zd = z * d[..., :, None]
+def _back_rows(z: jax.Array, inverse: jax.Array, d: jax.Array | None = None) -> jax.Array:
+    """``gebak``: P (d * z), z's row i scaled by d[i] (unless ``d`` is None: gees permutes
+    only) and moved to row perm[i] (row r read from row inverse[r])."""
+    zd = z if d is None else z * d[..., :, None]
     if jnp.iscomplexobj(zd):
         return lax.complex(take_rows(jnp.real(zd), inverse[..., :, None]), take_rows(jnp.imag(zd), inverse[..., :, None]))
     return take_rows(zd, inverse[..., :, None])
@@ -875,7 +875,7 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
     return lower_as_jax(ctx, fn, [a])
 
 
-@lowering("schur", onnx_ops=(*EIG_OPS, "Gather", "Pad", "Concat", "Mod", "And", "Cast", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Sign", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
+@lowering("schur", onnx_ops=(*EIG_OPS, "Gather", "GatherElements", "Pad", "Concat", "Mod", "And", "Cast", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Sign", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
     refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")
@@ -890,7 +890,12 @@ def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, so
     def fn(a: jax.Array) -> tuple[jax.Array, ...]:
         # a divided by a power of two first, as eig's (float32 1e20 or 1e-30: NaN without)
         scale = power_of_two_scale(jnp.abs(a))
-        t, z = schur(a / scale)
+        a = a / scale
+        # gees permutes as eig's balancing (gebal job 'P', no scaling): isolated values exact,
+        # a triangular matrix's t itself permuted and z a permutation, as JAX's
+        perm, inverse, *_ = _isolate(a) if a.shape[-1] > 1 else (None, None)
+        t, z = schur(a if perm is None else _permuted(a, perm))
+        z = z if perm is None else _back_rows(z, inverse)
         t = t * scale
         return (t, z) if compute_schur_vectors else (t,)
 
