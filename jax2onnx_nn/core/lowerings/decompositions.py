@@ -177,7 +177,7 @@ def drop_pivot_row(x: jax.Array, p: jax.Array) -> jax.Array:
     """The rows of ``x`` (..., m, c) left after an elimination step on pivot row ``p``
     (..., 1, 1): getrf's swap puts row 0 where row ``p`` was, then row 0 leaves, so the rows
     keep LAPACK's order (the next pivot search's ties). One ONNX ``ScatterElements`` and two
-    Slices; of two rows, the one that is not ``p``: one ``GatherElements`` at 1 - p."""
+    Slices; of two rows, the one that is not ``p``: one ``GatherND`` at 1 - p."""
     return _bare(_DROP_PIVOT_ROW, _drop_pivot_row_reference, x, p)
 
 
@@ -215,31 +215,48 @@ _STEP_PIVOTS = "linalg_step_pivots"
 _TAKE_ROWS, _DROP_PIVOT_ROW = "linalg_take_rows", "linalg_drop_pivot_row"
 
 
-def _row_index(ctx: LoweringContext, index: ir.Value, dims: Sequence[Any]) -> ir.Value:
-    """An index (..., r, 1) as the int64 (..., r, c) GatherElements/ScatterElements need; an
-    ArgMax's int64 result is used directly, not through its Cast to JAX's index type."""
+def _int64_index(ctx: LoweringContext, index: ir.Value) -> ir.Value:
+    """``index`` as int64; an ArgMax's int64 result is used directly, not through its Cast to
+    JAX's index type."""
     producer = index.producer()
     if producer is not None and producer.op_type == "Cast" and producer.inputs[0].dtype == ir.DataType.INT64:
-        index = producer.inputs[0]
-    return ctx.expand(ctx.cast(index, np.int64), dims)
+        return producer.inputs[0]
+    return ctx.cast(index, np.int64)
 
 
-@lowering(_TAKE_ROWS, onnx_ops=("GatherElements", "Expand", "Cast", "Concat"))
+def _row_index(ctx: LoweringContext, index: ir.Value, dims: Sequence[Any]) -> ir.Value:
+    """An index (..., r, 1) as the int64 (..., r, c) GatherElements/ScatterElements need."""
+    return ctx.expand(_int64_index(ctx, index), dims)
+
+
+def _one_of_two_rows(ctx: LoweringContext, x: ir.Value, index: ir.Value) -> ir.Value:
+    """Row ``index`` (int64 (..., 1, 1)) of each matrix of ``x`` (..., 2, c): one GatherND over
+    the batch dims, which takes the index as it is (GatherElements needs it expanded to c
+    columns: one node more; a ScatterElements of more rows shares that one)."""
+    return ctx.op.GatherND(x, index, batch_dims=len(ctx.avals_in[0].shape) - 2)
+
+
+def _two_rows(aval: Any) -> bool:
+    return not jxi.is_symbolic_dim(aval.shape[-2]) and aval.shape[-2] == 2
+
+
+@lowering(_TAKE_ROWS, onnx_ops=("GatherElements", "GatherND", "Expand", "Cast", "Concat"))
 def _linalg_take_rows(ctx: LoweringContext, x: ir.Value, rows: ir.Value, *, body: Any) -> ir.Value:
     del body  # take_along_axis on in-range indices
     rank = len(ctx.avals_in[0].shape)
+    if _two_rows(ctx.avals_in[0]) and ctx.aval_out.shape[-2] == 1:
+        return _one_of_two_rows(ctx, x, _int64_index(ctx, rows))
     return ctx.op.GatherElements(x, _row_index(ctx, rows, ctx.aval_out.shape), axis=rank - 2)
 
 
-@lowering(_DROP_PIVOT_ROW, onnx_ops=("ScatterElements", "Slice", "GatherElements", "Sub", "Expand", "Cast", "Concat"))
+@lowering(_DROP_PIVOT_ROW, onnx_ops=("ScatterElements", "Slice", "GatherND", "Sub", "Expand", "Cast", "Concat"))
 def _linalg_drop_pivot_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, *, body: Any) -> ir.Value:
     del body  # _drop_pivot_row_reference, on an in-range p
     shape = ctx.avals_in[0].shape
     axis = len(shape) - 2
-    row_shape = (*shape[:-2], 1, shape[-1])
-    index = _row_index(ctx, p, row_shape)  # the pivot row's gather made the same one: one node
-    if not jxi.is_symbolic_dim(shape[-2]) and shape[-2] == 2:
-        return ctx.op.GatherElements(x, ctx.op.Sub(ctx.const(np.ones((), np.int64)), index), axis=axis)
+    if _two_rows(ctx.avals_in[0]):  # the row that is not p
+        return _one_of_two_rows(ctx, x, ctx.op.Sub(ctx.const(np.ones((), np.int64)), _int64_index(ctx, p)))
+    index = _row_index(ctx, p, (*shape[:-2], 1, shape[-1]))  # the pivot row's gather made the same one: one node
     first = ctx.slice(x, [axis], [0], [1])
     return ctx.slice(ctx.op.ScatterElements(x, index, first, axis=axis), [axis], [1], [2**63 - 1])
 
@@ -781,7 +798,7 @@ def refuse_half_precision(ctx: LoweringContext, name: str, call: str) -> None:
         )
 
 
-@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop", "Add", "And", "ConstantOfShape", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "Max", "Min", "Not", "Range", "Unsqueeze"))
+@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "GatherND", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop", "Add", "And", "ConstantOfShape", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "Max", "Min", "Not", "Range", "Unsqueeze"))
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "lu", "jnp.linalg.inv(a.astype(jnp.float32))")
