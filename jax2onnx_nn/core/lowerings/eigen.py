@@ -26,6 +26,7 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     _ids,
     _mT,
     _pick,
+    exact_cast,
     householder_product,
     iterate,
     lower_as_jax,
@@ -308,7 +309,6 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         return a.astype(dtype), eye.astype(dtype)
     real_dtype = jnp.real(a).dtype
     zero = jnp.zeros((), real_dtype)
-    true = jnp.ones((*a.shape[:-2], 1, 1), bool)
     h_parts = lambda hz: (hz[0][..., 0, :], hz[0][..., 1, :])  # noqa: E731
     parts = lambda m: jnp.stack([jnp.real(m), jnp.imag(m)], axis=-2)  # noqa: E731  (..., n, 2, n)
     if not jxi.is_complex_dtype(a.dtype) and n > 2:
@@ -325,7 +325,10 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
 
         def reduce(t: Any, hz: jax.Array) -> jax.Array:
             i, j = table[t, 0], table[t, 1]
-            return _rotate(hz, i - 1, *_entries(hz, i - 1, j), true, j)
+            x, y = _entries(hz, i - 1, j)
+            # an entry already 0 leaves its rows as they are: c = |x| (1 / |x|) can round off 1,
+            # which would scale an isolated row's diagonal entry (see BALANCE_FACTOR)
+            return _rotate(hz, i - 1, x, y, (y[0] != 0) | (y[1] != 0), j)
 
         if len(pairs):
             hz = lax.fori_loop(0, len(pairs), reduce, hz)
@@ -673,19 +676,22 @@ def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         swapped = found
         return perm, pos, k, hi, cursor, swapped, jnp.minimum(phase, 2), it + 1
 
+    # a matrix with inf or NaN is not permuted (its values are NaN anyway); nor one without a
+    # row or column free of off-diagonal nonzeros (each pass would find none: no loop step)
+    free = jnp.any(jnp.sum(pattern, axis=-1) == 0, axis=-1) | jnp.any(jnp.sum(pattern, axis=-2) == 0, axis=-1)
     init = (jnp.broadcast_to(ids, (*batch, n)), jnp.broadcast_to(ids, (*batch, n)), scalar(0), scalar(n - 1), scalar(n - 1),
-            jnp.zeros(batch, bool), where(finite, 0, 2).astype(jnp.int32), jnp.zeros((), jnp.int32))
-    # a matrix with inf or NaN is not permuted (its values are NaN anyway)
+            jnp.zeros(batch, bool), where(finite & free, 0, 2).astype(jnp.int32), jnp.zeros((), jnp.int32))
     perm, pos, k, hi, *_ = lax.while_loop(lambda s: jnp.any(s[6] < 2) & (s[7] < 4 * n + 4), step, init)
     return perm, pos, k, hi
 
 
 def _norm(x: jax.Array) -> jax.Array:
     """The 2-norm along the last axis of magnitudes ``x`` without overflow or underflow of the
-    squares (as nrm2): the largest, times the norm of the entries divided by it."""
-    big = jnp.max(x, axis=-1)
-    safe = where(big == 0, 1, big)
-    return big * jnp.sqrt(jnp.sum((x / safe[..., None]) ** 2, axis=-1))
+    squares that matter (as nrm2): their sum s times the norm of x / s (a sum, not nrm2's
+    largest entry: ReduceMax's NaN handling is 4 more nodes per norm in a loop step)."""
+    total = jnp.sum(x, axis=-1)
+    safe = where(total == 0, 1, total)
+    return total * jnp.sqrt(jnp.sum((x / safe[..., None]) ** 2, axis=-1))
 
 
 def _magnitude(x: jax.Array) -> jax.Array:
@@ -698,62 +704,61 @@ def _magnitude(x: jax.Array) -> jax.Array:
 
 
 def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """gebal's scaling of the permuted ``b``: (b D^-1... as D^-1 b D, d) with d (..., n) powers
-    of two, 1 outside rows ilo..ihi. Gauss-Seidel sweeps over the rows i of the block as
-    LAPACK's: f = 2^e with r / 2 <= c f^2 < 2 r (c, r the 2-norms of column and row i over the
-    block: LAPACK's two doubling loops in closed form, e from a logarithm and corrected by
-    exact comparisons), kept when c f + r / f < 0.95 (c + r), within LAPACK's bounds against
-    over- and underflow; one row per loop step, the sweeps repeated while one scaling is kept."""
+    """gebal's scaling of the permuted ``b``: (D^-1 b D, d), d (..., n) powers of two, 1
+    outside rows ilo..ihi. Gauss-Seidel sweeps over the rows i of the block as LAPACK's: f = 2^e
+    with r / 2 <= c f^2 < 2 r (c, r the 2-norms of column and row i over the block: LAPACK's
+    two doubling loops in closed form, e from logarithms and corrected by exact comparisons),
+    kept when c f + r / f < 0.95 (c + r) and row i's product of scalings stays within LAPACK's
+    [sfmin1, 1 / sfmin1]; one row per loop step, the sweeps repeated while one scaling is kept.
+    LAPACK's bounds on each doubling against over- and underflow of the row's and column's
+    largest entries are left out: ``b`` comes divided by a power of two near its largest entry
+    (see eig), and a kept scaling shrinks that row's and column's norms (8 nodes less per step)."""
     n = b.shape[-1]
     ids = _ids(n)
     real = jnp.real(b).dtype
     info = jnp.finfo(real)
-    # LAPACK's sfmin1 = tiny / (eps * 2), its reciprocal, and twice it (exponents)
-    lo1 = int(np.log2(float(info.tiny))) + info.nmant  # float32: -103
-    top = -lo1 + 2
+    bound = -(int(np.log2(float(info.tiny))) + info.nmant)  # -log2 of LAPACK's sfmin1 (float32: 103)
+    top = bound + 1
     powers = jnp.asarray(2.0 ** np.arange(-top, top + 1), real)  # 2^e at e + top: exact
-    sfmin1, sfmin2 = 2.0 ** lo1, 2.0 ** (lo1 + 1)
-    sfmax1, sfmax2 = 1 / sfmin1, 1 / sfmin2
+    power = lambda e: powers.at[exact_cast(e + top, jnp.int32)].get(mode="promise_in_bounds")  # noqa: E731  2^e, |e| <= top
     block = (ids >= ilo[..., None]) & (ids <= ihi[..., None])  # (..., n)
-    rows_to = ids <= ihi[..., None]
-    cols_from = ids >= ilo[..., None]
-    log2 = lambda x: jnp.log(x) / np.log(2.0)  # noqa: E731
+    to_log2 = float(1 / np.log(2.0))  # a Python float: weakly typed, float32 stays float32
+
+    def scaling(c: jax.Array, r: jax.Array, inside: jax.Array, exponent: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(e, f, keep) of rows with column and row norms c, r whose scalings so far are 2^exponent."""
+        inside = inside & (c > 0) & (r > 0) & jnp.isfinite(c + r)
+        c, r = where(inside, c, 1), where(inside, r, 1)
+        e = jnp.minimum(jnp.maximum(jnp.floor((jnp.log(r / c) * to_log2 + 1) / 2), -bound), bound)
+        f = power(e)
+        product = c * f * f  # the logarithm's rounding: one step up or down
+        e = where(product < r / 2, e + 1, where(product >= 2 * r, e - 1, e))
+        f = power(e)
+        total = exponent + e  # LAPACK's bound on the product of a row's scalings
+        keep = inside & (c * f + r / f < BALANCE_FACTOR * (c + r)) & (total > -bound) & (total < bound)
+        return e, where(keep, f, 1), keep
 
     def step(state: tuple) -> tuple:
-        b, d, kept, done, t = state
+        b, exponents, kept, done, t = state
         i = t % n
-        col, row = _magnitude(_at(b, i, -1)[..., 0]), _magnitude(_at(b, i, -2)[..., 0, :])
-        c, r = _norm(where(block, col, 0)), _norm(where(block, row, 0))
-        ca, ra = jnp.max(where(rows_to, col, 0), axis=-1), jnp.max(where(cols_from, row, 0), axis=-1)
-        inside = (i >= ilo) & (i <= ihi) & (c > 0) & (r > 0) & jnp.isfinite(c + r) & ~done
-        cs, rs = where(inside, c, 1), where(inside, r, 1)
-        # e with r / 2 <= c 4^e < 2 r; then LAPACK's bounds on the doublings (halvings)
-        e = jnp.floor((log2(rs) - log2(cs) + 1) / 2)
-        up_max = jnp.floor(jnp.minimum(log2(sfmax2) - log2(jnp.maximum(cs, where(inside, ca, 1))), log2(jnp.minimum(rs / 2, where(inside, ra, 1))) - log2(sfmin2)))
-        down_max = jnp.floor(jnp.minimum(log2(sfmax2) - log2(jnp.maximum(rs, where(inside, ra, 1))), log2(jnp.minimum(cs / 2, where(inside, ca, 1))) - log2(sfmin2)))
-        e = jnp.clip(e, -jnp.maximum(down_max, 0), jnp.maximum(up_max, 0))
-        e = jnp.clip(e, -top, top).astype(jnp.int32)
-        f = powers[e + top]
-        too_small, too_big = cs * f * f < rs / 2, cs * f * f >= 2 * rs  # the logarithm's rounding
-        e = jnp.clip(e + where(too_small & (e < up_max), 1, 0) - where(too_big & (-e < down_max), 1, 0), -top, top)
-        f = powers[e + top]
-        di = jnp.sum(where(ids == i, d, 0), axis=-1)
-        keep = inside & (cs * f + rs / f < BALANCE_FACTOR * (cs + rs))
-        keep = keep & ~((f < 1) & (di < 1) & (f * di <= sfmin1)) & ~((f > 1) & (di > 1) & (di >= sfmax1 / f))
-        f = where(keep, f, 1)
         hit = ids == i
+        c = _norm(where(block, _magnitude(_at(b, i, -1)[..., 0]), 0))
+        r = _norm(where(block, _magnitude(_at(b, i, -2)[..., 0, :]), 0))
+        e, f, keep = scaling(c, r, (i >= ilo) & (i <= ihi) & ~done, jnp.sum(where(hit, exponents, 0), axis=-1))
         b = b * where(hit[:, None], 1 / f[..., None, None], 1) * where(hit[None, :], f[..., None, None], 1)
-        d = where(hit, d * f[..., None], d)
+        exponents = where(hit & keep[..., None], exponents + e[..., None], exponents)
         kept = kept | keep
         sweep_end = i == n - 1
-        done = where(sweep_end, done | ~kept, done)
-        kept = where(sweep_end, False, kept)
-        return b, d, kept, done, t + 1
+        return b, exponents, kept & ~sweep_end, done | (sweep_end & ~kept), t + 1
 
+    # a sweep that keeps no scaling sees the same matrix at every row: whether the first one
+    # keeps any is one test of all rows at once, and a batch of matrices that need no scaling
+    # (dense ones of similar row and column norms, most of them) takes no loop step
+    magnitude = where(block[..., :, None] & block[..., None, :], _magnitude(b), 0)
+    _, _, keep = scaling(_norm(_mT(magnitude)), _norm(magnitude), block, jnp.zeros(block.shape, real))
     batch = b.shape[:-2]
-    init = (b, jnp.ones((*batch, n), real), jnp.zeros(batch, bool), ihi <= ilo, jnp.zeros((), jnp.int32))
-    b, d, *_ = lax.while_loop(lambda s: jnp.any(~s[3]) & (s[4] < BALANCE_SWEEPS * n), step, init)
-    return b, d
+    init = (b, jnp.zeros((*batch, n), real), jnp.zeros(batch, bool), (ihi <= ilo) | ~jnp.any(keep, axis=-1), jnp.zeros((), jnp.int32))
+    b, exponents, *_ = lax.while_loop(lambda s: jnp.any(~s[3]) & (s[4] < BALANCE_SWEEPS * n), step, init)
+    return b, power(exponents)
 
 
 def balance(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
