@@ -437,3 +437,48 @@ def _run_schur(a: np.ndarray) -> list[np.ndarray]:
     model = to_onnx(jsl.schur, [a], enable_double_precision=a.dtype == np.float64)
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: a})
+
+
+def _defective(seed: int, n: int, kind: str, dtype) -> np.ndarray:
+    """Matrices with exactly equal eigenvalues that balancing isolates or keeps exact: a Jordan
+    block of an integer value, a Gaussian matrix with a zero row and a zero column, a permuted
+    strictly upper triangular (nilpotent) one."""
+    rng = np.random.default_rng(seed)
+    if kind == "jordan":
+        a = np.eye(n) * rng.integers(-3, 4) + np.eye(n, k=1)
+    elif kind == "zero row and column":
+        a = rng.normal(size=(n, n))
+        a[rng.integers(n)] = 0
+        a[:, rng.integers(n)] = 0
+    else:
+        order = rng.permutation(n)
+        a = np.triu(rng.normal(size=(n, n)), 1)[order][:, order]
+    return a.astype(dtype)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    n=st.sampled_from([2, 3, 7, 12]),
+    dtype=DTYPES,
+    seed=SEEDS,
+    kind=st.sampled_from(["jordan", "zero row and column", "nilpotent"]),
+)
+def test_eigenvectors_of_exactly_equal_eigenvalues(n, dtype, seed, kind):
+    """Exactly equal diagonal entries of the Schur form make each row of the back substitution
+    divide by smin (eps |t_kk| or the smallest normal): a float32 7x7 Jordan block's vectors
+    overflowed to NaN, a matrix with a zero row and a zero column (isolated as exact zeros by
+    balancing) gave NaN or zero vectors. Now, as LAPACK's: finite, norm 1, residuals
+    |a v - w v| and |u^H a - w u^H| at rounding size of max |a|."""
+    a = _defective(seed, n, kind, dtype)
+    w, vl, vr = _run_eig(
+        lambda a: lax.linalg.eig(
+            a, compute_left_eigenvectors=True, compute_right_eigenvectors=True
+        ),
+        a,
+    )
+    assert np.all(np.isfinite(w)) and np.all(np.isfinite(vl)) and np.all(np.isfinite(vr))
+    a64, tol = a.astype(np.float64), (1e-5 if dtype == np.float32 else 1e-12)
+    big = max(float(np.abs(a64).max()), 1.0)
+    for v, m, ww in ((vr, a64, w), (vl, a64.T, np.conj(w))):  # u^H a = w u^H: a^H u = conj(w) u
+        np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1, rtol=tol)
+        assert np.abs(m @ v - v * ww[None, :]).max() <= tol * big

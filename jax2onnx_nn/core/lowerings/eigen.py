@@ -685,6 +685,13 @@ def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     return perm, pos, k, hi
 
 
+def _scaling_bound(dtype: Any) -> int:
+    """-log2 of LAPACK's sfmin1 (float32: 103, float64: 970): each of balancing's scalings is a
+    power of two below 2^bound and above 2^-bound."""
+    info = jnp.finfo(dtype)
+    return -(int(np.log2(float(info.tiny))) + info.nmant)
+
+
 def _norm(x: jax.Array) -> jax.Array:
     """The 2-norm along the last axis of magnitudes ``x`` without overflow or underflow of the
     squares that matter (as nrm2): their sum s times the norm of x / s (a sum, not nrm2's
@@ -716,8 +723,7 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
     n = b.shape[-1]
     ids = _ids(n)
     real = jnp.real(b).dtype
-    info = jnp.finfo(real)
-    bound = -(int(np.log2(float(info.tiny))) + info.nmant)  # -log2 of LAPACK's sfmin1 (float32: 103)
+    bound = _scaling_bound(real)
     top = bound + 1
     powers = jnp.asarray(2.0 ** np.arange(-top, top + 1), real)  # 2^e at e + top: exact
     power = lambda e: powers.at[exact_cast(e + top, jnp.int32)].get(mode="promise_in_bounds")  # noqa: E731  2^e, |e| <= top
@@ -789,16 +795,23 @@ def _back_rows(z: jax.Array, inverse: jax.Array, d: jax.Array | None = None) -> 
 def triangular_eigenvectors(t: jax.Array) -> Parts:
     """Columns x_k with t x_k = t_kk x_k, x_kk = 1, for an upper triangular complex ``t``, as
     (real, imag) parts: back substitution as LAPACK's ``trevc``, a divisor smaller than
-    eps |t_kk| raised to it. On parts, each division is a few real nodes (a complex one adds
-    its inf/NaN cases: hundreds per step)."""
+    eps |t_kk| raised to it, each column scaled down where an entry would pass a bound (as
+    trevc's scaled solves, ``latrs``). On parts, each division is a few real nodes (a complex
+    one adds its inf/NaN cases: hundreds per step)."""
     n = t.shape[-1]
     ids = _ids(n)
     rows, cols = ids[:, None], ids[None, :]
     tr, ti = jnp.real(t), jnp.imag(t)
     zero, one = jnp.zeros((), tr.dtype), jnp.ones((), tr.dtype)
     dr, di = (jnp.sum(where(rows == cols, p, zero), axis=-2, keepdims=True) for p in (tr, ti))  # (..., 1, n)
-    eps, tiny = float(jnp.finfo(tr.dtype).eps), float(jnp.finfo(tr.dtype).tiny)
+    info = jnp.finfo(tr.dtype)
+    eps, tiny = float(info.eps), float(info.tiny)
     smin = jnp.maximum(eps * jnp.hypot(dr, di), tiny)
+    # entries stay below 2^((maxexp - bound) / 2) (float32 4096): gebak's scalings (below
+    # 2^bound) times the vectors and their sums stay finite. Equal diagonal entries (a Jordan
+    # block; a zero row and a zero column, which balancing isolates as exact zeros) divide by
+    # smin at each row: (1 / smin)^k overflowed, and the vectors came out NaN or 0.
+    growth = 2.0 ** ((info.maxexp - _scaling_bound(tr.dtype)) // 2)
 
     def step(i: Index, x: Parts) -> Parts:
         xr, xi = x
@@ -809,6 +822,12 @@ def triangular_eigenvectors(t: jax.Array) -> Parts:
         safe = where(scale == 0, one, scale)
         small = scale * jnp.sqrt((er / safe) ** 2 + (ei / safe) ** 2) < smin
         er, ei, scale = where(small, smin, er), where(small, zero, ei), where(small, smin, scale)
+        # |num / e| <= sqrt(2) max(|num_r|, |num_i|) / scale: a column whose new entry would
+        # pass growth is scaled by growth scale / that first (a vector's scale is free)
+        reach = jnp.maximum(jnp.abs(num_r), jnp.abs(num_i))
+        bar = growth * scale
+        shrink = where(reach > bar, bar / where(reach == 0, one, reach), one)
+        num_r, num_i, xr, xi = num_r * shrink, num_i * shrink, xr * shrink, xi * shrink
         er, ei = er / scale, ei / scale  # num / e = num conj(e') / (|e'|^2 scale), e' = e / scale
         q = (er * er + ei * ei) * scale
         new_r, new_i = (num_r * er + num_i * ei) / q, (num_i * er - num_r * ei) / q
@@ -821,9 +840,14 @@ def triangular_eigenvectors(t: jax.Array) -> Parts:
 
 def _normalized(z: jax.Array, x: Parts) -> jax.Array:
     """The columns of z x scaled to norm 1 with their largest-magnitude entry (the first of
-    equals) real positive, from x's parts: the phase and the scale are real products."""
+    equals) real positive, from x's parts: the phase and the scale are real products. Each
+    column is divided by a power of two near its largest entry first (exact), so no square
+    overflows or underflows (gebak's scalings reach 2^bound: float32 2^103)."""
     zr, zi = jnp.real(z), jnp.imag(z)
     vr, vi = zr @ x[0] - zi @ x[1], zr @ x[1] + zi @ x[0]
+    size = _mT(jnp.maximum(jnp.abs(vr), jnp.abs(vi)))[..., None]  # (..., n, m, 1): a matrix per column
+    column_scale = _mT(power_of_two_scale(size)[..., 0])  # (..., 1, n)
+    vr, vi = vr / column_scale, vi / column_scale
     mag2 = vr * vr + vi * vi
     norm = jnp.sqrt(jnp.sum(mag2, axis=-2, keepdims=True))
     big = jnp.argmax(mag2, axis=-2, keepdims=True)
