@@ -67,10 +67,11 @@ STRUCTURAL = {
     "squeeze_expand": lambda z: jnp.squeeze(z[None, :1], axis=(0, 1)),
     "sum_cumsum": lambda z: (z.sum(axis=0), jnp.cumsum(z, axis=-1)),
     "add_sub_neg": lambda z: (z + z[::-1]) - (-z),
+    "stop_gradient_device_put": lambda z: jax.lax.stop_gradient(z) - jax.device_put(z[::-1]),
 }
 
 
-@pytest.mark.parametrize("name", _params(STRUCTURAL, {"pad", "scatter", "select", "sum_cumsum"}))
+@pytest.mark.parametrize("name", _params(STRUCTURAL, {"pad", "scatter", "select", "sum_cumsum", "stop_gradient_device_put"}))
 @given(data=st.data())
 def test_rearranging_and_linear_ops_act_on_pairs(name, data):
     dtype = data.draw(st.sampled_from(COMPLEX))

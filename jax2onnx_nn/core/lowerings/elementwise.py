@@ -464,9 +464,10 @@ def _passthrough(ctx: LoweringContext, *xs: ir.Value, **_: object) -> ir.Value |
     return xs[0] if len(xs) == 1 else list(xs)
 
 
-# primitives that do nothing to values once exported (gradients, sharding, placement, names)
+# primitives that do nothing to values once exported (gradients, sharding, placement, names):
+# complex values pass through as their (real, imag) pairs (jnp.linalg.solve's stop_gradient)
 for _prim in ("stop_gradient", "optimization_barrier", "copy", "copy_p", "sharding_constraint", "device_put", "name", "pvary", "mesh_cast", "reshard"):
-    register(_prim, _passthrough, onnx_ops=())
+    register(_prim, _passthrough, onnx_ops=(), complex_pairs=True)
 
 
 def _erf64(ctx: LoweringContext, x: ir.Value) -> ir.Value:
