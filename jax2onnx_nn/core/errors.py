@@ -38,10 +38,32 @@ class ConversionError(Exception):
         for r in records:
             where = ", ".join(loc or "<unknown location>" for loc in r.locations[:5]) + (" ..." if len(r.locations) > 5 else "")
             lines.append(f"  {r.primitive} (used {r.count}x) at {where}")
-        lines.append(
-            "Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}."
-        )
+        on_complex = [r.primitive.removesuffix(ON_COMPLEX) for r in records if r.primitive.endswith(ON_COMPLEX)]
+        if len(on_complex) < len(records):
+            lines.append("Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}.")
+        if on_complex:
+            # a rule registered without complex_pairs=True is never given a complex equation
+            lines.append(
+                "Complex values are (real, imag) float pairs in the graph: a lowering of a primitive on "
+                "complex numbers takes and returns the pairs, registered with "
+                "@jax2onnx_nn.lowering(primitive, complex_pairs=True)."
+            )
+        factorizations = [name for name in on_complex if name in _LINALG]
+        if factorizations:
+            lines.append(
+                f"lax.linalg's {', '.join(factorizations)} of complex matrices {'is' if len(factorizations) == 1 else 'are'} "
+                "not lowered: solve a complex system A x = b as the real one [[A.real, -A.imag], [A.imag, A.real]] "
+                "[x.real; x.imag] = [b.real; b.imag] (jnp.block), or cast to a real dtype where the values are real."
+            )
         return cls("\n".join(lines), records)
+
+
+ON_COMPLEX = " on complex numbers"  # how the interpreter names a complex equation without a pair lowering
+# lax.linalg primitives (on complex numbers, eig and schur are lowered; those named here may not be)
+_LINALG = frozenset({
+    "cholesky", "cholesky_update", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product",
+    "lu", "ormqr", "qr", "svd", "symmetric_product", "triangular_solve", "tridiagonal", "tridiagonal_solve",
+})
 
 
 def user_stacklevel() -> int:

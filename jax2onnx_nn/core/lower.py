@@ -21,7 +21,7 @@ from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import value_range
 from jax2onnx_nn.core.config import ExportConfig
-from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.core.errors import ON_COMPLEX, ConversionError
 from jax2onnx_nn.core.graph import (
     GraphBuilder,
     dim_name,
@@ -160,7 +160,7 @@ class Lowerer:
             if folded is not None:
                 outs = folded
             elif data_jaxpr is _NO_PAIRS:
-                self.unsupported[f"{name} on complex numbers"].append(builder.doc_string)
+                self.unsupported[name + ON_COMPLEX].append(builder.doc_string)
                 outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
             elif data_jaxpr is not None:
                 outs = self.lower_jaxpr(data_jaxpr, inputs, builder)

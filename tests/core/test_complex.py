@@ -174,8 +174,24 @@ def test_complex_inside_control_flow():
 
 
 def test_complex_op_without_a_pair_lowering_is_named():
-    with pytest.raises(ConversionError, match="rsqrt on complex numbers"):
+    with pytest.raises(ConversionError, match="rsqrt on complex numbers") as info:
         to_onnx(jax.lax.rsqrt, [((3,), "complex64")])
+    # how to fix it: a rule for pairs (one registered without complex_pairs=True is not asked)
+    assert "lowering(primitive, complex_pairs=True)" in str(info.value)
+    assert "pass lowerings=" not in str(info.value)
+
+
+def test_complex_linear_algebra_is_refused_with_its_real_form():
+    def solve(a, b):
+        return jnp.linalg.solve(a, b)
+
+    with pytest.raises(ConversionError) as info:
+        to_onnx(solve, [((4, 4), "complex64"), ((4, 1), "complex64")])
+    message = str(info.value)
+    assert [u.primitive for u in info.value.unsupported] == ["lu on complex numbers", "triangular_solve on complex numbers"]
+    assert all(loc.startswith(f"{__file__}:{solve.__code__.co_firstlineno + 1}") for u in info.value.unsupported for loc in u.locations)
+    assert "lax.linalg's lu, triangular_solve of complex matrices are not lowered" in message
+    assert "[[A.real, -A.imag], [A.imag, A.real]]" in message
 
 
 def _grid_arrays(dtype, shape, *, special):

@@ -6,6 +6,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx_ir as ir
@@ -143,3 +144,18 @@ def test_a_rule_that_disagrees_with_jax_is_a_clear_error(wrong):
     assert "internal error: the lowering of tanh at " in message and "test_registry.py" in message, message
     assert ("returned DOUBLE where JAX has float32" if wrong == "dtype" else "returned 2 values for 1 outputs") in message, message
     assert "please report it" in message
+
+
+def test_a_rule_for_complex_numbers_is_given_the_pairs(tables):
+    """What the error for an op on complex numbers advises: a rule registered with
+    complex_pairs=True is given the (real, imag) pairs; one registered without it is not asked."""
+    from jax2onnx_nn import ConversionError
+    from jax2onnx_nn.core.verify import run_onnx
+
+    z = np.array([1 + 2j, -3 - 0.5j], np.complex64)
+    register("rsqrt", lambda ctx, x, **params: ctx.op.Neg(x))
+    with pytest.raises(ConversionError, match="rsqrt on complex numbers"):
+        to_onnx(jax.lax.rsqrt, [z])
+    register("rsqrt", lambda ctx, x, **params: ctx.op.Neg(x), complex_pairs=True)  # (not rsqrt: a marker)
+    (out,) = run_onnx(to_onnx(jax.lax.rsqrt, [z]), [z])
+    np.testing.assert_array_equal(out, -np.stack([z.real, z.imag], -1))
