@@ -79,6 +79,21 @@ def test_tridiagonal_solve_perturbed_is_refused():
         roundtrip(lambda d: lax.linalg.tridiagonal_solve(d, d, d, d[:, None], perturb_singular=True), [d.shape], input_values=[d])
 
 
+def test_eigh_tridiagonal_eigenvectors_are_refused_with_what_to_use():
+    """eigh_tridiagonal's eigenvectors come from perturbed tridiagonal solves: the error names
+    the user's line and eigh of the full matrix, which exports (checked here too)."""
+    d, e = np.array([2.0, 1.0, 3.0, -1.0], np.float32), np.array([0.5, -1.0, 0.25], np.float32)
+
+    def vectors(d, e):
+        return jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=False)[1]
+
+    with pytest.raises(ConversionError) as info:
+        roundtrip(vectors, [d.shape, e.shape], input_values=[d, e])
+    assert f"{__file__}:{vectors.__code__.co_firstlineno + 1}" in str(info.value)
+    assert "jnp.linalg.eigh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1))" in str(info.value)
+    assert_exports_match_on(lambda d, e: jnp.linalg.eigvalsh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)), d, e)
+
+
 # -- custom_linear_solve -----------------------------------------------------------------------
 SOLVES = {
     # a user solve that itself calls a custom_linear_solve (jnp.linalg.solve does)

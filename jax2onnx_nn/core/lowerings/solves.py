@@ -96,9 +96,12 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
 @lowering("tridiagonal_solve", onnx_ops=("Slice", "Abs", "Mul", "Sub", "Div", "Where", "Loop", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Equal", "Expand", "Gather", "GreaterOrEqual", "Identity", "Less", "Max", "Min", "Neg", "Not", "Or", "Range", "Reshape", "Scan", "Squeeze", "Unsqueeze"))
 def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.Value, b: ir.Value, *, perturb_singular: bool) -> list[ir.Value]:
     if perturb_singular:
+        # JAX's CPU kernel replaces zero pivots by a perturbation of its own; not reproduced
         raise ConversionError(
-            f"tridiagonal_solve(perturb_singular=True) at {ctx.source_line or '<unknown location>'} is not supported; "
-            "use perturb_singular=False"
+            f"tridiagonal_solve(perturb_singular=True) at {ctx.source_line or '<unknown location>'} is not supported. "
+            "jax.scipy.linalg.eigh_tridiagonal(..., eigvals_only=False) calls it for the eigenvectors: use "
+            "jnp.linalg.eigh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)) instead; a tridiagonal_solve "
+            "of your own: perturb_singular=False (an exactly singular system then gives NaN)"
         )
     refuse_half_precision(ctx, "tridiagonal_solve", "lax.linalg.tridiagonal_solve(*(a.astype(jnp.float32) for a in (dl, d, du, b)))")
     return lower_as_jax(ctx, tridiagonal_solve, [dl, d, du, b])
