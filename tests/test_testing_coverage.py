@@ -61,6 +61,14 @@ LINALG = {
     "qr": (jnp.linalg.qr, lambda n: [n]),
     "qr_pivoting": (lambda a: jsl.qr(a, pivoting=True), lambda n: [n]),
     "householder_product": (lambda a: lax.linalg.householder_product(a, a[0]), lambda n: [n]),
+    "ormqr": (
+        lambda a, taus, c: lax.linalg.ormqr(a, taus, c, transpose=True),
+        lambda n: [n, n[1:], (n[0], 2)],
+    ),
+    "ormqr_right": (
+        lambda a, taus, c: lax.linalg.ormqr(a, taus, c, left=False),
+        lambda n: [n, n[1:], (2, n[0])],
+    ),
     "eigh": (jnp.linalg.eigh, lambda n: [n]),
     "eigvalsh": (jnp.linalg.eigvalsh, lambda n: [n]),
     "svd": (jnp.linalg.svd, lambda n: [n]),

@@ -275,6 +275,166 @@ def test_householder_product_matches_jax():
     assert_exports_match_on(lambda a: lax_linalg.householder_product(*lax_linalg.geqrf(a)), a, jit=True)
 
 
+def packed_qr(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """JAX's geqrf of ``a``: the reflectors packed below R, and their taus."""
+    from jax._src.lax import linalg as lax_linalg
+
+    with jax.enable_x64(a.dtype == np.float64):
+        packed, taus = jax.jit(lax_linalg.geqrf)(a)
+        return np.asarray(packed), np.asarray(taus)
+
+
+def _ormqr_tol(dtype) -> dict:
+    tol = 1e-12 if np.dtype(dtype) == np.float64 else 1e-5
+    return {"rtol": tol, "atol": tol}
+
+
+def check_ormqr(m, n, k, p, batch, dtype, seed, left, transpose):
+    """ormqr on JAX's geqrf of a Gaussian ``a`` (m, n), its first k reflectors, applied to a
+    Gaussian ``c`` (m, p) from the left or (p, m) from the right; a batch "B" is symbolic."""
+    symbolic = batch == "B"
+    batch = (3,) if symbolic else batch
+    packed, taus = packed_qr(general(seed, batch, m, n, dtype=dtype, shift=0.0))
+    taus = taus[..., :k]
+    c = rhs(seed, batch, m, p, dtype)
+    c = c if left else np.swapaxes(c, -1, -2)
+    fn = lambda a, taus, c: lax.linalg.ormqr(a, taus, c, left=left, transpose=transpose)  # noqa: E731
+    if not symbolic:
+        return assert_exports_match_on(fn, packed, taus, c, **_ormqr_tol(dtype), jit=True)
+    specs = [("B", m, n), ("B", k), ("B", *c.shape[-2:])]
+    return assert_exports_match(
+        fn,
+        specs,
+        input_values=[packed, taus, c],
+        **_ormqr_tol(dtype),
+        enable_double_precision=dtype == np.float64,
+        jit=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "p", "batch", "dtype", "left", "transpose"),
+    [
+        (5, 4, 4, 3, (3,), np.float32, True, True),
+        (4, 5, 4, 2, (), np.float64, True, False),
+        (5, 5, 3, 2, "B", np.float32, False, True),
+        (16, 16, 16, 5, (), np.float64, False, False),
+    ],
+)
+def test_ormqr_matches_jax(m, n, k, p, batch, dtype, left, transpose):
+    check_ormqr(m, n, k, p, batch, dtype, 0, left, transpose)
+
+
+@pytest.mark.slow
+@given(
+    m=SIZES,
+    n=SIZES,
+    p=SIZES,
+    batch=st.sampled_from([(), (3,), "B"]),
+    dtype=DTYPES,
+    seed=SEEDS,
+    left=st.booleans(),
+    transpose=st.booleans(),
+    data=st.data(),
+)
+def test_ormqr_property(m, n, p, batch, dtype, seed, left, transpose, data):
+    k = data.draw(
+        st.sampled_from(sorted({s for s in (0, 1, 2, 5, 16) if s < min(m, n)} | {min(m, n)})),
+        label="k",
+    )
+    check_ormqr(m, n, k, p, batch, dtype, seed, left, transpose)
+
+
+def test_ormqr_above_the_unroll_limit_is_one_loop():
+    """More reflectors than UNROLL_LIMIT, or a symbolic count, are one Loop (or Scan) over
+    them: the graph does not grow with k."""
+    k = decompositions.UNROLL_LIMIT + 4
+    model = check_ormqr(k + 2, k, k, 3, (2,), np.float32, 1, True, False)
+    assert (
+        op_types(model).count("Loop") + op_types(model).count("Scan") == 1
+        and len(model.graph.node) < 20
+    ), op_types(model)
+    packed, taus = packed_qr(general(2, (2,), 6, 4, shift=0.0))
+    c = rhs(2, (2,), 3, 6)
+    fn = lambda a, taus, c: lax.linalg.ormqr(a, taus, c, left=False, transpose=True)  # noqa: E731
+    model = assert_exports_match(
+        fn,
+        [("B", "M", "K"), ("B", "K"), ("B", 3, "M")],
+        input_values=[packed, taus, c],
+        rtol=1e-5,
+        atol=1e-5,
+        jit=True,
+    )
+    assert op_types(model).count("Loop") + op_types(model).count("Scan") == 1, op_types(model)
+
+
+def test_ormqr_under_vmap():
+    packed, taus = packed_qr(general(3, (4,), 5, 3, shift=0.0))
+    c = rhs(3, (4,), 5, 1)[..., 0]  # one vector per matrix
+    apply = lambda a, taus, c: lax.linalg.ormqr(a, taus, c[:, None], transpose=True)[:, 0]  # noqa: E731
+    assert_exports_match_on(jax.vmap(apply), packed, taus, c, jit=True)
+
+
+@pytest.mark.parametrize(
+    ("left", "transpose"), [(True, False), (True, True), (False, False), (False, True)]
+)
+def test_ormqr_spreads_nan_and_inf_as_jax(left, transpose):
+    """As dlarf, H_j reads and writes only the lines j.. of c (rows from the left, columns from
+    the right), none when tau_j is 0: a NaN or inf in c reaches the entries JAX's reaches and
+    no more (an inf in a line the last reflectors do not touch stays an inf). An upper
+    triangular matrix reflects nothing (every tau 0): c comes back as it was, infs included."""
+    fn = jax.vmap(
+        lambda a, taus, c: lax.linalg.ormqr(a, taus, c, left=left, transpose=transpose),
+        in_axes=(None, None, 0),
+    )
+    c = rhs(4, (4,), 4, 3)  # 4 lines of 3
+    c[0, 0, 0], c[1, 3, 2], c[2, 3, 1], c[3, 1, 2] = np.nan, np.nan, np.inf, -np.inf
+    c = c if left else np.swapaxes(c, -1, -2)
+    packed, taus = packed_qr(general(4, (), 4, 4, shift=0.0))
+    expected = np.asarray(fn(packed, taus, c))
+    assert 0 < np.isnan(expected).sum() < expected.size - 8
+    assert np.isinf(expected).any() == (left == transpose)  # Q^T c and c Q: H_3 (tau 0) last
+    assert_exports_match_on(fn, packed, taus, c, jit=True)
+    packed, taus = packed_qr(np.triu(general(4, (), 4, 4, shift=0.0)))
+    assert not taus.any()
+    assert_exports_match_on(fn, packed, taus, c, jit=True)
+    np.testing.assert_array_equal(np.asarray(fn(packed, taus, c)), c)
+
+
+def test_ormqr_with_more_taus_than_reflectors_is_refused():
+    """k > min(m, n): LAPACK refuses k > m, JAX's CPU ormqr reads past a for k > n."""
+    from jax2onnx_nn import ConversionError, to_onnx
+
+    with pytest.raises(
+        ConversionError,
+        match=r"ormqr at .*test_decompositions.py.* got 5 taus for a 5x4 matrix.*taus\[\.\.\., :4\]",
+    ):
+        to_onnx(lambda a, taus, c: lax.linalg.ormqr(a, taus, c), [(5, 4), (5,), (5, 2)])
+
+
+def test_complex_ormqr_is_refused_as_complex_geqrf():
+    """JAX's CPU has unmqr, but our geqrf and householder_product take real matrices only: a
+    complex ormqr is reported as theirs are, by name, with the real form to use instead."""
+    from jax2onnx_nn import ConversionError, to_onnx
+
+    specs = [((5, 4), "complex64"), ((4,), "complex64"), ((5, 2), "complex64")]
+    with pytest.raises(ConversionError, match=r"ormqr on complex numbers[\s\S]*ormqr of complex"):
+        to_onnx(lambda a, taus, c: lax.linalg.ormqr(a, taus, c), specs)
+
+
+@pytest.mark.parametrize(
+    ("mode", "shape", "c_shape"),
+    [("right", (5, 3), (2, 5)), ("left", (3, 5), (3, 2)), ("right", (4, 4), (4,))],
+)
+@pytest.mark.parametrize("conjugate", [False, True])
+def test_qr_multiply_matches_jax(mode, shape, c_shape, conjugate):
+    """jax.scipy.linalg.qr_multiply: geqrf, then ormqr on the side ``mode`` and ``conjugate`` say."""
+    a = general(5, (), *shape, shift=0.0)
+    c = np.random.default_rng(5).normal(size=c_shape).astype(np.float32)
+    qr_multiply = lambda a, c: jsl.qr_multiply(a, c, mode=mode, conjugate=conjugate)  # noqa: E731
+    assert_exports_match_on(qr_multiply, a, c, jit=True)
+
+
 def test_qr_of_columns_already_zero():
     """A zero column below the diagonal is no reflection (tau 0), as in dlarfg."""
     a = np.zeros((3, 3), np.float32)
@@ -419,6 +579,7 @@ HALF_PRECISION_REFUSED = [
     ("lu", lambda a: lax.linalg.lu(a)), ("lu", jnp.linalg.inv), ("lu", lambda a: jnp.linalg.solve(a, a[:, :1])), ("lu", jnp.linalg.det),
     ("cholesky", jnp.linalg.cholesky), ("cholesky", lambda a: jsl.cho_factor(a)[0]),
     ("qr", jnp.linalg.qr), ("householder_product", lambda a: lax.linalg.householder_product(a, a[0])),
+    ("ormqr", lambda a: lax.linalg.ormqr(a, a[0], a)),
     ("svd", jnp.linalg.svd), ("svd", jnp.linalg.svdvals), ("svd", jnp.linalg.pinv), ("eigh", jnp.linalg.eigh), ("eigh", jnp.linalg.eigvalsh),
     ("hessenberg", jsl.hessenberg), ("tridiagonal", lambda a: lax.linalg.tridiagonal(a)), ("schur", jsl.schur),
     ("eig", lambda a: lax.linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)),

@@ -97,15 +97,20 @@ _TRACES: BoundedMemo[Any] = BoundedMemo(256)
 def iterate(n: Any, step: Callable[[Index, Any], Any], carry: Any, *, reverse: bool = False, unroll: bool | None = None) -> Any:
     """``carry = step(j, carry)`` for j in 0..n-1 (n-1..0 with ``reverse``); ``unroll=False``
     asks for the Loop at any size (a factorization inside another algorithm's graph)."""
-    if unroll is None:
-        unroll = not jxi.is_symbolic_dim(n) and int(n) <= UNROLL_LIMIT
-    if unroll:
+    if unrolls(n, unroll):
         for j in range(int(n) - 1, -1, -1) if reverse else range(int(n)):
             carry = step(j, carry)
         return carry
     if reverse:
         return lax.fori_loop(0, n, lambda t, c: step(n - 1 - t, c), carry)
     return lax.fori_loop(0, n, step, carry)
+
+
+def unrolls(n: Any, unroll: bool | None) -> bool:
+    """Whether ``iterate`` unrolls n steps: as asked, else for a static n up to UNROLL_LIMIT."""
+    if unroll is None:
+        return not jxi.is_symbolic_dim(n) and int(n) <= UNROLL_LIMIT
+    return unroll
 
 
 def _at(x: jax.Array, j: Index, axis: int) -> jax.Array:
@@ -840,7 +845,7 @@ def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permuta
     return lower_as_jax(ctx, lambda p: pivots_to_permutation(p, permutation_size), [pivots])
 
 
-# -- qr: Householder reflections as LAPACK's geqrf / orgqr --------------------------------------
+# -- qr: Householder reflections as LAPACK's geqrf / orgqr / ormqr -----------------------------
 def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``dlarfg`` on the column ``x`` (..., m, 1): the Householder vector ``v`` (1 at row
     ``j``, the scaled ``tail`` rows, 0 elsewhere), ``tau``, and x[j]'s new value ``beta =
@@ -884,22 +889,78 @@ def geqrf(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
     return packed, taus[..., 0, :]
 
 
-def householder_product(packed: jax.Array, taus: jax.Array, columns: Any = None, *, unroll: bool | None = None) -> jax.Array:
+def reflector_vectors(packed: jax.Array, k: Any) -> jax.Array:
+    """The vectors (..., m, k) of the k reflectors H_j = I - tau_j v_j v_j^T that ``geqrf``
+    packed: column j is v_j, 1 at row j, ``packed``'s column j below it, 0 above."""
+    rows, cols = _ids(packed.shape[-2])[:, None], _ids(k)[None, :]
+    one, zero = jnp.ones((), packed.dtype), jnp.zeros((), packed.dtype)
+    below = packed if packed.shape[-1] is k else lax.slice_in_dim(packed, 0, k, axis=-1)
+    return where(rows > cols, below, where(rows == cols, one, zero))
+
+
+def apply_reflectors(
+    packed: jax.Array,
+    taus: jax.Array,
+    c: jax.Array,
+    *,
+    left: bool,
+    transpose: bool,
+    masked: bool = True,
+    unroll: bool | None = None,
+) -> jax.Array:
+    """``ormqr``: Q c, Q^T c, c Q or c Q^T for Q = H_0 ... H_{k-1}, the k = len(taus) reflectors
+    ``packed`` (..., m, n >= k) holds below its diagonal, without forming Q (``dorm2r``: one
+    reflector at a time, each a rank-1 update of ``c``). Q c and c Q^T apply H_{k-1} first,
+    Q^T c and c Q apply H_0 first.
+
+    As ``dlarf``, H_j reads and writes only the rows (left; columns: right) j.. of ``c``, and
+    none for ``tau_j = 0``: an inf or NaN in ``c`` spreads where LAPACK spreads it (masks,
+    not products with the zeros of v_j); ``masked=False`` leaves the masks out for a finite
+    ``c`` (``householder_product``'s identity). The vectors, scaled by tau on the side the
+    update needs, and the masks are made once for all steps; unrolled steps take theirs from
+    one Split each."""
+    m, k = packed.shape[-2], taus.shape[-1]
+    v = reflector_vectors(packed, k)
+    # left: H c = c - (tau v) (v^T c), step j's column and row; right: c H = c - (c v) (tau v^T)
+    taus = taus[..., None, :] if left else taus[..., :, None]
+    per_step = [(taus * v, -1), (_mT(v), -2)] if left else [(v, -1), (taus * _mT(v), -2)]
+    if masked:  # column (left) or row (right) j: the lines of c that H_j reaches
+        if left:
+            writes, axis = _ids(m)[:, None] >= _ids(k)[None, :], -1
+        else:
+            writes, axis = _ids(k)[:, None] <= _ids(m)[None, :], -2
+        per_step += [(writes & (taus != 0), axis), (writes, axis)]
+    unroll = unrolls(k, unroll)
+    pieces = [
+        lax.split(x, [1] * int(k), axis=axis) if unroll and int(k) > 1 else [x]
+        for x, axis in per_step
+    ]
+
+    def step(j: Index, c: jax.Array) -> jax.Array:
+        if isinstance(j, int):
+            column, row, *masks = (p[j] for p in pieces)
+        else:
+            column, row, *masks = (_at(x, j, axis) for x, axis in per_step)
+        read = where(masks[0], c, jnp.zeros((), c.dtype)) if masked else c
+        update = column * (row @ read) if left else (read @ column) * row
+        return where(masks[1], c - update, c) if masked else c - update
+
+    return iterate(k, step, c, reverse=left != transpose, unroll=unroll)
+
+
+def householder_product(
+    packed: jax.Array, taus: jax.Array, columns: Any = None, *, unroll: bool | None = None
+) -> jax.Array:
     """The first ``columns`` (default n) columns of H_0 ... H_{k-1}, H_j = I - tau_j v_j v_j^T
-    with v_j read below the diagonal of ``packed`` (``orgqr``'s backward accumulation)."""
+    with v_j read below the diagonal of ``packed`` (``orgqr``'s backward accumulation: Q
+    applied to the identity's columns)."""
     m, n = packed.shape[-2], packed.shape[-1]
     columns = n if columns is None else columns
-    rows = _ids(m)[:, None]
-    zero, one = jnp.zeros((), packed.dtype), jnp.ones((), packed.dtype)
-    taus = taus[..., None, :]  # (..., 1, k)
-
-    def step(j: Index, q: jax.Array) -> jax.Array:
-        v = where(rows > j, _at(packed, j, -1), where(rows == j, one, zero))
-        return q - (_at(taus, j, -1) * v) * (_mT(v) @ q)
-
-    eye = (rows == _ids(columns)[None, :]).astype(packed.dtype)
+    eye = (_ids(m)[:, None] == _ids(columns)[None, :]).astype(packed.dtype)
     q = jnp.broadcast_to(eye, (*packed.shape[:-2], m, columns))
-    return iterate(taus.shape[-1], step, q, reverse=True, unroll=unroll)
+    return apply_reflectors(
+        packed, taus, q, left=True, transpose=False, masked=False, unroll=unroll
+    )
 
 
 def geqp3(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -1080,14 +1141,64 @@ def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     return lower_as_jax(ctx, geqrf, [a])
 
 
-@lowering("householder_product", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Where", "Loop", "Cast", "Equal", "Expand", "Greater", "Transpose", "Unsqueeze", "Add", "Less", "Max", "Min", "Range", "Reshape", "Scan", "Squeeze"))
+@lowering("householder_product", onnx_ops=("Split", "Slice", "MatMul", "Mul", "Sub", "Where", "Loop", "Cast", "Equal", "Expand", "Greater", "Transpose", "Unsqueeze", "Add", "Less", "Max", "Min", "Range", "Reshape", "Scan", "Squeeze"))
 def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "householder_product", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, householder_product, [a, taus])
 
 
-@lowering("qr", onnx_ops=("Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
+@lowering(
+    "ormqr",
+    onnx_ops=(
+        "Split",
+        "MatMul",
+        "Mul",
+        "Sub",
+        "Where",
+        "Transpose",
+        "Loop",
+        "Slice",
+        "Add",
+        "And",
+        "Cast",
+        "Equal",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "Less",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Not",
+        "Range",
+        "Scan",
+        "Squeeze",
+        "Unsqueeze",
+    ),
+)
+def _ormqr(
+    ctx: LoweringContext, a: ir.Value, taus: ir.Value, c: ir.Value, *, left: bool, transpose: bool
+) -> list[ir.Value]:
+    refuse_half_precision(
+        ctx,
+        "ormqr",
+        "lax.linalg.ormqr(a.astype(jnp.float32), taus.astype(jnp.float32), c.astype(jnp.float32))",
+    )
+    m, n = ctx.avals_in[0].shape[-2:]
+    k = ctx.avals_in[1].shape[-1]
+    static = not any(jxi.is_symbolic_dim(d) for d in (m, n, k))
+    if static and k > min(m, n):  # LAPACK refuses k > m; JAX's CPU ormqr reads past a for k > n
+        raise ConversionError(
+            f"ormqr at {ctx.source_line or '<unknown location>'} got {k} taus for a {m}x{n} matrix of reflectors: "
+            f"there are at most min(m, n) = {min(m, n)} (JAX's CPU ormqr fails or reads past a). "
+            f"Pass taus[..., :{min(m, n)}], as geqrf returns them"
+        )
+    fn = functools.partial(apply_reflectors, left=left, transpose=transpose)
+    return lower_as_jax(ctx, fn, [a, taus, c], cache_key=("ormqr", left, transpose, UNROLL_LIMIT))
+
+
+@lowering("qr", onnx_ops=("Split", "Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     refuse_half_precision(ctx, "qr", "jnp.linalg.qr(a.astype(jnp.float32))")

@@ -904,7 +904,7 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
     return lower_as_jax(ctx, fn, [a])
 
 
-@lowering("schur", onnx_ops=(*EIG_OPS, "Gather", "GatherElements", "Pad", "Concat", "Mod", "And", "Cast", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Sign", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
+@lowering("schur", onnx_ops=(*EIG_OPS, "Split", "Gather", "GatherElements", "Pad", "Concat", "Mod", "And", "Cast", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Sign", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
 def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
     refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")
