@@ -69,6 +69,10 @@ LINALG = {
         lambda a, taus, c: lax.linalg.ormqr(a, taus, c, left=False),
         lambda n: [n, n[1:], (2, n[0])],
     ),
+    "geqp3": (  # with ormqr
+        lambda a, c: jsl.qr_multiply(a, c, pivoting=True),
+        lambda n: [n, (2, n[0])],
+    ),
     "eigh": (jnp.linalg.eigh, lambda n: [n]),
     "eigvalsh": (jnp.linalg.eigvalsh, lambda n: [n]),
     "svd": (jnp.linalg.svd, lambda n: [n]),

@@ -435,6 +435,39 @@ def test_qr_multiply_matches_jax(mode, shape, c_shape, conjugate):
     assert_exports_match_on(qr_multiply, a, c, jit=True)
 
 
+@pytest.mark.parametrize(
+    ("mode", "shape", "batch", "conjugate"),
+    [("right", (5, 3), (), False), ("left", (3, 5), (2,), True), ("right", (9, 6), (2,), True)],
+)
+def test_qr_multiply_with_pivoting_matches_jax(mode, shape, batch, conjugate):
+    """qr_multiply(pivoting=True): the geqp3 primitive (its jpvt all zero: every column free)
+    as qr(pivoting=True)'s, then ormqr; 9x6 pivots in a Loop."""
+    a = general(6, batch, *shape, shift=0.0)
+    m, k = shape[0], min(shape)
+    c = rhs(6, batch, 2, m) if mode == "right" else rhs(6, batch, k, 2)
+    fn = lambda a, c: jsl.qr_multiply(a, c, mode=mode, conjugate=conjugate, pivoting=True)  # noqa: E731
+    assert_exports_match_on(fn, a, c, jit=True)
+
+
+def test_geqp3_primitive_matches_jax():
+    """The primitive itself: LAPACK's 1-based permutation, on a symbolic batch; n = 0; a jpvt
+    that is not a known zero (LAPACK's leading columns) is refused with what to pass."""
+    from jax._src.lax import linalg as lax_linalg
+
+    from jax2onnx_nn import ConversionError, to_onnx
+
+    def geqp3(a):
+        return lax_linalg.geqp3(a, jnp.zeros((*a.shape[:-2], a.shape[-1]), jnp.int32))
+
+    a = general(7, (3,), 5, 4, shift=0.0)
+    assert_exports_match(geqp3, [("B", 5, 4)], input_values=[a], jit=True)
+    assert_exports_match_on(geqp3, np.zeros((3, 0), np.float32), jit=True)
+    with pytest.raises(
+        ConversionError, match=r"geqp3 at .*test_decompositions.py.* jpvt not known to be all zero"
+    ):
+        to_onnx(lambda a, jpvt: lax_linalg.geqp3(a, jpvt), [(5, 4), ((4,), "int32")])
+
+
 def test_qr_of_columns_already_zero():
     """A zero column below the diagonal is no reflection (tau 0), as in dlarfg."""
     a = np.zeros((3, 3), np.float32)
@@ -579,7 +612,7 @@ HALF_PRECISION_REFUSED = [
     ("lu", lambda a: lax.linalg.lu(a)), ("lu", jnp.linalg.inv), ("lu", lambda a: jnp.linalg.solve(a, a[:, :1])), ("lu", jnp.linalg.det),
     ("cholesky", jnp.linalg.cholesky), ("cholesky", lambda a: jsl.cho_factor(a)[0]),
     ("qr", jnp.linalg.qr), ("householder_product", lambda a: lax.linalg.householder_product(a, a[0])),
-    ("ormqr", lambda a: lax.linalg.ormqr(a, a[0], a)),
+    ("ormqr", lambda a: lax.linalg.ormqr(a, a[0], a)), ("geqp3", lambda a: jsl.qr_multiply(a, a, pivoting=True)),
     ("svd", jnp.linalg.svd), ("svd", jnp.linalg.svdvals), ("svd", jnp.linalg.pinv), ("eigh", jnp.linalg.eigh), ("eigh", jnp.linalg.eigvalsh),
     ("hessenberg", jsl.hessenberg), ("tridiagonal", lambda a: lax.linalg.tridiagonal(a)), ("schur", jsl.schur),
     ("eig", lambda a: lax.linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)),

@@ -60,6 +60,7 @@ from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim
+from jax2onnx_nn.core.value_range import value_range
 
 # Largest static matrix size whose steps are unrolled; above it (or for a symbolic size) the
 # steps run in one ONNX Loop. Chosen by benchmarks/linalg_bench.py (graph size and latency).
@@ -1196,6 +1197,70 @@ def _ormqr(
         )
     fn = functools.partial(apply_reflectors, left=left, transpose=transpose)
     return lower_as_jax(ctx, fn, [a, taus, c], cache_key=("ormqr", left, transpose, UNROLL_LIMIT))
+
+
+@lowering(
+    "geqp3",
+    onnx_ops=(
+        "Slice",
+        "MatMul",
+        "Mul",
+        "Sub",
+        "Div",
+        "Sqrt",
+        "Abs",
+        "Where",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "Loop",
+        "Scan",
+        "Add",
+        "And",
+        "Cast",
+        "Concat",
+        "ConstantOfShape",
+        "Equal",
+        "Expand",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Neg",
+        "Not",
+        "Or",
+        "Range",
+        "Reshape",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+)
+def _geqp3(ctx: LoweringContext, a: ir.Value, jpvt: ir.Value, *, use_magma: Any) -> list[ir.Value]:
+    del use_magma  # a GPU choice
+    refuse_half_precision(ctx, "geqp3", "jax.scipy.linalg.qr(a.astype(jnp.float32), pivoting=True)")
+    n = ctx.avals_in[0].shape[-1]
+    empty = not jxi.is_symbolic_dim(n) and n == 0
+    if not empty and value_range(jpvt) != (0, 0):
+        raise ConversionError(
+            f"geqp3 at {ctx.source_line or '<unknown location>'} got a jpvt not known to be all zero: LAPACK's "
+            "leading columns (jpvt[j] != 0: column j moved to the front, not pivoted) are not supported. "
+            "Pass zeros (every column free), as jax.scipy.linalg.qr(pivoting=True) and qr_multiply do"
+        )
+
+    def fn(a: jax.Array, jpvt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        packed, perm, taus = geqp3(a)
+        # 1-based as LAPACK's; no step (min(m, n) = 0) leaves jpvt as it came
+        k = taus.shape[-1]
+        stepped = jxi.is_symbolic_dim(k) or k > 0
+        return packed, (perm + 1).astype(jpvt.dtype) if stepped else jpvt, taus
+
+    return lower_as_jax(ctx, fn, [a, jpvt])
 
 
 @lowering("qr", onnx_ops=("Split", "Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
