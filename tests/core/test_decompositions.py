@@ -7,6 +7,8 @@ Matrices come from a drawn seed: SPD ones as ``m m^T / n + I`` and general ones 
 (float32 1e-5, float64 1e-10 relative).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -16,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
+from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.lowerings import decompositions
+from jax2onnx_nn.core.verify import run_onnx
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
 
@@ -476,6 +480,39 @@ def test_qr_of_columns_already_zero():
     assert_exports_match_on(lax.linalg.qr, np.zeros((2, 4, 3), np.float64), jit=True)
 
 
+def _householder_reductions(a):
+    """qr (reduced and pivoted), geqrf and, of a small square matrix, hessenberg (at 20x20 JAX's
+    blocked gehrd rounds ~1e-5 differently): every reduction whose reflectors' norms square
+    the entries."""
+    from jax._src.lax import linalg as lax_linalg
+
+    out = (*lax.linalg.qr(a, full_matrices=False), *jsl.qr(a, pivoting=True, mode="economic"), *lax_linalg.geqrf(a))
+    return (*out, *lax.linalg.hessenberg(a)) if a.shape[-1] == a.shape[-2] <= 16 else out
+
+
+@functools.cache
+def _householder_model(shape: tuple):
+    return to_onnx(_householder_reductions, [shape])
+
+
+@settings(max_examples=25, deadline=None)  # one export per shape, then a run per example
+@given(shape=st.sampled_from([(4, 4), (2, 6, 3), (2, 20, 20)]), exponent=st.floats(-30, 30), seed=SEEDS)
+def test_float32_householder_of_entries_from_1e_minus_30_to_1e30(shape, exponent, seed):
+    """The matrix is divided by a power of two before the reflections and R (H) multiplied
+    back: entries of 1e20 gave inf and NaN (the norms' squares overflow float32) and of 1e-30
+    wrong R (they underflow), where LAPACK's dnrm2 scales. Each output within 1e-5 of JAX's,
+    relative to its largest entry; the pivots exactly."""
+    a = (general(seed, shape[:-2], shape[-2], shape[-1]) * np.float32(10.0**exponent)).astype(np.float32)
+    expected = [np.asarray(x) for x in jax.jit(_householder_reductions)(a)]
+    actual = run_onnx(_householder_model(shape), [a])
+    for got, want in zip(actual, expected, strict=True):
+        if want.dtype.kind in "iu":
+            np.testing.assert_array_equal(got, want)
+        else:
+            assert np.all(np.isfinite(got)), exponent
+            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (exponent, np.abs(got - want).max(), np.abs(want).max())
+
+
 # -- the functions users call ------------------------------------------------------------------
 SOLVERS = {
     "solve": lambda a, b: jnp.linalg.solve(a, b),
@@ -673,7 +710,7 @@ def test_float32_matrices_with_double_precision_enabled(name, n):
     (lambda a: jsl.lu_solve(jsl.lu_factor(a), a[..., :1]), 92),  # lu's permutation, not its pivots replayed
     (lambda a: jnp.linalg.det(a), 92),
     (lambda a: jnp.linalg.slogdet(a), 90),  # the sign's parity is one Mod (value ranges)
-    (lambda a: lax.linalg.qr(a), 123),
+    (lambda a: lax.linalg.qr(a), 140),  # 17 of them the power-of-two scale (entries of 1e20)
 ])
 def test_small_graphs(fn, limit):
     """A 4x4 factorization is a few dozen nodes."""

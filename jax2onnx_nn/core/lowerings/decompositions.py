@@ -846,6 +846,44 @@ def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permuta
     return lower_as_jax(ctx, lambda p: pivots_to_permutation(p, permutation_size), [pivots])
 
 
+# The scale a matrix is divided by before a factorization that squares its entries (Jacobi
+# rotations, Householder norms): 2^k, k a multiple of SCALE_STEP, the
+# largest not above max |a| (its reciprocal normal too): the scaled entries are below 2^SCALE_STEP
+# and the largest at least 1, so no square overflows or underflows (float32 entries of 1e30 or
+# 1e-30), and dividing by it and multiplying the values back are exact.
+SCALE_STEP = 4
+
+
+def power_of_two_scale(a: jax.Array) -> jax.Array:
+    """The power of two (..., 1, 1) that ``a`` (..., m, n) is divided by (see SCALE_STEP), from
+    a table: one comparison with ~64 (float32) or ~512 (float64) entries and one Gather. A zero
+    matrix gets the smallest entry, an inf one the largest and a NaN one (no comparison holds)
+    the smallest: either way the NaN or inf stays in the scaled matrix; an empty one, 1."""
+    if any(not jxi.is_symbolic_dim(d) and d == 0 for d in a.shape[-2:]):
+        return jnp.ones((*a.shape[:-2], 1, 1), a.dtype)
+    top = jnp.finfo(a.dtype).maxexp - 2
+    powers = 2.0 ** np.arange(-top, top + 1, SCALE_STEP)
+    big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
+    below = jnp.sum((jnp.asarray(powers, a.dtype) <= big).astype(jnp.int32), axis=-1, keepdims=True)  # (..., 1, 1)
+    # entry i of the table read is the i-th power's predecessor (its first one twice)
+    return jnp.asarray(np.concatenate([powers[:1], powers]), a.dtype).at[below].get(mode="promise_in_bounds")
+
+def scaled(factor: Callable[[jax.Array], tuple[jax.Array, ...]], keeps_scale: Callable[[Any, Any], Any]) -> Callable[[jax.Array], tuple[jax.Array, ...]]:
+    """``factor`` (a Householder reduction: (packed, taus)) of ``a`` divided by
+    ``power_of_two_scale(a)``, the packed entries where ``keeps_scale(rows, cols)`` (R, H)
+    multiplied back: the reflectors' norms square the entries, which overflow or underflow from
+    ~1e19 / ~1e-19 in float32 (LAPACK's dnrm2 scales), and the reflectors and taus do not
+    depend on a power of two, exactly (so the results are unchanged where nothing overflowed)."""
+
+    def on_scaled(a: jax.Array) -> tuple[jax.Array, ...]:
+        scale = power_of_two_scale(a)
+        packed, *rest = factor(a / scale)
+        rows, cols = _ids(packed.shape[-2])[:, None], _ids(packed.shape[-1])[None, :]
+        return (where(keeps_scale(rows, cols), packed * scale, packed), *rest)
+
+    return on_scaled
+
+
 # -- qr: Householder reflections as LAPACK's geqrf / orgqr / ormqr -----------------------------
 def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``dlarfg`` on the column ``x`` (..., m, 1): the Householder vector ``v`` (1 at row
@@ -1135,11 +1173,11 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
     return q, r
 
 
-@lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop", "Abs", "Add", "Equal", "Expand", "Greater", "GreaterOrEqual", "Max", "Min", "Neg", "Or", "ReduceSum", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
+@lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop", "Abs", "Add", "Cast", "Equal", "Expand", "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Or", "Range", "ReduceMax", "ReduceSum", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
 def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "geqrf", "jnp.linalg.qr(a.astype(jnp.float32))")
-    return lower_as_jax(ctx, geqrf, [a])
+    return lower_as_jax(ctx, scaled(geqrf, lambda rows, cols: rows <= cols), [a])
 
 
 @lowering("householder_product", onnx_ops=("Split", "Slice", "MatMul", "Mul", "Sub", "Where", "Loop", "Cast", "Equal", "Expand", "Greater", "Transpose", "Unsqueeze", "Add", "Less", "Max", "Min", "Range", "Reshape", "Scan", "Squeeze"))
@@ -1263,8 +1301,13 @@ def _geqp3(ctx: LoweringContext, a: ir.Value, jpvt: ir.Value, *, use_magma: Any)
     return lower_as_jax(ctx, fn, [a, jpvt])
 
 
-@lowering("qr", onnx_ops=("Split", "Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
+@lowering("qr", onnx_ops=("Split", "Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "CumSum", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     refuse_half_precision(ctx, "qr", "jnp.linalg.qr(a.astype(jnp.float32))")
-    return lower_as_jax(ctx, lambda a: qr(a, full_matrices=full_matrices, pivoting=pivoting), [a])
+    def scaled_qr(a: jax.Array) -> tuple[jax.Array, ...]:
+        scale = power_of_two_scale(a)
+        q, r, *perm = qr(a / scale, full_matrices=full_matrices, pivoting=pivoting)
+        return (q, r * scale, *perm)
+
+    return lower_as_jax(ctx, scaled_qr, [a])

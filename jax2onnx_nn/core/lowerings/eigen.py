@@ -30,12 +30,13 @@ from jax2onnx_nn.core.lowerings.decompositions import (
     householder_product,
     iterate,
     lower_as_jax,
+    power_of_two_scale,
     reflector,
     refuse_half_precision,
+    scaled,
     take_rows,
     where,
 )
-from jax2onnx_nn.core.lowerings.svd import power_of_two_scale
 from jax2onnx_nn.core.registry import lowering
 
 REDUCTION_OPS = ("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop")
@@ -64,10 +65,10 @@ def hessenberg(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, 
     return h, taus[..., 0, :]
 
 
-@lowering("hessenberg", onnx_ops=(*REDUCTION_OPS, "LessOrEqual", "Abs", "Add", "Cast", "Concat", "Equal", "Expand", "Greater", "GreaterOrEqual", "Less", "Max", "Min", "Neg", "Or", "Range", "ReduceSum", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
+@lowering("hessenberg", onnx_ops=(*REDUCTION_OPS, "LessOrEqual", "Abs", "Add", "Cast", "Concat", "ConstantOfShape", "CumSum", "Equal", "Expand", "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "Max", "Min", "Neg", "Or", "Pad", "Range", "ReduceMax", "ReduceSum", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
 def _hessenberg(ctx: LoweringContext, a: ir.Value) -> list[ir.Value]:
     refuse_half_precision(ctx, "hessenberg", "jax.scipy.linalg.hessenberg(a.astype(jnp.float32))")
-    return lower_as_jax(ctx, hessenberg, [a])
+    return lower_as_jax(ctx, scaled(hessenberg, lambda rows, cols: rows <= cols + 1), [a])
 
 
 # -- tridiagonal: sytrd ------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from jax2onnx_nn.core.lowerings import decompositions
 from jax2onnx_nn.core.lowerings.decompositions import (
     _ids,
     lower_as_jax,
+    power_of_two_scale,
     qr,
     refuse_half_precision,
     where,
@@ -208,28 +209,6 @@ def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
         return a
     pad = [(0, 0)] * (a.ndim - 2) + [(0, 1 if rows else 0), (0, 1)]
     return jnp.pad(a, pad)
-
-
-# The scale a matrix is divided by before the rotations: 2^k, k a multiple of SCALE_STEP, the
-# largest not above max |a| (its reciprocal normal too): the scaled entries are below 2^SCALE_STEP
-# and the largest at least 1, so no square overflows or underflows (float32 entries of 1e30 or
-# 1e-30), and dividing by it and multiplying the values back are exact.
-SCALE_STEP = 4
-
-
-def power_of_two_scale(a: jax.Array) -> jax.Array:
-    """The power of two (..., 1, 1) that ``a`` (..., m, n) is divided by (see SCALE_STEP), from
-    a table: one comparison with ~64 (float32) or ~512 (float64) entries and one Gather. A zero
-    matrix gets the smallest entry, an inf one the largest and a NaN one (no comparison holds)
-    the smallest: either way the NaN or inf stays in the scaled matrix; an empty one, 1."""
-    if any(not jxi.is_symbolic_dim(d) and d == 0 for d in a.shape[-2:]):
-        return jnp.ones((*a.shape[:-2], 1, 1), a.dtype)
-    top = jnp.finfo(a.dtype).maxexp - 2
-    powers = 2.0 ** np.arange(-top, top + 1, SCALE_STEP)
-    big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
-    below = jnp.sum((jnp.asarray(powers, a.dtype) <= big).astype(jnp.int32), axis=-1, keepdims=True)  # (..., 1, 1)
-    # entry i of the table read is the i-th power's predecessor (its first one twice)
-    return jnp.asarray(np.concatenate([powers[:1], powers]), a.dtype).at[below].get(mode="promise_in_bounds")
 
 
 def _lower_jacobi(ctx: LoweringContext, fn: Any, a: ir.Value, cache_key: tuple, *, narrow: bool = False, widen_small: bool = False) -> list[ir.Value]:
