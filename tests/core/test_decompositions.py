@@ -481,12 +481,13 @@ def test_qr_of_columns_already_zero():
 
 
 def _householder_reductions(a):
-    """qr (reduced and pivoted), geqrf and, of a small square matrix, hessenberg (at 20x20 JAX's
+    """qr (reduced and pivoted), geqrf, geqp3 and, of a small square matrix, hessenberg (at 20x20 JAX's
     blocked gehrd rounds ~1e-5 differently): every reduction whose reflectors' norms square
     the entries."""
     from jax._src.lax import linalg as lax_linalg
 
-    out = (*lax.linalg.qr(a, full_matrices=False), *jsl.qr(a, pivoting=True, mode="economic"), *lax_linalg.geqrf(a))
+    jpvt = jnp.zeros((*a.shape[:-2], a.shape[-1]), jnp.int32)
+    out = (*lax.linalg.qr(a, full_matrices=False), *jsl.qr(a, pivoting=True, mode="economic"), *lax_linalg.geqrf(a), *lax_linalg.geqp3(a, jpvt))
     return (*out, *lax.linalg.hessenberg(a)) if a.shape[-1] == a.shape[-2] <= 16 else out
 
 

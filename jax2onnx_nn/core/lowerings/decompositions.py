@@ -1260,6 +1260,7 @@ def _ormqr(
         "ConstantOfShape",
         "Equal",
         "Expand",
+        "Gather",
         "Greater",
         "GreaterOrEqual",
         "Identity",
@@ -1292,7 +1293,7 @@ def _geqp3(ctx: LoweringContext, a: ir.Value, jpvt: ir.Value, *, use_magma: Any)
         )
 
     def fn(a: jax.Array, jpvt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        packed, perm, taus = geqp3(a)
+        packed, perm, taus = scaled(geqp3, lambda rows, cols: rows <= cols)(a)  # entries of 1e20 as qr's
         # 1-based as LAPACK's; no step (min(m, n) = 0) leaves jpvt as it came
         k = taus.shape[-1]
         stepped = jxi.is_symbolic_dim(k) or k > 0
