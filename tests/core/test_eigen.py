@@ -57,6 +57,37 @@ def test_tridiagonal_matches_jax(n, batch, dtype, seed, lower):
     assert_exports_match_on(lambda a: lax.linalg.tridiagonal(a, lower=lower), a, **_reduction_tol(dtype))
 
 
+@settings(max_examples=6, deadline=None)
+@given(
+    n=st.sampled_from([3, 6]),
+    dtype=DTYPES,
+    seed=SEEDS,
+    exponent=st.sampled_from([-22, -30, -170, -300]),
+    reduction=st.sampled_from(["hessenberg", "tridiagonal"]),
+)
+def test_reductions_of_matrices_far_below_one(n, dtype, seed, exponent, reduction):
+    """A reflector's column whose squares leave the float range (its magnitudes summing below
+    2^-40 in float32, 2^-459 in float64) is lifted by a power of two first, as dlarfg
+    rescales: the rows and columns of d G d, d = (1, 10^e, ...), after the first give such
+    columns (float32 Hessenberg forms at 1e-22 had taus 100% off JAX's, denormal squares).
+    Every output as JAX's to rounding of its largest entry."""
+    if dtype == np.float32:
+        exponent = max(exponent, -30)
+    d = np.where(np.arange(n) < 1, 1.0, 10.0**exponent)
+    a = (d[:, None] * np.random.default_rng(seed).normal(size=(n, n)) * d[None, :]).astype(dtype)
+    fn = {"hessenberg": lax.linalg.hessenberg, "tridiagonal": lax.linalg.tridiagonal}[reduction]
+    model = to_onnx(fn, [a], enable_double_precision=dtype == np.float64)
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    ours = session.run(None, {session.get_inputs()[0].name: a})
+    with x64(dtype == np.float64):
+        theirs = [np.asarray(x) for x in fn(a)]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for o, t in zip(ours, theirs, strict=True):
+        assert np.abs(o.astype(np.float64) - t).max() <= tol * np.abs(t).max()
+
+
 def test_reduction_symbolic_batch():
     """The default subset's symbolic case: one export with a batch dim "B", run at two sizes."""
     assert_exports_match(lax.linalg.hessenberg, [("B", 4, 4)], sizes={"B": [1, 3]}, rtol=1e-4, atol=1e-4)

@@ -895,13 +895,31 @@ def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.A
     # j is a step's index, or one per matrix (..., 1, 1) (a QR sweep's position per matrix)
     alpha = _at(x, j, -2) if jnp.ndim(j) == 0 else _pick(x, rows == j, -2)  # (..., 1, 1)
     rest = where(tail, x, zero)
+    # a column whose magnitudes sum below 2^low has squares near or under the float range
+    # (denormals keep a few bits, or none): it is taken times 2^lift (exact), which v and tau
+    # do not see, and beta divided back, as dlarfg rescales (float32 Hessenberg forms of d G d,
+    # d = (1, 1e-22, ...), had taus 100% off JAX's; a real Schur sweep on a block at 1e-15 of
+    # max |a|, or on the noise block of a float32 matrix of ones, lost z's orthogonality). A
+    # sum, not a max: no NaN handling, and a NaN stays NaN either way.
+    low, lift = _reflector_range(x.dtype)
+    size = sum_keepdims(jnp.abs(rest), -2) + jnp.abs(alpha)
+    factor = where(size < 2.0**low, jnp.asarray(2.0**lift, x.dtype), one)
+    alpha, rest = alpha * factor, rest * factor
     xnorm = jnp.sqrt(jnp.sum(rest * rest, axis=-2, keepdims=True))
     trivial = xnorm == 0
     norm = jnp.hypot(alpha, xnorm)
     beta = where(alpha >= 0, -norm, norm)
     tau = where(trivial, zero, (beta - alpha) / beta)
-    v = where(tail, x / where(trivial, one, alpha - beta), where(rows == j, one, zero))
-    return v, tau, where(trivial, alpha, beta)
+    v = where(tail, rest / where(trivial, one, alpha - beta), where(rows == j, one, zero))
+    return v, tau, where(trivial, alpha, beta) / factor
+
+
+def _reflector_range(dtype: Any) -> tuple[int, int]:
+    """(low, lift) of ``reflector`` (float32 -40 and 86, float64 -459 and 563): below 2^low,
+    the squares of entries eps below the largest are not all normal; times 2^lift, the
+    smallest denormal's square is normal and 2^low's is 2^(4 nmant), far from overflow."""
+    info = jnp.finfo(dtype)
+    return info.minexp // 2 + info.nmant, info.nmant - info.minexp // 2
 
 
 def geqrf(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.Array]:
