@@ -513,3 +513,38 @@ def test_eigenvectors_of_exactly_equal_eigenvalues(n, dtype, seed, kind):
     for v, m, ww in ((vr, a64, w), (vl, a64.T, np.conj(w))):  # u^H a = w u^H: a^H u = conj(w) u
         np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1, rtol=tol)
         assert np.abs(m @ v - v * ww[None, :]).max() <= tol * big
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    dtype=DTYPES,
+    seed=SEEDS,
+    exponent=st.sampled_from([-15, -25, -100, -200]),
+    kind=st.sampled_from(["small block", "ones"]),
+)
+def test_real_schur_of_a_block_far_below_the_largest_entry(dtype, seed, exponent, kind):
+    """A Francis sweep's first column is quadratic in its block: for a block below ~sqrt(tiny)
+    of max |a| (float32 1e-25, float64 1e-200), or the trailing block of rounding noise that the
+    Hessenberg form of a matrix of ones leaves (float32 32x32; float64 19x19 to 24x24), it
+    underflowed to a zero column, the sweeps made no progress and T and Z came out NaN (JAX's
+    are finite; blocks at 1e-15 and 1e-100 also need the reflector's lift, see
+    test_reductions_of_matrices_far_below_one). Now a = z t z^T with z orthogonal and t quasi
+    upper triangular, to rounding size of max |a|."""
+    rng = np.random.default_rng(seed)
+    if kind == "ones":
+        a = np.ones((32 if dtype == np.float32 else 20,) * 2, dtype)
+    else:
+        exponent = max(exponent, -25) if dtype == np.float32 else exponent
+        a = np.zeros((7, 7))
+        a[:3, :3], a[:3, 3:] = rng.normal(size=(3, 3)), rng.normal(size=(3, 4))
+        a[3:, 3:] = 10.0**exponent * rng.normal(size=(4, 4))
+        a = a.astype(dtype)
+    t, z = _run_schur(a)
+    n, tol = a.shape[-1], (1e-5 if dtype == np.float32 else 1e-12)
+    assert np.all(np.isfinite(t)) and np.all(np.isfinite(z))
+    a64, t64, z64 = (x.astype(np.float64) for x in (a, t, z))
+    assert np.abs(z64 @ t64 @ z64.T - a64).max() <= tol * np.abs(a64).max()
+    assert np.abs(z64.T @ z64 - np.eye(n)).max() <= tol
+    assert not np.any(np.tril(t, -2))
+    sub = np.diagonal(t, -1) != 0
+    assert not np.any(sub[1:] & sub[:-1])  # blocks of 1 or 2 rows

@@ -475,7 +475,12 @@ def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array)
     """(sum, product) of the two shifts of a Francis sweep on rows lo..hi, ``dlahqr``'s: the
     eigenvalues of the block's trailing 2x2 (a complex pair, or twice the real one nearer
     h[hi, hi]), an exceptional pair every KEXSH-th sweep without deflation; and the block's
-    leading 3x3 (the sweep's first reflector reads it)."""
+    leading 3x3 (the sweep's first reflector reads it). All three over sigma (the sum over
+    sigma, the product over sigma^2), the larger of that 3x3's magnitudes' sum and the shifts'
+    scale: the sweep's first column is quadratic in them and only its direction matters, so a
+    block below ~sqrt(tiny) of max |a| keeps it from underflowing (float32 1e-25, float64
+    1e-200, the noise block of a matrix of ones: a zero column, no reflection, no convergence,
+    and T and Z came out NaN)."""
     top, bottom_3 = _window(h, lo), _window(h, hi - 2)
     at = lambda w, i, j: w[..., i:i + 1, j:j + 1]  # noqa: E731
     h11, h12, h21, h22 = at(bottom_3, 1, 1), at(bottom_3, 1, 2), at(bottom_3, 2, 1), at(bottom_3, 2, 2)
@@ -492,9 +497,11 @@ def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array)
     rtdisc = jnp.sqrt(jnp.abs(det))
     near = jnp.where(jnp.abs(tr + rtdisc - h22) <= jnp.abs(tr - rtdisc - h22), tr + rtdisc, tr - rtdisc)
     pair = det >= 0  # complex conjugate shifts tr +- i rtdisc
-    total = jnp.where(pair, 2 * tr, 2 * near) * scale
-    product = jnp.where(pair, tr * tr + det, near * near) * (scale * scale)
-    return total, product, top
+    sigma = jnp.maximum(jnp.sum(jnp.abs(top), axis=(-2, -1), keepdims=True), scale)
+    ratio = scale / sigma
+    total = jnp.where(pair, 2 * tr, 2 * near) * ratio
+    product = jnp.where(pair, tr * tr + det, near * near) * ratio * ratio
+    return total, product, top / sigma
 
 
 def _standard_blocks(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> tuple[jax.Array, ...]:
