@@ -85,12 +85,13 @@ COLUMNS = [
 ]
 
 
-def _interleaved_median_ms(runs: dict[str, Any], repeat: int, budget: float) -> dict[str, float]:
-    """Median milliseconds of each of ``runs`` after a warm-up, the runs taken in turn (one of
-    each per round) so that all of them see the same machine load: ``repeat`` rounds, fewer
-    (at least 3) when they take more than ``budget`` seconds per run together."""
+def interleaved_median_ms(runs: dict[str, Any], repeat: int, budget: float, warmup: int = 1) -> dict[str, float]:
+    """Median milliseconds of each of ``runs`` after ``warmup`` runs of each, the runs taken in
+    turn (one of each per round) so that all of them see the same machine load: ``repeat``
+    rounds, fewer (at least 3) when they take more than ``budget`` seconds per run together."""
     for run in runs.values():
-        run()  # warm-up
+        for _ in range(warmup):
+            run()
     times: dict[str, list[float]] = {name: [] for name in runs}
     rounds = 0
     while rounds < repeat and (rounds < 3 or max(sum(t) for t in times.values()) < budget):
@@ -242,7 +243,7 @@ def bench_one(
             session = ort.InferenceSession(path if data is None else data, session_options, providers=["CPUExecutionProvider"])
             feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
             jitted = jax.jit(reference)
-            medians = _interleaved_median_ms(
+            medians = interleaved_median_ms(
                 {"ort": lambda: session.run(None, feeds), "jit": lambda: jax.block_until_ready(jitted(*flat))}, repeat, budget
             )
             row["ort_ms"], row["jit_ms"] = round(medians["ort"], 3), round(medians["jit"], 3)

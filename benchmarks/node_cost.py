@@ -12,8 +12,8 @@ alone first, then the onnxruntime forms taken in turn.
 
 from __future__ import annotations
 
+import math
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +26,11 @@ from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.jax_internals import x64
 from jax2onnx_nn.core.runtimes import open_session
 
+from .export_bench import interleaved_median_ms
 from .models import HEAT_POINTS, HEAT_STEPS, _heat_step, heat_fori
 
 CHAINS = (200, 400, 1000, 2000)
+ROUNDS, WARMUP = 400, 30
 
 
 def _model(
@@ -71,19 +73,6 @@ def float64_conv_error() -> str | None:
     return None
 
 
-def _median_ms(runs: dict[str, Callable[[], Any]], rounds: int = 400) -> dict[str, float]:
-    for run in runs.values():
-        for _ in range(30):
-            run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            t = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - t)
-    return {name: 1e3 * float(np.median(ts)) for name, ts in times.items()}
-
-
 def main() -> None:
     u = np.random.default_rng(0).random(HEAT_POINTS)
     fn, specs, options = heat_fori()
@@ -98,7 +87,7 @@ def main() -> None:
     with x64(True):
         jitted = jax.jit(fn)
         jitted(u).block_until_ready()
-        ms = _median_ms({"jax.jit of the heat loop": lambda: jitted(u).block_until_ready()})
+        ms = interleaved_median_ms({"jax.jit of the heat loop": lambda: jitted(u).block_until_ready()}, ROUNDS, math.inf, WARMUP)
     forms: dict[str, tuple[bytes, int]] = {}
     for n in CHAINS:
         forms[f"{n} float64 Add nodes"] = (add_chain(n), n)
@@ -114,7 +103,7 @@ def main() -> None:
         session = open_session(model)
         runs[name] = lambda s=session: s([u])
     load = os.getloadavg()[0]
-    ms.update(_median_ms(runs))
+    ms.update(interleaved_median_ms(runs, ROUNDS, math.inf, WARMUP))
     print("| form | nodes run | ms | us per node |")
     print("|---|---|---|---|")
     for name, t in ms.items():
