@@ -868,6 +868,12 @@ def power_of_two_scale(a: jax.Array) -> jax.Array:
     # entry i of the table read is the i-th power's predecessor (its first one twice)
     return jnp.asarray(np.concatenate([powers[:1], powers]), a.dtype).at[below].get(mode="promise_in_bounds")
 
+
+def upper(rows: Any, cols: Any) -> Any:
+    """R's entries (on and above the diagonal) for ``scaled``'s ``keeps_scale``."""
+    return rows <= cols
+
+
 def scaled(factor: Callable[[jax.Array], tuple[jax.Array, ...]], keeps_scale: Callable[[Any, Any], Any]) -> Callable[[jax.Array], tuple[jax.Array, ...]]:
     """``factor`` (a Householder reduction: (packed, taus)) of ``a`` divided by
     ``power_of_two_scale(a)``, the packed entries where ``keeps_scale(rows, cols)`` (R, H)
@@ -1195,7 +1201,7 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
 def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "geqrf", "jnp.linalg.qr(a.astype(jnp.float32))")
-    return lower_as_jax(ctx, scaled(geqrf, lambda rows, cols: rows <= cols), [a])
+    return lower_as_jax(ctx, scaled(geqrf, upper), [a])
 
 
 @lowering("householder_product", onnx_ops=("Split", "Slice", "MatMul", "Mul", "Sub", "Where", "Loop", "Cast", "Equal", "Expand", "Greater", "Transpose", "Unsqueeze", "Add", "Less", "Max", "Min", "Range", "Reshape", "Scan", "Squeeze"))
@@ -1311,7 +1317,7 @@ def _geqp3(ctx: LoweringContext, a: ir.Value, jpvt: ir.Value, *, use_magma: Any)
         )
 
     def fn(a: jax.Array, jpvt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        packed, perm, taus = scaled(geqp3, lambda rows, cols: rows <= cols)(a)  # entries of 1e20 as qr's
+        packed, perm, taus = scaled(geqp3, upper)(a)  # entries of 1e20 as qr's
         # 1-based as LAPACK's; no step (min(m, n) = 0) leaves jpvt as it came
         k = taus.shape[-1]
         stepped = jxi.is_symbolic_dim(k) or k > 0
@@ -1324,6 +1330,7 @@ def _geqp3(ctx: LoweringContext, a: ir.Value, jpvt: ir.Value, *, use_magma: Any)
 def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     refuse_half_precision(ctx, "qr", "jnp.linalg.qr(a.astype(jnp.float32))")
+
     def scaled_qr(a: jax.Array) -> tuple[jax.Array, ...]:
         scale = power_of_two_scale(a)
         q, r, *perm = qr(a / scale, full_matrices=full_matrices, pivoting=pivoting)
