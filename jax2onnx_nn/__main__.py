@@ -165,6 +165,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     inputs = [parse_input(t) for t in args.input]
     sizes = _sizes(args.size)
+    if sizes and args.verify:  # a misspelled --size is found before the export, not after
+        from jax2onnx_nn.core.verify import sizes_per_dim
+        from jax2onnx_nn.testing.roundtrip import dim_names_of
+
+        try:
+            dims = dim_names_of(inputs)
+        except ValueError:
+            dims = None  # bad --input specs: the export says what is wrong with them
+        try:
+            if dims is not None:
+                sizes_per_dim(sizes, dims)
+        except ValueError as err:
+            raise UsageError(f"--size: {err}") from err
     try:  # validated here, before the target is loaded, and once: to_onnx takes this config
         config = ExportConfig(
             opset=args.opset, enable_double_precision=args.f64, auto_functions=args.functions,
@@ -206,15 +219,34 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from jax2onnx_nn.testing.roundtrip import dim_names_of, roundtrip
 
     sizes = sizes or {name: [1, 4] for name in dim_names_of(inputs)}
+    runtime, note = verify_runtime(args.deploy_target)
+    if note:
+        print(note)
     try:
-        result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes, enable_double_precision=args.f64)
+        result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes, enable_double_precision=args.f64, runtime=runtime)
     except RuntimeUnavailable as err:
         if args.debug:
             raise
-        print(f"jax2onnx-nn: error: --verify runs the model in onnxruntime: {err}; {os.path.abspath(args.output)} was written", file=sys.stderr)
+        print(f"jax2onnx-nn: error: --verify runs the model in {runtime}: {err}; {os.path.abspath(args.output)} was written", file=sys.stderr)
         return MISSING_EXTRA
     print(result)
     return OK if result.ok else MISMATCH
+
+
+def verify_runtime(target: str | None) -> tuple[str, str]:
+    """The runtime ``--verify`` runs a model exported for ``target`` in: the target's own where
+    it is installed, else onnxruntime, with a note that says why (empty for onnxruntime)."""
+    from jax2onnx_nn.core.runtimes import RUNTIMES, missing_reason
+
+    if target is None or target == "onnxruntime":
+        return "onnxruntime", ""
+    if target not in RUNTIMES:
+        return "onnxruntime", (f"note: --verify runs the model in onnxruntime: {target} has no runtime here "
+                               f"(--verify runs {', '.join(RUNTIMES)})")
+    reason = missing_reason(target)
+    if reason is not None:
+        return "onnxruntime", f"note: --verify runs the model in onnxruntime, not {target}: {reason}"
+    return target, ""
 
 
 # -- inspect --------------------------------------------------------------------------------
@@ -308,7 +340,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")
-    export.add_argument("--verify", action="store_true", help="compare onnxruntime with JAX on random inputs")
+    export.add_argument("--verify", action="store_true", help="compare the model with JAX on random inputs, run in the --target's runtime "
+                        "(onnxruntime where that is not installed, or for tensorrt)")
     export.add_argument("--size", action="append", default=[], metavar="NAME=N,..", help="sizes of a symbolic dim for --verify, e.g. B=1,8 (default 1,4)")
     export.set_defaults(func=_cmd_export)
     demo = sub.add_parser("demo", parents=[common], help="export the built-in example models and verify them")

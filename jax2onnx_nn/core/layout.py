@@ -8,7 +8,7 @@ channels-last Conv (or pooling, BatchNorm, ...) already starts with, so both dis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -272,11 +272,21 @@ def nchw_reference(fn: Any, inputs: Sequence[Any], model: Any, **parse_options: 
     with the selected flat inputs permuted. With no layout metadata: ``(fn, inputs)``.
     ``parse_options`` are passed to the spec parser (``input_params``, ``enable_double_precision``).
     """
+    ins, outs = recorded_layout(_metadata(model))
+    return layout_reference(fn, inputs, ins, outs, **parse_options)
+
+
+def recorded_layout(metadata: Mapping[str, str]) -> tuple[set[int], set[int]]:
+    """The positions of the channels-first graph inputs and outputs an export recorded in
+    the model's metadata."""
+    return _positions(metadata.get(INPUTS_KEY)), _positions(metadata.get(OUTPUTS_KEY))
+
+
+def layout_reference(fn: Any, inputs: Sequence[Any], ins: Collection[int], outs: Collection[int], **parse_options: Any) -> tuple[Any, list[Any]]:
+    """:func:`nchw_reference` for the flat input positions ``ins`` and output positions
+    ``outs`` that are channels-first in the graph."""
     from jax2onnx_nn.core.specs import parse_specs
 
-    meta = _metadata(model)
-    ins = _positions(meta.get(INPUTS_KEY))
-    outs = _positions(meta.get(OUTPUTS_KEY))
     if not ins and not outs:
         return fn, list(inputs)
     specs = parse_specs(inputs, warn=False, **parse_options)

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
+
+from jax2onnx_nn.core.signature import LoadedModel, ModelLike, load_model
 
 RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
 
@@ -57,16 +60,48 @@ def missing_reason(runtime: str) -> str | None:
                     "(run `npm ci` there, or set JAX2ONNX_NN_ORT_WEB to a folder where "
                     "`npm install onnxruntime-web` was run)")
         return None
-    module = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tract": "tract"}[runtime]
     try:
-        __import__(module)
+        _import_runtime(runtime)
     except ImportError:
         return f"{runtime} is not installed (pip install 'jax2onnx_nn[{runtime}]')"
     return None
 
 
-def open_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], runtime: str = "onnxruntime") -> Session:
-    """Load ``model`` in ``runtime``; the result maps flat inputs (graph-input order) to outputs.
+def _import_runtime(runtime: str) -> Any:
+    """The Python module of ``runtime`` (not onnxruntime-web), imported."""
+    if runtime == "openvino":
+        return _import_openvino()
+    return importlib.import_module(runtime)
+
+
+def _import_openvino() -> Any:
+    """``import openvino`` with its usage telemetry off.
+
+    Importing openvino sends a telemetry event (openvino/tools/ovc/__init__.py), and
+    openvino-telemetry sends it from a process it forks off a thread: JAX then warns that
+    ``os.fork()`` is incompatible with its threads and may deadlock. openvino-telemetry
+    declines to send when its caller passes ``disable_in_ci`` (OpenVINO's does) and a CI
+    variable (``CI=true``) is set; it decides once, when its singleton is made at this import,
+    so the variable is set only while openvino is imported. An openvino that was already
+    imported is returned as it is (its import event has been sent).
+    """
+    if "openvino" in sys.modules:
+        return sys.modules["openvino"]
+    saved = os.environ.get("CI")
+    os.environ["CI"] = "true"
+    try:
+        return importlib.import_module("openvino")
+    finally:
+        if saved is None:
+            os.environ.pop("CI", None)
+        else:
+            os.environ["CI"] = saved
+
+
+def open_session(model: ModelLike | LoadedModel, runtime: str = "onnxruntime") -> Session:
+    """Load ``model`` (a ModelProto, an onnx_ir Model, bytes, a path, or a
+    :class:`~jax2onnx_nn.core.signature.LoadedModel`) in ``runtime``; the result maps flat
+    inputs (graph-input order) to outputs.
 
     Raises:
         RuntimeUnavailable: the runtime is not installed here.
@@ -75,23 +110,13 @@ def open_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], runtim
     reason = missing_reason(runtime)
     if reason is not None:
         raise RuntimeUnavailable(reason)
-    data = _model_bytes(model)
-    if runtime == "openvino":
-        return _openvino(data, _input_names(model if isinstance(model, onnx.ModelProto) else data))
-    return {"onnxruntime": _onnxruntime, "tract": _tract, "onnxruntime-web": _web}[runtime](data)
+    loaded = load_model(model)
+    return {"onnxruntime": _onnxruntime, "openvino": _openvino, "tract": _tract, "onnxruntime-web": _web}[runtime](loaded)
 
 
-def run_model(model: onnx.ModelProto | bytes | str | os.PathLike[str], flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
+def run_model(model: ModelLike | LoadedModel, flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
     """Run ``model`` once in ``runtime`` on flat inputs (graph-input order)."""
     return open_session(model, runtime)([np.asarray(v) for v in flat_inputs])
-
-
-def _model_bytes(model: onnx.ModelProto | bytes | str | os.PathLike[str]) -> bytes:
-    if isinstance(model, onnx.ModelProto):
-        return model.SerializeToString()
-    if isinstance(model, bytes):
-        return model
-    return Path(model).read_bytes()
 
 
 def _contiguous(value: np.ndarray) -> np.ndarray:
@@ -99,12 +124,12 @@ def _contiguous(value: np.ndarray) -> np.ndarray:
     return np.array(value, order="C", copy=None)
 
 
-def _onnxruntime(data: bytes) -> Session:
+def _onnxruntime(model: LoadedModel) -> Session:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.data, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -113,18 +138,12 @@ def _onnxruntime(data: bytes) -> Session:
     return run
 
 
-def _input_names(model: onnx.ModelProto | bytes) -> list[str]:
-    """The main graph's input names, in order."""
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.ModelProto.FromString(model)
-    return [i.name for i in proto.graph.input]
-
-
-def _openvino(data: bytes, input_names: Sequence[str]) -> Session:
-    import openvino as ov
-
+def _openvino(model: LoadedModel) -> Session:
+    ov = _import_openvino()
+    input_names = model.signature.input_names
     core = ov.Core()
     # f32 stays f32 (the CPU plugin may otherwise compute in bf16 where the CPU has it)
-    compiled = core.compile_model(core.read_model(model=data, weights=b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = core.compile_model(core.read_model(model=model.data, weights=b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     # inputs go by name: OpenVINO drops the graph inputs nothing reads (``lambda a, b: b + 1``
     # has one parameter there), so positions do not line up with the graph's
     kept = {name for port in compiled.inputs for name in port.get_names()}
@@ -137,12 +156,12 @@ def _openvino(data: bytes, input_names: Sequence[str]) -> Session:
     return run
 
 
-def _tract(data: bytes) -> Session:
+def _tract(model: LoadedModel) -> Session:
     import tract
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
-        path.write_bytes(data)
+        path.write_bytes(model.data)
         runnable = tract.onnx().load(str(path)).into_model().into_runnable()
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -199,14 +218,12 @@ _WEB_DTYPES = frozenset(
 )
 
 
-def _web(data: bytes) -> Session:
+def _web(model: LoadedModel) -> Session:
     runner = _web_runner()
-    model_path = runner.dir / f"{hashlib.sha1(data).hexdigest()}.onnx"
+    model_path = runner.dir / f"{hashlib.sha1(model.data).hexdigest()}.onnx"
     if not model_path.exists():
-        model_path.write_bytes(data)
-    graph = onnx.load_from_string(data).graph
-    initializers = {i.name for i in graph.initializer}
-    names = [i.name for i in graph.input if i.name not in initializers]
+        model_path.write_bytes(model.data)
+    names = model.signature.input_names
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
         runner.calls += 1

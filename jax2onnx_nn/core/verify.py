@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -15,8 +17,10 @@ import onnx
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.layout import Selection, layout_reference, recorded_layout, resolve
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.runtimes import open_session
+from jax2onnx_nn.core.signature import LoadedModel, ModelLike, ModelSignature, load_model
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.targets import TARGETS
 
@@ -47,8 +51,15 @@ class OutputComparison:
 
 @dataclass
 class VerifyRun:
+    """One run: the size of every symbolic dim of the inputs (empty for static shapes) and
+    the comparison of each output."""
+
     sizes: dict[str, int]
     outputs: list[OutputComparison]
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.sizes.items()) or "static shapes"
 
     @property
     def ok(self) -> bool:
@@ -90,11 +101,10 @@ class VerifyReport:
     def __str__(self) -> str:
         lines = []
         for run in self.runs:
-            sizes = ", ".join(f"{k}={v}" for k, v in run.sizes.items()) or "static shapes"
             for o in run.outputs:
                 mark = "ok" if o.ok else "MISMATCH"
                 lines.append(
-                    f"[{sizes}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
+                    f"[{run.label}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
                     f"max rel {o.max_rel:.3g} {mark}{(' - ' + o.detail) if o.detail else ''}"
                 )
         if self.note:
@@ -106,8 +116,15 @@ class VerifyReport:
             raise AssertionError(f"{self.runtime} and JAX disagree:\n" + str(self))
 
 
-def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | None = None, atol: float | None = None) -> OutputComparison:
-    """Compare one output: exact for ints/bools, rtol/atol for floats, NaN where NaN."""
+def compare(
+    name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | None = None,
+    atol: float | None = None, runtime: str = "ONNX",
+) -> OutputComparison:
+    """Compare one output: exact for ints/bools, rtol/atol for floats, NaN where NaN and
+    infinities of the same sign. ``max_abs`` and ``max_rel`` are over the finite pairs; the
+    detail of a mismatch counts the elements where only one side is NaN, where infinities
+    differ, and where finite values are beyond the tolerance, each with its first index and
+    both values (``runtime`` names the ONNX side)."""
     expected = np.asarray(expected)
     actual = np.asarray(actual)
     d_rtol, d_atol = default_tolerance(expected.dtype)
@@ -133,8 +150,8 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | N
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)
     nan_a, nan_e = np.isnan(a), np.isnan(e)
-    same_special = (nan_a & nan_e) | (np.isinf(e) & (a == e))
-    finite = ~(nan_a | nan_e | np.isinf(a) | np.isinf(e))
+    special = nan_a | nan_e | np.isinf(a) | np.isinf(e)
+    finite = ~special
     # differences of finite pairs only: inf - inf would warn (and mean nothing)
     err = np.abs(np.subtract(a, e, out=np.zeros_like(e), where=finite))
     # relative to the expected value where it is not 0 (a 0 is only compared absolutely)
@@ -143,11 +160,22 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | N
     base.max_abs = float(err.max())
     base.max_rel = float(rel.max())
     # the tolerance of finite pairs only: rtol=0 times an inf would warn
-    bad = ~(same_special | (finite & (err <= atol + rtol * np.abs(np.where(finite, e, 0.0)))))
+    beyond = finite & ~(err <= atol + rtol * np.abs(np.where(finite, e, 0.0)))
+    kinds = (
+        (nan_e & ~nan_a, "NaN in JAX only"),
+        (nan_a & ~nan_e, f"NaN in {runtime} only"),
+        (special & ~nan_a & ~nan_e & (a != e), "infinities differ"),
+        (beyond, "beyond tolerance"),
+    )
+    bad = np.logical_or.reduce([mask for mask, _ in kinds])
     base.ok = not bool(bad.any())
     if not base.ok:
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        base.detail = f"{int(bad.sum())} elements off; first at {idx}: {actual[idx]} vs {expected[idx]}"
+        parts = []
+        for mask, what in kinds:
+            if mask.any():
+                idx = tuple(int(i) for i in np.argwhere(mask)[0])
+                parts.append(f"{what} at {int(mask.sum())}, first at {idx} ({runtime} {actual[idx]}, JAX {expected[idx]})")
+        base.detail = f"{int(bad.sum())} elements off: " + "; ".join(parts)
     return base
 
 
@@ -201,12 +229,14 @@ def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -
 
 def verify(
     fn: Callable[..., Any],
-    model: onnx.ModelProto | str | os.PathLike[str],
+    model: ModelLike | LoadedModel,
     inputs: Sequence[Any],
     *,
     sizes: Mapping[str, Sequence[int]] | None = None,
     input_params: Mapping[str, Any] | None = None,
     enable_double_precision: bool | None = None,
+    inputs_as_nchw: Selection = None,
+    outputs_as_nchw: Selection = None,
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
@@ -220,61 +250,94 @@ def verify(
 
     Args:
         fn: the exported callable.
-        model: the ModelProto (or a path to it).
+        model: the ModelProto, an onnx_ir Model, the serialized bytes, or a path to the file.
         inputs: the same input specs as given to ``to_onnx``.
         sizes: values to try for each symbolic dim, e.g. ``{"B": [1, 5, 64]}``; run i uses
-            the i-th size of each dim (cycling shorter lists). Unnamed dims get 3.
+            the i-th size of each dim (cycling shorter lists). Dims not named get 3. A name
+            that is no dim of ``inputs`` is an error.
         input_params: as for ``to_onnx``; their values are fed as given.
-        enable_double_precision: as for ``to_onnx`` (default: read from the model metadata).
+        enable_double_precision: as for ``to_onnx`` (default: as the model records it, else
+            whether it has 64-bit inputs or outputs).
+        inputs_as_nchw, outputs_as_nchw: as for ``to_onnx`` (default: as the model records
+            them): ``fn`` and ``inputs`` stay channels-last, and the JAX side is transposed to
+            the graph's channels-first inputs and outputs.
         rtol, atol: float tolerances (default by dtype: f32 1e-5, f64 1e-12); ints and bools
             are always compared exactly.
-        input_values: flat concrete inputs to use instead of random ones (one run).
-        on_run: called after each run with the run, its flat inputs, the onnxruntime outputs
+        input_values: flat concrete inputs to use instead of random ones (one run), one per
+            graph input, in order.
+        on_run: called after each run with the run, its flat inputs, the runtime's outputs
             and the JAX outputs (for diffs that need the arrays themselves).
         training: as for ``to_onnx``: modules are compared in the mode they were exported in
             (inference by default), on a copy; the module itself is not changed.
         jit: run ``fn`` compiled by ``jax.jit`` (several times faster on real models). Off by
             default: XLA compiles whole programs, and a rare program (a jitted philox4x32 key
             stream, on jax 0.10) never finishes compiling, where op by op it runs.
+        runtime: ``"onnxruntime"`` (CPU), ``"openvino"``, ``"tract"`` or ``"onnxruntime-web"``.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok``, ``report.max_abs``, ``report.max_rel``;
-        ``report.raise_if_failed()`` raises an AssertionError with the comparison table.
+        ``report.raise_if_failed()`` raises an AssertionError with the comparison table. Each
+        run is labelled with the size of every symbolic dim it ran with.
 
     Raises:
         RuntimeUnavailable: ``runtime`` is not installed here (the message says how to install).
+        ValueError: ``sizes`` names a dim the inputs do not have; ``input_values`` has too
+            few or too many values; the inputs do not match what the model takes (count,
+            dtype or static shape).
+
+    Example::
+
+        model = to_onnx(f, [("B", 3)], path="f.onnx")
+        verify(f, "f.onnx", [("B", 3)], sizes={"B": [1, 8]}).raise_if_failed()
     """
+    model = load_model(model)
+    signature = model.signature
     session = open_session(model, runtime)
     if enable_double_precision is None:
-        enable_double_precision = _model_x64(model)
+        enable_double_precision = signature.enable_double_precision
+    input_params = dict(input_params or {})
+    fn_name = _name_of(fn)
+    ins, outs = recorded_layout(signature.metadata)
+    if inputs_as_nchw is not None:
+        ins = set(resolve(inputs_as_nchw, signature.input_names, "inputs_as_nchw"))
+    if outputs_as_nchw is not None:
+        outs = set(resolve(outputs_as_nchw, signature.output_names, "outputs_as_nchw"))
     rng = np.random.default_rng(seed)
-    sizes = {k: list(v) if isinstance(v, (list, tuple)) else [int(v)] for k, v in (sizes or {}).items()}
-    n_runs = max((len(v) for v in sizes.values()), default=1)
     report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
-        specs = parse_specs(inputs, input_params=dict(input_params or {}), enable_double_precision=enable_double_precision, warn=False)
+        fn, inputs = layout_reference(fn, inputs, ins, outs, input_params=input_params, enable_double_precision=enable_double_precision)
+        specs = parse_specs(inputs, input_params=input_params, enable_double_precision=enable_double_precision, warn=False)
         pairs, treedef = specs.flat()
         avals = [leaf for _, leaf in pairs]
+        names = _input_names(signature, len(avals))
+        dims = symbolic_dim_names(avals)
+        size_lists = sizes_per_dim(sizes, dims)
+        n_runs = max((len(v) for v in size_lists.values()), default=1)
+        if input_values is not None:
+            _check_count(input_values, names, fn_name)
         for i in range(n_runs):
-            run_sizes = {k: v[i % len(v)] for k, v in sizes.items()}
             if input_values is not None:  # as the graph takes them (float64 -> float32 without x64)
                 flat = [_as_input(v, aval) for v, aval in zip(input_values, avals, strict=True)]
+                run_sizes = _sizes_of(flat, avals)
             else:
+                run_sizes = {d: size_lists[d][i % len(size_lists[d])] if d in size_lists else DEFAULT_SIZE for d in dims}
                 flat = random_inputs(avals, run_sizes, rng)
                 n_args = len(jax.tree_util.tree_leaves(specs.args))
                 # input_params keep the user's values (a flag stays the flag they asked for)
-                param_leaves = jax.tree_util.tree_leaves(dict(input_params or {}))
+                param_leaves = jax.tree_util.tree_leaves(input_params)
                 if len(param_leaves) == len(flat) - n_args:
                     flat[n_args:] = [np.asarray(v) for v in param_leaves]
+            feeds = _feeds(flat)
+            _check_feeds(feeds, names, signature, enable_double_precision, bool(ins))
             # JAX arrays, so that fn sees what it sees in JAX (x.at[...], JAX indexing rules)
             as_jax = [v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v) for v in flat]
             args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
             # the reference is what was exported: modules in the same (inference) mode
             with export_session(fn, ExportConfig(training=training, coarse_ops=False)) as prepared:
                 expected = jax.tree_util.tree_leaves(_reference_call(prepared.fn, args, kwargs, jit))
-            actual = session(_feeds(flat))
+            actual = session(feeds)
             outputs = [
-                compare(f"out_{j}", a, _as_numpy(e), rtol, atol)
+                compare(f"out_{j}", a, _as_numpy(e), rtol, atol, runtime)
                 for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))
             ] if len(actual) == len(expected) else [
                 OutputComparison("outputs", "", (), 0.0, 0.0, False, f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs")
@@ -285,6 +348,101 @@ def verify(
             if input_values is not None:
                 break
     return report
+
+
+def symbolic_dim_names(avals: Sequence[Any]) -> list[str]:
+    """The names of the symbolic dims of ``avals`` (shape structs), in order of first use."""
+    names: dict[str, None] = {}
+    for aval in avals:
+        for d in aval.shape:
+            names.update(dict.fromkeys(sorted(jxi.dim_vars(d))))
+    return list(names)
+
+
+def sizes_per_dim(sizes: Mapping[str, Any] | None, dims: Sequence[str]) -> dict[str, list[int]]:
+    """``sizes`` (as :func:`verify` takes them) as a list of sizes per dim.
+
+    Raises:
+        ValueError: a name that is none of ``dims`` (the message names those and the closest
+            one), or no size >= 0.
+    """
+    lists: dict[str, list[int]] = {}
+    for name, values in (sizes or {}).items():
+        if name not in dims:
+            known = ", ".join(dims) if dims else "none: the input shapes are static"
+            close = [d for d in dims if d.lower() == str(name).lower()] or difflib.get_close_matches(str(name), dims, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"sizes: {name!r} is not a symbolic dim of the inputs (their dims: {known}){hint}")
+        lists[name] = [int(v) for v in values] if isinstance(values, (list, tuple, range)) else [int(values)]
+        if not lists[name] or min(lists[name]) < 0:
+            raise ValueError(f"sizes[{name!r}]: give one or more sizes >= 0, e.g. {{{name!r}: [1, 4]}}, got {values!r}")
+    return lists
+
+
+def _sizes_of(flat: Sequence[Any], avals: Sequence[Any]) -> dict[str, int]:
+    """The sizes that given input values set for the symbolic dims that are a bare name."""
+    sizes: dict[str, int] = {}
+    for value, aval in zip(flat, avals, strict=True):
+        for d, n in zip(aval.shape, np.shape(value), strict=False):
+            if jxi.is_symbolic_dim(d) and str(d) in jxi.dim_vars(d):
+                sizes.setdefault(str(d), int(n))
+    return sizes
+
+
+def _input_names(signature: ModelSignature, count: int) -> list[str]:
+    """The names of the flat inputs: the graph's, where it takes as many as the specs give."""
+    if len(signature.inputs) != count:
+        raise ValueError(
+            f"the input specs give {count} flat inputs, but the model takes {len(signature.inputs)} "
+            f"({', '.join(signature.input_names) or 'none'}): pass the specs (and input_params) "
+            "the model was exported with"
+        )
+    return signature.input_names
+
+
+def _check_count(values: Sequence[Any], names: Sequence[str], fn_name: str) -> None:
+    """Too few or too many ``input_values``: say how many the model takes and which."""
+    if len(values) == len(names):
+        return
+    given = f"{len(values)} value{'s' if len(values) != 1 else ''}"
+    takes = f"{fn_name} takes {len(names)} flat input{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    if len(values) < len(names):
+        missing = names[len(values):]
+        problem = f"missing {', '.join(missing)}"
+    else:
+        problem = f"{len(values) - len(names)} extra"
+    raise ValueError(f"input_values has {given}, but {takes}: {problem} (one value per input, in order)")
+
+
+def _check_feeds(feeds: Sequence[np.ndarray], names: Sequence[str], signature: ModelSignature, x64: bool, nchw: bool) -> None:
+    """Each feed has the element type and static dims of its graph input, else a ValueError
+    that says which input differs, how, and what to pass (instead of the runtime's own)."""
+    for name, value, graph_input in zip(names, feeds, signature.inputs, strict=True):
+        dtype_ok = graph_input.dtype is None or value.dtype == graph_input.dtype
+        shape = graph_input.shape
+        shape_ok = shape is None or (len(shape) == value.ndim and all(
+            not isinstance(d, int) or d == n for d, n in zip(shape, value.shape, strict=True)))
+        if dtype_ok and shape_ok:
+            continue
+        want = f"{graph_input.dtype if graph_input.dtype is not None else '?'}{list(shape) if shape is not None else ''}"
+        hints = ["pass the input specs the model was exported with"]
+        if not dtype_ok and graph_input.dtype is not None and graph_input.dtype.itemsize > value.dtype.itemsize and not x64:
+            hints.append("enable_double_precision=True, as for to_onnx")
+        if not shape_ok and not nchw and value.ndim >= 3:
+            hints.append("inputs_as_nchw / outputs_as_nchw as for to_onnx, if it was exported with them")
+        raise ValueError(
+            f"input {name!r}: the model takes {want}, verify would feed {value.dtype}{list(value.shape)}: "
+            + " and ".join(hints)
+        )
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    try:
+        params = ", ".join(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return name
+    return f"{name}({params})"
 
 
 def _as_input(value: Any, aval: Any) -> Any:
@@ -298,11 +456,3 @@ def _as_numpy(value: Any) -> np.ndarray:
     """A JAX output as numpy, as ONNX holds it: typed PRNG keys as their uint32 data, complex
     numbers as float (real, imag) pairs in a trailing dim of 2."""
     return jxi.to_data(value)
-
-
-def _model_x64(model: Any) -> bool:
-    if isinstance(model, onnx.ModelProto):
-        for p in model.metadata_props:
-            if p.key == "jax2onnx_nn.enable_double_precision":
-                return p.value == "True"
-    return False

@@ -16,11 +16,16 @@ import jax
 import numpy as np
 import onnx
 
-from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.api import to_onnx
 from jax2onnx_nn.core.layout import nchw_reference
 from jax2onnx_nn.core.specs import parse_specs
-from jax2onnx_nn.core.verify import VerifyReport, VerifyRun, default_tolerance, verify
+from jax2onnx_nn.core.verify import (
+    VerifyReport,
+    VerifyRun,
+    default_tolerance,
+    symbolic_dim_names,
+    verify,
+)
 
 DIFF_ROWS = 5  # largest element differences shown per mismatching output
 
@@ -110,9 +115,10 @@ def roundtrip(
     x64 = bool(to_onnx_options.get("enable_double_precision", False))
     input_params = to_onnx_options.get("input_params")
     training = bool(to_onnx_options.get("training", False))
-    default = reference_for(model_or_fn, training)
-    fn, specs = nchw_reference(default, inputs, model, input_params=dict(input_params or {}), enable_double_precision=x64)
-    fn = reference if reference is not None else fn
+    fn, specs, layout = reference_for(model_or_fn, training), list(inputs), {}
+    if reference is not None:  # it takes the graph's inputs as they are (NCHW where they are)
+        _, specs = nchw_reference(fn, inputs, model, input_params=dict(input_params or {}), enable_double_precision=x64)
+        fn, layout = reference, {"inputs_as_nchw": (), "outputs_as_nchw": ()}
     output_names = [o.name for o in model.graph.output]
     diffs: list[str] = []
 
@@ -127,7 +133,7 @@ def roundtrip(
     report = verify(
         fn, model, specs, sizes=sizes, input_params=input_params, enable_double_precision=x64,
         rtol=rtol, atol=atol, seed=seed, input_values=input_values, on_run=collect, training=training,
-        runtime=runtime, jit=jit,
+        runtime=runtime, jit=jit, **layout,
     )
     result = RoundTrip(model, report, diffs)
     if not result.ok and save_dir is not None:
@@ -225,12 +231,7 @@ def element_diff(
 
 def dim_names_of(specs: Sequence[Any]) -> list[str]:
     """The symbolic dim names the specs use, in order of first use."""
-    names: dict[str, None] = {}
-    for leaf in jax.tree_util.tree_leaves(parse_specs(list(specs), warn=False).args):
-        for d in leaf.shape:
-            if jxi.is_symbolic_dim(d):
-                names.update(dict.fromkeys(sorted(jxi.dim_vars(d))))
-    return list(names)
+    return symbolic_dim_names(jax.tree_util.tree_leaves(parse_specs(list(specs), warn=False).args))
 
 
 def _fmt(value: Any) -> str:
