@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from jax2onnx_nn.__main__ import USAGE, UsageError, main, parse_input, tensor_bytes
+from jax2onnx_nn.__main__ import USAGE, UsageError, main, parse_input, tensor_bytes, verify_runtime
 from jax2onnx_nn.core.config import MAX_OPSET, MIN_OPSET
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -228,9 +228,46 @@ def test_loop_bound_writes_a_data_dependent_while_loop_for_tract(workdir, monkey
     assert "--loop-bound N" in capsys.readouterr().err
     assert _main(workdir, monkeypatch, "export", "usermodels:doublings", "--input", "4", "-o", "w.onnx", "--target", "tract",
                  "--loop-bound", "64", "--verify") == 0
-    assert "onnxruntime matches JAX" in capsys.readouterr().out
+    assert f"{verify_runtime('tract')[0]} matches JAX" in capsys.readouterr().out
     ops = {n.op_type for n in onnx.load(workdir / "w.onnx").graph.node}
     assert "Scan" in ops and "Loop" not in ops
+
+
+@pytest.mark.parametrize("target", ["tract", "openvino", "onnxruntime-web"])
+def test_verify_runs_in_the_targets_runtime_and_says_which(workdir, monkeypatch, capsys, target):
+    """Where the target's runtime is installed --verify runs there (it ran onnxruntime
+    whatever the target); else onnxruntime, with a note that says why."""
+    from jax2onnx_nn.core.runtimes import missing_reason
+
+    code = _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx", "--target", target, "--verify")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    reason = missing_reason(target)
+    if reason is None:
+        assert f"{target} matches JAX (mlp, opset" in out and "note:" not in out
+    else:
+        assert f"note: --verify runs the model in onnxruntime, not {target}: {reason}" in out
+        assert "onnxruntime matches JAX" in out
+
+
+def test_verify_falls_back_to_onnxruntime_with_a_note(monkeypatch):
+    import jax2onnx_nn.core.runtimes as runtimes
+
+    assert verify_runtime(None) == verify_runtime("onnxruntime") == ("onnxruntime", "")
+    runtime, note = verify_runtime("tensorrt")
+    assert runtime == "onnxruntime" and note.startswith("note: --verify runs the model in onnxruntime: tensorrt has no runtime here")
+    monkeypatch.setattr(runtimes, "missing_reason", lambda r: f"{r} is not installed (pip install 'jax2onnx_nn[{r}]')")
+    assert verify_runtime("tract") == ("onnxruntime", "note: --verify runs the model in onnxruntime, not tract: "
+                                                       "tract is not installed (pip install 'jax2onnx_nn[tract]')")
+
+
+def test_verify_of_an_nchw_export_and_a_misspelled_size(workdir, monkeypatch, capsys):
+    assert _main(workdir, monkeypatch, "export", "usermodels:scaler", "--input", "B,4,5,3", "-o", "n.onnx",
+                 "--inputs-as-nchw", "0", "--outputs-as-nchw", "0", "--verify") == 0
+    assert "onnxruntime matches JAX" in capsys.readouterr().out
+    assert _main(workdir, monkeypatch, "export", "usermodels:scaler", "--input", "B,4", "-o", "s.onnx", "--verify", "--size", "b=2") == USAGE
+    assert "--size: sizes: 'b' is not a symbolic dim of the inputs (their dims: B); did you mean 'B'?" in capsys.readouterr().err
+    assert not (workdir / "s.onnx").exists()  # found before the export
 
 
 def test_warnings_are_one_line_of_the_command(workdir, monkeypatch, capsys):

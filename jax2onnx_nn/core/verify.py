@@ -424,15 +424,16 @@ def _check_feeds(feeds: Sequence[np.ndarray], names: Sequence[str], signature: M
             not isinstance(d, int) or d == n for d, n in zip(shape, value.shape, strict=True)))
         if dtype_ok and shape_ok:
             continue
-        want = f"{graph_input.dtype if graph_input.dtype is not None else '?'}{list(shape) if shape is not None else ''}"
+        dims = "" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+        want = f"{graph_input.dtype if graph_input.dtype is not None else '?'}{dims}"
         hints = ["pass the input specs the model was exported with"]
         if not dtype_ok and graph_input.dtype is not None and graph_input.dtype.itemsize > value.dtype.itemsize and not x64:
             hints.append("enable_double_precision=True, as for to_onnx")
         if not shape_ok and not nchw and value.ndim >= 3:
-            hints.append("inputs_as_nchw / outputs_as_nchw as for to_onnx, if it was exported with them")
+            hints.append("inputs_as_nchw / outputs_as_nchw as for to_onnx if it was exported with them")
         raise ValueError(
             f"input {name!r}: the model takes {want}, verify would feed {value.dtype}{list(value.shape)}: "
-            + " and ".join(hints)
+            + ", and ".join(hints)
         )
 
 

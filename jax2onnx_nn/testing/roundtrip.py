@@ -128,7 +128,7 @@ def roundtrip(
         for j, (o, a, e) in enumerate(zip(run.outputs, actual, expected, strict=True)):
             if not o.ok:
                 name = output_names[j] if j < len(output_names) else o.name
-                diffs.append(element_diff(name, run.sizes, np.asarray(a), e, rtol, atol))
+                diffs.append(element_diff(name, run.sizes, np.asarray(a), e, rtol, atol, runtime))
 
     report = verify(
         fn, model, specs, sizes=sizes, input_params=input_params, enable_double_precision=x64,
@@ -197,13 +197,13 @@ def reference_for(fn: Any, training: bool = False) -> Any:
 
 def element_diff(
     name: str, sizes: Mapping[str, int], actual: np.ndarray, expected: np.ndarray,
-    rtol: float | None = None, atol: float | None = None,
+    rtol: float | None = None, atol: float | None = None, runtime: str = "onnxruntime",
 ) -> str:
-    """A table of the largest element differences between an ONNX and a JAX output."""
+    """A table of the largest element differences between an output of ``runtime`` and JAX's."""
     where = ", ".join(f"{k}={v}" for k, v in sizes.items())
     title = f"{name}" + (f" [{where}]" if where else "")
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return (f"{title}: onnxruntime gives {actual.dtype}{list(actual.shape)}, "
+        return (f"{title}: {runtime} gives {actual.dtype}{list(actual.shape)}, "
                 f"JAX gives {expected.dtype}{list(expected.shape)}")
     d_rtol, d_atol = default_tolerance(expected.dtype)
     rtol = d_rtol if rtol is None else rtol
@@ -217,7 +217,7 @@ def element_diff(
     err = np.where(np.isnan(err), np.inf, err)
     positions = np.argwhere(bad)
     order = np.argsort(-err[bad], kind="stable")[:DIFF_ROWS]
-    rows = [("index", "onnxruntime", "JAX", "abs diff")]
+    rows = [("index", runtime, "JAX", "abs diff")]
     for k in order:
         idx = tuple(int(i) for i in positions[k])
         rows.append((str(idx), _fmt(actual[idx]), _fmt(expected[idx]), _fmt(err[idx])))
