@@ -223,11 +223,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if note:
         print(note)
     try:
-        result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes, enable_double_precision=args.f64, runtime=runtime)
+        result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes,
+                           enable_double_precision=args.f64, runtime=runtime)
     except RuntimeUnavailable as err:
         if args.debug:
             raise
-        print(f"jax2onnx-nn: error: --verify runs the model in {runtime}: {err}; {os.path.abspath(args.output)} was written", file=sys.stderr)
+        written = os.path.abspath(args.output)
+        print(f"jax2onnx-nn: error: --verify runs the model in {runtime}: {err}; {written} was written",
+              file=sys.stderr)
         return MISSING_EXTRA
     print(result)
     return OK if result.ok else MISMATCH
@@ -241,11 +244,12 @@ def verify_runtime(target: str | None) -> tuple[str, str]:
     if target is None or target == "onnxruntime":
         return "onnxruntime", ""
     if target not in RUNTIMES:
-        return "onnxruntime", (f"note: --verify runs the model in onnxruntime: {target} has no runtime here "
-                               f"(--verify runs {', '.join(RUNTIMES)})")
+        return "onnxruntime", (f"note: --verify runs the model in onnxruntime: {target} has no "
+                               f"runtime here (--verify runs {', '.join(RUNTIMES)})")
     reason = missing_reason(target)
     if reason is not None:
-        return "onnxruntime", f"note: --verify runs the model in onnxruntime, not {target}: {reason}"
+        return "onnxruntime", (f"note: --verify runs the model in onnxruntime, not {target}: "
+                               f"{reason}")
     return target, ""
 
 
@@ -340,8 +344,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")
-    export.add_argument("--verify", action="store_true", help="compare the model with JAX on random inputs, run in the --target's runtime "
-                        "(onnxruntime where that is not installed, or for tensorrt)")
+    export.add_argument("--verify", action="store_true",
+                        help="compare the model with JAX on random inputs, run in the --target's "
+                             "runtime (onnxruntime where that is not installed, or for tensorrt)")
     export.add_argument("--size", action="append", default=[], metavar="NAME=N,..", help="sizes of a symbolic dim for --verify, e.g. B=1,8 (default 1,4)")
     export.set_defaults(func=_cmd_export)
     demo = sub.add_parser("demo", parents=[common], help="export the built-in example models and verify them")

@@ -282,7 +282,9 @@ def recorded_layout(metadata: Mapping[str, str]) -> tuple[set[int], set[int]]:
     return _positions(metadata.get(INPUTS_KEY)), _positions(metadata.get(OUTPUTS_KEY))
 
 
-def layout_reference(fn: Any, inputs: Sequence[Any], ins: Collection[int], outs: Collection[int], **parse_options: Any) -> tuple[Any, list[Any]]:
+def layout_reference(
+    fn: Any, inputs: Sequence[Any], ins: Collection[int], outs: Collection[int], **parse_options: Any
+) -> tuple[Any, list[Any]]:
     """:func:`nchw_reference` for the flat input positions ``ins`` and output positions
     ``outs`` that are channels-first in the graph."""
     from jax2onnx_nn.core.specs import parse_specs

@@ -111,10 +111,13 @@ def open_session(model: ModelLike | LoadedModel, runtime: str = "onnxruntime") -
     if reason is not None:
         raise RuntimeUnavailable(reason)
     loaded = load_model(model)
-    return {"onnxruntime": _onnxruntime, "openvino": _openvino, "tract": _tract, "onnxruntime-web": _web}[runtime](loaded)
+    sessions = {"onnxruntime": _onnxruntime, "openvino": _openvino, "tract": _tract, "onnxruntime-web": _web}
+    return sessions[runtime](loaded)
 
 
-def run_model(model: ModelLike | LoadedModel, flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
+def run_model(
+    model: ModelLike | LoadedModel, flat_inputs: Sequence[Any], runtime: str = "onnxruntime"
+) -> list[np.ndarray]:
     """Run ``model`` once in ``runtime`` on flat inputs (graph-input order)."""
     return open_session(model, runtime)([np.asarray(v) for v in flat_inputs])
 
@@ -143,7 +146,8 @@ def _openvino(model: LoadedModel) -> Session:
     input_names = model.signature.input_names
     core = ov.Core()
     # f32 stays f32 (the CPU plugin may otherwise compute in bf16 where the CPU has it)
-    compiled = core.compile_model(core.read_model(model=model.data, weights=b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    network = core.read_model(model=model.data, weights=b"")
+    compiled = core.compile_model(network, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     # inputs go by name: OpenVINO drops the graph inputs nothing reads (``lambda a, b: b + 1``
     # has one parameter there), so positions do not line up with the graph's
     kept = {name for port in compiled.inputs for name in port.get_names()}

@@ -61,7 +61,10 @@ class ModelSignature:
         recorded = self.metadata.get(DOUBLE_PRECISION_KEY)
         if recorded is not None:
             return recorded == "True"
-        return any(t.dtype is not None and t.dtype.name in _WIDE_TYPES for t in (*self.inputs, *self.outputs))
+        return any(
+            t.dtype is not None and t.dtype.name in _WIDE_TYPES
+            for t in (*self.inputs, *self.outputs)
+        )
 
 
 class LoadedModel:

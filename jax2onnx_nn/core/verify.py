@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import inspect
 import itertools
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig
@@ -174,7 +172,8 @@ def compare(
         for mask, what in kinds:
             if mask.any():
                 idx = tuple(int(i) for i in np.argwhere(mask)[0])
-                parts.append(f"{what} at {int(mask.sum())}, first at {idx} ({runtime} {actual[idx]}, JAX {expected[idx]})")
+                values = f"{runtime} {actual[idx]}, JAX {expected[idx]}"
+                parts.append(f"{what} at {int(mask.sum())}, first at {idx} ({values})")
         base.detail = f"{int(bad.sum())} elements off: " + "; ".join(parts)
     return base
 
@@ -203,7 +202,9 @@ def random_inputs(avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random
     return values
 
 
-def run_onnx(model: onnx.ModelProto | str | os.PathLike[str] | bytes, flat_inputs: Sequence[Any], runtime: str = "onnxruntime") -> list[np.ndarray]:
+def run_onnx(
+    model: ModelLike | LoadedModel, flat_inputs: Sequence[Any], runtime: str = "onnxruntime"
+) -> list[np.ndarray]:
     """Run a model in ``runtime`` (default onnxruntime CPU) on flat inputs in graph-input order
     (complex inputs may be given as complex arrays: they are fed as their (real, imag) pairs)."""
     return open_session(model, runtime)(_feeds(flat_inputs))
@@ -305,8 +306,9 @@ def verify(
     rng = np.random.default_rng(seed)
     report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
-        fn, inputs = layout_reference(fn, inputs, ins, outs, input_params=input_params, enable_double_precision=enable_double_precision)
-        specs = parse_specs(inputs, input_params=input_params, enable_double_precision=enable_double_precision, warn=False)
+        parse_options = {"input_params": input_params, "enable_double_precision": enable_double_precision}
+        fn, inputs = layout_reference(fn, inputs, ins, outs, **parse_options)
+        specs = parse_specs(inputs, warn=False, **parse_options)
         pairs, treedef = specs.flat()
         avals = [leaf for _, leaf in pairs]
         names = _input_names(signature, len(avals))
@@ -320,7 +322,7 @@ def verify(
                 flat = [_as_input(v, aval) for v, aval in zip(input_values, avals, strict=True)]
                 run_sizes = _sizes_of(flat, avals)
             else:
-                run_sizes = {d: size_lists[d][i % len(size_lists[d])] if d in size_lists else DEFAULT_SIZE for d in dims}
+                run_sizes = {d: _cycle(size_lists.get(d, [DEFAULT_SIZE]), i) for d in dims}
                 flat = random_inputs(avals, run_sizes, rng)
                 n_args = len(jax.tree_util.tree_leaves(specs.args))
                 # input_params keep the user's values (a flag stays the flag they asked for)
@@ -370,12 +372,19 @@ def sizes_per_dim(sizes: Mapping[str, Any] | None, dims: Sequence[str]) -> dict[
     for name, values in (sizes or {}).items():
         if name not in dims:
             known = ", ".join(dims) if dims else "none: the input shapes are static"
-            close = [d for d in dims if d.lower() == str(name).lower()] or difflib.get_close_matches(str(name), dims, n=1)
+            same_letters = [d for d in dims if d.lower() == str(name).lower()]
+            close = same_letters or difflib.get_close_matches(str(name), dims, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"sizes: {name!r} is not a symbolic dim of the inputs (their dims: {known}){hint}")
-        lists[name] = [int(v) for v in values] if isinstance(values, (list, tuple, range)) else [int(values)]
+            raise ValueError(
+                f"sizes: {name!r} is not a symbolic dim of the inputs (their dims: {known}){hint}"
+            )
+        several = isinstance(values, (list, tuple, range))
+        lists[name] = [int(v) for v in values] if several else [int(values)]
         if not lists[name] or min(lists[name]) < 0:
-            raise ValueError(f"sizes[{name!r}]: give one or more sizes >= 0, e.g. {{{name!r}: [1, 4]}}, got {values!r}")
+            raise ValueError(
+                f"sizes[{name!r}]: give one or more sizes >= 0, e.g. {{{name!r}: [1, 4]}}, "
+                f"got {values!r}"
+            )
     return lists
 
 
@@ -393,7 +402,8 @@ def _input_names(signature: ModelSignature, count: int) -> list[str]:
     """The names of the flat inputs: the graph's, where it takes as many as the specs give."""
     if len(signature.inputs) != count:
         raise ValueError(
-            f"the input specs give {count} flat inputs, but the model takes {len(signature.inputs)} "
+            f"the input specs give {count} flat inputs, but the model takes "
+            f"{len(signature.inputs)} "
             f"({', '.join(signature.input_names) or 'none'}): pass the specs (and input_params) "
             "the model was exported with"
         )
@@ -405,16 +415,22 @@ def _check_count(values: Sequence[Any], names: Sequence[str], fn_name: str) -> N
     if len(values) == len(names):
         return
     given = f"{len(values)} value{'s' if len(values) != 1 else ''}"
-    takes = f"{fn_name} takes {len(names)} flat input{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    plural = "s" if len(names) != 1 else ""
+    takes = f"{fn_name} takes {len(names)} flat input{plural} ({', '.join(names)})"
     if len(values) < len(names):
         missing = names[len(values):]
         problem = f"missing {', '.join(missing)}"
     else:
         problem = f"{len(values) - len(names)} extra"
-    raise ValueError(f"input_values has {given}, but {takes}: {problem} (one value per input, in order)")
+    raise ValueError(
+        f"input_values has {given}, but {takes}: {problem} (one value per input, in order)"
+    )
 
 
-def _check_feeds(feeds: Sequence[np.ndarray], names: Sequence[str], signature: ModelSignature, x64: bool, nchw: bool) -> None:
+def _check_feeds(
+    feeds: Sequence[np.ndarray], names: Sequence[str], signature: ModelSignature, x64: bool,
+    nchw: bool,
+) -> None:
     """Each feed has the element type and static dims of its graph input, else a ValueError
     that says which input differs, how, and what to pass (instead of the runtime's own)."""
     for name, value, graph_input in zip(names, feeds, signature.inputs, strict=True):
@@ -424,17 +440,26 @@ def _check_feeds(feeds: Sequence[np.ndarray], names: Sequence[str], signature: M
             not isinstance(d, int) or d == n for d, n in zip(shape, value.shape, strict=True)))
         if dtype_ok and shape_ok:
             continue
-        dims = "" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+        listed = ", ".join("?" if d is None else str(d) for d in shape or ())
+        dims = "" if shape is None else f"[{listed}]"
         want = f"{graph_input.dtype if graph_input.dtype is not None else '?'}{dims}"
         hints = ["pass the input specs the model was exported with"]
-        if not dtype_ok and graph_input.dtype is not None and graph_input.dtype.itemsize > value.dtype.itemsize and not x64:
+        wider = graph_input.dtype is not None and graph_input.dtype.itemsize > value.dtype.itemsize
+        if not dtype_ok and wider and not x64:
             hints.append("enable_double_precision=True, as for to_onnx")
         if not shape_ok and not nchw and value.ndim >= 3:
-            hints.append("inputs_as_nchw / outputs_as_nchw as for to_onnx if it was exported with them")
+            hints.append(
+                "inputs_as_nchw / outputs_as_nchw as for to_onnx if it was exported with them"
+            )
         raise ValueError(
-            f"input {name!r}: the model takes {want}, verify would feed {value.dtype}{list(value.shape)}: "
+            f"input {name!r}: the model takes {want}, "
+            f"verify would feed {value.dtype}{list(value.shape)}: "
             + ", and ".join(hints)
         )
+
+
+def _cycle(values: Sequence[int], i: int) -> int:
+    return values[i % len(values)]
 
 
 def _name_of(fn: Callable[..., Any]) -> str:

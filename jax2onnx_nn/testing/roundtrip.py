@@ -117,7 +117,8 @@ def roundtrip(
     training = bool(to_onnx_options.get("training", False))
     fn, specs, layout = reference_for(model_or_fn, training), list(inputs), {}
     if reference is not None:  # it takes the graph's inputs as they are (NCHW where they are)
-        _, specs = nchw_reference(fn, inputs, model, input_params=dict(input_params or {}), enable_double_precision=x64)
+        _, specs = nchw_reference(fn, inputs, model, input_params=dict(input_params or {}),
+                                  enable_double_precision=x64)
         fn, layout = reference, {"inputs_as_nchw": (), "outputs_as_nchw": ()}
     output_names = [o.name for o in model.graph.output]
     diffs: list[str] = []

@@ -74,7 +74,8 @@ def test_a_float64_model_verifies_in_every_form(f64_path, form):
     input data type`)."""
     model = {
         "path": lambda: f64_path, "str": lambda: str(f64_path), "bytes": f64_path.read_bytes,
-        "proto": lambda: onnx.load(f64_path), "ir": lambda: ir.serde.deserialize_model(onnx.load(f64_path)),
+        "proto": lambda: onnx.load(f64_path),
+        "ir": lambda: ir.serde.deserialize_model(onnx.load(f64_path)),
     }[form]()
     report = verify(_f64, model, [("B", 3)], sizes={"B": [2]})
     assert report.ok, str(report)
@@ -90,8 +91,8 @@ def test_without_its_record_the_signature_reads_double_precision_from_the_types(
 
 
 def test_inputs_of_another_dtype_than_the_model_takes_say_which_and_what_to_pass(f64_path):
-    with pytest.raises(ValueError, match=r"input 'x': the model takes float64\[B, 3\], verify would feed "
-                       r"float32\[3, 3\]: .*enable_double_precision=True"):
+    message = r"input 'x': the model takes float64\[B, 3\], verify would feed float32\[3, 3\]: "
+    with pytest.raises(ValueError, match=message + ".*enable_double_precision=True"):
         verify(_f64, f64_path, [("B", 3)], enable_double_precision=False)
 
 
@@ -104,8 +105,8 @@ def _add(x, y):
 
 def test_a_size_for_a_dim_the_inputs_do_not_have_is_an_error_naming_the_closest():
     model = to_onnx(_add, [("B", 3), ("T",)])
-    with pytest.raises(ValueError, match=r"sizes: 'b' is not a symbolic dim of the inputs \(their dims: B, T\); "
-                                         r"did you mean 'B'\?"):
+    message = r"sizes: 'b' is not a symbolic dim of the inputs \(their dims: B, T\); did you mean 'B'\?"
+    with pytest.raises(ValueError, match=message):
         verify(_add, model, [("B", 3), ("T",)], sizes={"b": [2]})
     with pytest.raises(ValueError, match=r"'Tt' .* did you mean 'T'\?"):
         verify(_add, model, [("B", 3), ("T",)], sizes={"Tt": [2]})
@@ -118,8 +119,10 @@ def test_each_run_is_labelled_with_the_size_every_symbolic_dim_ran_with():
     report = verify(_add, model, [("B", 3), ("T",)], sizes={"B": [2, 5]})
     assert [r.sizes for r in report.runs] == [{"B": 2, "T": 3}, {"B": 5, "T": 3}]
     assert str(report).splitlines()[0].startswith("[B=2, T=3] out_0 float32[2, 3]")
-    assert str(verify(_add, model, [("B", 3), ("T",)])).startswith("[B=3, T=3] ")  # not [static shapes]
-    given = verify(_add, model, [("B", 3), ("T",)], input_values=[np.ones((4, 3), np.float32), np.ones(7, np.float32)])
+    # not [static shapes]:
+    assert str(verify(_add, model, [("B", 3), ("T",)])).startswith("[B=3, T=3] ")
+    values = [np.ones((4, 3), np.float32), np.ones(7, np.float32)]
+    given = verify(_add, model, [("B", 3), ("T",)], input_values=values)
     assert given.runs[0].sizes == {"B": 4, "T": 7}
     static = to_onnx(lambda x: x * 2.0, [(2,)])
     assert str(verify(lambda x: x * 2.0, static, [(2,)])).startswith("[static shapes] ")
@@ -142,8 +145,9 @@ def test_an_nchw_export_verifies_as_recorded_and_with_the_options(tmp_path, outp
     assert verify(fn, path, [("B", 4, 5, 3)], sizes={"B": [1, 2]}).ok
     proto = onnx.load(path)
     del proto.metadata_props[:]
-    with pytest.raises(ValueError, match=r"input 'x': the model takes float32\[B, 3, 4, 5\], verify would feed "
-                                         r"float32\[3, 4, 5, 3\]: .*inputs_as_nchw / outputs_as_nchw as for to_onnx"):
+    message = (r"input 'x': the model takes float32\[B, 3, 4, 5\], verify would feed "
+               r"float32\[3, 4, 5, 3\]: .*inputs_as_nchw / outputs_as_nchw as for to_onnx")
+    with pytest.raises(ValueError, match=message):
         verify(fn, proto, [("B", 4, 5, 3)])
     assert verify(fn, proto, [("B", 4, 5, 3)], inputs_as_nchw=[0], outputs_as_nchw=outputs).ok
 
@@ -153,7 +157,8 @@ def test_assert_exports_match_with_layout_options_and_its_own_reference():
     (NCHW) inputs as they are."""
     assert_exports_match(_pool, [("B", 4, 5, 3)], sizes={"B": [2]}, inputs_as_nchw=[0])
     nchw_pool = lambda x: _pool(jnp.transpose(x, (0, 2, 3, 1)))  # noqa: E731
-    assert_exports_match(_pool, [("B", 4, 5, 3)], sizes={"B": [2]}, inputs_as_nchw=[0], reference=nchw_pool)
+    assert_exports_match(_pool, [("B", 4, 5, 3)], sizes={"B": [2]}, inputs_as_nchw=[0],
+                         reference=nchw_pool)
 
 
 # -- input_values --------------------------------------------------------------------------------
@@ -162,11 +167,10 @@ def test_assert_exports_match_with_layout_options_and_its_own_reference():
 def test_too_few_or_too_many_input_values_say_how_many_and_which():
     model = to_onnx(_add, [(2, 3), (4,)])
     one = [np.ones((2, 3), np.float32)]
-    with pytest.raises(ValueError, match=r"input_values has 1 value, but _add\(x, y\) takes 2 flat inputs "
-                                         r"\(x, y\): missing y"):
+    takes = r"_add\(x, y\) takes 2 flat inputs \(x, y\)"
+    with pytest.raises(ValueError, match=rf"input_values has 1 value, but {takes}: missing y"):
         verify(_add, model, [(2, 3), (4,)], input_values=one)
-    with pytest.raises(ValueError, match=r"input_values has 3 values, but _add\(x, y\) takes 2 flat inputs "
-                                         r"\(x, y\): 1 extra"):
+    with pytest.raises(ValueError, match=rf"input_values has 3 values, but {takes}: 1 extra"):
         verify(_add, model, [(2, 3), (4,)], input_values=one * 3)
 
 
@@ -174,16 +178,19 @@ def test_too_few_or_too_many_input_values_say_how_many_and_which():
 
 
 @pytest.mark.parametrize(("actual", "expected", "detail"), [
-    ([1.0, 2.0, 3.0], [np.nan, 2.0, np.nan], "2 elements off: NaN in JAX only at 2, first at (0,) (tract 1.0, JAX nan)"),
-    ([1.0, np.nan, 3.0], [1.0, 2.0, 3.0], "1 elements off: NaN in tract only at 1, first at (1,) (tract nan, JAX 2.0)"),
+    ([1.0, 2.0, 3.0], [np.nan, 2.0, np.nan],
+     "2 elements off: NaN in JAX only at 2, first at (0,) (tract 1.0, JAX nan)"),
+    ([1.0, np.nan, 3.0], [1.0, 2.0, 3.0],
+     "1 elements off: NaN in tract only at 1, first at (1,) (tract nan, JAX 2.0)"),
     ([np.inf, 2.0, -np.inf], [-np.inf, 2.0, 5.0],
      "2 elements off: infinities differ at 2, first at (0,) (tract inf, JAX -inf)"),
     ([np.nan, 2.5, 3.0], [1.0, 2.0, 3.0],
-     "2 elements off: NaN in tract only at 1, first at (0,) (tract nan, JAX 1.0); beyond tolerance at 1, "
-     "first at (1,) (tract 2.5, JAX 2.0)"),
+     "2 elements off: NaN in tract only at 1, first at (0,) (tract nan, JAX 1.0); "
+     "beyond tolerance at 1, first at (1,) (tract 2.5, JAX 2.0)"),
 ])
 def test_nan_and_infinity_mismatches_say_where_and_which_side(actual, expected, detail):
-    result = compare("out_0", np.array(actual, np.float32), np.array(expected, np.float32), runtime="tract")
+    actual, expected = np.array(actual, np.float32), np.array(expected, np.float32)
+    result = compare("out_0", actual, expected, runtime="tract")
     assert not result.ok
     assert result.detail == detail
 
@@ -192,7 +199,8 @@ def test_a_nan_mismatch_in_verify_is_reported_with_its_side():
     model = to_onnx(lambda x: x, [(3,)])
     report = verify(lambda x: jnp.where(x > 0, jnp.nan, x), model, [(3,)],
                     input_values=[np.array([1.0, -1.0, 2.0], np.float32)])
-    assert "MISMATCH - 2 elements off: NaN in JAX only at 2, first at (0,) (onnxruntime 1.0, JAX nan)" in str(report)
+    detail = "2 elements off: NaN in JAX only at 2, first at (0,) (onnxruntime 1.0, JAX nan)"
+    assert f"MISMATCH - {detail}" in str(report)
 
 
 # -- OpenVINO's telemetry ------------------------------------------------------------------------
@@ -218,8 +226,8 @@ def test_verify_in_openvino_after_jax_forks_nothing(tmp_path):
     os.fork() may deadlock. The telemetry is off; CI is left as it was."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
     env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run([sys.executable, "-c", OPENVINO_AFTER_JAX], cwd=tmp_path, capture_output=True,
-                            text=True, env=env, timeout=300)
+    result = subprocess.run([sys.executable, "-c", OPENVINO_AFTER_JAX], cwd=tmp_path,
+                            capture_output=True, text=True, env=env, timeout=300)
     assert "ok True CI None" in result.stdout, result.stdout + result.stderr
     assert "warnings []" in result.stdout, result.stdout
     assert "os.fork()" not in result.stderr, result.stderr

@@ -153,7 +153,8 @@ def test_reduce_window_symbolic_dims(name, shape, window, strides, padding, dtyp
     def fn(x):
         return lax.reduce_window(x, identity(x.dtype), computation, window, strides, padding)
 
-    sizes = {d: v for d, v in {"B": [2, 3], "T": [3, 6], "H": [5, 8], "W": [7, 4]}.items() if d in shape}
+    sizes = {"B": [2, 3], "T": [3, 6], "H": [5, 8], "W": [7, 4]}
+    sizes = {d: v for d, v in sizes.items() if d in shape}  # sizes of the dims it has
     assert_exports_match(fn, [(shape, dtype)], sizes=sizes, enable_double_precision=dtype == np.float64)
 
 
