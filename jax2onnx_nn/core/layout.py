@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.errors import SpecError
 from jax2onnx_nn.core.passes import all_nodes
+from jax2onnx_nn.core.signature import model_signature
 
 Selection = Sequence[str | int] | None
 
@@ -272,7 +273,7 @@ def nchw_reference(fn: Any, inputs: Sequence[Any], model: Any, **parse_options: 
     with the selected flat inputs permuted. With no layout metadata: ``(fn, inputs)``.
     ``parse_options`` are passed to the spec parser (``input_params``, ``enable_double_precision``).
     """
-    ins, outs = recorded_layout(_metadata(model))
+    ins, outs = recorded_layout(model_signature(model).metadata)
     return layout_reference(fn, inputs, ins, outs, **parse_options)
 
 
@@ -359,12 +360,6 @@ def _permuted(shape: ir.Shape | None, perm: list[int]) -> ir.Shape | None:
 
 def _permuted_struct(leaf: jax.ShapeDtypeStruct, perm: list[int]) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(leaf.shape[p] for p in perm), leaf.dtype)
-
-
-def _metadata(model: Any) -> dict[str, str]:
-    if isinstance(model, ir.Model):
-        return dict(model.metadata_props)
-    return {p.key: p.value for p in getattr(model, "metadata_props", ())}
 
 
 def _positions(text: str | None) -> set[int]:

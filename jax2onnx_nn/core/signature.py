@@ -102,6 +102,8 @@ def model_signature(model: ModelLike | LoadedModel) -> ModelSignature:
     """The :class:`ModelSignature` of ``model`` in any of its forms."""
     if isinstance(model, onnx.ModelProto):
         return signature_of(model)
+    if isinstance(model, ir.Model):  # read as it is: serializing would copy every weight
+        return _signature_of_ir(model)
     return load_model(model).signature
 
 
@@ -114,6 +116,26 @@ def signature_of(proto: onnx.ModelProto) -> ModelSignature:
         outputs=tuple(_tensor(v) for v in graph.output),
         metadata={p.key: p.value for p in proto.metadata_props},
     )
+
+
+def _signature_of_ir(model: ir.Model) -> ModelSignature:
+    graph = model.graph
+    return ModelSignature(
+        inputs=tuple(_ir_tensor(v) for v in graph.inputs if v.name not in graph.initializers),
+        outputs=tuple(_ir_tensor(v) for v in graph.outputs),
+        metadata=dict(model.metadata_props),
+    )
+
+
+def _ir_tensor(value: ir.Value) -> TensorSignature:
+    try:
+        dtype: np.dtype | None = None if value.dtype is None else np.dtype(value.dtype.numpy())
+    except (TypeError, ValueError):
+        dtype = None
+    shape = None
+    if value.shape is not None:
+        shape = tuple(d if isinstance(d, int) else d.value for d in value.shape)
+    return TensorSignature(value.name or "", dtype, shape)
 
 
 def _tensor(value: onnx.ValueInfoProto) -> TensorSignature:

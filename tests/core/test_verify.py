@@ -83,6 +83,20 @@ def test_a_float64_model_verifies_in_every_form(f64_path, form):
     assert model_signature(model).enable_double_precision
 
 
+def test_the_signature_is_the_same_in_every_form(tmp_path):
+    path = tmp_path / "two.onnx"
+    to_onnx(lambda x, y: (x * 2.0, y), [("B", 4, 5, 3), ((2,), "int32")], inputs_as_nchw=[0], path=path)
+    proto = onnx.load(path)
+    forms = [path, str(path), path.read_bytes(), proto, ir.serde.deserialize_model(proto)]
+    signatures = [model_signature(form) for form in forms]
+    assert all(s == signatures[0] for s in signatures)
+    x, y = signatures[0].inputs
+    assert (x.name, x.dtype, x.shape) == ("x", np.float32, ("B", 3, 4, 5))
+    assert (y.name, y.dtype, y.shape) == ("y", np.int32, (2,))
+    assert signatures[0].metadata["jax2onnx_nn.inputs_as_nchw"] == "0"
+    assert not signatures[0].enable_double_precision
+
+
 def test_without_its_record_the_signature_reads_double_precision_from_the_types(f64_path):
     proto = onnx.load(f64_path)
     del proto.metadata_props[:]
