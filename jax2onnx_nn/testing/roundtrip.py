@@ -235,6 +235,18 @@ def dim_names_of(specs: Sequence[Any]) -> list[str]:
     return symbolic_dim_names(jax.tree_util.tree_leaves(parse_specs(list(specs), warn=False).args))
 
 
+def sizes_for(specs: Sequence[Any], sizes: Mapping[str, Sequence[int]]) -> dict[str, Sequence[int]]:
+    """The entries of ``sizes`` for the symbolic dims ``specs`` have: one ``sizes`` for the
+    cases of a parametrized test whose specs have some of its dims (``verify`` refuses a size
+    for a dim the inputs lack, a misspelled name being the usual reason).
+
+    >>> sizes_for([("B", 3)], {"B": [1, 4], "T": [2]})
+    {'B': [1, 4]}
+    """
+    dims = set(dim_names_of(specs))
+    return {name: values for name, values in sizes.items() if name in dims}
+
+
 def _fmt(value: Any) -> str:
     value = np.asarray(value)
     if value.dtype.kind == "f":

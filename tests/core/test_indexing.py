@@ -14,7 +14,7 @@ from jax import lax
 
 from jax2onnx_nn import ConversionError
 from jax2onnx_nn.core.api import to_onnx
-from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, sizes_for
 from jax2onnx_nn.testing.assertions import op_types
 
 DTYPES = [np.float32, np.float64, np.int32, np.bool_]
@@ -379,7 +379,8 @@ SYMBOLIC = {
 def test_symbolic(name):
     fn, specs = SYMBOLIC[name]
     jax_fn = lambda *args: fn(*map(jnp.asarray, args))  # noqa: E731
-    model = assert_exports_match(jax_fn, specs, sizes={"B": [1, 4], "T": [3, 1], "N": [0, 5]})
+    sizes = sizes_for(specs, {"B": [1, 4], "T": [3, 1], "N": [0, 5]})
+    model = assert_exports_match(jax_fn, specs, sizes=sizes)
     dims = {d.dim_param for v in model.graph.input for d in v.type.tensor_type.shape.dim}
     assert dims & {"B", "T", "N"}
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jax2onnx_nn import to_onnx, verify
-from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types, sizes_for
 
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4) / 7.0
 
@@ -134,7 +134,8 @@ def test_equal_small_weights_keep_their_names():
 def test_transposed_matrix_times_vector_matches_jax(batch, k, n):
     """``a.T @ v`` (and its batched form): onnxruntime's Transpose+MatMul fusion got this wrong
     (off by ~10 at 32x7); the export is one MatMul of the vector and the untransposed matrix."""
-    model = assert_exports_match(lambda a, v: jnp.swapaxes(a, -1, -2) @ v, [(*batch, k, n), (k,)], sizes={"B": [1, 3]})
+    specs = [(*batch, k, n), (k,)]
+    model = assert_exports_match(lambda a, v: jnp.swapaxes(a, -1, -2) @ v, specs, sizes=sizes_for(specs, {"B": [1, 3]}))
     assert op_types(model) == ["MatMul"]
 
 
@@ -357,7 +358,8 @@ def test_heads_after_a_split_are_one_reshape_and_one_transpose(batch, parts, hea
         perms = [other if keys_transposed and i == 1 else usual for i in range(parts)]
         return tuple(jnp.transpose(p, perm) * (i + 1) for i, (p, perm) in enumerate(zip(shaped, perms, strict=True)))
 
-    model = assert_exports_match(f, [((*batch, 3, parts * heads * head_dim), "float32")], sizes={"B": [1, 2]}, seed=seed)
+    specs = [((*batch, 3, parts * heads * head_dim), "float32")]
+    model = assert_exports_match(f, specs, sizes=sizes_for(specs, {"B": [1, 2]}), seed=seed)
     ops = op_types(model)
     assert ops.count("Split") == 1, ops
     # with two pieces: neither perm moves; a Transpose of size-1 heads is a Reshape (relabel_transposes)
@@ -839,7 +841,9 @@ def test_a_transpose_of_size_one_axes_is_a_reshape(data, shape):
     """Values match JAX for any permutation (symbolic dims of size 1 and 3 included); a
     permutation moving only size-1 axes leaves no Transpose, and no graph grows."""
     perm = data.draw(st.permutations(range(len(shape))))
-    model = assert_exports_match(lambda x: jnp.transpose(x, perm) * 2, [(tuple(shape), "float32")], sizes={"B": [1, 3], "T": [2]})
+    specs = [(tuple(shape), "float32")]
+    sizes = sizes_for(specs, {"B": [1, 3], "T": [2]})
+    model = assert_exports_match(lambda x: jnp.transpose(x, perm) * 2, specs, sizes=sizes)
     ops = op_types(model)
     assert len(ops) <= 2, ops
     if perm == sorted(perm) or _relabels(shape, perm) and [shape[p] for p in perm] == shape:
@@ -859,7 +863,8 @@ def test_swapped_vectors_cancel_against_their_reshapes(lead, n):
         row = jnp.swapaxes(x, -1, -2)[..., None]  # (..., 1, n, 1)
         return jnp.swapaxes(row[..., 0], -1, -2) + 1, jnp.moveaxis(row, -2, -1)[..., 0, :]
 
-    model = assert_exports_match(f, [((*lead, n, 1), "float32")], sizes={"B": [1, 3]})
+    specs = [((*lead, n, 1), "float32")]
+    model = assert_exports_match(f, specs, sizes=sizes_for(specs, {"B": [1, 3]}))
     ops = op_types(model)
     assert ops.count("Transpose") == 0 and ops.count("Reshape") <= 1, ops
 

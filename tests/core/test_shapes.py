@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 from jax import lax
 
 from jax2onnx_nn import to_onnx, verify
-from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, sizes_for
 from jax2onnx_nn.testing.assertions import op_types
 
 DTYPES = [
@@ -120,7 +120,7 @@ def test_reshape_symbolic_infers_the_batch_dim(fn, specs):
     ],
 )
 def test_reshape_symbolic(fn, specs):
-    _check_symbolic(fn, specs, sizes={"B": [1, 3, 8], "T": [2, 1, 5]})
+    _check_symbolic(fn, specs, sizes=sizes_for(specs, {"B": [1, 3, 8], "T": [2, 1, 5]}))
 
 
 # -- broadcast_in_dim, expand_dims, tile ----------------------------------------------------

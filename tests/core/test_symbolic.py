@@ -17,7 +17,7 @@ from jax import lax
 from jax2onnx_nn.core.config import MIN_OPSET
 from jax2onnx_nn.core.lower import onnx_aval
 from jax2onnx_nn.core.symbolic import has_zero, is_positive, is_zero, same_dim, same_shape
-from jax2onnx_nn.testing import assert_exports_match
+from jax2onnx_nn.testing import assert_exports_match, sizes_for
 from jax2onnx_nn.testing.assertions import op_types
 
 B, T = jax.export.symbolic_shape("B, T")
@@ -53,14 +53,17 @@ def _neg_through_toolkit(ctx, x, **_):
 @given(shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3), symbolic=st.booleans())
 def test_reshape_slice_expand_cast(shape, symbolic):
     specs = [(("B", *shape) if symbolic else shape, np.float32)]
-    model = assert_exports_match(jnp.negative, specs, sizes={"B": [1, 2]}, lowerings={"neg": _neg_through_toolkit})
+    sizes = sizes_for(specs, {"B": [1, 2]})
+    model = assert_exports_match(jnp.negative, specs, sizes=sizes, lowerings={"neg": _neg_through_toolkit})
     assert "Cast" not in op_types(model)
 
 
 @pytest.mark.parametrize(("lead", "dtype"), [(0, np.int32), (5, np.int8), (300, np.int8), (2000, np.float16), ("B", np.int32)])
 def test_iota(lead, dtype):
     """ctx.iota: a constant when short and static, else a Range; converted as XLA does."""
-    model = assert_exports_match(lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 0), [((lead, 2), dtype)], sizes={"B": [1, 3]})
+    specs = [((lead, 2), dtype)]
+    model = assert_exports_match(lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 0), specs,
+                                 sizes=sizes_for(specs, {"B": [1, 3]}))
     assert ("Range" in op_types(model)) == (lead in (2000, "B"))
     if lead == "B":  # a run-time Range is typed with its length, not a name inference invents
         ranges = {n.output[0] for n in model.graph.node if n.op_type == "Range"}

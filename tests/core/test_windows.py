@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from jax import lax
 
-from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
+from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, sizes_for
 from jax2onnx_nn.testing.assertions import op_types
 
 # Float values that make every sum exact whatever the order (NaN and inf included), so JAX
@@ -153,8 +153,7 @@ def test_reduce_window_symbolic_dims(name, shape, window, strides, padding, dtyp
     def fn(x):
         return lax.reduce_window(x, identity(x.dtype), computation, window, strides, padding)
 
-    sizes = {"B": [2, 3], "T": [3, 6], "H": [5, 8], "W": [7, 4]}
-    sizes = {d: v for d, v in sizes.items() if d in shape}  # sizes of the dims it has
+    sizes = sizes_for([shape], {"B": [2, 3], "T": [3, 6], "H": [5, 8], "W": [7, 4]})
     assert_exports_match(fn, [(shape, dtype)], sizes=sizes, enable_double_precision=dtype == np.float64)
 
 

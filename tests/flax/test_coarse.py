@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jax2onnx_nn.core.jax_nn import ACTIVATIONS
+from jax2onnx_nn.testing import sizes_for
 from tests.flax.helpers import assert_module_matches, node_ops
 from tests.jax_facts import conv_crop_wrong
 
@@ -372,7 +373,8 @@ def test_group_norm(rank: int, groups: int, use_scale: bool, use_bias: bool, eps
     shape = ("B", 4, 3, 6)[4 - rank :] if rank < 4 else ("B", 4, 3, 6)
     shape = ("B", *shape[1:]) if rank > 1 else shape
     # flax's variance E[x^2] - E[x]^2 loses digits to cancellation in tiny groups (both paths)
-    model = assert_module_matches(Apply(layer), [shape], sizes={"B": [1, 3]}, opset=opset, rtol=1e-4, atol=1e-4)
+    model = assert_module_matches(Apply(layer), [shape], sizes=sizes_for([shape], {"B": [1, 3]}), opset=opset,
+                                  rtol=1e-4, atol=1e-4)
     # opset 18's GroupNormalization has per-group scale and bias: decomposed there
     assert ("GroupNormalization" in node_ops(model)) == (opset >= 21)
 
@@ -559,7 +561,8 @@ def test_stacked_cells_over_a_sequence_are_one_op_each(kinds: list[type], featur
     cells = [cls(a, b, rngs=nnx.Rngs(k)) for k, (cls, a, b) in enumerate(zip(kinds, sizes[:-1], sizes[1:], strict=True))]
     for cell in cells:
         _random_biases(cell)
-    model = assert_module_matches(Stacked(cells, reverse), [("B", time, features)], sizes={"B": [1, 3], "T": [1, 5]})
+    specs = [("B", time, features)]
+    model = assert_module_matches(Stacked(cells, reverse), specs, sizes=sizes_for(specs, {"B": [1, 3], "T": [1, 5]}))
     ops = _all_ops(model.graph.node)
     assert "Loop" not in ops and "Scan" not in ops
     assert ops.count("GRU") == kinds.count(nnx.GRUCell) and ops.count("LSTM") == len(kinds) - kinds.count(nnx.GRUCell)
@@ -739,7 +742,8 @@ def test_linen_rnn_over_a_sequence_is_one_op(kind: str, features: int, hidden: i
     rnn = linen.RNN(_linen_cell(kind, hidden), reverse=reverse, keep_order=True, return_carry=True)
     variables = _linen_variables(rnn, jnp.ones((2, 3, features)))
     model = assert_module_matches(
-        lambda xs: rnn.apply(variables, xs), [("B", time, features)], sizes={"B": [3], "T": [1, 5]}
+        lambda xs: rnn.apply(variables, xs), [("B", time, features)],
+        sizes=sizes_for([("B", time, features)], {"B": [3], "T": [1, 5]}),
     )
     ops = _all_ops(model.graph.node)
     assert "Loop" not in ops and "Scan" not in ops
