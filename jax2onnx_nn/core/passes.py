@@ -351,7 +351,7 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
     if _same_shape(x, out):
         return x
     dims = _static_dims(out)
-    if dims is None:
+    if dims is None or 0 in dims:  # a 0 in a Reshape's shape reads as "copy the input dim"
         return None
     if model is not None:
         return _insert_before(node, "Reshape", [x, _new_constant(model, node, np.asarray(dims, np.int64), False)], {}, out)

@@ -894,3 +894,75 @@ def test_the_op_census_sees_bodies_and_skips_passes_without_their_ops():
     assert run_if_present(on_transposes, model, census) is None and "Reshape" not in census
     assert run_if_present(on_sines, model, census) == 1 and "Gather" in census
     assert calls == ["sines"]
+
+
+# -- size-0 dims through the shape passes ------------------------------------------------------
+
+
+def _shape_step(draw: st.DrawFn, rank: int) -> tuple[str, object]:
+    """One JAX shape operation for an array of ``rank``: its kind and parameters."""
+    kind = draw(st.sampled_from(["slice", "newaxis", "transpose", "reshape", "broadcast", "where", "squeeze"]))
+    if kind == "slice":
+        axis = draw(st.integers(0, rank - 1))
+        start, stop = draw(st.integers(-3, 3)), draw(st.integers(-3, 3))
+        return kind, (axis, start, stop)
+    if kind == "newaxis":
+        return kind, draw(st.integers(0, rank))
+    if kind == "transpose":
+        return kind, draw(st.permutations(range(rank)))
+    if kind == "broadcast":
+        return kind, draw(st.integers(1, 2))
+    return kind, draw(st.integers(0, 2**16))
+
+
+def _apply_shape_step(x: jnp.ndarray, kind: str, param: object) -> jnp.ndarray:
+    if kind == "slice":
+        axis, start, stop = param
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, stop)
+        return x[tuple(index)]
+    if kind == "newaxis":
+        return jnp.expand_dims(x, param)
+    if kind == "transpose":
+        return jnp.transpose(x, param)
+    if kind == "broadcast":
+        return jnp.broadcast_to(x, (param, *x.shape))
+    if kind == "where":
+        return jnp.where(x > 0.5, x, -x)
+    if kind == "squeeze":
+        ones = [a for a, d in enumerate(x.shape) if d == 1]
+        return jnp.squeeze(x, ones[param % len(ones)]) if ones else x
+    # reshape: the dims in another order and split/merged where they are 0 or 1
+    dims = list(x.shape)
+    order = np.random.default_rng(param).permutation(len(dims)).tolist()
+    return x.reshape([dims[i] for i in order] + ([1] if param % 2 else []))
+
+
+@given(data=st.data(), shape=st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=1, max_size=4))
+def test_shape_ops_on_size_zero_dims_match_jax(data, shape):
+    """Chains of slices (empty ones too: ``x[:, -2:-2]``), new axes, transposes, reshapes,
+    broadcasts, squeezes and ``where`` over arrays with size-0 dims in any position: the shape
+    passes (merged shape ops, Transposes relabelled as Reshapes) keep a 0 a 0, not "copy the
+    input dim"."""
+    steps = []
+    probe = jnp.zeros(shape)
+    for _ in range(data.draw(st.integers(1, 4))):
+        if probe.ndim == 0 or probe.ndim >= 6:
+            break
+        step = _shape_step(data.draw, probe.ndim)
+        steps.append(step)
+        probe = _apply_shape_step(probe, *step)
+
+    def f(x):
+        for step in steps:
+            x = _apply_shape_step(x, *step)
+        return x
+
+    assert_exports_match_on(f, np.linspace(0, 1, int(np.prod(shape))).astype(np.float32).reshape(shape))
+
+
+def test_an_empty_slice_under_a_new_axis_keeps_its_zero():
+    """``x[:, :, -2:-2, 3]`` (size 0) through ``where`` and a new axis: Slice, Squeeze and
+    Unsqueeze merged into one Reshape must not read the 0 as "copy the input dim"."""
+    assert_exports_match_on(lambda x: jnp.where(x[:, :, -2:-2, 3] > 0, x[:, :, -2:-2, 3], 0.0)[:, None],
+                            np.ones((2, 3, 4, 5), np.float32))
