@@ -4,13 +4,14 @@ Exit codes: 0 success; 1 the exported model disagrees with JAX (``--verify``); 2
 arguments (a MODULE:ATTR that cannot be imported or found, a bad ``--input``, a bad option);
 3 the export failed (unsupported primitives, an error in the exported code); ``ops PATTERN``
 exits 1 when nothing matches; 4 an extra that is needed is not installed (onnxruntime for
-``--verify`` and ``demo``). Errors are one
-message, not a traceback; ``--debug`` shows the traceback.
+``--verify`` and ``demo``); 130 interrupted (Ctrl-C: a file being written is left as it was).
+Errors are one message, not a traceback; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -27,6 +28,7 @@ from jax2onnx_nn.summary import model_summary, tensor_bytes  # noqa: F401  (tens
 OK, MISMATCH, USAGE, EXPORT_FAILED = 0, 1, 2, 3
 NOT_FOUND = 1  # ``ops PATTERN`` matching nothing
 MISSING_EXTRA = 4  # ``--verify`` / ``demo`` without onnxruntime installed
+INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 
 class UsageError(Exception):
@@ -208,6 +210,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"jax2onnx-nn: error: exporting {args.target} failed: {type(err).__name__}: {err}\n"
               f"(run with --debug for the traceback)", file=sys.stderr)
         return EXPORT_FAILED
+    args.written = written
     print(f"wrote {os.path.abspath(written)} in {time.perf_counter() - start:.2f}s")
     import onnx
 
@@ -322,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     parser = argparse.ArgumentParser(
         prog="jax2onnx-nn", description="Export JAX programs (functions, Flax NNX and Equinox modules) to ONNX.",
-        epilog="exit codes: 0 ok, 1 verification mismatch (ops: nothing matches), 2 bad arguments, 3 export failed, 4 onnxruntime missing",
+        epilog="exit codes: 0 ok, 1 verification mismatch (ops: nothing matches), 2 bad arguments, 3 export failed, 4 onnxruntime missing, 130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{export,demo,inspect,ops}")
     export = sub.add_parser("export", parents=[common], help="export MODULE:ATTR to an .onnx file",
@@ -369,8 +372,28 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     print(f"jax2onnx-nn: warning: {message}", file=sys.stderr if file is None else file)
 
 
+def _unknown_arguments(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> str:
+    """The error for arguments ``command`` does not take, with the closest flag it does take."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    flags = [f for action in sub._actions for f in action.option_strings if f.startswith("--")]
+    lines = [f"{command}: unrecognized arguments: {' '.join(extra)}"]
+    for word in extra:
+        if word.startswith("-"):
+            close = difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.6)
+            if close:
+                lines.append(f"{word.split('=')[0]}: did you mean {close[0]}?")
+    lines.append(f"the options are listed by: python -m jax2onnx_nn {command} --help")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        print(f"jax2onnx-nn: error: {_unknown_arguments(parser, args.command, extra)}", file=sys.stderr)
+        return USAGE
+    output = getattr(args, "output", None)
+    existed = output is not None and os.path.exists(output)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
@@ -380,6 +403,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"jax2onnx-nn: error: {err}", file=sys.stderr)
         return USAGE
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        state = ("written" if getattr(args, "written", None) else "left unchanged" if existed else "not written")
+        print(f"jax2onnx-nn: interrupted{f'; {output} was {state}' if output else ''}", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -385,3 +385,30 @@ def test_demo_prints_where_the_files_are_and_a_summary(tmp_path):
     assert "a toy GPT: GPT-2's architecture at 2 layers" in out and "gpt2_small" not in out
     assert (tmp_path / "out" / "jax_mlp.onnx").exists()
     assert len(out.splitlines()) < 60  # one screen
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_ctrl_c_is_one_line_and_exit_130(workdir, monkeypatch, capsys, existing):
+    """Ctrl-C while exporting: one line saying what became of the file, exit 130 (128 +
+    SIGINT), no traceback; a file that was there is left as it was (written atomically)."""
+    import jax2onnx_nn
+
+    if existing:
+        (workdir / "m.onnx").write_bytes(b"old model")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jax2onnx_nn, "to_onnx", interrupted)
+    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx") == 130
+    err = capsys.readouterr().err
+    state = "left unchanged" if existing else "not written"
+    assert err == f"jax2onnx-nn: interrupted; m.onnx was {state}\n"
+    assert (workdir / "m.onnx").exists() == existing
+
+
+def test_misspelled_flag_names_the_closest_one(workdir, monkeypatch, capsys):
+    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx", "--opsett", "18") == USAGE
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --opsett 18" in err and "--opsett: did you mean --opset?" in err
+    assert "python -m jax2onnx_nn export --help" in err and "Traceback" not in err
