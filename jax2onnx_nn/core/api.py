@@ -20,6 +20,7 @@ from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-export
     MAX_OPSET,
     MIN_OPSET,
     ExportConfig,
+    checked_options,
     ir_version,
     with_options_signature,
 )
@@ -63,6 +64,7 @@ def to_onnx(
 ) -> str: ...
 
 
+@checked_options()
 @with_options_signature
 def to_onnx(
     fn: Callable[..., Any],
@@ -77,7 +79,8 @@ def to_onnx(
 
     The options are the fields of :class:`~jax2onnx_nn.core.config.ExportConfig`, given as
     keywords or as a ``config`` (keywords then change it); they are validated once (an
-    unknown option raises ``TypeError``, an opset out of range ``ValueError``).
+    unknown option raises ``UnknownOptionError``, a ``TypeError`` naming the closest option;
+    an opset out of range ``ValueError``).
 
     Args:
         fn: a function, a ``jax.jit``-ed function, or a Flax NNX / Equinox module.
@@ -119,6 +122,7 @@ def to_onnx(
     return save_model(model, path, external_data=external_data, progress=model.meta.get("jax2onnx_nn.progress"))
 
 
+@checked_options()
 @with_options_signature
 @collector_paused
 def export_model(

@@ -15,6 +15,8 @@ fields of this class) and their ``help()`` lists it with its documentation.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
@@ -157,6 +159,54 @@ def option_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(ExportConfig))
 
 
+class UnknownOptionError(TypeError):
+    """A keyword argument that an entry point (``to_onnx``, ``verify``, ...) does not take."""
+
+
+def checked_options(*forwards_to: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate an entry point so that a misspelled keyword raises :class:`UnknownOptionError`
+    naming it, the closest accepted keyword and where the options are documented (not
+    Python's ``ExportConfig.__init__() got an unexpected keyword argument``). The accepted
+    keywords: the entry point's own parameters, the export options when it takes
+    ``**options``, and those of ``forwards_to`` (functions its ``**options`` go on to)."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        accepted, listed, takes_options = set(), set(), False
+        for target in (fn, *forwards_to):
+            params = inspect.signature(target).parameters.values()
+            accepted |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            listed |= {p.name for p in params if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)}
+            # (to_onnx's options are keyword parameters in its signature: with_options_signature)
+            takes_options |= any(p.kind is p.VAR_KEYWORD for p in params) or set(option_names()) <= accepted
+        options = option_names() if takes_options else ()
+        accepted |= set(options)
+        own = sorted(listed - set(options))
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            unknown = [k for k in kwargs if k not in accepted]
+            if unknown:
+                raise UnknownOptionError(_unknown_option_message(fn.__name__, unknown, accepted, own, options))
+            return fn(*args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+def _unknown_option_message(entry: str, unknown: list[str], accepted: set[str], own: list[str],
+                            options: tuple[str, ...]) -> str:
+    lines = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(accepted), n=1, cutoff=0.6)
+        lines.append(f"{entry}() got an unknown option {name!r}" + (f": did you mean {close[0]!r}?" if close else ""))
+    if own:
+        lines.append(f"{entry}() takes {', '.join(own)}" + (" and the export options" if options else ""))
+    if options:
+        lines.append(f"the export options (each documented in help(jax2onnx_nn.to_onnx)): {', '.join(options)}")
+    return "\n".join(lines)
+
+
 def with_options_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Show the options as keyword parameters of ``fn`` (which takes ``**options``) in
     ``help()`` and ``inspect.signature``, and document them where the docstring says
@@ -176,4 +226,4 @@ def with_options_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "ExportConfig", "ir_version", "newest_opset", "option_names", "with_options_signature"]
+__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "ExportConfig", "UnknownOptionError", "checked_options", "ir_version", "newest_opset", "option_names", "with_options_signature"]

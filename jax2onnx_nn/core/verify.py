@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.config import ExportConfig, checked_options
 from jax2onnx_nn.core.layout import Selection, layout_reference, recorded_layout, resolve
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.runtimes import open_session
@@ -228,6 +228,7 @@ def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -
         return fn(*args, **kwargs)
 
 
+@checked_options()
 def verify(
     fn: Callable[..., Any],
     model: ModelLike | LoadedModel,

@@ -14,9 +14,11 @@ import numpy as np
 import onnx
 
 from jax2onnx_nn.core.api import to_onnx
+from jax2onnx_nn.core.config import checked_options
 from jax2onnx_nn.equinox.modules import submodules
 
 
+@checked_options(to_onnx)
 def export_onnx(
     module: eqx.Module,
     inputs: Sequence[Any],

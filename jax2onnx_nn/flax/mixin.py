@@ -10,8 +10,10 @@ import onnx
 from flax import nnx
 
 from jax2onnx_nn.core.api import to_onnx
+from jax2onnx_nn.core.config import checked_options
 
 
+@checked_options(to_onnx)
 def export_onnx(
     module: nnx.Module,
     inputs: Sequence[Any],

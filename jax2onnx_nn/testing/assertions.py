@@ -10,9 +10,11 @@ import numpy as np
 import onnx
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.config import checked_options
 from jax2onnx_nn.testing.roundtrip import roundtrip
 
 
+@checked_options(roundtrip)
 def assert_exports_match(
     fn: Callable[..., Any],
     inputs: Sequence[Any],
@@ -46,6 +48,7 @@ def assert_exports_match(
     return result.model
 
 
+@checked_options(roundtrip)
 def assert_exports_match_on(fn: Callable[..., Any], *values: Any, enable_double_precision: bool | None = None, **options: Any) -> onnx.ModelProto:
     """:func:`assert_exports_match` for the shapes and dtypes of ``values`` (arrays, PRNG keys,
     or pytrees of them), compared on exactly these values: what a property test draws.

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from jax2onnx_nn.core.api import to_onnx
+from jax2onnx_nn.core.config import checked_options
 from jax2onnx_nn.core.layout import nchw_reference
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.verify import (
@@ -58,6 +59,7 @@ class RoundTrip:
             raise AssertionError(str(self))
 
 
+@checked_options()
 def roundtrip(
     model_or_fn: Callable[..., Any],
     inputs: Sequence[Any],

@@ -30,9 +30,55 @@ def test_defaults_and_normalisation():
     assert dataclasses.replace(config).lowerings["tanh"].rule is config.lowerings["tanh"].rule
 
 
-def test_unknown_option_is_a_type_error_naming_it():
-    with pytest.raises(TypeError, match="opsett"):
-        to_onnx(jnp.sin, [(3,)], opsett=18)
+def _entry_points():
+    """Every public entry point that takes options, called with ``opsett=18``."""
+    import equinox as eqx
+    from flax import nnx
+
+    from jax2onnx_nn import equinox as j_eqx
+    from jax2onnx_nn import flax as j_flax
+    from jax2onnx_nn import verify
+    from jax2onnx_nn.testing import assert_exports_match_on
+
+    class Doubling(nnx.Module, j_flax.OnnxExportable):
+        def __call__(self, x):
+            return 2 * x
+
+    class EqxDoubling(eqx.Module, j_eqx.OnnxExportable):
+        def __call__(self, x):
+            return 2 * x
+
+    model = to_onnx(jnp.sin, [(3,)])
+    return {
+        "to_onnx": lambda **kw: to_onnx(jnp.sin, [(3,)], **kw),
+        "export_model": lambda **kw: export_model(jnp.sin, [(3,)], **kw),
+        "verify": lambda **kw: verify(jnp.sin, model, [(3,)], **kw),
+        "assert_exports_match": lambda **kw: assert_exports_match(jnp.sin, [(3,)], **kw),
+        "assert_exports_match_on": lambda **kw: assert_exports_match_on(jnp.sin, np.ones(3, np.float32), **kw),
+        "export_onnx": lambda **kw: j_flax.export_onnx(Doubling(), [(3,)], **kw),
+        "export_onnx ": lambda **kw: Doubling().export_onnx([(3,)], **kw),
+        "export_onnx  ": lambda **kw: j_eqx.export_onnx(EqxDoubling(), [(3,)], **kw),
+        "export_onnx   ": lambda **kw: EqxDoubling().export_onnx([(3,)], **kw),
+    }
+
+
+@pytest.mark.parametrize(("misspelled", "meant"), [("opsett", "opset"), ("size", "sizes"), ("constraint", "constraints")])
+def test_a_misspelled_option_names_the_closest_one_at_every_entry_point(misspelled, meant):
+    """A keyword no entry point takes: the error names it, the closest accepted keyword (where
+    that entry point takes it) and where the options are documented, never an internal class
+    (before: ``ExportConfig.__init__() got an unexpected keyword argument 'opsett'``)."""
+    from jax2onnx_nn.core.config import UnknownOptionError
+
+    for entry, call in _entry_points().items():
+        with pytest.raises(UnknownOptionError) as info:
+            call(**{misspelled: 18})
+        text = str(info.value)
+        assert isinstance(info.value, TypeError) and "ExportConfig" not in text, text
+        assert text.startswith(f"{entry.strip()}() got an unknown option {misspelled!r}"), text
+        takes_meant = entry.startswith(("verify", "assert")) if meant == "sizes" else entry != "verify"
+        assert (f"did you mean {meant!r}?" in text) == takes_meant, text
+        if entry != "verify":
+            assert "the export options (each documented in help(jax2onnx_nn.to_onnx)): input_params" in text, text
 
 
 def test_every_option_is_in_the_signature_and_the_docstring():
