@@ -18,7 +18,7 @@ import jax
 
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.flags import both_modes, is_runtime
-from jax2onnx_nn.core.trace import calling_user_frame
+from jax2onnx_nn.core.trace_errors import calling_user_frame
 
 MakeWrapper = Callable[[Any], Any]
 
