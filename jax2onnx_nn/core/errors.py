@@ -39,7 +39,15 @@ class ConversionError(Exception):
             where = ", ".join(loc or "<unknown location>" for loc in r.locations[:5]) + (" ..." if len(r.locations) > 5 else "")
             lines.append(f"  {r.primitive} (used {r.count}x) at {where}")
         on_complex = [r.primitive.removesuffix(ON_COMPLEX) for r in records if r.primitive.endswith(ON_COMPLEX)]
-        if len(on_complex) < len(records):
+        callbacks = [r.primitive for r in records if r.primitive in _CALLBACKS]
+        if callbacks:
+            lines.append(
+                f"{' and '.join(callbacks)} call{'s' if len(callbacks) == 1 else ''} Python when the model runs, "
+                "which an ONNX graph cannot: compute the callback's result with jax.numpy in the exported "
+                f"function, or register a lowering that writes it as ONNX ops: "
+                f"@jax2onnx_nn.lowering(\"{callbacks[0]}\") (the rule gets the callback as its callback= parameter)."
+            )
+        if len(on_complex) + len(callbacks) < len(records):
             lines.append("Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}.")
         if on_complex:
             # a rule registered without complex_pairs=True is never given a complex equation
@@ -59,6 +67,7 @@ class ConversionError(Exception):
 
 
 ON_COMPLEX = " on complex numbers"  # how the interpreter names a complex equation without a pair lowering
+_CALLBACKS = frozenset({"pure_callback", "io_callback"})  # Python called when the model runs
 # lax.linalg primitives (on complex numbers, eig and schur are lowered; those named here may not be)
 _LINALG = frozenset({
     "cholesky", "cholesky_update", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product",

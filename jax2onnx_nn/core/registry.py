@@ -39,6 +39,7 @@ class Registration:
     onnx_ops: tuple[str, ...]  # the ONNX ops the rule emits, for the support table
     key_data: bool = False  # the rule itself handles typed PRNG keys (given as their uint32 data)
     complex_pairs: bool = False  # the rule itself handles complex values (given as float pairs)
+    only: str = ""  # the uses the rule serves where it is not every use (shown in the support table)
 
 
 _TABLES: dict[str, dict[str, Registration]] = {layer: {} for layer in _LAYERS}
@@ -69,7 +70,7 @@ def _layer(layer: str) -> Iterator[None]:
 
 def register(
     prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False,
-    complex_pairs: bool = False,
+    complex_pairs: bool = False, only: str = "",
 ) -> Rule:
     """Register ``rule`` for ``prim`` (a Primitive or its name).
 
@@ -81,9 +82,11 @@ def register(
     interpreter, not by their rule, unless the rule says ``key_data=True`` (it handles keys).
     Complex operands and results reach rules as float (real, imag) pairs; complex equations
     are lowered on the pairs by the interpreter (``core/complex.py``), not by their rule,
-    unless the rule says ``complex_pairs=True``.
+    unless the rule says ``complex_pairs=True``. ``only`` says which uses of the primitive the
+    rule serves when it refuses the others (the support table shows it).
     """
-    _TABLES[_CURRENT_LAYER.get()][primitive_name(prim)] = Registration(rule, min_opset, tuple(onnx_ops), key_data, complex_pairs)
+    _TABLES[_CURRENT_LAYER.get()][primitive_name(prim)] = Registration(
+        rule, min_opset, tuple(onnx_ops), key_data, complex_pairs, only)
     return rule
 
 

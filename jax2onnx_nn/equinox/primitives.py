@@ -60,7 +60,10 @@ def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operand
     if previous is not None:
         result = previous.rule(ctx, *operands, callback=callback, **params)
         return [result] if isinstance(result, ir.Value) else list(result)
-    return _unsupported(ctx, "pure_callback")
+    called = getattr(fn, "__qualname__", None) or type(fn).__name__
+    module = getattr(fn, "__module__", None)
+    ctx.lowerer.unsupported["pure_callback"].append(f"{ctx.builder.doc_string} (calls {f'{module}.' if module else ''}{called})")
+    return [ir.Value(name=ctx.builder.names.fresh("unsupported_pure_callback")) for _ in ctx.avals_out]
 
 
 def _unsupported(ctx: LoweringContext, name: str) -> list[ir.Value]:
@@ -116,7 +119,8 @@ def register_rules() -> None:
     _REGISTERED = True
     previous = builtin("pure_callback")
     with builtin_rules():
-        register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("ConstantOfShape",))
+        register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("ConstantOfShape",),
+                 only="Equinox's eqx.error_if check, NaN where it fails; any other callback is refused")
         register("noinline", _noinline)
 
 

@@ -44,7 +44,8 @@ def support_rows(tested: set[str] | None = None) -> list[SupportRow]:
 
     coarse = {row.primitive for row in module_rows()}
     rows = [
-        SupportRow(name, ", ".join(reg.onnx_ops) or "(no node)", max(reg.min_opset, MIN_OPSET), is_tested(name))
+        SupportRow(name, (", ".join(reg.onnx_ops) or "(no node)") + (f" (only {reg.only})" if reg.only else ""),
+                   max(reg.min_opset, MIN_OPSET), is_tested(name))
         for name, reg in registered().items()
         if name not in coarse
     ]

@@ -53,9 +53,31 @@ def test_error_if_under_vmap_fires_for_the_batch() -> None:
     assert np.isnan(run_onnx(model, [np.array([1.0, 9.0], np.float32)])[0]).all()
 
 
-def test_other_python_callbacks_stay_unsupported() -> None:
-    with pytest.raises(ConversionError, match="pure_callback"):
-        to_onnx(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((3,), np.float32), x), [(3,)])
+def _host_sine(x: Any) -> Any:
+    return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)  # the line the error names
+
+
+def test_other_python_callbacks_are_refused_naming_the_line_and_what_to_do() -> None:
+    """The rule serves eqx.error_if only: a user's callback is a ConversionError naming the
+    user's line, the function it calls, and the two ways out; the support table says so."""
+    from jax2onnx_nn.testing.support import support_rows
+
+    with pytest.raises(ConversionError) as info:
+        to_onnx(_host_sine, [(3,)])
+    text = str(info.value)
+    assert f"pure_callback (used 1x) at {__file__}:{_host_sine.__code__.co_firstlineno + 1}" in text, text
+    assert "(calls numpy.sin)" in text and "jax.numpy" in text and '@jax2onnx_nn.lowering("pure_callback")' in text
+    (row,) = [r for r in support_rows() if r.primitive == "pure_callback"]
+    assert "only Equinox's eqx.error_if check" in row.onnx_ops and "any other callback is refused" in row.onnx_ops
+
+
+def test_a_lowering_given_for_a_callback_exports_it() -> None:
+    """What the refusal advises: a lowering that writes the callback as ONNX ops."""
+
+    def sine(ctx: Any, x: Any, **params: Any) -> Any:
+        return ctx.op.Sin(x)
+
+    assert_exports_match(_host_sine, [(5,)], lowerings={"pure_callback": sine})
 
 
 MARKERS = {
