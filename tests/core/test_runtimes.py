@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -82,3 +83,45 @@ def test_missing_runtime_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert "npm" in str(missing_reason("onnxruntime-web"))
     with pytest.raises(RuntimeUnavailable, match="onnxruntime-web is not installed"):
         open_session(to_onnx(jnp.sin, [(2,)]), "onnxruntime-web")
+
+
+# -- loops of a run-time trip count over symbolic shapes -----------------------------------------
+
+# fori_loop bodies over a carry of symbolic length N (x is the loop-invariant input, i the step)
+_COUNTED_BODIES = {
+    "scale": lambda i, c, x: c * 0.5 + jnp.sin(x),
+    "cumsum": lambda i, c, x: jnp.cumsum(c) * 0.25 + x,
+    "one_hot_of_step": lambda i, c, x: c + (jnp.arange(c.shape[0]) == i) * 1.0,
+    "gather_at_step": lambda i, c, x: c + x[i % x.shape[0]],
+    "rotate": lambda i, c, x: jnp.concatenate([c[1:], c[:1]]) * 0.5 + x,
+    "shift": lambda i, c, x: c.at[1:].set(c[:-1]),
+    "mask_below_step": lambda i, c, x: jnp.where(jnp.arange(c.shape[0]) < i, c * 0.5, c + x),
+    "matrix": lambda i, c, x: c + jnp.outer(c, x) @ x * 1e-2 - c.mean(),
+    "inner_loop_of_step_trips": lambda i, c, x: jax.lax.fori_loop(0, i, lambda j, d: d * 0.5 + x, c),
+}
+
+
+@pytest.mark.parametrize("body", sorted(_COUNTED_BODIES))
+@pytest.mark.parametrize("runtime", runtime_params())
+def test_loops_of_a_run_time_trip_count_over_symbolic_shapes(
+    runtime: str, body: str, request: pytest.FixtureRequest
+) -> None:
+    """``fori_loop(lo, hi, ...)`` with both bounds graph inputs, over a carry of symbolic
+    length, exported for the runtime (tract: a Scan over ``Range(0, trips)``) and run there:
+    0, 1 and 4 steps on lengths 2 and 5."""
+    if runtime == "tract" and body == "inner_loop_of_step_trips":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "tract 0.23 declutter: the inner Scan restarted at tick 0 of Range(0, i) gets region facts "
+            "it finds inconsistent ('inconsistent fact: body input 0 is N,F32 ... 1+-1*(0==0)')")))
+    step = _COUNTED_BODIES[body]
+
+    def f(x, lo, hi):
+        return jax.lax.fori_loop(lo, hi, lambda i, c: step(i, c, x), x)
+
+    specs = [("N",), ((), "int32"), ((), "int32")]
+    model = to_onnx(f, specs, target=runtime, constraints=("N >= 2",))
+    ops = {n.op_type for n in model.graph.node}
+    assert ("Scan" in ops and "Loop" not in ops) if runtime == "tract" else "Loop" in ops, ops
+    for n, lo, hi in ((2, 0, 0), (5, 1, 2), (5, -1, 3), (2, 0, 4)):
+        values = [np.linspace(-1, 1, n, dtype=np.float32), np.int32(lo), np.int32(hi)]
+        verify(f, model, specs, input_values=values, runtime=runtime).raise_if_failed()
