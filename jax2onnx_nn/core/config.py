@@ -199,11 +199,14 @@ def _unknown_option_message(entry: str, unknown: list[str], accepted: set[str], 
     lines = []
     for name in unknown:
         close = difflib.get_close_matches(name, sorted(accepted), n=1, cutoff=0.6)
-        lines.append(f"{entry}() got an unknown option {name!r}" + (f": did you mean {close[0]!r}?" if close else ""))
+        suggestion = f": did you mean {close[0]!r}?" if close else ""
+        lines.append(f"{entry}() got an unknown option {name!r}{suggestion}")
     if own:
-        lines.append(f"{entry}() takes {', '.join(own)}" + (" and the export options" if options else ""))
+        also = " and the export options" if options else ""
+        lines.append(f"{entry}() takes {', '.join(own)}{also}")
     if options:
-        lines.append(f"the export options (each documented in help(jax2onnx_nn.to_onnx)): {', '.join(options)}")
+        lines.append("the export options (each documented in help(jax2onnx_nn.to_onnx)): "
+                     + ", ".join(options))
     return "\n".join(lines)
 
 

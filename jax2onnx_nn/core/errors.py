@@ -41,11 +41,12 @@ class ConversionError(Exception):
         on_complex = [r.primitive.removesuffix(ON_COMPLEX) for r in records if r.primitive.endswith(ON_COMPLEX)]
         callbacks = [r.primitive for r in records if r.primitive in _CALLBACKS]
         if callbacks:
+            verb = "calls" if len(callbacks) == 1 else "call"
             lines.append(
-                f"{' and '.join(callbacks)} call{'s' if len(callbacks) == 1 else ''} Python when the model runs, "
-                "which an ONNX graph cannot: compute the callback's result with jax.numpy in the exported "
-                f"function, or register a lowering that writes it as ONNX ops: "
-                f"@jax2onnx_nn.lowering(\"{callbacks[0]}\") (the rule gets the callback as its callback= parameter)."
+                f"{' and '.join(callbacks)} {verb} Python when the model runs, which an ONNX graph "
+                "cannot: compute the callback's result with jax.numpy in the exported function, or "
+                f"register a lowering that writes it as ONNX ops: @jax2onnx_nn.lowering(\"{callbacks[0]}\") "
+                "(the rule gets the callback as its callback= parameter)."
             )
         if len(on_complex) + len(callbacks) < len(records):
             lines.append("Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}.")

@@ -22,8 +22,11 @@ from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.specs import InputSpecs
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# JAX's message for an undecided comparison: Symbolic dimension comparison 'S' <= '48' is inconclusive
-_COMPARISON = re.compile(r"comparison '(?P<a>[^']+)' (?P<op><=|<|>=|>|==|!=) '(?P<b>[^']+)' is inconclusive")
+# JAX's message for an undecided comparison:
+# Symbolic dimension comparison 'S' <= '48' is inconclusive
+_COMPARISON = re.compile(
+    r"comparison '(?P<a>[^']+)' (?P<op><=|<|>=|>|==|!=) '(?P<b>[^']+)' is inconclusive"
+)
 _DIVISION = re.compile(r"Cannot divide (?P<a>.+?) by (?P<b>[^.]+)\.")
 _LARGEST_BOUND = 64  # the largest k tried for "N >= k" when shapes differ only for small sizes
 
@@ -34,7 +37,9 @@ def spec_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str]) 
     chained, so no traceback from inside JAX is printed)."""
     # the first lines of JAX's message (frameworks wrap it: Keras puts its own line first)
     text = _ANSI.sub("", str(err))  # Keras bolds its message with terminal escapes
-    message = [line.strip() for line in text.strip().splitlines() if line.strip()][:4] or [type(err).__name__]
+    message = [line.strip() for line in text.strip().splitlines() if line.strip()][:4] or [
+        type(err).__name__
+    ]
     frame = _innermost_user_frame(traceback.extract_tb(err.__traceback__))
     lines = [f"the inputs do not fit the function: {type(err).__name__}: {message[0].rstrip('.')}"]
     lines += [f"  {line}" for line in message[1:]]
@@ -60,13 +65,17 @@ def value_error(err: BaseException, specs: InputSpecs, arg_names: Sequence[str])
     text = _ANSI.sub("", str(err)).strip().splitlines()
     lines = [
         "a value computed from the graph inputs is used as a Python value while tracing (it is "
-        f"known only when the model runs): {type(err).__name__}: {text[0] if text else ''}".rstrip(": "),
+        f"known only when the model runs): {type(err).__name__}: {text[0] if text else ''}".rstrip(
+            ": "
+        ),
     ]
     if frame is not None:
         lines.append(f"  at {_where(frame)}")
     lines.append("inputs of the graph:")
     lines += [f"  {line}" for line in specs.describe(arg_names)]
-    lines.append(_value_advice(err, (frame.line or "") if frame is not None else "", bool(specs.kwargs)))
+    lines.append(
+        _value_advice(err, (frame.line or "") if frame is not None else "", bool(specs.kwargs))
+    )
     error = ConversionError("\n".join(lines))
     error.jax_error = err  # type: ignore[attr-defined]
     return error
@@ -96,7 +105,10 @@ def _value_kind(err: BaseException, line: str) -> str:
         return "branch"
     if isinstance(err, jax.errors.TracerIntegerConversionError):
         return "index"
-    if any(s in text for s in ("`int` function", "`float` function", "`complex` function", "item()", "tolist()")):
+    if any(
+        s in text
+        for s in ("`int` function", "`float` function", "`complex` function", "item()", "tolist()")
+    ):
         return "number"
     return "shape"
 
@@ -104,35 +116,51 @@ def _value_kind(err: BaseException, line: str) -> str:
 def _value_advice(err: BaseException, line: str, has_input_params: bool) -> str:
     kind = _value_kind(err, line)
     if kind == "while":
-        return ("Fix: a Python `while` loop cannot test a value of the graph: write it as "
-                "jax.lax.while_loop(cond_fun, body_fun, init) (an ONNX Loop; for tract, export with "
-                "loop_bound=N), or jax.lax.fori_loop(0, n, body, init) for a number of steps.")
+        return (
+            "Fix: a Python `while` loop cannot test a value of the graph: write it as "
+            "jax.lax.while_loop(cond_fun, body_fun, init) (an ONNX Loop; for tract, export with "
+            "loop_bound=N), or jax.lax.fori_loop(0, n, body, init) for a number of steps."
+        )
     if kind == "branch":
-        advice = ("Fix: compute both branches with jnp.where(cond, a, b) or lax.cond(cond, ...), so the "
-                  "condition stays in the graph (`not x`, `and`, `or` are Python branches too: "
-                  "jnp.logical_not, jnp.logical_and, jnp.logical_or).")
+        advice = (
+            "Fix: compute both branches with jnp.where(cond, a, b) or lax.cond(cond, ...), so the "
+            "condition stays in the graph (`not x`, `and`, `or` are Python branches too: "
+            "jnp.logical_not, jnp.logical_and, jnp.logical_or)."
+        )
         if has_input_params:
-            advice += (" A flag given in input_params may instead be static: leave it out of "
-                       "input_params and bind it with functools.partial(fn, deterministic=True) (the "
-                       "Dropout and BatchNorm flags of Flax and Equinox layers may stay runtime inputs).")
+            advice += (
+                " A flag given in input_params may instead be static: leave it out of "
+                "input_params and bind it with functools.partial(fn, deterministic=True) (the "
+                "Dropout and BatchNorm flags of Flax and Equinox layers may stay runtime inputs)."
+            )
         return advice
     if kind == "number":
-        return ("Fix: int(), float(), bool() and .item() make a Python number of it: keep it an array "
-                "(x.astype(jnp.int32) for int(x), jnp.asarray(x, jnp.float32) for float(x)); a size or a "
-                "number of steps comes from a shape (x.shape[0], symbolic in the specs) or from a "
-                "static value (a constant, functools.partial).")
+        return (
+            "Fix: int(), float(), bool() and .item() make a Python number of it: keep it an array "
+            "(x.astype(jnp.int32) for int(x), jnp.asarray(x, "
+            "jnp.float32) for float(x)); a size or a "
+            "number of steps comes from a shape (x.shape[0], symbolic in the specs) or from a "
+            "static value (a constant, functools.partial)."
+        )
     if kind == "index":
-        return ("Fix: it is used as a Python index or count (range(n), a list index, a slice bound): "
-                "loop with jax.lax.fori_loop(0, n, body, init) (the count stays in the graph), index "
-                "arrays with x[i] or jnp.take(x, i), slice with lax.dynamic_slice(x, (i,), (size,)).")
+        return (
+            "Fix: it is used as a Python index or count (range(n), a list index, a slice bound): "
+            "loop with jax.lax.fori_loop(0, n, body, init) (the count stays in the graph), index "
+            "arrays with x[i] or jnp.take(x, i), slice with lax.dynamic_slice(x, (i,), (size,))."
+        )
     if kind == "numpy":
-        return ("Fix: numpy (np.asarray, np.sin, ...) computes in Python on concrete numbers, not in the "
-                "graph: use jax.numpy (jnp.asarray, jnp.sin, ...) on values computed from the inputs; "
-                "numpy is fine on constants.")
-    return ("Fix: a size or a static argument is computed from a graph value, and the shapes of the "
-            "graph follow from the input shapes alone: take sizes from shapes (x.shape[0], symbolic in "
-            "the specs), pad to a largest size and mask with jnp.where, or make the value static "
-            "(a constant, functools.partial).")
+        return (
+            "Fix: numpy (np.asarray, np.sin, ...) computes "
+            "in Python on concrete numbers, not in the "
+            "graph: use jax.numpy (jnp.asarray, jnp.sin, ...) on values computed from the inputs; "
+            "numpy is fine on constants."
+        )
+    return (
+        "Fix: a size or a static argument is computed from a graph value, and the shapes of the "
+        "graph follow from the input shapes alone: take sizes from shapes (x.shape[0], symbolic in "
+        "the specs), pad to a largest size and mask with jnp.where, or make the value static "
+        "(a constant, functools.partial)."
+    )
 
 
 # -- shapes and symbolic dims ---------------------------------------------------------------------
@@ -158,27 +186,40 @@ def _undecided_advice(text: str, dims: Sequence[str]) -> str:
         a, op, b = match["a"], match["op"], match["b"]
         holds, fails = _as_constraint(a, op, b), _as_constraint(a, _NEGATION[op], b)
         names = _named(f"{a} {b}", dims) or [a]
-        return (f"JAX could not decide {a} {op} {b} for every size of {_listed(names)} the specs allow: "
-                f"add constraints={_written((holds,))} if the function is for sizes where it holds (or "
-                f"{_written((fails,))} where it does not), or give {_listed(names)} a fixed size.")
+        return (
+            f"JAX could not decide {a} {op} {b} for every "
+            f"size of {_listed(names)} the specs allow: "
+            f"add constraints={_written((holds,))} if the function is for sizes where it holds (or "
+            f"{_written((fails,))} where it does not), or give {_listed(names)} a fixed size."
+        )
     names = _named(text, dims)
     if "Cannot divide evenly" in text:
         which = _listed(names or ["the symbolic dim"])
-        return (f"A reshape needs a size in {which} to divide evenly, which the specs do not say and "
-                f"constraints cannot state: write the dim as a multiple in the spec (e.g. '4*K' in place of "
-                f"'{(names or ['B'])[0]}' when it is a multiple of 4), or give {which} a fixed size.")
+        return (
+            f"A reshape needs a size in {which} to divide evenly, which the specs do not say and "
+            "constraints cannot state: write the dim as a "
+            "multiple in the spec (e.g. '4*K' in place of "
+            f"'{(names or ['B'])[0]}' when it is a multiple of 4), or give {which} a fixed size."
+        )
     match = _DIVISION.search(text)
     if match is not None:
-        return (f"JAX cannot tell that {match['a']} divides by {match['b']} for every size the specs "
-                f"allow (constraints cannot state that): write the dim as a multiple in the spec, e.g. "
-                f"'{match['b'].strip()}*K' in place of '{match['a'].strip()}', or give it a fixed size.")
+        return (
+            f"JAX cannot tell that {match['a']} divides by {match['b']} for every size the specs "
+            f"allow (constraints cannot state that): write the dim as a multiple in the spec, e.g. "
+            f"'{match['b'].strip()}*K' in place of '{match['a'].strip()}', or give it a fixed size."
+        )
     if "requires a constant" in text:
-        return (f"The function needs {_listed(names or ['a symbolic dim'])} as a Python int (range(), numpy "
-                "shapes): give it a fixed size in the specs, or use jnp / lax operations, which take "
-                "symbolic sizes.")
+        return (
+            f"The function needs {_listed(names or ['a symbolic dim'])} "
+            "as a Python int (range(), numpy "
+            "shapes): give it a fixed size in the specs, or use jnp / lax operations, which take "
+            "symbolic sizes."
+        )
     which = _listed(names) if names else "the symbolic dims"
-    return (f"An operation on {which} is not decided by the specs: add constraints over {which} "
-            "(e.g. 'N >= 2', 'N <= 512') for what the function assumes, or give them fixed sizes.")
+    return (
+        f"An operation on {which} is not decided by the specs: add constraints over {which} "
+        "(e.g. 'N >= 2', 'N <= 512') for what the function assumes, or give them fixed sizes."
+    )
 
 
 _NEGATION = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}
@@ -189,7 +230,11 @@ def _as_constraint(a: str, op: str, b: str) -> str:
     if op in ("<=", ">="):
         return f"{a} {op} {b}"
     shift = 1 if op == ">" else -1
-    bound = f"{int(b) + shift}" if re.fullmatch(r"-?\d+", b.strip()) else f"{b} {'+' if shift > 0 else '-'} 1"
+    bound = (
+        f"{int(b) + shift}"
+        if re.fullmatch(r"-?\d+", b.strip())
+        else f"{b} {'+' if shift > 0 else '-'} 1"
+    )
     return f"{a} {'>=' if op == '>' else '<='} {bound}"
 
 
@@ -203,23 +248,35 @@ def _shape_advice(first_line: str, dims: Sequence[str]) -> str:
     ``N - 2`` only for ``N >= 2``), else the specs to change."""
     names = _named(first_line, dims)
     if not names:
-        return "Change the specs (rank, sizes, dtypes, number of inputs) to what the function expects."
+        return (
+            "Change the specs (rank, sizes, dtypes, number of inputs) to what the function expects."
+        )
     shapes = _shapes_in(first_line)
     broadcast = "broadcast" in first_line
     parsed = len(shapes) >= 2 and _agree(shapes, (), broadcast) is not None
     for k in range(2, _LARGEST_BOUND + 1 if parsed else 2):
         constraints = tuple(f"{d} >= {k}" for d in names)
         if _agree(shapes, constraints, broadcast):
-            return (f"The shapes agree for {_listed(constraints)} and differ for smaller sizes, which the "
-                    f"specs allow (a slice such as x[1:-1] of a symbolic dim is max(0, {names[0]} - 2) long): "
-                    f"add constraints={_written(constraints)} (or the bounds the function assumes), or give "
-                    f"{_listed(names)} a fixed size.")
+            return (
+                f"The shapes agree for {_listed(constraints)} "
+                "and differ for smaller sizes, which the "
+                "specs allow (a slice such as x[1:-1] of a "
+                f"symbolic dim is max(0, {names[0]} - 2) long): "
+                f"add constraints={_written(constraints)} (or "
+                "the bounds the function assumes), or give "
+                f"{_listed(names)} a fixed size."
+            )
     if parsed:
-        return (f"No constraint on {_listed(names)} makes these shapes agree: change the specs (rank, sizes, "
-                "dtypes, number of inputs) to what the function expects.")
-    return (f"The shapes involve {_listed(names)}: if they differ only for some sizes, state the sizes "
-            f"the function is for with constraints (e.g. constraints=(\"{names[0]} >= 2\",)); otherwise "
-            "change the specs (rank, sizes, dtypes, number of inputs) to what the function expects.")
+        return (
+            f"No constraint on {_listed(names)} makes these "
+            "shapes agree: change the specs (rank, sizes, "
+            "dtypes, number of inputs) to what the function expects."
+        )
+    return (
+        f"The shapes involve {_listed(names)}: if they differ only for some sizes, state the sizes "
+        f'the function is for with constraints (e.g. constraints=("{names[0]} >= 2",)); otherwise '
+        "change the specs (rank, sizes, dtypes, number of inputs) to what the function expects."
+    )
 
 
 def _shapes_in(text: str) -> list[str]:
@@ -234,13 +291,18 @@ def _shapes_in(text: str) -> list[str]:
         elif c == ")" and depth:
             depth -= 1
             if depth == 0 and not (start and (text[start - 1].isalnum() or text[start - 1] == "_")):
-                groups.append(text[start:i + 1])
+                groups.append(text[start : i + 1])
     return groups
 
 
 def _written(constraints: Sequence[str]) -> str:
     """``constraints`` as the user writes them: ``("N >= 2",)``."""
-    return "(" + ", ".join(f'"{c}"' for c in constraints) + ("," if len(constraints) == 1 else "") + ")"
+    return (
+        "("
+        + ", ".join(f'"{c}"' for c in constraints)
+        + ("," if len(constraints) == 1 else "")
+        + ")"
+    )
 
 
 def _agree(shapes: list[str], constraints: tuple[str, ...], broadcast: bool) -> bool | None:

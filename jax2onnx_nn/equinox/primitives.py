@@ -60,10 +60,12 @@ def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operand
     if previous is not None:
         result = previous.rule(ctx, *operands, callback=callback, **params)
         return [result] if isinstance(result, ir.Value) else list(result)
-    called = getattr(fn, "__qualname__", None) or type(fn).__name__
+    # listed like any primitive without a rule, with the Python function it calls
     module = getattr(fn, "__module__", None)
-    ctx.lowerer.unsupported["pure_callback"].append(f"{ctx.builder.doc_string} (calls {f'{module}.' if module else ''}{called})")
-    return [ir.Value(name=ctx.builder.names.fresh("unsupported_pure_callback")) for _ in ctx.avals_out]
+    called = f"{module + '.' if module else ''}{getattr(fn, '__qualname__', None) or type(fn).__name__}"
+    ctx.lowerer.unsupported["pure_callback"].append(f"{ctx.builder.doc_string} (calls {called})")
+    return [ir.Value(name=ctx.builder.names.fresh("unsupported_pure_callback"))
+            for _ in ctx.avals_out]
 
 
 def _unsupported(ctx: LoweringContext, name: str) -> list[ir.Value]:

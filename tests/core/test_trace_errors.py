@@ -51,11 +51,19 @@ _FLAGS = ("Dropout", "functools.partial(fn, deterministic")
 @pytest.mark.parametrize(
     ("fn", "advice", "not_advice"),
     [
-        (_while, ("jax.lax.while_loop(cond_fun, body_fun, init)", "fori_loop"), (*_BRANCH, *_FLAGS)),
+        (
+            _while,
+            ("jax.lax.while_loop(cond_fun, body_fun, init)", "fori_loop"),
+            (*_BRANCH, *_FLAGS),
+        ),
         (_if, _BRANCH, ("while_loop", *_FLAGS)),
         (_int, ("x.astype(jnp.int32) for int(x)",), (*_BRANCH, *_FLAGS, "while_loop")),
         (_bool, ("int(), float(), bool() and .item()",), (*_BRANCH, *_FLAGS)),
-        (_asarray, ("use jax.numpy (jnp.asarray, jnp.sin, ...)",), (*_BRANCH, *_FLAGS, "while_loop")),
+        (
+            _asarray,
+            ("use jax.numpy (jnp.asarray, jnp.sin, ...)",),
+            (*_BRANCH, *_FLAGS, "while_loop"),
+        ),
         (_range, ("jax.lax.fori_loop(0, n, body, init)", "jnp.take(x, i)"), (*_BRANCH, *_FLAGS)),
         (_size, ("take sizes from shapes (x.shape[0]",), ("lax.cond", *_FLAGS, "while_loop")),
     ],
@@ -87,7 +95,9 @@ def test_a_branch_on_an_input_param_may_also_be_made_static():
         (lambda x: x[:48] * 2 if x.shape[0] > 48 else jnp.zeros((48, 4)), "S >= 49", "S <= 48", 48),
     ],
 )
-def test_an_undecided_comparison_names_its_dims_and_the_constraint_that_decides_it(fn, holds, fails, rows):
+def test_an_undecided_comparison_names_its_dims_and_the_constraint_that_decides_it(
+    fn, holds, fails, rows
+):
     """Before: 'add constraints=("B >= 2",)' whatever the comparison and the dims."""
     with pytest.raises(SpecError) as info:
         to_onnx(fn, [("S", 4)])
@@ -107,13 +117,19 @@ def test_shapes_that_differ_for_small_sizes_advise_the_constraint_that_makes_the
         to_onnx(heat_solve, specs, enable_double_precision=True)
     advice = str(info.value).splitlines()[-1]
     assert 'constraints=("N >= 2",)' in advice and "Change the specs" not in advice, advice
-    assert to_onnx(heat_solve, specs, enable_double_precision=True, constraints=["N >= 2"]).graph.node
+    assert to_onnx(
+        heat_solve, specs, enable_double_precision=True, constraints=["N >= 2"]
+    ).graph.node
 
 
 def test_shapes_no_constraint_reconciles_say_to_change_the_specs():
     with pytest.raises(SpecError) as info:
         to_onnx(lambda x, y: x + y[1:], [("N",), ("N",)])
-    assert str(info.value).splitlines()[-1].startswith("No constraint on N makes these shapes agree: change the specs")
+    assert (
+        str(info.value)
+        .splitlines()[-1]
+        .startswith("No constraint on N makes these shapes agree: change the specs")
+    )
     with pytest.raises(SpecError) as info:
         to_onnx(lambda x, w: x @ w, [("B", 30), (20, 4)])
     assert str(info.value).splitlines()[-1].startswith("Change the specs")
