@@ -5,7 +5,7 @@ of steps computed from the data) on its 41-point grid (40 steps) and a 101-point
 the Loop form on onnxruntime (tract has no Loop), and the bounded form with ``loop_bound`` the
 steps needed and twice that, its step an If on the condition (the onnxruntime profile) or a
 Where-select of old and new carries (the tract profile), on onnxruntime and tract. Decides
-``bounded_if`` of the target profiles (core/targets.py). Run ``python -m benchmarks.bounded_while``;
+``bounded_if`` of the target profiles (core/targets/). Run ``python -m benchmarks.bounded_while``;
 prints the median of 500 runs per form (the forms of one size interleaved, 5 rounds of 100).
 """
 

@@ -35,11 +35,10 @@ def _digest(model: Any) -> str:
 
 def fingerprints(models: list[str] | None, targets: list[str] | None) -> list[str]:
     """``name target sha256`` (or ``name target fails: ...``) for each model and target."""
+    import benchmarks.models as bench
     from jax2onnx_nn import to_onnx
     from jax2onnx_nn.core.targets import TARGETS
     from tests.runtime_table import GEN
-
-    import benchmarks.models as bench
 
     lines = []
     for name in [*GEN.MODELS, *EXTRA]:

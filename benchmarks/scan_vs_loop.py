@@ -1,7 +1,7 @@
 """onnxruntime latency of the RNN examples with their scans written as ONNX Scan vs Loop, and
 what one loop step costs there.
 
-Decides ``scan_ticks`` of the onnxruntime target profile (core/targets.py). Run
+Decides ``scan_ticks`` of the onnxruntime target profile (core/targets/). Run
 ``python -m benchmarks.scan_vs_loop``; prints the median of 200 runs per form (a scan of
 recurrent cells is no loop at all: one GRU / LSTM over the sequence, so both forms show none).
 ``--costs`` prints instead where the time of the float64 heat-equation loop (200 steps of a

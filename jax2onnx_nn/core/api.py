@@ -26,26 +26,15 @@ from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-export
 )
 from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
-from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
-from jax2onnx_nn.core.lowerings.control_flow import warn_unpoisoned
 from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.opset_forms import has_op, missing_types
-from jax2onnx_nn.core.passes import (
-    all_nodes,
-    cleanup,
-    fill_missing_types,
-    inline_functions,
-    op_census,
-    relabel_transposes,
-    run_if_present,
-    vector_times_untransposed,
-)
+from jax2onnx_nn.core.ir.walk import all_nodes
+from jax2onnx_nn.core.passes import run_pipeline
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.save import check_path, save_model
 from jax2onnx_nn.core.session import collector_paused
 from jax2onnx_nn.core.specs import parse_specs
-from jax2onnx_nn.core.target_rewrites import apply_rewrites
 from jax2onnx_nn.core.targets import Target
 from jax2onnx_nn.core.trace import trace
 
@@ -184,20 +173,8 @@ def export_model(
     lowered_at = time.perf_counter()
     progress = lowerer.progress
     progress.update("passes", 0, 3)
-    apply_layout(model, config.inputs_as_nchw, config.outputs_as_nchw)
-    progress.update("passes", 1, 3)
-    if config.functions == "inline":
-        inline_functions(model)
-    cleanup(model, fold_weights=config.fold_weights)
-    warn_unpoisoned(model)  # (results nothing reads are gone now)
-    if apply_rewrites(model, config.target.rewrites):  # on folded constants (shift amounts)
-        cleanup(model, loop_state=False)  # (states a rewrite adds for its runtime stay)
-    apply_rewrites(model, config.target.late_rewrites)  # after the clean-up, which would undo them
-    progress.update("passes", 2, 3)
-    fill_missing_types(model)
-    census = op_census(model)  # (the op types the passes below and the target check ask for)
-    run_if_present(vector_times_untransposed, model, census)  # ranks known now; onnxruntime miscomputes the other form
-    run_if_present(relabel_transposes, model, census)  # shapes known now (a rule's own Transposes)
+    marks = {"inline_functions": 1, "fill_missing_types": 2}  # (after the layout, after the rewrites)
+    census = run_pipeline(model, config, lambda stage: stage in marks and progress.update("passes", marks[stage], 3))
     _check_target_ops(model, census, config.target, config.opset)
     progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress
@@ -209,7 +186,7 @@ def export_model(
 def _check_target_ops(model: ir.Model, census: set[str], profile: Target, opset: int) -> None:
     """Ops the opset does not define or the target cannot run, named with the source lines
     that made them, before writing. ``census``: the model's op types of the default domain
-    (or more, :func:`~jax2onnx_nn.core.passes.op_census`), each asked once; the nodes are
+    (or more, :func:`~jax2onnx_nn.core.ir.census.op_census`), each asked once; the nodes are
     walked only to name the lines of the ops missing."""
     lacking = {op for op in census if not (has_op(op, opset) and profile.runs(op))}
     missing: dict[str, list[str]] = {}

@@ -27,7 +27,7 @@ from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.calls import trace_call
 from jax2onnx_nn.core.graph import GraphBuilder, set_type
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
-from jax2onnx_nn.core.passes import remove_unused_nodes
+from jax2onnx_nn.core.passes.remove_unused import remove_unused_nodes
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.session import active_options
 from jax2onnx_nn.core.symbolic import DimEvaluator
@@ -198,7 +198,7 @@ def _emit_function(ctx: LoweringContext, body: Any, name: str, operands: Sequenc
 
 def _cleanup_body(graph: ir.Graph) -> None:
     """Common subexpressions and dead nodes of a body (the model passes see the main graph);
-    :func:`~jax2onnx_nn.core.passes.remove_unused_nodes` also drops what only the bodies of a
+    :func:`~jax2onnx_nn.core.passes.remove_unused.remove_unused_nodes` also drops what only the bodies of a
     removed Loop/Scan/If in it read."""
     model = ir.Model(graph, ir_version=10)
     common.CommonSubexpressionEliminationPass()(model)

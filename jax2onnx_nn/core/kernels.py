@@ -105,7 +105,7 @@ SUPPORTED: dict[str, frozenset[np.dtype]] = {
     op: types if op in _F16_KERNELS else types - {_F16} for op, types in _parse(_SUPPORTED_TEXT).items()
 }
 # The table of the export that is running: onnxruntime CPU's with a target's differences
-# (core/targets.py; onnxruntime-web's WASM build, for example, has fewer Where kernels).
+# (core/targets/; onnxruntime-web's WASM build, for example, has fewer Where kernels).
 _active: ContextVar[Mapping[str, frozenset[np.dtype]]] = ContextVar("kernels", default=SUPPORTED)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.errors import SpecError
-from jax2onnx_nn.core.passes import all_nodes
+from jax2onnx_nn.core.ir.walk import all_nodes
 from jax2onnx_nn.core.signature import model_signature
 
 Selection = Sequence[str | int] | None

@@ -324,7 +324,7 @@ class LoweringContext:
 
     @property
     def target(self) -> Target:
-        """The deployment target's profile (core/targets.py): how loops are written, ..."""
+        """The deployment target's profile (core/targets/): how loops are written, ..."""
         return self.lowerer.config.target
 
     @property

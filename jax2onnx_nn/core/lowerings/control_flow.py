@@ -8,7 +8,6 @@ with the dtype and shape of the jaxpr's avals, so every body graph is fully type
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,11 +15,10 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.errors import user_stacklevel
 from jax2onnx_nn.core.graph import mark_required
 from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.lower import LoweringContext, OnnxType, onnx_aval
-from jax2onnx_nn.core.passes import all_nodes
+from jax2onnx_nn.core.passes.unpoisoned import UNPOISONED
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim
 
@@ -166,11 +164,6 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     return outs[len(state):]
 
 
-# The mark of a bounded loop's integer and bool results (no NaN to poison them with): the
-# user's source line, read by :func:`warn_unpoisoned` once the graph is clean.
-UNPOISONED = "jax2onnx_nn.unpoisoned"
-
-
 def _bounded_while(
     ctx: LoweringContext, predicate: Any, body_jaxpr: Any, body_consts: Sequence[ir.Value], init: Sequence[ir.Value], pred_aval: Any, bound: int,
 ) -> list[ir.Value]:
@@ -212,20 +205,6 @@ def _bounded_while(
         else:
             value.meta[UNPOISONED] = line
     return results
-
-
-def warn_unpoisoned(model: ir.Model) -> None:
-    """Warn, once per loop, where the integer or bool results of a bounded ``while_loop``
-    are read: they cannot be NaN, so a loop that did not finish in ``loop_bound`` steps
-    gives them silently (its float results are NaN)."""
-    lines = dict.fromkeys(
-        value.meta[UNPOISONED] for node, _ in all_nodes(model) for value in node.outputs
-        if UNPOISONED in value.meta and (value.uses() or value.is_graph_output()))
-    for line in lines:
-        warnings.warn(
-            f"the integer or bool results of the while_loop at {line} are the values after the last of loop_bound "
-            "steps if its condition still holds then (its float results are NaN); raise loop_bound "
-            "if the loop may need more steps", stacklevel=user_stacklevel())
 
 
 def _select_batch(body: LoweringContext, pred: ir.Value, new: ir.Value, old: ir.Value) -> ir.Value:
@@ -328,7 +307,7 @@ def _scan_over_ticks(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value
     """A loop of ``length`` steps without scanned inputs and without a counter among its carries
     (``lax.scan(f, init, None, length)``) as a Scan over ``0 .. length - 1``, which its body does
     not read: ONNX Scan needs a scanned input. (Profiles whose runtime drops an input the body
-    does not read make the body read it, core/target_rewrites.py.)"""
+    does not read make the body read it, core/targets/.)"""
     return _scan_as_scan(ctx, jaxpr, consts, init, [ctx.iota(length)], reverse, unread=True)
 
 

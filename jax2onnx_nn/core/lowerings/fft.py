@@ -10,7 +10,7 @@ float64 at export (angles reduced exactly, mod n); power-of-two and symbolic len
 DFT; inverses are forward transforms of the conjugate, scaled by us in the data's dtype.
 Below opset 17 (no DFT) a symbolic length is a MatMul too, its matrix built at run time from
 the length by the same float64 arithmetic (:meth:`_Axis.runtime_matmul`); so is every length a
-target without DFT (TensorRT, core/targets.py) takes: see :data:`NO_DFT_MAX`.
+target without DFT (TensorRT, core/targets/tensorrt.py) takes: see :data:`NO_DFT_MAX`.
 """
 
 from __future__ import annotations

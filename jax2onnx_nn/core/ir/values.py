@@ -1,0 +1,70 @@
+"""Questions about values: dtypes, dims and shapes compared, constants read, attributes as keys."""
+
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+
+def attributes_key(node: ir.Node) -> tuple[Any, ...] | None:
+    """The node's attributes as a hashable value (sorted by name); None when one cannot be
+    compared by value (a graph, a reference to a function's attribute, a large tensor)."""
+    attrs = []
+    for name, attr in sorted(node.attributes.items()):
+        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) or attr.is_ref():
+            return None
+        value = attr.value
+        if attr.type == ir.AttributeType.TENSOR:
+            if value.size > _CSE_TENSOR_ELEMENTS:
+                return None
+            array = value.numpy()
+            value = (array.dtype, array.shape, array.tobytes())
+        elif isinstance(value, (list, tuple)):
+            value = tuple(value)
+        elif attr.type not in (ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING):
+            return None
+        attrs.append((name, attr.type, value))
+    return tuple(attrs)
+
+
+def exact_dtype(dtype: ir.DataType | None) -> bool:
+    return dtype is not None and (dtype.is_integer() or dtype == ir.DataType.BOOL)
+
+
+def same_dim(a: Any, b: Any) -> bool:
+    """Equal ints, or equal named symbolic dims."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return isinstance(a, ir.SymbolicDim) and a.value is not None and a == b
+
+
+def same_dims(a: ir.Shape | None, b: ir.Shape | None) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b, strict=True))
+
+
+def const_array(v: ir.Value | None) -> np.ndarray | None:
+    return v.const_value.numpy() if v is not None and v.const_value is not None else None
+
+
+def same_shape(a: ir.Value, b: ir.Value) -> bool:
+    """Both shapes known and equal dim by dim (equal ints or equal symbolic names)."""
+    return same_dims(a.shape, b.shape)
+
+
+_CSE_TENSOR_ELEMENTS = 64  # Constant nodes up to this size are merged by value
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """``value``'s data: an initializer's or a Constant node's (its ``value`` attribute); None
+    for a value computed at run time."""
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        return producer.attributes["value"].as_tensor().numpy()
+    return None

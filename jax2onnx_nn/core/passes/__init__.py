@@ -1,0 +1,186 @@
+"""The passes over the lowered model, one module each, and the order the export runs them in.
+
+:data:`PIPELINE` is the data path after lowering (``export_model`` runs it, ARCHITECTURE.md
+states it and a test compares the two); :data:`CLEANUP` is the clean-up it runs twice, once
+after lowering and once after the target's rewrites.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import onnx_ir as ir
+import onnx_ir.passes.common as common
+
+from jax2onnx_nn.core.ir.census import op_census, run_if_present
+from jax2onnx_nn.core.layout import apply_layout
+from jax2onnx_nn.core.passes.cse import eliminate_common_subexpressions
+from jax2onnx_nn.core.passes.dead_loop_state import remove_dead_loop_state
+from jax2onnx_nn.core.passes.fold_constants import fold_constants
+from jax2onnx_nn.core.passes.fold_weights import fold_into_weights
+from jax2onnx_nn.core.passes.hoist_loop_invariants import hoist_loop_invariants
+from jax2onnx_nn.core.passes.hoist_over_split import hoist_layout_over_split
+from jax2onnx_nn.core.passes.inline_functions import inline_functions
+from jax2onnx_nn.core.passes.keep_reduced_dims import keep_reduced_dims
+from jax2onnx_nn.core.passes.layout_chains import cancel_layout_chains
+from jax2onnx_nn.core.passes.merge_initializers import merge_duplicate_initializers
+from jax2onnx_nn.core.passes.relabel_transposes import relabel_transposes
+from jax2onnx_nn.core.passes.remove_unused import remove_unused_nodes
+from jax2onnx_nn.core.passes.shape_inference import fill_missing_types
+from jax2onnx_nn.core.passes.simplify_plumbing import simplify_plumbing
+from jax2onnx_nn.core.passes.unpoisoned import warn_unpoisoned
+from jax2onnx_nn.core.passes.vector_times_untransposed import vector_times_untransposed
+from jax2onnx_nn.core.targets import apply_rewrites
+
+if TYPE_CHECKING:
+    from jax2onnx_nn.core.config import ExportConfig
+
+
+def remove_unused_functions(model: ir.Model) -> None:
+    """Model-local functions no node calls any more (their calls folded or removed)."""
+    if model.functions:  # (the pass walks every node even when there are none)
+        common.RemoveUnusedFunctionsPass()(model)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass of :data:`CLEANUP`: ``option``, a keyword of :func:`cleanup` that turns it on
+    (``fold_weights``) or off (``loop_state``); ``sweep``: :func:`remove_unused_nodes` runs
+    after it when it changed something (it leaves what fed the nodes it dropped unread)."""
+
+    run: Callable[[ir.Model], object]
+    option: str | None = None
+    sweep: bool = False
+
+
+# The clean-up, in order. The first passes rewrite; the removal of unused nodes then gives the
+# passes after it exact reader counts. Merging initializers and common subexpressions leaves no
+# node unread (a merged duplicate reads what the kept one reads), so no removal follows them.
+CLEANUP: tuple[Step, ...] = (
+    Step(hoist_loop_invariants),
+    Step(fold_constants),
+    Step(simplify_plumbing),
+    Step(hoist_layout_over_split),
+    Step(cancel_layout_chains),
+    Step(keep_reduced_dims),
+    Step(remove_unused_nodes),
+    Step(remove_dead_loop_state, option="loop_state", sweep=True),
+    Step(fold_into_weights, option="fold_weights", sweep=True),
+    Step(merge_duplicate_initializers),
+    Step(eliminate_common_subexpressions),
+    Step(remove_unused_functions),
+)
+
+
+def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = True) -> None:
+    """The :data:`CLEANUP` passes in order; ``fold_weights``: also :func:`fold_into_weights`;
+    ``loop_state=False``: keep unread loop states (:func:`remove_dead_loop_state` is left
+    out, for the clean-up after target rewrites that add such states on purpose: tract's
+    counter state). A pass that declares the op types it acts on (:func:`~jax2onnx_nn.core.ir.
+    census.rewrites`) is skipped when the model holds none of them."""
+    options = {"fold_weights": fold_weights, "loop_state": loop_state}
+    census = op_census(model)
+    for step in CLEANUP:
+        if step.option is not None and not options[step.option]:
+            continue
+        changed = run_if_present(step.run, model, census) if hasattr(step.run, "op_types") else step.run(model)
+        if step.sweep and changed:
+            remove_unused_nodes(model)
+
+
+@dataclass
+class Export:
+    """What the stages of :data:`PIPELINE` share: the model, its export's config, how many
+    nodes the target's rewrites changed, and the op census once types are filled in."""
+
+    model: ir.Model
+    config: ExportConfig
+    rewritten: int = 0
+    census: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the data path after lowering, named as ARCHITECTURE.md names it."""
+
+    name: str
+    run: Callable[[Export], None]
+
+
+def _layout(e: Export) -> None:
+    apply_layout(e.model, e.config.inputs_as_nchw, e.config.outputs_as_nchw)
+
+
+def _inline(e: Export) -> None:
+    if e.config.functions == "inline":
+        inline_functions(e.model)
+
+
+def _cleanup(e: Export) -> None:
+    cleanup(e.model, fold_weights=e.config.fold_weights)
+
+
+def _warn_unpoisoned(e: Export) -> None:
+    warn_unpoisoned(e.model)  # (results nothing reads are gone now)
+
+
+def _target_rewrites(e: Export) -> None:
+    e.rewritten = apply_rewrites(e.model, e.config.target.rewrites)  # on folded constants (shift amounts)
+
+
+def _cleanup_after_rewrites(e: Export) -> None:
+    if e.rewritten:
+        cleanup(e.model, loop_state=False)  # (states a rewrite adds for its runtime stay)
+
+
+def _late_rewrites(e: Export) -> None:
+    apply_rewrites(e.model, e.config.target.late_rewrites)  # after the clean-up, which would undo them
+
+
+def _fill_missing_types(e: Export) -> None:
+    fill_missing_types(e.model)
+    e.census = op_census(e.model)  # (the op types the passes below and the target check ask for)
+
+
+def _vector_times_untransposed(e: Export) -> None:
+    run_if_present(vector_times_untransposed, e.model, e.census)  # ranks known now; onnxruntime miscomputes the other form
+
+
+def _relabel_transposes(e: Export) -> None:
+    run_if_present(relabel_transposes, e.model, e.census)  # shapes known now (a rule's own Transposes)
+
+
+PIPELINE: tuple[Stage, ...] = (
+    Stage("apply_layout", _layout),
+    Stage("inline_functions", _inline),
+    Stage("cleanup", _cleanup),
+    Stage("warn_unpoisoned", _warn_unpoisoned),
+    Stage("target_rewrites", _target_rewrites),
+    Stage("cleanup_after_rewrites", _cleanup_after_rewrites),
+    Stage("late_rewrites", _late_rewrites),
+    Stage("fill_missing_types", _fill_missing_types),
+    Stage("vector_times_untransposed", _vector_times_untransposed),
+    Stage("relabel_transposes", _relabel_transposes),
+)
+
+
+def run_pipeline(model: ir.Model, config: ExportConfig, on_stage: Callable[[str], None] | None = None) -> set[str]:
+    """Run :data:`PIPELINE` on ``model`` (``on_stage(name)`` before each stage, for progress);
+    returns the op census of the finished model (its op types of the default domain)."""
+    export = Export(model, config)
+    for stage in PIPELINE:
+        if on_stage is not None:
+            on_stage(stage.name)
+        stage.run(export)
+    return export.census
+
+
+__all__ = [
+    "CLEANUP", "PIPELINE", "Stage", "Step", "cancel_layout_chains", "cleanup", "eliminate_common_subexpressions",
+    "fill_missing_types", "fold_constants", "fold_into_weights", "hoist_layout_over_split", "hoist_loop_invariants",
+    "inline_functions", "keep_reduced_dims", "merge_duplicate_initializers", "relabel_transposes",
+    "remove_dead_loop_state", "remove_unused_functions", "remove_unused_nodes", "run_pipeline", "simplify_plumbing",
+    "vector_times_untransposed",
+]
