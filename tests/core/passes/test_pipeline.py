@@ -30,3 +30,23 @@ def test_the_op_census_sees_bodies_and_skips_passes_without_their_ops():
     assert run_if_present(on_transposes, model, census) is None and "Reshape" not in census
     assert run_if_present(on_sines, model, census) == 1 and "Gather" in census
     assert calls == ["sines"]
+
+
+def _stated_order(level: str) -> list[str]:
+    """The pass names ARCHITECTURE.md's data path (step 5) lists at one indentation: the
+    first backquoted name of each numbered item ``level`` spaces in."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[3] / "ARCHITECTURE.md").read_text()
+    step = text[text.index("5. The `ir.Model` gets the ONNX functions"):text.index("Then `api._check_target_ops`")]
+    return re.findall(rf"^{level}\d+\. `(\w+)`", step, flags=re.M)
+
+
+def test_architecture_states_the_pipeline_in_its_order():
+    """ARCHITECTURE.md's data path names the stages of passes.PIPELINE and the passes of
+    passes.CLEANUP in the order the code runs them."""
+    from jax2onnx_nn.core.passes import CLEANUP, PIPELINE
+
+    assert _stated_order("   ") == [stage.name for stage in PIPELINE]
+    assert _stated_order("      ") == [step.run.__name__ for step in CLEANUP]
