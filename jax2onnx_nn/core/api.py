@@ -26,10 +26,10 @@ from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-export
 )
 from jax2onnx_nn.core.errors import ConversionError, SpecError
 from jax2onnx_nn.core.graph import GraphBuilder
+from jax2onnx_nn.core.ir.walk import all_nodes
 from jax2onnx_nn.core.lower import Lowerer, onnx_aval
 from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.opset_forms import has_op, missing_types
-from jax2onnx_nn.core.ir.walk import all_nodes
 from jax2onnx_nn.core.passes import run_pipeline
 from jax2onnx_nn.core.patching import export_session
 from jax2onnx_nn.core.save import check_path, save_model

@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.errors import SpecError
-from jax2onnx_nn.core.ir.walk import all_nodes
+from jax2onnx_nn.core.ir.walk import all_nodes, graph_nodes
 from jax2onnx_nn.core.signature import model_signature
 
 Selection = Sequence[str | int] | None
@@ -321,7 +321,7 @@ class _Names:
         graph = graph_or_model.graph if isinstance(graph_or_model, ir.Model) else graph_or_model
         self._taken: set[str] = {v.name for v in graph.inputs if v.name}
         self._taken.update(v.name for v in graph.initializers.values() if v.name)
-        nodes: Any = ir.traversal.RecursiveGraphIterator(graph)
+        nodes: Any = graph_nodes(graph)
         if isinstance(graph_or_model, ir.Model):
             nodes = (node for node, _ in all_nodes(graph_or_model))
             for function in graph_or_model.functions.values():

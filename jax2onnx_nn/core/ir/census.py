@@ -24,8 +24,9 @@ def rewrite(*op_types: str, domain: str = "", creates: Iterable[str] = ()) -> Ca
     is its docstring, and nowhere else."""
 
     def declare(fn: F) -> F:
-        fn.op_types, fn.domain, fn.creates = frozenset(op_types), domain, frozenset(creates)  # type: ignore[attr-defined]
-        fn.acts_on = fn.op_types  # type: ignore[attr-defined]
+        declared: Any = fn
+        declared.op_types, declared.domain = frozenset(op_types), domain
+        declared.creates = frozenset(creates)
         return fn
 
     return declare

@@ -68,3 +68,14 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
     if producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
         return producer.attributes["value"].as_tensor().numpy()
     return None
+
+
+def constant_range(value: ir.Value | None) -> np.ndarray | None:
+    """The values of a constant, or of a Range of constant operands (not folded when large)."""
+    producer = value.producer() if value is not None else None
+    if producer is not None and producer.op_type == "Range" and producer.domain == "":
+        operands = [constant_array(v) for v in producer.inputs]
+        if all(x is not None for x in operands):
+            start, limit, delta = operands
+            return np.arange(start, limit, delta, dtype=start.dtype)  # type: ignore[arg-type]
+    return constant_array(value)

@@ -64,3 +64,8 @@ def graphs(model: ir.Model) -> list[ir.Graph]:
         for node in graph:
             pending.extend(node_bodies(node))
     return graphs
+
+
+def subgraphs(graph: ir.Graph) -> list[ir.Graph]:
+    """The graphs in the attributes of ``graph``'s nodes, at any depth."""
+    return [body for inner in graph_nodes(graph) for body in node_bodies(inner)]

@@ -85,7 +85,11 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = T
     for step in CLEANUP:
         if step.option is not None and not options[step.option]:
             continue
-        changed = run_if_present(step.run, model, census) if hasattr(step.run, "op_types") else step.run(model)
+        changed = (
+            run_if_present(step.run, model, census)
+            if hasattr(step.run, "op_types")
+            else step.run(model)
+        )
         if step.sweep and changed:
             remove_unused_nodes(model)
 
@@ -127,7 +131,9 @@ def _warn_unpoisoned(e: Export) -> None:
 
 
 def _target_rewrites(e: Export) -> None:
-    e.rewritten = apply_rewrites(e.model, e.config.target.rewrites)  # on folded constants (shift amounts)
+    e.rewritten = apply_rewrites(
+        e.model, e.config.target.rewrites
+    )  # on folded constants (shift amounts)
 
 
 def _cleanup_after_rewrites(e: Export) -> None:
@@ -136,7 +142,9 @@ def _cleanup_after_rewrites(e: Export) -> None:
 
 
 def _late_rewrites(e: Export) -> None:
-    apply_rewrites(e.model, e.config.target.late_rewrites)  # after the clean-up, which would undo them
+    apply_rewrites(
+        e.model, e.config.target.late_rewrites
+    )  # after the clean-up, which would undo them
 
 
 def _fill_missing_types(e: Export) -> None:
@@ -145,11 +153,15 @@ def _fill_missing_types(e: Export) -> None:
 
 
 def _vector_times_untransposed(e: Export) -> None:
-    run_if_present(vector_times_untransposed, e.model, e.census)  # ranks known now; onnxruntime miscomputes the other form
+    run_if_present(
+        vector_times_untransposed, e.model, e.census
+    )  # ranks known now; onnxruntime miscomputes the other form
 
 
 def _relabel_transposes(e: Export) -> None:
-    run_if_present(relabel_transposes, e.model, e.census)  # shapes known now (a rule's own Transposes)
+    run_if_present(
+        relabel_transposes, e.model, e.census
+    )  # shapes known now (a rule's own Transposes)
 
 
 PIPELINE: tuple[Stage, ...] = (
@@ -166,7 +178,9 @@ PIPELINE: tuple[Stage, ...] = (
 )
 
 
-def run_pipeline(model: ir.Model, config: ExportConfig, on_stage: Callable[[str], None] | None = None) -> set[str]:
+def run_pipeline(
+    model: ir.Model, config: ExportConfig, on_stage: Callable[[str], None] | None = None
+) -> set[str]:
     """Run :data:`PIPELINE` on ``model`` (``on_stage(name)`` before each stage, for progress);
     returns the op census of the finished model (its op types of the default domain)."""
     export = Export(model, config)
@@ -178,9 +192,26 @@ def run_pipeline(model: ir.Model, config: ExportConfig, on_stage: Callable[[str]
 
 
 __all__ = [
-    "CLEANUP", "PIPELINE", "Stage", "Step", "cancel_layout_chains", "cleanup", "eliminate_common_subexpressions",
-    "fill_missing_types", "fold_constants", "fold_into_weights", "hoist_layout_over_split", "hoist_loop_invariants",
-    "inline_functions", "keep_reduced_dims", "merge_duplicate_initializers", "relabel_transposes",
-    "remove_dead_loop_state", "remove_unused_functions", "remove_unused_nodes", "run_pipeline", "simplify_plumbing",
+    "CLEANUP",
+    "PIPELINE",
+    "Stage",
+    "Step",
+    "cancel_layout_chains",
+    "cleanup",
+    "eliminate_common_subexpressions",
+    "fill_missing_types",
+    "fold_constants",
+    "fold_into_weights",
+    "hoist_layout_over_split",
+    "hoist_loop_invariants",
+    "inline_functions",
+    "keep_reduced_dims",
+    "merge_duplicate_initializers",
+    "relabel_transposes",
+    "remove_dead_loop_state",
+    "remove_unused_functions",
+    "remove_unused_nodes",
+    "run_pipeline",
+    "simplify_plumbing",
     "vector_times_untransposed",
 ]

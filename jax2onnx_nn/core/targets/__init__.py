@@ -1,4 +1,5 @@
-"""Deployment targets: how the graph is written so that a runtime runs it and computes JAX's numbers.
+"""Deployment targets: how a graph is written so that a runtime runs it and computes JAX's
+numbers.
 
 One module per runtime holds its :class:`~jax2onnx_nn.core.targets.profile.Target` (data: the
 opsets it loads, whether it runs model-local functions, how a static-length loop is written,
@@ -22,12 +23,13 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.ir.census import acts_on, op_census
 from jax2onnx_nn.core.ir.edit import Editor
+from jax2onnx_nn.core.ir.walk import graph_nodes
 from jax2onnx_nn.core.targets import onnxruntime, onnxruntime_web, openvino, tensorrt, tract
 from jax2onnx_nn.core.targets.profile import Rewrite, Target
 
-TARGETS: Mapping[str, Target] = MappingProxyType({
-    m.PROFILE.name: m.PROFILE for m in (onnxruntime, onnxruntime_web, openvino, tract, tensorrt)
-})
+TARGETS: Mapping[str, Target] = MappingProxyType(
+    {m.PROFILE.name: m.PROFILE for m in (onnxruntime, onnxruntime_web, openvino, tract, tensorrt)}
+)
 
 DEFAULT_TARGET = "onnxruntime"
 
@@ -60,7 +62,7 @@ def apply_rewrites(model: ir.Model, rewrites: Sequence[Rewrite]) -> int:
         if rule.op_types and rule.domain == "" and census.isdisjoint(rule.op_types):
             continue
         changed_before = changed
-        for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+        for node in graph_nodes(model.graph):
             if node.graph is None or not acts_on(rule, node):
                 continue
             edit = Editor(node, counter, opset)
