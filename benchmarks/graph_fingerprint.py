@@ -58,14 +58,18 @@ def fingerprints(models: list[str] | None, targets: list[str] | None) -> list[st
                         model = to_onnx(fn, specs, target=target, **options)
                 line = f"{name} {target} {_digest(model)}"
             except Exception as err:  # noqa: BLE001 - a failing export is a fingerprint too
-                line = f"{name} {target} fails: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                line = (
+                    f"{name} {target} fails: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                )
             print(line, flush=True)
             lines.append(line)
     return lines
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", help="comma-separated model names (default: all)")
     parser.add_argument("--targets", help="comma-separated target names (default: all)")
     args = parser.parse_args()

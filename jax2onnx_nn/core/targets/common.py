@@ -19,11 +19,7 @@ U32, I32, F32, BOOL = ir.DataType.UINT32, ir.DataType.INT32, ir.DataType.FLOAT, 
 @rewrite("Max", "Min")
 def nan_propagating_max_min(node: ir.Node, edit: Editor) -> Replacement:
     """JAX's max/min give NaN when either operand is NaN; OpenVINO and tract return the other
-    operand. Where either is NaN, ``a + b`` is NaN (with the broadcast shape Max has).
-
-    Not reproduced on OpenVINO 2026.4 and tract 0.23 by the direct case tried
-    (tests/core/targets/: the model matched JAX without this rewrite too); kept until the case
-    that needs it is known."""
+    operand. Where either is NaN, ``a + b`` is NaN (with the broadcast shape Max has)."""
     if node.op_type not in ("Max", "Min") or len(node.inputs) < 2:
         return None
     dtype = node.outputs[0].dtype
@@ -45,11 +41,7 @@ def reduce_extremes_of_infinities(node: ir.Node, edit: Editor) -> Replacement:
     ReduceMin at the largest): the max of only -inf is -3.4028235e38 there, not -inf (measured at
     opsets 13 and 18; ``jnp.max`` of a fully masked row). Where the result is that finite value
     and no element equals it, it is the infinity instead; a count of the elements equal to it
-    (a ReduceSum over the same axes) tells.
-
-    Not reproduced on OpenVINO 2026.4 and tract 0.23 by the direct case tried
-    (tests/core/targets/: the model matched JAX without this rewrite too); kept until the case
-    that needs it is known."""
+    (a ReduceSum over the same axes) tells."""
     if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
         return None
     x, dtype = node.inputs[0], node.outputs[0].dtype

@@ -39,10 +39,7 @@ from jax2onnx_nn.core.targets.profile import CUMSUM_UINT32, REDUCE_EXTREMES_UINT
 def int32_extremes_on_halves(node: ir.Node, edit: Editor) -> Replacement:
     """OpenVINO 2026.4 computes an int32 ReduceMax/Min through float32 (the max of [2147483647, 5]
     came out -2147483648, of [16777217, 16777216] 16777216), and uint32 too (the profile keeps it
-    uint32, not widened to int64, which it holds in 32 bits): :func:`extremes_on_halves`.
-
-    Not reproduced on OpenVINO 2026.4 by the direct case tried (tests/core/targets/: the model
-    matched JAX without this rewrite too); kept until the case that needs it is known."""
+    uint32, not widened to int64, which it holds in 32 bits): :func:`extremes_on_halves`."""
     return extremes_on_halves(node, edit, (I32, U32))
 
 
@@ -51,10 +48,7 @@ def integer_sum_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
     """OpenVINO 2026.4 computes an integer ReduceSum through float32 (the sum of [2147483647,
     1, 5] came out -2147483648 where JAX wraps to -2147483643, of [16777217, 1, 1, 1]
     16777216), while its CumSum wraps exactly (int64 too, held in 32 bits). Per axis: a 0
-    padded in front, the running sum, its last element (:func:`_wrapping_sum`).
-
-    Not reproduced on OpenVINO 2026.4 by the direct case tried (tests/core/targets/: the model
-    matched JAX without this rewrite too); kept until the case that needs it is known."""
+    padded in front, the running sum, its last element (:func:`_wrapping_sum`)."""
     if node.op_type != "ReduceSum" or node.domain != "" or not node.inputs or node.inputs[0] is None:
         return None
     x = node.inputs[0]
@@ -78,10 +72,7 @@ def integer_matmul_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
     2**24 go wrong the same way). Its int32 Mul wraps exactly: the products of every pair are
     formed by broadcasting (``(..., M, K, 1) * (..., 1, K, N)``, a vector operand without its
     extra axis) and summed over K by :func:`_wrapping_sum`. It holds M * K * N products: the
-    price of exact integers there.
-
-    Not reproduced on OpenVINO 2026.4 by the direct case tried (tests/core/targets/: the model
-    matched JAX without this rewrite too); kept until the case that needs it is known."""
+    price of exact integers there."""
     if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2 or None in node.inputs:
         return None
     a, b = node.inputs
@@ -124,10 +115,7 @@ _SWAPPED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 @rewrite("Greater", "GreaterOrEqual")
 def greater_as_less(node: ir.Node, edit: Editor) -> Replacement:
     """OpenVINO 2026.4's Greater and GreaterOrEqual are true where an operand is NaN (its
-    Less, LessOrEqual and Equal are false there, as in JAX and IEEE): ``a > b`` is ``b < a``.
-
-    Not reproduced on OpenVINO 2026.4 by the direct case tried (tests/core/targets/: the model
-    matched JAX without this rewrite too); kept until the case that needs it is known."""
+    Less, LessOrEqual and Equal are false there, as in JAX and IEEE): ``a > b`` is ``b < a``."""
     if node.op_type not in _SWAPPED or node.domain != "" or len(node.inputs) != 2:
         return None
     a, b = node.inputs
@@ -141,10 +129,7 @@ def float_to_uint32_via_int32(node: ir.Node, edit: Editor) -> Replacement:
     """OpenVINO 2026.4 casts a float to uint32 through int32, saturating at 2**31 - 1 (JAX's
     3e9 becomes 2147483648 or 2147483647). A value at or above 2**31 is cast less 2**31 (exact
     in float) and gets the top bit back by an int32 Add, which wraps there, as the uint32
-    rewrites use; the Cast of int32 bits to uint32 keeps them.
-
-    Not reproduced on OpenVINO 2026.4 by the direct case tried (tests/core/targets/: the model
-    matched JAX without this rewrite too); kept until the case that needs it is known."""
+    rewrites use; the Cast of int32 bits to uint32 keeps them."""
     if node.op_type != "Cast" or node.domain != "" or node.attributes.get_int("to", 0) != U32:
         return None
     x = node.inputs[0]

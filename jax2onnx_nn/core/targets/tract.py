@@ -149,10 +149,7 @@ def integer_square_as_product(node: ir.Node, edit: Editor) -> Replacement:
     """tract 0.23 makes ``Mul(x, x)`` its Square op, which saturates on int8, uint8 and int32
     (int8 100 * 100: 127 where JAX wraps to 16) and has no int16, uint16, uint32 or int64
     kernel ("Square does not support U32"); a Mul of two different values wraps in every
-    integer type. So the second operand is ``Max(x, x)``: the same number, another value.
-
-    Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
-    matched JAX without this rewrite too); kept until the case that needs it is known."""
+    integer type. So the second operand is ``Max(x, x)``: the same number, another value."""
     if node.op_type != "Mul" or node.domain != "" or len(node.inputs) != 2 or node.inputs[0] is not node.inputs[1]:
         return None
     x = node.inputs[0]

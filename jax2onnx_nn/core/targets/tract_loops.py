@@ -495,7 +495,10 @@ def scan_outputs_unread(node: ir.Node, edit: Editor) -> Replacement:
     output (the blocked cholesky's column panel, stacked out and used for the trailing update:
     "Failed analyse for node ... StridedSlice ... Impossible to unify 2 with 3"; it takes the
     stacked rank for the value inside the body). Such an output is emitted through an Identity,
-    so the value the body reads is not the one it stacks."""
+    so the value the body reads is not the one it stacks.
+
+    Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
+    matched JAX without this rewrite too); kept until the case that needs it is known."""
     if node.op_type != "Scan" or node.domain != "":
         return None
     body = node.attributes["body"].as_graph()

@@ -39,7 +39,8 @@ def _stated_order(level: str) -> list[str]:
     import re
 
     text = (pathlib.Path(__file__).resolve().parents[3] / "ARCHITECTURE.md").read_text()
-    step = text[text.index("5. The `ir.Model` gets the ONNX functions"):text.index("Then `api._check_target_ops`")]
+    start = text.index("5. The `ir.Model` gets the ONNX functions")
+    step = text[start:text.index("Then `api._check_target_ops`")]
     return re.findall(rf"^{level}\d+\. `(\w+)`", step, flags=re.M)
 
 

@@ -35,7 +35,7 @@ def run_on(
     target = TARGETS[runtime].without(*rewrites_left_out)
     try:
         model = to_onnx(fn, specs, target=target, **options)
-        report = verify(fn, model, inputs, runtime=runtime)
+        report = verify(fn, model, specs, input_values=inputs, runtime=runtime)
     except Exception as err:  # noqa: BLE001 - the runtime's refusal is what is checked
         return Outcome(False, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
     return Outcome(report.ok, "" if report.ok else f"max abs error {report.max_abs}")

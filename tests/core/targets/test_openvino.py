@@ -2,16 +2,15 @@
 without it.
 
 Rewrites whose direct case also matched without them on OpenVINO 2026.4 (each docstring says so):
-nan_propagating_max_min, greater_as_less, reduce_extremes_of_infinities,
-float_to_uint32_via_int32, int32_extremes_on_halves, integer_sum_as_cumsum,
-integer_matmul_as_cumsum, dft_on_axis_one, real_dft_reshaped."""
+dft_on_axis_one, real_dft_reshaped. dft_in_float32 is not checked here: OpenVINO computes
+float64 in float32, so a float64 FFT misses float64's tolerance with it or without it."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx_nn.core.targets import openvino
+from jax2onnx_nn.core.targets import common, openvino
 from tests.core.targets.rewrite_check import assert_needed, needs
 
 pytestmark = needs("openvino")
@@ -24,4 +23,81 @@ def test_expand_after_arithmetic() -> None:
         lambda x: jnp.zeros((x.shape[0], 4)) + 0.5,
         [("B", 4)],
         [np.zeros((0, 4), np.float32)],
+    )
+
+
+NAN_A = np.array([np.nan, 1.0, np.nan, 2.0], np.float32)
+NAN_B = np.array([0.5, np.nan, np.nan, 1.0], np.float32)
+U32_A = np.array([4294967295, 2**31 + 12345, 16777217, 7], np.uint32)
+U32_B = np.array([1, 2**31, 16777217, 2**32 - 2], np.uint32)
+I32 = np.array([[2**31 - 1, 5, 0, 2**24 + 1], [2**24 + 1, 2**24, 0, -1]], np.int32)
+
+
+def test_nan_propagating_max_min() -> None:
+    assert_needed(
+        "openvino", common.nan_propagating_max_min, jnp.maximum, [(4,), (4,)], [NAN_A, NAN_B]
+    )
+
+
+def test_greater_as_less() -> None:
+    assert_needed(
+        "openvino", openvino.greater_as_less, lambda a, b: a > b, [(4,), (4,)], [NAN_A, NAN_B]
+    )
+
+
+def test_reduce_extremes_of_infinities() -> None:
+    x = np.array([[-np.inf, -np.inf, -np.inf], [1.0, 2.0, 3.0]], np.float32)
+    assert_needed(
+        "openvino",
+        common.reduce_extremes_of_infinities,
+        lambda x: jnp.max(x, axis=-1),
+        [("B", 3)],
+        [x],
+    )
+
+
+def test_uint32_as_int32() -> None:
+    assert_needed(
+        "openvino",
+        openvino.uint32_as_int32,
+        lambda a, b: (a + b, a > b, a % b),
+        [((4,), "uint32"), ((4,), "uint32")],
+        [U32_A, U32_B],
+    )
+
+
+def test_float_to_uint32_via_int32() -> None:
+    x = np.array([3e9, 1.5, 4e9, 2**31 + 256.0], np.float32)
+    assert_needed(
+        "openvino", openvino.float_to_uint32_via_int32, lambda x: x.astype(jnp.uint32), [(4,)], [x]
+    )
+
+
+def test_int32_extremes_on_halves() -> None:
+    assert_needed(
+        "openvino",
+        openvino.int32_extremes_on_halves,
+        lambda x: jnp.max(x, axis=-1),
+        [((2, 4), "int32")],
+        [I32],
+    )
+
+
+def test_integer_sum_as_cumsum() -> None:
+    assert_needed(
+        "openvino",
+        openvino.integer_sum_as_cumsum,
+        lambda x: jnp.sum(x, axis=-1),
+        [((2, 4), "int32")],
+        [I32],
+    )
+
+
+def test_integer_matmul_as_cumsum() -> None:
+    assert_needed(
+        "openvino",
+        openvino.integer_matmul_as_cumsum,
+        lambda x, y: x @ y,
+        [((2, 4), "int32"), ((4, 2), "int32")],
+        [I32, I32.T.copy()],
     )

@@ -1,8 +1,7 @@
 """tract's rewrites: each model runs on tract and matches JAX with the rewrite, not without it.
 
 Rewrites whose direct case also matched without them on tract 0.23 (each docstring says so):
-nan_propagating_max_min, reduce_extremes_of_infinities, isnan_as_not_equal,
-integer_square_as_product, gemm_as_matmul, expand_full_rank, counter_scan_as_state.
+isnan_as_not_equal, gemm_as_matmul, expand_full_rank, counter_scan_as_state, scan_outputs_unread.
 uint32_matmul_as_int32 and float_sum_over_empty_last_axis are not run without their rewrite
 here: tract aborts the process (a Rust panic Python cannot catch)."""
 
@@ -10,9 +9,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
-from jax2onnx_nn.core.targets import tract
+from jax2onnx_nn.core.targets import common, tract
 from tests.core.targets.rewrite_check import assert_needed, needs
 
 pytestmark = needs("tract")
@@ -84,4 +84,56 @@ def test_uint32_extremes_on_halves() -> None:
         lambda x: jnp.max(x, axis=-1),
         [((2, 3), "uint32")],
         [u],
+    )
+
+
+def test_nan_propagating_max_min() -> None:
+    a = np.array([np.nan, 1.0, np.nan, 2.0], np.float32)
+    b = np.array([0.5, np.nan, np.nan, 1.0], np.float32)
+    assert_needed("tract", common.nan_propagating_max_min, jnp.maximum, [(4,), (4,)], [a, b])
+
+
+def test_reduce_extremes_of_infinities() -> None:
+    x = np.array([[-np.inf, -np.inf, -np.inf], [1.0, 2.0, 3.0]], np.float32)
+    assert_needed(
+        "tract",
+        common.reduce_extremes_of_infinities,
+        lambda x: jnp.max(x, axis=-1),
+        [("B", 3)],
+        [x],
+    )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "x"), [("int32", [100000, -7, 2**31 - 1]), ("int8", [100, -100, 12])]
+)
+def test_integer_square_as_product(dtype: str, x: list[int]) -> None:
+    assert_needed(
+        "tract",
+        tract.integer_square_as_product,
+        lambda x: x * x,
+        [(("B",), dtype)],
+        [np.array(x, dtype)],
+    )
+
+
+def test_int64_cast_as_castlike() -> None:
+    x = np.linspace(0, 1, 6, dtype=np.float32)
+    assert_needed(
+        "tract",
+        tract.int64_cast_as_castlike,
+        lambda x: (x > 0.5).astype(jnp.int64),
+        [(6,)],
+        [x],
+        enable_double_precision=True,
+    )
+
+
+def test_scan_inputs_read() -> None:
+    assert_needed(
+        "tract",
+        common.scan_inputs_read,
+        lambda xs: lax.scan(lambda c, x: (c * 2.0, c), 1.0, xs)[1],
+        [(5,)],
+        [np.arange(5, dtype=np.float32)],
     )
