@@ -150,7 +150,10 @@ def scan_of_no_steps_runs_one(node: ir.Node, edit: Editor) -> Replacement:
     length is not a static positive number, each scanned input is padded with one element of
     zeros along its axis when it is empty, so that at least one step runs; the stacked outputs
     are sliced back to the length and the final states selected as the initial ones where it
-    is 0 (the extra step's results are never read)."""
+    is 0 (the extra step's results are never read).
+
+    Not reproduced on OpenVINO 2026.4 by the direct case tried (tests/core/targets/: the model
+    matched JAX without this rewrite too); kept until the case that needs it is known."""
     if node.op_type != "Scan" or node.domain != "" or node.meta.get(_RUNS_ONE):
         return None
     n_scanned = node.attributes.get_int("num_scan_inputs", 0)

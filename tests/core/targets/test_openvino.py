@@ -1,14 +1,18 @@
 """OpenVINO's rewrites: each model runs on OpenVINO and matches JAX with the rewrite, not
 without it.
 
-Rewrites whose direct case also matched without them on OpenVINO 2026.4 (each docstring says so):
-dft_on_axis_one, real_dft_reshaped. dft_in_float32 is not checked here: OpenVINO computes
-float64 in float32, so a float64 FFT misses float64's tolerance with it or without it."""
+Rewrites whose direct case also matched without them on OpenVINO 2026.4 (each docstring says
+so): dft_on_axis_one, real_dft_reshaped, scan_of_no_steps_runs_one (a map over rows of 0
+columns). uint32_bits is a smaller form only: without it uint32_as_int32 computes the same bits.
+dft_in_float32 is not checked here: OpenVINO computes float64 in float32, so a float64 FFT misses
+float64's tolerance with it or without it."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jax2onnx_nn.core.targets import common, openvino
 from tests.core.targets.rewrite_check import assert_needed, needs
@@ -100,4 +104,37 @@ def test_integer_matmul_as_cumsum() -> None:
         lambda x, y: x @ y,
         [((2, 4), "int32"), ((4, 2), "int32")],
         [I32, I32.T.copy()],
+    )
+
+
+def test_scan_inputs_read() -> None:
+    assert_needed(
+        "openvino",
+        common.scan_inputs_read,
+        lambda xs: lax.scan(lambda c, x: (c * 2.0, c), 1.0, xs)[1],
+        [(5,)],
+        [np.arange(5, dtype=np.float32)],
+    )
+
+
+def _nested(x: jax.Array) -> jax.Array:
+    def row_sum(c: jax.Array, row: jax.Array) -> tuple[jax.Array, jax.Array]:
+        inner = lax.scan(lambda d, v: (d * v + 1.0, d), 0.0, row)[1]
+        return c + inner.sum(), c
+
+    return lax.scan(row_sum, 0.0, x)[1]
+
+
+def test_nested_scans_as_loops() -> None:
+    x = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    assert_needed("openvino", openvino.nested_scans_as_loops, _nested, [(3, 4)], [x])
+
+
+def test_empty_constants_as_constant_of_shape() -> None:
+    assert_needed(
+        "openvino",
+        common.empty_constants_as_constant_of_shape,
+        lambda x: lax.scan(lambda c, r: (c + r, r * 2), x, jnp.zeros((0, 3)))[1],
+        [(3,)],
+        [np.ones(3, np.float32)],
     )

@@ -137,3 +137,13 @@ def test_scan_inputs_read() -> None:
         [(5,)],
         [np.arange(5, dtype=np.float32)],
     )
+
+
+def test_scan_of_no_steps_keeps_states() -> None:
+    assert_needed(
+        "tract",
+        tract.scan_of_no_steps_keeps_states,
+        lambda x: lax.scan(lambda c, r: (c * r, c), jnp.ones(()), x)[0],
+        [("T",)],
+        [np.zeros((0,), np.float32)],
+    )
