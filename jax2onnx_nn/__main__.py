@@ -186,6 +186,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             inputs_as_nchw=_names(args.inputs_as_nchw), outputs_as_nchw=_names(args.outputs_as_nchw),
             target=args.deploy_target, functions="inline" if args.inline_functions else None,
             fold_weights=args.fold_weights, loop_bound=args.loop_bound,
+            source_locations=not args.no_source_locations,
         )
     except ValueError as err:
         if args.loop_bound is not None and args.loop_bound < 1:
@@ -344,6 +345,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--loop-bound", type=int, default=None, metavar="N",
                         help="loop_bound: a while_loop whose condition depends on the data becomes a Scan of at most N steps "
                              "(tract has no Loop); float results NaN where N steps do not finish it")
+    export.add_argument("--no-source-locations", action="store_true",
+                        help="source_locations=False: no source lines in the nodes' doc strings "
+                             "(by default relative paths: the project's, the installed packages')")
     export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")

@@ -274,6 +274,15 @@ def test_verify_of_an_nchw_export_and_a_misspelled_size(workdir, monkeypatch, ca
     assert not (workdir / "s.onnx").exists()  # found before the export
 
 
+def test_source_lines_are_relative_or_left_out(workdir, monkeypatch):
+    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx") == 0
+    docs = [n.doc_string for n in onnx.load(workdir / "m.onnx").graph.node]
+    assert docs and all(doc.startswith("usermodels.py:") for doc in docs), docs  # below the cwd
+    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx",
+                 "--no-source-locations") == 0
+    assert not any(n.doc_string for n in onnx.load(workdir / "m.onnx").graph.node)
+
+
 def test_warnings_are_one_line_of_the_command(workdir, monkeypatch, capsys):
     # a bounded loop's integer results cannot be poisoned: the export warns, naming the user's
     # line in the text, as the command's own line (Python's location would be <frozen runpy>)

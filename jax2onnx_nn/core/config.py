@@ -114,6 +114,10 @@ class ExportConfig:
         "condition turns false change nothing; where it still holds after the last step the "
         "loop's float results are NaN, its integer and bool results the values after the last "
         "step (a warning names the loop). Loops of a fixed or traced number of steps are unchanged.")
+    source_locations: bool = _option(
+        True, "write each node's source line into its doc string, as a path relative to the "
+        "installed packages (``flax/nnx/...``), the current directory or the project root "
+        "(never an absolute path of this machine); ``False`` leaves them out.")
     progress: bool | None = _option(
         None, "show progress on stderr (equations lowered, passes, weights written) once an export "
         "runs past ~2 s; default: when stderr is a terminal.")
@@ -144,6 +148,7 @@ class ExportConfig:
             "inputs_as_nchw": _names(self.inputs_as_nchw),
             "outputs_as_nchw": _names(self.outputs_as_nchw),
             "enable_double_precision": bool(self.enable_double_precision),
+            "source_locations": bool(self.source_locations),
             "loop_bound": None if self.loop_bound is None else int(self.loop_bound),
         }
         for name, value in normalized.items():

@@ -154,7 +154,9 @@ def source_line(eqn: Any, *, library_ok: bool = False) -> str:
             )
         if found is None:
             return ""
-        return _LINES.get_or_make((codes[found], lastis[found]), lambda: _line(codes[found], lastis[found]))
+        code, lasti = codes[found], lastis[found]
+        # code objects compare equal across files of the same source: the file is in the key
+        return _LINES.get_or_make((code, code.co_filename, lasti), lambda: _line(code, lasti))
     except Exception:  # pragma: no cover - defensive: source info is best effort
         return ""
 
@@ -165,7 +167,7 @@ def _line(code: types.CodeType, lasti: int) -> str:
     return f"{frame.file_name}:{frame.start_line}{column} ({frame.function_name})"
 
 
-_LINES: BoundedMemo[str] = BoundedMemo(4096)  # (code, instruction) -> its line: each warm export asks again
+_LINES: BoundedMemo[str] = BoundedMemo(4096)  # (code, file, instruction) -> its line: each warm export asks again
 
 
 def name_stack(eqn: Any) -> str:

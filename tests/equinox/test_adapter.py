@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 from jax2onnx_nn import SpecError, to_onnx
+from jax2onnx_nn.core.source_locations import portable_path
 from jax2onnx_nn.core.verify import run_onnx
 from jax2onnx_nn.equinox import OnnxExportable, batched_spec, export_onnx
 from tests.equinox.helpers import assert_module_matches, initializer_names, node_names, node_ops
@@ -80,7 +81,8 @@ def test_node_source_lines_are_the_models_lines_not_library_ones() -> None:
     encoder_line = f"test_adapter.py:{Encoder.__call__.__code__.co_firstlineno + 1}"
     docs = {n.name: n.doc_string for n in model.graph.node}
     assert encoder_line in docs["encoder/layers/0/Gemm"] and encoder_line in docs["encoder/norms/first/LayerNormalization"]
-    assert all(doc.startswith(__file__) for doc in docs.values()), docs  # no equinox or jax2onnx_nn frame
+    here = portable_path(__file__)
+    assert all(doc.startswith(here) for doc in docs.values()), docs  # no equinox or jax2onnx_nn frame
 
 
 def test_export_runs_in_inference_mode_on_a_copy() -> None:
