@@ -3,6 +3,7 @@
 import importlib.metadata
 import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -73,7 +74,10 @@ def test_ci_runs_the_readme_test_command():
     assert "<!-- test-command -->" in ci
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- test-command -->", 1)[1].split("```")[1]
-    assert "pytest" in block
+    assert "pytest" in block and "npm ci" in block  # onnxruntime-web's tests run for README users too
+    before = ci.split('bash -c "$test_cmd"', 1)[0]
+    commands = [line for line in before.splitlines() if not line.lstrip().startswith("#")]
+    assert not [c for c in commands if re.search(r"\b(npm|pip)\b", c)], "CI installs what the README's command does not"
 
 
 def test_cli_ops_lists_the_registry():

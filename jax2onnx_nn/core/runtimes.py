@@ -56,9 +56,9 @@ def missing_reason(runtime: str) -> str | None:
         if shutil.which("node") is None:
             return "onnxruntime-web needs Node.js (`node` is not on PATH)"
         if not (web_package_dir() / "node_modules" / "onnxruntime-web").is_dir():
-            return (f"onnxruntime-web is not installed in {web_package_dir()} "
-                    "(run `npm ci` there, or set JAX2ONNX_NN_ORT_WEB to a folder where "
-                    "`npm install onnxruntime-web` was run)")
+            return (f"onnxruntime-web is not installed in {web_package_dir()} (run "
+                    "`npm ci --no-audit --no-fund` there, or set JAX2ONNX_NN_ORT_WEB to a folder "
+                    "where `npm install onnxruntime-web` was run)")
         return None
     try:
         _import_runtime(runtime)
