@@ -1,11 +1,16 @@
 """The README stays true: its support table is the registry's, its commands are the real ones."""
 
+import ast
 import importlib.metadata
 import importlib.util
+import json
+import os
 import pathlib
 import re
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -85,17 +90,85 @@ def test_cli_ops_lists_the_registry():
     assert "dot_general" in out and "MatMul" in out
 
 
-def test_custom_primitive_example_runs(tmp_path):
-    # in a fresh process: the example registers a rule, which must not leak into this session
-    (tmp_path / "example.py").write_text(_example("custom-primitive"))
-    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+# A ```python block preceded by this comment is not run (keep it rare: a GPU, a download).
+SNIPPET_SKIP = re.compile(r"<!--\s*snippet:\s*skip\s*(?P<reason>.*?)\s*-->\s*$")
+SNIPPET_RUNNER = """
+import json, os, sys, traceback
+
+snippets = json.load(open(sys.argv[1]))
+results = {}
+for snippet in snippets:
+    os.chdir(snippet["dir"])
+    try:
+        exec(compile(snippet["code"], snippet["id"], "exec"), {"__name__": "__main__"})
+        results[snippet["id"]] = None
+    except BaseException:
+        results[snippet["id"]] = traceback.format_exc()
+json.dump(results, open(sys.argv[2], "w"))
+"""
 
 
-def test_custom_module_example_runs(tmp_path):
-    (tmp_path / "example.py").write_text(_example("custom-module"))
-    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True)
+def _doc_files() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _snippets() -> list[tuple[str, str, str | None]]:
+    """Every ```python block of the README and docs/: ``(file:line, code, skip reason)``."""
+    found = []
+    for path in _doc_files():
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() != "```python":
+                continue
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
+            marker = SNIPPET_SKIP.match(lines[i - 1].strip()) if i else None
+            found.append((f"{path.relative_to(ROOT)}:{i + 1}", "\n".join(lines[i + 1:end]) + "\n",
+                          marker["reason"] or "marked to skip" if marker else None))
+    return found
+
+
+def _missing_modules(code: str) -> list[str]:
+    """Top-level packages the snippet imports that are not installed (an optional extra)."""
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names if importlib.util.find_spec(n) is None)
+
+
+@pytest.fixture(scope="module")
+def snippet_failures(tmp_path_factory) -> dict[str, str | None]:
+    """Runs every runnable snippet once, each in a fresh namespace and its own empty folder,
+    in one child process (a snippet registers rules: they must not leak into this session):
+    snippet id -> the traceback it raised, or None."""
+    work = tmp_path_factory.mktemp("snippets")
+    runnable = []
+    for n, (snippet_id, code, skip) in enumerate(_snippets()):
+        if skip is None and not _missing_modules(code):
+            (work / str(n)).mkdir()
+            runnable.append({"id": snippet_id, "code": code, "dir": str(work / str(n))})
+    (work / "snippets.json").write_text(json.dumps(runnable))
+    (work / "runner.py").write_text(SNIPPET_RUNNER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "jax"}
+    result = subprocess.run([sys.executable, "runner.py", "snippets.json", str(work / "results.json")], cwd=work,
+                            capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stderr
+    return json.loads((work / "results.json").read_text())
+
+
+@pytest.mark.parametrize("snippet_id, code, skip", _snippets(), ids=[s[0] for s in _snippets()])
+def test_every_snippet_runs_alone(snippet_id, code, skip, snippet_failures):
+    """Each ```python block of the README and docs/*.md runs by itself (its own imports, no
+    names from an earlier block), in an empty folder."""
+    if skip is not None:
+        pytest.skip(f"{snippet_id}: {skip}")
+    missing = _missing_modules(code)
+    if missing:
+        pytest.skip(f"{snippet_id} needs {', '.join(missing)} (an optional extra: pip install -e \".[test]\")")
+    failure = snippet_failures[snippet_id]
+    assert failure is None, f"{snippet_id} fails when run alone:\n{failure}"
 
 
 def test_fixture_example_passes(pytester):
