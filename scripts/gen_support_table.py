@@ -40,7 +40,8 @@ def render() -> str:
 def record(pytest_args: list[str]) -> int:
     """Run the test suite with the recording plugin; the record is written from passing tests."""
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        # one process: the recording plugin writes the records at the end of its session
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
         "-p", "jax2onnx_nn.testing.coverage", "--record-lowered", str(RECORD),
         *(["--record-merge", *pytest_args] if pytest_args else ["tests"]),
     ]

@@ -190,6 +190,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--record-lowered")
+    if path and (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
+        raise pytest.UsageError("--record-lowered records in one process: add -p no:xdist (not -n N)")
     if path:
         recorder = _Recorder(pathlib.Path(path), merge=config.getoption("--record-merge"))
         config.pluginmanager.register(recorder, "jax2onnx_nn_recorder")
