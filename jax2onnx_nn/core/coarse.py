@@ -31,6 +31,7 @@ import jax
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core import precision
 from jax2onnx_nn.core.calls import trace_call
 from jax2onnx_nn.core.registry import register
 from jax2onnx_nn.core.session import active_options, add_session_patch
@@ -183,8 +184,18 @@ def coarse_lowering(
     def decorate(rule: Any) -> Any:
         def lower(ctx: Any, *operands: ir.Value, body: Any, roles: tuple[tuple[str, int], ...], config: tuple[tuple[str, Any], ...] = (), **_: Any) -> Any:
             avals = ctx.avals_in
-            ops = Operands({r: operands[i] for r, i in roles}, {r: avals[i] for r, i in roles})
-            result = rule(ctx, ops, **dict(config))
+            wide = precision.widening_for([*avals, *ctx.avals_out], onnx_ops)
+            if wide is None:
+                ops = Operands({r: operands[i] for r, i in roles}, {r: avals[i] for r, i in roles})
+                result = rule(ctx, ops, **dict(config))
+            else:  # bfloat16 / float16 without kernels: the op in float32, one Cast in and out
+                low = precision.call_dtype(ctx.avals_out)
+                values = {r: precision.widen_operand(ctx, operands[i], avals[i], low) for r, i in roles}
+                wide_ctx = precision.widened_context(ctx)
+                wide_avals = wide_ctx.avals_in
+                result = rule(wide_ctx, Operands(values, {r: wide_avals[i] for r, i in roles}), **dict(config))
+                if result is not NotApplicable:
+                    result = precision.narrow_results(ctx, result, ctx.avals_out)
             if result is NotApplicable:
                 return ctx.lower_sub(body, list(operands))
             return result

@@ -44,6 +44,7 @@ from jax2onnx_nn.core.layers.attention import (
     jax_nn_mask_value,
 )
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
+from jax2onnx_nn.core.precision import is_low_float
 from jax2onnx_nn.core.session import Prepared, patches, register_adapter
 from jax2onnx_nn.core.symbolic import has_zero
 
@@ -74,8 +75,8 @@ def _attention_call(a: dict[str, Any]) -> Any:
         return NotApplicable
     if any(t is not None and not (is_array(t) and t.ndim == 4) for t in (bias, mask)):
         return NotApplicable
-    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32:
-        return NotApplicable  # low precision: lax path
+    if not (q.dtype == k.dtype == v.dtype and (q.dtype == np.float32 or is_low_float(q.dtype))):
+        return NotApplicable  # (float64: the lax path)
     heads, kv_heads = q.shape[2], k.shape[2]
     if any(map(jxi.is_symbolic_dim, (heads, kv_heads))) or kv_heads != v.shape[2] or heads % kv_heads:
         return NotApplicable  # (JAX's own error for heads that do not group)
@@ -111,7 +112,7 @@ def _without_extras(a: dict[str, Any]) -> bool:
     rate = a.get("dropout_rate", 0.0)
     dropout = not (isinstance(rate, (int, float)) and rate == 0.0) and a.get("deterministic", False) is not True
     dtype = a.get("dtype")
-    return not dropout and (dtype is None or np.dtype(dtype) == np.float32) and a.get("precision") is None and a.get("module") is None
+    return not dropout and (dtype is None or np.dtype(dtype) == np.float32 or is_low_float(dtype)) and a.get("precision") is None and a.get("module") is None
 
 
 @coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Reshape", "Concat", "Shape", "Size", "Equal", "Or", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
@@ -248,7 +249,7 @@ def _activation_handler(name: str, activation: Activation, original: Callable[..
             return NotApplicable
         values = list(bound.arguments.values())
         x, given = values[0], dict(list(bound.arguments.items())[1:])
-        if not is_array(x) or np.dtype(x.dtype) not in activation.dtypes or set(given) - set(activation.config):
+        if not is_array(x) or not _takes(activation, x.dtype) or set(given) - set(activation.config):
             return NotApplicable
         config = {**activation.config, **given}
         if config.get("where", None) is not None:
@@ -264,6 +265,12 @@ def _activation_handler(name: str, activation: Activation, original: Callable[..
         return CoarseCall(f"jax_nn_{name}", inputs={"x": x}, params={k: _plain_number(v) for k, v in config.items()})
 
     return handler
+
+
+def _takes(activation: Activation, dtype: Any) -> bool:
+    """Whether the activation's rule takes ``dtype``: its own dtypes, and bfloat16 / float16,
+    which the coarse op computes in float32 where the target has no kernel (core/precision.py)."""
+    return np.dtype(dtype) in activation.dtypes or is_low_float(dtype)
 
 
 def _plain_number(v: Any) -> Any:

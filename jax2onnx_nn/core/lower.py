@@ -471,7 +471,8 @@ class LoweringContext:
     def derived_weight(
         self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
     ) -> ir.Value:
-        """A weight rearranged for an ONNX op (transposed, reshaped, gates reordered).
+        """A weight rearranged for an ONNX op (transposed, reshaped, gates reordered, or
+        converted: ``array_fn``'s dtype is the result's).
 
         An initializer is rearranged into an initializer that takes over its name
         (the original, renamed ``<name>/original``, is dropped unless something else uses it),
@@ -487,8 +488,11 @@ class LoweringContext:
         if key not in cache:
             name = weight.name
             # the result's shape, from data that takes no memory (views of it stay free)
-            shape = np.shape(array_fn(np.broadcast_to(np.zeros((), tensor.dtype.numpy()), tensor.shape.numpy())))
-            lazy = ir.LazyTensor(lambda: ir.Tensor(np.ascontiguousarray(array_fn(tensor.numpy()))), dtype=tensor.dtype, shape=ir.Shape(shape))
+            sample = np.asarray(array_fn(np.broadcast_to(np.zeros((), tensor.dtype.numpy()), tensor.shape.numpy())))
+            lazy = ir.LazyTensor(
+                lambda: ir.Tensor(np.ascontiguousarray(array_fn(tensor.numpy()))),
+                dtype=ir_dtype(sample.dtype), shape=ir.Shape(sample.shape),
+            )
             derived = self.builder.initializer(lazy, f"{name}/derived")
             if not cache:  # the first rearrangement takes the weight's name
                 weight.name, derived.name = self.builder.names.fresh(f"{name}/original"), name

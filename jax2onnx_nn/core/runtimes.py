@@ -134,11 +134,53 @@ def _onnxruntime(model: LoadedModel) -> Session:
     options.log_severity_level = 3
     session = ort.InferenceSession(model.data, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
+    typed_outputs = any(o.type in _ORT_ONLY for o in session.get_outputs())
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return session.run(None, dict(zip(names, flat, strict=True)))
+        if not any(_onnx_only_type(v.dtype) for v in flat) and not typed_outputs:
+            return session.run(None, dict(zip(names, flat, strict=True)))
+        feeds = {name: _ort_value(ort, v) for name, v in zip(names, flat, strict=True)}
+        return [_from_ort_value(v) for v in session.run_with_ort_values(None, feeds)]
 
     return run
+
+
+# Element types numpy knows only through ml_dtypes (onnxruntime's numpy bridge does not):
+# fed and read as their bits, in an OrtValue of the ONNX type (onnx.TensorProto's numbers).
+_ONNX_ONLY = {"bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20}
+_ORT_ONLY = {f"tensor({name.replace('float8_', 'float8')})": name for name in _ONNX_ONLY}
+
+
+def _onnx_only_type(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).name in _ONNX_ONLY
+
+
+def _ort_value(ort: Any, value: np.ndarray) -> Any:
+    """An onnxruntime OrtValue of ``value``; a bfloat16 / float8 array as its bits."""
+    value = _contiguous(value)
+    if not _onnx_only_type(value.dtype):
+        return ort.OrtValue.ortvalue_from_numpy(value)
+    bits = value.view(np.uint16 if value.dtype.itemsize == 2 else np.uint8)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, _ONNX_ONLY[value.dtype.name])
+
+
+def _from_ort_value(value: Any) -> np.ndarray:
+    """An onnxruntime OrtValue as numpy; bfloat16 / float8 (which its ``numpy()`` refuses)
+    copied from its buffer as ml_dtypes arrays."""
+    name = _ORT_ONLY.get(value.data_type())
+    if name is None:
+        return value.numpy()
+    import ctypes
+
+    import ml_dtypes
+
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.zeros(shape, dtype)
+    buffer = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(value.data_ptr())
+    return np.frombuffer(bytes(buffer), dtype=dtype).reshape(shape)
 
 
 def _openvino(model: LoadedModel) -> Session:

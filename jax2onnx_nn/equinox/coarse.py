@@ -57,6 +57,7 @@ from jax2onnx_nn.core.patching import (
     is_array,
     overrides_nothing,
 )
+from jax2onnx_nn.core.precision import LOW_FLOATS
 from jax2onnx_nn.core.symbolic import has_zero
 from jax2onnx_nn.equinox.functions import without_named_scope
 
@@ -81,12 +82,13 @@ def plain(module: Any, cls: type) -> bool:
 
 
 def float_arrays(*arrays: Any) -> bool:
-    """All arrays (None for absent ones) of one float32 / float64 dtype."""
+    """All arrays (None for absent ones) of one float32 / float64 dtype, or of one bfloat16 /
+    float16 dtype (computed in float32 where the target has no kernel: core/precision.py)."""
     present = [a for a in arrays if a is not None]
     if not all(is_array(a) for a in present):
         return False
     dtypes = {np.dtype(a.dtype) for a in present}
-    return len(dtypes) == 1 and dtypes <= _F32_F64
+    return len(dtypes) == 1 and (dtypes <= _F32_F64 or dtypes <= LOW_FLOATS)
 
 
 class Levels:

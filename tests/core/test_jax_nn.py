@@ -61,7 +61,7 @@ def test_vmapped_activation_stays_one_op_with_a_symbolic_batch():
         (lambda x: jax.nn.softmax(x, axis=0), ["Softmax"]),
         (lambda x: jax.nn.leaky_relu(x, 0.3), ["LeakyRelu"]),
         (lambda x: jax.nn.softmax(x, where=x > 0), None),  # where=: the lax path
-        (lambda x: jax.nn.gelu(x.astype(jnp.float16)).astype(jnp.float32), None),  # no exact float16 kernel
+        (lambda x: jax.nn.gelu(x.astype(jnp.float16)).astype(jnp.float32), None),  # float16: Gelu in float32 between Casts
     ],
 )
 def test_calls_the_op_does_not_model_take_the_lax_path(call, expected):

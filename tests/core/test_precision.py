@@ -1,0 +1,108 @@
+"""bfloat16 and float16 models (core/precision.py): coarse ops stay one ONNX op at every
+precision, computed in float32 between one Cast in and one Cast out where onnxruntime has no
+kernel for the dtype, and the exports verify in onnxruntime against JAX."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.core.runtimes import run_model
+
+LOW = [jnp.bfloat16, jnp.float16]
+
+
+class MLP(nnx.Module):
+    """The issue's model: Linear -> BatchNorm -> gelu -> Linear."""
+
+    def __init__(self, dtype, param_dtype, rngs):
+        self.l1 = nnx.Linear(16, 32, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.bn = nnx.BatchNorm(32, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.l2 = nnx.Linear(32, 8, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(nnx.gelu(self.bn(self.l1(x))))
+
+
+def _mlp(dtype, param_dtype):
+    model = MLP(dtype, param_dtype, nnx.Rngs(0))
+    model.eval()
+    return model
+
+
+def _nodes(model) -> Counter:
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def _eqx(module, dtype):
+    return jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, module)
+
+
+LAYERS = {
+    "nnx.Linear": (lambda dt: nnx.Linear(8, 4, dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)), (2, 8)),
+    "nnx.Conv": (lambda dt: nnx.Conv(3, 4, (3, 3), dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)), (1, 6, 6, 3)),
+    "nnx.LayerNorm": (lambda dt: nnx.LayerNorm(8, dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)), (2, 8)),
+    "jax.nn.softmax": (lambda dt: jax.nn.softmax, (2, 8)),
+    "jax.nn.gelu": (lambda dt: lambda x: jax.nn.gelu(x, approximate=False), (2, 8)),
+    "eqx.nn.Linear": (lambda dt: _eqx(eqx.nn.Linear(8, 4, key=jax.random.key(0)), dt), (8,)),
+    "eqx.nn.LayerNorm": (lambda dt: _eqx(eqx.nn.LayerNorm(8), dt), (8,)),
+    "eqx.nn.Conv2d": (lambda dt: _eqx(eqx.nn.Conv2d(3, 4, 3, key=jax.random.key(0)), dt), (3, 6, 6)),
+}
+
+
+@settings(max_examples=12, deadline=None)
+@given(layer=st.sampled_from(sorted(LAYERS)), dtype=st.sampled_from(LOW))
+def test_layer_is_its_float32_ops_between_one_cast_in_and_out(layer, dtype):
+    make, shape = LAYERS[layer]
+    float32 = to_onnx(make(jnp.float32), [jax.ShapeDtypeStruct(shape, jnp.float32)])
+    low = make(dtype)
+    spec = [jax.ShapeDtypeStruct(shape, dtype)]
+    model = to_onnx(low, spec)
+    ops = _nodes(model)
+    assert ops["Cast"] == 2, ops  # the input in, the result out
+    assert ops - Counter(Cast=2) == _nodes(float32) - Counter(Cast=99), (ops, _nodes(float32))
+    report = verify(low, model, spec, sizes={})
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("param_dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "mixed"])
+def test_bfloat16_mlp_is_lean_and_verifies(param_dtype):
+    # before: 77 nodes (bf16) and 87 (mixed), 55 / 61 of them Casts, no Gemm or
+    # BatchNormalization; float32: 4 nodes
+    model = _mlp(jnp.bfloat16, param_dtype)
+    spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
+    onnx_model = to_onnx(model, spec)
+    ops = _nodes(onnx_model)
+    assert sum(ops.values()) <= 3 * 4 + 4, ops
+    assert ops - Counter(Cast=99) == Counter(Gemm=2, BatchNormalization=1, Gelu=1), ops
+    report = verify(model, onnx_model, spec, sizes={"B": [1, 64]})
+    assert report.ok, str(report)
+
+
+def test_mixed_weights_are_rounded_to_the_compute_dtype_as_flax_does():
+    model = _mlp(jnp.bfloat16, jnp.float32)
+    onnx_model = to_onnx(model, [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)])
+    x = np.random.default_rng(1).standard_normal((64, 16)).astype(ml_dtypes.bfloat16)
+    (y,) = run_model(onnx_model, [x])
+    expected = np.asarray(model(jnp.asarray(x)))
+    assert y.dtype == expected.dtype == np.dtype(ml_dtypes.bfloat16)
+    # one rounding per layer as in JAX: at most an ulp or two of bfloat16 apart
+    np.testing.assert_allclose(y.astype(np.float32), expected.astype(np.float32), rtol=2**-6, atol=2**-6)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn])
+def test_run_model_feeds_and_reads_low_precision_arrays(dtype):
+    x = np.asarray([1.5, -2.0, 0.25], dtype)
+    (y,) = run_model(to_onnx(lambda a: a, [jax.ShapeDtypeStruct((3,), dtype)]), [x])
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
