@@ -187,6 +187,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             target=args.deploy_target, functions="inline" if args.inline_functions else None,
             fold_weights=args.fold_weights, loop_bound=args.loop_bound,
             source_locations=not args.no_source_locations,
+            precision=args.precision, io_dtype=args.io_dtype,
         )
     except ValueError as err:
         if args.loop_bound is not None and args.loop_bound < 1:
@@ -348,6 +349,11 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--no-source-locations", action="store_true",
                         help="source_locations=False: no source lines in the nodes' doc strings "
                              "(by default relative paths: the project's, the installed packages')")
+    export.add_argument("--precision", default="as-traced", choices=["as-traced", "float32", "float16"],
+                        help="as-traced: the program's dtypes; float32: bf16/f16 weights upcast, every op float32; "
+                             "float16: every op float16, reductions/softmax/norms float32 (docs/precision.md)")
+    export.add_argument("--io-dtype", default=None, choices=["model", "float32"],
+                        help="graph input/output dtype: the model's, or float32 (default: float32 under --precision float32)")
     export.add_argument("--inline-functions", action="store_true", help="inline ONNX functions (automatic for targets without them)")
     export.add_argument("--inputs-as-nchw", metavar="NAMES", help="channels-last inputs to expose NCHW (names or indices, comma-separated)")
     export.add_argument("--outputs-as-nchw", metavar="NAMES", help="channels-last outputs to expose NCHW")

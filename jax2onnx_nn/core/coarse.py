@@ -189,7 +189,8 @@ def coarse_lowering(
                 ops = Operands({r: operands[i] for r, i in roles}, {r: avals[i] for r, i in roles})
                 result = rule(ctx, ops, **dict(config))
             else:  # bfloat16 / float16 without kernels: the op in float32, one Cast in and out
-                low = precision.call_dtype(ctx.avals_out)
+                # precision="float32" keeps float32 weights as they are (the float answer)
+                low = None if ctx.lowerer.config.precision == "float32" else precision.call_dtype(ctx.avals_out)
                 values = {r: precision.widen_operand(ctx, operands[i], avals[i], low) for r, i in roles}
                 wide_ctx = precision.widened_context(ctx)
                 wide_avals = wide_ctx.avals_in

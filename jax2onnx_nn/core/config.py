@@ -118,6 +118,16 @@ class ExportConfig:
         True, "write each node's source line into its doc string, as a path relative to the "
         "installed packages (``flax/nnx/...``), the current directory or the project root "
         "(never an absolute path of this machine); ``False`` leaves them out.")
+    precision: str = _option(
+        "as-traced", "``\"as-traced\"``: the program's own dtypes (bfloat16 / float16 layers as "
+        "their ONNX op in float32 between one Cast in and out where the target has no kernel); "
+        "``\"float32\"``: bfloat16 / float16 weights upcast once, every op in float32; "
+        "``\"float16\"``: every op in float16, except reductions, softmax and norms, which "
+        "accumulate in float32 as JAX does. See docs/precision.md.")
+    io_dtype: str | None = _option(
+        None, "the graph's input and output dtype: ``\"model\"`` (the dtypes the program takes "
+        "and gives) or ``\"float32\"`` (float inputs and outputs float32, Cast at the boundary); "
+        "default float32 under ``precision=\"float32\"``, else the model's.")
     progress: bool | None = _option(
         None, "show progress on stderr (equations lowered, passes, weights written) once an export "
         "runs past ~2 s; default: when stderr is a terminal.")
@@ -136,6 +146,10 @@ class ExportConfig:
             raise ValueError(f"loop_bound must be a positive int (the most steps a data-dependent while_loop takes), got {self.loop_bound!r}")
         if isinstance(self.constraints, str):
             raise SpecError(f"constraints must be a sequence of strings, got the string {self.constraints!r}: write ({self.constraints!r},)")
+        if self.precision not in ("as-traced", "float32", "float16"):
+            raise ValueError(f"precision must be 'as-traced', 'float32' or 'float16', got {self.precision!r}")
+        if self.io_dtype not in (None, "model", "float32"):
+            raise ValueError(f"io_dtype must be 'model' or 'float32' (or None: the policy's), got {self.io_dtype!r}")
         normalized = {
             "opset": opset,
             "target": profile,

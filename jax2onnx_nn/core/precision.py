@@ -130,7 +130,215 @@ def narrow_results(ctx: LoweringContext, results: Any, avals_out: Sequence[Any])
     return narrowed[0] if single else narrowed
 
 
+# -- the precision policy (``to_onnx(..., precision=...)``) ----------------------------------
+
+POLICIES = ("as-traced", "float32", "float16")
+IO_DTYPES = ("model", "float32")
+
+_F32_T, _F16_T, _BF16_T = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
+# Under "float16", the ops JAX accumulates in float32 (reductions, softmax, norm statistics)
+# compute in float32 between a Cast in and a Cast out; their weights stay float32.
+ACCUMULATING = frozenset({
+    "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
+    "ReduceLogSumExp", "ReduceProd", "CumSum", "Softmax", "LogSoftmax", "LayerNormalization",
+    "BatchNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization",
+})
+
+
+def _converted(policy: str) -> dict[ir.DataType, ir.DataType]:
+    if policy == "float32":
+        return {_BF16_T: _F32_T, _F16_T: _F32_T}
+    if policy == "float16":
+        return {_BF16_T: _F16_T, _F32_T: _F16_T}
+    return {}
+
+
+def apply_precision(model: ir.Model, policy: str, io_dtype: str | None) -> None:
+    """Rewrite a lowered model to ``policy``: ``"float32"`` computes every bfloat16 / float16
+    value in float32 (weights upcast once, exactly); ``"float16"`` computes bfloat16 and float32
+    values in float16, except the :data:`ACCUMULATING` ops, which compute in float32.
+    ``io_dtype`` is the graph's boundary: ``"model"`` keeps the dtypes the traced program takes
+    and gives (a Cast at the boundary), ``"float32"`` makes every low-precision or converted
+    float input and output float32; None: float32 under ``"float32"``, else the model's.
+
+    A float16 weight that overflows (a finite value beyond 65504) is clipped to 65504, with a
+    warning naming it. Runs before the clean-up, which drops the Casts this leaves identical.
+    """
+    converted = _converted(policy)
+    io = io_dtype or ("float32" if policy == "float32" else "model")
+    graph = model.graph
+    boundary_in = [v.dtype for v in graph.inputs]
+    boundary_out = [v.dtype for v in graph.outputs]
+    if converted:
+        keep_f32 = _accumulating_weights(model) if policy == "float16" else set()
+        for g in _all_graphs(model):
+            _convert_graph(g, converted, keep_f32)
+        if policy == "float16":
+            for g in _all_graphs(model):
+                _accumulate_in_float32(g)
+    for value, was in zip(list(graph.inputs), boundary_in, strict=True):
+        want = _boundary_dtype(was, io)
+        if want is not None and value.dtype != want:
+            _cast_input(graph, value, want)
+    for i, was in enumerate(boundary_out):
+        want = _boundary_dtype(was, io)
+        if want is not None and graph.outputs[i].dtype != want:
+            _cast_output(graph, i, want)
+    model.metadata_props["jax2onnx_nn.precision"] = policy
+
+
+def _boundary_dtype(was: ir.DataType | None, io: str) -> ir.DataType | None:
+    if was is None or was not in (_F32_T, _F16_T, _BF16_T):
+        return None
+    return _F32_T if io == "float32" else was
+
+
+def _all_graphs(model: ir.Model) -> list[Any]:
+    graphs: list[Any] = []
+
+    def walk(g: Any) -> None:
+        graphs.append(g)
+        for node in g:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    walk(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    for sub in attr.value:
+                        walk(sub)
+
+    walk(model.graph)
+    for function in model.functions.values():
+        walk(function)
+    return graphs
+
+
+def _accumulating_weights(model: ir.Model) -> set[int]:
+    """The initializers only float32-accumulating ops read (they stay float32 under float16)."""
+    keep = set()
+    for value in model.graph.initializers.values():
+        uses = [node for node, _ in value.uses()]
+        if uses and all(node.op_type in ACCUMULATING for node in uses):
+            keep.add(id(value))
+    return keep
+
+
+def _convert_graph(graph: Any, converted: dict[ir.DataType, ir.DataType], keep_f32: set[int]) -> None:
+    values: list[ir.Value] = list(graph.inputs)
+    if isinstance(graph, ir.Graph):
+        values += list(graph.initializers.values())
+    for node in graph:
+        values += list(node.outputs)
+        _convert_attributes(node, converted)
+    for value in values:
+        dtype = value.dtype
+        if dtype is None:
+            continue
+        target = _F32_T if id(value) in keep_f32 and dtype in (_BF16_T, _F32_T) else converted.get(dtype)
+        if target is None or target == dtype:
+            continue
+        if value.const_value is not None:
+            value.const_value = _converted_tensor(value.const_value, target, value.name)
+        value.dtype = target
+
+
+def _convert_attributes(node: ir.Node, converted: dict[ir.DataType, ir.DataType]) -> None:
+    for name, attr in list(node.attributes.items()):
+        if attr.type == ir.AttributeType.INT and (name in ("to", "dtype")):
+            target = converted.get(ir.DataType(attr.value)) if attr.value in set(map(int, ir.DataType)) else None
+            if target is not None:
+                node.attributes[name] = ir.AttrInt64(name, int(target))
+        elif attr.type == ir.AttributeType.TENSOR and attr.value.dtype in converted:
+            tensor = _converted_tensor(attr.value, converted[attr.value.dtype], node.name)
+            node.attributes[name] = ir.AttrTensor(name, tensor)
+
+
+def _converted_tensor(tensor: Any, target: ir.DataType, name: str | None) -> ir.Tensor:
+    """``tensor``'s values in ``target``: upcasts are exact; a float16 value beyond its range
+    is clipped to 65504 (a warning names a weight of more than one element)."""
+    array = np.asarray(tensor.numpy()).astype(np.float32)
+    if target == _F16_T:
+        limit = float(np.finfo(np.float16).max)
+        finite = np.isfinite(array)
+        over = finite & (np.abs(array) > limit)
+        if over.any():
+            if array.size > 1:
+                import warnings
+
+                warnings.warn(
+                    f"precision='float16': weight {name!r} has {int(over.sum())} values beyond float16's "
+                    f"range (max |value| {float(np.abs(array[finite]).max()):.4g} > 65504); they are clipped "
+                    "to +-65504. Export with precision='float32' to keep them.", UserWarning, stacklevel=2,
+                )
+            array = np.where(over, np.sign(array) * limit, array)
+        return ir.Tensor(array.astype(np.float16), name=name)
+    return ir.Tensor(array, name=name)
+
+
+def _accumulate_in_float32(graph: Any) -> None:
+    for node in list(graph):
+        if node.op_type not in ACCUMULATING or node.domain != "":
+            continue
+        for i, value in enumerate(node.inputs):
+            if value is not None and value.dtype == _F16_T:
+                cast = ir.Node("", "Cast", [value], [ir.AttrInt64("to", int(_F32_T))], num_outputs=1)
+                cast.outputs[0].dtype = _F32_T
+                cast.outputs[0].shape = value.shape
+                graph.insert_before(node, cast)
+                node.replace_input_with(i, cast.outputs[0])
+        for out in node.outputs:
+            if out.dtype != _F16_T:
+                continue
+            out.dtype = _F32_T
+            readers = list(out.uses())
+            cast = ir.Node("", "Cast", [out], [ir.AttrInt64("to", int(_F16_T))], num_outputs=1)
+            result = cast.outputs[0]
+            result.dtype, result.shape = _F16_T, out.shape
+            graph.insert_after(node, cast)
+            for user, index in readers:
+                user.replace_input_with(index, result)
+            _swap_graph_output(graph, out, result)
+
+
+def _swap_graph_output(graph: Any, old: ir.Value, new: ir.Value) -> None:
+    for i, value in enumerate(graph.outputs):
+        if value is old:
+            name = old.name
+            old.name = f"{name}/float32"
+            new.name = name
+            graph.outputs[i] = new
+
+
+def _cast_input(graph: ir.Graph, value: ir.Value, want: ir.DataType) -> None:
+    """The graph input ``value`` takes ``want``; one Cast gives its readers the type they had."""
+    had = value.dtype
+    readers = list(value.uses())
+    cast = ir.Node("", "Cast", [value], [ir.AttrInt64("to", int(had))], num_outputs=1)
+    result = cast.outputs[0]
+    result.dtype, result.shape = had, value.shape
+    for user, index in readers:
+        user.replace_input_with(index, result)
+    if len(graph):
+        graph.insert_before(graph.node(0), cast)
+    else:
+        graph.append(cast)
+    value.dtype = want
+    graph.outputs[:] = [result if v is value else v for v in graph.outputs]
+
+
+def _cast_output(graph: ir.Graph, i: int, want: ir.DataType) -> None:
+    """The graph output ``i`` as ``want``, through one Cast."""
+    value = graph.outputs[i]
+    cast = ir.Node("", "Cast", [value], [ir.AttrInt64("to", int(want))], num_outputs=1)
+    result = cast.outputs[0]
+    result.dtype, result.shape = want, value.shape
+    graph.append(cast)
+    name = value.name
+    value.name = f"{name}/{value.dtype.name.lower()}"
+    result.name = name
+    graph.outputs[i] = result
+
+
 __all__ = [
-    "LOW_FLOATS", "WidenedContext", "call_dtype", "is_low_float", "narrow_results", "widen_operand",
+    "ACCUMULATING", "IO_DTYPES", "LOW_FLOATS", "POLICIES", "apply_precision", "WidenedContext", "call_dtype", "is_low_float", "narrow_results", "widen_operand",
     "widened_context", "widening_for",
 ]

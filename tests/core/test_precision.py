@@ -106,3 +106,54 @@ def test_run_model_feeds_and_reads_low_precision_arrays(dtype):
     (y,) = run_model(to_onnx(lambda a: a, [jax.ShapeDtypeStruct((3,), dtype)]), [x])
     assert y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
+
+
+def _float32_twin(model):
+    twin = _mlp(jnp.float32, jnp.float32)
+    nnx.update(twin, jax.tree.map(lambda a: a.astype(jnp.float32), nnx.state(model)))
+    return twin
+
+
+@settings(max_examples=6, deadline=None)
+@given(param_dtype=st.sampled_from([jnp.bfloat16, jnp.float16, jnp.float32]), policy=st.sampled_from(["float32", "float16"]))
+def test_policy_matches_the_upcast_model(param_dtype, policy):
+    dtype = jnp.float16 if param_dtype == jnp.float16 else jnp.bfloat16
+    model = _mlp(dtype, param_dtype)
+    onnx_model = to_onnx(model, [jax.ShapeDtypeStruct(("B", 16), dtype)], precision=policy, io_dtype="float32")
+    ops = _nodes(onnx_model)
+    assert ops - Counter(Cast=99) == Counter(Gemm=2, BatchNormalization=1, Gelu=1), ops
+    stored = {t.data_type for t in onnx_model.graph.initializer}
+    if policy == "float32":
+        assert ops["Cast"] == 0 and stored == {1}, (ops, stored)  # no bfloat16 / float16 left
+    x = np.random.default_rng(2).standard_normal((64, 16)).astype(np.float32)
+    (y,) = run_model(onnx_model, [x])
+    expected = np.asarray(_float32_twin(model)(jnp.asarray(x)))
+    tolerance = 1e-5 if policy == "float32" else 1e-2
+    np.testing.assert_allclose(y, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_float16_policy_keeps_model_io_and_accumulates_norms_in_float32():
+    model = _mlp(jnp.bfloat16, jnp.float32)
+    onnx_model = to_onnx(model, [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)], precision="float16")
+    graph = onnx_model.graph
+    assert graph.input[0].type.tensor_type.elem_type == 16 and graph.output[0].type.tensor_type.elem_type == 16
+    norm = next(n for n in graph.node if n.op_type == "BatchNormalization")
+    weights = {t.name: t.data_type for t in graph.initializer}
+    assert all(weights[name] == 1 for name in norm.input[1:]), weights  # statistics in float32
+    assert sum(weights[name] == 10 for n in graph.node if n.op_type == "Gemm" for name in n.input[1:]) == 4
+
+
+def test_float16_overflow_of_a_weight_names_it():
+    model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))
+    model.kernel.value = model.kernel.value.at[0, 0].set(1e6)
+    with pytest.warns(UserWarning, match="weight 'kernel' has 1 values beyond float16's range"):
+        onnx_model = to_onnx(model, [("B", 4)], precision="float16")
+    (y,) = run_model(onnx_model, [np.ones((1, 4), np.float32)])
+    assert np.isfinite(y).all()
+
+
+def test_bad_policy_names_the_choices():
+    with pytest.raises(ValueError, match="precision must be 'as-traced', 'float32' or 'float16', got 'fp8'"):
+        to_onnx(jnp.sin, [(3,)], precision="fp8")
+    with pytest.raises(ValueError, match="io_dtype must be 'model' or 'float32'"):
+        to_onnx(jnp.sin, [(3,)], io_dtype="bfloat16")

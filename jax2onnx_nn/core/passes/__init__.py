@@ -32,6 +32,7 @@ from jax2onnx_nn.core.passes.shape_inference import fill_missing_types
 from jax2onnx_nn.core.passes.simplify_plumbing import simplify_plumbing
 from jax2onnx_nn.core.passes.unpoisoned import warn_unpoisoned
 from jax2onnx_nn.core.passes.vector_times_untransposed import vector_times_untransposed
+from jax2onnx_nn.core.precision import apply_precision
 from jax2onnx_nn.core.targets import apply_rewrites
 
 if TYPE_CHECKING:
@@ -122,6 +123,11 @@ def _inline(e: Export) -> None:
         inline_functions(e.model)
 
 
+def _precision(e: Export) -> None:
+    if e.config.precision != "as-traced" or e.config.io_dtype is not None:
+        apply_precision(e.model, e.config.precision, e.config.io_dtype)
+
+
 def _cleanup(e: Export) -> None:
     cleanup(e.model, fold_weights=e.config.fold_weights)
 
@@ -167,6 +173,7 @@ def _relabel_transposes(e: Export) -> None:
 PIPELINE: tuple[Stage, ...] = (
     Stage("apply_layout", _layout),
     Stage("inline_functions", _inline),
+    Stage("apply_precision", _precision),
     Stage("cleanup", _cleanup),
     Stage("warn_unpoisoned", _warn_unpoisoned),
     Stage("target_rewrites", _target_rewrites),
