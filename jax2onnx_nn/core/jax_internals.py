@@ -611,3 +611,57 @@ def jaxpr_text(closed: Any) -> str:
         return text
     _JAXPR_TEXTS[key] = (ref, text)
     return text
+
+
+# -- the float32 twin of a low-precision program (verify's "error vs JAX in float32") ---------
+
+_DTYPE_PARAMS = ("new_dtype", "preferred_element_type", "dtype")
+_INLINED_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint")
+
+
+def eval_widened(fn: Any, args: list[Any], low: frozenset[np.dtype]) -> list[Any]:
+    """``fn(*args)``'s flat results with every value of a dtype in ``low`` (bfloat16, float16)
+    computed in float32 instead: its weights, inputs, literals, casts and dtype params. Calls
+    (jit, custom_jvp/vjp, remat) are interpreted through; any other body (scan, while, cond)
+    runs in its own dtypes on rounded inputs, its results widened."""
+    closed = jax.make_jaxpr(fn)(*args)
+    return _eval_widened(closed.jaxpr, list(closed.consts), list(jax.tree_util.tree_leaves(args)), low)
+
+
+def _widen(value: Any, low: frozenset[np.dtype]) -> Any:
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and np.dtype(dtype) in low:
+        return jax.numpy.asarray(value, np.float32)
+    return value
+
+
+def _eval_widened(jaxpr: Any, consts: list[Any], args: list[Any], low: frozenset[np.dtype]) -> list[Any]:
+    env: dict[Any, Any] = {}
+
+    def read(atom: Any) -> Any:
+        if isinstance(atom, Literal):
+            return _widen(np.asarray(atom.val, dtype=atom.aval.dtype), low)
+        return env[atom]
+
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = _widen(value, low)
+    for var, value in zip(jaxpr.invars, args, strict=True):
+        env[var] = _widen(value, low)
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        subs = subjaxprs_of(eqn.params)
+        if eqn.primitive.name in _INLINED_CALLS and len(subs) == 1:
+            body = as_closed(subs[0])
+            outs = _eval_widened(body.jaxpr, list(body.consts), invals, low)
+        elif subs:  # a body of its own dtypes: its inputs rounded back, its results widened
+            rounded = [jax.numpy.asarray(v, var.aval.dtype) if hasattr(var.aval, "dtype") else v for v, var in zip(invals, eqn.invars, strict=True)]
+            subfuns, params = eqn.primitive.get_bind_params(eqn.params)
+            outs = eqn.primitive.bind(*subfuns, *rounded, **params)
+            outs = [_widen(o, low) for o in (outs if eqn.primitive.multiple_results else [outs])]
+        else:
+            params = {k: (np.dtype(np.float32) if k in _DTYPE_PARAMS and v is not None and np.dtype(v) in low else v) for k, v in eqn.params.items()}
+            outs = eqn.primitive.bind(*invals, **params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for var, value in zip(eqn.outvars, outs, strict=True):
+            env[var] = value
+    return [read(v) for v in jaxpr.outvars]

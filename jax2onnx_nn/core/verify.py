@@ -16,7 +16,9 @@ import numpy as np
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.config import ExportConfig, checked_options
 from jax2onnx_nn.core.layout import Selection, layout_reference, recorded_layout, resolve
+from jax2onnx_nn.core.lower import is_float
 from jax2onnx_nn.core.patching import export_session
+from jax2onnx_nn.core.precision import LOW_FLOATS
 from jax2onnx_nn.core.runtimes import open_session
 from jax2onnx_nn.core.signature import LoadedModel, ModelLike, ModelSignature, load_model
 from jax2onnx_nn.core.specs import parse_specs
@@ -45,6 +47,12 @@ class OutputComparison:
     max_rel: float
     ok: bool
     detail: str = ""
+    rtol: float = 0.0
+    atol: float = 0.0
+    # bfloat16 / float16 outputs: max abs error against JAX running the same program in
+    # float32, of the runtime's output and of JAX's own low-precision output
+    float32_abs: float | None = None
+    jax_float32_abs: float | None = None
 
 
 @dataclass
@@ -101,10 +109,16 @@ class VerifyReport:
         for run in self.runs:
             for o in run.outputs:
                 mark = "ok" if o.ok else "MISMATCH"
+                tolerance = f" (rtol {o.rtol:g}, atol {o.atol:g})" if o.dtype in _LOW_PRECISION else ""
                 lines.append(
                     f"[{run.label}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
-                    f"max rel {o.max_rel:.3g} {mark}{(' - ' + o.detail) if o.detail else ''}"
+                    f"max rel {o.max_rel:.3g}{tolerance} {mark}{(' - ' + o.detail) if o.detail else ''}"
                 )
+                if o.float32_abs is not None:
+                    lines.append(
+                        f"    vs JAX in float32: max abs {o.float32_abs:.3g} "
+                        f"(JAX's own {o.dtype}: {o.jax_float32_abs:.3g})"
+                    )
         if self.note:
             lines.append(self.note)
         return "\n".join(lines)
@@ -128,7 +142,9 @@ def compare(
     d_rtol, d_atol = default_tolerance(expected.dtype)
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
-    base = OutputComparison(name, expected.dtype.name, tuple(expected.shape), 0.0, 0.0, True)
+    base = OutputComparison(
+        name, expected.dtype.name, tuple(expected.shape), 0.0, 0.0, True, rtol=rtol, atol=atol
+    )
     if actual.shape != expected.shape:
         base.ok, base.detail = False, f"shape {actual.shape} != JAX {expected.shape}"
         return base
@@ -216,6 +232,51 @@ def _feeds(flat_inputs: Sequence[Any]) -> list[np.ndarray]:
     return [jxi.to_data(v) for v in flat_inputs]
 
 
+_LOW_PRECISION = frozenset(d.name for d in LOW_FLOATS)
+PRECISION_KEY = "jax2onnx_nn.precision"
+
+
+def _both_float(a: Any, b: Any) -> bool:
+    return is_float(np.asarray(a).dtype) and is_float(np.asarray(b).dtype)
+
+
+def _policy_feeds(feeds: list[np.ndarray], signature: ModelSignature) -> list[np.ndarray]:
+    """A precision policy's export (``precision=`` / ``io_dtype=``) takes float inputs in its
+    own float dtype (float32 at the boundary): the feeds in the graph's dtypes."""
+    return [
+        f.astype(g.dtype) if g.dtype is not None and _both_float(f, np.zeros((), g.dtype)) else f
+        for f, g in zip(feeds, signature.inputs, strict=False)
+    ]
+
+
+def _float32_errors(
+    outputs: list[OutputComparison], actual: list[np.ndarray], expected: list[np.ndarray],
+    reference: list[Any],
+) -> None:
+    """Fill the float32 errors of the bfloat16 / float16 outputs (the reference: JAX in float32)."""
+    for o, a, e, r in zip(outputs, actual, expected, reference, strict=False):
+        if o.dtype not in _LOW_PRECISION or np.shape(a) != np.shape(r):
+            continue
+        r = np.asarray(r, np.float64)
+        o.float32_abs = float(np.nanmax(np.abs(np.asarray(a, np.float64) - r), initial=0.0))
+        o.jax_float32_abs = float(np.nanmax(np.abs(np.asarray(e, np.float64) - r), initial=0.0))
+
+
+def _float32_reference(fn: Callable[..., Any], args: Any, kwargs: Any) -> list[Any] | None:
+    """``fn``'s flat outputs computed in float32 where it computes bfloat16 / float16; None
+    where the program cannot be re-run that way."""
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+
+    def flat_fn(*xs: Any) -> Any:
+        a, k = jax.tree_util.tree_unflatten(treedef, list(xs))
+        return fn(*a, **k)
+
+    try:
+        return [np.asarray(v) for v in jxi.eval_widened(flat_fn, leaves, LOW_FLOATS)]
+    except Exception:  # the reference is extra information: never fail verify for it
+        return None
+
+
 def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -> Any:
     """``fn(*args, **kwargs)``, compiled with ``jax.jit`` if asked (one XLA program instead of
     one per op: much faster for real models) and it can be (a reference that needs concrete
@@ -263,8 +324,10 @@ def verify(
         inputs_as_nchw, outputs_as_nchw: as for ``to_onnx`` (default: as the model records
             them): ``fn`` and ``inputs`` stay channels-last, and the JAX side is transposed to
             the graph's channels-first inputs and outputs.
-        rtol, atol: float tolerances (default by dtype: f32 1e-5, f64 1e-12); ints and bools
-            are always compared exactly.
+        rtol, atol: float tolerances (default by dtype: f32 1e-5, f64 1e-12, float16 2e-3,
+            bfloat16 1.6e-2: about two ulps of 1; printed in the report for 16-bit floats); ints
+            and bools are always compared exactly. A bfloat16 / float16 output's line also
+            gives its error against JAX running the same program in float32, beside JAX's own.
         input_values: flat concrete inputs to use instead of random ones (one run), one per
             graph input, in order.
         on_run: called after each run with the run, its flat inputs, the runtime's outputs
@@ -295,6 +358,7 @@ def verify(
     model = load_model(model)
     signature = model.signature
     session = open_session(model, runtime)
+    policy_io = PRECISION_KEY in signature.metadata
     if enable_double_precision is None:
         enable_double_precision = signature.enable_double_precision
     input_params = dict(input_params or {})
@@ -331,6 +395,8 @@ def verify(
                 if len(param_leaves) == len(flat) - n_args:
                     flat[n_args:] = [np.asarray(v) for v in param_leaves]
             feeds = _feeds(flat)
+            if policy_io:
+                feeds = _policy_feeds(feeds, signature)
             _check_feeds(feeds, names, signature, enable_double_precision, bool(ins))
             # JAX arrays, so that fn sees what it sees in JAX (x.at[...], JAX indexing rules)
             as_jax = [v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v) for v in flat]
@@ -338,13 +404,20 @@ def verify(
             # the reference is what was exported: modules in the same (inference) mode
             with export_session(fn, ExportConfig(training=training, coarse_ops=False)) as prepared:
                 expected = jax.tree_util.tree_leaves(_reference_call(prepared.fn, args, kwargs, jit))
-            actual = session(feeds)
+                low = any(getattr(e, "dtype", None) in LOW_FLOATS for e in expected)
+                reference = _float32_reference(prepared.fn, args, kwargs) if low else None
+            actual = raw = session(feeds)
+            if policy_io:  # a precision policy's float32 boundary: compared in JAX's dtypes
+                actual = [np.asarray(a).astype(np.asarray(e).dtype) if _both_float(a, e) else a
+                          for a, e in zip(actual, map(_as_numpy, expected), strict=False)]
             outputs = [
                 compare(f"out_{j}", a, _as_numpy(e), rtol, atol, runtime)
                 for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))
             ] if len(actual) == len(expected) else [
                 OutputComparison("outputs", "", (), 0.0, 0.0, False, f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs")
             ]
+            if reference is not None and len(reference) == len(outputs):
+                _float32_errors(outputs, raw, [_as_numpy(e) for e in expected], reference)
             report.runs.append(VerifyRun(run_sizes, outputs))
             if on_run is not None:
                 on_run(report.runs[-1], flat, actual, [_as_numpy(e) for e in expected])

@@ -157,3 +157,19 @@ def test_bad_policy_names_the_choices():
         to_onnx(jnp.sin, [(3,)], precision="fp8")
     with pytest.raises(ValueError, match="io_dtype must be 'model' or 'float32'"):
         to_onnx(jnp.sin, [(3,)], io_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("policy", ["as-traced", "float32", "float16"])
+def test_verify_prints_the_dtype_tolerance_and_the_error_against_jax_in_float32(policy):
+    model = _mlp(jnp.bfloat16, jnp.bfloat16)
+    spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
+    onnx_model = to_onnx(model, spec, precision=policy, io_dtype="float32")
+    report = verify(model, onnx_model, spec, sizes={"B": [64]})
+    assert report.ok, str(report)
+    (out,) = report.runs[0].outputs
+    assert (out.rtol, out.atol) == (1.6e-2, 1.6e-2) and "(rtol 0.016, atol 0.016)" in str(report)
+    assert "vs JAX in float32" in str(report)
+    # bfloat16 itself is ~1e-2 from the float answer; the float32 graph is much nearer to it
+    assert out.jax_float32_abs > 4e-3
+    if policy == "float32":
+        assert out.float32_abs < out.jax_float32_abs / 5, str(report)
