@@ -32,6 +32,7 @@ from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.opset_forms import has_op, missing_types
 from jax2onnx_nn.core.passes import run_pipeline
 from jax2onnx_nn.core.patching import export_session
+from jax2onnx_nn.core.precision import check_target_dtypes
 from jax2onnx_nn.core.save import check_path, save_model
 from jax2onnx_nn.core.session import collector_paused
 from jax2onnx_nn.core.source_locations import set_source_locations
@@ -177,6 +178,7 @@ def export_model(
     marks = {"inline_functions": 1, "fill_missing_types": 2}  # (after the layout, after the rewrites)
     census = run_pipeline(model, config, lambda stage: stage in marks and progress.update("passes", marks[stage], 3))
     _check_target_ops(model, census, config.target, config.opset)
+    check_target_dtypes(model, config.target.lacks_dtypes, config.target.name)
     set_source_locations(model, config.source_locations)  # errors above name absolute paths
     progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress

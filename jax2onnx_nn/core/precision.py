@@ -15,7 +15,7 @@ sub-ops (``docs/precision.md`` gives the measured differences: about one ulp of 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -24,6 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 
 LOW_FLOATS = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})
@@ -338,7 +339,29 @@ def _cast_output(graph: ir.Graph, i: int, want: ir.DataType) -> None:
     graph.outputs[i] = result
 
 
+def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target: str) -> None:
+    """Raise a ConversionError naming the tensors of a type the target cannot hold (its
+    profile's ``lacks_dtypes``) and what to export instead; nothing is written."""
+    if not lacks_dtypes:
+        return
+    found: dict[str, list[str]] = {}
+    for graph in _all_graphs(model):
+        values: list[Any] = list(graph.inputs) + [o for node in graph for o in node.outputs]
+        if isinstance(graph, ir.Graph):
+            values += list(graph.initializers.values())
+        for value in values:
+            name = value.dtype.name.lower() if value.dtype is not None else None
+            if name in lacks_dtypes:
+                found.setdefault(name, []).append(value.name or "?")
+    if found:
+        lines = [f"target {target} cannot hold {', '.join(sorted(found))} tensors; nothing was exported:"]
+        for dtype, names in sorted(found.items()):
+            lines.append(f"  {dtype}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)} values)")
+            lines.append(f"    ({lacks_dtypes[dtype]})")
+        raise ConversionError("\n".join(lines))
+
+
 __all__ = [
-    "ACCUMULATING", "IO_DTYPES", "LOW_FLOATS", "POLICIES", "apply_precision", "WidenedContext", "call_dtype", "is_low_float", "narrow_results", "widen_operand",
+    "ACCUMULATING", "check_target_dtypes", "IO_DTYPES", "LOW_FLOATS", "POLICIES", "apply_precision", "WidenedContext", "call_dtype", "is_low_float", "narrow_results", "widen_operand",
     "widened_context", "widening_for",
 ]

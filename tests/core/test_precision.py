@@ -173,3 +173,14 @@ def test_verify_prints_the_dtype_tolerance_and_the_error_against_jax_in_float32(
     assert out.jax_float32_abs > 4e-3
     if policy == "float32":
         assert out.float32_abs < out.jax_float32_abs / 5, str(report)
+
+
+def test_a_target_without_bfloat16_names_the_tensors_and_the_policy_to_use():
+    from jax2onnx_nn import ConversionError
+
+    model = _mlp(jnp.bfloat16, jnp.bfloat16)
+    spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
+    with pytest.raises(ConversionError, match=r"target tract cannot hold bfloat16 tensors(.|\n)*bfloat16: x, (.|\n)*precision='float32'"):
+        to_onnx(model, spec, target="tract")
+    onnx_model = to_onnx(model, spec, target="tract", precision="float32")
+    assert all(t.data_type == 1 for t in onnx_model.graph.initializer)

@@ -50,6 +50,8 @@ class Target:
             another one fails before writing, naming the op and the source line.
         lacks: ``{op: what to do instead}`` for ops it does not run (the export fails before
             writing, naming the op, the source line and the advice).
+        lacks_dtypes: ``{element type: what to do instead}`` for tensor types it cannot hold
+            (tract has no bfloat16): the export fails before writing, naming the fix.
         float64: it computes float64 in float64. OpenVINO's CPU plugin computes it in float32
             (float64 models then match JAX to float32 precision only); nothing in the graph
             can change that.
@@ -67,6 +69,7 @@ class Target:
     ops: frozenset[str] | None = None
     lacks: Mapping[str, str] = field(default_factory=dict)
     float64: bool = True
+    lacks_dtypes: Mapping[str, str] = field(default_factory=dict)
 
     def runs(self, op: str) -> bool:
         """Whether this runtime runs ONNX op ``op`` (of the default domain)."""

@@ -331,6 +331,7 @@ PROFILE = Target(
               vector_dot_as_matrix_product, strided_slice_as_gather, runtime_slice_as_gather, expand_full_rank,
               float_sum_over_empty_last_axis, uint32_matmul_as_int32),
     late_rewrites=(empty_constants_as_constant_of_shape, ranges_in_scan_bodies),
+    lacks_dtypes={"bfloat16": "tract 0.23 has no bfloat16 tensors: export with precision='float32' (CLI: --precision float32)"},
     lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
                    "(not a fixed number of steps) has no exact Scan form: export with loop_bound=N "
                    "(CLI: --loop-bound N) to write it as a Scan of at most N steps (float results NaN "
