@@ -66,7 +66,8 @@ _SUPPORTED_TEXT: dict[str, str] = {
     "AveragePool": "f16 f32",
     "ReduceL2": "f32 f64",
     **{op: "f16 f32" for op in ("PRelu", "GRU", "LSTM", "RotaryEmbedding", "GlobalAveragePool", "GlobalMaxPool")},
-    "Clip": "i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64",
+    # (a bfloat16 Clip fails to load: "Could not find an implementation for Less(13)")
+    "Clip": "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64",
     "Compress": "b " + _NUMERIC,
     "Sum": "f16 f32 f64",
     # scatters with a reduction: keyed by kernel_key (the reduction changes the kernels)

@@ -184,3 +184,11 @@ def test_a_target_without_bfloat16_names_the_tensors_and_the_policy_to_use():
         to_onnx(model, spec, target="tract")
     onnx_model = to_onnx(model, spec, target="tract", precision="float32")
     assert all(t.data_type == 1 for t in onnx_model.graph.initializer)
+
+
+def test_bfloat16_clip_runs_on_onnxruntime():
+    # onnxruntime 1.32 lists a bfloat16 Clip but fails to load it ("Could not find an
+    # implementation for Less(13)"): Keras' ReLU(6.0) under mixed_bfloat16 did not load
+    spec = [jax.ShapeDtypeStruct((2, 5), jnp.bfloat16)]
+    report = verify(jax.nn.relu6, to_onnx(jax.nn.relu6, spec), spec)
+    assert report.ok, str(report)
