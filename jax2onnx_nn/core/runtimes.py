@@ -196,10 +196,31 @@ def _openvino(model: LoadedModel) -> Session:
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
         request = compiled.create_infer_request()
-        results = request.infer({name: v for name, v in zip(input_names, flat, strict=True) if name in kept})
-        return [np.array(results[out]) for out in compiled.outputs]
+        feeds = {name: _openvino_input(ov, v) for name, v in zip(input_names, flat, strict=True) if name in kept}
+        results = request.infer(feeds)
+        return [_openvino_array(np.array(results[out]), out) for out in compiled.outputs]
 
     return run
+
+
+def _openvino_input(ov: Any, value: np.ndarray) -> Any:
+    """A bfloat16 input as an OpenVINO bf16 tensor holding its bits (a numpy bfloat16 array
+    is read as float16); anything else as it is."""
+    if np.dtype(value.dtype).name != "bfloat16":
+        return value
+    tensor = ov.Tensor(ov.Type.bf16, ov.Shape(list(value.shape)))
+    tensor.data.view(np.uint16)[...] = _contiguous(value).view(np.uint16)
+    return tensor
+
+
+def _openvino_array(array: np.ndarray, port: Any) -> np.ndarray:
+    """An OpenVINO output as numpy: a bfloat16 output comes back as its bits in a float16
+    array (numpy has no bfloat16 of its own), reread as ml_dtypes.bfloat16."""
+    if str(port.get_element_type()) == "<Type: 'bfloat16'>" and array.dtype.itemsize == 2:
+        import ml_dtypes
+
+        return array.view(ml_dtypes.bfloat16)
+    return array
 
 
 def _tract(model: LoadedModel) -> Session:

@@ -192,3 +192,17 @@ def test_bfloat16_clip_runs_on_onnxruntime():
     spec = [jax.ShapeDtypeStruct((2, 5), jnp.bfloat16)]
     report = verify(jax.nn.relu6, to_onnx(jax.nn.relu6, spec), spec)
     assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("runtime", ["openvino", "tract"])
+def test_bfloat16_mlp_on_other_runtimes(runtime):
+    from jax2onnx_nn.core.runtimes import missing_reason
+
+    if missing_reason(runtime):
+        pytest.skip(missing_reason(runtime))
+    model = _mlp(jnp.bfloat16, jnp.bfloat16)
+    spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
+    # OpenVINO holds bfloat16 (fed and read as its bits); tract has none: float32 policy
+    onnx_model = to_onnx(model, spec, **({"target": "tract", "precision": "float32"} if runtime == "tract" else {}))
+    report = verify(model, onnx_model, spec, sizes={"B": [8]}, runtime=runtime)
+    assert report.ok, str(report)
