@@ -201,7 +201,8 @@ def coarse_lowering(
                 return ctx.lower_sub(body, list(operands))
             return result
 
-        register(primitive, lower, onnx_ops=onnx_ops, min_opset=min_opset)
+        # (+ Cast: bfloat16 / float16 calls compute in float32 between Casts, core/precision.py)
+        register(primitive, lower, onnx_ops=tuple(dict.fromkeys((*onnx_ops, "Cast"))), min_opset=min_opset)
         return rule
 
     return decorate
