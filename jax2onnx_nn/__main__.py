@@ -229,7 +229,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(note)
     try:
         result = roundtrip(fn, inputs, onnx_model=model, sizes=sizes,
-                           enable_double_precision=args.f64, runtime=runtime)
+                           enable_double_precision=args.f64, runtime=runtime,
+                           reference_device=args.reference_device)
     except RuntimeUnavailable as err:
         if args.debug:
             raise
@@ -360,6 +361,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--verify", action="store_true",
                         help="compare the model with JAX on random inputs, run in the --target's "
                              "runtime (onnxruntime where that is not installed, or for tensorrt)")
+    export.add_argument("--reference-device", choices=["cpu", "default"], default="cpu",
+                        help="where --verify computes JAX's reference: cpu (default; an accelerator's "
+                             "default matmul precision would make a right export look wrong) or JAX's default device")
     export.add_argument("--size", action="append", default=[], metavar="NAME=N,..", help="sizes of a symbolic dim for --verify, e.g. B=1,8 (default 1,4)")
     export.set_defaults(func=_cmd_export)
     demo = sub.add_parser("demo", parents=[common], help="export the built-in example models and verify them")

@@ -2,6 +2,11 @@ import os
 
 # Keras 3 runs on JAX in these tests; the backend is chosen once, when keras is first imported.
 os.environ["KERAS_BACKEND"] = "jax"
+# Four CPU devices, for the sharded programs (meshes of 1, 2 and 4 devices) and weights on
+# another device than the default one. Read when JAX first starts its CPU backend, which no
+# import before this file does; the default device stays cpu:0, so other tests are unchanged.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 import pytest
 from hypothesis import HealthCheck, settings

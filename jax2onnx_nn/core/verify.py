@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.extend as jex
 import jax.numpy as jnp
 import numpy as np
 
@@ -76,6 +77,7 @@ class VerifyRun:
 class VerifyReport:
     runtime: str = "onnxruntime"
     runs: list[VerifyRun] = field(default_factory=list)
+    reference: str = ""  # where JAX computed the reference (see :func:`verify`'s reference_device)
 
     @property
     def ok(self) -> bool:
@@ -121,6 +123,8 @@ class VerifyReport:
                     )
         if self.note:
             lines.append(self.note)
+        if self.reference:
+            lines.append(f"JAX reference: {self.reference}")
         return "\n".join(lines)
 
     def raise_if_failed(self) -> None:
@@ -277,6 +281,9 @@ def _float32_reference(fn: Callable[..., Any], args: Any, kwargs: Any) -> list[A
         return None
 
 
+REFERENCE_DEVICES = ("cpu", "default")
+
+
 def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -> Any:
     """``fn(*args, **kwargs)``, compiled with ``jax.jit`` if asked (one XLA program instead of
     one per op: much faster for real models) and it can be (a reference that needs concrete
@@ -285,8 +292,61 @@ def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -
         return fn(*args, **kwargs)
     try:
         return jax.jit(fn)(*args, **kwargs)
-    except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError):
+    except _TRACE_ERRORS:
         return fn(*args, **kwargs)
+
+
+_TRACE_ERRORS = (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                 jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError)
+
+
+def _default_platform() -> str:
+    """The platform JAX runs on by default here (``cpu``, ``tpu``, ``gpu``)."""
+    return jax.default_backend()
+
+
+def reference_outputs(
+    fn: Callable[..., Any], args: Any, kwargs: Any, *, jit: bool = False, device: str = "cpu"
+) -> tuple[Any, str]:
+    """``fn(*args, **kwargs)`` computed where its numbers are comparable with a runtime's, and
+    a phrase saying where.
+
+    An accelerator computes float32 matrix products at its default precision (bfloat16 passes
+    on a TPU): an export that is right is then 1e-2 off. So with ``device="cpu"`` (default) on
+    a host whose default device is not the CPU, ``fn`` is traced, its arrays (weights closed
+    over or held by a module) are copied to the CPU and the jaxpr runs there; a function that
+    cannot be traced (it needs concrete values) runs where its arrays are, at matmul precision
+    "highest". ``device="default"`` runs ``fn`` as it is, on the default device.
+    """
+    if device not in REFERENCE_DEVICES:
+        raise ValueError(f"reference_device must be one of {REFERENCE_DEVICES}, got {device!r}")
+    platform = _default_platform()
+    if device == "default":
+        return _reference_call(fn, args, kwargs, jit), f"{platform} (the default device, as asked)"
+    if platform == "cpu":
+        return _reference_call(fn, args, kwargs, jit), "cpu"
+    cpu = jax.devices("cpu")[0]
+    flat, treedef = jax.tree_util.tree_flatten((args, kwargs))
+
+    def flat_fn(*leaves: Any) -> Any:
+        a, k = jax.tree_util.tree_unflatten(treedef, leaves)
+        return fn(*a, **k)
+
+    try:
+        closed = jax.make_jaxpr(flat_fn)(*flat)
+    except _TRACE_ERRORS:
+        with jax.default_device(cpu), jax.default_matmul_precision("highest"):
+            outs = fn(*args, **kwargs)
+        return outs, (f"{platform} at matmul precision 'highest' (the function needs concrete "
+                      "values: its arrays could not be moved to the cpu)")
+    consts = jax.device_put(list(closed.consts), cpu)
+    on_cpu = jax.device_put(flat, cpu)
+    with jax.default_device(cpu):
+        run = jex.core.jaxpr_as_fun(jex.core.ClosedJaxpr(closed.jaxpr, consts))
+        outs = (jax.jit(run) if jit else run)(*on_cpu)
+    out_tree = jax.tree_util.tree_structure(jax.eval_shape(flat_fn, *flat))
+    return (jax.tree_util.tree_unflatten(out_tree, list(outs)),
+            f"cpu (the function's arrays copied from {platform}; reference_device='default' runs it there)")
 
 
 @checked_options()
@@ -308,6 +368,7 @@ def verify(
     training: bool = False,
     jit: bool = False,
     runtime: str = "onnxruntime",
+    reference_device: str = "cpu",
 ) -> VerifyReport:
     """Run ``model`` in ``runtime`` and ``fn`` in JAX on the same random inputs and compare.
 
@@ -338,6 +399,12 @@ def verify(
             default: XLA compiles whole programs, and a rare program (a jitted philox4x32 key
             stream, on jax 0.10) never finishes compiling, where op by op it runs.
         runtime: ``"onnxruntime"`` (CPU), ``"openvino"``, ``"tract"`` or ``"onnxruntime-web"``.
+        reference_device: where JAX computes the reference. ``"cpu"`` (default): on the CPU,
+            the function's arrays copied there, so that an accelerator's default matmul
+            precision (bfloat16 passes on a TPU) does not make a right export look wrong; a
+            function that cannot be traced runs at matmul precision "highest" instead.
+            ``"default"``: on JAX's default device, as the function runs there.
+            ``report.reference`` (and its text) says which was used.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok``, ``report.max_abs``, ``report.max_rel``;
@@ -369,6 +436,8 @@ def verify(
     if outputs_as_nchw is not None:
         outs = set(resolve(outputs_as_nchw, signature.output_names, "outputs_as_nchw"))
     rng = np.random.default_rng(seed)
+    if reference_device not in REFERENCE_DEVICES:
+        raise ValueError(f"reference_device must be one of {REFERENCE_DEVICES}, got {reference_device!r}")
     report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
         parse_options = {"input_params": input_params, "enable_double_precision": enable_double_precision}
@@ -403,7 +472,9 @@ def verify(
             args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
             # the reference is what was exported: modules in the same (inference) mode
             with export_session(fn, ExportConfig(training=training, coarse_ops=False)) as prepared:
-                expected = jax.tree_util.tree_leaves(_reference_call(prepared.fn, args, kwargs, jit))
+                outputs_tree, report.reference = reference_outputs(
+                    prepared.fn, args, kwargs, jit=jit, device=reference_device)
+                expected = jax.tree_util.tree_leaves(outputs_tree)
                 low = any(getattr(e, "dtype", None) in LOW_FLOATS for e in expected)
                 reference = _float32_reference(prepared.fn, args, kwargs) if low else None
             actual = raw = session(feeds)

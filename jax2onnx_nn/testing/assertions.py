@@ -25,13 +25,15 @@ def assert_exports_match(
     atol: float | None = None,
     enable_double_precision: bool = False,
     seed: int = 0,
+    reference_device: str = "cpu",
     **to_onnx_options: Any,
 ) -> onnx.ModelProto:
     """Export ``fn``, validate the model with the ONNX checker, and compare onnxruntime with JAX.
 
     ``input_values`` (flat, in input order) are used as given; otherwise random inputs are drawn
     for every size in ``sizes``. Raises AssertionError with a per-output table and the largest
-    element differences on mismatch. Returns the model so tests can assert properties of the
+    element differences on mismatch. JAX's reference is computed on the CPU (``reference_device
+    ="default"``: on JAX's default device; see :func:`jax2onnx_nn.verify`). Returns the model so tests can assert properties of the
     graph too.
 
     Example::
@@ -42,7 +44,8 @@ def assert_exports_match(
     __tracebackhide__ = True
     result = roundtrip(
         fn, inputs, sizes=sizes, input_values=input_values, rtol=rtol, atol=atol, seed=seed,
-        enable_double_precision=enable_double_precision, **to_onnx_options,
+        enable_double_precision=enable_double_precision, reference_device=reference_device,
+        **to_onnx_options,
     )
     result.raise_if_failed()
     return result.model

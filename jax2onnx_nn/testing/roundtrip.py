@@ -75,6 +75,7 @@ def roundtrip(
     save_dir: str | os.PathLike[str] | None = None,
     runtime: str = "onnxruntime",
     jit: bool = False,
+    reference_device: str = "cpu",
     **to_onnx_options: Any,
 ) -> RoundTrip:
     """Export ``model_or_fn`` (unless ``onnx_model`` is given), run the ONNX checker, and
@@ -97,6 +98,9 @@ def roundtrip(
         runtime: where the model runs (see :func:`jax2onnx_nn.verify`).
         jit: run the JAX side under ``jax.jit``: one XLA compile instead of one per op (a
             linear-algebra reference compiles ~40 small programs op by op).
+        reference_device: where JAX computes the reference: ``"cpu"`` (default; the
+            function's arrays copied there on an accelerator host) or ``"default"`` (JAX's
+            default device); see :func:`jax2onnx_nn.verify`.
         **to_onnx_options: options of :func:`jax2onnx_nn.to_onnx`.
 
     Returns:
@@ -136,7 +140,7 @@ def roundtrip(
     report = verify(
         fn, model, specs, sizes=sizes, input_params=input_params, enable_double_precision=x64,
         rtol=rtol, atol=atol, seed=seed, input_values=input_values, on_run=collect, training=training,
-        runtime=runtime, jit=jit, **layout,
+        runtime=runtime, jit=jit, reference_device=reference_device, **layout,
     )
     result = RoundTrip(model, report, diffs)
     if not result.ok and save_dir is not None:
