@@ -263,6 +263,16 @@ def as_closed(jaxpr: Any) -> Any:
     return ClosedJaxpr(jaxpr, ())
 
 
+def bind_equation(eqn: Any, args: Any) -> list[Any]:
+    """Bind ``eqn``'s primitive on ``args`` (values or tracers), as ``eval_jaxpr`` does;
+    always a list of results."""
+    bound = eqn.primitive.get_bind_params(eqn.params)
+    # JAX 0.10 returns the params (sub-functions among them), older versions (subfuns, params)
+    subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
+    outs = eqn.primitive.bind(*subfuns, *args, **params)
+    return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
 def primitive_impl_jaxpr(prim: Any, params: dict[str, Any], avals: list[Any]) -> Any | None:
     """Trace a primitive's Python implementation, for primitives defined by libraries.
 

@@ -13,6 +13,7 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     random,
     reductions,
     shapes,
+    sharding,
     solves,
     special,
     svd,
