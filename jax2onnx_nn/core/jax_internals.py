@@ -405,6 +405,31 @@ def data_struct(aval: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
 
 
+def held_off_host(value: Any) -> bool:
+    """Whether ``value`` is a ``jax.Array`` whose host copy is a copy: on an accelerator, or
+    split over several devices (a single CPU device's buffer is viewed, not copied)."""
+    if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer) or is_key_dtype(value.dtype):
+        return False
+    try:
+        devices = value.sharding.device_set
+    except Exception:
+        return False
+    return len(devices) > 1 or any(d.platform != "cpu" for d in devices)
+
+
+def fetched_data(array: Any) -> np.ndarray:
+    """:func:`to_data` of a ``jax.Array`` held off the host, copied shard by shard to the CPU
+    into a fresh host array that the ``jax.Array`` does not keep (``np.asarray`` caches its
+    copy on the array: fetching every weight of a model that way keeps them all on the host
+    until the export ends)."""
+    cpu = jax.devices("cpu")[0]
+    host = np.empty(array.shape, array.dtype)
+    for shard in array.addressable_shards:
+        if shard.replica_id == 0:  # (a replicated block is copied once)
+            host[shard.index] = np.asarray(jax.device_put(shard.data, cpu))
+    return to_data(host)
+
+
 def to_data(value: Any) -> Any:
     """A concrete value as the real data ONNX holds for it (keys: uint32, complex: pairs)."""
     if hasattr(value, "dtype") and is_key_dtype(value.dtype):

@@ -9,6 +9,8 @@ equation output are stamped from the jaxpr's avals.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -77,6 +79,39 @@ def is_float(dtype: Any) -> bool:
 _NO_PAIRS = object()  # a complex op that has no lowering on (real, imag) pairs
 
 
+def device_tensor(array: Any) -> ir.LazyTensor:
+    """A weight held in device memory as a tensor whose bytes are copied to the host each time
+    they are read (when the file is written: one weight at a time) and not kept: exporting a
+    model whose weights live on an accelerator, or are sharded over devices, needs host memory
+    for one weight, not for all of them."""
+    dtype, shape = onnx_aval(array)
+
+    def fetch() -> ir.Tensor:
+        _release_freed_memory()  # the weights fetched before this one (written by now)
+        return ir.Tensor(jxi.fetched_data(array))
+
+    return ir.LazyTensor(fetch, dtype=ir_dtype(dtype), shape=ir_shape(shape))
+
+
+def _release_freed_memory() -> None:
+    """Give the pages of freed host buffers back to the system (glibc's ``malloc_trim``).
+
+    glibc raises its mmap threshold each time a large mmapped buffer is freed, so after the
+    first weights the copies come from the heap, whose freed pages it keeps: without this a
+    CPU export of 200 MB of sharded weights peaked at 0.78x their bytes, with it 0.06x."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
+        return None
+
+
 class Lowerer:
     """State of one export: the root builder, symbolic dims, unsupported primitives seen."""
 
@@ -97,12 +132,16 @@ class Lowerer:
         hit = self._consts.get(id(value))
         if hit is not None and not builder.isolated:
             return hit[1]
-        array = jxi.to_data(value)
-        if (array.size <= 16 and id(value) not in self.const_names) or builder.isolated:
-            result = builder.const(array)
+        small = np.size(value) <= 16 and id(value) not in self.const_names
+        if not small and not builder.isolated and jxi.held_off_host(value):
+            # copied from its device(s) when it is written, then freed: not all at once here
+            name = self.const_names.get(id(value), "weight")
+            result = builder.initializer(device_tensor(value), name)
+        elif small or builder.isolated:
+            result = builder.const(jxi.to_data(value))
         else:
             name = self.const_names.get(id(value), "weight")
-            result = builder.initializer(array, name)
+            result = builder.initializer(jxi.to_data(value), name)
         if not builder.isolated:
             self._consts[id(value)] = (value, result)  # holding value keeps id() unique
         return result
