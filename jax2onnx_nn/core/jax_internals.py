@@ -700,3 +700,58 @@ def _eval_widened(jaxpr: Any, consts: list[Any], args: list[Any], low: frozenset
         for var, value in zip(eqn.outvars, outs, strict=True):
             env[var] = value
     return [read(v) for v in jaxpr.outvars]
+# -- Pallas ------------------------------------------------------------------------------------
+
+# Pallas primitives with no meaning outside the hardware they drive (DMAs, semaphores,
+# barriers, the TPU's matmul unit and PRNG): the interpret path has no values for them.
+_PALLAS_HARDWARE_MODULES = (
+    "jax._src.pallas.mosaic.primitives", "jax._src.pallas.mosaic_gpu.primitives", "jax._src.pallas.triton.primitives",
+)
+_PALLAS_HARDWARE_NAMES = ("semaphore_read", "semaphore_signal", "semaphore_wait", "get_global", "delay")
+
+
+@functools.cache
+def _pallas_hardware_primitives() -> frozenset[str]:
+    import importlib
+
+    names = set(_PALLAS_HARDWARE_NAMES)
+    for module_name in _PALLAS_HARDWARE_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001 - a backend's module may not import on this host
+            continue
+        names.update(v.name for v in vars(module).values() if isinstance(v, Primitive))
+    return frozenset(names)
+
+
+def pallas_hardware_primitives(params: dict[str, Any]) -> list[str]:
+    """The hardware-only primitives a ``pallas_call``'s kernel uses, nested bodies included."""
+    found: list[str] = []
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+            if eqn.primitive.name in _pallas_hardware_primitives() and eqn.primitive.name not in found:
+                found.append(eqn.primitive.name)
+            for sub in subjaxprs_of(eqn.params):
+                walk(sub)
+
+    walk(params["jaxpr"])
+    return found
+
+
+def pallas_kernel_name(params: dict[str, Any]) -> str:
+    """The kernel's name and definition site (``matmul_kernel at model.py:12``) as JAX knows it."""
+    info = getattr(params["jaxpr"], "debug_info", None)
+    where = getattr(info, "func_src_info", None) or ""
+    name = params.get("name") or (where.split(" ")[0] if where else "kernel")
+    return f"{name} ({where})" if where and not where.startswith(name + " ") else (where or name)
+
+
+def pallas_interpreter(params: dict[str, Any]) -> Any:
+    """The function of the ``pallas_call``'s operands that JAX's interpret mode evaluates: the
+    kernel's discharged jaxpr (loads and stores as slices and updates) run over the grid in a
+    while loop, the outputs carried from one grid step to the next."""
+    from jax._src.pallas import hlo_interpreter
+
+    kept = set(inspect.signature(hlo_interpreter.pallas_call_hlo_interpret).parameters)
+    return functools.partial(hlo_interpreter.pallas_call_hlo_interpret, **{k: v for k, v in params.items() if k in kept})

@@ -10,6 +10,7 @@ from jax2onnx_nn.core.lowerings import (  # noqa: F401
     fft,
     indexing,
     linalg,
+    pallas,
     random,
     reductions,
     shapes,
