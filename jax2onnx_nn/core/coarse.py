@@ -64,12 +64,15 @@ class CoarseCall:
     ``weights``: role -> an array the call reads (matched by identity among the arrays the
     traced call closes over); None for an absent optional weight.
     ``params``: static config the lowering rule needs (hashable values).
+    ``call_kwargs``: keyword arguments that replace the call's own when its body is traced
+    (an accelerator-only switch, ``implementation="cudnn"``, by the portable one).
     """
 
     primitive: str
     inputs: Mapping[str, Any] = field(default_factory=dict)
     weights: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Hashable] = field(default_factory=dict)
+    call_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 Handler = Callable[..., "CoarseCall | _NotApplicableType"]
@@ -114,6 +117,7 @@ def coarse_wrapper(handler: Handler) -> Callable[[Any], Any]:
             except Exception:  # a handler that cannot model a call must not break it
                 spec = NotApplicable
             if spec is not NotApplicable:
+                kwargs = {**kwargs, **spec.call_kwargs}
                 result = bind_coarse(spec, original, args, kwargs)
                 if result is not NotApplicable:
                     return result

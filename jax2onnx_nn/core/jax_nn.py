@@ -85,7 +85,8 @@ def _attention_call(a: dict[str, Any]) -> Any:
     for name in ("query_seq_lengths", "key_value_seq_lengths", "local_window_size"):
         if a.get(name) is not None:
             return NotApplicable
-    if a.get("implementation") not in (None, "xla") or a.get("return_residual", False):
+    # cudnn is a GPU kernel of the same attention: the body is traced with JAX's portable one
+    if a.get("implementation") not in (None, "xla", "cudnn") or a.get("return_residual", False):
         return NotApplicable
     if not _without_extras(a):
         return NotApplicable
@@ -102,7 +103,9 @@ def _attention_call(a: dict[str, Any]) -> Any:
         inputs["bias"] = bias
     if mask is not None:
         inputs["mask"] = mask
-    return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))})
+    portable = {"implementation": None} if a.get("implementation") == "cudnn" else {}
+    return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))},
+                      call_kwargs=portable)
 
 
 def _without_extras(a: dict[str, Any]) -> bool:
