@@ -317,7 +317,7 @@ def _mapped(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
 
 def _scan(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     p = eqn.params
-    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    n_consts, n_carry = jxi.scan_counts(p)
     consts, carry, xs = args[:n_consts], args[n_consts:n_consts + n_carry], args[n_consts + n_carry:]
     xs_flags = [x.per_device for x in xs]
     # per device, the scanned dim comes after the device dim: scan over it first
