@@ -4,7 +4,8 @@
 
 Builds an MLP whose weights are made on the devices (sharded over all of them, row blocks),
 exports it with ``path=`` and prints the host memory the export needed above what the process
-held before it (peak RSS, ``VmHWM`` reset through ``/proc/self/clear_refs``) over the weight
+held before it (peak RSS: ``VmHWM`` reset through ``/proc/self/clear_refs``, and ``VmRSS``
+sampled every millisecond where the kernel has no ``VmHWM``, as under gVisor) over the weight
 bytes. On a CPU host the devices' memory is host memory too: the weights are in the "before".
 Prints one line of ``key=value`` pairs (``ratio=`` is the figure); ``tests/core/
 test_device_weights.py`` and ``benchmarks/tpu_check.py`` run it.
@@ -29,12 +30,37 @@ def _status(field: str) -> int:
 
 
 def _reset_peak() -> bool:
+    """Reset the kernel's peak RSS (``VmHWM``); False where it cannot be (gVisor has neither
+    ``clear_refs`` nor ``VmHWM``: the peak is then sampled)."""
     try:
+        _status("VmHWM")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         return True
-    except OSError:
+    except (OSError, KeyError):
         return False
+
+
+class _SampledPeak:
+    """The largest ``VmRSS`` seen every millisecond while the ``with`` block runs."""
+
+    def __enter__(self) -> _SampledPeak:
+        import threading
+
+        self.peak = _status("VmRSS")
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.001):
+            self.peak = max(self.peak, _status("VmRSS"))
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _status("VmRSS"))
 
 
 def sharded_mlp(megabytes: float, layers: int, devices: int):  # noqa: ANN201 - jax types
@@ -79,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         before = _status("VmRSS")
         exact = _reset_peak()
         start = time.perf_counter()
-        path = to_onnx(fn, [(1, width)], path=os.path.join(folder, "m.onnx"))
+        with _SampledPeak() as sampled:
+            path = to_onnx(fn, [(1, width)], path=os.path.join(folder, "m.onnx"))
         seconds = time.perf_counter() - start
-        peak = _status("VmHWM") if exact else max(_status("VmHWM"), _status("VmRSS"))
+        peak = max(_status("VmHWM"), sampled.peak) if exact else sampled.peak
         size = os.path.getsize(path) + (os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0)
     extra = max(peak - before, 0)
     print(f"platform={jax.default_backend()} devices={devices} weight_bytes={weight_bytes} file_bytes={size} "
