@@ -267,8 +267,25 @@ class Lowerer:
         scope = eqn.params.get("name") if eqn.primitive.name in ("pjit", "jit") else None
         if scope and scope != "<lambda>":
             with builder.name_scope(str(scope)):
+                if self.config.coarse_ops:
+                    for recognize in _CALL_RECOGNIZERS:
+                        outs = recognize(LoweringContext(self, eqn, builder), inputs)
+                        if outs is not None:
+                            return outs
                 return self.lower_jaxpr(body, inputs, builder)
         return self.lower_jaxpr(body, inputs, builder)
+
+
+CallRecognizer = Callable[["LoweringContext", list[ir.Value]], "list[ir.Value] | None"]
+_CALL_RECOGNIZERS: list[CallRecognizer] = []
+
+
+def recognize_calls(recognizer: CallRecognizer) -> CallRecognizer:
+    """Register ``recognizer(ctx, inputs)`` for named ``jit`` equations (``ctx.eqn``): the
+    values of a coarse op for a call it recognises (a library's jitted function reached by a
+    name no patch sees), None to lower the call's body as usual."""
+    _CALL_RECOGNIZERS.append(recognizer)
+    return recognizer
 
 
 class LoweringContext:
