@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +24,7 @@ from flax import nnx
 from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patches
-from jax2onnx_nn.flax import coarse, flags
+from jax2onnx_nn.flax import coarse, flags, linen
 from jax2onnx_nn.flax.functions import ModulePaths
 
 
@@ -171,7 +172,9 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
             return
         modules = reached_modules(prepared.fn)
         if not modules:
-            yield prepared
+            # Linen: arrays named by variable path (the module lives outside its variables)
+            names = linen.variable_names(prepared.fn) if "flax.linen" in sys.modules else {}
+            yield Prepared(prepared.fn, {**names, **prepared.const_names}) if names else prepared
             return
         splits = {id(m): nnx.split(m) for _, m in modules}
         names = dict(prepared.const_names)
