@@ -172,6 +172,14 @@ def describe_module(target: str, what: str) -> None:
     _MODULE_ROWS[target] = ModuleRow(target, what, 1, None)
 
 
+def also_covers(primitive: str, target: str) -> None:
+    """Another module whose calls bind ``primitive`` (registered, with ``covers``, before):
+    a second framework's layer of the same arithmetic (``linen.Dense`` binds ``nnx_linear``),
+    for the support table."""
+    row = next(r for r in _MODULE_ROWS.values() if r.primitive == primitive)
+    _MODULE_ROWS[target] = ModuleRow(target, row.onnx_ops, row.min_opset, primitive)
+
+
 def coarse_lowering(
     primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1, covers: tuple[str, ...] = ()
 ) -> Callable[[Any], Any]:
@@ -238,6 +246,6 @@ def map_calls(owner: Any, name: str = "__call__") -> Callable[[Handler], Handler
 
 
 __all__ = [
-    "CoarseCall", "Handler", "ModuleRow", "NotApplicable", "Operands", "bind_coarse",
+    "CoarseCall", "Handler", "ModuleRow", "NotApplicable", "Operands", "also_covers", "bind_coarse",
     "coarse_lowering", "coarse_wrapper", "describe_module", "map_calls", "module_rows",
 ]

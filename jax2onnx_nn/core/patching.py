@@ -13,6 +13,7 @@ from jax2onnx_nn.core.coarse import (
     ModuleRow,
     NotApplicable,
     Operands,
+    also_covers,
     bind_coarse,
     coarse_lowering,
     coarse_wrapper,
@@ -36,7 +37,7 @@ ExportOptions = ExportConfig  # the name adapters used before the one export con
 
 __all__ = [
     "CoarseCall", "ExportConfig", "ExportOptions", "Handler", "ModuleCallStack", "ModuleRow",
-    "NotApplicable", "Operands", "Prepared", "active_options", "add_session_patch", "bind_coarse",
+    "NotApplicable", "Operands", "Prepared", "active_options", "add_session_patch", "also_covers", "bind_coarse",
     "coarse_lowering", "coarse_wrapper", "describe_module", "export_session", "is_array",
     "map_calls", "module_rows", "overrides_nothing", "patch", "patches", "register_adapter", "split_arrays",
     "trace_call",

@@ -24,7 +24,7 @@ from flax import nnx
 from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patches
-from jax2onnx_nn.flax import coarse, flags, linen
+from jax2onnx_nn.flax import coarse, flags, linen, linen_coarse  # noqa: F401 (linen_coarse: its patches)
 from jax2onnx_nn.flax.functions import ModulePaths
 
 

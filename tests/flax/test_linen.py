@@ -107,3 +107,91 @@ def test_use_running_average_as_a_call_argument_is_the_users():
 def test_variable_names_of_a_callable_reaching_nothing_is_empty():
     assert variable_names(lambda x: x + 1) == {}
     assert variable_names(lambda x, table={"a": {"b": 1}}: x) == {}  # not a variables dict
+
+
+# -- Linen layers as coarse ops (jax2onnx_nn/flax/linen_coarse.py) --------------------------
+
+
+def test_issue_model_is_its_layers(convnet):
+    """Conv -> BatchNorm -> gelu -> mean -> LayerNorm -> Dense: 41 nodes before, now one op
+    per layer (9 nodes), named by module path."""
+    module, variables = convnet
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 6, 6, 3)], sizes=SIZES)
+    ops = op_types(model)
+    assert len(ops) <= 12, ops
+    for op in ("Conv", "BatchNormalization", "Gelu", "LayerNormalization", "Gemm"):
+        assert ops.count(op) == 1, ops
+    names = {n.op_type: n.name for n in model.graph.node}
+    assert "Conv_0/" in names["Conv"] and "LayerNorm_0/" in names["LayerNormalization"]
+    assert "Dense_0/" in names["Gemm"] and "BatchNorm_0/" in names["BatchNormalization"]
+
+
+def _layer_model(layer, shape, seed=0):
+    class One(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return layer()(x)
+
+    module = One()
+    variables = module.init(jax.random.key(seed), jnp.ones((1, *shape[1:])))
+    variables = jax.tree.map(lambda a: a + 0.1 * jax.random.normal(jax.random.key(seed + 1), a.shape), variables)
+    variables = jax.tree_util.tree_map_with_path(
+        lambda p, a: jnp.abs(a) + 0.5 if "var" in jax.tree_util.keystr(p) else a, variables)
+    return module, variables
+
+
+@pytest.mark.parametrize(
+    "label, layer, shape, expected, options",
+    [
+        ("Dense", lambda: nn.Dense(4), ("B", 5), ["Gemm"], {}),
+        ("Dense 3-d", lambda: nn.Dense(4, use_bias=False), ("B", 3, 5), ["MatMul"], {}),
+        ("Conv SAME strided", lambda: nn.Conv(4, (3, 3), strides=2), ("B", 7, 7, 3), ["Transpose", "Conv", "Transpose"], {}),
+        ("Conv VALID dilated", lambda: nn.Conv(4, (3,), padding="VALID", kernel_dilation=2), ("B", 9, 2), ["Transpose", "Conv", "Transpose"], {}),
+        ("LayerNorm", lambda: nn.LayerNorm(epsilon=1e-3), ("B", 3, 6), ["LayerNormalization"], {}),
+        ("LayerNorm without bias", lambda: nn.LayerNorm(use_bias=False), ("B", 6), ["LayerNormalization"], {}),
+        ("RMSNorm", lambda: nn.RMSNorm(), ("B", 6), ["RMSNormalization"], {"opset": 23}),
+        ("BatchNorm inference", lambda: nn.BatchNorm(use_running_average=True), ("B", 4, 3), ["Transpose", "BatchNormalization", "Transpose"], {}),
+    ],
+)
+def test_layer_is_its_op(label, layer, shape, expected, options):
+    module, variables = _layer_model(layer, shape)
+    model = assert_exports_match(lambda x: module.apply(variables, x), [shape], sizes=SIZES, **options)
+    assert op_types(model) == expected, (label, op_types(model))
+
+
+@pytest.mark.parametrize(
+    "label, layer, shape",
+    [
+        ("Dense with precision", lambda: nn.Dense(4, precision=jax.lax.Precision.HIGHEST), ("B", 5)),
+        ("Conv CIRCULAR", lambda: nn.Conv(4, (3,), padding="CIRCULAR"), ("B", 6, 2)),
+        ("LayerNorm over two axes", lambda: nn.LayerNorm(reduction_axes=(-2, -1), feature_axes=-1), ("B", 3, 4)),
+        ("BatchNorm over two axes", lambda: nn.BatchNorm(use_running_average=True, axis=(-2, -1)), ("B", 3, 4)),
+    ],
+)
+def test_options_the_op_does_not_model_keep_jax_numbers(label, layer, shape):
+    module, variables = _layer_model(layer, shape)
+    model = assert_exports_match(lambda x: module.apply(variables, x), [shape], sizes=SIZES)
+    assert not {"LayerNormalization", "BatchNormalization", "Gemm"} & set(op_types(model)), (label, op_types(model))
+
+
+def test_batch_norm_in_training_mode_is_its_body():
+    """``use_running_average=False`` with ``mutable=["batch_stats"]``: batch statistics, op
+    by op, and the updated statistics as outputs."""
+    module, variables = _layer_model(lambda: nn.BatchNorm(use_running_average=False), ("B", 4, 3))
+    fn = functools.partial(module.apply, variables, mutable=["batch_stats"])
+    model = assert_exports_match(fn, [("B", 4, 3)], sizes={"B": [2, 3]})
+    assert "BatchNormalization" not in op_types(model)
+
+
+def test_embed_is_a_gather():
+    class Tokens(nn.Module):
+        @nn.compact
+        def __call__(self, ids):
+            return nn.Embed(10, 4)(ids)
+
+    module = Tokens()
+    variables = module.init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))
+    ids = jnp.array([[0, 9, -3], [12, 4, -11]], jnp.int32)  # in range, wrapped, out of range (NaN rows)
+    model = assert_exports_match(lambda i: module.apply(variables, i), [ids], input_values=[ids])
+    assert "Gather" in op_types(model) and len(op_types(model)) <= 8
+    assert "Embed_0/" in next(n.name for n in model.graph.node if n.op_type == "Gather")
