@@ -5,10 +5,15 @@
 >>> model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 30), (30, 4)])
 """
 
-from jax2onnx_nn.core.registry import builtin_rules, load_builtins
+from jax2onnx_nn.core.registry import builtin_rules
 
-with builtin_rules():  # the rules our modules register on import are the built-in layer
-    from jax2onnx_nn.core import jax_nn  # noqa: F401  (jax.nn functions as coarse ops)
+# The composition root: the rules our modules register on import are the built-in layer. The
+# registry imports no rule; importing the lowering families here is what fills its table.
+with builtin_rules():
+    from jax2onnx_nn.core import (
+        jax_nn,  # noqa: F401  (jax.nn functions as coarse ops)
+        lowerings,  # noqa: F401  (the lax rules, one module per family)
+    )
     from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
     from jax2onnx_nn.core.errors import ConversionError, SpecError
     from jax2onnx_nn.core.functions import onnx_function
@@ -19,7 +24,7 @@ with builtin_rules():  # the rules our modules register on import are the built-
     from jax2onnx_nn.core.session import register_adapter
     from jax2onnx_nn.core.targets import TARGETS, Target
     from jax2onnx_nn.core.verify import VerifyReport, verify
-load_builtins()
+    from jax2onnx_nn.core.version import __version__
 
 # The adapters shipped with the package, each imported by the first export that runs while
 # its framework is imported (core names no framework; other packages register theirs through
@@ -27,8 +32,6 @@ load_builtins()
 register_adapter("flax", "jax2onnx_nn.flax.adapter", library="flax")  # NNX, and Linen mode flags
 register_adapter("equinox", "jax2onnx_nn.equinox.adapter", library="equinox")
 register_adapter("keras", "jax2onnx_nn.keras.adapter", library="keras")
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -43,6 +46,7 @@ __all__ = [
     "TARGETS",
     "Target",
     "VerifyReport",
+    "__version__",
     "coarse_lowering",
     "export_model",
     "inline_functions",

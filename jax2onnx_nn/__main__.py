@@ -23,12 +23,16 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from jax2onnx_nn.exit_codes import (
+    EXPORT_FAILED,
+    MISMATCH,
+    MISSING_EXTRA,
+    INTERRUPTED,
+    NOT_FOUND,
+    OK,
+    USAGE,
+)
 from jax2onnx_nn.summary import model_summary, tensor_bytes  # noqa: F401  (tensor_bytes: for tests)
-
-OK, MISMATCH, USAGE, EXPORT_FAILED = 0, 1, 2, 3
-NOT_FOUND = 1  # ``ops PATTERN`` matching nothing
-MISSING_EXTRA = 4  # ``--verify`` / ``demo`` without onnxruntime installed
-INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 
 class UsageError(Exception):

@@ -99,10 +99,10 @@ def run_demo(out_dir: str = "out") -> int:
     Returns the exit code: 0 all verified, 1 a mismatch, 4 onnxruntime is not installed (one
     line naming the extra and the files written so far).
     """
-    from jax2onnx_nn.__main__ import MISSING_EXTRA
     from jax2onnx_nn.core.api import to_onnx
     from jax2onnx_nn.core.runtimes import RuntimeUnavailable
     from jax2onnx_nn.core.verify import verify
+    from jax2onnx_nn.exit_codes import MISSING_EXTRA
     from jax2onnx_nn.summary import model_summary
 
     os.makedirs(out_dir, exist_ok=True)

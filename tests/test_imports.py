@@ -1,7 +1,9 @@
-"""The package's layers: no import cycle among its modules, and core names no framework."""
+"""The package's layers: no import cycle among its modules (imports inside functions count),
+no module takes another's private names, and core names no framework."""
 
 import ast
 import pathlib
+from collections.abc import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "jax2onnx_nn"
@@ -12,35 +14,64 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _import_time_nodes(body):
-    """Statements run when the module is imported (function bodies are not)."""
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        yield node
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            yield from _import_time_nodes(getattr(node, field, []) or [])
+def _imports(tree: ast.AST, package: str) -> Iterator[tuple[ast.AST, str, list[str]]]:
+    """Every import statement of a module, those inside functions too (a lazy import closes a
+    cycle as surely as one at the top): (node, the module imported from, the names taken)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            yield node, base, [a.name for a in node.names]
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module -> the package modules it imports while being imported."""
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    """module -> the package modules it imports, anywhere in its text."""
+    modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         edges = graph.setdefault(name, set())
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _import_time_nodes(ast.parse(path.read_text()).body):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            else:
-                continue
+        for _, base, names in _imports(ast.parse(path.read_text()), package):
+            targets = [f"{base}.{n}" if f"{base}.{n}" in modules else base for n in names] or [base]
             edges.update(t for t in targets if t in modules and t != name)
     return graph
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports() -> list[str]:
+    """``module: name`` for each private name a package module takes from another one: by
+    ``from x import _name``, or as ``x._name`` / ``Class._name`` on a module or class it
+    imported from the package."""
+    found = []
+    for name, path in _modules().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        bound: set[str] = set()
+        for node, base, names in _imports(tree, package):
+            if not base.startswith("jax2onnx_nn"):
+                continue
+            found += [f"{name}: {base}.{n}" for n in names if _is_private(n)]
+            aliases = node.names  # type: ignore[attr-defined]
+            bound.update(a.asname or a.name.split(".")[0] for a in aliases)
+        found += [
+            f"{name}: {node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in bound and _is_private(node.attr)
+        ]
+    return found
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -73,6 +104,19 @@ def test_the_import_graph_is_read():
 
 def test_no_import_cycle_among_the_package_modules():
     assert _cycle(import_graph()) is None
+
+
+def test_an_import_inside_a_function_is_an_edge():
+    # the composition root imports the lowering families; the registry imports none of them
+    graph = import_graph()
+    assert "jax2onnx_nn.core.lowerings" in graph["jax2onnx_nn"]
+    assert not {t for t in graph["jax2onnx_nn.core.registry"] if ".lowerings" in t}
+    tree = ast.parse("def f():\n    from jax2onnx_nn.core import lower\n")
+    assert [base for _, base, _ in _imports(tree, "jax2onnx_nn")] == ["jax2onnx_nn.core"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    assert private_imports() == []
 
 
 def test_a_cycle_would_be_found():

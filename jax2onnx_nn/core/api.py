@@ -39,6 +39,7 @@ from jax2onnx_nn.core.source_locations import set_source_locations
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.targets import Target
 from jax2onnx_nn.core.trace import trace
+from jax2onnx_nn.core.version import __version__
 
 
 @overload
@@ -221,8 +222,6 @@ def _made_at(node: ir.Node) -> str:
 
 
 def _version() -> str:
-    from jax2onnx_nn import __version__
-
     return __version__
 
 

@@ -197,7 +197,7 @@ class GraphBuilder:
     ) -> list[ir.Value]:
         values = [self._as_value(x) for x in inputs]
         if domain == "":
-            older = self._older_form(op_type, values, attrs, num_outputs)
+            older = self.older_form_of(op_type, values, attrs, num_outputs)
             if older is not None:
                 return older
         original = widened = None
@@ -228,7 +228,7 @@ class GraphBuilder:
         """The export's opset (None for a builder outside an export: newest forms)."""
         return self.opset_imports.get("")
 
-    def _older_form(self, op_type: str, values: list[Any], attrs: dict[str, Any], num_outputs: int) -> list[ir.Value] | None:
+    def older_form_of(self, op_type: str, values: list[Any], attrs: dict[str, Any], num_outputs: int) -> list[ir.Value] | None:
         """``op_type`` written in the form the export's opset has (core/opset_forms.py), or
         None when the form given is valid at that opset."""
         opset = self.opset

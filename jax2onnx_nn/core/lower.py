@@ -524,6 +524,24 @@ class LoweringContext:
         In uint8: ReduceMin takes bools only from opset 20."""
         return self.cast(self.reduce("ReduceMin", self.cast(mask, np.uint8), axes), np.bool_)
 
+    def log1p(self, x: ir.Value) -> ir.Value:
+        """``log(1 + x)`` accurate for small ``x`` (Kahan: ``log(u) * x / (u - 1)``, u = 1 + x);
+        the log1p rule and the functions built on it (asinh, atanh, lgamma) share it."""
+        one = self.const(1, like=x)
+        u = self.op.Add(one, x)
+        # x / (u - 1) ~ 1: no overflow
+        r = self.op.Mul(self.op.Log(u), self.op.Div(x, self.op.Sub(u, one)))
+        r = self.op.Where(self.op.Equal(u, one), x, r)
+        edge = self.op.Or(self.op.IsInf(u), self.op.Equal(u, self.const(0, like=x)))
+        return self.op.Where(edge, self.op.Log(u), r)
+
+    def is_negative_zero(self, x: ir.Value) -> ir.Value:
+        """Where float ``x`` is -0.0 (``1 / x`` is -inf exactly there): a sign test that
+        ``Less(x, 0)`` misses (sign, copysign, nextafter, total order compares)."""
+        zero = self.const(0, like=x)
+        inv = self.op.Div(self.const(1, like=x), x)
+        return self.op.And(self.op.Equal(x, zero), self.op.Less(inv, zero))
+
     def derived_weight(
         self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
     ) -> ir.Value:

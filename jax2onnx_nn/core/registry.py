@@ -9,7 +9,9 @@ A lookup asks, in this order, and the first layer that has the name wins:
 1. ``lowerings=`` of the export being run (:func:`lookup`'s ``overrides``),
 2. user registrations (:func:`lowering` / :func:`register` called by user code),
 3. entry-point plugins (group ``jax2onnx_nn.lowerings``, loaded on the first lookup),
-4. built-ins (this package's rules, registered when the package is imported).
+4. built-ins (this package's rules, registered when the package is imported: its composition
+   root, ``jax2onnx_nn/__init__.py``, imports the lowering families inside
+   :func:`builtin_rules`; this module imports no rule).
 
 The layer a registration goes to is given by who registers, not by when: our own modules
 register inside :func:`builtin_rules`, plugins are loaded inside the plugin layer, and
@@ -107,12 +109,6 @@ def lowering(
         return register(prim, rule, min_opset=min_opset, onnx_ops=onnx_ops, key_data=key_data, complex_pairs=complex_pairs)
 
     return decorate
-
-
-def load_builtins() -> None:
-    """Import our lowering families (they register on import, as built-ins)."""
-    with builtin_rules():
-        from jax2onnx_nn.core import lowerings  # noqa: F401
 
 
 def load_plugins() -> None:

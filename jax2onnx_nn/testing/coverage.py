@@ -82,7 +82,7 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumb
                 owners.pop()
 
     add_node, dim, var = GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var
-    older_form = GraphBuilder._older_form  # noqa: SLF001
+    older_form = GraphBuilder.older_form_of
 
     def recorded_add_node(self: GraphBuilder, op_type: str, *args: Any, **kwargs: Any) -> Any:
         if emitted is not None and running and running[-1] is not None and kwargs.get("domain", "") == "":
@@ -107,13 +107,13 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumb
 
     lower.lookup = lookup
     GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = recorded_add_node, recorded_dim, recorded_var  # type: ignore[method-assign]
-    GraphBuilder._older_form = unrecorded_older_form  # type: ignore[method-assign]  # noqa: SLF001
+    GraphBuilder.older_form_of = unrecorded_older_form  # type: ignore[method-assign]
     try:
         yield
     finally:
         lower.lookup = original
         GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = add_node, dim, var  # type: ignore[method-assign]
-        GraphBuilder._older_form = older_form  # type: ignore[method-assign]  # noqa: SLF001
+        GraphBuilder.older_form_of = older_form  # type: ignore[method-assign]
 
 
 def carries_code(params: dict[str, Any]) -> bool:

@@ -23,7 +23,6 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
-from jax2onnx_nn.core.lowerings.elementwise import _is_negative_zero
 from jax2onnx_nn.core.registry import lowering
 
 BITCAST_OPSET = 26  # the first opset with ONNX BitCast
@@ -82,7 +81,7 @@ def _canonical_nan_bits(dtype: Any) -> int:
 
 def negative(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     """Whether ``x`` has its sign bit set, NaNs aside: ``x < 0`` or ``x`` is -0.0."""
-    return ctx.op.Or(ctx.op.Less(x, ctx.const(0, like=x)), _is_negative_zero(ctx, x))
+    return ctx.op.Or(ctx.op.Less(x, ctx.const(0, like=x)), ctx.is_negative_zero(x))
 
 
 def float_to_bits(ctx: LoweringContext, x: ir.Value, dtype: Any) -> ir.Value:
@@ -381,8 +380,8 @@ def _total_lt(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     op = ctx.op
     if not is_float(onnx_aval(ctx.aval_in)[0]):
         return op.Less(x, y)
-    zeros = op.And(op.Equal(x, y), _is_negative_zero(ctx, x))
-    below = op.Or(op.Less(x, y), op.And(zeros, op.Not(_is_negative_zero(ctx, y))))
+    zeros = op.And(op.Equal(x, y), ctx.is_negative_zero(x))
+    below = op.Or(op.Less(x, y), op.And(zeros, op.Not(ctx.is_negative_zero(y))))
     return op.And(op.Not(op.IsNaN(x)), op.Or(op.IsNaN(y), below))
 
 
@@ -390,7 +389,7 @@ def _total_eq(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     op = ctx.op
     if not is_float(onnx_aval(ctx.aval_in)[0]):
         return op.Equal(x, y)
-    same_sign = op.Equal(_is_negative_zero(ctx, x), _is_negative_zero(ctx, y))
+    same_sign = op.Equal(ctx.is_negative_zero(x), ctx.is_negative_zero(y))
     return op.Or(op.And(op.Equal(x, y), same_sign), op.And(op.IsNaN(x), op.IsNaN(y)))
 
 

@@ -114,7 +114,7 @@ def unrolls(n: Any, unroll: bool | None) -> bool:
     return unroll
 
 
-def _at(x: jax.Array, j: Index, axis: int) -> jax.Array:
+def at_index(x: jax.Array, j: Index, axis: int) -> jax.Array:
     """``x`` at index ``j`` of ``axis``, kept as a size-1 axis: a static slice for an int."""
     axis = axis % x.ndim
     if isinstance(j, int):
@@ -143,7 +143,7 @@ def where(which: jax.Array, x: Any, y: Any) -> jax.Array:
     return _bare(_SELECT, jnp.where, which, jnp.asarray(x, dtype), jnp.asarray(y, dtype))
 
 
-def _pick(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
+def pick_where(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
     """The entries of ``x`` where ``hits`` (one per line along ``axis``), kept as a size-1
     axis: a masked sum (``Where``, ``ReduceSum``), exact (no products with 0 that would turn
     inf into NaN)."""
@@ -200,7 +200,7 @@ def step_pivots(rows: Sequence[jax.Array]) -> jax.Array:
 
 
 def _step_pivots_reference(*rows: jax.Array) -> jax.Array:
-    return (jnp.concatenate(rows, axis=-1)[..., 0, :] + _ids(len(rows))).astype(jnp.int32)
+    return (jnp.concatenate(rows, axis=-1)[..., 0, :] + index_range(len(rows))).astype(jnp.int32)
 
 
 @lowering("linalg_step_pivots", onnx_ops=("Concat", "Squeeze", "Add", "Cast"))
@@ -301,11 +301,11 @@ def _linalg_exact_cast(ctx: LoweringContext, x: ir.Value, *, body: Any) -> ir.Va
     return ctx.cast(x, onnx_aval(ctx.aval_out)[0])
 
 
-def _mT(x: jax.Array) -> jax.Array:
+def mT(x: jax.Array) -> jax.Array:
     return jnp.swapaxes(x, -1, -2)
 
 
-def _ids(n: Any) -> jax.Array:
+def index_range(n: Any) -> jax.Array:
     return lax.iota(jnp.int32, n)
 
 
@@ -330,7 +330,7 @@ def cholesky(a: jax.Array) -> jax.Array:
         factor, pivots = _cholesky_panel(a, n)
     else:
         factor, pivots = _cholesky_blocked(a)
-    ids = _ids(n)
+    ids = index_range(n)
     factor = where(ids[:, None] >= ids[None, :], factor, a)
     # NaN where a pivot <= 0 (not PD): a sum over the pivots is one ReduceSum (jnp.any is five
     # nodes), +0 or NaN; subtracting +0 keeps every number, -0 and inf included
@@ -354,7 +354,7 @@ def _cholesky_panel(panel: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
         columns.append(col)
         pivots.append(pivot)
         if j + 1 < b:
-            panel = panel - col * (_mT(col if r == b else col[..., :b, :]) / pivot)
+            panel = panel - col * (mT(col if r == b else col[..., :b, :]) / pivot)
     pivots = jnp.concatenate(pivots, axis=-1)
     return jnp.concatenate(columns, axis=-1) / jnp.sqrt(pivots), pivots
 
@@ -377,7 +377,7 @@ def _cholesky_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     def trip(work: jax.Array, _: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         columns, pivots = _cholesky_panel(work[..., :, :b], b)
         below = columns[..., b:, :]
-        work = work[..., b:, b:] - below @ _mT(below)
+        work = work[..., b:, b:] - below @ mT(below)
         work = lax.pad(work, jnp.zeros((), a.dtype), [*batch, (0, b, 0), (0, b, 0)])
         return work, (columns, pivots)
 
@@ -402,14 +402,14 @@ def _rows_of_blocks(x: jax.Array, rows: np.ndarray) -> jax.Array:
 def _cholesky_columns(a: jax.Array) -> jax.Array:
     """One Loop step per column, for a symbolic n."""
     n = a.shape[-1]
-    ids = _ids(n)
+    ids = index_range(n)
 
     def step(j: Index, carry: tuple) -> tuple:
         work, factor, failed = carry
-        col = _at(work, j, -1)  # (..., n, 1)
-        pivot = _at(col, j, -2)  # (..., 1, 1)
+        col = at_index(work, j, -1)  # (..., n, 1)
+        pivot = at_index(col, j, -2)  # (..., 1, 1)
         lcol = where(ids[:, None] >= j, col / jnp.sqrt(pivot), jnp.zeros((), a.dtype))
-        work = work - lcol * _mT(lcol)
+        work = work - lcol * mT(lcol)
         factor = where(ids[None, :] == j, lcol, factor)
         return work, factor, failed | (pivot <= 0)
 
@@ -497,7 +497,7 @@ def _substitute_unrolled(
         if step + 1 < m:
             b = b - columns[i] * rows[i]
     x = jnp.concatenate(rows, axis=-2)
-    return x if diagonal is None else x / _mT(diagonal)
+    return x if diagonal is None else x / mT(diagonal)
 
 
 def _diagonal(a: jax.Array) -> jax.Array:
@@ -550,14 +550,14 @@ def _substitute_rows(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: 
     """Row by row, one Loop step each: x_i = (b_i - a_i,<i . x_<i) / a_ii, forward for
     ``lower``, backward otherwise."""
     m = a.shape[-1]
-    ids = _ids(m)
+    ids = index_range(m)
     strict = ids[:, None] > ids[None, :] if lower else ids[:, None] < ids[None, :]
     off = where(strict, a, jnp.zeros((), a.dtype))  # rows not yet solved are 0 in x
 
     def step(i: Index, x: jax.Array) -> jax.Array:
-        xi = _at(b, i, -2) - _at(off, i, -2) @ x  # (..., 1, k)
+        xi = at_index(b, i, -2) - at_index(off, i, -2) @ x  # (..., 1, k)
         if not unit_diagonal:
-            xi = xi / _at(_at(a, i, -2), i, -1)
+            xi = xi / at_index(at_index(a, i, -2), i, -1)
         return where(ids[:, None] == i, xi, x)
 
     return iterate(m, step, jnp.zeros_like(b), reverse=not lower)
@@ -572,20 +572,20 @@ def triangular_solve(
     if conjugate_a:
         a = jnp.conj(a)
     if not left_side:  # x a = b  <=>  a^T x^T = b^T
-        b, transpose_a = _mT(b), not transpose_a
+        b, transpose_a = mT(b), not transpose_a
     l_factor = lu_factor and unit_diagonal and lower  # L or L^T of partial pivoting
     m = a.shape[-1]
     unrolled = not jxi.is_symbolic_dim(m) and 0 < m <= UNROLL_LIMIT
     diagonal = _diagonal(a) if unrolled and not unit_diagonal else None  # before a transpose
     if transpose_a:
-        a, lower = _mT(a), not lower
+        a, lower = mT(a), not lower
     if l_factor and unrolled and m > 1:
         x = _unit_solve_by_powers(a, b, lower=lower)
     elif unrolled:
         x = _substitute_unrolled(a, b, lower=lower, unit_diagonal=unit_diagonal, diagonal=diagonal)
     else:
         x = substitute(a, b, lower=lower, unit_diagonal=unit_diagonal)
-    return x if left_side else _mT(x)
+    return x if left_side else mT(x)
 
 
 def _unit_solve_by_powers(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
@@ -598,7 +598,7 @@ def _unit_solve_by_powers(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Arr
     row here, only the rows after it in LAPACK's substitution; lu_solve's backward
     substitution spreads a NaN over the whole column in both (an inf in ``b`` may come out
     NaN where LAPACK keeps +-inf)."""
-    ids = _ids(a.shape[-1])
+    ids = index_range(a.shape[-1])
     strict = ids[:, None] > ids[None, :] if lower else ids[:, None] < ids[None, :]
     power = where(strict, a, jnp.zeros((), a.dtype))
     x = b - power @ b
@@ -730,7 +730,7 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     a = lax.pad(a, jnp.zeros((), a.dtype), [*batch, (0, 0, 0), (0, size - n, 0)])
     a = lax.pad(a, nan, [*batch, (0, size - n, 0), (0, 0, 0)])
     ids = jnp.broadcast_to(np.arange(size, dtype=a.dtype)[:, None], (*a.shape[:-1], 1))
-    rest_cols = _ids(size - b + 1)[None, :]
+    rest_cols = index_range(size - b + 1)[None, :]
 
     def trip(work: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         done, below, pivots = _lu_panel(jnp.concatenate([ids, work[..., :b]], axis=-1), b, 1)
@@ -744,14 +744,14 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         work = jnp.concatenate([rest[..., : size - b], below, rest[..., size - b :]], axis=-1)
         work = lax.pad(work, nan, [*batch, (0, b, 0), (0, 0, 0)])
         done = jnp.concatenate([panel[..., :b, :b], u], axis=-1)  # (..., b, size + 1)
-        return work, (done, jnp.concatenate(pivots, axis=-1) + (k * b + _ids(b)))
+        return work, (done, jnp.concatenate(pivots, axis=-1) + (k * b + index_range(b)))
 
     work = jnp.concatenate([a, ids], axis=-1)
     _, (done, pivots) = lax.scan(trip, work, jnp.arange(blocks, dtype=jnp.int32))
     done = jnp.moveaxis(done, 0, -3)  # (..., blocks, b, size + 1), block k's columns rotated by k*b
     perm = exact_cast(done[..., size].reshape((*done.shape[:-3], size)), jnp.int32)
-    columns = _rows_of_blocks(_mT(done[..., :size]), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
-    packed = _mT(columns).reshape((*done.shape[:-3], size, size))
+    columns = _rows_of_blocks(mT(done[..., :size]), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
+    packed = mT(columns).reshape((*done.shape[:-3], size, size))
     pivots = jnp.moveaxis(pivots, 0, -3).reshape((*done.shape[:-3], size)).astype(jnp.int32)
     return packed[..., :n, :n], pivots[..., :n], perm[..., :n]
 
@@ -760,28 +760,28 @@ def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """LU as one Loop step per column (a symbolic or large size)."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
-    rows, cols = _ids(m), _ids(n)
+    rows, cols = index_range(m), index_range(n)
     batch = a.shape[:-2]
 
     def step(j: Index, carry: tuple) -> tuple:
         work, perm, pivots = carry  # perm (..., m, 1), pivots (..., 1, k)
-        col = _at(work, j, -1)
+        col = at_index(work, j, -1)
         # first row of largest magnitude at or below j; NaN (-1) only if nothing else is left
         magnitude = where(jnp.isnan(col), jnp.asarray(-1, col.dtype), jnp.abs(col))
         magnitude = where(rows[:, None] >= j, magnitude, jnp.asarray(-2, col.dtype))
         largest = jnp.max(magnitude, axis=-2, keepdims=True)
         p = jnp.min(where(magnitude == largest, rows[:, None], m), axis=-2, keepdims=True)  # (..., 1, 1)
         is_j, is_p = rows[:, None] == j, rows[:, None] == p
-        row_j, row_p = _at(work, j, -2), _pick(work, is_p, -2)
+        row_j, row_p = at_index(work, j, -2), pick_where(work, is_p, -2)
         work = where(is_j, row_p, where(is_p, row_j, work))
-        perm = where(is_j, _pick(perm, is_p, -2), where(is_p, _at(perm, j, -2), perm))
-        pivot = _at(row_p, j, -1)
-        col = _at(work, j, -1)
+        perm = where(is_j, pick_where(perm, is_p, -2), where(is_p, at_index(perm, j, -2), perm))
+        pivot = at_index(row_p, j, -1)
+        col = at_index(work, j, -1)
         multipliers = where(pivot != 0, col / where(pivot != 0, pivot, jnp.ones((), a.dtype)), col)
         under = rows[:, None] > j
         work = where(under & (cols[None, :] > j), work - multipliers * row_p, work)
         work = where(under & (cols[None, :] == j), multipliers, work)
-        pivots = where(_ids(k)[None, :] == j, p, pivots)
+        pivots = where(index_range(k)[None, :] == j, p, pivots)
         return work, perm, pivots
 
     perm = jnp.broadcast_to(rows[:, None], (*batch, m, 1))
@@ -828,11 +828,11 @@ def lu_of(packed: ir.Value) -> tuple[ir.Value, ir.Value] | None:
 
 def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array:
     """The permutation the row swaps ``i <-> pivots[i]`` make of ``0..permutation_size-1``."""
-    ids = _ids(permutation_size)
+    ids = index_range(permutation_size)
 
     def step(i: Index, perm: jax.Array) -> jax.Array:
-        is_p = ids == _at(pivots, i, -1)
-        return where(ids == i, _pick(perm, is_p, -1), where(is_p, _at(perm, i, -1), perm))
+        is_p = ids == at_index(pivots, i, -1)
+        return where(ids == i, pick_where(perm, is_p, -1), where(is_p, at_index(perm, i, -1), perm))
 
     perm = jnp.broadcast_to(ids, (*pivots.shape[:-1], permutation_size))
     return iterate(pivots.shape[-1], step, perm)
@@ -884,7 +884,7 @@ def scaled(factor: Callable[[jax.Array], tuple[jax.Array, ...]], keeps_scale: Ca
     def on_scaled(a: jax.Array) -> tuple[jax.Array, ...]:
         scale = power_of_two_scale(a)
         packed, *rest = factor(a / scale)
-        rows, cols = _ids(packed.shape[-2])[:, None], _ids(packed.shape[-1])[None, :]
+        rows, cols = index_range(packed.shape[-2])[:, None], index_range(packed.shape[-1])[None, :]
         return (where(keeps_scale(rows, cols), packed * scale, packed), *rest)
 
     return on_scaled
@@ -897,9 +897,9 @@ def reflector(x: jax.Array, j: Index, tail: jax.Array) -> tuple[jax.Array, jax.A
     -sign(alpha) * |(alpha, x[tail])|`` (``sign(0) = +``); a tail already zero is no reflection
     (``tau = 0``, x[j] kept)."""
     zero, one = jnp.zeros((), x.dtype), jnp.ones((), x.dtype)
-    rows = _ids(x.shape[-2])[:, None]
+    rows = index_range(x.shape[-2])[:, None]
     # j is a step's index, or one per matrix (..., 1, 1) (a QR sweep's position per matrix)
-    alpha = _at(x, j, -2) if jnp.ndim(j) == 0 else _pick(x, rows == j, -2)  # (..., 1, 1)
+    alpha = at_index(x, j, -2) if jnp.ndim(j) == 0 else pick_where(x, rows == j, -2)  # (..., 1, 1)
     rest = where(tail, x, zero)
     # a column whose magnitudes sum below 2^low has squares near or under the float range
     # (denormals keep a few bits, or none): it is taken times 2^lift (exact), which v and tau
@@ -937,16 +937,16 @@ def geqrf(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
     column already zero below the diagonal gets ``tau = 0`` (no reflection)."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
-    rows, cols = _ids(m)[:, None], _ids(n)[None, :]
+    rows, cols = index_range(m)[:, None], index_range(n)[None, :]
 
     def step(j: Index, carry: tuple) -> tuple:
         r, taus = carry
-        x = _at(r, j, -1)  # (..., m, 1)
+        x = at_index(r, j, -1)  # (..., m, 1)
         below = rows > j
         v, tau, head = reflector(x, j, below)
-        r = where(cols > j, r - (tau * v) * (_mT(v) @ r), r)
+        r = where(cols > j, r - (tau * v) * (mT(v) @ r), r)
         r = where(cols == j, where(rows == j, head, where(below, v, x)), r)
-        return r, where(_ids(k)[None, :] == j, tau, taus)
+        return r, where(index_range(k)[None, :] == j, tau, taus)
 
     packed, taus = iterate(k, step, (a, jnp.zeros((*a.shape[:-2], 1, k), a.dtype)), unroll=unroll)
     return packed, taus[..., 0, :]
@@ -955,7 +955,7 @@ def geqrf(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
 def reflector_vectors(packed: jax.Array, k: Any) -> jax.Array:
     """The vectors (..., m, k) of the k reflectors H_j = I - tau_j v_j v_j^T that ``geqrf``
     packed: column j is v_j, 1 at row j, ``packed``'s column j below it, 0 above."""
-    rows, cols = _ids(packed.shape[-2])[:, None], _ids(k)[None, :]
+    rows, cols = index_range(packed.shape[-2])[:, None], index_range(k)[None, :]
     one, zero = jnp.ones((), packed.dtype), jnp.zeros((), packed.dtype)
     below = packed if packed.shape[-1] is k else lax.slice_in_dim(packed, 0, k, axis=-1)
     return where(rows > cols, below, where(rows == cols, one, zero))
@@ -986,12 +986,12 @@ def apply_reflectors(
     v = reflector_vectors(packed, k)
     # left: H c = c - (tau v) (v^T c), step j's column and row; right: c H = c - (c v) (tau v^T)
     taus = taus[..., None, :] if left else taus[..., :, None]
-    per_step = [(taus * v, -1), (_mT(v), -2)] if left else [(v, -1), (taus * _mT(v), -2)]
+    per_step = [(taus * v, -1), (mT(v), -2)] if left else [(v, -1), (taus * mT(v), -2)]
     if masked:  # column (left) or row (right) j: the lines of c that H_j reaches
         if left:
-            writes, axis = _ids(m)[:, None] >= _ids(k)[None, :], -1
+            writes, axis = index_range(m)[:, None] >= index_range(k)[None, :], -1
         else:
-            writes, axis = _ids(k)[:, None] <= _ids(m)[None, :], -2
+            writes, axis = index_range(k)[:, None] <= index_range(m)[None, :], -2
         per_step += [(writes & (taus != 0), axis), (writes, axis)]
     unroll = unrolls(k, unroll)
     pieces = [
@@ -1003,7 +1003,7 @@ def apply_reflectors(
         if isinstance(j, int):
             column, row, *masks = (p[j] for p in pieces)
         else:
-            column, row, *masks = (_at(x, j, axis) for x, axis in per_step)
+            column, row, *masks = (at_index(x, j, axis) for x, axis in per_step)
         read = where(masks[0], c, jnp.zeros((), c.dtype)) if masked else c
         update = column * (row @ read) if left else (read @ column) * row
         return where(masks[1], c - update, c) if masked else c - update
@@ -1019,7 +1019,7 @@ def householder_product(
     applied to the identity's columns)."""
     m, n = packed.shape[-2], packed.shape[-1]
     columns = n if columns is None else columns
-    eye = (_ids(m)[:, None] == _ids(columns)[None, :]).astype(packed.dtype)
+    eye = (index_range(m)[:, None] == index_range(columns)[None, :]).astype(packed.dtype)
     q = jnp.broadcast_to(eye, (*packed.shape[:-2], m, columns))
     return apply_reflectors(
         packed, taus, q, left=True, transpose=False, masked=False, unroll=unroll
@@ -1033,7 +1033,7 @@ def geqp3(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
     recomputed when cancellation makes the downdate inaccurate (below sqrt(eps))."""
     m, n = a.shape[-2], a.shape[-1]
     k = m if m is n else min(m, n)
-    rows, cols = _ids(m)[:, None], _ids(n)[None, :]
+    rows, cols = index_range(m)[:, None], index_range(n)[None, :]
     zero, one = jnp.zeros((), a.dtype), jnp.ones((), a.dtype)
     cutoff = float(np.sqrt(np.finfo(a.dtype).eps / 2))  # sqrt(dlamch('E'))
 
@@ -1048,23 +1048,23 @@ def geqp3(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
         is_j, is_p = cols == j, cols == p
 
         def swap(x: jax.Array) -> jax.Array:
-            return where(is_j, _pick(x, is_p, -1), where(is_p, _at(x, j, -1), x))
+            return where(is_j, pick_where(x, is_p, -1), where(is_p, at_index(x, j, -1), x))
 
         r, perm, vn1, vn2 = swap(r), swap(perm), swap(vn1), swap(vn2)
-        x = _at(r, j, -1)
+        x = at_index(r, j, -1)
         below = rows > j
         v, tau, head = reflector(x, j, below)
-        r = where(cols > j, r - (tau * v) * (_mT(v) @ r), r)
+        r = where(cols > j, r - (tau * v) * (mT(v) @ r), r)
         r = where(is_j, where(rows == j, head, where(below, v, x)), r)
         live = (cols > j) & (vn1 != 0)
         safe1, safe2 = where(live, vn1, one), where(live, vn2, one)
-        ratio = jnp.abs(_at(r, j, -2)) / safe1
+        ratio = jnp.abs(at_index(r, j, -2)) / safe1
         temp = jnp.maximum(1 - ratio * ratio, zero)
         recompute = temp * (safe1 / safe2) ** 2 <= cutoff
         fresh = norms(r, below)
         vn1 = where(live, where(recompute, fresh, vn1 * jnp.sqrt(temp)), vn1)
         vn2 = where(live & recompute, fresh, vn2)
-        return r, perm, vn1, vn2, where(_ids(k)[None, :] == j, tau, taus)
+        return r, perm, vn1, vn2, where(index_range(k)[None, :] == j, tau, taus)
 
     vn = norms(a, jnp.ones((), bool))
     perm = jnp.broadcast_to(cols, (*a.shape[:-2], 1, n))
@@ -1094,7 +1094,7 @@ def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: boo
             perm = jnp.zeros_like(perm)
     else:
         packed, taus = geqrf(a, unroll=unroll)
-    r = where(_ids(m)[:, None] <= _ids(n)[None, :], packed, jnp.zeros((), a.dtype))
+    r = where(index_range(m)[:, None] <= index_range(n)[None, :], packed, jnp.zeros((), a.dtype))
     columns, r = (m, r) if full_matrices else (k, r[..., :k, :])
     q = householder_product(packed, taus, columns, unroll=unroll)
     return (q, r, perm) if pivoting else (q, r)
@@ -1116,7 +1116,7 @@ def _reflect(block: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arr
     if block.shape[-1] == 1:
         return head, w, tau, block[..., 1:, 1:]
     top, bottom = block[..., :1, 1:], block[..., 1:, 1:]
-    scaled = tau * (top + _mT(w) @ bottom)  # tau v^T (the block's other columns)
+    scaled = tau * (top + mT(w) @ bottom)  # tau v^T (the block's other columns)
     return jnp.concatenate([head, top - scaled], axis=-1), w, tau, bottom - w * scaled
 
 
@@ -1144,7 +1144,7 @@ def _qr_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
             rows.append(lax.pad(row, zero, [*batch, (0, 0, 0), (0, i, 0)]))
             first, rest = q[..., :, i : i + 1], q[..., :, i + 1 :]
             t = tau * (first + rest @ w)  # tau Q[:, i:] v
-            q = jnp.concatenate([*([q[..., :, :i]] if i else []), first - t, rest - t * _mT(w)], axis=-1)
+            q = jnp.concatenate([*([q[..., :, :i]] if i else []), first - t, rest - t * mT(w)], axis=-1)
         block = lax.pad(block, zero, [*batch, (0, b, 0), (0, b, 0)])
         return (block, jnp.concatenate([q[..., :, b:], q[..., :, :b]], axis=-1)), jnp.concatenate(rows, axis=-2)
 
@@ -1154,7 +1154,7 @@ def _qr_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     # row j holds R[j, j:]: shift it right by j (one Gather), zero left of the diagonal
     ids = np.arange(size)
     r = _rows_of_blocks(rows, (ids[None, :] - ids[:, None]) % size).reshape(a.shape)
-    r = where(_ids(size)[:, None] <= _ids(size)[None, :], r, zero)
+    r = where(index_range(size)[:, None] <= index_range(size)[None, :], r, zero)
     return q[..., :n, :n], r[..., :n, :n]
 
 
@@ -1190,7 +1190,7 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
         if q is None:
             top, bottom = 1 - tau, -tau * w
         else:
-            scaled = tau * (_mT(w) @ q)  # tau v^T diag(1, q), its columns past the first
+            scaled = tau * (mT(w) @ q)  # tau v^T diag(1, q), its columns past the first
             top = jnp.concatenate([1 - tau, -scaled], axis=-1)
             bottom = jnp.concatenate([-tau * w, q - w * scaled], axis=-1)
         q = jnp.concatenate([top, bottom], axis=-2)

@@ -22,14 +22,14 @@ from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.lowerings.decompositions import (
     Index,
-    _at,
-    _ids,
-    _mT,
-    _pick,
+    at_index,
     exact_cast,
     householder_product,
+    index_range,
     iterate,
     lower_as_jax,
+    mT,
+    pick_where,
     power_of_two_scale,
     reflector,
     refuse_half_precision,
@@ -48,17 +48,17 @@ def hessenberg(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, 
     reflectors' vectors below it (reflector j acts on rows j+1..), and their n-1 ``taus``
     (the last one 0); ``unroll`` as ``iterate``'s."""
     n = a.shape[-1]
-    rows, cols = _ids(n)[:, None], _ids(n)[None, :]
+    rows, cols = index_range(n)[:, None], index_range(n)[None, :]
 
     def step(j: Index, carry: tuple) -> tuple:
         h, taus = carry
-        x = _at(h, j, -1)
+        x = at_index(h, j, -1)
         below = rows > j + 1
         v, tau, head = reflector(x, j + 1, below)
-        h = h - (h @ v) * (tau * _mT(v))  # from the right: columns j+1..
-        h = where(cols > j, h - (tau * v) * (_mT(v) @ h), h)  # from the left: rows j+1..
+        h = h - (h @ v) * (tau * mT(v))  # from the right: columns j+1..
+        h = where(cols > j, h - (tau * v) * (mT(v) @ h), h)  # from the left: rows j+1..
         h = where(cols == j, where(rows == j + 1, head, where(below, v, x)), h)
-        return h, where(_ids(n - 1)[None, :] == j, tau, taus)
+        return h, where(index_range(n - 1)[None, :] == j, tau, taus)
 
     taus = jnp.zeros((*a.shape[:-2], 1, n - 1), a.dtype)
     h, taus = iterate(n - 2, step, (a, taus), unroll=unroll)
@@ -78,23 +78,23 @@ def tridiagonal(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array, jax
     upper columns n-1..1 bottom up (reflector i on rows ..i); the packed matrix holds d and e
     in place and the vectors beyond them, the other triangle as given."""
     n = a.shape[-1]
-    rows, cols = _ids(n)[:, None], _ids(n)[None, :]
+    rows, cols = index_range(n)[:, None], index_range(n)[None, :]
     keep = rows >= cols if lower else rows <= cols
-    sym = where(keep, a, _mT(a))
+    sym = where(keep, a, mT(a))
 
     def step(i: Index, carry: tuple) -> tuple:
         s, packed, taus = carry
         # lower: column i, pivot row i+1, tail below; upper: column i+1, pivot row i, tail above
         col, pivot = (i, i + 1) if lower else (i + 1, i)
-        x = _at(s, col, -1)
+        x = at_index(s, col, -1)
         tail = rows > pivot if lower else rows < pivot
         v, tau, beta = reflector(x, pivot, tail)
         # s <- H s H as sytd2: w = tau s v - (tau^2 / 2) (v^T s v) v; s - v w^T - w v^T
         p = tau * (s @ v)
-        w = p - (tau / 2) * (_mT(p) @ v) * v
-        s = s - v * _mT(w) - w * _mT(v)
+        w = p - (tau / 2) * (mT(p) @ v) * v
+        s = s - v * mT(w) - w * mT(v)
         packed = where(cols == col, where(rows == pivot, beta, where(tail, v, packed)), packed)
-        return s, packed, where(_ids(n - 1)[None, :] == i, tau, taus)
+        return s, packed, where(index_range(n - 1)[None, :] == i, tau, taus)
 
     taus = jnp.zeros((*a.shape[:-2], 1, n - 1), a.dtype)
     s, packed, taus = iterate(n - 1, step, (sym, a, taus), reverse=not lower)
@@ -190,7 +190,7 @@ def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax
     batch = h.shape[:-3]
     two_rows = jnp.reshape(lax.dynamic_slice_in_dim(h, k, 2, axis=-3), (*batch, 4, n))
     rotated = left @ two_rows
-    annihilated = active & (_ids(4)[:, None] >= 2) & (_ids(n)[None, :] == col)
+    annihilated = active & (index_range(4)[:, None] >= 2) & (index_range(n)[None, :] == col)
     rotated = where(annihilated, zero, rotated)
     h = lax.dynamic_update_slice_in_dim(h, jnp.reshape(rotated, (*batch, 2, 2, n)), k, axis=-3)
 
@@ -226,7 +226,7 @@ def _apply_window(hz: tuple[jax.Array, ...], w: jax.Array, u: jax.Array, r0: Any
         return lax.dynamic_update_slice_in_dim(x, jnp.reshape(slab @ real_u, (*batch, n, 2, m)), r0, axis=-1)
 
     slab = jnp.reshape(jnp.swapaxes(lax.dynamic_slice_in_dim(h, r0, m, axis=-3), -3, -2), (*batch, 2 * m, n))
-    rows = jnp.swapaxes(jnp.reshape(real_form(_mT(u[..., 0, :]), _mT(u[..., 1, :])) @ slab, (*batch, 2, m, n)), -3, -2)
+    rows = jnp.swapaxes(jnp.reshape(real_form(mT(u[..., 0, :]), mT(u[..., 1, :])) @ slab, (*batch, 2, m, n)), -3, -2)
     h = columns(lax.dynamic_update_slice_in_dim(h, rows, r0, axis=-3))
     origin = jnp.zeros((), jnp.asarray(r0).dtype)
     h = lax.dynamic_update_slice(h, w, (*[origin] * len(batch), r0, origin, r0))
@@ -293,7 +293,7 @@ def _grid(a: jax.Array) -> tuple[int, jax.Array, jax.Array, jax.Array, jax.Array
     """(n, ids, rows, cols, eye) of a Schur form of ``a`` (..., n, n): the size, its indices as
     a vector, column and row, and the identity per matrix (z of a 0x0 or 1x1 matrix)."""
     n = int(a.shape[-1])
-    ids = _ids(n)
+    ids = index_range(n)
     rows, cols = ids[:, None], ids[None, :]
     return n, ids, rows, cols, jnp.broadcast_to((rows == cols).astype(a.dtype), a.shape)
 
@@ -423,14 +423,14 @@ SWEEPS_PER_ROW = 30
 
 def _column(m: jax.Array, j: Any) -> jax.Array:
     """m[..., :, j] as (..., n, 1) for a per-matrix index ``j`` (..., 1, 1)."""
-    return _pick(m, _ids(m.shape[-1])[None, :] == j, -1)
+    return pick_where(m, index_range(m.shape[-1])[None, :] == j, -1)
 
 
 def _hessenberg_q(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.Array]:
     """(h, q) with a = q h q^T, h upper Hessenberg (zeros below its subdiagonal): ``gehrd``
     and ``orghr`` (q's first row and column are e_0, the reflectors act on rows 1..)."""
     n = a.shape[-1]
-    ids = _ids(n)
+    ids = index_range(n)
     packed, taus = hessenberg(a, unroll=unroll)
     h = where(ids[:, None] > ids[None, :] + 1, jnp.zeros((), a.dtype), packed)
     inner = householder_product(packed[..., 1:, :-1], taus[..., :-1], unroll=unroll)  # (..., n-1, n-1)
@@ -445,7 +445,7 @@ def _split(h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     (h, lo, hi, live), its rows lo..hi (..., 1, 1) and whether there is one. Blocks of 1 and 2
     rows are final (a 2x2 one is put into standard form at the end)."""
     n = h.shape[-1]
-    ids = _ids(n)
+    ids = index_range(n)
     rows, cols = ids[:, None], ids[None, :]
     zero = jnp.zeros((), h.dtype)
     mag = jnp.abs(h)
@@ -467,8 +467,8 @@ def _window(m: jax.Array, i: jax.Array) -> jax.Array:
     where it leaves the matrix), as two products with one-hot rows: a few nodes, where masked
     sums take several per entry. The sweeps' matrices are finite (a matrix with inf or NaN
     takes none), so the products' zeros meet no inf."""
-    hot = (_ids(m.shape[-1])[None, :] == i + _ids(3)[:, None]).astype(m.dtype)  # (..., 3, n)
-    return hot @ m @ _mT(hot)
+    hot = (index_range(m.shape[-1])[None, :] == i + index_range(3)[:, None]).astype(m.dtype)  # (..., 3, n)
+    return hot @ m @ mT(hot)
 
 
 def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -584,11 +584,11 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         tail = window & (rows > k)
         v, tau, beta = reflector(x, k, tail)
         tau = where(live, tau, zero)
-        h = h - (tau * v) * (_mT(v) @ h)
+        h = h - (tau * v) * (mT(v) @ h)
         bulge = live & ~first & (cols == k - 1)
         h = where(bulge & tail, zero, where(bulge & (rows == k), beta, h))
-        h = h - (h @ v) * (tau * _mT(v))
-        z = z - (z @ v) * (tau * _mT(v))
+        h = h - (h @ v) * (tau * mT(v))
+        z = z - (z @ v) * (tau * mT(v))
         return h, z, k + 1, lo, hi, total, product, top, sweeps, live, it + 1
 
     limit = SWEEPS_PER_ROW * max(10, n) * (n - 1)
@@ -610,7 +610,7 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     g_up = where(second_row, pad_start(-sn, 0), zero)  # g[j, j+1] = -sn, by column j+1
     g_low = where(first_row, pad_end(sn, 0), zero)  # g[j+1, j] = sn, by column j
     g = where(rows == cols, g_diag[..., None, :], where(rows + 1 == cols, g_up[..., None, :], where(rows == cols + 1, g_low[..., None, :], zero)))
-    t = _mT(g) @ h @ g
+    t = mT(g) @ h @ g
     z = z @ g
     # the blocks' entries exactly as dlanv2 gives them (the product leaves rounding there)
     t_diag = where(first_row, pad_end(ba, 0), where(second_row, pad_start(bd, 0), jnp.sum(where(rows == cols, t, zero), axis=-2)))
@@ -648,7 +648,7 @@ def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     whole batch (each matrix at its own state): a dense matrix takes two steps, a triangular
     one ~n."""
     n = a.shape[-1]
-    ids = _ids(n)
+    ids = index_range(n)
     batch = a.shape[:-2]
     nonzero = (jnp.real(a) != 0) | (jnp.imag(a) != 0) if jnp.iscomplexobj(a) else a != 0
     pattern = where(nonzero & (ids[:, None] != ids[None, :]), 1, 0).astype(jnp.real(a).dtype)  # off-diagonal
@@ -729,7 +729,7 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
     largest entries are left out: ``b`` comes divided by a power of two near its largest entry
     (see eig), and a kept scaling shrinks that row's and column's norms (8 nodes less per step)."""
     n = b.shape[-1]
-    ids = _ids(n)
+    ids = index_range(n)
     real = jnp.real(b).dtype
     bound = _scaling_bound(real)
     top = bound + 1
@@ -755,8 +755,8 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
         b, exponents, kept, done, t = state
         i = t % n
         hit = ids == i
-        c = _norm(where(block, _magnitude(_at(b, i, -1)[..., 0]), 0))
-        r = _norm(where(block, _magnitude(_at(b, i, -2)[..., 0, :]), 0))
+        c = _norm(where(block, _magnitude(at_index(b, i, -1)[..., 0]), 0))
+        r = _norm(where(block, _magnitude(at_index(b, i, -2)[..., 0, :]), 0))
         e, f, keep = scaling(c, r, (i >= ilo) & (i <= ihi) & ~done, jnp.sum(where(hit, exponents, 0), axis=-1))
         b = b * where(hit[:, None], 1 / f[..., None, None], 1) * where(hit[None, :], f[..., None, None], 1)
         exponents = where(hit & keep[..., None], exponents + e[..., None], exponents)
@@ -768,7 +768,7 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
     # keeps any is one test of all rows at once, and a batch of matrices that need no scaling
     # (dense ones of similar row and column norms, most of them) takes no loop step
     magnitude = where(block[..., :, None] & block[..., None, :], _magnitude(b), 0)
-    _, _, keep = scaling(_norm(_mT(magnitude)), _norm(magnitude), block, jnp.zeros(block.shape, real))
+    _, _, keep = scaling(_norm(mT(magnitude)), _norm(magnitude), block, jnp.zeros(block.shape, real))
     batch = b.shape[:-2]
     init = (b, jnp.zeros((*batch, n), real), jnp.zeros(batch, bool), (ihi <= ilo) | ~jnp.any(keep, axis=-1), jnp.zeros((), jnp.int32))
     b, exponents, *_ = lax.while_loop(lambda s: jnp.any(~s[3]) & (s[4] < BALANCE_SWEEPS * n), step, init)
@@ -787,7 +787,7 @@ def _permuted(a: jax.Array, perm: jax.Array) -> jax.Array:
     """a[..., perm, :][..., :, perm]: two GatherElements (on each part of a complex ``a``)."""
     if jnp.iscomplexobj(a):
         return lax.complex(_permuted(jnp.real(a), perm), _permuted(jnp.imag(a), perm))
-    return _mT(take_rows(_mT(take_rows(a, perm[..., :, None])), perm[..., :, None]))
+    return mT(take_rows(mT(take_rows(a, perm[..., :, None])), perm[..., :, None]))
 
 
 def _back_rows(z: jax.Array, inverse: jax.Array, d: jax.Array | None = None) -> jax.Array:
@@ -807,7 +807,7 @@ def triangular_eigenvectors(t: jax.Array) -> Parts:
     trevc's scaled solves, ``latrs``). On parts, each division is a few real nodes (a complex
     one adds its inf/NaN cases: hundreds per step)."""
     n = t.shape[-1]
-    ids = _ids(n)
+    ids = index_range(n)
     rows, cols = ids[:, None], ids[None, :]
     tr, ti = jnp.real(t), jnp.imag(t)
     zero, one = jnp.zeros((), tr.dtype), jnp.ones((), tr.dtype)
@@ -823,9 +823,9 @@ def triangular_eigenvectors(t: jax.Array) -> Parts:
 
     def step(i: Index, x: Parts) -> Parts:
         xr, xi = x
-        row_r, row_i = (where(cols > i, _at(p, i, -2), zero) for p in (tr, ti))
+        row_r, row_i = (where(cols > i, at_index(p, i, -2), zero) for p in (tr, ti))
         num_r, num_i = -(row_r @ xr - row_i @ xi), -(row_r @ xi + row_i @ xr)  # -(t[i, i+1:] x)
-        er, ei = _at(dr, i, -1) - dr, _at(di, i, -1) - di  # t_ii - t_kk per column k
+        er, ei = at_index(dr, i, -1) - dr, at_index(di, i, -1) - di  # t_ii - t_kk per column k
         scale = jnp.maximum(jnp.abs(er), jnp.abs(ei))
         safe = where(scale == 0, one, scale)
         small = scale * jnp.sqrt((er / safe) ** 2 + (ei / safe) ** 2) < smin
@@ -853,8 +853,8 @@ def _normalized(z: jax.Array, x: Parts) -> jax.Array:
     overflows or underflows (gebak's scalings reach 2^bound: float32 2^103)."""
     zr, zi = jnp.real(z), jnp.imag(z)
     vr, vi = zr @ x[0] - zi @ x[1], zr @ x[1] + zi @ x[0]
-    size = _mT(jnp.maximum(jnp.abs(vr), jnp.abs(vi)))[..., None]  # (..., n, m, 1): a matrix per column
-    column_scale = _mT(power_of_two_scale(size)[..., 0])  # (..., 1, n)
+    size = mT(jnp.maximum(jnp.abs(vr), jnp.abs(vi)))[..., None]  # (..., n, m, 1): a matrix per column
+    column_scale = mT(power_of_two_scale(size)[..., 0])  # (..., 1, n)
     vr, vi = vr / column_scale, vi / column_scale
     mag2 = vr * vr + vi * vi
     norm = jnp.sqrt(jnp.sum(mag2, axis=-2, keepdims=True))
@@ -878,14 +878,14 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     # balanced as geev (see BALANCE_FACTOR): isolated values stay exact, scaled rows accurate
     b, inverse, d = balance(a / scale) if n > 1 else (a / scale, None, None)
     t, z = complex_schur(b, vectors=left or right)
-    ids = _ids(n)
+    ids = index_range(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
     out = [values]
     if n == 0:  # no vectors (the substitution's loop cannot even be traced on 0x0)
         return [*out, *[jnp.zeros(a.shape, dtype)] * (left + right)]
     if left:  # right vectors of t^H, reversed into upper triangular form; D^-1 back (gebak)
         flip = lambda m: jnp.flip(m, axis=(-2, -1))  # noqa: E731
-        y = triangular_eigenvectors(flip(jnp.conj(_mT(t))))
+        y = triangular_eigenvectors(flip(jnp.conj(mT(t))))
         out.append(_normalized(z if d is None else _back_rows(z, inverse, 1 / d), (flip(y[0]), flip(y[1]))))
     if right:
         out.append(_normalized(z if d is None else _back_rows(z, inverse, d), triangular_eigenvectors(t)))

@@ -83,7 +83,7 @@ def _f64_asinh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     a = ctx.op.Abs(x)
     one = _one(ctx, x)
     x2 = ctx.op.Mul(a, a)
-    small = _log1p(ctx, ctx.op.Add(a, ctx.op.Div(x2, ctx.op.Add(one, ctx.op.Sqrt(ctx.op.Add(one, x2))))))
+    small = ctx.log1p(ctx.op.Add(a, ctx.op.Div(x2, ctx.op.Add(one, ctx.op.Sqrt(ctx.op.Add(one, x2))))))
     large = ctx.op.Add(ctx.op.Log(a), ctx.const(np.log(2.0), like=x))
     r = ctx.op.Where(ctx.op.Greater(a, ctx.const(1e150, like=x)), large, small)
     return ctx.op.Mul(ctx.op.Sign(x), r)
@@ -93,7 +93,7 @@ def _f64_acosh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     # log(x + sqrt(x^2 - 1)) = log1p((x - 1) + sqrt((x - 1) * (x + 1)))
     one = _one(ctx, x)
     xm1 = ctx.op.Sub(x, one)
-    small = _log1p(ctx, ctx.op.Add(xm1, ctx.op.Sqrt(ctx.op.Mul(xm1, ctx.op.Add(x, one)))))
+    small = ctx.log1p(ctx.op.Add(xm1, ctx.op.Sqrt(ctx.op.Mul(xm1, ctx.op.Add(x, one)))))
     large = ctx.op.Add(ctx.op.Log(x), ctx.const(np.log(2.0), like=x))
     return ctx.op.Where(ctx.op.Greater(x, ctx.const(1e150, like=x)), large, small)
 
@@ -102,7 +102,7 @@ def _f64_atanh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     # 0.5 * log1p(2x / (1 - x))
     one = _one(ctx, x)
     two_x = ctx.op.Add(x, x)
-    return ctx.op.Mul(ctx.const(0.5, like=x), _log1p(ctx, ctx.op.Div(two_x, ctx.op.Sub(one, x))))
+    return ctx.op.Mul(ctx.const(0.5, like=x), ctx.log1p(ctx.op.Div(two_x, ctx.op.Sub(one, x))))
 
 
 def _f64_atan(ctx: LoweringContext, x: ir.Value) -> ir.Value:
@@ -170,15 +170,6 @@ def _expm1(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Where(ctx.op.IsInf(u), u, r)
 
 
-def _log1p(ctx: LoweringContext, x: ir.Value) -> ir.Value:
-    # Kahan: log(u) * x / (u - 1) with u = 1 + x.
-    one = _one(ctx, x)
-    u = ctx.op.Add(one, x)
-    r = ctx.op.Mul(ctx.op.Log(u), ctx.op.Div(x, ctx.op.Sub(u, one)))  # x / (u - 1) ~ 1: no overflow
-    r = ctx.op.Where(ctx.op.Equal(u, one), x, r)
-    return ctx.op.Where(ctx.op.Or(ctx.op.IsInf(u), ctx.op.Equal(u, ctx.const(0, like=x))), ctx.op.Log(u), r)
-
-
 @lowering("expm1", onnx_ops=("Exp", "Log", "Where", "Div", "Equal", "IsInf", "Mul", "Neg", "Sub"))
 def _expm1_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return _expm1(ctx, x)
@@ -186,7 +177,7 @@ def _expm1_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
 
 @lowering("log1p", onnx_ops=("Log", "Where", "Add", "Div", "Equal", "IsInf", "Mul", "Or", "Sub"))
 def _log1p_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
-    return _log1p(ctx, x)
+    return ctx.log1p(x)
 
 
 @lowering("exp2", onnx_ops=("Pow",))
@@ -291,7 +282,7 @@ def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value, **_: object) -> ir.Va
     # with both infinite, use |ratio| = 1 so the quadrant fix-up gives pi/4, 3pi/4
     ratio = ctx.op.Where(both_inf, ctx.op.Sign(x), ratio)
     base = atan(ctx, ratio)
-    neg_x = ctx.op.Or(ctx.op.Less(x, zero), _is_negative_zero(ctx, x))
+    neg_x = ctx.op.Or(ctx.op.Less(x, zero), ctx.is_negative_zero(x))
     angle = ctx.op.Where(neg_x, ctx.op.Add(base, pi), base)
     # x == 0 and y == 0: atan2(0, +0) = 0 and atan2(0, -0) = pi
     both_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Equal(y, zero))
@@ -302,14 +293,8 @@ def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value, **_: object) -> ir.Va
     return ctx.op.Mul(_copysign_one(ctx, y), angle)
 
 
-def _is_negative_zero(ctx: LoweringContext, x: ir.Value) -> ir.Value:
-    zero = ctx.const(0, like=x)
-    inv = ctx.op.Div(_one(ctx, x), x)  # -inf exactly for -0.0
-    return ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Less(inv, zero))
-
-
 def _copysign_one(ctx: LoweringContext, x: ir.Value) -> ir.Value:
-    negative = ctx.op.Or(ctx.op.Less(x, ctx.const(0, like=x)), _is_negative_zero(ctx, x))
+    negative = ctx.op.Or(ctx.op.Less(x, ctx.const(0, like=x)), ctx.is_negative_zero(x))
     return ctx.op.Where(negative, ctx.const(-1, like=x), _one(ctx, x))
 
 

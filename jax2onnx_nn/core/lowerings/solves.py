@@ -35,12 +35,12 @@ from jax2onnx_nn.core.lower import LoweringContext, is_float
 from jax2onnx_nn.core.lowerings import decompositions
 from jax2onnx_nn.core.lowerings.decompositions import (
     Index,
-    _at,
-    _ids,
-    _mT,
+    at_index,
+    index_range,
     iterate,
     lower_as_jax,
     lu_of,
+    mT,
     refuse_half_precision,
     solve_by_elimination,
     where,
@@ -56,14 +56,14 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
     m = d.shape[-1]
     if not jxi.is_symbolic_dim(m) and m == 0:
         return b
-    ids = _ids(m)
+    ids = index_range(m)
     zero = jnp.zeros((), d.dtype)
     du = where(ids < m - 1, du, zero)  # the row past the last one contributes nothing
 
     def eliminate(i: Index, carry: tuple) -> tuple:
         # row i (its entries at i, i+1, and b) against row i+1 of the input
         cd, cdu, cb, diag, up, up2, rhs, failed = carry
-        low, nd, ndu, nb = _at(dl, i + 1, -1), _at(d, i + 1, -1), _at(du, i + 1, -1), _at(b, i + 1, -2)
+        low, nd, ndu, nb = at_index(dl, i + 1, -1), at_index(d, i + 1, -1), at_index(du, i + 1, -1), at_index(b, i + 1, -2)
         keep = jnp.abs(cd) >= jnp.abs(low)  # gtsv's test: else rows i and i+1 swap
         fact = where(keep, low, cd) / where(keep, where(cd != 0, cd, jnp.ones((), d.dtype)), low)
         kept = (nd - fact * cdu, ndu, nb - fact[..., None] * cb)
@@ -77,7 +77,7 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
         cd, cdu = where(keep, kept[0], swapped[0]), where(keep, kept[1], swapped[1])
         return cd, cdu, where(keep[..., None], kept[2], swapped[2]), diag, up, up2, rhs, failed
 
-    start = (_at(d, 0, -1), _at(du, 0, -1), _at(b, 0, -2), jnp.zeros_like(d), jnp.zeros_like(d), jnp.zeros_like(d), jnp.zeros_like(b), jnp.zeros(d.shape[:-1] + (1,), bool))
+    start = (at_index(d, 0, -1), at_index(du, 0, -1), at_index(b, 0, -2), jnp.zeros_like(d), jnp.zeros_like(d), jnp.zeros_like(d), jnp.zeros_like(b), jnp.zeros(d.shape[:-1] + (1,), bool))
     cd, cdu, cb, diag, up, up2, rhs, failed = iterate(m - 1, eliminate, start)
     last = ids == m - 1
     diag, up, rhs = where(last, cd, diag), where(last, cdu, up), where(last[:, None], cb, rhs)
@@ -85,7 +85,7 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
 
     def substitute(i: Index, carry: tuple) -> tuple:
         x, x1, x2 = carry  # x1, x2: the solution's rows i+1 and i+2 (0 past the end)
-        xi = (_at(rhs, i, -2) - _at(up, i, -1)[..., None] * x1 - _at(up2, i, -1)[..., None] * x2) / _at(diag, i, -1)[..., None]
+        xi = (at_index(rhs, i, -2) - at_index(up, i, -1)[..., None] * x1 - at_index(up2, i, -1)[..., None] * x2) / at_index(diag, i, -1)[..., None]
         return where((ids == i)[:, None], xi, x), xi, x1
 
     row0 = jnp.zeros_like(b[..., :1, :])
@@ -215,7 +215,7 @@ def _solve_along(a: jax.Array, b: jax.Array, *, axes: tuple[int, ...]) -> jax.Ar
 # -- symmetric_product -------------------------------------------------------------------------
 @lowering("symmetric_product", onnx_ops=("Transpose", "MatMul", "Mul", "Add", "Squeeze", "Unsqueeze"))
 def _symmetric_product(ctx: LoweringContext, a: ir.Value, c: ir.Value, *, alpha: float, beta: float) -> list[ir.Value]:
-    return lower_as_jax(ctx, lambda a, c: alpha * (a @ _mT(a)) + beta * c, [a, c])
+    return lower_as_jax(ctx, lambda a, c: alpha * (a @ mT(a)) + beta * c, [a, c])
 
 
 # -- cholesky_update ---------------------------------------------------------------------------
@@ -223,13 +223,13 @@ def cholesky_update(r: jax.Array, w: jax.Array) -> jax.Array:
     """R' with R'^T R' = R^T R + w w^T: row k of R and w rotated by the Givens rotation that
     zeroes w[k] against R[k, k] (``drotg`` scaled by the larger magnitude, none for w[k] = 0)."""
     n = r.shape[-1]
-    rows = _ids(n)[:, None]
+    rows = index_range(n)[:, None]
     one = jnp.ones((), r.dtype)
 
     def step(k: Index, carry: tuple) -> tuple:
         r, z = carry  # z (1, n)
-        row = _at(r, k, -2)
-        x, y = _at(row, k, -1), _at(z, k, -1)
+        row = at_index(r, k, -2)
+        x, y = at_index(row, k, -1), at_index(z, k, -1)
         scale = where(jnp.abs(x) > jnp.abs(y), jnp.abs(x), jnp.abs(y))
         scale = where(y == 0, one, scale)
         x, y = x / scale, y / scale

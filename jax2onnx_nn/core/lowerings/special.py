@@ -26,7 +26,6 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
-from jax2onnx_nn.core.lowerings.elementwise import _log1p
 from jax2onnx_nn.core.registry import lowering, register
 
 _ARITH = ("Add", "Sub", "Mul", "Div", "Log", "Where")
@@ -78,7 +77,7 @@ def _lanczos_argument(ctx: LoweringContext, x: ir.Value) -> tuple[ir.Value, ir.V
     z = op.Where(reflect, op.Neg(x), op.Sub(x, ctx.const(1, like=x)))
     g_half = ctx.const(_LANCZOS_G + 0.5, like=x)
     t = op.Add(z, g_half)
-    log_t = op.Add(ctx.const(np.log(_LANCZOS_G + 0.5), like=x), _log1p(ctx, op.Div(z, g_half)))
+    log_t = op.Add(ctx.const(np.log(_LANCZOS_G + 0.5), like=x), ctx.log1p(op.Div(z, g_half)))
     return reflect, z, t, log_t
 
 

@@ -63,7 +63,7 @@ from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.lowerings import decompositions
 from jax2onnx_nn.core.lowerings.decompositions import (
-    _ids,
+    index_range,
     lower_as_jax,
     power_of_two_scale,
     qr,
@@ -107,7 +107,7 @@ def reseat(even: jax.Array, odd: jax.Array, axis: int = -1) -> jax.Array:
 
 def _reseat_order(h: Any) -> jax.Array:
     """``reseat`` as indices into ``[even, odd]`` (2h lines): the Concat's parts in order."""
-    seat = _ids(2 * h)
+    seat = index_range(2 * h)
     half = jnp.asarray(h, jnp.int32)
     order = jnp.where(seat >= half, seat + 1, seat - 1)  # even[1 : h-1], then odd[1:]
     order = jnp.where(seat == 2 * half - 1, half - 1, order)  # even[h-1], last
@@ -176,7 +176,7 @@ def _strided(flat: jax.Array, start: Any, step: Any, count: Any, axis: int = -1)
     """``flat[start::step][:count]`` along ``axis``: a strided Slice, or a Gather of ``count``
     entries when a size is symbolic (a slice's bounds must then be computed, its stride not)."""
     if any(jxi.is_symbolic_dim(d) for d in (start, step, count)):
-        return jnp.take(flat, _ids(count) * jnp.asarray(step, jnp.int32) + jnp.asarray(start, jnp.int32), axis=axis)
+        return jnp.take(flat, index_range(count) * jnp.asarray(step, jnp.int32) + jnp.asarray(start, jnp.int32), axis=axis)
     axis = axis % flat.ndim
     return lax.slice_in_dim(flat, start, start + step * (count - 1) + 1, stride=step, axis=axis)
 
@@ -461,7 +461,7 @@ def eigh(a: jax.Array, *, lower: bool, refine: bool = False) -> tuple[jax.Array,
     1e-6 on Gaussian matrices, up to 5.4e-6 on two clusters of 32 eigenvalues 1e-6 apart;
     V^T V 4e-7 from I; float64 rotations (without refine) reach 4e-8 / 5e-7 at 1.4x the time."""
     n = a.shape[-1]
-    rows = _ids(n) if jxi.is_symbolic_dim(n) else np.arange(n)
+    rows = index_range(n) if jxi.is_symbolic_dim(n) else np.arange(n)
     keep = rows[:, None] >= rows[None, :] if lower else rows[:, None] <= rows[None, :]
     a = where(jnp.asarray(keep), a, jnp.swapaxes(a, -1, -2))
     if not jxi.is_symbolic_dim(n) and n <= 1:
