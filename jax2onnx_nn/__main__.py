@@ -378,7 +378,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect_.set_defaults(func=_cmd_inspect)
     ops = sub.add_parser("ops", parents=[common], help="the support table: primitives, ONNX ops, tested")
     ops.add_argument("pattern", nargs="?", help="only primitives / modules whose name contains this (any case)")
-    ops.add_argument("--markdown", action="store_true", help="print the README's markdown table")
+    ops.add_argument("--markdown", action="store_true", help="print the markdown table of docs/support.md")
     ops.set_defaults(func=_cmd_ops)
     return parser
 

@@ -1,10 +1,10 @@
-"""Regenerate the README's "Runtime support" table: every example and benchmark model on every runtime.
+"""Regenerate the "Runtime support" table (docs/runtimes.md): every example and benchmark model on every runtime.
 
-    python scripts/gen_runtime_table.py           # rewrite README.md from tests/runtime_matrix.txt
-    python scripts/gen_runtime_table.py --check   # exit 1 if README.md is stale
+    python scripts/gen_runtime_table.py           # rewrite docs/runtimes.md from tests/runtime_matrix.txt
+    python scripts/gen_runtime_table.py --check   # exit 1 if docs/runtimes.md is stale
     python scripts/gen_runtime_table.py --record  # export and verify every (model, runtime) pair
                                                   # with that runtime's target profile, rewrite the
-                                                  # record, then README.md
+                                                  # record, then docs/runtimes.md
     python scripts/gen_runtime_table.py --record gru/tract heat_while/openvino
                                                   # the same for these pairs only (the other rows
                                                   # of the record are kept)
@@ -34,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's package, examples and benchmarks (not an installed one)
 BEGIN = "<!-- runtime-table:begin -->"
 END = "<!-- runtime-table:end -->"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "runtimes.md"  # the page holding the table
 RECORD = ROOT / "tests" / "runtime_matrix.txt"
 BENCHMARKS = ("jax_mlp", "flax_mlp", "cnn", "eqx_mlp", "eqx_transformer", "eqx_vit", "vit", "gru", "heat_fori", "heat_while", "gpt2_small")
 RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
@@ -315,9 +315,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.record is not None:
         record(args.record)
-    from jax2onnx_nn.testing.support import refresh_readme_block
+    from jax2onnx_nn.testing.support import refresh_generated_block
 
-    return refresh_readme_block(README, BEGIN, END, render(), check=args.check, what="runtime table", script="scripts/gen_runtime_table.py")
+    return refresh_generated_block(PAGE, BEGIN, END, render(), check=args.check, what="runtime table", script="scripts/gen_runtime_table.py")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""Regenerate the README's support table from the lowering registry (never edit it by hand).
+"""Regenerate the support table (docs/support.md) from the lowering registry (never edit it
+by hand).
 
-    python scripts/gen_support_table.py           # rewrite README.md in place
-    python scripts/gen_support_table.py --check   # exit 1 if README.md is stale
+    python scripts/gen_support_table.py           # rewrite docs/support.md in place
+    python scripts/gen_support_table.py --check   # exit 1 if docs/support.md is stale
     python scripts/gen_support_table.py --record  # rerun the tests, rewrite the records
-                                                  # (tests/lowered_primitives.txt, tests/emitted_ops.txt), then README.md
+                                                  # (tests/lowered_primitives.txt, tests/emitted_ops.txt), then docs/support.md
     python scripts/gen_support_table.py --record tests/core/test_svd.py   # add to the records
 
 The "tested" column says whether a passing test of the suite lowers the primitive with its
@@ -26,7 +27,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BEGIN = "<!-- support-table:begin -->"
 END = "<!-- support-table:end -->"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "support.md"  # the page holding the table
 RECORD = ROOT / "tests" / "lowered_primitives.txt"
 
 
@@ -51,19 +52,19 @@ def record(pytest_args: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/support.md is stale")
     parser.add_argument("--record", action="store_true", help="rerun the tests to rewrite the tested record first")
     parser.add_argument("pytest_args", nargs="*", help="with --record: pytest arguments (default: tests)")
     args = parser.parse_args(argv)
     if args.record:
         rc = record(args.pytest_args)
         if rc not in (0, 1):  # 1: some tests failed; their primitives are not counted
-            print(f"pytest exited with {rc}; record not trusted, README unchanged")
+            print(f"pytest exited with {rc}; record not trusted, docs/support.md unchanged")
             return rc
     sys.path.insert(0, str(ROOT))
-    from jax2onnx_nn.testing.support import refresh_readme_block
+    from jax2onnx_nn.testing.support import refresh_generated_block
 
-    return refresh_readme_block(README, BEGIN, END, render(), check=args.check, what="support table", script="scripts/gen_support_table.py")
+    return refresh_generated_block(PAGE, BEGIN, END, render(), check=args.check, what="support table", script="scripts/gen_support_table.py")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """What the installed JAX computes wrong, found by running it: tests that compare with JAX
-leave those cases out (the export computes the right numbers there; the README says so)."""
+leave those cases out (the export computes the right numbers there; docs/limitations.md says so)."""
 
 from __future__ import annotations
 

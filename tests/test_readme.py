@@ -1,4 +1,5 @@
-"""The README stays true: its support table is the registry's, its commands are the real ones."""
+"""The README and the docs pages stay true: the support table is the registry's, the commands
+and examples are the real ones, the README is the front door (short, linking the pages)."""
 
 import ast
 import importlib.metadata
@@ -17,10 +18,19 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
 
 
+DOCS = ROOT / "docs"
+
+
+def _pages():
+    """README.md and every docs page."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
 def _example(name):
-    """The code block after ``<!-- example: name -->`` in the README."""
-    text = (ROOT / "README.md").read_text()
-    return text.split(f"<!-- example: {name} -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    """The code block after ``<!-- example: name -->`` in the README or a docs page."""
+    marker = f"<!-- example: {name} -->"
+    (text,) = [t for t in (p.read_text() for p in _pages()) if marker in t]
+    return text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def _generator():
@@ -69,9 +79,39 @@ def test_support_table_lists_modules_with_their_coarse_ops():
 
 
 def test_every_example_is_listed():
-    readme = (ROOT / "README.md").read_text()
+    page = (DOCS / "examples.md").read_text()
     examples = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != "__init__.py")
-    assert [name for name in examples if f"`examples/{name}`" not in readme] == []
+    assert [name for name in examples if f"`examples/{name}`" not in page] == []
+
+
+def test_the_readme_is_a_front_door_linking_pages_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 400
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert "docs/support.md" in links and "docs/getting-started/keras.md" in links
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+
+
+def test_the_docs_nav_keeps_pages_that_exist_and_adds_the_others(tmp_path):
+    spec = importlib.util.spec_from_file_location("mkdocs_nav", ROOT / "scripts" / "mkdocs_nav.py")
+    nav = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nav)
+    for page in ("index.md", "a/b.md", "extra.md"):
+        (tmp_path / page).parent.mkdir(exist_ok=True)
+        (tmp_path / page).write_text("# x\n")
+    listed = [{"Home": "index.md"}, {"Guide": [{"B": "a/b.md"}, {"Not built": "missing.md"}]}]
+    config = {"docs_dir": str(tmp_path), "nav": [*listed, {"Gone": "gone.md"}]}
+    expected = [{"Home": "index.md"}, {"Guide": [{"B": "a/b.md"}]}, {"More": ["extra.md"]}]
+    assert nav.on_config(config)["nav"] == expected
+
+
+def test_the_getting_started_examples_run(tmp_path):
+    # one per framework, each a complete program; in one fresh process (imports shared)
+    names = ("functions", "flax-nnx", "flax-linen", "equinox", "keras")
+    runner = "\n".join(f"exec(compile({_example(name)!r}, {name!r}, 'exec'), {{}})" for name in names)
+    (tmp_path / "examples.py").write_text(runner + "\nprint('all ran')\n")
+    result = subprocess.run([sys.executable, "examples.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0 and "all ran" in result.stdout, result.stderr[-3000:]
 
 
 def test_ci_runs_the_readme_test_command():

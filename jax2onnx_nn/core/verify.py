@@ -382,13 +382,16 @@ def verify(
         input_params: as for ``to_onnx``; their values are fed as given.
         enable_double_precision: as for ``to_onnx`` (default: as the model records it, else
             whether it has 64-bit inputs or outputs).
-        inputs_as_nchw, outputs_as_nchw: as for ``to_onnx`` (default: as the model records
-            them): ``fn`` and ``inputs`` stay channels-last, and the JAX side is transposed to
-            the graph's channels-first inputs and outputs.
-        rtol, atol: float tolerances (default by dtype: f32 1e-5, f64 1e-12, float16 2e-3,
+        inputs_as_nchw: as for ``to_onnx`` (default: as the model records it): ``fn`` and
+            ``inputs`` stay channels-last, and the JAX side is transposed to the graph's
+            channels-first inputs.
+        outputs_as_nchw: as for ``to_onnx`` (default: as the model records it): the graph's
+            channels-first outputs are compared with the JAX side transposed.
+        rtol: relative float tolerance (default by dtype: f32 1e-5, f64 1e-12, float16 2e-3,
             bfloat16 1.6e-2: about two ulps of 1; printed in the report for 16-bit floats); ints
             and bools are always compared exactly. A bfloat16 / float16 output's line also
             gives its error against JAX running the same program in float32, beside JAX's own.
+        atol: absolute float tolerance (default by dtype, as ``rtol``).
         input_values: flat concrete inputs to use instead of random ones (one run), one per
             graph input, in order.
         on_run: called after each run with the run, its flat inputs, the runtime's outputs

@@ -85,7 +85,8 @@ def roundtrip(
         model_or_fn: a function or a Flax NNX / Equinox module.
         inputs: input specs, as for :func:`jax2onnx_nn.to_onnx`.
         sizes: values to try per symbolic dim, e.g. ``{"B": [1, 3]}``.
-        rtol, atol: float tolerances (default by dtype); ints and bools compare exactly.
+        rtol: relative float tolerance (default by dtype); ints and bools compare exactly.
+        atol: absolute float tolerance (default by dtype).
         input_values: flat concrete inputs instead of random ones.
         seed: seed of the random inputs.
         reference: a JAX callable computing what the graph should, from the graph's inputs

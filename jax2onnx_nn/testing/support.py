@@ -3,7 +3,7 @@ coarse op, with their ONNX ops and whether they are tested.
 
 A primitive counts as *tested* when a passing test ran its lowering rule; the record is the
 committed file ``tests/lowered_primitives.txt`` (see :mod:`jax2onnx_nn.testing.coverage`).
-The README's table (``scripts/gen_support_table.py``) and ``jax2onnx-nn ops`` render it.
+The docs' support table (``docs/support.md``, by ``scripts/gen_support_table.py``) and ``jax2onnx-nn ops`` render it.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def module_support_rows(tested: set[str] | None = None) -> list[SupportRow]:
 
 
 def markdown_table(tested: set[str] | None) -> str:
-    """The README's support table."""
+    """The support table of ``docs/support.md``."""
     with_tested = tested is not None
     head = "| JAX primitive | ONNX ops | min opset |" + (" tested |" if with_tested else "")
     rule = "|---|---|---|" + ("---|" if with_tested else "")
@@ -99,9 +99,9 @@ def markdown_table(tested: set[str] | None) -> str:
     return "\n".join(lines)
 
 
-def refresh_readme_block(readme: pathlib.Path, begin: str, end: str, body: str, *, check: bool, what: str, script: str) -> int:
+def refresh_generated_block(readme: pathlib.Path, begin: str, end: str, body: str, *, check: bool, what: str, script: str) -> int:
     """Put ``body`` between the ``begin``/``end`` markers of ``readme`` (or, with ``check``, only
-    say whether it is already there): the one writer of the README's generated tables.
+    say whether it is already there): the one writer of the generated tables (docs/support.md, docs/runtimes.md).
 
     Returns the exit code of the generating script: 1 when ``check`` finds the block stale.
     """
@@ -115,7 +115,7 @@ def refresh_readme_block(readme: pathlib.Path, begin: str, end: str, body: str, 
     new = f"{head}{begin}\n{body}\n{end}{tail}"
     if check:
         if new != text:
-            print(f"README.md {what} is stale: run python {script}")
+            print(f"{readme.name} {what} is stale: run python {script}")
             return 1
         return 0
     readme.write_text(new)

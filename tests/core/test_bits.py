@@ -243,7 +243,7 @@ def test_where_adds_nothing_when_no_negative_zero_can_be_picked() -> None:
 
 
 # -- nextafter, spacing, frexp, ldexp ----------------------------------------------------------------
-# XLA on CPU flushes subnormals to zero (README, Limitations); onnxruntime and numpy do not, and
+# XLA on CPU flushes subnormals to zero (docs/limitations.md); onnxruntime and numpy do not, and
 # JAX >= 0.12's frexp flushes them by its own integer algorithm. So the reference is JAX, except
 # where an input or the IEEE result is subnormal: there the export may give JAX's value or
 # numpy's IEEE one (ml_dtypes for bfloat16); off those places numpy must agree with JAX.
@@ -357,7 +357,7 @@ def test_float_power_matches_jax(data: st.DataObject, dtype: Any) -> None:
     x = data.draw(float_bits(dtype))
     y = np.asarray(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, -1.0, 0.5, -2.5, 3.0, np.inf, np.nan]), min_size=len(x), max_size=len(x))), dtype)
     x = np.where(np.abs(x) > 1e30, 1e30, x).astype(dtype)
-    x = np.where(_subnormal(x, dtype), 0, x).astype(dtype)  # XLA flushes them (README, Limitations)
+    x = np.where(_subnormal(x, dtype), 0, x).astype(dtype)  # XLA flushes them (docs/limitations.md)
     with x64(True):
         from jax2onnx_nn.testing import assert_exports_match_on
 

@@ -21,7 +21,7 @@ shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
 
 def _no_tiny(z):
     """Tiny parts as signed zeros: their quotients and products would be subnormal, which
-    XLA on CPU flushes to zero and onnxruntime does not (see the README's limitations)."""
+    XLA on CPU flushes to zero and onnxruntime does not (see docs/limitations.md)."""
     def part(v):
         return np.where(np.abs(v) < 1e-30, np.copysign(0.0, v), v)
 
@@ -89,7 +89,7 @@ UNARY = {
     "log1p": jnp.log1p, "log2": jnp.log2,
 }
 # parts up to 80 reach overflow of exp in float32 (inf parts in the result); from 88.7 to
-# 89.4 XLA's complex sin and cos overflow where sinh and cosh do not (README limitations)
+# 89.4 XLA's complex sin and cos overflow where sinh and cosh do not (docs/limitations.md)
 WIDE = {"exp", "pow_5", "sin", "cos", "tan", "sinh", "cosh", "tanh", "exp2", "expm1"}
 
 
@@ -217,7 +217,7 @@ ORDERED = {
 @given(data=st.data())
 def test_lexicographic_order(name, data):
     """JAX orders complex numbers by (real, imag); sort and the elementwise max/min also with
-    inf/NaN parts, the reductions on NaN-free values (README limitations)."""
+    inf/NaN parts, the reductions on NaN-free values (docs/limitations.md)."""
     fn, special = ORDERED[name]
     dtype = data.draw(st.sampled_from(COMPLEX))
     z = data.draw(_grid_arrays(dtype, data.draw(shapes), special=special))

@@ -173,7 +173,7 @@ def test_incomplete_gamma(name, dtype, data):
     a = data.draw(_positive(dtype))
     # (for a within ~1e3 of the smallest normal, XLA's exp(a log x - x - lgamma(a)) ~ a is at the
     # subnormal boundary and its flush to zero gives igamma 0 where the value is ~1: drawn
-    # igamma(1.1754944e-38, 1e-30) = 0 in JAX; the README's subnormal limitation)
+    # igamma(1.1754944e-38, 1e-30) = 0 in JAX; the subnormal limitation in docs/limitations.md)
     tiny = np.finfo(dtype).tiny * 1e3
     a = np.where((a > 0) & (a < tiny), dtype(tiny), a)
     x = data.draw(_values(dtype, 0.0, 1e3, [0.0, 1e-30, 0.5, 1.0, 3.0, 30.0], size=a.size))

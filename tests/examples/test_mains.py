@@ -1,4 +1,4 @@
-"""Every example runs the way the README says: ``python -m examples.NAME out.onnx`` from a
+"""Every example runs the way docs/examples.md says: ``python -m examples.NAME out.onnx`` from a
 checkout writes out.onnx, prints onnxruntime-vs-JAX reports that all agree, and ends."""
 
 import os

@@ -150,9 +150,9 @@ def test_python_branch_on_the_flag_names_the_users_line(case: str) -> None:
 
 def test_readme_example_runs() -> None:
     # a reseeded stream whose key is a graph input (a typed key spec)
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "runtime-flags.md").read_text()
     code = readme.split("<!-- example: runtime-flags -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/runtime-flags.md", "exec"), {})
 
 
 def test_the_flax_adapter_runs_for_linen_alone() -> None:

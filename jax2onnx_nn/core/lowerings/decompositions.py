@@ -36,7 +36,7 @@ What LAPACK (JAX's CPU path) does on degenerate inputs, and what these rules do 
 The numbers agree with JAX's to rounding, not bitwise: JAX's CPU getrf/trsm (OpenBLAS) take
 each entry as the input less one sum of products accumulated with fused multiply-adds (which
 ONNX lacks) and scale by the pivot's reciprocal, where these steps subtract one product at a
-time and divide (see the README's limitations). Multiplying by the reciprocal would need an
+time and divide (see docs/limitations.md). Multiplying by the reciprocal would need an
 ONNX ``Reciprocal`` (onnxruntime's DivMulFusion turns ``x * (1 / p)`` back into ``x / p``):
 measured, one node more a step for lu results bitwise JAX's in 6.7% of random float32 3x3 to
 16x16 matrices instead of 2.5% (float64 5.2% instead of 2.0%, solve ~1% either way), so left out.

@@ -360,7 +360,7 @@ def _approx_top_k(
     """approx_max_k / approx_min_k as JAX computes them off TPU: a stable sort by plain `>`
     (`<`), so -0 and +0 tie and ties keep the lower index, sliced to the output's size (k, or
     the larger size ``aggregate_to_topk=False`` asks for). NaN has no place in that order
-    (XLA's result then depends on its sort; README limitations)."""
+    (XLA's result then depends on its sort; docs/limitations.md)."""
     del params  # k, recall_target, reduction_input_size_override, aggregate_to_topk: size of the output
     axis = reduction_dimension % len(ctx.aval_in.shape)
     keys = _sort_keys(ctx, x, _dtype(ctx.aval_in), signed_zero=False)
