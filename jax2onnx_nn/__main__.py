@@ -146,10 +146,10 @@ def exportable(target: Any, name: str, debug: bool = False) -> Any:
     return target
 
 
-def _names(text: str | None) -> list[str | int] | None:
+def _names(text: str | None) -> tuple[str | int, ...] | None:
     if not text:
         return None
-    return [int(t) if t.lstrip("-").isdigit() else t for t in (p.strip() for p in text.split(",")) if t]
+    return tuple(int(t) if t.lstrip("-").isdigit() else t for t in (p.strip() for p in text.split(",")) if t)
 
 
 def _sizes(texts: Sequence[str]) -> dict[str, list[int]]:

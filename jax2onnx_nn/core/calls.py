@@ -69,7 +69,7 @@ def _call_key(original: Callable[..., Any], leaves: list[Any], treedef: Any) -> 
     flattened: their static fields are in the treedef), the avals of every array leaf
     (weights included), the other leaves' values, JAX's trace context and the export's
     options. None when any part is not hashable."""
-    parts = []
+    parts: list[tuple[Any, ...]] = []
     for leaf in leaves:
         if is_array(leaf):
             aval = getattr(leaf, "aval", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 from dataclasses import dataclass
 
 
@@ -81,7 +82,8 @@ def user_stacklevel() -> int:
     outside it (the user's export call), past the frames of context managers used as
     decorators (``export_model``'s)."""
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(own) or frame.f_code.co_filename == contextlib.__file__):
         frame, level = frame.f_back, level + 1
     return level

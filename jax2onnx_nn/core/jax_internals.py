@@ -16,7 +16,7 @@ import re
 import sys
 import types
 import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -182,7 +182,7 @@ def name_stack(eqn: Any) -> str:
 @contextlib.contextmanager
 def x64(enabled: bool) -> Iterator[None]:
     """Trace with jax_enable_x64 set as asked, restoring the previous value afterwards."""
-    previous = bool(jax.config.jax_enable_x64)
+    previous = bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # set at run time
     if previous == enabled:
         yield
         return
@@ -351,7 +351,7 @@ def is_extended_dtype(dtype: Any) -> bool:
         return False
 
 
-def evaluate_dim(d: Any, sizes: dict[str, int], default: int) -> int:
+def evaluate_dim(d: Any, sizes: Mapping[str, int], default: int) -> int:
     """A dim (int or symbolic) as an int, symbolic variables taken from ``sizes``."""
     if not is_symbolic_dim(d):
         return int(d)

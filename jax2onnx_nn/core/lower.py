@@ -32,6 +32,7 @@ from jax2onnx_nn.core.graph import (
     numpy_tensor,
     set_type,
 )
+from jax2onnx_nn.core.jax_types import Aval, ClosedJaxpr, Dim, Dims, Eqn
 from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator, is_positive, is_zero
@@ -53,7 +54,7 @@ CALL_BODIES: dict[str, tuple[str, ...]] = {
 }
 
 
-def onnx_aval(aval: Any) -> tuple[np.dtype, tuple[Any, ...]]:
+def onnx_aval(aval: Aval) -> tuple[np.dtype, Dims]:
     """The ONNX dtype and shape a JAX aval is represented by: keys become their uint32 data,
     complex numbers real (real, imag) pairs in a trailing dim of 2."""
     dtype = aval.dtype
@@ -150,7 +151,7 @@ class Lowerer:
         return builder.const(jxi.to_data(np.asarray(jxi.literal_value(atom), dtype=atom.aval.dtype)))
 
     # -- jaxprs ---------------------------------------------------------------------------
-    def lower_jaxpr(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+    def lower_jaxpr(self, closed_jaxpr: ClosedJaxpr, inputs: Sequence[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         """Lower a (closed or open) jaxpr into ``builder``; returns its output values."""
         closed = jxi.as_closed(closed_jaxpr)
         jaxpr = closed.jaxpr
@@ -177,14 +178,14 @@ class Lowerer:
                     env[var] = value
         return [read(a) for a in jaxpr.outvars]
 
-    def lower_eqn(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+    def lower_eqn(self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         scope = jxi.name_stack(eqn)  # jax.named_scope / module paths from adapters
         if scope:
             with builder.name_scope(scope):
                 return self._lower_eqn(eqn, inputs, builder)
         return self._lower_eqn(eqn, inputs, builder)
 
-    def _lower_eqn(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+    def _lower_eqn(self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         name = eqn.primitive.name
         registration = lookup(name, self.config.lowerings)
         previous_doc = builder.doc_string
@@ -227,7 +228,7 @@ class Lowerer:
         value_range.propagate(eqn, outs, ranges)
         return outs
 
-    def _on_data(self, eqn: Any, registration: Registration | None) -> Any | None:
+    def _on_data(self, eqn: Eqn, registration: Registration | None) -> Any | None:
         """For an op on typed keys or complex numbers, the same computation on their real data
         (uint32 words, float pairs) as a jaxpr; None for other ops, for rules that handle the
         data themselves, and for call-like and control-flow ops (their bodies are lowered on
@@ -249,7 +250,7 @@ class Lowerer:
             return jaxpr
         return None
 
-    def _stamp(self, value: ir.Value, aval: Any) -> str | None:
+    def _stamp(self, value: ir.Value, aval: Aval) -> str | None:
         """Give ``value`` the type and shape of ``aval``; what disagrees, if anything (graph
         inputs and constants passed through are typed already)."""
         dtype, shape = onnx_aval(aval)
@@ -259,7 +260,7 @@ class Lowerer:
             set_type(value, dtype, shape)
         return None
 
-    def _lower_call(self, eqn: Any, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+    def _lower_call(self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         keys = CALL_BODIES.get(eqn.primitive.name, ("body",))
         body = next((eqn.params[k] for k in keys if eqn.params.get(k) is not None), None)
         if body is None:
@@ -298,7 +299,7 @@ class LoweringContext:
     ``core/symbolic.py``.
     """
 
-    def __init__(self, lowerer: Lowerer, eqn: Any, builder: GraphBuilder) -> None:
+    def __init__(self, lowerer: Lowerer, eqn: Eqn, builder: GraphBuilder) -> None:
         self.lowerer = lowerer
         self.eqn = eqn
         self.builder = builder
@@ -359,19 +360,19 @@ class LoweringContext:
         return list(results)
 
     @property
-    def avals_in(self) -> list[Any]:
+    def avals_in(self) -> list[Aval]:
         return [v.aval for v in self.eqn.invars]
 
     @property
-    def avals_out(self) -> list[Any]:
+    def avals_out(self) -> list[Aval]:
         return [v.aval for v in self.eqn.outvars]
 
     @property
-    def aval_in(self) -> Any:
+    def aval_in(self) -> Aval:
         return self.eqn.invars[0].aval
 
     @property
-    def aval_out(self) -> Any:
+    def aval_out(self) -> Aval:
         return self.eqn.outvars[0].aval
 
     @property
@@ -395,11 +396,11 @@ class LoweringContext:
             dtype = like.dtype.numpy() if isinstance(like, ir.Value) else onnx_aval(like)[0]
         return self.builder.const(np.asarray(value, dtype=dtype))
 
-    def dim(self, d: Any) -> ir.Value:
+    def dim(self, d: Dim) -> ir.Value:
         """A (possibly symbolic) dim as an int64 tensor of shape [1]."""
         return self.lowerer.dims.dim(d)
 
-    def shape_tensor(self, dims: Sequence[Any]) -> ir.Value:
+    def shape_tensor(self, dims: Sequence[Dim]) -> ir.Value:
         """A shape (ints and symbolic dims) as a 1-D int64 tensor; constant when static."""
         if not any(jxi.is_symbolic_dim(d) for d in dims):
             return self.builder.const(np.array([int(d) for d in dims], dtype=np.int64))
@@ -407,7 +408,7 @@ class LoweringContext:
             return self.dim(dims[0])
         return self.op.Concat(*[self.dim(d) for d in dims], axis=0)
 
-    def full(self, aval: Any, value: Any) -> ir.Value:
+    def full(self, aval: Aval, value: Any) -> ir.Value:
         """An aval's dtype and (possibly symbolic) shape holding ``value`` everywhere: a
         constant when small and static (an empty result is no node), else one
         ``ConstantOfShape`` (no large constant in the file)."""
@@ -417,7 +418,7 @@ class LoweringContext:
             return self.const(np.full(shape, fill, dtype))
         return self.op.ConstantOfShape(self.shape_tensor(shape), value=numpy_tensor(fill.reshape(1)))
 
-    def zeros(self, aval: Any) -> ir.Value:
+    def zeros(self, aval: Aval) -> ir.Value:
         """:meth:`full` of zeros."""
         return self.full(aval, 0)
 
@@ -427,7 +428,7 @@ class LoweringContext:
         sequence."""
         return self.builder.const(np.asarray(values, dtype=np.int64))
 
-    def index(self, d: Any) -> Index:
+    def index(self, d: Dim) -> Index:
         """A dim as an :data:`Index`: the int when static, else ``ctx.dim(d)``."""
         return self.dim(d) if jxi.is_symbolic_dim(d) else int(d)
 
@@ -439,7 +440,7 @@ class LoweringContext:
         parts = [i if isinstance(i, ir.Value) else self.ints([i]) for i in items]
         return parts[0] if len(parts) == 1 else self.op.Concat(*parts, axis=0)
 
-    def dim_scalar(self, d: Any) -> ir.Value:
+    def dim_scalar(self, d: Dim) -> ir.Value:
         """A (possibly symbolic) dim as an int64 scalar: a Range limit, a Loop trip count."""
         if not jxi.is_symbolic_dim(d):
             return self.ints(int(d))
@@ -450,7 +451,7 @@ class LoweringContext:
         to = ir_dtype(dtype)
         return x if x.dtype == to else self.op.Cast(x, to=to)
 
-    def reshape(self, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
+    def reshape(self, x: ir.Value, dims: Sequence[Dim]) -> ir.Value:
         """Reshape to ``dims`` (ints and symbolic dims); a 0 means size 0, never "copy".
 
         One symbolic dim becomes -1, inferred by Reshape instead of computed at run time, when
@@ -478,7 +479,7 @@ class LoweringContext:
             inputs.append(self.ints(list(steps)))
         return self.op.Slice(*inputs)
 
-    def expand(self, x: ir.Value, dims: Sequence[Any]) -> ir.Value:
+    def expand(self, x: ir.Value, dims: Sequence[Dim]) -> ir.Value:
         """``Expand`` to ``dims``, where a 1 keeps the operand's dim (no shape arithmetic for
         the dims already in place).
 
@@ -490,7 +491,7 @@ class LoweringContext:
         y = self.op.Expand(x, self.shape_tensor([1 if i in zeros else d for i, d in enumerate(dims)]))
         return self.slice(y, zeros, [0] * len(zeros), [0] * len(zeros)) if zeros else y
 
-    def iota(self, n: Any, axis: int = 0, rank: int = 1, dtype: Any = np.int64) -> ir.Value:
+    def iota(self, n: Dim, axis: int = 0, rank: int = 1, dtype: Any = np.int64) -> ir.Value:
         """0, 1, ..., n-1 along ``axis`` of a rank-``rank`` tensor (size 1 elsewhere), counted
         in int64 and converted as XLA converts an index (int8 wraps, float16 rounds). A
         constant when ``n`` is static and small, else a Range."""
@@ -596,11 +597,11 @@ class LoweringContext:
                 return producer.inputs[0]
         return self.op.Transpose(x, perm=perm)
 
-    def lower_sub(self, closed_jaxpr: Any, inputs: Sequence[ir.Value], builder: GraphBuilder | None = None) -> list[ir.Value]:
+    def lower_sub(self, closed_jaxpr: ClosedJaxpr, inputs: Sequence[ir.Value], builder: GraphBuilder | None = None) -> list[ir.Value]:
         """Lower a sub-jaxpr (a body) into ``builder`` (default: the current one)."""
         return self.lowerer.lower_jaxpr(closed_jaxpr, inputs, builder or self.builder)
 
-    def typed(self, value: ir.Value, aval: Any) -> ir.Value:
+    def typed(self, value: ir.Value, aval: Aval) -> ir.Value:
         """Stamp an aval's dtype/shape on an intermediate value (bodies need typed I/O)."""
         dtype, shape = onnx_aval(aval)
         set_type(value, dtype, shape)
@@ -610,7 +611,7 @@ class LoweringContext:
 __all__ = ["Index", "Lowerer", "LoweringContext", "OnnxType", "is_float", "onnx_aval", "ir_shape"]
 
 
-def _rule_bug(eqn: Any, what: str) -> ConversionError:
+def _rule_bug(eqn: Eqn, what: str) -> ConversionError:
     """A lowering that disagrees with JAX's avals: a bug of this package (or of a user's
     registered lowering), reported as what, where and what to do, not as an assertion."""
     where = jxi.source_line(eqn) or jxi.source_line(eqn, library_ok=True) or "<unknown location>"

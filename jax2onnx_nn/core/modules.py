@@ -85,7 +85,11 @@ class ModuleCallStack:
                     return inner(module, *args, **kwargs)  # unknown module (made by a transform), or super()
                 with self.entered(module, path) as scope, jax.named_scope(scope) if scope else contextlib.nullcontext():
                     if options.auto_functions and self.becomes_function(module, original):
-                        return call_function(inner, (module, *args), kwargs, name=type(module).__name__, key=type(module))
+                        # a class is hashable; mypy does not see type[Any] as Hashable
+                        return call_function(
+                            inner, (module, *args), kwargs, name=type(module).__name__,
+                            key=type(module),  # type: ignore[arg-type]
+                        )
                     return inner(module, *args, **kwargs)
 
             call.__wrapped__ = original  # type: ignore[attr-defined]

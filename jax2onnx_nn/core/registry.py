@@ -141,7 +141,9 @@ def builtin(name: str) -> Registration | None:
     return _TABLES[BUILTIN].get(name)
 
 
-def normalize_overrides(lowerings: Mapping[Any, Rule] | None) -> dict[str, Registration]:
+def normalize_overrides(
+    lowerings: Mapping[Any, Rule | Registration] | None,
+) -> dict[str, Registration]:
     """``{primitive_or_name: rule}`` as registrations by name (registrations kept as they are)."""
     return {primitive_name(p): r if isinstance(r, Registration) else Registration(r, 1, ()) for p, r in (lowerings or {}).items()}
 

@@ -61,7 +61,7 @@ def export_onnx(
     """
     if not isinstance(module, eqx.Module):
         raise TypeError(f"export_onnx needs an eqx.Module, got {type(module).__name__}")
-    fn: Callable[..., Any] = module
+    fn: Callable[..., Any] = module  # type: ignore[assignment]  # an eqx.Module is callable
     if state is not None:
         fn = _with_state(module, state)
     if batch:

@@ -70,7 +70,7 @@ def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operand
 
 def _unsupported(ctx: LoweringContext, name: str) -> list[ir.Value]:
     """Like any primitive without a rule: listed in the ConversionError of the export."""
-    ctx.lowerer.unsupported[name].append(ctx.builder.doc_string)
+    ctx.lowerer.unsupported[name].append(ctx.builder.doc_string or "")
     return [ir.Value(name=ctx.builder.names.fresh(f"unsupported_{name}")) for _ in ctx.avals_out]
 
 

@@ -107,7 +107,7 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumb
 
     lower.lookup = lookup
     GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = recorded_add_node, recorded_dim, recorded_var  # type: ignore[method-assign]
-    GraphBuilder.older_form_of = unrecorded_older_form  # type: ignore[method-assign]
+    GraphBuilder.older_form_of = unrecorded_older_form  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:

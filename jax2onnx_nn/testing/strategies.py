@@ -121,7 +121,10 @@ def complex_numbers(
     ``[min_value, max_value]`` (default: any finite float), no subnormals (XLA on CPU flushes
     them); ``allow_special`` adds infinite, NaN and signed-zero parts."""
     width = np.finfo(dtype).bits
-    part = st.floats(min_value, max_value, width=width, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+    part = st.floats(
+        min_value, max_value, width=width,  # type: ignore[arg-type]  # 16, 32 or 64: a float dtype
+        allow_nan=False, allow_infinity=False, allow_subnormal=False,
+    )
     if allow_special:
         part = part | st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan])
     return st.builds(complex, part, part)

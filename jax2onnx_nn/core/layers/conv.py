@@ -59,7 +59,9 @@ def conv_pads(padding: Any, spatial: Sequence[Any], kernel: Sequence[int], strid
         if any(jxi.is_symbolic_dim(d) for d in spatial):
             return _AUTO_PAD[padding]  # the same amounts, computed by the runtime
         dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True))
-        pairs = jax.lax.padtype_to_pads(tuple(int(d) for d in spatial), dilated, tuple(strides), padding)
+        pairs: Sequence[tuple[int, int]] | None = jax.lax.padtype_to_pads(
+            tuple(int(d) for d in spatial), dilated, tuple(strides), padding
+        )
     else:
         pairs = padding_pairs(padding, n)
     if pairs is None or not all(v >= 0 for pair in pairs for v in pair):

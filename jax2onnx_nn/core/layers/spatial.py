@@ -23,7 +23,7 @@ Padding = Sequence[tuple[int, int]]
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-def permute(ctx: LoweringContext, x: ir.Value, perm: Sequence[int]) -> ir.Value:
+def permute(ctx: LoweringContext, x: ir.Value, perm: Sequence[int] | np.ndarray) -> ir.Value:
     """Transpose, or ``x`` itself for the identity permutation."""
     return x if list(perm) == sorted(perm) else ctx.op.Transpose(x, perm=list(perm))
 
