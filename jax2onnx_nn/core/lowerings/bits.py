@@ -164,7 +164,7 @@ _BIT_OPS = ("BitCast", "Abs", "GreaterOrEqual", "Gather", "Where", "Add", "Div",
 
 
 @lowering("bitcast_convert_type", onnx_ops=(*_BIT_OPS, "Concat", "Unsqueeze"))
-def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any, **_: Any) -> ir.Value:
+def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any) -> ir.Value:
     source, target = onnx_aval(ctx.aval_in)[0], onnx_aval(ctx.aval_out)[0]
     if np.bool_ in (source, target):
         raise NotImplementedError(f"bitcast_convert_type from {source} to {target}: bool has no bit layout to reinterpret")
@@ -267,7 +267,7 @@ def _nextafter_constants(dtype: np.dtype) -> dict[str, float]:
 
 
 @lowering("nextafter", onnx_ops=(*_BIT_OPS, "Sub", "Max", "Neg", "IsInf"))
-def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     dtype = onnx_aval(ctx.aval_out)[0]
     if dtype.itemsize == 2:
         return _nextafter_by_bits(ctx, x, y, dtype)
@@ -328,7 +328,7 @@ def _nextafter_by_bits(ctx: LoweringContext, x: ir.Value, y: ir.Value, dtype: np
 # -- integer bit counts -------------------------------------------------------------------------
 
 @lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Sub", "Mul", "Cast"))
-def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _population_count(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     """The SWAR count: bits summed in pairs, nibbles, bytes; a multiply adds up the bytes."""
     dtype = onnx_aval(ctx.aval_in)[0]
     utype, width, op = unsigned(dtype), 8 * dtype.itemsize, ctx.op
@@ -349,7 +349,7 @@ def _population_count(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Valu
 
 
 @lowering("clz", onnx_ops=("BitShift", "Equal", "Cast", "Mul", "Add"))
-def _clz(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _clz(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     """Leading zeros by halving: if the top s bits are zero, count s and shift them out."""
     dtype = onnx_aval(ctx.aval_in)[0]
     utype, width, op = unsigned(dtype), 8 * dtype.itemsize, ctx.op
@@ -397,17 +397,17 @@ _TOTAL_ORDER_OPS = ("Less", "Equal", "And", "Or", "Not", "IsNaN", "Div")
 
 
 @lowering("lt_to", onnx_ops=_TOTAL_ORDER_OPS)
-def _lt_to(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _lt_to(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     return _total_lt(ctx, x, y)
 
 
 @lowering("le_to", onnx_ops=(*_TOTAL_ORDER_OPS, "LessOrEqual"))
-def _le_to(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _le_to(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     if not is_float(onnx_aval(ctx.aval_in)[0]):
         return ctx.op.LessOrEqual(x, y)
     return ctx.op.Or(_total_lt(ctx, x, y), _total_eq(ctx, x, y))
 
 
 @lowering("eq_to", onnx_ops=_TOTAL_ORDER_OPS)
-def _eq_to(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _eq_to(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     return _total_eq(ctx, x, y)

@@ -33,6 +33,9 @@ FLOAT32_ONLY = {
 }
 
 
+# The table rules take **_: one rule serves primitives with different params (exp, log, tanh,
+# sin, ... carry XLA's ``accuracy`` hint, which an ONNX op has no knob for; neg, floor, ... carry
+# none; mul carries out_dtype on 0.10), and JAX adds params between versions.
 def _unary(op_type: str, ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
     return getattr(ctx.op, op_type)(x)
 
@@ -171,43 +174,49 @@ def _expm1(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 
 
 @lowering("expm1", onnx_ops=("Exp", "Log", "Where", "Div", "Equal", "IsInf", "Mul", "Neg", "Sub"))
-def _expm1_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _expm1_rule(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     return _expm1(ctx, x)
 
 
 @lowering("log1p", onnx_ops=("Log", "Where", "Add", "Div", "Equal", "IsInf", "Mul", "Or", "Sub"))
-def _log1p_rule(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _log1p_rule(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     return ctx.log1p(x)
 
 
 @lowering("exp2", onnx_ops=("Pow",))
-def _exp2(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _exp2(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     return ctx.op.Pow(ctx.const(2.0, like=x), x)
 
 
 @lowering("log2", onnx_ops=("Log", "Mul"))
-def _log2(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _log2(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
     """A primitive of its own on newer JAX, lowered there as log(x) * (1 / ln 2) in x's type."""
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     return ctx.op.Mul(ctx.op.Log(x), ctx.const(1.4426950408889634, like=x))
 
 
 @lowering("square", onnx_ops=("Mul",))
-def _square(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _square(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Mul(x, x)
 
 
 @lowering("one_minus_square", onnx_ops=("Mul", "Sub"))
-def _one_minus_square(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _one_minus_square(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Sub(_one(ctx, x), ctx.op.Mul(x, x))  # tanh's derivative in JAX >= 0.12
 
 
 @lowering("rsqrt", onnx_ops=("Sqrt", "Div"))
-def _rsqrt(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _rsqrt(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     return ctx.op.Div(_one(ctx, x), ctx.op.Sqrt(x))
 
 
 @lowering("cbrt", onnx_ops=("Pow", "Sign", "Abs", "And", "Div", "Greater", "IsInf", "Mul", "Not", "Sub", "Where"))
-def _cbrt(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _cbrt(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     # Pow gives a seed; one Newton step y -= (y^3 - |x|) / (3 y^2) makes it correctly rounded-ish
     a = ctx.op.Abs(x)
     y = ctx.op.Pow(a, ctx.const(1.0 / 3.0, like=x))
@@ -219,12 +228,12 @@ def _cbrt(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
 
 
 @lowering("is_finite", onnx_ops=("IsNaN", "IsInf", "Or", "Not"))
-def _is_finite(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _is_finite(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsInf(x)))
 
 
 @lowering("round", onnx_ops=("Round", "Floor", "Abs", "Add", "Cast", "GreaterOrEqual", "IsInf", "Mul", "Sign", "Sub", "Where"))
-def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0, **_: object) -> ir.Value:
+def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0) -> ir.Value:
     if int(rounding_method) == 1:  # TO_NEAREST_EVEN
         return ctx.op.Round(x)
     # AWAY_FROM_ZERO: floor(|x|) + (frac >= 0.5), exact (no x + 0.5 rounding error)
@@ -236,17 +245,17 @@ def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0, **
 
 
 @lowering("div", onnx_ops=("Div",))
-def _div(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _div(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     return ctx.op.Div(x, y)  # integer Div truncates toward zero, like lax.div
 
 
 @lowering("rem", onnx_ops=("Mod",))
-def _rem(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _rem(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     return ctx.op.Mod(x, y, fmod=1)  # C fmod: the sign of the dividend, like lax.rem
 
 
 @lowering("pow", onnx_ops=("Pow",))
-def _pow(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _pow(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     return ctx.op.Pow(x, y)
 
 
@@ -268,7 +277,7 @@ def _integer_pow(ctx: LoweringContext, x: ir.Value, *, y: int) -> ir.Value:
 
 
 @lowering("atan2", onnx_ops=("Atan", "Div", "Where", "Abs", "Add", "And", "Cast", "Cos", "Equal", "Greater", "IsInf", "Less", "Mul", "Not", "Or", "Sign", "Sin", "Sub"))
-def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value, **_: object) -> ir.Value:
+def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value) -> ir.Value:
     # atan2(y, x) = sign(y) * atan2(|y|, x), signed zeros and infinities as C atan2. The sign
     # is applied by a product after the quadrant selection: onnxruntime's Where returns +0 for
     # a selected -0 (microsoft/onnxruntime#32191), so no -0 may pass through a Where.
@@ -310,7 +319,7 @@ for _prim, (_b, _i) in {"and": ("And", "BitwiseAnd"), "or": ("Or", "BitwiseOr"),
 
 
 @lowering("ne", onnx_ops=("Equal", "Not"))
-def _ne(ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _ne(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     return ctx.op.Not(ctx.op.Equal(x, y))
 
 
@@ -342,17 +351,17 @@ def _bit_shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, a
 
 
 @lowering("shift_left", onnx_ops=("BitShift", "Cast", "Less", "Where"))
-def _shift_left(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
+def _shift_left(ctx: LoweringContext, x: ir.Value, s: ir.Value) -> ir.Value:
     return _bit_shift(ctx, x, s, "LEFT", arithmetic=False)
 
 
 @lowering("shift_right_logical", onnx_ops=("BitShift", "Cast", "Less", "Where"))
-def _shift_right_logical(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
+def _shift_right_logical(ctx: LoweringContext, x: ir.Value, s: ir.Value) -> ir.Value:
     return _bit_shift(ctx, x, s, "RIGHT", arithmetic=False)
 
 
 @lowering("shift_right_arithmetic", onnx_ops=("BitShift", "BitwiseNot", "Cast", "GreaterOrEqual", "Less", "Where"))
-def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value, **_: object) -> ir.Value:
+def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value) -> ir.Value:
     return _bit_shift(ctx, x, s, "RIGHT", arithmetic=True)
 
 
@@ -414,7 +423,11 @@ def _clamp(ctx: LoweringContext, lo: ir.Value, x: ir.Value, hi: ir.Value) -> ir.
 
 
 @lowering("convert_element_type", onnx_ops=("Cast", "Equal", "GreaterOrEqual", "IsNaN", "Max", "Min", "Not", "Where"))
-def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: object, **_: object) -> ir.Value:
+def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: object, sharding: object = None, weak_type: bool = False,
+) -> ir.Value:
+    # weak typing is JAX's promotion rule while tracing: the output aval's dtype is the type;
+    # a sharding places the value on devices, which a single ONNX graph does not
+    del sharding, weak_type
     src, dst = onnx_aval(ctx.aval_in)[0], onnx_aval(ctx.aval_out)[0]
     if src == dst:
         return x
@@ -480,7 +493,7 @@ def _erf64(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 
 
 @lowering("erf_inv", onnx_ops=("Log", "Sqrt", "Where", "Abs", "Add", "Div", "Equal", "Exp", "IsInf", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Sub"))
-def _erf_inv(ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+def _erf_inv(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     """Giles' single-precision approximation (as XLA uses), refined by Newton in float64."""
     dtype = onnx_aval(ctx.aval_in)[0]
     one = _one(ctx, x)
