@@ -25,9 +25,9 @@ from typing import Any
 
 from jax2onnx_nn.exit_codes import (
     EXPORT_FAILED,
+    INTERRUPTED,
     MISMATCH,
     MISSING_EXTRA,
-    INTERRUPTED,
     NOT_FOUND,
     OK,
     USAGE,
