@@ -25,6 +25,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import kernels
 from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.core.ir.walk import graphs
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 
 LOW_FLOATS = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})
@@ -172,10 +173,10 @@ def apply_precision(model: ir.Model, policy: str, io_dtype: str | None) -> None:
     boundary_out = [v.dtype for v in graph.outputs]
     if converted:
         keep_f32 = _accumulating_weights(model) if policy == "float16" else set()
-        for g in _all_graphs(model):
+        for g in graphs(model):
             _convert_graph(g, converted, keep_f32)
         if policy == "float16":
-            for g in _all_graphs(model):
+            for g in graphs(model):
                 _accumulate_in_float32(g)
     for value, was in zip(list(graph.inputs), boundary_in, strict=True):
         want = _boundary_dtype(was, io)
@@ -192,25 +193,6 @@ def _boundary_dtype(was: ir.DataType | None, io: str) -> ir.DataType | None:
     if was is None or was not in (_F32_T, _F16_T, _BF16_T):
         return None
     return _F32_T if io == "float32" else was
-
-
-def _all_graphs(model: ir.Model) -> list[Any]:
-    graphs: list[Any] = []
-
-    def walk(g: Any) -> None:
-        graphs.append(g)
-        for node in g:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH:
-                    walk(attr.value)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    for sub in attr.value:
-                        walk(sub)
-
-    walk(model.graph)
-    for function in model.functions.values():
-        walk(function)
-    return graphs
 
 
 def _accumulating_weights(model: ir.Model) -> set[int]:
@@ -345,7 +327,7 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
     if not lacks_dtypes:
         return
     found: dict[str, list[str]] = {}
-    for graph in _all_graphs(model):
+    for graph in graphs(model):
         values: list[Any] = list(graph.inputs) + [o for node in graph for o in node.outputs]
         if isinstance(graph, ir.Graph):
             values += list(graph.initializers.values())
