@@ -115,7 +115,7 @@ def _counting_loop(kind: str) -> Any:
 @pytest.mark.parametrize("batch", [False, True])
 def test_while_loops(kind: str, batch: bool) -> None:
     fn = _counting_loop(kind)
-    model = assert_exports_match(jax.vmap(fn) if batch else fn, [("B", 3) if batch else (3,)], sizes={"B": [1, 4]})
+    model = assert_exports_match(jax.vmap(fn) if batch else fn, [("B", 3) if batch else (3,)], sizes={"B": [1, 4]} if batch else None)
     # "bounded" is a scan of max_steps steps without xs: a Scan (a Loop before e61f92f); its
     # step's cond is an If, or a select that JAX 0.12 writes for it
     assert {"Loop", "Scan", "If"} & set(node_ops(model))
