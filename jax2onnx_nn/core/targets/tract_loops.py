@@ -21,8 +21,6 @@ from jax2onnx_nn.core.targets.common import (
     scan_with_states,
 )
 
-_PADDED = "jax2onnx_nn.padded_sum"
-
 
 @rewrite("Scan")
 def counter_scan_as_state(node: ir.Node, edit: Editor) -> Replacement:
