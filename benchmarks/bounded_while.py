@@ -28,7 +28,9 @@ SPECS = [(("N",), "float64"), ((), "float64"), ((), "float64")]
 OPTIONS = {"enable_double_precision": True, "constraints": ("N >= 3",)}
 
 
-def medians_ms(sessions: dict[str, Any], feeds: list[np.ndarray], rounds: int = 5, runs: int = 100) -> dict[str, float]:
+def medians_ms(
+    sessions: dict[str, Any], feeds: list[np.ndarray], rounds: int = 5, runs: int = 100
+) -> dict[str, float]:
     """The median latency of each session, the sessions run in turns (drift hits all alike)."""
     times: dict[str, list[float]] = {name: [] for name in sessions}
     for _ in range(rounds):
@@ -46,12 +48,20 @@ def main() -> None:
         with x64(True):
             feeds = [np.asarray(heat.initial_condition(points)), np.array(0.5), np.array(0.02)]
             trips = int(heat.heat_solve(*feeds)[1])
-        forms: dict[tuple[str, str], tuple[Any, int | None]] = {("Loop", "onnxruntime"): (TARGETS["onnxruntime"], None)}
+        forms: dict[tuple[str, str], tuple[Any, int | None]] = {
+            ("Loop", "onnxruntime"): (TARGETS["onnxruntime"], None)
+        }
         for bound in (trips, 2 * trips):
             for runtime in ("onnxruntime", "tract"):
                 profile = TARGETS[runtime]
-                forms[(f"loop_bound={bound}, If step", runtime)] = (dataclasses.replace(profile, bounded_if=True), bound)
-                forms[(f"loop_bound={bound}, Where step", runtime)] = (dataclasses.replace(profile, bounded_if=False), bound)
+                forms[(f"loop_bound={bound}, If step", runtime)] = (
+                    dataclasses.replace(profile, bounded_if=True),
+                    bound,
+                )
+                forms[(f"loop_bound={bound}, Where step", runtime)] = (
+                    dataclasses.replace(profile, bounded_if=False),
+                    bound,
+                )
         sessions: dict[str, Any] = {}
         for (name, runtime), (target, bound) in forms.items():
             with x64(True), warnings.catch_warnings():
@@ -61,7 +71,7 @@ def main() -> None:
                 session = open_session(model, runtime)
                 session(feeds)
                 sessions[f"{name} on {runtime}"] = session
-            except Exception as err:  # noqa: BLE001 - reported as the runtime says it
+            except Exception as err:
                 print(f"{points} points, {name} on {runtime}: fails ({str(err).splitlines()[0]})")
         for name, ms in medians_ms(sessions, feeds).items():
             print(f"{points} points ({trips} steps), {name}: {ms:.3f} ms")

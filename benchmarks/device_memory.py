@@ -63,7 +63,7 @@ class _SampledPeak:
         self.peak = max(self.peak, _status("VmRSS"))
 
 
-def sharded_mlp(megabytes: float, layers: int, devices: int):  # noqa: ANN201 - jax types
+def sharded_mlp(megabytes: float, layers: int, devices: int):
     """An MLP of ``layers`` square float32 weights of ``megabytes`` in all, made on the first
     ``devices`` devices (rows sharded over them), and its width."""
     import jax
@@ -75,12 +75,15 @@ def sharded_mlp(megabytes: float, layers: int, devices: int):  # noqa: ANN201 - 
     width = int((megabytes * 1e6 / 4 / layers) ** 0.5) // (8 * devices) * (8 * devices)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:devices]), ("x",))
     sharding = NamedSharding(mesh, P("x", None))
-    make = jax.jit(lambda key: jax.random.normal(key, (width, width), jnp.float32) / width**0.5, out_shardings=sharding)
+    make = jax.jit(
+        lambda key: jax.random.normal(key, (width, width), jnp.float32) / width**0.5,
+        out_shardings=sharding,
+    )
     weights = [make(jax.random.key(i)) for i in range(layers)]
     for w in weights:
         w.block_until_ready()
 
-    def mlp(x):  # noqa: ANN001, ANN202
+    def mlp(x):
         for w in weights:
             x = jnp.tanh(x @ w)
         return x
@@ -92,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=400)
     parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--devices", type=int, default=0, help="devices to shard over (default: all)")
+    parser.add_argument(
+        "--devices", type=int, default=0, help="devices to shard over (default: all)"
+    )
     args = parser.parse_args(argv)
     import jax
 
@@ -109,10 +114,14 @@ def main(argv: list[str] | None = None) -> int:
             path = to_onnx(fn, [(1, width)], path=os.path.join(folder, "m.onnx"))
         seconds = time.perf_counter() - start
         peak = max(_status("VmHWM"), sampled.peak) if exact else sampled.peak
-        size = os.path.getsize(path) + (os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0)
+        size = os.path.getsize(path) + (
+            os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0
+        )
     extra = max(peak - before, 0)
-    print(f"platform={jax.default_backend()} devices={devices} weight_bytes={weight_bytes} file_bytes={size} "
-          f"host_extra_bytes={extra} ratio={extra / weight_bytes:.3f} seconds={seconds:.1f} exact_peak={exact}")
+    print(
+        f"platform={jax.default_backend()} devices={devices} weight_bytes={weight_bytes} file_bytes={size} "
+        f"host_extra_bytes={extra} ratio={extra / weight_bytes:.3f} seconds={seconds:.1f} exact_peak={exact}"
+    )
     return 0
 
 

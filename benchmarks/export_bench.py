@@ -80,12 +80,33 @@ BIG = ["mlp_300m", "mlp_600m"]
 MODES = ["path", "external", "proto", "ir"]
 DEFAULT = [name for name in MODELS if name not in BIG]
 COLUMNS = [
-    "model", "trace", "lower", "passes", "export", "jaxpr", "export/jaxpr", "min ratio", "cpu ratio", "serialize", "total", "s/layer", "ds/layer",
-    "rss/w", "nodes", "fn", "init_mb", "file_mb", "ort_ms", "jit_ms", "ort/jit",
+    "model",
+    "trace",
+    "lower",
+    "passes",
+    "export",
+    "jaxpr",
+    "export/jaxpr",
+    "min ratio",
+    "cpu ratio",
+    "serialize",
+    "total",
+    "s/layer",
+    "ds/layer",
+    "rss/w",
+    "nodes",
+    "fn",
+    "init_mb",
+    "file_mb",
+    "ort_ms",
+    "jit_ms",
+    "ort/jit",
 ]
 
 
-def interleaved_median_ms(runs: dict[str, Any], repeat: int, budget: float, warmup: int = 1) -> dict[str, float]:
+def interleaved_median_ms(
+    runs: dict[str, Any], repeat: int, budget: float, warmup: int = 1
+) -> dict[str, float]:
     """Median milliseconds of each of ``runs`` after ``warmup`` runs of each, the runs taken in
     turn (one of each per round) so that all of them see the same machine load: ``repeat``
     rounds, fewer (at least 3) when they take more than ``budget`` seconds per run together."""
@@ -138,7 +159,13 @@ def _count_nodes(proto: Any) -> int:
 
 
 def bench_one(
-    name: str, repeat: int, mode: str, latency: bool, warm: int = 3, budget: float = 5.0, ort_spinning: bool = True
+    name: str,
+    repeat: int,
+    mode: str,
+    latency: bool,
+    warm: int = 3,
+    budget: float = 5.0,
+    ort_spinning: bool = True,
 ) -> dict[str, Any]:
     import jax
     import numpy as np
@@ -161,7 +188,9 @@ def bench_one(
     baseline = _rss_kb("VmRSS")
     _reset_peak_rss()
     if mode in ("path", "external"):
-        to_onnx(fn, inputs, path=path, external_data=True if mode == "external" else None, **options)
+        to_onnx(
+            fn, inputs, path=path, external_data=True if mode == "external" else None, **options
+        )
     elif mode == "proto":
         to_onnx(fn, inputs, **options)
     else:
@@ -203,7 +232,9 @@ def bench_one(
     row["min ratio"] = round(min(r[0] for r in exports) / min(r[0] for r in jaxprs), 2)
     row["cpu ratio"] = round(min(r[1] for r in exports) / min(r[1] for r in jaxprs), 2)
     del exports
-    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    weight_bytes = sum(
+        v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None
+    )
     t = time.perf_counter()
     if weight_bytes < 1.8e9:
         proto = ir.to_proto(model)
@@ -238,13 +269,22 @@ def bench_one(
 
             session_options = ort.SessionOptions()
             session_options.intra_op_num_threads = os.cpu_count() or 1  # as many as XLA's CPU pool
-            if not ort_spinning:  # idle intra-op threads sleep instead of spinning (a shared machine)
+            if (
+                not ort_spinning
+            ):  # idle intra-op threads sleep instead of spinning (a shared machine)
                 session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            session = ort.InferenceSession(path if data is None else data, session_options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(
+                path if data is None else data, session_options, providers=["CPUExecutionProvider"]
+            )
             feeds = {m.name: np.asarray(v) for m, v in zip(session.get_inputs(), flat, strict=True)}
             jitted = jax.jit(reference)
             medians = interleaved_median_ms(
-                {"ort": lambda: session.run(None, feeds), "jit": lambda: jax.block_until_ready(jitted(*flat))}, repeat, budget
+                {
+                    "ort": lambda: session.run(None, feeds),
+                    "jit": lambda: jax.block_until_ready(jitted(*flat)),
+                },
+                repeat,
+                budget,
             )
             row["ort_ms"], row["jit_ms"] = round(medians["ort"], 3), round(medians["jit"], 3)
             row["ort/jit"] = round(row["ort_ms"] / row["jit_ms"], 2)
@@ -259,15 +299,28 @@ def _depth_slopes(rows: list[dict[str, Any]]) -> None:
     previous (shallower) row of the series."""
     series = sorted((r for r in rows if "layers" in r), key=lambda r: r["layers"])
     for shallow, deep in zip(series, series[1:], strict=False):
-        deep["ds/layer"] = round((deep["export"] - shallow["export"]) / (deep["layers"] - shallow["layers"]), 3)
+        deep["ds/layer"] = round(
+            (deep["export"] - shallow["export"]) / (deep["layers"] - shallow["layers"]), 3
+        )
 
 
 def _run(name: str, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     """One model's row, measured in a subprocess of its own; a failed model is a row that
     says so (the table stays complete), its error on stderr."""
     command = [
-        sys.executable, "-m", "benchmarks.export_bench", "--one", name, "--mode", mode,
-        "--repeat", str(args.repeat), "--warm", str(args.warm), "--budget", str(args.budget),
+        sys.executable,
+        "-m",
+        "benchmarks.export_bench",
+        "--one",
+        name,
+        "--mode",
+        mode,
+        "--repeat",
+        str(args.repeat),
+        "--warm",
+        str(args.warm),
+        "--budget",
+        str(args.budget),
     ]
     if args.no_latency:
         command.append("--no-latency")
@@ -288,15 +341,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=None, choices=sorted(MODELS))
     parser.add_argument("--big", action="store_true", help="also the 300M / 600M-parameter MLPs")
-    parser.add_argument("--mode", default="path", choices=MODES, help="export mode of the memory column")
-    parser.add_argument("--memory-modes", action="store_true", help="a row per export mode (rss/w of each)")
-    parser.add_argument("--repeat", type=int, default=20, help="latency runs at most")
-    parser.add_argument("--budget", type=float, default=5.0, help="seconds of latency runs per runtime and model (at least 3 runs)")
-    parser.add_argument("--warm", type=int, default=3, help="warm exports (and make_jaxpr runs) to take the median of")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per model before it counts as failed")
-    parser.add_argument("--no-latency", action="store_true", help="skip onnxruntime / jax.jit latencies")
     parser.add_argument(
-        "--ort-no-spinning", action="store_true",
+        "--mode", default="path", choices=MODES, help="export mode of the memory column"
+    )
+    parser.add_argument(
+        "--memory-modes", action="store_true", help="a row per export mode (rss/w of each)"
+    )
+    parser.add_argument("--repeat", type=int, default=20, help="latency runs at most")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=5.0,
+        help="seconds of latency runs per runtime and model (at least 3 runs)",
+    )
+    parser.add_argument(
+        "--warm",
+        type=int,
+        default=3,
+        help="warm exports (and make_jaxpr runs) to take the median of",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="seconds per model before it counts as failed"
+    )
+    parser.add_argument(
+        "--no-latency", action="store_true", help="skip onnxruntime / jax.jit latencies"
+    )
+    parser.add_argument(
+        "--ort-no-spinning",
+        action="store_true",
         help="onnxruntime's idle intra-op threads sleep (session.intra_op.allow_spinning=0): on a loaded machine its "
         "default spin-waiting takes the cores from the work",
     )
@@ -304,7 +376,19 @@ def main() -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(bench_one(args.one, args.repeat, args.mode, not args.no_latency, args.warm, args.budget, not args.ort_no_spinning)))
+        print(
+            json.dumps(
+                bench_one(
+                    args.one,
+                    args.repeat,
+                    args.mode,
+                    not args.no_latency,
+                    args.warm,
+                    args.budget,
+                    not args.ort_no_spinning,
+                )
+            )
+        )
         return 0
     names = args.models or DEFAULT + (BIG if args.big else [])
     rows, failed = [], 0
@@ -324,7 +408,9 @@ def main() -> int:
     for row in rows:
         print("| " + " | ".join(str(row.get(c, "")) for c in COLUMNS) + " |")
     end = os.getloadavg()
-    print(f"\nload average (1 min) at start {load[0]:.1f}, at end {end[0]:.1f}, on {os.cpu_count()} cores")
+    print(
+        f"\nload average (1 min) at start {load[0]:.1f}, at end {end[0]:.1f}, on {os.cpu_count()} cores"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -22,7 +22,13 @@ from jax2onnx_nn.core.lowerings.fft import FFT, IFFT, dft_matrix
 
 def _session(nodes: list, inits: list, dtype: np.dtype) -> ort.InferenceSession:
     elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, None)], [helper.make_tensor_value_info("y", elem, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", elem, None)],
+        [helper.make_tensor_value_info("y", elem, None)],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     model.ir_version = 9
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -30,19 +36,32 @@ def _session(nodes: list, inits: list, dtype: np.dtype) -> ort.InferenceSession:
 
 def dft_session(inverse: bool, dtype: np.dtype) -> ort.InferenceSession:
     axis = helper.make_tensor("axis", TensorProto.INT64, [], [-2])
-    return _session([helper.make_node("DFT", ["x", "", "axis"], ["y"], inverse=int(inverse))], [axis], dtype)
+    return _session(
+        [helper.make_node("DFT", ["x", "", "axis"], ["y"], inverse=int(inverse))], [axis], dtype
+    )
 
 
 def matmul_session(n: int, inverse: bool, dtype: np.dtype) -> ort.InferenceSession:
     matrix = onnx.numpy_helper.from_array(dft_matrix(n, IFFT if inverse else FFT, dtype), "m")
-    shapes = [onnx.numpy_helper.from_array(np.array(s, np.int64), name) for s, name in (([0, 2 * n], "s1"), ([0, n, 2], "s2"))]
-    nodes = [helper.make_node("Reshape", ["x", "s1"], ["p"]), helper.make_node("MatMul", ["p", "m"], ["q"]), helper.make_node("Reshape", ["q", "s2"], ["y"])]
+    shapes = [
+        onnx.numpy_helper.from_array(np.array(s, np.int64), name)
+        for s, name in (([0, 2 * n], "s1"), ([0, n, 2], "s2"))
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "s1"], ["p"]),
+        helper.make_node("MatMul", ["p", "m"], ["q"]),
+        helper.make_node("Reshape", ["q", "s2"], ["y"]),
+    ]
     return _session(nodes, [matrix, *shapes], dtype)
 
 
-def measure(session: ort.InferenceSession, pairs: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+def measure(
+    session: ort.InferenceSession, pairs: np.ndarray, reference: np.ndarray
+) -> tuple[float, float]:
     out = session.run(None, {"x": pairs})[0]
-    error = float(np.max(np.abs(out[..., 0] + 1j * out[..., 1] - reference)) / np.max(np.abs(reference)))
+    error = float(
+        np.max(np.abs(out[..., 0] + 1j * out[..., 1] - reference)) / np.max(np.abs(reference))
+    )
     times = []
     for _ in range(20):
         start = time.perf_counter()
@@ -52,12 +71,16 @@ def measure(session: ort.InferenceSession, pairs: np.ndarray, reference: np.ndar
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lengths", default="7,16,27,32,100,128,1000,1024")
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'dtype':8} {'n':>5} {'kind':5} {'DFT err':>9} {'MatMul err':>10} {'DFT us':>8} {'MatMul us':>9}")
+    print(
+        f"{'dtype':8} {'n':>5} {'kind':5} {'DFT err':>9} {'MatMul err':>10} {'DFT us':>8} {'MatMul us':>9}"
+    )
     for dtype in (np.float32, np.float64):
         for n in (int(v) for v in args.lengths.split(",")):
             z = rng.standard_normal((args.batch, n)) + 1j * rng.standard_normal((args.batch, n))
@@ -66,7 +89,9 @@ def main() -> None:
                 e_dft, t_dft = measure(dft_session(inverse, dtype), pairs, reference)
                 e_mm, t_mm = measure(matmul_session(n, inverse, dtype), pairs, reference)
                 kind = "ifft" if inverse else "fft"
-                print(f"{np.dtype(dtype).name:8} {n:5d} {kind:5} {e_dft:9.1e} {e_mm:10.1e} {t_dft:8.0f} {t_mm:9.0f}")
+                print(
+                    f"{np.dtype(dtype).name:8} {n:5d} {kind:5} {e_dft:9.1e} {e_mm:10.1e} {t_dft:8.0f} {t_mm:9.0f}"
+                )
 
 
 if __name__ == "__main__":

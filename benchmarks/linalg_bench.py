@@ -35,9 +35,9 @@ import onnx
 from jax import lax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from jax2onnx_nn import ConversionError, to_onnx  # noqa: E402
-from jax2onnx_nn.core.errors import SpecError  # noqa: E402
-from jax2onnx_nn.core.lowerings import decompositions  # noqa: E402
+from jax2onnx_nn import ConversionError, to_onnx
+from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.core.lowerings import decompositions
 
 BATCH = 8
 
@@ -69,8 +69,10 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
 }
 
 
-def _latency_ms(run: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter) -> str:
-    """"median (min)" of ``repeat`` runs after one warm-up, in ms."""
+def _latency_ms(
+    run: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> str:
+    """ "median (min)" of ``repeat`` runs after one warm-up, in ms."""
     run()
     times = []
     for _ in range(repeat):
@@ -81,7 +83,10 @@ def _latency_ms(run: Callable[[], Any], repeat: int, clock: Callable[[], float] 
 
 
 def _all_nodes(graph: onnx.GraphProto) -> int:
-    return sum(1 + sum(_all_nodes(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH) for n in graph.node)
+    return sum(
+        1 + sum(_all_nodes(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
+        for n in graph.node
+    )
 
 
 def _shape(size: str) -> tuple[int, int]:
@@ -109,7 +114,9 @@ def bench(name: str, size: str, repeat: int, clock: Callable[[], float] = time.p
     export_s = time.perf_counter() - start
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     feeds = dict(zip([i.name for i in session.get_inputs()], [a, b], strict=False))
     ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat, clock)
     jitted = jax.jit(fn)
@@ -130,10 +137,19 @@ def accuracy(size: str, dtype: type) -> str:
     sym = a + np.swapaxes(a, -1, -2) if n == cols else np.zeros((BATCH, 1, 1), dtype)
     x64 = dtype == np.float64
     with jxi.x64(x64):
-        model = to_onnx(lambda a, s: (*jnp.linalg.svd(a, full_matrices=False), jnp.linalg.svdvals(a), *jnp.linalg.eigh(s)),
-                        [a, sym], enable_double_precision=x64)
+        model = to_onnx(
+            lambda a, s: (
+                *jnp.linalg.svd(a, full_matrices=False),
+                jnp.linalg.svdvals(a),
+                *jnp.linalg.eigh(s),
+            ),
+            [a, sym],
+            enable_double_precision=x64,
+        )
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    u, s, vh, values, w, v = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True)))
+    u, s, vh, values, w, v = session.run(
+        None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True))
+    )
     eye = np.eye(min(n, cols))
 
     def rel(x: np.ndarray, ref: np.ndarray) -> float:
@@ -141,11 +157,19 @@ def accuracy(size: str, dtype: type) -> str:
 
     mT = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
     reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
-    svd = (rel(s, reference), rel((u * s[..., None, :]) @ vh, a),
-           max(np.abs(mT(u) @ u - eye).max(), np.abs(vh @ mT(vh) - eye).max()), rel(values, reference))
+    svd = (
+        rel(s, reference),
+        rel((u * s[..., None, :]) @ vh, a),
+        max(np.abs(mT(u) @ u - eye).max(), np.abs(vh @ mT(vh) - eye).max()),
+        rel(values, reference),
+    )
     row = " | ".join(f"{e:.1e}" for e in svd)
     if n == cols:
-        eigh = (rel(w, np.linalg.eigvalsh(sym.astype(np.float64))), rel((v * w[..., None, :]) @ mT(v), sym), np.abs(mT(v) @ v - np.eye(n)).max())
+        eigh = (
+            rel(w, np.linalg.eigvalsh(sym.astype(np.float64))),
+            rel((v * w[..., None, :]) @ mT(v), sym),
+            np.abs(mT(v) @ v - np.eye(n)).max(),
+        )
         row += " | " + " | ".join(f"{e:.1e}" for e in eigh)
     else:
         row += " | - | - | -"
@@ -160,11 +184,19 @@ def solve_accuracy(size: str, count: int = 2048) -> str:
 
     n = int(size)
     rng = np.random.default_rng(n)
-    a, b = rng.normal(size=(count, n, n)).astype(np.float32), rng.normal(size=(count, n, 1)).astype(np.float32)
+    a, b = (
+        rng.normal(size=(count, n, n)).astype(np.float32),
+        rng.normal(size=(count, n, 1)).astype(np.float32),
+    )
     cells = []
-    for name, ref in (("solve", np.linalg.solve(a.astype(np.float64), b.astype(np.float64))), ("inv", np.linalg.inv(a.astype(np.float64)))):
+    for name, ref in (
+        ("solve", np.linalg.solve(a.astype(np.float64), b.astype(np.float64))),
+        ("inv", np.linalg.inv(a.astype(np.float64))),
+    ):
         fn = CASES[name]
-        session = ort.InferenceSession(to_onnx(fn, [a.shape, b.shape]).SerializeToString(), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            to_onnx(fn, [a.shape, b.shape]).SerializeToString(), providers=["CPUExecutionProvider"]
+        )
         feeds = dict(zip([i.name for i in session.get_inputs()], [a, b], strict=False))
         for got in (session.run(None, feeds)[0], np.asarray(jax.jit(fn)(a, b))):
             errors = np.max(np.abs(got - ref), axis=(-2, -1)) / np.max(np.abs(ref), axis=(-2, -1))
@@ -173,18 +205,34 @@ def solve_accuracy(size: str, count: int = 2048) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", nargs="*", default=["4", "16", "64"], help="n (square) or MxN")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--unroll-limit", type=int, default=None)
-    parser.add_argument("--block", type=int, default=None, help="columns per trip of the blocked factorizations")
+    parser.add_argument(
+        "--block", type=int, default=None, help="columns per trip of the blocked factorizations"
+    )
     parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--accuracy", action="store_true", help="svd/eigh errors vs float64 LAPACK instead")
-    parser.add_argument("--solve-accuracy", action="store_true", help="float32 solve/inv errors vs float64 LAPACK instead")
-    parser.add_argument("--cpu-time", action="store_true", help="onnxruntime latency as process CPU time (one thread)")
+    parser.add_argument(
+        "--accuracy", action="store_true", help="svd/eigh errors vs float64 LAPACK instead"
+    )
+    parser.add_argument(
+        "--solve-accuracy",
+        action="store_true",
+        help="float32 solve/inv errors vs float64 LAPACK instead",
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="onnxruntime latency as process CPU time (one thread)",
+    )
     args = parser.parse_args(argv)
     if args.solve_accuracy:
-        print("float32 Gaussian matrices, error over max |x| against float64 LAPACK, per matrix: median / p90 / p99")
+        print(
+            "float32 Gaussian matrices, error over max |x| against float64 LAPACK, per matrix: median / p90 / p99"
+        )
         print("| n | solve onnxruntime | solve jax.jit | inv onnxruntime | inv jax.jit |")
         print("|---|---|---|---|---|")
         for n in args.sizes:
@@ -192,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.accuracy:
         print(f"batch {BATCH} random Gaussian matrices through onnxruntime vs float64 LAPACK")
-        print("| n | dtype | svd values | svd U s Vh | svd orthogonality | svdvals | eigh values | eigh V w V^T | eigh orthogonality |")
+        print(
+            "| n | dtype | svd values | svd U s Vh | svd orthogonality | svdvals | eigh values | eigh V w V^T | eigh orthogonality |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for dtype in (np.float32, np.float64):
             for n in args.sizes:
@@ -203,8 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.block is not None:
         decompositions.BLOCK = args.block
     clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}, block {decompositions.BLOCK}; "
-          "latency: median (min) ms of --repeat runs, onnxruntime on 1 thread" + (" as CPU time" if args.cpu_time else ""))
+    print(
+        f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}, block {decompositions.BLOCK}; "
+        "latency: median (min) ms of --repeat runs, onnxruntime on 1 thread"
+        + (" as CPU time" if args.cpu_time else "")
+    )
     print("| case | n | nodes | nodes incl. Loop bodies | export s | onnxruntime ms | jax.jit ms |")
     print("|---|---|---|---|---|---|---|")
     for name in args.cases:

@@ -41,13 +41,17 @@ def cnn() -> tuple[Any, list[Any], dict[str, Any]]:
     return CNN(rngs=nnx.Rngs(0)), [("B", 28, 28, 1)], {}
 
 
-def _gpt2(size: str, config: dict[str, Any] | None = None, **options: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+def _gpt2(
+    size: str, config: dict[str, Any] | None = None, **options: Any
+) -> tuple[Any, list[Any], dict[str, Any]]:
     import dataclasses
 
     from flax import nnx
 
     gpt2 = importlib.import_module("examples.flax_gpt2")
-    config = dataclasses.replace(gpt2.GPTConfig.gpt2() if size == "124m" else gpt2.GPTConfig.small(), **(config or {}))
+    config = dataclasses.replace(
+        gpt2.GPTConfig.gpt2() if size == "124m" else gpt2.GPTConfig.small(), **(config or {})
+    )
     model = gpt2.GPT(config, rngs=nnx.Rngs(0))
     return model, list(gpt2.TOKENS), {"auto_functions": True, **options}
 
@@ -69,7 +73,9 @@ def gpt2_124m_lax() -> tuple[Any, list[Any], dict[str, Any]]:
     return _gpt2("124m", auto_functions=False, coarse_ops=False)
 
 
-def _vmapped_eqx(module_name: str, factory: str, inputs: list[Any], **options: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+def _vmapped_eqx(
+    module_name: str, factory: str, inputs: list[Any], **options: Any
+) -> tuple[Any, list[Any], dict[str, Any]]:
     """An Equinox example batched with ``jax.vmap`` over a symbolic B, in inference mode."""
     import equinox as eqx
 
@@ -84,13 +90,18 @@ def eqx_mlp() -> tuple[Any, list[Any], dict[str, Any]]:
 def eqx_transformer() -> tuple[Any, list[Any], dict[str, Any]]:
     transformer = importlib.import_module("examples.eqx_transformer")
     return _vmapped_eqx(
-        "examples.eqx_transformer", "TransformerBlock", [("B", transformer.SEQUENCE, transformer.WIDTH)], opset=23
+        "examples.eqx_transformer",
+        "TransformerBlock",
+        [("B", transformer.SEQUENCE, transformer.WIDTH)],
+        opset=23,
     )
 
 
 def eqx_vit() -> tuple[Any, list[Any], dict[str, Any]]:
     vit = importlib.import_module("examples.eqx_vit")
-    return _vmapped_eqx("examples.eqx_vit", "VisionTransformer", [("B", vit.CHANNELS, vit.IMAGE, vit.IMAGE)])
+    return _vmapped_eqx(
+        "examples.eqx_vit", "VisionTransformer", [("B", vit.CHANNELS, vit.IMAGE, vit.IMAGE)]
+    )
 
 
 def vit() -> tuple[Any, list[Any], dict[str, Any]]:
@@ -106,7 +117,11 @@ def vit() -> tuple[Any, list[Any], dict[str, Any]]:
 
 def gpt_4l() -> tuple[Any, list[Any], dict[str, Any]]:
     """A 4-layer GPT of width 256 (8 heads), symbolic batch and sequence, no functions."""
-    return _gpt2("small", config={"n_layer": 4, "n_embd": 256, "n_head": 8, "block_size": 64}, auto_functions=False)
+    return _gpt2(
+        "small",
+        config={"n_layer": 4, "n_embd": 256, "n_head": 8, "block_size": 64},
+        auto_functions=False,
+    )
 
 
 def gpt2_layers(n_layer: int) -> tuple[Any, list[Any], dict[str, Any]]:
@@ -175,7 +190,9 @@ def heat_while() -> tuple[Any, list[Any], dict[str, Any]]:
             i, u = state
             return i + 1, _heat_step(u)
 
-        return jax.lax.while_loop(lambda s: s[0] < HEAT_STEPS, body, (jnp.zeros((), jnp.int32), u0))[1]
+        return jax.lax.while_loop(
+            lambda s: s[0] < HEAT_STEPS, body, (jnp.zeros((), jnp.int32), u0)
+        )[1]
 
     return heat_while, [((HEAT_POINTS,), "float64")], {"enable_double_precision": True}
 

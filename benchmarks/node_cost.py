@@ -68,7 +68,7 @@ def float64_conv_error() -> str | None:
     )
     try:
         open_session(model)([np.zeros((1, 1, HEAT_POINTS))])
-    except Exception as e:  # noqa: BLE001 - the runtime's own message is the answer
+    except Exception as e:
         return str(e).splitlines()[0][:160]
     return None
 
@@ -87,7 +87,12 @@ def main() -> None:
     with x64(True):
         jitted = jax.jit(fn)
         jitted(u).block_until_ready()
-        ms = interleaved_median_ms({"jax.jit of the heat loop": lambda: jitted(u).block_until_ready()}, ROUNDS, math.inf, WARMUP)
+        ms = interleaved_median_ms(
+            {"jax.jit of the heat loop": lambda: jitted(u).block_until_ready()},
+            ROUNDS,
+            math.inf,
+            WARMUP,
+        )
     forms: dict[str, tuple[bytes, int]] = {}
     for n in CHAINS:
         forms[f"{n} float64 Add nodes"] = (add_chain(n), n)

@@ -41,7 +41,9 @@ def _session(model: Any) -> Any:
     return ort.InferenceSession(model.SerializeToString(), options)
 
 
-def _cpu_ms(sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int) -> dict[str, float]:
+def _cpu_ms(
+    sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int
+) -> dict[str, float]:
     once = time.perf_counter()
     next(iter(sessions.values())).run(None, feeds)
     runs = max(3, int(0.2 / max(time.perf_counter() - once, 1e-6)))
@@ -56,16 +58,32 @@ def _cpu_ms(sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int)
     return {form: float(np.median(t)) for form, t in times.items()}
 
 
-def _pair(name: str, export: Callable[[bool], Any], feeds: Callable[[Any], dict[str, np.ndarray]], op: str, rounds: int) -> None:
+def _pair(
+    name: str,
+    export: Callable[[bool], Any],
+    feeds: Callable[[Any], dict[str, np.ndarray]],
+    op: str,
+    rounds: int,
+) -> None:
     models = {"older": export(False), "newer": export(True)}
     count = [n.op_type for n in models["newer"].graph.node].count(op)
-    nested = sum(1 for n in models["newer"].graph.node for a in n.attribute if a.g is not None and op in [m.op_type for m in a.g.node])
+    nested = sum(
+        1
+        for n in models["newer"].graph.node
+        for a in n.attribute
+        if a.g is not None and op in [m.op_type for m in a.g.node]
+    )
     sessions = {form: _session(m) for form, m in models.items()}
     ms = _cpu_ms(sessions, feeds(sessions["older"]), rounds)
-    print(f"{name:<44} older {ms['older']:9.3f} ms   {op} ({count + nested} nodes) {ms['newer']:9.3f} ms   ratio {ms['newer'] / ms['older']:.2f}", flush=True)
+    print(
+        f"{name:<44} older {ms['older']:9.3f} ms   {op} ({count + nested} nodes) {ms['newer']:9.3f} ms   ratio {ms['newer'] / ms['older']:.2f}",
+        flush=True,
+    )
 
 
-def _random_feeds(shape_of: Callable[[Any], list[int]], small: bool = False) -> Callable[[Any], dict[str, np.ndarray]]:
+def _random_feeds(
+    shape_of: Callable[[Any], list[int]], small: bool = False
+) -> Callable[[Any], dict[str, np.ndarray]]:
     """Inputs for a session: token ids for int32 inputs (the GPT), normal floats, or with
     ``small`` values in {-1, 1, 2} (products that neither overflow nor vanish)."""
     rng = np.random.default_rng(0)
@@ -99,7 +117,13 @@ def attention_models(rounds: int) -> None:
                 return to_onnx(fn, inputs, opset=23, **options)
 
         dims = {"B": batch, "T": seq}
-        _pair(f"{name} batch {batch}", export, _random_feeds(lambda i, dims=dims: [dims.get(d, d) for d in i.shape]), "Attention", rounds)
+        _pair(
+            f"{name} batch {batch}",
+            export,
+            _random_feeds(lambda i, dims=dims: [dims.get(d, d) for d in i.shape]),
+            "Attention",
+            rounds,
+        )
 
 
 def attention_alone(rounds: int) -> None:
@@ -107,7 +131,13 @@ def attention_alone(rounds: int) -> None:
 
     from jax2onnx_nn.core import jax_nn
 
-    for b, t, n, h, causal in [(8, 17, 4, 16, False), (8, 64, 8, 32, True), (8, 197, 12, 64, False), (1, 512, 12, 64, True)]:
+    for b, t, n, h, causal in [
+        (8, 17, 4, 16, False),
+        (8, 64, 8, 32, True),
+        (8, 197, 12, 64, False),
+        (1, 512, 12, 64, True),
+    ]:
+
         def fn(q: Any, k: Any, v: Any, causal: bool = causal) -> Any:
             return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
 
@@ -115,7 +145,13 @@ def attention_alone(rounds: int) -> None:
             with _rule_opset(jax_nn, "ATTENTION_OPSET", 23 if newer else 99):
                 return to_onnx(fn, [shape] * 3, opset=23)
 
-        _pair(f"attention B={b} T={t} N={n} H={h} causal={causal}", export, _random_feeds(lambda i: list(i.shape)), "Attention", rounds)
+        _pair(
+            f"attention B={b} T={t} N={n} H={h} causal={causal}",
+            export,
+            _random_feeds(lambda i: list(i.shape)),
+            "Attention",
+            rounds,
+        )
 
 
 def rms_norm(rounds: int) -> None:
@@ -127,10 +163,17 @@ def rms_norm(rounds: int) -> None:
         layer = nnx.RMSNorm(shape[-1], epsilon=1e-6, rngs=nnx.Rngs(0))
         norm = eqx.nn.RMSNorm(shape[-1], 1e-6)
         for lib, fn in (("nnx", layer), ("eqx", jax.vmap(jax.vmap(norm)))):
+
             def export(newer: bool, fn: Any = fn, shape: Any = shape) -> Any:
                 return to_onnx(fn, [shape], opset=23 if newer else 22)
 
-            _pair(f"{lib}.RMSNorm {shape} (opset 22 vs 23)", export, _random_feeds(lambda i: list(i.shape)), "RMSNormalization", rounds)
+            _pair(
+                f"{lib}.RMSNorm {shape} (opset 22 vs 23)",
+                export,
+                _random_feeds(lambda i: list(i.shape)),
+                "RMSNormalization",
+                rounds,
+            )
 
 
 def rotary(rounds: int) -> None:
@@ -142,11 +185,20 @@ def rotary(rounds: int) -> None:
 
     block = jax.vmap(eqx.nn.inference_mode(eqx_transformer.TransformerBlock(jax.random.key(0))))
     cases = [
-        ("eqx RoPE per head (8, 64, 8, 32)", jax.vmap(jax.vmap(eqx.nn.RotaryPositionalEmbedding(32), in_axes=1, out_axes=1)), (8, 64, 8, 32)),
-        ("eqx RoPE per head (8, 512, 12, 64)", jax.vmap(jax.vmap(eqx.nn.RotaryPositionalEmbedding(64), in_axes=1, out_axes=1)), (8, 512, 12, 64)),
+        (
+            "eqx RoPE per head (8, 64, 8, 32)",
+            jax.vmap(jax.vmap(eqx.nn.RotaryPositionalEmbedding(32), in_axes=1, out_axes=1)),
+            (8, 64, 8, 32),
+        ),
+        (
+            "eqx RoPE per head (8, 512, 12, 64)",
+            jax.vmap(jax.vmap(eqx.nn.RotaryPositionalEmbedding(64), in_axes=1, out_axes=1)),
+            (8, 512, 12, 64),
+        ),
         ("eqx_transformer block B=8", block, (8, eqx_transformer.SEQUENCE, eqx_transformer.WIDTH)),
     ]
     for name, fn, shape in cases:
+
         def export(newer: bool, fn: Any = fn, shape: Any = shape) -> Any:
             with _rule_opset(coarse, "ROTARY_OPSET", 23 if newer else 99):
                 return to_onnx(fn, [shape], opset=23)
@@ -158,19 +210,38 @@ def cumprod(rounds: int) -> None:
     from jax import lax
 
     for shape, dtype in [((8, 1024), np.float32), ((64, 4096), np.float32), ((8, 1024), np.int32)]:
+
         def export(newer: bool, shape: Any = shape, dtype: Any = dtype) -> Any:
-            return to_onnx(lambda x: lax.cumprod(x, 1), [(shape, np.dtype(dtype).name)], opset=26 if newer else 25)
+            return to_onnx(
+                lambda x: lax.cumprod(x, 1),
+                [(shape, np.dtype(dtype).name)],
+                opset=26 if newer else 25,
+            )
 
-        _pair(f"cumprod {shape} {np.dtype(dtype).name} (opset 25 vs 26)", export, _random_feeds(lambda i: list(i.shape), small=True), "CumProd", rounds)
+        _pair(
+            f"cumprod {shape} {np.dtype(dtype).name} (opset 25 vs 26)",
+            export,
+            _random_feeds(lambda i: list(i.shape), small=True),
+            "CumProd",
+            rounds,
+        )
 
 
-SECTIONS = {"attention_models": attention_models, "attention": attention_alone, "rms_norm": rms_norm, "rotary": rotary, "cumprod": cumprod}
+SECTIONS = {
+    "attention_models": attention_models,
+    "attention": attention_alone,
+    "rms_norm": rms_norm,
+    "rotary": rotary,
+    "cumprod": cumprod,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sections", nargs="*", help=f"some of {', '.join(SECTIONS)} (default: all)")
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds to take the median of")
+    parser.add_argument(
+        "--rounds", type=int, default=9, help="interleaved rounds to take the median of"
+    )
     args = parser.parse_args(argv)
     for section in args.sections or SECTIONS:
         SECTIONS[section](args.rounds)

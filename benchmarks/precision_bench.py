@@ -39,7 +39,9 @@ DEFAULT_MODELS = ("cnn", "vit", "gpt_4l", "keras_mobilenet")
 
 def _concrete(spec: Any, batch: int, dtype: Any, rng: np.random.Generator) -> np.ndarray:
     shape, given = (spec[0], spec[1]) if isinstance(spec[0], tuple) else (spec, "float32")
-    sizes = [batch if isinstance(d, str) and d == "B" else 8 if isinstance(d, str) else d for d in shape]
+    sizes = [
+        batch if isinstance(d, str) and d == "B" else 8 if isinstance(d, str) else d for d in shape
+    ]
     if np.dtype(given).kind == "i":
         return rng.integers(0, 50, size=sizes).astype(given)
     return rng.standard_normal(sizes).astype(np.float32).astype(dtype)
@@ -57,10 +59,20 @@ def _flax_pair(factory: Callable[[], Any]) -> tuple[Any, Any, list[Any], dict[st
 
     model, specs, options = factory()
     options = {k: v for k, v in options.items() if k != "auto_functions"}
-    low_state = jax.tree.map(lambda a: a.astype(jnp.bfloat16) if jnp.issubdtype(a.dtype, jnp.floating) else a, nnx.state(model))
-    twin_state = jax.tree.map(lambda a: a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a, low_state)
+    low_state = jax.tree.map(
+        lambda a: a.astype(jnp.bfloat16) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+        nnx.state(model),
+    )
+    twin_state = jax.tree.map(
+        lambda a: a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a, low_state
+    )
     graphdef = nnx.graphdef(model)
-    return nnx.merge(graphdef, low_state), nnx.merge(graphdef, twin_state), [_low_spec(s) for s in specs], options
+    return (
+        nnx.merge(graphdef, low_state),
+        nnx.merge(graphdef, twin_state),
+        [_low_spec(s) for s in specs],
+        options,
+    )
 
 
 def _keras_mobilenet() -> tuple[Any, Any, list[Any], dict[str, Any]]:
@@ -70,13 +82,20 @@ def _keras_mobilenet() -> tuple[Any, Any, list[Any], dict[str, Any]]:
     def build(policy: str) -> Any:
         keras.mixed_precision.set_dtype_policy(policy)
         keras.utils.set_random_seed(0)
-        net = keras.applications.MobileNetV2(input_shape=(64, 64, 3), alpha=0.35, weights=None, classes=10)
+        net = keras.applications.MobileNetV2(
+            input_shape=(64, 64, 3), alpha=0.35, weights=None, classes=10
+        )
         keras.mixed_precision.set_dtype_policy("float32")
         return net
 
     low, twin = build("mixed_bfloat16"), build("float32")
     twin.set_weights(low.get_weights())
-    return (lambda x: low(x, training=False)), (lambda x: twin(x, training=False)), [(("B", 64, 64, 3), "float32")], {}
+    return (
+        (lambda x: low(x, training=False)),
+        (lambda x: twin(x, training=False)),
+        [(("B", 64, 64, 3), "float32")],
+        {},
+    )
 
 
 def pairs() -> dict[str, Callable[[], tuple[Any, Any, list[Any], dict[str, Any]]]]:
@@ -102,9 +121,16 @@ def bench(name: str, batch: int, repeat: int) -> list[dict[str, Any]]:
     low, twin, specs, options = pairs()[name]()
     rng = np.random.default_rng(0)
     keras_io = name.startswith("keras")  # a mixed policy takes float32 inputs
-    inputs = [_concrete(s, batch, np.float32 if keras_io else ml_dtypes.bfloat16, rng) for s in specs]
+    inputs = [
+        _concrete(s, batch, np.float32 if keras_io else ml_dtypes.bfloat16, rng) for s in specs
+    ]
     jax_low = [np.asarray(v, np.float32) for v in jax.tree.leaves(low(*map(jnp.asarray, inputs)))]
-    jax_f32 = [np.asarray(v, np.float32) for v in jax.tree.leaves(twin(*(v if v.dtype.kind in "iub" else jnp.asarray(v, np.float32) for v in inputs)))]
+    jax_f32 = [
+        np.asarray(v, np.float32)
+        for v in jax.tree.leaves(
+            twin(*(v if v.dtype.kind in "iub" else jnp.asarray(v, np.float32) for v in inputs))
+        )
+    ]
     rows = []
     for policy in POLICIES:
         io = {} if policy == "as-traced" else {"io_dtype": "float32"}
@@ -112,7 +138,10 @@ def bench(name: str, batch: int, repeat: int) -> list[dict[str, Any]]:
         data = model.SerializeToString()
         session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
-        feeds_np = [v.astype(np.float32) if policy != "as-traced" and v.dtype.kind not in "iub" else v for v in inputs]
+        feeds_np = [
+            v.astype(np.float32) if policy != "as-traced" and v.dtype.kind not in "iub" else v
+            for v in inputs
+        ]
         feeds = {n: _ort_value(ort, v) for n, v in zip(names, feeds_np, strict=True)}
 
         def run(session: Any = session, feeds: dict[str, Any] = feeds) -> list[Any]:
@@ -121,23 +150,47 @@ def bench(name: str, batch: int, repeat: int) -> list[dict[str, Any]]:
         outs = [np.asarray(_from_ort_value(v), np.float32) for v in run()]
         ms = interleaved_median_ms({"ort": run}, repeat, budget=5.0)["ort"]
         nodes, casts = _count(model)
-        rows.append({
-            "model": name, "policy": policy, "nodes": nodes, "cast": casts, "file_kb": len(data) / 1024,
-            "ort_ms": ms,
-            "err_bf16": max(float(np.abs(o - e).max()) for o, e in zip(outs, jax_low, strict=True)),
-            "err_f32": max(float(np.abs(o - e).max()) for o, e in zip(outs, jax_f32, strict=True)),
-            "jax_bf16_f32": max(float(np.abs(a - e).max()) for a, e in zip(jax_low, jax_f32, strict=True)),
-        })
+        rows.append(
+            {
+                "model": name,
+                "policy": policy,
+                "nodes": nodes,
+                "cast": casts,
+                "file_kb": len(data) / 1024,
+                "ort_ms": ms,
+                "err_bf16": max(
+                    float(np.abs(o - e).max()) for o, e in zip(outs, jax_low, strict=True)
+                ),
+                "err_f32": max(
+                    float(np.abs(o - e).max()) for o, e in zip(outs, jax_f32, strict=True)
+                ),
+                "jax_bf16_f32": max(
+                    float(np.abs(a - e).max()) for a, e in zip(jax_low, jax_f32, strict=True)
+                ),
+            }
+        )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS), choices=sorted(pairs()))
+    parser.add_argument(
+        "--models", nargs="*", default=list(DEFAULT_MODELS), choices=sorted(pairs())
+    )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    columns = ("model", "policy", "nodes", "cast", "file_kb", "ort_ms", "err_bf16", "err_f32", "jax_bf16_f32")
+    columns = (
+        "model",
+        "policy",
+        "nodes",
+        "cast",
+        "file_kb",
+        "ort_ms",
+        "err_bf16",
+        "err_f32",
+        "jax_bf16_f32",
+    )
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for name in args.models:

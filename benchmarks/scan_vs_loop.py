@@ -43,10 +43,30 @@ def _models() -> dict[str, tuple[Any, list[Any], list[Any], list[np.ndarray]]]:
         return jax.lax.scan(lambda c, _: (jax.numpy.tanh(c * 1.01 + 0.1), c), x, None, length=100)
 
     return {
-        "fori_loop (100 steps, no scanned input)": (fori, [(8, 16)], [(8, 16)], [rng.standard_normal((8, 16), np.float32)]),
-        "scan without xs (100 steps, stacked ys)": (unscanned, [(8, 16)], [(8, 16)], [rng.standard_normal((8, 16), np.float32)]),
-        "flax_gru (B=8, T=64)": (flax_gru, [(8, 64, gru.FEATURES)], [(8, "T", gru.FEATURES)], [rng.standard_normal((8, 64, gru.FEATURES), np.float32)]),
-        "eqx_rnn (B=8, T=12)": (eqx_rnn, [(8, rnn.STEPS, rnn.FEATURES)], [(8, "T", rnn.FEATURES)], [rng.standard_normal((8, rnn.STEPS, rnn.FEATURES), np.float32)]),
+        "fori_loop (100 steps, no scanned input)": (
+            fori,
+            [(8, 16)],
+            [(8, 16)],
+            [rng.standard_normal((8, 16), np.float32)],
+        ),
+        "scan without xs (100 steps, stacked ys)": (
+            unscanned,
+            [(8, 16)],
+            [(8, 16)],
+            [rng.standard_normal((8, 16), np.float32)],
+        ),
+        "flax_gru (B=8, T=64)": (
+            flax_gru,
+            [(8, 64, gru.FEATURES)],
+            [(8, "T", gru.FEATURES)],
+            [rng.standard_normal((8, 64, gru.FEATURES), np.float32)],
+        ),
+        "eqx_rnn (B=8, T=12)": (
+            eqx_rnn,
+            [(8, rnn.STEPS, rnn.FEATURES)],
+            [(8, "T", rnn.FEATURES)],
+            [rng.standard_normal((8, rnn.STEPS, rnn.FEATURES), np.float32)],
+        ),
     }
 
 
@@ -70,15 +90,24 @@ def _chain(n: int, steps: int) -> Any:
 
     k = helper.make_tensor("k", TensorProto.DOUBLE, [], [1e-3])
     source = "u" if steps == 0 else "c"
-    nodes = [helper.make_node("Add", [source if i == 0 else f"v{i - 1}", "k"], [f"v{i}"]) for i in range(n)]
-    nodes.append(helper.make_node("Identity", [f"v{n - 1}" if n else source], ["y" if steps == 0 else "out"]))
+    nodes = [
+        helper.make_node("Add", [source if i == 0 else f"v{i - 1}", "k"], [f"v{i}"])
+        for i in range(n)
+    ]
+    nodes.append(
+        helper.make_node("Identity", [f"v{n - 1}" if n else source], ["y" if steps == 0 else "out"])
+    )
     if steps == 0:
         graph = helper.make_graph(nodes, "chain", [value("u")], [value("y")], initializer=[k])
     else:
-        body = helper.make_graph(nodes, "body", [value("c"), value("t", TensorProto.INT64, [])], [value("out")])
+        body = helper.make_graph(
+            nodes, "body", [value("c"), value("t", TensorProto.INT64, [])], [value("out")]
+        )
         ticks = helper.make_tensor("ticks", TensorProto.INT64, [steps], list(range(steps)))
         scan = helper.make_node("Scan", ["u", "ticks"], ["y"], body=body, num_scan_inputs=1)
-        graph = helper.make_graph([scan], "loop", [value("u")], [value("y")], initializer=[k, ticks] if n else [ticks])
+        graph = helper.make_graph(
+            [scan], "loop", [value("u")], [value("y")], initializer=[k, ticks] if n else [ticks]
+        )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -92,7 +121,9 @@ def costs() -> None:
     def ort_ms(model: Any, u: np.ndarray) -> float:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
         name = session.get_inputs()[0].name
         return median_ms(lambda feeds: session.run(None, {name: feeds[0]}), [u])
 
@@ -117,7 +148,9 @@ def costs() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--costs", action="store_true", help="where the time of the float64 heat loop goes")
+    parser.add_argument(
+        "--costs", action="store_true", help="where the time of the float64 heat loop goes"
+    )
     if parser.parse_args().costs:
         costs()
         return
@@ -128,7 +161,9 @@ def main() -> None:
         for form, specs, target in (("scan", static, scan), ("loop", symbolic, loop)):
             model = to_onnx(fn, specs, target=target)
             ops = {n.op_type for n in model.graph.node} & {"Scan", "Loop"}
-            row.append(f"{form}: {median_ms(open_session(model), feeds):.3f} ms ({', '.join(sorted(ops))})")
+            row.append(
+                f"{form}: {median_ms(open_session(model), feeds):.3f} ms ({', '.join(sorted(ops))})"
+            )
         print(f"{name}: " + "; ".join(row))
 
 

@@ -38,7 +38,9 @@ def _row(name: str, seconds: float, status: str, cpu: str, device: str, note: st
     print(f"{name:<28} {seconds:>7.1f} {status:<9} {cpu:>11} {device:>11}  {note}", flush=True)
 
 
-def _verify_both(fn: Any, model: Any, inputs: list[Any], sizes: dict[str, list[int]]) -> tuple[Any, Any]:
+def _verify_both(
+    fn: Any, model: Any, inputs: list[Any], sizes: dict[str, list[int]]
+) -> tuple[Any, Any]:
     from jax2onnx_nn import verify
 
     on_cpu = verify(fn, model, inputs, sizes=sizes, jit=True)
@@ -62,11 +64,24 @@ def check_models(names: list[str]) -> bool:
             on_cpu, on_device = _verify_both(fn, model, inputs, sizes)
             status = "PASS" if on_cpu.ok else "MISMATCH"
             ok &= on_cpu.ok
-            _row(name, time.perf_counter() - start, status, f"{on_cpu.max_abs:.2g}", f"{on_device.max_abs:.2g}",
-                 f"reference: {on_cpu.reference}")
-        except Exception as err:  # noqa: BLE001 - one row per model, the table goes on
+            _row(
+                name,
+                time.perf_counter() - start,
+                status,
+                f"{on_cpu.max_abs:.2g}",
+                f"{on_device.max_abs:.2g}",
+                f"reference: {on_cpu.reference}",
+            )
+        except Exception as err:
             ok = False
-            _row(name, time.perf_counter() - start, "ERROR", "-", "-", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
+            _row(
+                name,
+                time.perf_counter() - start,
+                "ERROR",
+                "-",
+                "-",
+                f"{type(err).__name__}: {str(err).splitlines()[0][:120]}",
+            )
             traceback.print_exc(limit=3, file=sys.stderr)
     del jax
     return ok
@@ -76,18 +91,36 @@ def check_streaming(megabytes: float) -> bool:
     start = time.perf_counter()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run([sys.executable, "-m", "benchmarks.device_memory", "--megabytes", str(megabytes)],
-                            cwd=root, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.device_memory", "--megabytes", str(megabytes)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     figures = dict(re.findall(r"(\w+)=(\S+)", result.stdout))
     if result.returncode != 0 or "ratio" not in figures:
-        _row(f"path= {megabytes:g} MB", time.perf_counter() - start, "ERROR", "-", "-", result.stderr.strip()[-200:])
+        _row(
+            f"path= {megabytes:g} MB",
+            time.perf_counter() - start,
+            "ERROR",
+            "-",
+            "-",
+            result.stderr.strip()[-200:],
+        )
         return False
     ratio = float(figures["ratio"])
     status = "PASS" if ratio <= 0.3 else "OVER 0.3"
-    _row(f"path= {megabytes:g} MB", time.perf_counter() - start, status, "-", "-",
-         f"host peak / weight bytes {ratio:.3f} ({int(figures['host_extra_bytes']) / 1e6:.0f} MB for "
-         f"{int(figures['weight_bytes']) / 1e6:.0f} MB on {figures['devices']} {figures['platform']} device(s), "
-         f"export {figures['seconds']} s)")
+    _row(
+        f"path= {megabytes:g} MB",
+        time.perf_counter() - start,
+        status,
+        "-",
+        "-",
+        f"host peak / weight bytes {ratio:.3f} ({int(figures['host_extra_bytes']) / 1e6:.0f} MB for "
+        f"{int(figures['weight_bytes']) / 1e6:.0f} MB on {figures['devices']} {figures['platform']} device(s), "
+        f"export {figures['seconds']} s)",
+    )
     return ratio <= 0.3
 
 
@@ -98,7 +131,10 @@ def _shard_map_program() -> tuple[Callable[..., Any], list[Any]]:
     from jax import lax
     from jax.sharding import PartitionSpec as P
 
-    shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map", fromlist=["x"]).shard_map
+    shard_map = (
+        getattr(jax, "shard_map", None)
+        or __import__("jax.experimental.shard_map", fromlist=["x"]).shard_map
+    )
     n = len(jax.devices())
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
     w = jax.random.normal(jax.random.key(1), (64, 32 * n)) / 8
@@ -109,7 +145,9 @@ def _shard_map_program() -> tuple[Callable[..., Any], list[Any]]:
         return gathered, lax.psum(h.sum(axis=1), "x")
 
     def program(x):
-        return shard_map(local, mesh=mesh, in_specs=(P(), P(None, "x")), out_specs=(P(), P()), check_vma=False)(x, w)
+        return shard_map(
+            local, mesh=mesh, in_specs=(P(), P(None, "x")), out_specs=(P(), P()), check_vma=False
+        )(x, w)
 
     return program, [(8, 64)]
 
@@ -119,23 +157,35 @@ def _pallas_programs(interpret: bool) -> list[tuple[str, Callable[..., Any], lis
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    def add_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001, ANN202
+    def add_kernel(x_ref, y_ref, o_ref):
         o_ref[...] = jnp.sin(x_ref[...]) + y_ref[...] * 2
 
-    def add(x, y):  # noqa: ANN001, ANN202
+    def add(x, y):
         block = pl.BlockSpec((8, 128), lambda i: (i, 0))
-        return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
-                              in_specs=[block, block], out_specs=block, interpret=interpret)(x, y)
+        return pl.pallas_call(
+            add_kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(x.shape[0] // 8,),
+            in_specs=[block, block],
+            out_specs=block,
+            interpret=interpret,
+        )(x, y)
 
-    def softmax_kernel(x_ref, o_ref):  # noqa: ANN001, ANN202
+    def softmax_kernel(x_ref, o_ref):
         x = x_ref[...]
         e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
         o_ref[...] = e / jnp.sum(e, axis=-1, keepdims=True)
 
-    def softmax(x):  # noqa: ANN001, ANN202
+    def softmax(x):
         block = pl.BlockSpec((8, 128), lambda i: (i, 0))
-        return pl.pallas_call(softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
-                              in_specs=[block], out_specs=block, interpret=interpret)(x)
+        return pl.pallas_call(
+            softmax_kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(x.shape[0] // 8,),
+            in_specs=[block],
+            out_specs=block,
+            interpret=interpret,
+        )(x)
 
     return [("pallas add", add, [(32, 128), (32, 128)]), ("pallas softmax", softmax, [(32, 128)])]
 
@@ -148,8 +198,10 @@ def check_programs() -> bool:
     platform = jax.default_backend()
     interpret = platform not in ("tpu", "gpu")
     programs = [(f"shard_map {len(jax.devices())} dev", *_shard_map_program())]
-    programs += [(f"{name} ({'interpret' if interpret else 'compiled'})", fn, inputs)
-                 for name, fn, inputs in _pallas_programs(interpret)]
+    programs += [
+        (f"{name} ({'interpret' if interpret else 'compiled'})", fn, inputs)
+        for name, fn, inputs in _pallas_programs(interpret)
+    ]
     ok = True
     for name, fn, inputs in programs:
         start = time.perf_counter()
@@ -161,20 +213,42 @@ def check_programs() -> bool:
             with jax.default_matmul_precision("highest"):
                 report = verify(fn, model, inputs, reference_device="default", rtol=1e-4, atol=1e-4)
             ok &= report.ok
-            _row(name, time.perf_counter() - start, "PASS" if report.ok else "MISMATCH", "-", f"{report.max_abs:.2g}",
-                 f"reference: {report.reference}")
-        except Exception as err:  # noqa: BLE001 - one row per program
+            _row(
+                name,
+                time.perf_counter() - start,
+                "PASS" if report.ok else "MISMATCH",
+                "-",
+                f"{report.max_abs:.2g}",
+                f"reference: {report.reference}",
+            )
+        except Exception as err:
             ok = False
-            _row(name, time.perf_counter() - start, "ERROR", "-", "-", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
+            _row(
+                name,
+                time.perf_counter() - start,
+                "ERROR",
+                "-",
+                "-",
+                f"{type(err).__name__}: {str(err).splitlines()[0][:120]}",
+            )
             traceback.print_exc(limit=3, file=sys.stderr)
     return ok
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="export and verify from an accelerator host")
-    parser.add_argument("--small", action="store_true", help="two small models and a 100 MB export (a quick run)")
-    parser.add_argument("--megabytes", type=float, default=None, help="weights of the streamed export (default 1200)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["models", "streaming", "programs"])
+    parser.add_argument(
+        "--small", action="store_true", help="two small models and a 100 MB export (a quick run)"
+    )
+    parser.add_argument(
+        "--megabytes",
+        type=float,
+        default=None,
+        help="weights of the streamed export (default 1200)",
+    )
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["models", "streaming", "programs"]
+    )
     args = parser.parse_args(argv)
     print(f"{'check':<28} {'seconds':>7} {'result':<9} {'max abs':>11} {'on device':>11}  note")
     print("-" * 100)
@@ -187,8 +261,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax2onnx_nn
 
-    print(f"jax {jax.__version__} on {jax.default_backend()} ({len(jax.devices())} x "
-          f"{jax.devices()[0].device_kind}), jax2onnx_nn {jax2onnx_nn.__version__}")
+    print(
+        f"jax {jax.__version__} on {jax.default_backend()} ({len(jax.devices())} x "
+        f"{jax.devices()[0].device_kind}), jax2onnx_nn {jax2onnx_nn.__version__}"
+    )
     if "models" not in args.skip:
         ok &= check_models(SMALL_MODELS if args.small else MODELS)
     if "programs" not in args.skip:

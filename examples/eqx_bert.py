@@ -55,7 +55,14 @@ class EmbedderBlock(eqx.Module):
         self.layernorm = eqx.nn.LayerNorm(WIDTH)
         self.dropout = eqx.nn.Dropout(DROPOUT)
 
-    def __call__(self, token_ids: jax.Array, position_ids: jax.Array, segment_ids: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self,
+        token_ids: jax.Array,
+        position_ids: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        key: jax.Array | None = None,
+    ) -> jax.Array:
         tokens = jax.vmap(self.token_embedder)(token_ids)
         segments = jax.vmap(self.segment_embedder)(segment_ids)
         positions = jax.vmap(self.position_embedder)(position_ids)
@@ -70,8 +77,14 @@ class AttentionBlock(eqx.Module):
 
     def __init__(self, key: jax.Array) -> None:
         self.attention = eqx.nn.MultiheadAttention(
-            HEADS, WIDTH, use_query_bias=True, use_key_bias=True, use_value_bias=True, use_output_bias=True,
-            dropout_p=DROPOUT, key=key,
+            HEADS,
+            WIDTH,
+            use_query_bias=True,
+            use_key_bias=True,
+            use_value_bias=True,
+            use_output_bias=True,
+            dropout_p=DROPOUT,
+            key=key,
         )
         self.layernorm = eqx.nn.LayerNorm(WIDTH)
         self.dropout = eqx.nn.Dropout(DROPOUT)
@@ -134,7 +147,14 @@ class Encoder(eqx.Module):
         self.layers = [TransformerLayer(k) for k in k_layers]
         self.pooler = eqx.nn.Linear(WIDTH, WIDTH, key=k_pool)
 
-    def __call__(self, token_ids: jax.Array, segment_ids: jax.Array, mask: jax.Array, *, key: jax.Array | None = None) -> dict[str, jax.Array]:
+    def __call__(
+        self,
+        token_ids: jax.Array,
+        segment_ids: jax.Array,
+        mask: jax.Array,
+        *,
+        key: jax.Array | None = None,
+    ) -> dict[str, jax.Array]:
         embed_key, *layer_keys = _split(key, 1 + LAYERS)
         position_ids = jnp.arange(token_ids.shape[0])
         x = self.embedder_block(token_ids, position_ids, segment_ids, key=embed_key)
@@ -154,7 +174,9 @@ class BertClassifier(eqx.Module):
         self.dropout = eqx.nn.Dropout(DROPOUT)
         self.classifier = eqx.nn.Linear(WIDTH, CLASSES, key=k2)
 
-    def __call__(self, token_ids: jax.Array, mask: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self, token_ids: jax.Array, mask: jax.Array, *, key: jax.Array | None = None
+    ) -> jax.Array:
         """Class logits of one sequence: ``token_ids`` and ``mask`` are (seq,) int32."""
         encoder_key, dropout_key = _split(key, 2)
         pooled = self.encoder(token_ids, jnp.zeros_like(token_ids), mask, key=encoder_key)["pooled"]
@@ -181,7 +203,14 @@ def main(path: str = "eqx_bert.onnx") -> onnx.ModelProto:
     onnx_model = onnx.load(path)
     reference = jax.vmap(eqx.nn.inference_mode(bert))
     for batch, padded in [(1, False), (3, True)]:
-        print(verify(reference, onnx_model, BATCHED_INPUTS, input_values=example_batch(batch, padded=padded)))
+        print(
+            verify(
+                reference,
+                onnx_model,
+                BATCHED_INPUTS,
+                input_values=example_batch(batch, padded=padded),
+            )
+        )
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model
 

@@ -41,16 +41,24 @@ class Generator(eqx.Module):
     def __init__(self, key: jax.Array) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
         relu = eqx.nn.Lambda(jax.nn.relu)
-        self.layers = eqx.nn.Sequential([
-            eqx.nn.ConvTranspose2d(LATENT, 4 * WIDTH, 4, stride=1, padding=0, use_bias=False, key=k1),  # 4x4
-            _batch_norm(4 * WIDTH),
-            relu,
-            eqx.nn.ConvTranspose2d(4 * WIDTH, 2 * WIDTH, 4, stride=2, padding=1, use_bias=False, key=k2),  # 8x8
-            _batch_norm(2 * WIDTH),
-            relu,
-            eqx.nn.ConvTranspose2d(2 * WIDTH, CHANNELS, 4, stride=2, padding=1, use_bias=False, key=k3),  # 16x16
-            eqx.nn.Lambda(jax.nn.tanh),
-        ])
+        self.layers = eqx.nn.Sequential(
+            [
+                eqx.nn.ConvTranspose2d(
+                    LATENT, 4 * WIDTH, 4, stride=1, padding=0, use_bias=False, key=k1
+                ),  # 4x4
+                _batch_norm(4 * WIDTH),
+                relu,
+                eqx.nn.ConvTranspose2d(
+                    4 * WIDTH, 2 * WIDTH, 4, stride=2, padding=1, use_bias=False, key=k2
+                ),  # 8x8
+                _batch_norm(2 * WIDTH),
+                relu,
+                eqx.nn.ConvTranspose2d(
+                    2 * WIDTH, CHANNELS, 4, stride=2, padding=1, use_bias=False, key=k3
+                ),  # 16x16
+                eqx.nn.Lambda(jax.nn.tanh),
+            ]
+        )
 
     def __call__(self, z: jax.Array, state: eqx.nn.State) -> tuple[jax.Array, eqx.nn.State]:
         return self.layers(z.reshape(LATENT, 1, 1), state)
@@ -62,14 +70,20 @@ class Discriminator(eqx.Module):
     def __init__(self, key: jax.Array) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
         leaky_relu = eqx.nn.Lambda(functools.partial(jax.nn.leaky_relu, negative_slope=0.2))
-        self.layers = eqx.nn.Sequential([
-            eqx.nn.Conv2d(CHANNELS, WIDTH, 4, stride=2, padding=1, use_bias=False, key=k1),  # 8x8
-            leaky_relu,
-            eqx.nn.Conv2d(WIDTH, 2 * WIDTH, 4, stride=2, padding=1, use_bias=False, key=k2),  # 4x4
-            _batch_norm(2 * WIDTH),
-            leaky_relu,
-            eqx.nn.Conv2d(2 * WIDTH, 1, 4, stride=1, padding=0, use_bias=False, key=k3),  # 1x1
-        ])
+        self.layers = eqx.nn.Sequential(
+            [
+                eqx.nn.Conv2d(
+                    CHANNELS, WIDTH, 4, stride=2, padding=1, use_bias=False, key=k1
+                ),  # 8x8
+                leaky_relu,
+                eqx.nn.Conv2d(
+                    WIDTH, 2 * WIDTH, 4, stride=2, padding=1, use_bias=False, key=k2
+                ),  # 4x4
+                _batch_norm(2 * WIDTH),
+                leaky_relu,
+                eqx.nn.Conv2d(2 * WIDTH, 1, 4, stride=1, padding=0, use_bias=False, key=k3),  # 1x1
+            ]
+        )
 
     def __call__(self, image: jax.Array, state: eqx.nn.State) -> tuple[jax.Array, eqx.nn.State]:
         logit, state = self.layers(image, state)
@@ -82,13 +96,25 @@ def _batched(model: eqx.Module) -> Callable[..., Any]:
 
 
 @eqx.filter_jit
-def _training_step(generator: Generator, g_state: eqx.nn.State, discriminator: Discriminator, d_state: eqx.nn.State, latents: jax.Array) -> tuple[eqx.nn.State, eqx.nn.State]:
+def _training_step(
+    generator: Generator,
+    g_state: eqx.nn.State,
+    discriminator: Discriminator,
+    d_state: eqx.nn.State,
+    latents: jax.Array,
+) -> tuple[eqx.nn.State, eqx.nn.State]:
     images, g_state = _batched(generator)(latents, g_state)
     _, d_state = _batched(discriminator)(images, d_state)
     return g_state, d_state
 
 
-def trained_states(generator: Generator, g_state: eqx.nn.State, discriminator: Discriminator, d_state: eqx.nn.State, key: jax.Array) -> tuple[eqx.nn.State, eqx.nn.State]:
+def trained_states(
+    generator: Generator,
+    g_state: eqx.nn.State,
+    discriminator: Discriminator,
+    d_state: eqx.nn.State,
+    key: jax.Array,
+) -> tuple[eqx.nn.State, eqx.nn.State]:
     """Two training-mode batches through both networks (the discriminator sees the generated
     images), so that the running statistics are not their initial values."""
     for step in range(2):
@@ -107,7 +133,9 @@ def build() -> tuple[Generator, eqx.nn.State, Discriminator, eqx.nn.State]:
     return generator, g_state, discriminator, d_state
 
 
-def reference(model: Generator | Discriminator, state: eqx.nn.State) -> Callable[[jax.Array], jax.Array]:
+def reference(
+    model: Generator | Discriminator, state: eqx.nn.State
+) -> Callable[[jax.Array], jax.Array]:
     """What an export computes, in JAX: inference mode, the state shared by the batch."""
     inference = eqx.nn.inference_mode(model)
 
@@ -118,14 +146,26 @@ def reference(model: Generator | Discriminator, state: eqx.nn.State) -> Callable
     return run
 
 
-def main(generator_path: str = "eqx_dcgan_generator.onnx", discriminator_path: str = "eqx_dcgan_discriminator.onnx") -> tuple[onnx.ModelProto, onnx.ModelProto]:
+def main(
+    generator_path: str = "eqx_dcgan_generator.onnx",
+    discriminator_path: str = "eqx_dcgan_discriminator.onnx",
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     generator, g_state, discriminator, d_state = build()
     export_onnx(generator, [(LATENT,)], generator_path, batch=True, state=g_state)
     g_model = onnx.load(generator_path)
-    export_onnx(discriminator, [(CHANNELS, SIZE, SIZE)], discriminator_path, batch=True, state=d_state)
+    export_onnx(
+        discriminator, [(CHANNELS, SIZE, SIZE)], discriminator_path, batch=True, state=d_state
+    )
     d_model = onnx.load(discriminator_path)
     print(verify(reference(generator, g_state), g_model, [("B", LATENT)], sizes={"B": [1, 3]}))
-    print(verify(reference(discriminator, d_state), d_model, [("B", CHANNELS, SIZE, SIZE)], sizes={"B": [1, 3]}))
+    print(
+        verify(
+            reference(discriminator, d_state),
+            d_model,
+            [("B", CHANNELS, SIZE, SIZE)],
+            sizes={"B": [1, 3]},
+        )
+    )
     for onnx_model in (g_model, d_model):
         print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return g_model, d_model

@@ -50,7 +50,9 @@ class NeuralODE(eqx.Module):
 
 def build() -> NeuralODE:
     """The model in float64 (make it with x64 on: its weights are float64 arrays)."""
-    mlp = eqx.nn.MLP(STATE + 1, STATE, 32, 2, activation=jnp.tanh, dtype=jnp.float64, key=jax.random.key(0))
+    mlp = eqx.nn.MLP(
+        STATE + 1, STATE, 32, 2, activation=jnp.tanh, dtype=jnp.float64, key=jax.random.key(0)
+    )
     return NeuralODE(VectorField(mlp), T1, STEPS)
 
 
@@ -59,7 +61,15 @@ def main(path: str = "eqx_neural_ode.onnx") -> onnx.ModelProto:
         model = build()
         export_onnx(model, [(STATE,)], path, batch=True, enable_double_precision=True)
         onnx_model = onnx.load(path)
-        print(verify(jax.vmap(model), onnx_model, [("B", STATE)], sizes={"B": [1, 8]}, enable_double_precision=True))
+        print(
+            verify(
+                jax.vmap(model),
+                onnx_model,
+                [("B", STATE)],
+                sizes={"B": [1, 8]},
+                enable_double_precision=True,
+            )
+        )
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model
 

@@ -40,7 +40,9 @@ class TransformerBlock(eqx.Module):
         self.mlp_in = eqx.nn.Linear(WIDTH, 4 * WIDTH, key=k2)
         self.mlp_out = eqx.nn.Linear(4 * WIDTH, WIDTH, key=k3)
 
-    def rotate(self, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def rotate(
+        self, q: jax.Array, k: jax.Array, v: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """RoPE on queries and keys, per head (heads are axis 1 of (seq, heads, size))."""
         per_head = jax.vmap(self.rope, in_axes=1, out_axes=1)
         return per_head(q), per_head(k), v

@@ -34,7 +34,9 @@ GROUPS = 4
 
 def sinusoidal_embedding(t: jax.Array, size: int) -> jax.Array:
     """``[sin(t w_i), cos(t w_i)]`` for geometric frequencies ``w_i`` (a transformer's positions)."""
-    frequencies = np.exp(-np.log(10_000.0) * np.arange(size // 2) / (size // 2 - 1)).astype(np.float32)
+    frequencies = np.exp(-np.log(10_000.0) * np.arange(size // 2) / (size // 2 - 1)).astype(
+        np.float32
+    )
     angles = t * frequencies
     return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)])
 
@@ -57,7 +59,11 @@ class ResidualBlock(eqx.Module):
         self.norm2 = eqx.nn.GroupNorm(GROUPS, channels_out)
         self.conv2 = eqx.nn.Conv2d(channels_out, channels_out, 3, padding=1, key=k3)
         # a 1x1 conv matches the channels of the residual when they change
-        self.skip = None if channels_in == channels_out else eqx.nn.Conv2d(channels_in, channels_out, 1, key=k4)
+        self.skip = (
+            None
+            if channels_in == channels_out
+            else eqx.nn.Conv2d(channels_in, channels_out, 1, key=k4)
+        )
 
     def __call__(self, x: jax.Array, embedding: jax.Array) -> jax.Array:
         h = self.conv1(jax.nn.silu(self.norm1(x)))
@@ -82,7 +88,9 @@ class UNet(eqx.Module):
     def __init__(self, key: jax.Array) -> None:
         keys = jax.random.split(key, 8)
         low, high = WIDTHS
-        self.time_mlp = eqx.nn.MLP(EMBEDDING, EMBEDDING, EMBEDDING, depth=1, activation=jax.nn.silu, key=keys[0])
+        self.time_mlp = eqx.nn.MLP(
+            EMBEDDING, EMBEDDING, EMBEDDING, depth=1, activation=jax.nn.silu, key=keys[0]
+        )
         self.stem = eqx.nn.Conv2d(CHANNELS, low, 3, padding=1, key=keys[1])
         self.down_block = ResidualBlock(low, low, keys[2])
         self.downsample = eqx.nn.Conv2d(low, high, 3, stride=2, padding=1, key=keys[3])
@@ -94,10 +102,10 @@ class UNet(eqx.Module):
 
     def __call__(self, t: jax.Array, y: jax.Array) -> jax.Array:
         embedding = self.time_mlp(sinusoidal_embedding(t, EMBEDDING))
-        skip = self.down_block(self.stem(y), embedding)               # (8, 16, 16)
-        h = self.middle_block(self.downsample(skip), embedding)       # (16, 8, 8)
-        h = jnp.concatenate([self.upsample(h), skip], axis=0)         # (16, 16, 16)
-        h = self.up_block(h, embedding)                               # (8, 16, 16)
+        skip = self.down_block(self.stem(y), embedding)  # (8, 16, 16)
+        h = self.middle_block(self.downsample(skip), embedding)  # (16, 8, 8)
+        h = jnp.concatenate([self.upsample(h), skip], axis=0)  # (16, 16, 16)
+        h = self.up_block(h, embedding)  # (8, 16, 16)
         return self.head(jax.nn.silu(self.head_norm(h)))
 
 
@@ -117,7 +125,11 @@ def main(path: str = "eqx_unet.onnx") -> onnx.ModelProto:
     model = build()
     export_onnx(model, [(), (CHANNELS, SIZE, SIZE)], path, batch=True, opset=21)
     onnx_model = onnx.load(path)
-    print(verify(reference(model), onnx_model, [("B",), ("B", CHANNELS, SIZE, SIZE)], sizes={"B": [1, 3]}))
+    print(
+        verify(
+            reference(model), onnx_model, [("B",), ("B", CHANNELS, SIZE, SIZE)], sizes={"B": [1, 3]}
+        )
+    )
     print([f"{n.name}: {n.op_type}" for n in onnx_model.graph.node])
     return onnx_model
 

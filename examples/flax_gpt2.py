@@ -41,7 +41,9 @@ class GPTConfig:
 
     @classmethod
     def small(cls, **overrides: object) -> GPTConfig:
-        return cls(**{**dict(block_size=32, vocab_size=97, n_layer=2, n_head=2, n_embd=32), **overrides})
+        return cls(
+            **{**dict(block_size=32, vocab_size=97, n_layer=2, n_head=2, n_embd=32), **overrides}
+        )
 
 
 class CausalSelfAttention(nnx.Module):
@@ -55,7 +57,9 @@ class CausalSelfAttention(nnx.Module):
         b, t, c = x.shape
         q, k, v = jnp.split(self.c_attn(x), 3, axis=-1)
         heads = (b, t, self.n_head, c // self.n_head)
-        y = jax.nn.dot_product_attention(q.reshape(heads), k.reshape(heads), v.reshape(heads), is_causal=True)
+        y = jax.nn.dot_product_attention(
+            q.reshape(heads), k.reshape(heads), v.reshape(heads), is_causal=True
+        )
         return self.resid_dropout(self.c_proj(y.reshape(b, t, c)))
 
 
@@ -89,7 +93,11 @@ class GPT(nnx.Module):
         self.drop = nnx.Dropout(config.dropout, rngs=rngs)
         self.h = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layer)])
         self.ln_f = nnx.LayerNorm(config.n_embd, use_bias=config.bias, rngs=rngs)
-        self.lm_head = None if config.tied_head else nnx.Linear(config.n_embd, config.vocab_size, use_bias=False, rngs=rngs)
+        self.lm_head = (
+            None
+            if config.tied_head
+            else nnx.Linear(config.n_embd, config.vocab_size, use_bias=False, rngs=rngs)
+        )
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         positions = jnp.arange(tokens.shape[1])
@@ -111,10 +119,14 @@ def main(path: str = "gpt2.onnx", size: str = "small") -> onnx.ModelProto:
     start = time.perf_counter()
     to_onnx(model, TOKENS, path=path, auto_functions=True)
     onnx_model = onnx.load(path)
-    print(f"export: {time.perf_counter() - start:.2f} s, {len(onnx_model.graph.node)} nodes, "
-          f"functions {[f.name for f in onnx_model.functions]}")
+    print(
+        f"export: {time.perf_counter() - start:.2f} s, {len(onnx_model.graph.node)} nodes, "
+        f"functions {[f.name for f in onnx_model.functions]}"
+    )
     reference = mode_copy(model)  # inference mode, as exported; the model itself is left as it is
-    print(verify(reference, onnx_model, TOKENS, sizes={"B": [1, 2], "T": [config.block_size // 4, 7]}))
+    print(
+        verify(reference, onnx_model, TOKENS, sizes={"B": [1, 2], "T": [config.block_size // 4, 7]})
+    )
     return onnx_model
 
 

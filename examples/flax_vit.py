@@ -36,7 +36,9 @@ class ViTConfig:
 
     @classmethod
     def small(cls) -> ViTConfig:
-        return cls(image_size=16, channels=3, patch=4, dim=32, depth=2, heads=4, mlp_dim=64, classes=10)
+        return cls(
+            image_size=16, channels=3, patch=4, dim=32, depth=2, heads=4, mlp_dim=64, classes=10
+        )
 
     @property
     def tokens(self) -> int:
@@ -61,7 +63,11 @@ class EncoderBlock(nnx.Module):
     def __init__(self, config: ViTConfig, *, rngs: nnx.Rngs) -> None:
         self.norm1 = nnx.LayerNorm(config.dim, rngs=rngs)
         self.attn = nnx.MultiHeadAttention(
-            num_heads=config.heads, in_features=config.dim, dropout_rate=config.dropout, decode=False, rngs=rngs
+            num_heads=config.heads,
+            in_features=config.dim,
+            dropout_rate=config.dropout,
+            decode=False,
+            rngs=rngs,
         )
         self.norm2 = nnx.LayerNorm(config.dim, rngs=rngs)
         self.mlp = MLP(config, rngs=rngs)
@@ -74,7 +80,12 @@ class EncoderBlock(nnx.Module):
 class ViT(nnx.Module):
     def __init__(self, config: ViTConfig, *, rngs: nnx.Rngs) -> None:
         self.patch_embed = nnx.Conv(
-            config.channels, config.dim, (config.patch, config.patch), strides=config.patch, padding="VALID", rngs=rngs
+            config.channels,
+            config.dim,
+            (config.patch, config.patch),
+            strides=config.patch,
+            padding="VALID",
+            rngs=rngs,
         )
         init = nnx.initializers.truncated_normal(0.02)
         self.cls_token = nnx.Param(init(rngs.params(), (1, 1, config.dim)))

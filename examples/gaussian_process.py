@@ -27,7 +27,12 @@ def rbf(x1: jax.Array, x2: jax.Array, length_scale: jax.Array, variance: jax.Arr
 
 
 def gp_posterior(
-    x_train: jax.Array, y_train: jax.Array, x_test: jax.Array, length_scale: jax.Array, variance: jax.Array, noise: jax.Array
+    x_train: jax.Array,
+    y_train: jax.Array,
+    x_test: jax.Array,
+    length_scale: jax.Array,
+    variance: jax.Array,
+    noise: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Posterior mean (M,), variance (M,) at ``x_test`` and the log marginal likelihood ()."""
     n = x_train.shape[0]
@@ -35,7 +40,9 @@ def gp_posterior(
     factor = jsl.cho_factor(k, lower=True)
     alpha = jsl.cho_solve(factor, y_train)
     k_star = rbf(x_train, x_test, length_scale, variance)  # (n, M)
-    mean = alpha @ k_star  # not k_star.T @ alpha: onnxruntime 1.32 fuses Transpose+MatMul(1-D) wrongly
+    mean = (
+        alpha @ k_star
+    )  # not k_star.T @ alpha: onnxruntime 1.32 fuses Transpose+MatMul(1-D) wrongly
     v = jsl.solve_triangular(factor[0], k_star, lower=True)
     var = variance - jnp.sum(v * v, axis=0)
     _, logdet = jnp.linalg.slogdet(k)
@@ -50,14 +57,29 @@ def training_data(n: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, np.sin(3.0 * x[:, 0]) + 0.1 * rng.normal(size=n)
 
 
-SPECS = [((32, 1), "float64"), ((32,), "float64"), (("M", 1), "float64"), ((), "float64"), ((), "float64"), ((), "float64")]
+SPECS = [
+    ((32, 1), "float64"),
+    ((32,), "float64"),
+    (("M", 1), "float64"),
+    ((), "float64"),
+    ((), "float64"),
+    ((), "float64"),
+]
+
 
 def main(path: str = "gaussian_process.onnx") -> onnx.ModelProto:
     to_onnx(gp_posterior, SPECS, enable_double_precision=True, path=path)
     model = onnx.load(path)
     x, y = training_data()
     for m in (1, 50):
-        values = [x, y, np.linspace(-2.5, 2.5, m)[:, None], np.float64(0.7), np.float64(1.0), np.float64(0.01)]
+        values = [
+            x,
+            y,
+            np.linspace(-2.5, 2.5, m)[:, None],
+            np.float64(0.7),
+            np.float64(1.0),
+            np.float64(0.01),
+        ]
         print(verify(gp_posterior, model, SPECS, input_values=values, enable_double_precision=True))
     return model
 

@@ -41,7 +41,9 @@ def heat_solve(u0: jax.Array, alpha: jax.Array, t_end: jax.Array) -> tuple[jax.A
         u = jnp.concatenate([jnp.zeros((1,), u.dtype), interior, jnp.zeros((1,), u.dtype)])
         return t + dt, u, steps + 1
 
-    _, u, steps = jax.lax.while_loop(cond, body, (jnp.zeros((), u0.dtype), u0, jnp.zeros((), jnp.int32)))
+    _, u, steps = jax.lax.while_loop(
+        cond, body, (jnp.zeros((), u0.dtype), u0, jnp.zeros((), jnp.int32))
+    )
     return u, steps
 
 
@@ -60,7 +62,9 @@ def main(path: str = "heat_equation.onnx") -> onnx.ModelProto:
     with x64(True):
         for n in (11, 41):
             values = [np.asarray(initial_condition(n)), np.float64(0.5), np.float64(0.02)]
-            print(verify(heat_solve, model, specs, input_values=values, enable_double_precision=True))
+            print(
+                verify(heat_solve, model, specs, input_values=values, enable_double_precision=True)
+            )
     return model
 
 

@@ -48,7 +48,15 @@ def main(path: str = "spectral_poisson.onnx") -> onnx.ModelProto:
     with x64(True):
         for n in (8, 15, 32):
             f, _ = manufactured(n)
-            print(verify(poisson_solve, model, SPECS, input_values=[f, np.float64(2 * np.pi)], enable_double_precision=True))
+            print(
+                verify(
+                    poisson_solve,
+                    model,
+                    SPECS,
+                    input_values=[f, np.float64(2 * np.pi)],
+                    enable_double_precision=True,
+                )
+            )
     return model
 
 

@@ -62,23 +62,47 @@ def _toy_gpt() -> Any:
 
 
 def demo_models() -> list[DemoModel]:
-    models = [DemoModel("jax_mlp", "a plain JAX function: x @ w1, gelu, @ w2 (30 -> 20 -> 10)", _mlp_function, [("B", 30)], {"B": [1, 7, 128]})]
+    models = [
+        DemoModel(
+            "jax_mlp",
+            "a plain JAX function: x @ w1, gelu, @ w2 (30 -> 20 -> 10)",
+            _mlp_function,
+            [("B", 30)],
+            {"B": [1, 7, 128]},
+        )
+    ]
     try:
         import flax  # noqa: F401
     except ImportError:
         return models
     if os.path.exists(os.path.join(_ROOT, "examples", "flax_gpt2.py")):
-        models.append(DemoModel("flax_mlp", "the README's Flax NNX MLP: Linear, BatchNorm, Dropout, gelu (inference mode)", _flax_mlp, [("B", 30)], {"B": [1, 7, 128]}))
-        models.append(DemoModel(
-            "toy_gpt", "a toy GPT: GPT-2's architecture at 2 layers, 2 heads, width 32, vocabulary 97 (not the 124M GPT-2); one ONNX function per block",
-            _toy_gpt, [(("B", "T"), "int32")], {"B": [1, 2], "T": [8, 32]}, {"auto_functions": True},
-        ))
+        models.append(
+            DemoModel(
+                "flax_mlp",
+                "the README's Flax NNX MLP: Linear, BatchNorm, Dropout, gelu (inference mode)",
+                _flax_mlp,
+                [("B", 30)],
+                {"B": [1, 7, 128]},
+            )
+        )
+        models.append(
+            DemoModel(
+                "toy_gpt",
+                "a toy GPT: GPT-2's architecture at 2 layers, 2 heads, width 32, vocabulary 97 (not the 124M GPT-2); one ONNX function per block",
+                _toy_gpt,
+                [(("B", "T"), "int32")],
+                {"B": [1, 2], "T": [8, 32]},
+                {"auto_functions": True},
+            )
+        )
     return models
 
 
 def _sizes_text(report: Any) -> str:
     """``B=1 T=8, B=2 T=32``: the sizes of the symbolic dims of each verified run."""
-    return ", ".join(" ".join(f"{k}={v}" for k, v in run.sizes.items()) or "static shapes" for run in report.runs)
+    return ", ".join(
+        " ".join(f"{k}={v}" for k, v in run.sizes.items()) or "static shapes" for run in report.runs
+    )
 
 
 def _tolerance_text(report: Any) -> str:
@@ -118,15 +142,22 @@ def run_demo(out_dir: str = "out") -> int:
         try:
             report = verify(model_fn, model, demo.inputs, sizes=demo.sizes, jit=True)
         except RuntimeUnavailable as err:
-            print(f"jax2onnx-nn: error: the demo verifies in onnxruntime: {err}; written so far: {', '.join(written)}", file=sys.stderr)
+            print(
+                f"jax2onnx-nn: error: the demo verifies in onnxruntime: {err}; written so far: {', '.join(written)}",
+                file=sys.stderr,
+            )
             return MISSING_EXTRA
         status = "verified" if report.ok else "MISMATCH"
         print(f"== {demo.name}: {demo.what}")
-        print(f"   {path} (exported in {seconds:.2f}s); {status} vs JAX in onnxruntime at {_sizes_text(report)}: "
-              f"max abs err {report.max_abs:.2g}, max rel err {report.max_rel:.2g} (tolerance {_tolerance_text(report)})")
+        print(
+            f"   {path} (exported in {seconds:.2f}s); {status} vs JAX in onnxruntime at {_sizes_text(report)}: "
+            f"max abs err {report.max_abs:.2g}, max rel err {report.max_rel:.2g} (tolerance {_tolerance_text(report)})"
+        )
         print(model_summary(model))
         if not report.ok:
             print(report)
             failures += 1
-    print(f"\n{'all models verified' if not failures else f'{failures} model(s) failed'}; files in {os.path.abspath(out_dir)}")
+    print(
+        f"\n{'all models verified' if not failures else f'{failures} model(s) failed'}; files in {os.path.abspath(out_dir)}"
+    )
     return 1 if failures else 0

@@ -51,7 +51,11 @@ def tensor_bytes(tensor: Any, base_dir: str | None = None) -> tuple[int, bool]:
     if tensor.data_type == onnx.TensorProto.STRING:
         return sum(len(s) for s in tensor.string_data), False
     count = math.prod(tensor.dims)
-    bits = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1): 4}.get(tensor.data_type)
+    bits = {
+        onnx.TensorProto.INT4: 4,
+        onnx.TensorProto.UINT4: 4,
+        getattr(onnx.TensorProto, "FLOAT4E2M1", -1): 4,
+    }.get(tensor.data_type)
     if bits is not None:
         return (count * bits + 7) // 8, False
     return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize, False
@@ -59,7 +63,9 @@ def tensor_bytes(tensor: Any, base_dir: str | None = None) -> tuple[int, bool]:
 
 def _value_text(vi: Any) -> str:
     t = vi.type.tensor_type
-    dims = ", ".join(d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in t.shape.dim)
+    dims = ", ".join(
+        d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in t.shape.dim
+    )
     dtype = _dtype_name(t.elem_type)
     return f"{vi.name}: {dtype}[{dims}]"
 
@@ -81,15 +87,22 @@ def _size_text(n: int) -> str:
 
 
 def _histogram(counts: Counter[str]) -> str:
-    return ", ".join(f"{op} {n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ", ".join(
+        f"{op} {n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def _function_calls(model: Any) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
     """Per local function: its call nodes, and how often it runs per run of the model (a call
     inside a function called twice runs twice)."""
     local = {(f.domain, f.name): f for f in model.functions}
-    main = Counter((n.domain, n.op_type) for n in _nodes(model.graph) if (n.domain, n.op_type) in local)
-    inner = {key: Counter((n.domain, n.op_type) for n in _nodes(f) if (n.domain, n.op_type) in local) for key, f in local.items()}
+    main = Counter(
+        (n.domain, n.op_type) for n in _nodes(model.graph) if (n.domain, n.op_type) in local
+    )
+    inner = {
+        key: Counter((n.domain, n.op_type) for n in _nodes(f) if (n.domain, n.op_type) in local)
+        for key, f in local.items()
+    }
     sites = sum(inner.values(), Counter(main))
     runs: Counter[tuple[str, str]] = Counter(main)
     for _ in range(len(local)):  # functions call each other without cycles: depth <= count
@@ -122,8 +135,14 @@ def model_summary(model: Any, base_dir: str | None = None) -> str:
         lines.append(f"functions: {len(model.functions)}")
         for f in model.functions:
             key = (f.domain, f.name)
-            where = f" ({sites[key]} call node{'s' * (sites[key] != 1)})" if sites[key] != runs[key] else ""
-            lines.append(f"  {f.domain}.{f.name}: called {runs[key]}x{where}, {len(f.node)} nodes ({_histogram(Counter(n.op_type for n in f.node))})")
+            where = (
+                f" ({sites[key]} call node{'s' * (sites[key] != 1)})"
+                if sites[key] != runs[key]
+                else ""
+            )
+            lines.append(
+                f"  {f.domain}.{f.name}: called {runs[key]}x{where}, {len(f.node)} nodes ({_histogram(Counter(n.op_type for n in f.node))})"
+            )
     sizes = [tensor_bytes(t, base_dir) for t in g.initializer]
     total = sum(b for b, _ in sizes)
     external = sum(b for b, ext in sizes if ext)

@@ -31,12 +31,26 @@ import jax
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's package, examples and benchmarks (not an installed one)
+sys.path.insert(
+    0, str(ROOT)
+)  # this checkout's package, examples and benchmarks (not an installed one)
 BEGIN = "<!-- runtime-table:begin -->"
 END = "<!-- runtime-table:end -->"
 PAGE = ROOT / "docs" / "runtimes.md"  # the page holding the table
 RECORD = ROOT / "tests" / "runtime_matrix.txt"
-BENCHMARKS = ("jax_mlp", "flax_mlp", "cnn", "eqx_mlp", "eqx_transformer", "eqx_vit", "vit", "gru", "heat_fori", "heat_while", "gpt2_small")
+BENCHMARKS = (
+    "jax_mlp",
+    "flax_mlp",
+    "cnn",
+    "eqx_mlp",
+    "eqx_transformer",
+    "eqx_vit",
+    "vit",
+    "gru",
+    "heat_fori",
+    "heat_while",
+    "gpt2_small",
+)
 RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
 
 
@@ -62,36 +76,81 @@ def _benchmark(name: str) -> Case:
     from jax2onnx_nn import to_onnx
 
     fn, specs, options = getattr(models, name)()
-    return Case("benchmarks/models.py", fn, lambda target, **more: to_onnx(fn, specs, target=target, **{**options, **more}), specs)
+    return Case(
+        "benchmarks/models.py",
+        fn,
+        lambda target, **more: to_onnx(fn, specs, target=target, **{**options, **more}),
+        specs,
+    )
 
 
 def _example(name: str) -> Any:
     return importlib.import_module(f"examples.{name}")
 
 
-def _eqx(name: str, module: Any, inputs: list[Any], reference: Any = None, sizes: dict[str, list[int]] | None = None, **options: Any) -> Case:
+def _eqx(
+    name: str,
+    module: Any,
+    inputs: list[Any],
+    reference: Any = None,
+    sizes: dict[str, list[int]] | None = None,
+    **options: Any,
+) -> Case:
     """An Equinox example exported with ``batch=True`` (a symbolic ``B``) and checked vmapped."""
     import equinox as eqx
 
     from jax2onnx_nn.equinox import export_onnx
 
-    batched = [(("B", *spec[0]), *spec[1:]) if spec and isinstance(spec[0], tuple) else ("B", *spec) for spec in inputs]
+    batched = [
+        (("B", *spec[0]), *spec[1:]) if spec and isinstance(spec[0], tuple) else ("B", *spec)
+        for spec in inputs
+    ]
     reference = reference if reference is not None else jax.vmap(eqx.nn.inference_mode(module))
-    return Case(f"examples/{name}.py", reference, lambda target, **more: export_onnx(module, inputs, batch=True, target=target, **{**options, **more}),
-                batched, [{"sizes": sizes or {"B": [1, 3]}}])
+    return Case(
+        f"examples/{name}.py",
+        reference,
+        lambda target, **more: export_onnx(
+            module, inputs, batch=True, target=target, **{**options, **more}
+        ),
+        batched,
+        [{"sizes": sizes or {"B": [1, 3]}}],
+    )
 
 
-def _flax(name: str, model: Any, specs: list[Any], sizes: dict[str, list[int]], **options: Any) -> Case:
+def _flax(
+    name: str, model: Any, specs: list[Any], sizes: dict[str, list[int]], **options: Any
+) -> Case:
     from jax2onnx_nn import to_onnx
     from jax2onnx_nn.flax import mode_copy
 
-    return Case(f"examples/{name}.py", mode_copy(model), lambda target, **more: to_onnx(model, specs, target=target, **{**options, **more}), specs, [{"sizes": sizes}])
+    return Case(
+        f"examples/{name}.py",
+        mode_copy(model),
+        lambda target, **more: to_onnx(model, specs, target=target, **{**options, **more}),
+        specs,
+        [{"sizes": sizes}],
+    )
 
 
-def _function(name: str, fn: Any, specs: list[Any], runs: list[dict[str, Any]], *, jit: bool = True, **options: Any) -> Case:
+def _function(
+    name: str,
+    fn: Any,
+    specs: list[Any],
+    runs: list[dict[str, Any]],
+    *,
+    jit: bool = True,
+    **options: Any,
+) -> Case:
     from jax2onnx_nn import to_onnx
 
-    return Case(f"examples/{name}.py", fn, lambda target, **more: to_onnx(fn, specs, target=target, **{**options, **more}), specs, runs, jit)
+    return Case(
+        f"examples/{name}.py",
+        fn,
+        lambda target, **more: to_onnx(fn, specs, target=target, **{**options, **more}),
+        specs,
+        runs,
+        jit,
+    )
 
 
 def eqx_bert() -> Case:
@@ -101,7 +160,10 @@ def eqx_bert() -> Case:
     bert = m.BertClassifier(jax.random.key(0))
     case = _eqx("eqx_bert", bert, m.INPUTS)
     case.reference = jax.vmap(eqx.nn.inference_mode(bert))
-    case.runs = [{"input_values": m.example_batch(batch, padded=padded)} for batch, padded in [(1, False), (3, True)]]
+    case.runs = [
+        {"input_values": m.example_batch(batch, padded=padded)}
+        for batch, padded in [(1, False), (3, True)]
+    ]
     return case
 
 
@@ -114,13 +176,21 @@ def eqx_cnn() -> Case:
 def eqx_dcgan_generator() -> Case:
     m = _example("eqx_dcgan")
     generator, g_state, _, _ = m.build()
-    return _eqx("eqx_dcgan", generator, [(m.LATENT,)], m.reference(generator, g_state), state=g_state)
+    return _eqx(
+        "eqx_dcgan", generator, [(m.LATENT,)], m.reference(generator, g_state), state=g_state
+    )
 
 
 def eqx_dcgan_discriminator() -> Case:
     m = _example("eqx_dcgan")
     _, _, discriminator, d_state = m.build()
-    return _eqx("eqx_dcgan", discriminator, [(m.CHANNELS, m.SIZE, m.SIZE)], m.reference(discriminator, d_state), state=d_state)
+    return _eqx(
+        "eqx_dcgan",
+        discriminator,
+        [(m.CHANNELS, m.SIZE, m.SIZE)],
+        m.reference(discriminator, d_state),
+        state=d_state,
+    )
 
 
 def eqx_neural_ode() -> Case:
@@ -129,7 +199,9 @@ def eqx_neural_ode() -> Case:
     m = _example("eqx_neural_ode")
     with x64(True):
         model = m.build()
-    return _eqx("eqx_neural_ode", model, [(m.STATE,)], jax.vmap(model), enable_double_precision=True)
+    return _eqx(
+        "eqx_neural_ode", model, [(m.STATE,)], jax.vmap(model), enable_double_precision=True
+    )
 
 
 def eqx_rnn() -> Case:
@@ -169,7 +241,12 @@ def gamma_sampling() -> Case:
     m = _example("gamma_sampling")
     counts = np.random.default_rng(0).poisson(3.0, size=(4, 12)).astype(np.float32)
     key_data = np.asarray(jax.random.key_data(jax.random.key(0)))
-    case = _function("gamma_sampling", m.posterior_rates, [m.KEY, m.COUNTS], [{"input_values": [key_data, counts]}])
+    case = _function(
+        "gamma_sampling",
+        m.posterior_rates,
+        [m.KEY, m.COUNTS],
+        [{"input_values": [key_data, counts]}],
+    )
     case.runtime_options = {"tract": {"loop_bound": 16}}  # (the rejection loops take a few steps)
     return case
 
@@ -177,8 +254,22 @@ def gamma_sampling() -> Case:
 def gaussian_process() -> Case:
     m = _example("gaussian_process")
     x, y = m.training_data()
-    runs = [{"input_values": [x, y, np.linspace(-2.5, 2.5, n)[:, None], np.float64(0.7), np.float64(1.0), np.float64(0.01)]} for n in (1, 50)]
-    return _function("gaussian_process", m.gp_posterior, m.SPECS, runs, enable_double_precision=True)
+    runs = [
+        {
+            "input_values": [
+                x,
+                y,
+                np.linspace(-2.5, 2.5, n)[:, None],
+                np.float64(0.7),
+                np.float64(1.0),
+                np.float64(0.01),
+            ]
+        }
+        for n in (1, 50)
+    ]
+    return _function(
+        "gaussian_process", m.gp_posterior, m.SPECS, runs, enable_double_precision=True
+    )
 
 
 def heat_equation() -> Case:
@@ -187,8 +278,24 @@ def heat_equation() -> Case:
     m = _example("heat_equation")
     specs = [(("N",), "float64"), ((), "float64"), ((), "float64")]
     with x64(True):
-        runs = [{"input_values": [np.asarray(m.initial_condition(n)), np.float64(0.5), np.float64(0.02)]} for n in (11, 41)]
-    case = _function("heat_equation", m.heat_solve, specs, runs, enable_double_precision=True, constraints=("N >= 3",))
+        runs = [
+            {
+                "input_values": [
+                    np.asarray(m.initial_condition(n)),
+                    np.float64(0.5),
+                    np.float64(0.02),
+                ]
+            }
+            for n in (11, 41)
+        ]
+    case = _function(
+        "heat_equation",
+        m.heat_solve,
+        specs,
+        runs,
+        enable_double_precision=True,
+        constraints=("N >= 3",),
+    )
     case.runtime_options = {"tract": {"loop_bound": 64}}  # (3 and 40 steps on these grids)
     return case
 
@@ -196,21 +303,46 @@ def heat_equation() -> Case:
 def spectral_poisson() -> Case:
     m = _example("spectral_poisson")
     runs = [{"input_values": [m.manufactured(n)[0], np.float64(2 * np.pi)]} for n in (8, 15)]
-    return _function("spectral_poisson", m.poisson_solve, m.SPECS, runs, enable_double_precision=True)
+    return _function(
+        "spectral_poisson", m.poisson_solve, m.SPECS, runs, enable_double_precision=True
+    )
 
 
 # Examples that are not already a benchmark model (eqx_mlp, eqx_transformer, eqx_vit,
 # flax_gpt2 (gpt2_small), flax_gru (gru), flax_mlp and flax_vit (vit) are).
-EXAMPLES = {f.__name__: f for f in (
-    eqx_bert, eqx_cnn, eqx_dcgan_generator, eqx_dcgan_discriminator, eqx_neural_ode, eqx_rnn, eqx_unet,
-    flax_autoencoder, flax_cnn, flax_mlp_functions, gamma_sampling, gaussian_process, heat_equation, spectral_poisson,
-)}
+EXAMPLES = {
+    f.__name__: f
+    for f in (
+        eqx_bert,
+        eqx_cnn,
+        eqx_dcgan_generator,
+        eqx_dcgan_discriminator,
+        eqx_neural_ode,
+        eqx_rnn,
+        eqx_unet,
+        flax_autoencoder,
+        flax_cnn,
+        flax_mlp_functions,
+        gamma_sampling,
+        gaussian_process,
+        heat_equation,
+        spectral_poisson,
+    )
+}
 MODELS = BENCHMARKS + tuple(EXAMPLES)
 # the example file of a model whose name is not the file's (the benchmark models that are an
 # example's model are exported as the example exports it)
-EXAMPLE_OF = {"flax_mlp": "flax_mlp", "eqx_mlp": "eqx_mlp", "eqx_transformer": "eqx_transformer", "eqx_vit": "eqx_vit",
-              "vit": "flax_vit", "gru": "flax_gru", "gpt2_small": "flax_gpt2",
-              "eqx_dcgan_generator": "eqx_dcgan", "eqx_dcgan_discriminator": "eqx_dcgan"}
+EXAMPLE_OF = {
+    "flax_mlp": "flax_mlp",
+    "eqx_mlp": "eqx_mlp",
+    "eqx_transformer": "eqx_transformer",
+    "eqx_vit": "eqx_vit",
+    "vit": "flax_vit",
+    "gru": "flax_gru",
+    "gpt2_small": "flax_gpt2",
+    "eqx_dcgan_generator": "eqx_dcgan",
+    "eqx_dcgan_discriminator": "eqx_dcgan",
+}
 
 
 def case(model_name: str) -> Case:
@@ -220,10 +352,16 @@ def case(model_name: str) -> Case:
 def _gist(message: str) -> str:
     """An error's first line, and where that only introduces what follows (``...:``), the first
     line that says something itself (OpenVINO's reason, a ConversionError's source line)."""
-    lines = [line.strip() for line in message.replace(str(ROOT) + "/", "").splitlines() if line.strip()]
+    lines = [
+        line.strip() for line in message.replace(str(ROOT) + "/", "").splitlines() if line.strip()
+    ]
     if not lines:
         return "(no message)"
-    said = next((line for line in lines[1:] if not line.endswith(":")), "") if lines[0].endswith(":") else ""
+    said = (
+        next((line for line in lines[1:] if not line.endswith(":")), "")
+        if lines[0].endswith(":")
+        else ""
+    )
     return (f"{lines[0]} {said}" if said else lines[0])[:240]
 
 
@@ -239,16 +377,24 @@ def check_pair(model_name: str, runtime: str) -> str:
     reports = []
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # (heat_equation's step count: a bounded loop's int result)
+            warnings.simplefilter(
+                "ignore"
+            )  # (heat_equation's step count: a bounded loop's int result)
             model = c.export(runtime, **options)
         for run in c.runs:
             reports.append(verify(c.reference, model, c.specs, runtime=runtime, jit=c.jit, **run))
-    except Exception as err:  # noqa: BLE001 - the table records what the runtime says
+    except Exception as err:
         return f"fails{used}: {type(err).__name__}: {_gist(str(err))}"
     if all(report.ok for report in reports):
         return f"ok{used}"
-    float64 = any(o.dtype == "float64" for report in reports for r in report.runs for o in r.outputs)
-    cause = f"{runtime} computes float64 in float32: " if float64 and not get_target(runtime).float64 else ""
+    float64 = any(
+        o.dtype == "float64" for report in reports for r in report.runs for o in r.outputs
+    )
+    cause = (
+        f"{runtime} computes float64 in float32: "
+        if float64 and not get_target(runtime).float64
+        else ""
+    )
     # the order of magnitude only: the exact error moves with any change to how a model is written
     bound = 10.0 ** (np.floor(np.log10(max(max(report.max_abs for report in reports), 1e-300))) + 1)
     return f"fails{used}: {cause}max abs error below {bound:.0e}"
@@ -271,7 +417,9 @@ def record(pairs: list[str] | None = None) -> None:
     chosen = None if not pairs else {tuple(p.split("/", 1)) for p in pairs}
     unknown = (chosen or set()) - {(m, r) for m in MODELS for r in RUNTIMES}
     if unknown:
-        raise SystemExit(f"unknown pairs {sorted(unknown)}: give model/runtime, a model of {MODELS} and a runtime of {RUNTIMES}")
+        raise SystemExit(
+            f"unknown pairs {sorted(unknown)}: give model/runtime, a model of {MODELS} and a runtime of {RUNTIMES}"
+        )
     recorded = read_record() if chosen else {}
     lines = []
     for model in MODELS:
@@ -302,7 +450,11 @@ def render() -> str:
             else:
                 notes.append(f"{len(notes) + 1}. `{model}` on {runtime}: {result}")
                 cells.append(f"no ({len(notes)})")
-        source = f"examples/{EXAMPLE_OF.get(model, model)}.py" if model in EXAMPLES or model in EXAMPLE_OF else "benchmarks/models.py"
+        source = (
+            f"examples/{EXAMPLE_OF.get(model, model)}.py"
+            if model in EXAMPLES or model in EXAMPLE_OF
+            else "benchmarks/models.py"
+        )
         body.append(f"| `{model}` | `{source}` | " + " | ".join(cells) + " |")
     return "\n".join(head + body + ([""] + notes if notes else []))
 
@@ -310,14 +462,27 @@ def render() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--record", nargs="*", metavar="MODEL/RUNTIME", default=None,
-                        help="re-check every pair (or only those given) and rewrite the record")
+    parser.add_argument(
+        "--record",
+        nargs="*",
+        metavar="MODEL/RUNTIME",
+        default=None,
+        help="re-check every pair (or only those given) and rewrite the record",
+    )
     args = parser.parse_args()
     if args.record is not None:
         record(args.record)
     from jax2onnx_nn.testing.support import refresh_generated_block
 
-    return refresh_generated_block(PAGE, BEGIN, END, render(), check=args.check, what="runtime table", script="scripts/gen_runtime_table.py")
+    return refresh_generated_block(
+        PAGE,
+        BEGIN,
+        END,
+        render(),
+        check=args.check,
+        what="runtime table",
+        script="scripts/gen_runtime_table.py",
+    )
 
 
 if __name__ == "__main__":

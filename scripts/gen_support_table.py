@@ -42,8 +42,18 @@ def record(pytest_args: list[str]) -> int:
     """Run the test suite with the recording plugin; the record is written from passing tests."""
     command = [
         # one process: the recording plugin writes the records at the end of its session
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-        "-p", "jax2onnx_nn.testing.coverage", "--record-lowered", str(RECORD),
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-p",
+        "jax2onnx_nn.testing.coverage",
+        "--record-lowered",
+        str(RECORD),
         *(["--record-merge", *pytest_args] if pytest_args else ["tests"]),
     ]
     print("running:", " ".join(command))
@@ -51,10 +61,16 @@ def record(pytest_args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/support.md is stale")
-    parser.add_argument("--record", action="store_true", help="rerun the tests to rewrite the tested record first")
-    parser.add_argument("pytest_args", nargs="*", help="with --record: pytest arguments (default: tests)")
+    parser.add_argument(
+        "--record", action="store_true", help="rerun the tests to rewrite the tested record first"
+    )
+    parser.add_argument(
+        "pytest_args", nargs="*", help="with --record: pytest arguments (default: tests)"
+    )
     args = parser.parse_args(argv)
     if args.record:
         rc = record(args.pytest_args)
@@ -64,7 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from jax2onnx_nn.testing.support import refresh_generated_block
 
-    return refresh_generated_block(PAGE, BEGIN, END, render(), check=args.check, what="support table", script="scripts/gen_support_table.py")
+    return refresh_generated_block(
+        PAGE,
+        BEGIN,
+        END,
+        render(),
+        check=args.check,
+        what="support table",
+        script="scripts/gen_support_table.py",
+    )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ os.environ["KERAS_BACKEND"] = "jax"
 # another device than the default one. Read when JAX first starts its CPU backend, which no
 # import before this file does; the default device stays cpu:0, so other tests are unchanged.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,7 +26,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--run-slow", action="store_true", help="also run tests marked slow (big models)")
+    parser.addoption(
+        "--run-slow", action="store_true", help="also run tests marked slow (big models)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -13,7 +13,11 @@ from jax2onnx_nn import to_onnx, verify
 
 
 def assert_flag_switches(
-    fn: Callable[..., Any], inputs: Sequence[Any], flag: str, *, sizes: Mapping[str, Sequence[int]] | None = None,
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    flag: str,
+    *,
+    sizes: Mapping[str, Sequence[int]] | None = None,
 ) -> onnx.ModelProto:
     """One export with ``flag`` a graph input; onnxruntime matches JAX for the flag true and
     false at every size (default ``B`` = 2 and 7; random inputs and keys per run; bool outputs
@@ -22,7 +26,13 @@ def assert_flag_switches(
     onnx.checker.check_model(model, full_check=True)
     assert model.graph.input[-1].name == flag
     for value in (True, False):
-        verify(fn, model, inputs, input_params={flag: value}, sizes={"B": [2, 7]} if sizes is None else sizes).raise_if_failed()
+        verify(
+            fn,
+            model,
+            inputs,
+            input_params={flag: value},
+            sizes={"B": [2, 7]} if sizes is None else sizes,
+        ).raise_if_failed()
     return model
 
 

@@ -19,7 +19,11 @@ def cpu_conv_crop_wrong_for_batches() -> bool:
     w = rng.normal(size=(3, 3, 4)).astype(np.float32)
 
     def conv(v: np.ndarray) -> np.ndarray:
-        return np.asarray(jax.lax.conv_general_dilated(v, w, (1,), [(-1, 1)], dimension_numbers=("NWC", "WIO", "NWC")))
+        return np.asarray(
+            jax.lax.conv_general_dilated(
+                v, w, (1,), [(-1, 1)], dimension_numbers=("NWC", "WIO", "NWC")
+            )
+        )
 
     rows = np.concatenate([conv(x[i : i + 1]) for i in range(2)])
     return not np.allclose(conv(x), rows, rtol=1e-5, atol=1e-5)

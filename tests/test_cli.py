@@ -102,7 +102,14 @@ def workdir(tmp_path):
 
 def _run(workdir, *args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "jax2onnx_nn", *args], cwd=workdir, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "jax2onnx_nn", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 # -- export in a subprocess, as users run it ----------------------------------------------------
@@ -124,17 +131,38 @@ HIDE_ONNXRUNTIME = textwrap.dedent(
 
 def test_without_onnxruntime_verify_and_demo_name_the_extra_and_the_files_written(workdir):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", HIDE_ONNXRUNTIME], cwd=workdir, capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", HIDE_ONNXRUNTIME],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert "codes 4 4" in result.stdout, result.stdout + result.stderr
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 2 and "Traceback" not in result.stderr, result.stderr
     assert all("pip install 'jax2onnx_nn[onnxruntime]'" in line for line in errors)
-    assert errors[0].endswith(f"{workdir / 'mlp.onnx'} was written") and (workdir / "mlp.onnx").exists()
+    assert (
+        errors[0].endswith(f"{workdir / 'mlp.onnx'} was written")
+        and (workdir / "mlp.onnx").exists()
+    )
     assert errors[1].endswith(f"written so far: {os.path.join('out', 'jax_mlp.onnx')}")
 
 
 def test_export_and_verify_succeeds(workdir):
-    result = _run(workdir, "export", "usermodels:mlp", "--input", "B,30", "-o", "mlp.onnx", "--verify", "--size", "B=1,5")
+    result = _run(
+        workdir,
+        "export",
+        "usermodels:mlp",
+        "--input",
+        "B,30",
+        "-o",
+        "mlp.onnx",
+        "--verify",
+        "--size",
+        "B=1,5",
+    )
     assert result.returncode == 0, result.stderr
     assert (workdir / "mlp.onnx").exists()
     out = result.stdout
@@ -175,13 +203,17 @@ def test_unsupported_primitive_lists_it_without_a_traceback(workdir):
     assert "usermodels.py:" in result.stderr  # the user's source line
     assert "Traceback" not in result.stderr
     assert not (workdir / "cb.onnx").exists()
-    debug = _run(workdir, "export", "usermodels:with_callback", "--input", "B,30", "-o", "cb.onnx", "--debug")
+    debug = _run(
+        workdir, "export", "usermodels:with_callback", "--input", "B,30", "-o", "cb.onnx", "--debug"
+    )
     assert debug.returncode != 0
     assert "Traceback" in debug.stderr and "ConversionError" in debug.stderr
 
 
 def test_wrong_lowering_fails_verification_with_exit_1(workdir):
-    result = _run(workdir, "export", "wrongmodels:wrong", "--input", "2,3", "-o", "wrong.onnx", "--verify")
+    result = _run(
+        workdir, "export", "wrongmodels:wrong", "--input", "2,3", "-o", "wrong.onnx", "--verify"
+    )
     assert result.returncode == 1
     assert "onnxruntime and JAX disagree" in result.stdout
     assert "6 of 6 elements differ" in result.stdout
@@ -196,15 +228,23 @@ def _main(workdir, monkeypatch, *args):
     return main(list(args))
 
 
-@pytest.mark.parametrize("target", ["usermodels:make_mlp", "usermodels:Scaler", "usermodels:scaler", "usermodels.py:mlp"])
+@pytest.mark.parametrize(
+    "target", ["usermodels:make_mlp", "usermodels:Scaler", "usermodels:scaler", "usermodels.py:mlp"]
+)
 def test_targets_functions_factories_classes_instances(workdir, monkeypatch, capsys, target):
     spec = "B,30" if "mlp" in target else "B,4"
-    assert _main(workdir, monkeypatch, "export", target, "--input", spec, "-o", "t.onnx", "--verify") == 0
+    assert (
+        _main(workdir, monkeypatch, "export", target, "--input", spec, "-o", "t.onnx", "--verify")
+        == 0
+    )
     assert "onnxruntime matches JAX" in capsys.readouterr().out
 
 
 def test_import_error_inside_the_module_is_reported(workdir, monkeypatch, capsys):
-    assert _main(workdir, monkeypatch, "export", "broken_import:f", "--input", "3", "-o", "m.onnx") == USAGE
+    assert (
+        _main(workdir, monkeypatch, "export", "broken_import:f", "--input", "3", "-o", "m.onnx")
+        == USAGE
+    )
     assert "importing 'broken_import' failed: ZeroDivisionError" in capsys.readouterr().err
 
 
@@ -224,10 +264,40 @@ def test_bad_options_are_usage_errors(workdir, monkeypatch, capsys, args, messag
 
 def test_loop_bound_writes_a_data_dependent_while_loop_for_tract(workdir, monkeypatch, capsys):
     # without it, tract's profile refuses the Loop and says which option to use
-    assert _main(workdir, monkeypatch, "export", "usermodels:doublings", "--input", "4", "-o", "w.onnx", "--target", "tract") == 3
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:doublings",
+            "--input",
+            "4",
+            "-o",
+            "w.onnx",
+            "--target",
+            "tract",
+        )
+        == 3
+    )
     assert "--loop-bound N" in capsys.readouterr().err
-    assert _main(workdir, monkeypatch, "export", "usermodels:doublings", "--input", "4", "-o", "w.onnx", "--target", "tract",
-                 "--loop-bound", "64", "--verify") == 0
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:doublings",
+            "--input",
+            "4",
+            "-o",
+            "w.onnx",
+            "--target",
+            "tract",
+            "--loop-bound",
+            "64",
+            "--verify",
+        )
+        == 0
+    )
     assert f"{verify_runtime('tract')[0]} matches JAX" in capsys.readouterr().out
     ops = {n.op_type for n in onnx.load(workdir / "w.onnx").graph.node}
     assert "Scan" in ops and "Loop" not in ops
@@ -239,8 +309,19 @@ def test_verify_runs_in_the_targets_runtime_and_says_which(workdir, monkeypatch,
     whatever the target); else onnxruntime, with a note that says why."""
     from jax2onnx_nn.core.runtimes import missing_reason
 
-    code = _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx",
-                 "--target", target, "--verify")
+    code = _main(
+        workdir,
+        monkeypatch,
+        "export",
+        "usermodels:mlp",
+        "--input",
+        "B,30",
+        "-o",
+        "m.onnx",
+        "--target",
+        target,
+        "--verify",
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     reason = missing_reason(target)
@@ -257,44 +338,123 @@ def test_verify_falls_back_to_onnxruntime_with_a_note(monkeypatch):
     assert verify_runtime(None) == verify_runtime("onnxruntime") == ("onnxruntime", "")
     runtime, note = verify_runtime("tensorrt")
     assert runtime == "onnxruntime"
-    assert note.startswith("note: --verify runs the model in onnxruntime: tensorrt has no runtime here")
-    monkeypatch.setattr(runtimes, "missing_reason", lambda r: f"{r} is not installed (pip install {r})")
+    assert note.startswith(
+        "note: --verify runs the model in onnxruntime: tensorrt has no runtime here"
+    )
+    monkeypatch.setattr(
+        runtimes, "missing_reason", lambda r: f"{r} is not installed (pip install {r})"
+    )
     note = "note: --verify runs the model in onnxruntime, not tract: tract is not installed (pip install tract)"
     assert verify_runtime("tract") == ("onnxruntime", note)
 
 
 def test_verify_of_an_nchw_export_and_a_misspelled_size(workdir, monkeypatch, capsys):
-    assert _main(workdir, monkeypatch, "export", "usermodels:scaler", "--input", "B,4,5,3", "-o", "n.onnx",
-                 "--inputs-as-nchw", "0", "--outputs-as-nchw", "0", "--verify") == 0
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:scaler",
+            "--input",
+            "B,4,5,3",
+            "-o",
+            "n.onnx",
+            "--inputs-as-nchw",
+            "0",
+            "--outputs-as-nchw",
+            "0",
+            "--verify",
+        )
+        == 0
+    )
     assert "onnxruntime matches JAX" in capsys.readouterr().out
-    assert _main(workdir, monkeypatch, "export", "usermodels:scaler", "--input", "B,4", "-o", "s.onnx",
-                 "--verify", "--size", "b=2") == USAGE
-    message = "--size: sizes: 'b' is not a symbolic dim of the inputs (their dims: B); did you mean 'B'?"
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:scaler",
+            "--input",
+            "B,4",
+            "-o",
+            "s.onnx",
+            "--verify",
+            "--size",
+            "b=2",
+        )
+        == USAGE
+    )
+    message = (
+        "--size: sizes: 'b' is not a symbolic dim of the inputs (their dims: B); did you mean 'B'?"
+    )
     assert message in capsys.readouterr().err
     assert not (workdir / "s.onnx").exists()  # found before the export
 
 
 def test_source_lines_are_relative_or_left_out(workdir, monkeypatch):
-    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx") == 0
+    assert (
+        _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx")
+        == 0
+    )
     docs = [n.doc_string for n in onnx.load(workdir / "m.onnx").graph.node]
     assert docs and all(doc.startswith("usermodels.py:") for doc in docs), docs  # below the cwd
-    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx",
-                 "--no-source-locations") == 0
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:mlp",
+            "--input",
+            "B,30",
+            "-o",
+            "m.onnx",
+            "--no-source-locations",
+        )
+        == 0
+    )
     assert not any(n.doc_string for n in onnx.load(workdir / "m.onnx").graph.node)
 
 
 def test_warnings_are_one_line_of_the_command(workdir, monkeypatch, capsys):
     # a bounded loop's integer results cannot be poisoned: the export warns, naming the user's
     # line in the text, as the command's own line (Python's location would be <frozen runpy>)
-    assert _main(workdir, monkeypatch, "export", "usermodels:counted_doublings", "--input", "4", "-o", "w.onnx",
-                 "--target", "tract", "--loop-bound", "64") == 0
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:counted_doublings",
+            "--input",
+            "4",
+            "-o",
+            "w.onnx",
+            "--target",
+            "tract",
+            "--loop-bound",
+            "64",
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "jax2onnx-nn: warning: the integer or bool results of the while_loop at " in err
     assert "usermodels.py:" in err and "runpy" not in err and "UserWarning" not in err
 
 
 def test_functions_option_and_inspect_counts_calls(workdir, monkeypatch, capsys):
-    assert _main(workdir, monkeypatch, "export", "usermodels:two_blocks", "--input", "B,4", "-o", "f.onnx", "--functions") == 0
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:two_blocks",
+            "--input",
+            "B,4",
+            "-o",
+            "f.onnx",
+            "--functions",
+        )
+        == 0
+    )
     capsys.readouterr()
     assert _main(workdir, monkeypatch, "inspect", "f.onnx") == 0
     out = capsys.readouterr().out
@@ -306,7 +466,10 @@ def test_functions_option_and_inspect_counts_calls(workdir, monkeypatch, capsys)
 
 
 def test_inspect_counts_calls_of_nested_functions(workdir, monkeypatch, capsys):
-    assert _main(workdir, monkeypatch, "export", "usermodels:nested", "--input", "B,4", "-o", "n.onnx") == 0
+    assert (
+        _main(workdir, monkeypatch, "export", "usermodels:nested", "--input", "B,4", "-o", "n.onnx")
+        == 0
+    )
     capsys.readouterr()
     assert _main(workdir, monkeypatch, "inspect", "n.onnx") == 0
     out = capsys.readouterr().out
@@ -324,10 +487,19 @@ def test_inspect_counts_initializer_bytes_of_every_storage(tmp_path, monkeypatch
     int4 = helper.make_tensor("int4", onnx.TensorProto.INT4, [5], [1, 2, 3, 4, 5])  # packed: 3 B
     ext = numpy_helper.from_array(big, "ext")  # 4000 B, moved to external data
     out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [10, 100])
-    graph = helper.make_graph([helper.make_node("Identity", ["ext"], ["y"])], "g", [], [out], [raw, typed, int4, ext])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["ext"], ["y"])], "g", [], [out], [raw, typed, int4, ext]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     path = tmp_path / "ext.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data", size_threshold=1000)
+    onnx.save(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="ext.data",
+        size_threshold=1000,
+    )
     assert tensor_bytes(typed) == (24, False)
     assert tensor_bytes(int4) == (3, False)
     assert tensor_bytes(raw) == (128, False)
@@ -350,7 +522,11 @@ def test_ops_prints_the_support_table(tmp_path):
     # a subprocess: this test session's registry also holds rules that tests registered
     result = _run(tmp_path, "ops", "dot_")
     assert result.returncode == 0
-    assert "dot_general" in result.stdout and "MatMul" in result.stdout and "reduce_sum" not in result.stdout
+    assert (
+        "dot_general" in result.stdout
+        and "MatMul" in result.stdout
+        and "reduce_sum" not in result.stdout
+    )
     modules = _run(tmp_path, "ops", "Linear").stdout
     assert "nnx.Linear" in modules and "eqx.nn.Linear" in modules and "Gemm" in modules
     table = _run(tmp_path, "ops", "--markdown").stdout.strip()
@@ -360,7 +536,10 @@ def test_ops_prints_the_support_table(tmp_path):
 def test_ops_matches_any_case_modules_too_and_says_what_is_not_supported(capsys):
     assert main(["ops", "conv"]) == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in ("conv_general_dilated", "nnx.Conv ", "nnx.ConvTranspose", "eqx.nn.Conv2d"))
+    assert all(
+        name in out
+        for name in ("conv_general_dilated", "nnx.Conv ", "nnx.ConvTranspose", "eqx.nn.Conv2d")
+    )
     assert main(["ops", "no_such_op"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "'no_such_op' is not supported" in captured.err
@@ -368,7 +547,13 @@ def test_ops_matches_any_case_modules_too_and_says_what_is_not_supported(capsys)
 
 @pytest.mark.parametrize(
     ("text", "spec"),
-    [("B,30", ("B", 30)), ("B,T:int32", (("B", "T"), "int32")), (":bool", ((), "bool")), ("2*B, 3", ("2*B", 3)), ("", ())],
+    [
+        ("B,30", ("B", 30)),
+        ("B,T:int32", (("B", "T"), "int32")),
+        (":bool", ((), "bool")),
+        ("2*B, 3", ("2*B", 3)),
+        ("", ()),
+    ],
 )
 def test_parse_input(text, spec):
     assert parse_input(text) == spec
@@ -409,7 +594,10 @@ def test_ctrl_c_is_one_line_and_exit_130(workdir, monkeypatch, capsys, existing)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(jax2onnx_nn, "to_onnx", interrupted)
-    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx") == 130
+    assert (
+        _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx")
+        == 130
+    )
     err = capsys.readouterr().err
     state = "left unchanged" if existing else "not written"
     assert err == f"jax2onnx-nn: interrupted; m.onnx was {state}\n"
@@ -417,7 +605,21 @@ def test_ctrl_c_is_one_line_and_exit_130(workdir, monkeypatch, capsys, existing)
 
 
 def test_misspelled_flag_names_the_closest_one(workdir, monkeypatch, capsys):
-    assert _main(workdir, monkeypatch, "export", "usermodels:mlp", "--input", "B,30", "-o", "m.onnx", "--opsett", "18") == USAGE
+    assert (
+        _main(
+            workdir,
+            monkeypatch,
+            "export",
+            "usermodels:mlp",
+            "--input",
+            "B,30",
+            "-o",
+            "m.onnx",
+            "--opsett",
+            "18",
+        )
+        == USAGE
+    )
     err = capsys.readouterr().err
     assert "unrecognized arguments: --opsett 18" in err and "--opsett: did you mean --opset?" in err
     assert "python -m jax2onnx_nn export --help" in err and "Traceback" not in err

@@ -68,8 +68,10 @@ def private_imports() -> list[str]:
         found += [
             f"{name}: {node.value.id}.{node.attr}"
             for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id in bound and _is_private(node.attr)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and _is_private(node.attr)
         ]
     return found
 
@@ -83,7 +85,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -128,7 +130,9 @@ def _adapter_packages() -> list[str]:
     and Linen, which the flax adapter serves by mode flags."""
     subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     assert {"flax", "equinox", "keras"} <= set(subpackages)
-    return [f"jax2onnx_nn.{name}" for name in subpackages if name not in ("core", "testing")] + ["jax2onnx_nn.linen"]
+    return [f"jax2onnx_nn.{name}" for name in subpackages if name not in ("core", "testing")] + [
+        "jax2onnx_nn.linen"
+    ]
 
 
 def test_core_names_no_framework_adapter():

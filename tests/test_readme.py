@@ -34,7 +34,9 @@ def _example(name):
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_support_table", ROOT / "scripts" / "gen_support_table.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_support_table", ROOT / "scripts" / "gen_support_table.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -43,7 +45,9 @@ def _generator():
 def test_support_table_is_generated_from_the_registry():
     # in a fresh process: this test session's registry also holds rules that tests registered
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gen_support_table.py"), "--check"], capture_output=True, text=True
+        [sys.executable, str(ROOT / "scripts" / "gen_support_table.py"), "--check"],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -70,12 +74,19 @@ def test_support_table_lists_modules_with_their_coarse_ops():
     record = set((ROOT / "tests" / "lowered_primitives.txt").read_text().split())
     # every op the coarse op emits (recorded in tests/emitted_ops.txt): the Cast of mixed
     # dtypes, the Squeeze/Unsqueeze of an unbatched Equinox call
-    rows = ("| `nnx.Linear` | Gemm, MatMul, Add, Cast | 13 |", "| `eqx.nn.Conv2d` | Conv, Reshape, Squeeze, Unsqueeze | 13 |", "| `jax.nn.gelu` | Gelu | 20 |")
+    rows = (
+        "| `nnx.Linear` | Gemm, MatMul, Add, Cast | 13 |",
+        "| `eqx.nn.Conv2d` | Conv, Reshape, Squeeze, Unsqueeze | 13 |",
+        "| `jax.nn.gelu` | Gelu | 20 |",
+    )
     for line in rows:
         assert line in table
     for row in module_rows():  # "yes" exactly when a passing test lowered the module's coarse op
         expected = "-" if row.primitive is None else "yes" if row.primitive in record else "no"
-        assert any(line.startswith(f"| `{row.target}` |") and line.endswith(f"| {expected} |") for line in table.splitlines()), row
+        assert any(
+            line.startswith(f"| `{row.target}` |") and line.endswith(f"| {expected} |")
+            for line in table.splitlines()
+        ), row
 
 
 def test_every_example_is_listed():
@@ -108,9 +119,13 @@ def test_the_docs_nav_keeps_pages_that_exist_and_adds_the_others(tmp_path):
 def test_the_getting_started_examples_run(tmp_path):
     # one per framework, each a complete program; in one fresh process (imports shared)
     names = ("functions", "flax-nnx", "flax-linen", "equinox", "keras")
-    runner = "\n".join(f"exec(compile({_example(name)!r}, {name!r}, 'exec'), {{}})" for name in names)
+    runner = "\n".join(
+        f"exec(compile({_example(name)!r}, {name!r}, 'exec'), {{}})" for name in names
+    )
     (tmp_path / "examples.py").write_text(runner + "\nprint('all ran')\n")
-    result = subprocess.run([sys.executable, "examples.py"], cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "examples.py"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode == 0 and "all ran" in result.stdout, result.stderr[-3000:]
 
 
@@ -119,14 +134,20 @@ def test_ci_runs_the_readme_test_command():
     assert "<!-- test-command -->" in ci
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- test-command -->", 1)[1].split("```")[1]
-    assert "pytest" in block and "npm ci" in block  # onnxruntime-web's tests run for README users too
+    assert (
+        "pytest" in block and "npm ci" in block
+    )  # onnxruntime-web's tests run for README users too
     before = ci.split('bash -c "$test_cmd"', 1)[0]
     commands = [line for line in before.splitlines() if not line.lstrip().startswith("#")]
-    assert not [c for c in commands if re.search(r"\b(npm|pip)\b", c)], "CI installs what the README's command does not"
+    assert not [c for c in commands if re.search(r"\b(npm|pip)\b", c)], (
+        "CI installs what the README's command does not"
+    )
 
 
 def test_cli_ops_lists_the_registry():
-    out = subprocess.run([sys.executable, "-m", "jax2onnx_nn", "ops"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "jax2onnx_nn", "ops"], capture_output=True, text=True, check=True
+    ).stdout
     assert "dot_general" in out and "MatMul" in out
 
 
@@ -162,8 +183,13 @@ def _snippets() -> list[tuple[str, str, str | None]]:
                 continue
             end = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
             marker = SNIPPET_SKIP.match(lines[i - 1].strip()) if i else None
-            found.append((f"{path.relative_to(ROOT)}:{i + 1}", "\n".join(lines[i + 1:end]) + "\n",
-                          marker["reason"] or "marked to skip" if marker else None))
+            found.append(
+                (
+                    f"{path.relative_to(ROOT)}:{i + 1}",
+                    "\n".join(lines[i + 1 : end]) + "\n",
+                    marker["reason"] or "marked to skip" if marker else None,
+                )
+            )
     return found
 
 
@@ -192,8 +218,14 @@ def snippet_failures(tmp_path_factory) -> dict[str, str | None]:
     (work / "snippets.json").write_text(json.dumps(runnable))
     (work / "runner.py").write_text(SNIPPET_RUNNER)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "jax"}
-    result = subprocess.run([sys.executable, "runner.py", "snippets.json", str(work / "results.json")], cwd=work,
-                            capture_output=True, text=True, env=env, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "runner.py", "snippets.json", str(work / "results.json")],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads((work / "results.json").read_text())
 
@@ -206,14 +238,18 @@ def test_every_snippet_runs_alone(snippet_id, code, skip, snippet_failures):
         pytest.skip(f"{snippet_id}: {skip}")
     missing = _missing_modules(code)
     if missing:
-        pytest.skip(f"{snippet_id} needs {', '.join(missing)} (an optional extra: pip install -e \".[test]\")")
+        pytest.skip(
+            f'{snippet_id} needs {", ".join(missing)} (an optional extra: pip install -e ".[test]")'
+        )
     failure = snippet_failures[snippet_id]
     assert failure is None, f"{snippet_id} fails when run alone:\n{failure}"
 
 
 def test_fixture_example_passes(pytester):
     pytester.makepyfile(test_example=_example("fixture-tests"))
-    installed = any(ep.name == "jax2onnx_nn" for ep in importlib.metadata.entry_points(group="pytest11"))
+    installed = any(
+        ep.name == "jax2onnx_nn" for ep in importlib.metadata.entry_points(group="pytest11")
+    )
     plugin = [] if installed else ["-p", "jax2onnx_nn.testing.plugin"]
     pytester.runpytest("-p", "no:cacheprovider", *plugin).assert_outcomes(passed=3)
 

@@ -16,15 +16,24 @@ RECORD = GEN.read_record()
 
 
 def test_runtime_table_is_generated_from_the_record() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_runtime_table.py"), "--check"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_runtime_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(RECORD) == {(m, r) for m in GEN.MODELS for r in GEN.RUNTIMES}
 
 
 def _pairs(models: tuple[str, ...]) -> list:
     return [
-        pytest.param(m, r, marks=pytest.mark.skipif(missing_reason(r) is not None, reason=str(missing_reason(r))))
-        for m in models for r in GEN.RUNTIMES
+        pytest.param(
+            m,
+            r,
+            marks=pytest.mark.skipif(missing_reason(r) is not None, reason=str(missing_reason(r))),
+        )
+        for m in models
+        for r in GEN.RUNTIMES
     ]
 
 
@@ -39,6 +48,8 @@ def test_recorded_results_hold(model: str, runtime: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "runtime"), _pairs(tuple(m for m in GEN.MODELS if m not in DEFAULT)))
+@pytest.mark.parametrize(
+    ("model", "runtime"), _pairs(tuple(m for m in GEN.MODELS if m not in DEFAULT))
+)
 def test_full_matrix_holds(model: str, runtime: str) -> None:
     assert GEN.check_pair(model, runtime) == RECORD[(model, runtime)]

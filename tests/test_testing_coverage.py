@@ -52,9 +52,15 @@ def test_a_rule_that_lowers_its_own_algorithm_owns_its_ops(n):
 # the linalg primitives, each on its own (plus what jnp adds around it), as (fn, specs of size n)
 LINALG = {
     "cholesky": (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), lambda n: [n]),
-    "triangular_solve": (lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True), lambda n: [n, (n[0], 2)]),
+    "triangular_solve": (
+        lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
+        lambda n: [n, (n[0], 2)],
+    ),
     "lu": (lax.linalg.lu, lambda n: [n]),
-    "lu_pivots_to_permutation": (lambda p: lax.linalg.lu_pivots_to_permutation(p, 6), lambda n: [((6,), "int32")]),
+    "lu_pivots_to_permutation": (
+        lambda p: lax.linalg.lu_pivots_to_permutation(p, 6),
+        lambda n: [((6,), "int32")],
+    ),
     "solve": (jnp.linalg.solve, lambda n: [n, (n[0], 2)]),
     "inv": (jnp.linalg.inv, lambda n: [n]),
     "slogdet": (jnp.linalg.slogdet, lambda n: [n]),
@@ -82,13 +88,27 @@ LINALG = {
     "schur": (jsl.schur, lambda n: [n]),
     "hessenberg": (jsl.hessenberg, lambda n: [n]),
     "tridiagonal": (lambda a: lax.linalg.tridiagonal(a), lambda n: [n]),
-    "tridiagonal_solve": (lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b), lambda n: [n[:1]] * 3 + [(n[0], 2)]),
+    "tridiagonal_solve": (
+        lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b),
+        lambda n: [n[:1]] * 3 + [(n[0], 2)],
+    ),
     "cholesky_update": (lambda a, w: lax.linalg.cholesky_update(a, w), lambda n: [n, n[:1]]),
     "symmetric_product": (lambda a, c: lax.linalg.symmetric_product(a, c), lambda n: [n, n]),
 }
 # a size of each path: unrolled (up to UNROLL_LIMIT), looped or blocked (above), symbolic
 SIZES = {"unrolled": (4, 4), "looped": (20, 20), "symbolic": ("N", "N")}
-STATIC_ONLY = {"svd_tall", "eig", "schur", "hessenberg", "tridiagonal", "lu_pivots_to_permutation", "cholesky_update", "symmetric_product", "householder_product", "qr_pivoting"}
+STATIC_ONLY = {
+    "svd_tall",
+    "eig",
+    "schur",
+    "hessenberg",
+    "tridiagonal",
+    "lu_pivots_to_permutation",
+    "cholesky_update",
+    "symmetric_product",
+    "householder_product",
+    "qr_pivoting",
+}
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -102,7 +122,9 @@ def test_every_op_of_a_linalg_export_is_in_its_support_table_row(case, size):
         pytest.skip("a static size only")
     fn, specs = LINALG[case]
     model, ops, plumbing = _recorded(fn, specs(SIZES[size]))
-    undeclared = {name: sorted(emitted - set(registry.lookup(name).onnx_ops)) for name, emitted in ops.items()}
+    undeclared = {
+        name: sorted(emitted - set(registry.lookup(name).onnx_ops)) for name, emitted in ops.items()
+    }
     assert {name: missing for name, missing in undeclared.items() if missing} == {}
     declared = set().union(*(registry.lookup(name).onnx_ops for name in ops))
     assert _all_op_types(model.graph) - declared - plumbing == set()
@@ -111,7 +133,9 @@ def test_every_op_of_a_linalg_export_is_in_its_support_table_row(case, size):
 def test_a_rule_that_lowers_the_users_code_does_not_own_its_ops():
     """A while loop's body is the user's code: its ops are its own rules', not while's (nor,
     around it, a pjit's)."""
-    _, ops, _ = _recorded(lambda x: lax.while_loop(lambda x: jnp.sum(x) < 3, lambda x: jnp.sin(x) + 1, x), [(3,)])
+    _, ops, _ = _recorded(
+        lambda x: lax.while_loop(lambda x: jnp.sum(x) < 3, lambda x: jnp.sin(x) + 1, x), [(3,)]
+    )
     assert "Sin" in ops["sin"] and "Loop" in ops["while"]
     assert "Sin" not in ops["while"]
 
@@ -120,7 +144,14 @@ def test_code_among_params_is_a_jaxpr_or_a_function():
     closed = jax.make_jaxpr(jnp.sin)(1.0)
     assert carries_code({"jaxpr": closed}) and carries_code({"branches": (closed, closed)})
     assert carries_code({"callback": print}) and carries_code({"static": (object(), np.sin)})
-    assert not carries_code({"full_matrices": True, "dtype": np.float32, "new_dtype": np.dtype("float32"), "axes": (0, 1)})
+    assert not carries_code(
+        {
+            "full_matrices": True,
+            "dtype": np.float32,
+            "new_dtype": np.dtype("float32"),
+            "axes": (0, 1),
+        }
+    )
 
 
 def test_a_partial_record_is_added_to_the_committed_one(tmp_path):
@@ -133,7 +164,10 @@ def test_a_partial_record_is_added_to_the_committed_one(tmp_path):
     recorder.passed, recorder.emitted = {"cos"}, {("cos", "Cos"), ("sin", "Cast")}
     recorder.write()
     assert read_emitted(tmp_path / "emitted_ops.txt") == {"sin": {"Sin", "Cast"}, "cos": {"Cos"}}
-    assert {line for line in lowered.read_text().splitlines() if not line.startswith("#")} == {"sin", "cos"}
+    assert {line for line in lowered.read_text().splitlines() if not line.startswith("#")} == {
+        "sin",
+        "cos",
+    }
     recorder = _Recorder(lowered)
     recorder.passed, recorder.emitted = {"cos"}, {("cos", "Cos")}
     recorder.write()

@@ -89,13 +89,15 @@ def test_a_wrong_lowering_fails_with_a_readable_diff(pytester):
     pytester.makepyfile(test_wrong=WRONG_LOWERING)
     result = pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*onnxruntime and JAX disagree (main, opset 21):*",
-        "*[[]B=2[]] out_0 float32[[]2, 3[]]: max abs * MISMATCH*",
-        "*out_0 [[]B=2[]]: 6 of 6 elements differ (rtol=1e-05, atol=1e-05); the 5 largest:*",
-        "*index*onnxruntime*JAX*abs diff*",
-        "*model saved to *test_wrong_exp.onnx*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*onnxruntime and JAX disagree (main, opset 21):*",
+            "*[[]B=2[]] out_0 float32[[]2, 3[]]: max abs * MISMATCH*",
+            "*out_0 [[]B=2[]]: 6 of 6 elements differ (rtol=1e-05, atol=1e-05); the 5 largest:*",
+            "*index*onnxruntime*JAX*abs diff*",
+            "*model saved to *test_wrong_exp.onnx*",
+        ]
+    )
     out = result.stdout.str()
     assert "Traceback" not in out and "def test_wrong_exp" not in out  # the diff, not a trace
     saved = out.split("model saved to ", 1)[1].split()[0]
@@ -104,15 +106,27 @@ def test_a_wrong_lowering_fails_with_a_readable_diff(pytester):
 
 def test_save_dir_option_keeps_every_model(pytester, tmp_path):
     pytester.makepyfile(test_user=USER_TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS, "--onnx-save-dir", str(tmp_path / "models"), "-k", "one_line or gives_model")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        *PLUGIN_ARGS,
+        "--onnx-save-dir",
+        str(tmp_path / "models"),
+        "-k",
+        "one_line or gives_model",
+    )
     result.assert_outcomes(passed=2)
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["test_one_line.onnx", "test_roundtrip_gives_model_and_report.onnx"]
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        "test_one_line.onnx",
+        "test_roundtrip_gives_model_and_report.onnx",
+    ]
 
 
 def test_modules_are_compared_in_inference_mode(pytester):
     pytest.importorskip("flax")
-    pytester.makepyfile(test_flax=textwrap.dedent(
-        """
+    pytester.makepyfile(
+        test_flax=textwrap.dedent(
+            """
         from flax import nnx
 
         class Net(nnx.Module):
@@ -133,14 +147,16 @@ def test_modules_are_compared_in_inference_mode(pytester):
             model = assert_onnx_matches(net, [(5, 4)], training=True)
             assert "BatchNormalization" not in [n.op_type for n in model.graph.node]
         """
-    ))
+        )
+    )
     pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS).assert_outcomes(passed=2)
 
 
 def test_equinox_modules_are_compared_in_inference_mode(pytester):
     pytest.importorskip("equinox")
-    pytester.makepyfile(test_eqx=textwrap.dedent(
-        """
+    pytester.makepyfile(
+        test_eqx=textwrap.dedent(
+            """
         import equinox as eqx
         import jax
 
@@ -159,13 +175,15 @@ def test_equinox_modules_are_compared_in_inference_mode(pytester):
             model = assert_onnx_matches(Net(jax.random.key(1)), [("B", 4)], sizes={"B": [1, 3]})
             assert [n.op_type for n in model.graph.node] == ["Gemm"]
         """
-    ))
+        )
+    )
     pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS).assert_outcomes(passed=1)
 
 
 def test_the_plugin_works_without_hypothesis(tmp_path):
-    (tmp_path / "test_plain.py").write_text(textwrap.dedent(
-        """
+    (tmp_path / "test_plain.py").write_text(
+        textwrap.dedent(
+            """
         import jax.numpy as jnp
         import pytest
 
@@ -176,28 +194,55 @@ def test_the_plugin_works_without_hypothesis(tmp_path):
             with pytest.raises(ImportError, match="needs hypothesis"):
                 import jax2onnx_nn.testing.strategies  # noqa: F401
         """
-    ))
+        )
+    )
     # a package that shadows hypothesis and fails to import, as if it were not installed
     (tmp_path / "shadow" / "hypothesis").mkdir(parents=True)
-    (tmp_path / "shadow" / "hypothesis" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'hypothesis'\", name='hypothesis')\n")
+    (tmp_path / "shadow" / "hypothesis" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'hypothesis'\", name='hypothesis')\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(ROOT)])}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *PLUGIN_ARGS, "test_plain.py"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
+        *PLUGIN_ARGS,
+        "test_plain.py",
+    ]
+    result = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
 
 
 def test_entry_point_is_declared():
-    assert '[project.entry-points.pytest11]\njax2onnx_nn = "jax2onnx_nn.testing.plugin"' in (ROOT / "pyproject.toml").read_text()
+    assert (
+        '[project.entry-points.pytest11]\njax2onnx_nn = "jax2onnx_nn.testing.plugin"'
+        in (ROOT / "pyproject.toml").read_text()
+    )
     if _installed():
-        (ep,) = [ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.name == "jax2onnx_nn"]
+        (ep,) = [
+            ep
+            for ep in importlib.metadata.entry_points(group="pytest11")
+            if ep.name == "jax2onnx_nn"
+        ]
         assert ep.value == "jax2onnx_nn.testing.plugin"
 
 
 # -- the strategies themselves ------------------------------------------------------------------
 
 
-@given(specs=j2o.input_specs(num_inputs=st.integers(1, 3), max_dims=3, max_side=4, dtypes=("float32", "int8", "bool")))
+@given(
+    specs=j2o.input_specs(
+        num_inputs=st.integers(1, 3), max_dims=3, max_side=4, dtypes=("float32", "int8", "bool")
+    )
+)
 def test_input_specs_are_valid_specs(specs):
     assert 1 <= len(specs) <= 3
     parsed = parse_specs(specs)
@@ -208,7 +253,10 @@ def test_input_specs_are_valid_specs(specs):
         assert all(d in ("B", "T") or 0 <= d <= 4 for d in shape)
 
 
-@given(data=st.data(), specs=j2o.input_specs(num_inputs=2, dim_names=("N",), min_dims=1, dtypes=("float32", "int32")))
+@given(
+    data=st.data(),
+    specs=j2o.input_specs(num_inputs=2, dim_names=("N",), min_dims=1, dtypes=("float32", "int32")),
+)
 def test_arrays_for_match_their_spec_and_sizes(data, specs):
     sizes = data.draw(j2o.sizes_for(specs))
     assert set(sizes) == set(j2o.dim_names_of(specs))

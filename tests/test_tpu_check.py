@@ -6,7 +6,9 @@ import pytest
 from benchmarks import tpu_check
 
 
-@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices (tests/conftest.py sets XLA_FLAGS)")
+@pytest.mark.skipif(
+    len(jax.devices()) < 4, reason="needs 4 devices (tests/conftest.py sets XLA_FLAGS)"
+)
 def test_programs_part_passes_on_cpu(capsys):
     assert tpu_check.main(["--skip", "models", "streaming"]) == 0
     out = capsys.readouterr().out

@@ -15,7 +15,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core import kernels
-from jax2onnx_nn.core.config import (  # noqa: F401  (the opset range, re-exported)
+from jax2onnx_nn.core.config import (
     DEFAULT_OPSET,
     MAX_OPSET,
     MIN_OPSET,
@@ -44,15 +44,25 @@ from jax2onnx_nn.core.version import __version__
 
 @overload
 def to_onnx(
-    fn: Callable[..., Any], inputs: Sequence[Any], config: ExportConfig | None = None, *, path: None = None,
-    external_data: None = None, **options: Any,
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    config: ExportConfig | None = None,
+    *,
+    path: None = None,
+    external_data: None = None,
+    **options: Any,
 ) -> onnx.ModelProto: ...
 
 
 @overload
 def to_onnx(
-    fn: Callable[..., Any], inputs: Sequence[Any], config: ExportConfig | None = None, *,
-    path: str | os.PathLike[str], external_data: bool | None = None, **options: Any,
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    config: ExportConfig | None = None,
+    *,
+    path: str | os.PathLike[str],
+    external_data: bool | None = None,
+    **options: Any,
 ) -> str: ...
 
 
@@ -111,7 +121,9 @@ def to_onnx(
     model = export_model(fn, inputs, config, **options)
     if path is None:
         return ir.to_proto(model)
-    return save_model(model, path, external_data=external_data, progress=model.meta.get("jax2onnx_nn.progress"))
+    return save_model(
+        model, path, external_data=external_data, progress=model.meta.get("jax2onnx_nn.progress")
+    )
 
 
 @checked_options()
@@ -132,14 +144,29 @@ def export_model(
     change the config). ``timings``, if given, receives the seconds spent tracing, lowering
     and in clean-up passes.
     """
-    config = ExportConfig(**options) if config is None else config.replace(**options) if options else config
+    config = (
+        ExportConfig(**options)
+        if config is None
+        else config.replace(**options)
+        if options
+        else config
+    )
     if not callable(fn):
         raise TypeError(f"to_onnx needs a callable (function or module), got {type(fn).__name__}")
-    with jxi.x64(config.enable_double_precision), jxi.quick_function_names(), export_session(fn, config) as prepared, kernels.target_kernels(config.target.kernels, missing_types(config.opset, tuple(kernels.SUPPORTED))):
+    with (
+        jxi.x64(config.enable_double_precision),
+        jxi.quick_function_names(),
+        export_session(fn, config) as prepared,
+        kernels.target_kernels(
+            config.target.kernels, missing_types(config.opset, tuple(kernels.SUPPORTED))
+        ),
+    ):
         arg_names = _positional_names(fn)
         specs = parse_specs(
-            inputs, input_params=dict(config.input_params),
-            enable_double_precision=config.enable_double_precision, constraints=config.constraints,
+            inputs,
+            input_params=dict(config.input_params),
+            enable_double_precision=config.enable_double_precision,
+            constraints=config.constraints,
             arg_names=arg_names,
         )
         started = time.perf_counter()
@@ -165,26 +192,41 @@ def export_model(
             raise ConversionError.from_unsupported(lowerer.unsupported)
     _set_outputs(builder, outs, traced.out_avals, config.output_names)
     model = ir.Model(
-        builder.build_graph(), ir_version=ir_version(config.opset), producer_name="jax2onnx_nn",
-        producer_version=_version(), functions=[f.function for f in lowerer.functions.values()],
+        builder.build_graph(),
+        ir_version=ir_version(config.opset),
+        producer_name="jax2onnx_nn",
+        producer_version=_version(),
+        functions=[f.function for f in lowerer.functions.values()],
     )
     model.metadata_props.update(
-        {"jax2onnx_nn.jax_version": jax.__version__, "jax2onnx_nn.opset": str(config.opset),
-         "jax2onnx_nn.enable_double_precision": str(config.enable_double_precision),
-         "jax2onnx_nn.target": config.target.name}
+        {
+            "jax2onnx_nn.jax_version": jax.__version__,
+            "jax2onnx_nn.opset": str(config.opset),
+            "jax2onnx_nn.enable_double_precision": str(config.enable_double_precision),
+            "jax2onnx_nn.target": config.target.name,
+        }
     )
     lowered_at = time.perf_counter()
     progress = lowerer.progress
     progress.update("passes", 0, 3)
-    marks = {"inline_functions": 1, "fill_missing_types": 2}  # (after the layout, after the rewrites)
-    census = run_pipeline(model, config, lambda stage: stage in marks and progress.update("passes", marks[stage], 3))
+    marks = {
+        "inline_functions": 1,
+        "fill_missing_types": 2,
+    }  # (after the layout, after the rewrites)
+    census = run_pipeline(
+        model, config, lambda stage: stage in marks and progress.update("passes", marks[stage], 3)
+    )
     _check_target_ops(model, census, config.target, config.opset)
     check_target_dtypes(model, config.target.lacks_dtypes, config.target.name)
     set_source_locations(model, config.source_locations)  # errors above name absolute paths
     progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress
     if timings is not None:
-        timings.update(trace=traced_at - started, lower=lowered_at - traced_at, passes=time.perf_counter() - lowered_at)
+        timings.update(
+            trace=traced_at - started,
+            lower=lowered_at - traced_at,
+            passes=time.perf_counter() - lowered_at,
+        )
     return model
 
 
@@ -201,14 +243,22 @@ def _check_target_ops(model: ir.Model, census: set[str], profile: Target, opset:
                 missing.setdefault(node.op_type, []).append(_made_at(node))
     if missing:
         by_target = any(has_op(op, opset) for op in missing)
-        lacks = f"target {profile.name} cannot run" if by_target else f"opset {opset} does not define"
-        lines = [f"{lacks} {', '.join(sorted(missing))} ({len(missing)} ONNX op(s) this model needs, at opset {opset}); nothing was exported:"]
+        lacks = (
+            f"target {profile.name} cannot run" if by_target else f"opset {opset} does not define"
+        )
+        lines = [
+            f"{lacks} {', '.join(sorted(missing))} ({len(missing)} ONNX op(s) this model needs, at opset {opset}); nothing was exported:"
+        ]
         for op, where in sorted(missing.items()):
             places = list(dict.fromkeys(where))
-            lines.append(f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}")
+            lines.append(
+                f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}"
+            )
             if op in profile.lacks:
                 lines.append(f"    ({profile.lacks[op]})")
-        lines.append("Export at a newer opset or for another target, or avoid the JAX operations these lines use.")
+        lines.append(
+            "Export at a newer opset or for another target, or avoid the JAX operations these lines use."
+        )
         raise ConversionError("\n".join(lines))
 
 
@@ -234,7 +284,9 @@ def _input_names(params: list[str], paths: list[str], given: Sequence[str] | Non
     if given is not None:
         given = list(given)
         if len(given) != len(paths):
-            raise SpecError(f"input_names has {len(given)} names for {len(paths)} flat inputs ({paths})")
+            raise SpecError(
+                f"input_names has {len(given)} names for {len(paths)} flat inputs ({paths})"
+            )
         if len(set(given)) != len(given):
             raise SpecError(f"input_names must be unique, got {given}")
         return given
@@ -281,7 +333,9 @@ def _signature_names(fn: Any) -> list[str]:
     return [p.name for p in sig.parameters.values() if p.kind in kinds]
 
 
-def _set_outputs(builder: GraphBuilder, outs: list[ir.Value], avals: list[Any], given: Sequence[str] | None) -> None:
+def _set_outputs(
+    builder: GraphBuilder, outs: list[ir.Value], avals: list[Any], given: Sequence[str] | None
+) -> None:
     if given is not None and len(given) != len(outs):
         raise SpecError(f"output_names has {len(given)} names for {len(outs)} outputs")
     seen: set[int] = set()

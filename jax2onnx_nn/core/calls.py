@@ -24,10 +24,14 @@ def _is_container(x: Any) -> bool:
     return isinstance(x, (list, tuple, dict)) or x is None
 
 
-def split_arrays(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Callable[[list[Any]], tuple[tuple[Any, ...], dict[str, Any]]]]:
+def split_arrays(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[Any], Callable[[list[Any]], tuple[tuple[Any, ...], dict[str, Any]]]]:
     """The array arguments of a call (through lists, tuples, dicts) and a function that puts
     other arrays in their places. Anything else (modules, flags, ...) stays as it is."""
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=lambda x: not _is_container(x))
+    leaves, treedef = jax.tree_util.tree_flatten(
+        (args, kwargs), is_leaf=lambda x: not _is_container(x)
+    )
     positions = [i for i, leaf in enumerate(leaves) if is_array(leaf)]
 
     def rebuild(arrays: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -73,7 +77,14 @@ def _call_key(original: Callable[..., Any], leaves: list[Any], treedef: Any) -> 
     for leaf in leaves:
         if is_array(leaf):
             aval = getattr(leaf, "aval", None)
-            parts.append(("a", leaf.shape, leaf.dtype, getattr(aval, "weak_type", getattr(leaf, "weak_type", False))))
+            parts.append(
+                (
+                    "a",
+                    leaf.shape,
+                    leaf.dtype,
+                    getattr(aval, "weak_type", getattr(leaf, "weak_type", False)),
+                )
+            )
         else:
             parts.append(("v", type(leaf), leaf))
     try:
@@ -104,7 +115,9 @@ def _const_positions(consts: list[Any], leaves: list[Any]) -> tuple[int, ...] | 
     return tuple(positions)
 
 
-def trace_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any, list[Any], Any, int]:
+def trace_call(
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[Any], Any, list[Any], Any, int]:
     """Trace ``original(*args, **kwargs)`` over its array arguments.
 
     Returns (array arguments, body, operands, output treedef, number of consts): the body is a
@@ -121,7 +134,7 @@ def trace_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     arrays, rebuild = split_arrays(args, kwargs)
     try:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    except Exception:  # noqa: BLE001 - an argument that cannot be flattened: no cache
+    except Exception:
         leaves, treedef, key = [], None, None
     else:
         key = _call_key(original, leaves, treedef)

@@ -82,7 +82,9 @@ def _index_by_identity(values: list[Any], target: Any) -> int | None:
     return next((i for i, v in enumerate(values) if v is target), None)
 
 
-def bind_coarse(call: CoarseCall, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def bind_coarse(
+    call: CoarseCall, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """Bind ``call.primitive`` for ``original(*args, **kwargs)``; NotApplicable if a role's
     array cannot be found among the call's arrays."""
     arrays, body, operands, out_tree, n_consts = trace_call(original, args, kwargs)
@@ -100,7 +102,9 @@ def bind_coarse(call: CoarseCall, original: Callable[..., Any], args: tuple[Any,
             return NotApplicable
         roles.append((role, i))
     params = tuple(sorted(call.params.items()))
-    outs = jxi.body_primitive(call.primitive).bind(*operands, body=body, roles=tuple(roles), config=params)
+    outs = jxi.body_primitive(call.primitive).bind(
+        *operands, body=body, roles=tuple(roles), config=params
+    )
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
@@ -181,7 +185,11 @@ def also_covers(primitive: str, target: str) -> None:
 
 
 def coarse_lowering(
-    primitive: str, *, onnx_ops: tuple[str, ...] = (), min_opset: int = 1, covers: tuple[str, ...] = ()
+    primitive: str,
+    *,
+    onnx_ops: tuple[str, ...] = (),
+    min_opset: int = 1,
+    covers: tuple[str, ...] = (),
 ) -> Callable[[Any], Any]:
     """Register ``rule(ctx, ops: Operands, **config)`` for a coarse primitive.
 
@@ -194,7 +202,14 @@ def coarse_lowering(
         _MODULE_ROWS[target] = ModuleRow(target, ", ".join(onnx_ops), min_opset, primitive)
 
     def decorate(rule: Any) -> Any:
-        def lower(ctx: Any, *operands: ir.Value, body: Any, roles: tuple[tuple[str, int], ...], config: tuple[tuple[str, Any], ...] = (), **_: Any) -> Any:
+        def lower(
+            ctx: Any,
+            *operands: ir.Value,
+            body: Any,
+            roles: tuple[tuple[str, int], ...],
+            config: tuple[tuple[str, Any], ...] = (),
+            **_: Any,
+        ) -> Any:
             avals = ctx.avals_in
             wide = precision.widening_for([*avals, *ctx.avals_out], onnx_ops)
             if wide is None:
@@ -202,11 +217,19 @@ def coarse_lowering(
                 result = rule(ctx, ops, **dict(config))
             else:  # bfloat16 / float16 without kernels: the op in float32, one Cast in and out
                 # precision="float32" keeps float32 weights as they are (the float answer)
-                low = None if ctx.lowerer.config.precision == "float32" else precision.call_dtype(ctx.avals_out)
-                values = {r: precision.widen_operand(ctx, operands[i], avals[i], low) for r, i in roles}
+                low = (
+                    None
+                    if ctx.lowerer.config.precision == "float32"
+                    else precision.call_dtype(ctx.avals_out)
+                )
+                values = {
+                    r: precision.widen_operand(ctx, operands[i], avals[i], low) for r, i in roles
+                }
                 wide_ctx = precision.widened_context(ctx)
                 wide_avals = wide_ctx.avals_in
-                result = rule(wide_ctx, Operands(values, {r: wide_avals[i] for r, i in roles}), **dict(config))
+                result = rule(
+                    wide_ctx, Operands(values, {r: wide_avals[i] for r, i in roles}), **dict(config)
+                )
                 if result is not NotApplicable:
                     result = precision.narrow_results(ctx, result, ctx.avals_out)
             if result is NotApplicable:
@@ -214,11 +237,15 @@ def coarse_lowering(
             return result
 
         # (+ Cast: bfloat16 / float16 calls compute in float32 between Casts, core/precision.py)
-        register(primitive, lower, onnx_ops=tuple(dict.fromkeys((*onnx_ops, "Cast"))), min_opset=min_opset)
+        register(
+            primitive,
+            lower,
+            onnx_ops=tuple(dict.fromkeys((*onnx_ops, "Cast"))),
+            min_opset=min_opset,
+        )
         return rule
 
     return decorate
-
 
 
 def map_calls(owner: Any, name: str = "__call__") -> Callable[[Handler], Handler]:
@@ -246,6 +273,16 @@ def map_calls(owner: Any, name: str = "__call__") -> Callable[[Handler], Handler
 
 
 __all__ = [
-    "CoarseCall", "Handler", "ModuleRow", "NotApplicable", "Operands", "also_covers", "bind_coarse",
-    "coarse_lowering", "coarse_wrapper", "describe_module", "map_calls", "module_rows",
+    "CoarseCall",
+    "Handler",
+    "ModuleRow",
+    "NotApplicable",
+    "Operands",
+    "also_covers",
+    "bind_coarse",
+    "coarse_lowering",
+    "coarse_wrapper",
+    "describe_module",
+    "map_calls",
+    "module_rows",
 ]

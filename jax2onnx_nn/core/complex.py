@@ -24,13 +24,40 @@ from jax2onnx_nn.core import jax_internals as jxi
 PairImpl = Callable[..., Any]  # impl(*operands_as_pairs, avals_in=..., avals_out=..., **params)
 
 # Primitives that act on the real and imaginary parts independently: f(x + iy) = f(x) + i f(y).
-PAIRWISE: frozenset[str] = frozenset({
-    "reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims", "concatenate", "pad",
-    "slice", "dynamic_slice", "dynamic_update_slice", "gather", "scatter", "scatter-add",
-    "scatter_add", "scatter-sub", "scatter_sub", "select_n", "rev", "copy", "copy_p", "split",
-    "add", "add_any", "sub", "neg", "reduce_sum", "cumsum", "sharding_constraint",
-    "optimization_barrier", "reduce_precision",
-})
+PAIRWISE: frozenset[str] = frozenset(
+    {
+        "reshape",
+        "transpose",
+        "broadcast_in_dim",
+        "squeeze",
+        "expand_dims",
+        "concatenate",
+        "pad",
+        "slice",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "gather",
+        "scatter",
+        "scatter-add",
+        "scatter_add",
+        "scatter-sub",
+        "scatter_sub",
+        "select_n",
+        "rev",
+        "copy",
+        "copy_p",
+        "split",
+        "add",
+        "add_any",
+        "sub",
+        "neg",
+        "reduce_sum",
+        "cumsum",
+        "sharding_constraint",
+        "optimization_barrier",
+        "reduce_precision",
+    }
+)
 
 _IMPLS: dict[str, PairImpl] = {}
 

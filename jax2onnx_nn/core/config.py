@@ -41,7 +41,11 @@ def newest_opset() -> int:
     if importlib.util.find_spec("onnxruntime") is not None:
         from onnxruntime.capi import _pybind_state as ort_state
 
-        known = [s.since_version for s in ort_state.get_all_operator_schema() if s.domain in ("", "ai.onnx")]
+        known = [
+            s.since_version
+            for s in ort_state.get_all_operator_schema()
+            if s.domain in ("", "ai.onnx")
+        ]
         newest = min(newest, max(known, default=newest))
     return newest
 
@@ -70,86 +74,139 @@ class ExportConfig:
     """The options of one export (the keyword arguments of :func:`jax2onnx_nn.to_onnx`)."""
 
     input_params: Mapping[str, Any] = _option(
-        {}, "keyword arguments of ``fn`` exported as named runtime inputs, e.g. "
-        "``{\"deterministic\": True}`` (the value gives the spec).")
+        {},
+        "keyword arguments of ``fn`` exported as named runtime inputs, e.g. "
+        '``{"deterministic": True}`` (the value gives the spec).',
+    )
     input_names: tuple[str, ...] | None = _option(
-        None, "names of the flat graph inputs; default from the argument names and pytree "
-        "paths (``x``, ``params/w``).")
-    output_names: tuple[str, ...] | None = _option(None, "names of the flat graph outputs; default ``out_0``, ...")
+        None,
+        "names of the flat graph inputs; default from the argument names and pytree "
+        "paths (``x``, ``params/w``).",
+    )
+    output_names: tuple[str, ...] | None = _option(
+        None, "names of the flat graph outputs; default ``out_0``, ..."
+    )
     opset: int | None = _option(
-        None, f"ONNX opset, between {MIN_OPSET} and {MAX_OPSET} (default {DEFAULT_OPSET}, or the "
-        "target's newest if older).")
-    enable_double_precision: bool = _option(False, "trace with x64 on, so float64 work stays float64.")
+        None,
+        f"ONNX opset, between {MIN_OPSET} and {MAX_OPSET} (default {DEFAULT_OPSET}, or the "
+        "target's newest if older).",
+    )
+    enable_double_precision: bool = _option(
+        False, "trace with x64 on, so float64 work stays float64."
+    )
     model_name: str | None = _option(None, "the graph's name (default: the callable's name).")
     lowerings: Mapping[str, Registration] = _option(
-        {}, "``{primitive_or_name: rule}`` overriding every other rule for this export.")
-    constraints: tuple[str, ...] = _option((), "symbolic dim constraints, e.g. ``(\"B >= 2\",)``.")
+        {}, "``{primitive_or_name: rule}`` overriding every other rule for this export."
+    )
+    constraints: tuple[str, ...] = _option((), 'symbolic dim constraints, e.g. ``("B >= 2",)``.')
     training: bool = _option(
-        False, "export modules in training mode (BatchNorm batch statistics, Dropout active); "
-        "default: inference mode, on a copy (the module is never changed).")
+        False,
+        "export modules in training mode (BatchNorm batch statistics, Dropout active); "
+        "default: inference mode, on a copy (the module is never changed).",
+    )
     auto_functions: bool = _option(
-        False, "make every call of a user-defined module class an ONNX function call, as "
-        "``@onnx_function`` does for one class.")
+        False,
+        "make every call of a user-defined module class an ONNX function call, as "
+        "``@onnx_function`` does for one class.",
+    )
     coarse_ops: bool = _option(
-        True, "lower framework layers (``nnx.Linear``, ``nnx.LayerNorm``, ...) to one coarse ONNX "
-        "op each (``Gemm``, ``LayerNormalization``, ...) instead of lax ops.")
+        True,
+        "lower framework layers (``nnx.Linear``, ``nnx.LayerNorm``, ...) to one coarse ONNX "
+        "op each (``Gemm``, ``LayerNormalization``, ...) instead of lax ops.",
+    )
     inputs_as_nchw: tuple[str | int, ...] | None = _option(
-        None, "graph inputs (names or flat indices) of a channels-last (NHWC) callable to expose "
-        "channels-first (NCHW); the boundary Transposes fold into the first Conv's own where possible.")
+        None,
+        "graph inputs (names or flat indices) of a channels-last (NHWC) callable to expose "
+        "channels-first (NCHW); the boundary Transposes fold into the first Conv's own where possible.",
+    )
     outputs_as_nchw: tuple[str | int, ...] | None = _option(None, "the same for graph outputs.")
     target: str | Target | None = _option(
-        None, "the runtime the model is for: ``\"onnxruntime\"`` (default), ``\"onnxruntime-web\"``, "
-        "``\"openvino\"``, ``\"tract\"``, ``\"tensorrt\"`` (profiles in ``jax2onnx_nn.TARGETS``): the "
-        "graph is written so that it runs there and computes JAX's numbers.")
+        None,
+        'the runtime the model is for: ``"onnxruntime"`` (default), ``"onnxruntime-web"``, '
+        '``"openvino"``, ``"tract"``, ``"tensorrt"`` (profiles in ``jax2onnx_nn.TARGETS``): the '
+        "graph is written so that it runs there and computes JAX's numbers.",
+    )
     functions: str | None = _option(
-        None, "``\"keep\"`` ONNX functions or ``\"inline\"`` their bodies (node names keep the call's "
-        "name as prefix); default: keep, except for targets without model-local functions.")
+        None,
+        '``"keep"`` ONNX functions or ``"inline"`` their bodies (node names keep the call\'s '
+        "name as prefix); default: keep, except for targets without model-local functions.",
+    )
     fold_weights: bool = _option(
-        False, "fold a BatchNorm (inference) or a per-channel Mul/Add after a Conv or Gemm into "
+        False,
+        "fold a BatchNorm (inference) or a per-channel Mul/Add after a Conv or Gemm into "
         "its weights, so each such layer is one node; the folded weights are rounded once, so "
-        "results differ from JAX by about one ulp (float32: within 1e-5 relative).")
+        "results differ from JAX by about one ulp (float32: within 1e-5 relative).",
+    )
     loop_bound: int | None = _option(
-        None, "write every ``while_loop`` whose condition depends on the data as a ``Scan`` of at "
+        None,
+        "write every ``while_loop`` whose condition depends on the data as a ``Scan`` of at "
         "most this many steps (for runtimes without ONNX ``Loop``: tract). Steps after the "
         "condition turns false change nothing; where it still holds after the last step the "
         "loop's float results are NaN, its integer and bool results the values after the last "
-        "step (a warning names the loop). Loops of a fixed or traced number of steps are unchanged.")
+        "step (a warning names the loop). Loops of a fixed or traced number of steps are unchanged.",
+    )
     source_locations: bool = _option(
-        True, "write each node's source line into its doc string, as a path relative to the "
+        True,
+        "write each node's source line into its doc string, as a path relative to the "
         "installed packages (``flax/nnx/...``), the current directory or the project root "
-        "(never an absolute path of this machine); ``False`` leaves them out.")
+        "(never an absolute path of this machine); ``False`` leaves them out.",
+    )
     precision: str = _option(
-        "as-traced", "``\"as-traced\"``: the program's own dtypes (bfloat16 / float16 layers as "
+        "as-traced",
+        '``"as-traced"``: the program\'s own dtypes (bfloat16 / float16 layers as '
         "their ONNX op in float32 between one Cast in and out where the target has no kernel); "
-        "``\"float32\"``: bfloat16 / float16 weights upcast once, every op in float32; "
-        "``\"float16\"``: every op in float16, except reductions, softmax and norms, which "
-        "accumulate in float32 as JAX does. See docs/precision.md.")
+        '``"float32"``: bfloat16 / float16 weights upcast once, every op in float32; '
+        '``"float16"``: every op in float16, except reductions, softmax and norms, which '
+        "accumulate in float32 as JAX does. See docs/precision.md.",
+    )
     io_dtype: str | None = _option(
-        None, "the graph's input and output dtype: ``\"model\"`` (the dtypes the program takes "
-        "and gives) or ``\"float32\"`` (float inputs and outputs float32, Cast at the boundary); "
-        "default float32 under ``precision=\"float32\"``, else the model's.")
+        None,
+        'the graph\'s input and output dtype: ``"model"`` (the dtypes the program takes '
+        'and gives) or ``"float32"`` (float inputs and outputs float32, Cast at the boundary); '
+        'default float32 under ``precision="float32"``, else the model\'s.',
+    )
     progress: bool | None = _option(
-        None, "show progress on stderr (equations lowered, passes, weights written) once an export "
-        "runs past ~2 s; default: when stderr is a terminal.")
+        None,
+        "show progress on stderr (equations lowered, passes, weights written) once an export "
+        "runs past ~2 s; default: when stderr is a terminal.",
+    )
 
     def __post_init__(self) -> None:
         profile = get_target(self.target)
         newest = min(MAX_OPSET, profile.max_opset or MAX_OPSET)
         opset = min(DEFAULT_OPSET, newest) if self.opset is None else int(self.opset)
         if not MIN_OPSET <= opset <= newest:
-            for_target = f" for target {profile.name}" if newest < MAX_OPSET else " (the newest the installed onnx and onnxruntime know)"
-            raise ValueError(f"opset must be between {MIN_OPSET} and {newest}{for_target}, got {opset}")
+            for_target = (
+                f" for target {profile.name}"
+                if newest < MAX_OPSET
+                else " (the newest the installed onnx and onnxruntime know)"
+            )
+            raise ValueError(
+                f"opset must be between {MIN_OPSET} and {newest}{for_target}, got {opset}"
+            )
         functions = self.functions or ("keep" if profile.model_functions else "inline")
         if functions not in ("keep", "inline"):
             raise ValueError(f"functions must be 'keep' or 'inline', got {functions!r}")
-        if self.loop_bound is not None and (isinstance(self.loop_bound, bool) or not isinstance(self.loop_bound, (int, np.integer)) or self.loop_bound < 1):
-            raise ValueError(f"loop_bound must be a positive int (the most steps a data-dependent while_loop takes), got {self.loop_bound!r}")
+        if self.loop_bound is not None and (
+            isinstance(self.loop_bound, bool)
+            or not isinstance(self.loop_bound, (int, np.integer))
+            or self.loop_bound < 1
+        ):
+            raise ValueError(
+                f"loop_bound must be a positive int (the most steps a data-dependent while_loop takes), got {self.loop_bound!r}"
+            )
         if isinstance(self.constraints, str):
-            raise SpecError(f"constraints must be a sequence of strings, got the string {self.constraints!r}: write ({self.constraints!r},)")
+            raise SpecError(
+                f"constraints must be a sequence of strings, got the string {self.constraints!r}: write ({self.constraints!r},)"
+            )
         if self.precision not in ("as-traced", "float32", "float16"):
-            raise ValueError(f"precision must be 'as-traced', 'float32' or 'float16', got {self.precision!r}")
+            raise ValueError(
+                f"precision must be 'as-traced', 'float32' or 'float16', got {self.precision!r}"
+            )
         if self.io_dtype not in (None, "model", "float32"):
-            raise ValueError(f"io_dtype must be 'model' or 'float32' (or None: the policy's), got {self.io_dtype!r}")
+            raise ValueError(
+                f"io_dtype must be 'model' or 'float32' (or None: the policy's), got {self.io_dtype!r}"
+            )
         normalized = {
             "opset": opset,
             "target": profile,
@@ -182,7 +239,9 @@ class UnknownOptionError(TypeError):
     """A keyword argument that an entry point (``to_onnx``, ``verify``, ...) does not take."""
 
 
-def checked_options(*forwards_to: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def checked_options(
+    *forwards_to: Callable[..., Any],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate an entry point so that a misspelled keyword raises :class:`UnknownOptionError`
     naming it, the closest accepted keyword and where the options are documented (not
     Python's ``ExportConfig.__init__() got an unexpected keyword argument``). The accepted
@@ -193,10 +252,19 @@ def checked_options(*forwards_to: Callable[..., Any]) -> Callable[[Callable[...,
         accepted, listed, takes_options = set(), set(), False
         for target in (fn, *forwards_to):
             params = inspect.signature(target).parameters.values()
-            accepted |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-            listed |= {p.name for p in params if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)}
+            accepted |= {
+                p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            }
+            listed |= {
+                p.name
+                for p in params
+                if p.kind is p.KEYWORD_ONLY
+                or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)
+            }
             # (to_onnx's options are keyword parameters in its signature: with_options_signature)
-            takes_options |= any(p.kind is p.VAR_KEYWORD for p in params) or set(option_names()) <= accepted
+            takes_options |= (
+                any(p.kind is p.VAR_KEYWORD for p in params) or set(option_names()) <= accepted
+            )
         options = option_names() if takes_options else ()
         accepted |= set(options)
         own = sorted(listed - set(options))
@@ -205,7 +273,9 @@ def checked_options(*forwards_to: Callable[..., Any]) -> Callable[[Callable[...,
         def checked(*args: Any, **kwargs: Any) -> Any:
             unknown = [k for k in kwargs if k not in accepted]
             if unknown:
-                raise UnknownOptionError(_unknown_option_message(fn.__name__, unknown, accepted, own, options))
+                raise UnknownOptionError(
+                    _unknown_option_message(fn.__name__, unknown, accepted, own, options)
+                )
             return fn(*args, **kwargs)
 
         return checked
@@ -213,8 +283,9 @@ def checked_options(*forwards_to: Callable[..., Any]) -> Callable[[Callable[...,
     return decorate
 
 
-def _unknown_option_message(entry: str, unknown: list[str], accepted: set[str], own: list[str],
-                            options: tuple[str, ...]) -> str:
+def _unknown_option_message(
+    entry: str, unknown: list[str], accepted: set[str], own: list[str], options: tuple[str, ...]
+) -> str:
     lines = []
     for name in unknown:
         close = difflib.get_close_matches(name, sorted(accepted), n=1, cutoff=0.6)
@@ -224,8 +295,10 @@ def _unknown_option_message(entry: str, unknown: list[str], accepted: set[str], 
         also = " and the export options" if options else ""
         lines.append(f"{entry}() takes {', '.join(own)}{also}")
     if options:
-        lines.append("the export options (each documented in help(jax2onnx_nn.to_onnx)): "
-                     + ", ".join(options))
+        lines.append(
+            "the export options (each documented in help(jax2onnx_nn.to_onnx)): "
+            + ", ".join(options)
+        )
     return "\n".join(lines)
 
 
@@ -240,7 +313,11 @@ def with_options_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
         default = getattr(defaults, f.name)
         if f.name == "opset" or isinstance(default, Mapping):
             default = None
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=f.type))
+        params.append(
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=f.type
+            )
+        )
     fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     if fn.__doc__ and "{options}" in fn.__doc__:
         lines = [f"        {f.name}: {f.metadata['doc']}" for f in dataclasses.fields(ExportConfig)]
@@ -248,4 +325,15 @@ def with_options_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "ExportConfig", "UnknownOptionError", "checked_options", "ir_version", "newest_opset", "option_names", "with_options_signature"]
+__all__ = [
+    "DEFAULT_OPSET",
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "ExportConfig",
+    "UnknownOptionError",
+    "checked_options",
+    "ir_version",
+    "newest_opset",
+    "option_names",
+    "with_options_signature",
+]

@@ -37,20 +37,28 @@ class ConversionError(Exception):
         )
         lines = [f"{len(records)} unsupported primitive(s); nothing was exported:"]
         for r in records:
-            where = ", ".join(loc or "<unknown location>" for loc in r.locations[:5]) + (" ..." if len(r.locations) > 5 else "")
+            where = ", ".join(loc or "<unknown location>" for loc in r.locations[:5]) + (
+                " ..." if len(r.locations) > 5 else ""
+            )
             lines.append(f"  {r.primitive} (used {r.count}x) at {where}")
-        on_complex = [r.primitive.removesuffix(ON_COMPLEX) for r in records if r.primitive.endswith(ON_COMPLEX)]
+        on_complex = [
+            r.primitive.removesuffix(ON_COMPLEX)
+            for r in records
+            if r.primitive.endswith(ON_COMPLEX)
+        ]
         callbacks = [r.primitive for r in records if r.primitive in _CALLBACKS]
         if callbacks:
             verb = "calls" if len(callbacks) == 1 else "call"
             lines.append(
                 f"{' and '.join(callbacks)} {verb} Python when the model runs, which an ONNX graph "
                 "cannot: compute the callback's result with jax.numpy in the exported function, or "
-                f"register a lowering that writes it as ONNX ops: @jax2onnx_nn.lowering(\"{callbacks[0]}\") "
+                f'register a lowering that writes it as ONNX ops: @jax2onnx_nn.lowering("{callbacks[0]}") '
                 "(the rule gets the callback as its callback= parameter)."
             )
         if len(on_complex) + len(callbacks) < len(records):
-            lines.append("Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}.")
+            lines.append(
+                "Register a lowering with @jax2onnx_nn.lowering(primitive) or pass lowerings={...}."
+            )
         if on_complex:
             # a rule registered without complex_pairs=True is never given a complex equation
             lines.append(
@@ -68,13 +76,30 @@ class ConversionError(Exception):
         return cls("\n".join(lines), records)
 
 
-ON_COMPLEX = " on complex numbers"  # how the interpreter names a complex equation without a pair lowering
+ON_COMPLEX = (
+    " on complex numbers"  # how the interpreter names a complex equation without a pair lowering
+)
 _CALLBACKS = frozenset({"pure_callback", "io_callback"})  # Python called when the model runs
 # lax.linalg primitives (on complex numbers, eig and schur are lowered; those named here may not be)
-_LINALG = frozenset({
-    "cholesky", "cholesky_update", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product",
-    "lu", "ormqr", "qr", "svd", "symmetric_product", "triangular_solve", "tridiagonal", "tridiagonal_solve",
-})
+_LINALG = frozenset(
+    {
+        "cholesky",
+        "cholesky_update",
+        "eigh",
+        "geqp3",
+        "geqrf",
+        "hessenberg",
+        "householder_product",
+        "lu",
+        "ormqr",
+        "qr",
+        "svd",
+        "symmetric_product",
+        "triangular_solve",
+        "tridiagonal",
+        "tridiagonal_solve",
+    }
+)
 
 
 def user_stacklevel() -> int:
@@ -84,6 +109,9 @@ def user_stacklevel() -> int:
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame: types.FrameType | None = sys._getframe(1)
     level = 1
-    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(own) or frame.f_code.co_filename == contextlib.__file__):
+    while frame is not None and (
+        os.path.abspath(frame.f_code.co_filename).startswith(own)
+        or frame.f_code.co_filename == contextlib.__file__
+    ):
         frame, level = frame.f_back, level + 1
     return level

@@ -28,7 +28,9 @@ def is_runtime(flag: Any) -> bool:
 def select(flag: Any, on_true: T, on_false: T) -> T:
     """``on_true`` where ``flag`` holds, else ``on_false``, leaf by leaf over equal pytrees (a
     leaf both modes share, such as an input Dropout passes through, stays as it is)."""
-    return jax.tree_util.tree_map(lambda a, b: a if a is b else jnp.where(flag, a, b), on_true, on_false)
+    return jax.tree_util.tree_map(
+        lambda a, b: a if a is b else jnp.where(flag, a, b), on_true, on_false
+    )
 
 
 def both_modes(flag: Any, call: Callable[[bool], T]) -> T:

@@ -78,7 +78,9 @@ def onnx_function(target: T | None = None, *, name: str | None = None) -> Any:
     return wrapper
 
 
-def function_method(original: Callable[..., Any], name: str, *, key: Hashable) -> Callable[..., Any]:
+def function_method(
+    original: Callable[..., Any], name: str, *, key: Hashable
+) -> Callable[..., Any]:
     """``original`` (a method) made to bind a function call for each call during exports."""
 
     @functools.wraps(original)
@@ -91,7 +93,14 @@ def function_method(original: Callable[..., Any], name: str, *, key: Hashable) -
     return call
 
 
-def call_function(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, name: str, key: Hashable) -> Any:
+def call_function(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    name: str,
+    key: Hashable,
+) -> Any:
     """``fn(*args, **kwargs)`` as one ONNX function call (when lowered).
 
     A call whose body cannot be traced on its own (a module updating its state in training
@@ -108,7 +117,9 @@ def call_function(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
-def _argument_names(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any]) -> tuple[str, ...]:
+def _argument_names(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any]
+) -> tuple[str, ...]:
     """Names for the array arguments: the parameter name where an array is a whole argument."""
     by_id: dict[int, str] = {}
     try:
@@ -145,14 +156,27 @@ class _FunctionDims(DimEvaluator):
         return value
 
 
-@lowering(PRIMITIVE, onnx_ops=("Identity",))  # and the function call node; Identity: outputs passed through
-def _function_call(ctx: LoweringContext, *operands: ir.Value, body: Any, name: str, key: Hashable, num_consts: int, input_names: Sequence[str] = (), **_: Any) -> list[ir.Value]:
+@lowering(
+    PRIMITIVE, onnx_ops=("Identity",)
+)  # and the function call node; Identity: outputs passed through
+def _function_call(
+    ctx: LoweringContext,
+    *operands: ir.Value,
+    body: Any,
+    name: str,
+    key: Hashable,
+    num_consts: int,
+    input_names: Sequence[str] = (),
+    **_: Any,
+) -> list[ir.Value]:
     functions: dict[Any, _Emitted] = ctx.lowerer.functions
     avals = ctx.avals_in
     dedup = (key, jxi.jaxpr_text(body), tuple(str(a) for a in avals))
     emitted = functions.get(dedup)
     if emitted is None:
-        emitted = _emit_function(ctx, body, _unique_name(name, functions), operands, num_consts, input_names)
+        emitted = _emit_function(
+            ctx, body, _unique_name(name, functions), operands, num_consts, input_names
+        )
         functions[dedup] = emitted
     ctx.builder.opset_imports[DOMAIN] = 1
     order = [*operands[num_consts:], *operands[:num_consts]]
@@ -170,7 +194,14 @@ def _unique_name(name: str, functions: dict[Any, _Emitted]) -> str:
     return candidate
 
 
-def _emit_function(ctx: LoweringContext, body: Any, name: str, operands: Sequence[ir.Value], num_consts: int, input_names: Sequence[str]) -> _Emitted:
+def _emit_function(
+    ctx: LoweringContext,
+    body: Any,
+    name: str,
+    operands: Sequence[ir.Value],
+    num_consts: int,
+    input_names: Sequence[str],
+) -> _Emitted:
     lowerer = ctx.lowerer
     fb = ctx.builder.child(name, isolated=True)
     fb.scope = []
@@ -213,7 +244,12 @@ def _distinct_outputs(fb: GraphBuilder, outs: list[ir.Value], avals: list[Any]) 
     result = []
     for value, aval in zip(outs, avals, strict=True):
         producer = value.producer()
-        if producer is None or id(producer) not in body_nodes or id(value) in inputs or id(value) in seen:
+        if (
+            producer is None
+            or id(producer) not in body_nodes
+            or id(value) in inputs
+            or id(value) in seen
+        ):
             value = fb.op.Identity(value)
             set_type(value, *onnx_aval(aval))
         seen.add(id(value))

@@ -87,8 +87,16 @@ class OpNamespace:
         self._builder = builder
 
     def __getattr__(self, op_type: str) -> Any:
-        def make(*inputs: Any, _outputs: int = 1, _domain: str = "", _name: str | None = None, **attrs: Any) -> Any:
-            outs = self._builder.add_node(op_type, inputs, attrs, num_outputs=_outputs, domain=_domain, name=_name)
+        def make(
+            *inputs: Any,
+            _outputs: int = 1,
+            _domain: str = "",
+            _name: str | None = None,
+            **attrs: Any,
+        ) -> Any:
+            outs = self._builder.add_node(
+                op_type, inputs, attrs, num_outputs=_outputs, domain=_domain, name=_name
+            )
             return outs[0] if _outputs == 1 else outs
 
         return make
@@ -112,7 +120,9 @@ class GraphBuilder:
         self.inputs: list[ir.Value] = []
         self.outputs: list[ir.Value] = []
         self.names: _Names = parent.names if parent else _Names()
-        self.constants: _Constants = _Constants() if (parent is None or self.isolated) else parent.constants
+        self.constants: _Constants = (
+            _Constants() if (parent is None or self.isolated) else parent.constants
+        )
         self.scope: list[str] = list(parent.scope) if parent else []
         # the source line of the equation being lowered; a body graph starts with its owner's
         self.doc_string: str | None = parent.doc_string if parent else None
@@ -134,14 +144,20 @@ class GraphBuilder:
     # -- values ---------------------------------------------------------------------------
     def add_input(self, name: str, dtype: Any, shape: Sequence[Any] | None) -> ir.Value:
         """A new graph input (``shape`` None: unknown rank, as a Loop's carried value may be)."""
-        value = ir.Value(name=self.names.fresh(name), type=ir.TensorType(ir_dtype(dtype)), shape=None if shape is None else ir_shape(shape))
+        value = ir.Value(
+            name=self.names.fresh(name),
+            type=ir.TensorType(ir_dtype(dtype)),
+            shape=None if shape is None else ir_shape(shape),
+        )
         self.inputs.append(value)
         return value
 
     def initializer(self, array: Any, name: str) -> ir.Value:
         """A named weight; wraps the array's buffer without copying it (or takes a tensor,
         such as a lazily computed one, as it is)."""
-        tensor = array if isinstance(array, ir.LazyTensor) else ir.Tensor(np.asarray(array), name=None)
+        tensor = (
+            array if isinstance(array, ir.LazyTensor) else ir.Tensor(np.asarray(array), name=None)
+        )
         value = ir.Value(
             name=self.names.fresh(name),
             type=ir.TensorType(tensor.dtype),
@@ -165,7 +181,12 @@ class GraphBuilder:
             return cached
         tensor = ir.Tensor(array)
         name = self.names.fresh(_const_name(array))
-        result = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)
+        result = ir.Value(
+            name=name,
+            type=ir.TensorType(tensor.dtype),
+            shape=ir.Shape(array.shape),
+            const_value=tensor,
+        )
         if self.isolated:
             result = self._constant_node(result)
         else:
@@ -176,7 +197,13 @@ class GraphBuilder:
         return result
 
     def _constant_node(self, value: ir.Value) -> ir.Value:
-        node = ir.Node("", "Constant", [], [ir.AttrTensor("value", value.const_value)], name=self.names.fresh(value.name + "/Constant"))
+        node = ir.Node(
+            "",
+            "Constant",
+            [],
+            [ir.AttrTensor("value", value.const_value)],
+            name=self.names.fresh(value.name + "/Constant"),
+        )
         out = node.outputs[0]
         out.name = value.name
         out.type, out.shape = value.type, value.shape
@@ -212,7 +239,15 @@ class GraphBuilder:
                 ]
         attributes = [_attribute(k, _attr(v)) for k, v in attrs.items() if v is not None]
         node_name = self.names.fresh(self._scoped(name or op_type))
-        node = ir.Node(domain, op_type, values, attributes, num_outputs=num_outputs, name=node_name, doc_string=self.doc_string)
+        node = ir.Node(
+            domain,
+            op_type,
+            values,
+            attributes,
+            num_outputs=num_outputs,
+            name=node_name,
+            doc_string=self.doc_string,
+        )
         for i, out in enumerate(node.outputs):
             out.name = self.names.fresh(f"{node_name}_output_{i}")
         self.nodes.append(node)
@@ -228,7 +263,9 @@ class GraphBuilder:
         """The export's opset (None for a builder outside an export: newest forms)."""
         return self.opset_imports.get("")
 
-    def older_form_of(self, op_type: str, values: list[Any], attrs: dict[str, Any], num_outputs: int) -> list[ir.Value] | None:
+    def older_form_of(
+        self, op_type: str, values: list[Any], attrs: dict[str, Any], num_outputs: int
+    ) -> list[ir.Value] | None:
         """``op_type`` written in the form the export's opset has (core/opset_forms.py), or
         None when the form given is valid at that opset."""
         opset = self.opset
@@ -239,19 +276,32 @@ class GraphBuilder:
         """(input dtype, dtype to compute in) when onnxruntime lacks a kernel, else (dtype, None)."""
         t_inputs = kernels.T_INPUTS.get(op_type, range(len(values)))
         dtype = next(
-            (v.dtype.numpy() for i, v in enumerate(values) if i in t_inputs and v is not None and v.dtype is not None),
+            (
+                v.dtype.numpy()
+                for i, v in enumerate(values)
+                if i in t_inputs and v is not None and v.dtype is not None
+            ),
             None,
         )
         if dtype is None or kernels.supports(op_type, dtype):
             return dtype, None
         wider = kernels.compute_dtype(op_type, dtype)
         if wider is None:
-            raise NotImplementedError(f"onnxruntime has no {op_type} kernel for {dtype} and no wider type keeps its values")
+            raise NotImplementedError(
+                f"onnxruntime has no {op_type} kernel for {dtype} and no wider type keeps its values"
+            )
         return dtype, wider
 
     def _cast(self, value: ir.Value, dtype: Any) -> ir.Value:
         node_name = self.names.fresh(self._scoped("Cast"))
-        node = ir.Node("", "Cast", [value], [ir.AttrInt64("to", ir_dtype(dtype))], name=node_name, doc_string=self.doc_string)
+        node = ir.Node(
+            "",
+            "Cast",
+            [value],
+            [ir.AttrInt64("to", ir_dtype(dtype))],
+            name=node_name,
+            doc_string=self.doc_string,
+        )
         out = node.outputs[0]
         out.name = self.names.fresh(f"{node_name}_output_0")
         out.type = ir.TensorType(ir_dtype(dtype))
@@ -264,7 +314,9 @@ class GraphBuilder:
             return x
         if isinstance(x, (np.ndarray, np.generic)):
             return self.const(x)
-        raise TypeError(f"node inputs must be ir.Value, numpy arrays or None, got {type(x).__name__}")
+        raise TypeError(
+            f"node inputs must be ir.Value, numpy arrays or None, got {type(x).__name__}"
+        )
 
     def child(self, name: str, *, isolated: bool = False) -> GraphBuilder:
         """A builder for a body graph (If/Loop/Scan) or, isolated, an ONNX function body."""
@@ -278,7 +330,14 @@ class GraphBuilder:
     def build_graph(self) -> ir.Graph:
         """The ir.Graph of this builder (bodies carry no initializers: constants live outside)."""
         initializers = self.constants.initializers if self.parent is None else ()
-        return ir.Graph(self.inputs, self.outputs, nodes=self.nodes, initializers=initializers, name=self.name, opset_imports=self.opset_imports if self.parent is None else None)
+        return ir.Graph(
+            self.inputs,
+            self.outputs,
+            nodes=self.nodes,
+            initializers=initializers,
+            name=self.name,
+            opset_imports=self.opset_imports if self.parent is None else None,
+        )
 
 
 @functools.lru_cache(maxsize=256)
@@ -289,8 +348,12 @@ def dtype_name(dtype: np.dtype) -> str:
 
 
 def _const_name(array: np.ndarray) -> str:
-    if array.size == 1:  # named after its value: asked again by every export (str of a float: ~2 us)
-        return _SCALAR_NAMES.get_or_make((array.dtype, array.ndim, array.tobytes()), lambda: _scalar_name(array))
+    if (
+        array.size == 1
+    ):  # named after its value: asked again by every export (str of a float: ~2 us)
+        return _SCALAR_NAMES.get_or_make(
+            (array.dtype, array.ndim, array.tobytes()), lambda: _scalar_name(array)
+        )
     return f"const_{dtype_name(array.dtype)}"
 
 
@@ -298,7 +361,9 @@ def _scalar_name(array: np.ndarray) -> str:
     v = array.reshape(()).item()
     text = str(v).replace("-", "m").replace(".", "p").replace("+", "")
     if len(text) <= 12 and text.replace("_", "").isalnum():
-        return f"const_{dtype_name(array.dtype)}_{text}" + ("" if array.ndim == 0 else f"_r{array.ndim}")
+        return f"const_{dtype_name(array.dtype)}_{text}" + (
+            "" if array.ndim == 0 else f"_r{array.ndim}"
+        )
     return f"const_{dtype_name(array.dtype)}"
 
 
@@ -336,7 +401,11 @@ def is_required(node: ir.Node | None) -> bool:
     return node is not None and bool(node.meta.get(REQUIRED))
 
 
-_LIST_ATTRS: tuple[tuple[type, Any], ...] = ((int, ir.AttrInt64s), (float, ir.AttrFloat32s), (str, ir.AttrStrings))
+_LIST_ATTRS: tuple[tuple[type, Any], ...] = (
+    (int, ir.AttrInt64s),
+    (float, ir.AttrFloat32s),
+    (str, ir.AttrStrings),
+)
 
 
 def _attribute(name: str, value: Any) -> ir.Attr:
@@ -369,7 +438,21 @@ def set_type(value: ir.Value, dtype: Any, shape: Sequence[Any] | None) -> None:
     value.shape = ir_shape(shape) if shape is not None else None
 
 
-_BOOL_OUT = frozenset(["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf", "Not", "And", "Or", "Xor"])
+_BOOL_OUT = frozenset(
+    [
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "IsNaN",
+        "IsInf",
+        "Not",
+        "And",
+        "Or",
+        "Xor",
+    ]
+)
 _INT64_OUT = frozenset(["ArgMax", "ArgMin", "Shape", "Size", "NonZero"])
 _DTYPE_FROM_INPUT = {"Where": 1, "CastLike": 1}
 _NO_INFERENCE = frozenset(["If", "Loop", "Scan"])
@@ -388,7 +471,11 @@ def _infer_dtypes(node: ir.Node, inputs: list[ir.Value | None], attrs: dict[str,
         dtype = ir.DataType(int(attrs["to"]))
     elif op == "ConstantOfShape":
         value = attrs.get("value")
-        dtype = ir.DataType.from_numpy(np.asarray(value).dtype) if value is not None else ir.DataType.FLOAT
+        dtype = (
+            ir.DataType.from_numpy(np.asarray(value).dtype)
+            if value is not None
+            else ir.DataType.FLOAT
+        )
     else:
         i = _DTYPE_FROM_INPUT.get(op, 0)
         source = inputs[i] if i < len(inputs) else None
@@ -409,8 +496,12 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> memoryview | bytes:
     computed tensor is computed now, once): what gets written, hashed or compared without a
     copy of the weight."""
     if isinstance(tensor, ir.LazyTensor):
-        tensor = tensor._evaluate()  # noqa: SLF001 - one evaluation, not one per access
-    if isinstance(tensor, ir.Tensor) and tensor.dtype.bitwidth % 8 == 0 and tensor.dtype != ir.DataType.STRING:
+        tensor = tensor._evaluate()
+    if (
+        isinstance(tensor, ir.Tensor)
+        and tensor.dtype.bitwidth % 8 == 0
+        and tensor.dtype != ir.DataType.STRING
+    ):
         array = np.asarray(tensor.numpy())
         if array.dtype.byteorder == ">":
             array = array.byteswap().view(array.dtype.newbyteorder("<"))

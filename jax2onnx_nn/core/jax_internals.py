@@ -117,7 +117,9 @@ def _library_for(files: tuple[str | None, ...]) -> tuple[tuple[str, ...], dict[s
 
 def _library() -> tuple[tuple[str, ...], dict[str, bool]]:
     # a framework imported (or registered) later changes the folders: keyed by their files
-    return _library_for(tuple(getattr(sys.modules.get(name), "__file__", None) for name in _FRAMEWORKS))
+    return _library_for(
+        tuple(getattr(sys.modules.get(name), "__file__", None) for name in _FRAMEWORKS)
+    )
 
 
 def _is_library(file_name: str, library: tuple[tuple[str, ...], dict[str, bool]]) -> bool:
@@ -126,7 +128,9 @@ def _is_library(file_name: str, library: tuple[tuple[str, ...], dict[str, bool]]
     dirs, memo = library
     known = memo.get(file_name)
     if known is None:
-        known = memo[file_name] = not _source_info_util.is_user_filename(file_name) or file_name.startswith(dirs)
+        known = memo[file_name] = not _source_info_util.is_user_filename(
+            file_name
+        ) or file_name.startswith(dirs)
     return known
 
 
@@ -145,11 +149,17 @@ def source_line(eqn: Any, *, library_ok: bool = False) -> str:
             return ""
         codes, lastis = traceback.raw_frames()
         library = _library()
-        found = next((i for i, code in enumerate(codes) if not _is_library(code.co_filename, library)), None)
+        found = next(
+            (i for i, code in enumerate(codes) if not _is_library(code.co_filename, library)), None
+        )
         if found is None and library_ok:
             found = next(
-                (i for i, code in enumerate(codes)
-                 if _source_info_util.is_user_filename(code.co_filename) and not code.co_filename.startswith(_OWN_DIR)),
+                (
+                    i
+                    for i, code in enumerate(codes)
+                    if _source_info_util.is_user_filename(code.co_filename)
+                    and not code.co_filename.startswith(_OWN_DIR)
+                ),
                 None,
             )
         if found is None:
@@ -167,7 +177,9 @@ def _line(code: types.CodeType, lasti: int) -> str:
     return f"{frame.file_name}:{frame.start_line}{column} ({frame.function_name})"
 
 
-_LINES: BoundedMemo[str] = BoundedMemo(4096)  # (code, file, instruction) -> its line: each warm export asks again
+_LINES: BoundedMemo[str] = BoundedMemo(
+    4096
+)  # (code, file, instruction) -> its line: each warm export asks again
 
 
 def name_stack(eqn: Any) -> str:
@@ -335,7 +347,9 @@ def digamma_at_zero() -> float:
     """digamma(0) as this JAX version defines it (NaN up to jax 0.10, -inf from 0.11 on)."""
     # on the CPU device (jit(backend=...) is deprecated from JAX 0.12): the value is what
     # the exported model is compared against
-    return float(jax.lax.digamma(jax.device_put(np.float32(0), jax.local_devices(backend="cpu")[0])))
+    return float(
+        jax.lax.digamma(jax.device_put(np.float32(0), jax.local_devices(backend="cpu")[0]))
+    )
 
 
 def callback_function(callback: Any) -> Any | None:
@@ -365,7 +379,12 @@ def evaluate_dim(d: Any, sizes: Mapping[str, int], default: int) -> int:
             else:
                 operation, operands = factor_operation(factor)
                 a, b = (evaluate_dim(o, sizes, default) for o in operands)
-                value = {"floordiv": a // b if b else 0, "mod": a % b if b else 0, "max": max(a, b), "min": min(a, b)}[operation]
+                value = {
+                    "floordiv": a // b if b else 0,
+                    "mod": a % b if b else 0,
+                    "max": max(a, b),
+                    "min": min(a, b),
+                }[operation]
             term *= value**exponent
         total += term
     return total
@@ -399,7 +418,9 @@ def data_struct(aval: Any) -> jax.ShapeDtypeStruct:
     """The real data behind an aval (keys: uint32 words, complex: float pairs); other avals as
     they are."""
     if is_key_dtype(aval.dtype):
-        return jax.ShapeDtypeStruct(tuple(aval.shape) + key_data_shape(aval.dtype), np.dtype(np.uint32))
+        return jax.ShapeDtypeStruct(
+            tuple(aval.shape) + key_data_shape(aval.dtype), np.dtype(np.uint32)
+        )
     if is_complex_dtype(aval.dtype):
         return jax.ShapeDtypeStruct((*aval.shape, 2), real_dtype(aval.dtype))
     return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
@@ -408,7 +429,11 @@ def data_struct(aval: Any) -> jax.ShapeDtypeStruct:
 def held_off_host(value: Any) -> bool:
     """Whether ``value`` is a ``jax.Array`` whose host copy is a copy: on an accelerator, or
     split over several devices (a single CPU device's buffer is viewed, not copied)."""
-    if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer) or is_key_dtype(value.dtype):
+    if (
+        not isinstance(value, jax.Array)
+        or isinstance(value, jax.core.Tracer)
+        or is_key_dtype(value.dtype)
+    ):
         return False
     try:
         devices = value.sharding.device_set
@@ -480,7 +505,10 @@ def prng_impl_jaxpr(eqn: Any) -> Any:
         fn = _vmapped(impl.seed, len(avals_in[0].shape))
     elif name == "random_bits":
         impl = key_impl(avals_in[0].dtype)
-        fn = _vmapped(lambda k: impl.random_bits(k, params["bit_width"], params["shape"]), len(avals_in[0].shape))
+        fn = _vmapped(
+            lambda k: impl.random_bits(k, params["bit_width"], params["shape"]),
+            len(avals_in[0].shape),
+        )
     elif name == "random_split":
         impl = key_impl(avals_in[0].dtype)
         fn = _vmapped(lambda k: impl.split(k, params["shape"]), len(avals_in[0].shape))
@@ -509,7 +537,11 @@ def data_jaxpr(eqn: Any) -> Any | None:
     """
     avals_out = [v.aval for v in eqn.outvars]
     n_data_dims = len(data_dims(avals_out[0].dtype))
-    if subjaxprs_of(eqn.params) or not n_data_dims or any(data_dims(a.dtype) != data_dims(avals_out[0].dtype) for a in avals_out):
+    if (
+        subjaxprs_of(eqn.params)
+        or not n_data_dims
+        or any(data_dims(a.dtype) != data_dims(avals_out[0].dtype) for a in avals_out)
+    ):
         return None
     avals_in = [v.aval for v in eqn.invars]
     in_axes = [-1 if data_dims(a.dtype) else None for a in avals_in]
@@ -568,7 +600,12 @@ def batched_body(body: Any, in_axes: list[int | None], args: list[Any]) -> Any:
     dim 0), traced once per body, axes, avals and trace context: equal layers under
     ``jax.vmap`` share a body (``core/calls.py``), and so their batched body."""
     try:
-        key: Hashable | None = (id(body), tuple(in_axes), tuple(jax.typeof(a) for a in args), trace_context())
+        key: Hashable | None = (
+            id(body),
+            tuple(in_axes),
+            tuple(jax.typeof(a) for a in args),
+            trace_context(),
+        )
         hash(key)
     except TypeError:  # pragma: no cover - an aval that does not hash: traced each time
         key = None
@@ -621,7 +658,10 @@ def body_primitive(name: str) -> Any:
         if name not in _REBOUND_UNDER_VMAP:
             outs = jex.core.jaxpr_as_fun(batched_body(body, in_axes, args))(*args)
             return list(outs), [0] * len(outs)
-        args = [a if d is None else jax.numpy.moveaxis(a, d, 0) for a, d in zip(args, in_axes, strict=True)]
+        args = [
+            a if d is None else jax.numpy.moveaxis(a, d, 0)
+            for a, d in zip(args, in_axes, strict=True)
+        ]
         front = [None if d is None else 0 for d in in_axes]
         batched = batched_body(body, front, args)
         levels = (tuple(d is not None for d in in_axes), *params.pop("vmap_levels", ()))
@@ -665,7 +705,16 @@ def jaxpr_text(closed: Any) -> str:
 # -- the float32 twin of a low-precision program (verify's "error vs JAX in float32") ---------
 
 _DTYPE_PARAMS = ("new_dtype", "preferred_element_type", "dtype")
-_INLINED_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint")
+_INLINED_CALLS = (
+    "pjit",
+    "jit",
+    "closed_call",
+    "core_call",
+    "custom_jvp_call",
+    "custom_vjp_call",
+    "remat",
+    "checkpoint",
+)
 
 
 def eval_widened(fn: Any, args: list[Any], low: frozenset[np.dtype]) -> list[Any]:
@@ -674,7 +723,9 @@ def eval_widened(fn: Any, args: list[Any], low: frozenset[np.dtype]) -> list[Any
     (jit, custom_jvp/vjp, remat) are interpreted through; any other body (scan, while, cond)
     runs in its own dtypes on rounded inputs, its results widened."""
     closed = jax.make_jaxpr(fn)(*args)
-    return _eval_widened(closed.jaxpr, list(closed.consts), list(jax.tree_util.tree_leaves(args)), low)
+    return _eval_widened(
+        closed.jaxpr, list(closed.consts), list(jax.tree_util.tree_leaves(args)), low
+    )
 
 
 def _widen(value: Any, low: frozenset[np.dtype]) -> Any:
@@ -684,7 +735,9 @@ def _widen(value: Any, low: frozenset[np.dtype]) -> Any:
     return value
 
 
-def _eval_widened(jaxpr: Any, consts: list[Any], args: list[Any], low: frozenset[np.dtype]) -> list[Any]:
+def _eval_widened(
+    jaxpr: Any, consts: list[Any], args: list[Any], low: frozenset[np.dtype]
+) -> list[Any]:
     env: dict[Any, Any] = {}
 
     def read(atom: Any) -> Any:
@@ -703,25 +756,45 @@ def _eval_widened(jaxpr: Any, consts: list[Any], args: list[Any], low: frozenset
             body = as_closed(subs[0])
             outs = _eval_widened(body.jaxpr, list(body.consts), invals, low)
         elif subs:  # a body of its own dtypes: its inputs rounded back, its results widened
-            rounded = [jax.numpy.asarray(v, var.aval.dtype) if hasattr(var.aval, "dtype") else v for v, var in zip(invals, eqn.invars, strict=True)]
+            rounded = [
+                jax.numpy.asarray(v, var.aval.dtype) if hasattr(var.aval, "dtype") else v
+                for v, var in zip(invals, eqn.invars, strict=True)
+            ]
             subfuns, params = eqn.primitive.get_bind_params(eqn.params)
             outs = eqn.primitive.bind(*subfuns, *rounded, **params)
             outs = [_widen(o, low) for o in (outs if eqn.primitive.multiple_results else [outs])]
         else:
-            params = {k: (np.dtype(np.float32) if k in _DTYPE_PARAMS and v is not None and np.dtype(v) in low else v) for k, v in eqn.params.items()}
+            params = {
+                k: (
+                    np.dtype(np.float32)
+                    if k in _DTYPE_PARAMS and v is not None and np.dtype(v) in low
+                    else v
+                )
+                for k, v in eqn.params.items()
+            }
             outs = eqn.primitive.bind(*invals, **params)
             outs = outs if eqn.primitive.multiple_results else [outs]
         for var, value in zip(eqn.outvars, outs, strict=True):
             env[var] = value
     return [read(v) for v in jaxpr.outvars]
+
+
 # -- Pallas ------------------------------------------------------------------------------------
 
 # Pallas primitives with no meaning outside the hardware they drive (DMAs, semaphores,
 # barriers, the TPU's matmul unit and PRNG): the interpret path has no values for them.
 _PALLAS_HARDWARE_MODULES = (
-    "jax._src.pallas.mosaic.primitives", "jax._src.pallas.mosaic_gpu.primitives", "jax._src.pallas.triton.primitives",
+    "jax._src.pallas.mosaic.primitives",
+    "jax._src.pallas.mosaic_gpu.primitives",
+    "jax._src.pallas.triton.primitives",
 )
-_PALLAS_HARDWARE_NAMES = ("semaphore_read", "semaphore_signal", "semaphore_wait", "get_global", "delay")
+_PALLAS_HARDWARE_NAMES = (
+    "semaphore_read",
+    "semaphore_signal",
+    "semaphore_wait",
+    "get_global",
+    "delay",
+)
 
 
 @functools.cache
@@ -732,7 +805,7 @@ def _pallas_hardware_primitives() -> frozenset[str]:
     for module_name in _PALLAS_HARDWARE_MODULES:
         try:
             module = importlib.import_module(module_name)
-        except Exception:  # noqa: BLE001 - a backend's module may not import on this host
+        except Exception:
             continue
         names.update(v.name for v in vars(module).values() if isinstance(v, Primitive))
     return frozenset(names)
@@ -744,7 +817,10 @@ def pallas_hardware_primitives(params: dict[str, Any]) -> list[str]:
 
     def walk(jaxpr: Any) -> None:
         for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
-            if eqn.primitive.name in _pallas_hardware_primitives() and eqn.primitive.name not in found:
+            if (
+                eqn.primitive.name in _pallas_hardware_primitives()
+                and eqn.primitive.name not in found
+            ):
                 found.append(eqn.primitive.name)
             for sub in subjaxprs_of(eqn.params):
                 walk(sub)
@@ -768,4 +844,6 @@ def pallas_interpreter(params: dict[str, Any]) -> Any:
     from jax._src.pallas import hlo_interpreter
 
     kept = set(inspect.signature(hlo_interpreter.pallas_call_hlo_interpret).parameters)
-    return functools.partial(hlo_interpreter.pallas_call_hlo_interpret, **{k: v for k, v in params.items() if k in kept})
+    return functools.partial(
+        hlo_interpreter.pallas_call_hlo_interpret, **{k: v for k, v in params.items() if k in kept}
+    )

@@ -57,6 +57,7 @@ _F32_F64 = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 # -- attention: jax.nn.dot_product_attention (what nnx.MultiHeadAttention calls) -----------
 
+
 def _attention_handler(original: Callable[..., Any]) -> Handler:
     signature = inspect.signature(original)
 
@@ -79,7 +80,11 @@ def _attention_call(a: dict[str, Any]) -> Any:
     if not (q.dtype == k.dtype == v.dtype and (q.dtype == np.float32 or is_low_float(q.dtype))):
         return NotApplicable  # (float64: the lax path)
     heads, kv_heads = q.shape[2], k.shape[2]
-    if any(map(jxi.is_symbolic_dim, (heads, kv_heads))) or kv_heads != v.shape[2] or heads % kv_heads:
+    if (
+        any(map(jxi.is_symbolic_dim, (heads, kv_heads)))
+        or kv_heads != v.shape[2]
+        or heads % kv_heads
+    ):
         return NotApplicable  # (JAX's own error for heads that do not group)
     if mask is not None and mask.dtype != np.bool_:
         return NotApplicable
@@ -105,8 +110,12 @@ def _attention_call(a: dict[str, Any]) -> Any:
     if mask is not None:
         inputs["mask"] = mask
     portable = {"implementation": None} if a.get("implementation") == "cudnn" else {}
-    return CoarseCall("jax_dot_product_attention", inputs=inputs, params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))},
-                      call_kwargs=portable)
+    return CoarseCall(
+        "jax_dot_product_attention",
+        inputs=inputs,
+        params={"scale": float(scale), "is_causal": bool(a.get("is_causal", False))},
+        call_kwargs=portable,
+    )
 
 
 def _without_extras(a: dict[str, Any]) -> bool:
@@ -114,12 +123,46 @@ def _without_extras(a: dict[str, Any]) -> bool:
     dropout, a compute dtype, precision and a module to sow weights into) ask for nothing the
     coarse op leaves out: attention dropout in training mode keeps JAX's body (and its mask)."""
     rate = a.get("dropout_rate", 0.0)
-    dropout = not (isinstance(rate, (int, float)) and rate == 0.0) and a.get("deterministic", False) is not True
+    dropout = (
+        not (isinstance(rate, (int, float)) and rate == 0.0)
+        and a.get("deterministic", False) is not True
+    )
     dtype = a.get("dtype")
-    return not dropout and (dtype is None or np.dtype(dtype) == np.float32 or is_low_float(dtype)) and a.get("precision") is None and a.get("module") is None
+    return (
+        not dropout
+        and (dtype is None or np.dtype(dtype) == np.float32 or is_low_float(dtype))
+        and a.get("precision") is None
+        and a.get("module") is None
+    )
 
 
-@coarse_lowering("jax_dot_product_attention", onnx_ops=("Transpose", "MatMul", "Softmax", "Where", "Mul", "Add", "And", "LessOrEqual", "Range", "Squeeze", "Unsqueeze", "Attention", "Expand", "Reshape", "Concat", "Shape", "Size", "Equal", "Or", "If", "Identity"), covers=("jax.nn.dot_product_attention",))
+@coarse_lowering(
+    "jax_dot_product_attention",
+    onnx_ops=(
+        "Transpose",
+        "MatMul",
+        "Softmax",
+        "Where",
+        "Mul",
+        "Add",
+        "And",
+        "LessOrEqual",
+        "Range",
+        "Squeeze",
+        "Unsqueeze",
+        "Attention",
+        "Expand",
+        "Reshape",
+        "Concat",
+        "Shape",
+        "Size",
+        "Equal",
+        "Or",
+        "If",
+        "Identity",
+    ),
+    covers=("jax.nn.dot_product_attention",),
+)
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
     """ONNX Attention from opset 23 (:func:`attention_op`), else the attention core's ops; a
     symbolic dim chooses at run time (onnxruntime's Attention refuses a batch of 0)."""
@@ -129,16 +172,21 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
     if not any(map(jxi.is_symbolic_dim, dims)):
         return _attention_op(ctx, ops, scale=scale, is_causal=is_causal)
     (y,) = ctx.unless_empty(
-        [ops["query"], ops["key"], ops["value"]], [onnx_aval(ctx.aval_out)],
+        [ops["query"], ops["key"], ops["value"]],
+        [onnx_aval(ctx.aval_out)],
         lambda full: [_attention_op(full, ops, scale=scale, is_causal=is_causal)],
         lambda empty: [_attention_decomposed(empty, ops, scale=scale, is_causal=is_causal)],
     )
     return y
 
 
-def _attention_op(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> ir.Value:
+def _attention_op(
+    ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool
+) -> ir.Value:
     dtype = np.dtype(np.float32)
-    q, k, v = (ctx.op.Transpose(ops[role], perm=[0, 2, 1, 3]) for role in ("query", "key", "value"))  # B N T|S H
+    q, k, v = (
+        ctx.op.Transpose(ops[role], perm=[0, 2, 1, 3]) for role in ("query", "key", "value")
+    )  # B N T|S H
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     keep = ops["mask"] if "mask" in ops else None
     (b, t, n, _), s = ops.aval("query").shape, ops.aval("key").shape[1]
@@ -146,34 +194,63 @@ def _attention_op(ctx: LoweringContext, ops: Operands, *, scale: float, is_causa
     if is_causal and keep is not None:
         keep = ctx.op.And(keep, causal_keep(ctx, t, s))
         mask_shapes.append((1, 1, t, s))
-    y = attention_op(ctx, q, k, v, dtype=dtype, mask_value=jax_nn_mask_value(dtype), scale=scale, bias=bias,
-                     keep=keep, causal=is_causal and keep is None, logits_shape=(b, n, t, s),
-                     mask_shape=broadcast_dims(mask_shapes))
+    y = attention_op(
+        ctx,
+        q,
+        k,
+        v,
+        dtype=dtype,
+        mask_value=jax_nn_mask_value(dtype),
+        scale=scale,
+        bias=bias,
+        keep=keep,
+        causal=is_causal and keep is None,
+        logits_shape=(b, n, t, s),
+        mask_shape=broadcast_dims(mask_shapes),
+    )
     return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
 
 
-def _attention_decomposed(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> ir.Value:
+def _attention_decomposed(
+    ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool
+) -> ir.Value:
     dtype = np.dtype(np.float32)
     q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
     _, s, _, h = ops.aval("key").shape
     k = _repeat_heads(ctx, ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1]), ops, (h, s))  # B N H S
-    v = _repeat_heads(ctx, ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3]), ops, (s, ops.aval("value").shape[3]))  # B N S H
+    v = _repeat_heads(
+        ctx, ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3]), ops, (s, ops.aval("value").shape[3])
+    )  # B N S H
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     keep = ops["mask"] if "mask" in ops else None
     if is_causal:
         causal = causal_keep(ctx, ops.aval("query").shape[1], ops.aval("key").shape[1])
         keep = causal if keep is None else ctx.op.And(keep, causal)
-    y = attention(ctx, q, k, v, dtype=dtype, mask_value=jax_nn_mask_value(dtype), scale=scale, bias=bias, keep=keep)
+    y = attention(
+        ctx,
+        q,
+        k,
+        v,
+        dtype=dtype,
+        mask_value=jax_nn_mask_value(dtype),
+        scale=scale,
+        bias=bias,
+        keep=keep,
+    )
     return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
 
 
-def _repeat_heads(ctx: LoweringContext, x: ir.Value, ops: Operands, tail: tuple[Any, Any]) -> ir.Value:
+def _repeat_heads(
+    ctx: LoweringContext, x: ir.Value, ops: Operands, tail: tuple[Any, Any]
+) -> ir.Value:
     """Grouped heads: keys or values ``[B, K, *tail]`` of K heads for N query heads, each head
     repeated N / K times in a row, as JAX groups them (query head n uses head n // (N / K))."""
     heads, kv_heads = ops.aval("query").shape[2], ops.aval("key").shape[2]
     if heads == kv_heads:
         return x
-    groups = ctx.op.Expand(ctx.op.Unsqueeze(x, ctx.ints([2])), ctx.ints([1, 1, heads // kv_heads, 1, 1]))
+    groups = ctx.op.Expand(
+        ctx.op.Unsqueeze(x, ctx.ints([2])), ctx.ints([1, 1, heads // kv_heads, 1, 1])
+    )
     return ctx.reshape(groups, [ops.aval("key").shape[0], heads, *tail])
 
 
@@ -181,7 +258,10 @@ def broadcast_dims(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     """The broadcast of same-rank shapes: per axis the dim that is not a static 1."""
     if not shapes:
         return ()
-    return tuple(next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*shapes, strict=True))
+    return tuple(
+        next((d for d in dims if not (isinstance(d, int) and d == 1)), 1)
+        for dims in zip(*shapes, strict=True)
+    )
 
 
 # -- activations ---------------------------------------------------------------------------
@@ -220,17 +300,41 @@ ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation({}, _op("Relu"), ("Relu",)),
     "sigmoid": Activation({}, _op("Sigmoid"), ("Sigmoid",)),
     "gelu": Activation({"approximate": True}, _gelu, ("Gelu",), dtypes=_F32, min_opset=20),
-    "silu": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")),
-    "swish": Activation({}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")),
-    "softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.Softmax(x, axis=axis), ("Softmax",)),
-    "log_softmax": Activation({"axis": -1, "where": None}, lambda ctx, x, *, axis, **_: ctx.op.LogSoftmax(x, axis=axis), ("LogSoftmax",), dtypes=_F32),
-    "elu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Elu(x, alpha=alpha), ("Elu",), dtypes=_F32),
-    "celu": Activation({"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Celu(x, alpha=alpha), ("Celu",), dtypes=_F32),
+    "silu": Activation(
+        {}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")
+    ),
+    "swish": Activation(
+        {}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")
+    ),
+    "softmax": Activation(
+        {"axis": -1, "where": None},
+        lambda ctx, x, *, axis, **_: ctx.op.Softmax(x, axis=axis),
+        ("Softmax",),
+    ),
+    "log_softmax": Activation(
+        {"axis": -1, "where": None},
+        lambda ctx, x, *, axis, **_: ctx.op.LogSoftmax(x, axis=axis),
+        ("LogSoftmax",),
+        dtypes=_F32,
+    ),
+    "elu": Activation(
+        {"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Elu(x, alpha=alpha), ("Elu",), dtypes=_F32
+    ),
+    "celu": Activation(
+        {"alpha": 1.0}, lambda ctx, x, *, alpha: ctx.op.Celu(x, alpha=alpha), ("Celu",), dtypes=_F32
+    ),
     "selu": Activation({}, _op("Selu"), ("Selu",), dtypes=_F32),
-    "leaky_relu": Activation({"negative_slope": 0.01}, lambda ctx, x, *, negative_slope: ctx.op.LeakyRelu(x, alpha=negative_slope), ("LeakyRelu",), dtypes=_F32),
+    "leaky_relu": Activation(
+        {"negative_slope": 0.01},
+        lambda ctx, x, *, negative_slope: ctx.op.LeakyRelu(x, alpha=negative_slope),
+        ("LeakyRelu",),
+        dtypes=_F32,
+    ),
     "softplus": Activation({}, _op("Softplus"), ("Softplus",), dtypes=_F32),
     "mish": Activation({}, _op("Mish"), ("Mish",), dtypes=_F32, min_opset=18),
-    "hard_sigmoid": Activation({}, _op("HardSigmoid", alpha=1.0 / 6.0, beta=0.5), ("HardSigmoid",), dtypes=_F32),
+    "hard_sigmoid": Activation(
+        {}, _op("HardSigmoid", alpha=1.0 / 6.0, beta=0.5), ("HardSigmoid",), dtypes=_F32
+    ),
     "hard_silu": Activation({}, _op("HardSwish"), ("HardSwish",), dtypes=_F32),
     "hard_swish": Activation({}, _op("HardSwish"), ("HardSwish",), dtypes=_F32),
     "hard_tanh": Activation({}, _clip(-1.0, 1.0), ("Clip",)),
@@ -253,7 +357,11 @@ def _activation_handler(name: str, activation: Activation, original: Callable[..
             return NotApplicable
         values = list(bound.arguments.values())
         x, given = values[0], dict(list(bound.arguments.items())[1:])
-        if not is_array(x) or not _takes(activation, x.dtype) or set(given) - set(activation.config):
+        if (
+            not is_array(x)
+            or not _takes(activation, x.dtype)
+            or set(given) - set(activation.config)
+        ):
             return NotApplicable
         config = {**activation.config, **given}
         if config.get("where", None) is not None:
@@ -261,12 +369,26 @@ def _activation_handler(name: str, activation: Activation, original: Callable[..
         config.pop("where", None)
         if "axis" in config:
             axis = config["axis"]
-            if not isinstance(axis, int) or isinstance(axis, bool) or x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+            if (
+                not isinstance(axis, int)
+                or isinstance(axis, bool)
+                or x.ndim == 0
+                or not -x.ndim <= axis < x.ndim
+            ):
                 return NotApplicable
-            config["axis"] = axis - x.ndim if axis >= 0 else axis  # counted from the end: vmap adds dims in front
-        if any(isinstance(v, bool) is False and not isinstance(v, (int, float)) for v in config.values()):
+            config["axis"] = (
+                axis - x.ndim if axis >= 0 else axis
+            )  # counted from the end: vmap adds dims in front
+        if any(
+            isinstance(v, bool) is False and not isinstance(v, (int, float))
+            for v in config.values()
+        ):
             return NotApplicable
-        return CoarseCall(f"jax_nn_{name}", inputs={"x": x}, params={k: _plain_number(v) for k, v in config.items()})
+        return CoarseCall(
+            f"jax_nn_{name}",
+            inputs={"x": x},
+            params={k: _plain_number(v) for k, v in config.items()},
+        )
 
     return handler
 
@@ -278,7 +400,15 @@ def _takes(activation: Activation, dtype: Any) -> bool:
 
 
 def _plain_number(v: Any) -> Any:
-    return v if isinstance(v, bool) else float(v) if isinstance(v, float) else int(v) if isinstance(v, int) else v
+    return (
+        v
+        if isinstance(v, bool)
+        else float(v)
+        if isinstance(v, float)
+        else int(v)
+        if isinstance(v, int)
+        else v
+    )
 
 
 def _emit(ctx: LoweringContext, activation: Activation, x: ir.Value, config: dict[str, Any]) -> Any:
@@ -286,9 +416,17 @@ def _emit(ctx: LoweringContext, activation: Activation, x: ir.Value, config: dic
     if "axis" in config:  # a negative axis (see the handler): right under vmap too
         return activation.rule(ctx, x, **config)
     producer = x.producer()
-    if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
+    if (
+        producer is not None
+        and producer.op_type == "Transpose"
+        and producer.domain == ""
+        and "perm" in producer.attributes
+    ):
         # elementwise: act before the layout transpose, so the next coarse op can undo it
-        return ctx.op.Transpose(activation.rule(ctx, producer.inputs[0], **config), perm=list(producer.attributes["perm"].value))
+        return ctx.op.Transpose(
+            activation.rule(ctx, producer.inputs[0], **config),
+            perm=list(producer.attributes["perm"].value),
+        )
     return activation.rule(ctx, x, **config)
 
 
@@ -296,7 +434,12 @@ def _register_activation(name: str, activation: Activation) -> None:
     def rule(ctx: LoweringContext, ops: Operands, **config: Any) -> Any:
         return _emit(ctx, activation, ops["x"], config)
 
-    coarse_lowering(f"jax_nn_{name}", onnx_ops=activation.onnx_ops, min_opset=activation.min_opset, covers=(f"jax.nn.{name}",))(rule)
+    coarse_lowering(
+        f"jax_nn_{name}",
+        onnx_ops=activation.onnx_ops,
+        min_opset=activation.min_opset,
+        covers=(f"jax.nn.{name}",),
+    )(rule)
     jxi.rebind_under_vmap(f"jax_nn_{name}")  # the rules act on the trailing dims only
 
 
@@ -323,8 +466,13 @@ def shared(handler_for: Callable[[Any], Handler]) -> MakeWrapper:
     def make(original: Any) -> Any:
         if id(original) not in _PATCHED:
             made = _MADE.get(id(original))
-            if made is None or made[0] is not original:  # the original is held: its id is not reused
-                made = _MADE[id(original)] = (original, coarse_wrapper(handler_for(original))(original))
+            if (
+                made is None or made[0] is not original
+            ):  # the original is held: its id is not reused
+                made = _MADE[id(original)] = (
+                    original,
+                    coarse_wrapper(handler_for(original))(original),
+                )
             _PATCHED[id(original)] = made
         return _PATCHED[id(original)][1]
 
@@ -349,7 +497,9 @@ def _make_namespace_patches(namespace: Any) -> list[tuple[Any, str, MakeWrapper]
     for name, activation in ACTIVATIONS.items():
         function = getattr(namespace, name, None)
         if callable(function) and _in_place_entry(function) is None:  # (those are patched in place)
-            result.append((namespace, name, shared(functools.partial(_activation_handler, name, activation))))
+            result.append(
+                (namespace, name, shared(functools.partial(_activation_handler, name, activation)))
+            )
     if callable(getattr(namespace, "dot_product_attention", None)):
         result.append((namespace, "dot_product_attention", shared(_attention_handler)))
     return result
@@ -404,19 +554,32 @@ def _in_place_entry(function: Any) -> _InPlace | None:
 def _make_in_place(function: types.FunctionType, handler_for: Callable[[Any], Handler]) -> _InPlace:
     """The trampoline of ``function`` (made once): its calls go to the coarse wrapper of a copy
     of the original (the copy keeps the original code, defaults and signature)."""
-    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__,
-                              function.__defaults__, function.__closure__)
+    copy = types.FunctionType(
+        function.__code__,
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__dict__.update(function.__dict__)
-    copy.__qualname__, copy.__module__, copy.__doc__ = function.__qualname__, function.__module__, function.__doc__
+    copy.__qualname__, copy.__module__, copy.__doc__ = (
+        function.__qualname__,
+        function.__module__,
+        function.__doc__,
+    )
     _IN_PLACE[id(function)] = coarse_wrapper(handler_for(copy))(copy)
     namespace: dict[str, Any] = {}
     parameters, arguments = _forwarding(function.__code__)
-    exec(  # noqa: S102 (generated from the code's parameter names: code that reads the module's globals)
+    exec(
         f"def {function.__name__}({parameters}):\n"
-        f"    return {_IN_PLACE_GLOBAL}[{id(function)}]({arguments})\n", {}, namespace)
+        f"    return {_IN_PLACE_GLOBAL}[{id(function)}]({arguments})\n",
+        {},
+        namespace,
+    )
     trampoline = namespace[function.__name__].__code__.replace(
-        co_qualname=function.__qualname__, co_filename=function.__code__.co_filename)  # (library code)
+        co_qualname=function.__qualname__, co_filename=function.__code__.co_filename
+    )  # (library code)
     function.__globals__.setdefault(_IN_PLACE_GLOBAL, _IN_PLACE)
     entry = _IN_PLACE_ENTRIES[id(function)] = _InPlace(function, function.__code__, trampoline)
     return entry
@@ -438,8 +601,8 @@ def _forwarding(code: types.CodeType) -> tuple[str, str]:
         i += 1
     elif n_kw:
         params.append("*")
-    params += names[n:n + n_kw]
-    args += [f"{k}={k}" for k in names[n:n + n_kw]]
+    params += names[n : n + n_kw]
+    args += [f"{k}={k}" for k in names[n : n + n_kw]]
     if code.co_flags & inspect.CO_VARKEYWORDS:
         params.append(f"**{names[i]}")
         args.append(f"**{names[i]}")
@@ -460,7 +623,9 @@ def _in_place_entries() -> list[_InPlace]:
             continue
         entry = _in_place_entry(function)
         if entry is None:
-            entry = _make_in_place(function, functools.partial(_activation_handler, name, activation))
+            entry = _make_in_place(
+                function, functools.partial(_activation_handler, name, activation)
+            )
         result.append(entry)
     return result
 
@@ -494,7 +659,9 @@ def _jitted_activations() -> dict[str, list[tuple[Activation, Any]]]:
     return result
 
 
-def _reference_text(original: Any, aval: Any, values: tuple[Any, ...], static: tuple[tuple[str, Any], ...]) -> str | None:
+def _reference_text(
+    original: Any, aval: Any, values: tuple[Any, ...], static: tuple[tuple[str, Any], ...]
+) -> str | None:
     """The text of the body of the ``jit`` equation JAX traces for ``original(x, *values,
     **static)`` on ``aval``; None if it traces no such equation (or fails)."""
     key = (id(original), tuple(aval.shape), str(aval.dtype), aval.weak_type, values, static)
@@ -522,13 +689,21 @@ def _jit_body_text(jaxpr: Any, name: str | None) -> str | None:
     return None
 
 
-def _configs(activation: Activation, ndim: int, values: list[Any]) -> Iterator[tuple[tuple[Any, ...], tuple[tuple[str, Any], ...], dict[str, Any]]]:
+def _configs(
+    activation: Activation, ndim: int, values: list[Any]
+) -> Iterator[tuple[tuple[Any, ...], tuple[tuple[str, Any], ...], dict[str, Any]]]:
     """(positional values, static keywords, the rule's config) for each configuration a
     ``jit`` equation of the activation may have been traced with: its literal operands are
     the numeric parameters in order, a static axis or flag one of its values."""
-    numeric = [k for k, v in activation.config.items() if k not in ("axis", "where") and not isinstance(v, bool)]
+    numeric = [
+        k
+        for k, v in activation.config.items()
+        if k not in ("axis", "where") and not isinstance(v, bool)
+    ]
     flags = [k for k, v in activation.config.items() if isinstance(v, bool)]
-    if len(values) > len(numeric) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if len(values) > len(numeric) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+    ):
         return
     given = dict(zip(numeric, values, strict=False))
     base = {k: v for k, v in activation.config.items() if k != "where"} | given
@@ -536,9 +711,17 @@ def _configs(activation: Activation, ndim: int, values: list[Any]) -> Iterator[t
     if "axis" in activation.config:
         statics = [{"axis": a} for a in range(-1, -ndim - 1, -1)] if ndim else []
     for flag in flags:
-        statics = [s | {flag: value} for s in statics for value in (activation.config[flag], not activation.config[flag])]
+        statics = [
+            s | {flag: value}
+            for s in statics
+            for value in (activation.config[flag], not activation.config[flag])
+        ]
     for static in statics:
-        yield tuple(values), tuple(sorted(static.items())), {k: _plain_number(v) for k, v in (base | static).items()}
+        yield (
+            tuple(values),
+            tuple(sorted(static.items())),
+            {k: _plain_number(v) for k, v in (base | static).items()},
+        )
 
 
 def _recognize_jitted(ctx: LoweringContext, inputs: list[ir.Value]) -> list[ir.Value] | None:
@@ -550,7 +733,12 @@ def _recognize_jitted(ctx: LoweringContext, inputs: list[ir.Value]) -> list[ir.V
         return None
     if not all(jxi.is_literal(v) for v in eqn.invars[1:]):
         return None
-    values = [jxi.literal_value(v).item() if hasattr(jxi.literal_value(v), "item") else jxi.literal_value(v) for v in eqn.invars[1:]]
+    values = [
+        jxi.literal_value(v).item()
+        if hasattr(jxi.literal_value(v), "item")
+        else jxi.literal_value(v)
+        for v in eqn.invars[1:]
+    ]
     aval = eqn.invars[0].aval
     body = eqn.params["jaxpr"]
     if body.consts or aval.shape != eqn.outvars[0].aval.shape:
@@ -585,7 +773,13 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
         yield Prepared(substitute(prepared.fn), prepared.const_names)
 
 
-
 register_adapter("jax", __name__)  # its patches apply to every export
 
-__all__ = ["ACTIVATIONS", "Activation", "export_session", "namespace_patches", "shared", "substitute"]
+__all__ = [
+    "ACTIVATIONS",
+    "Activation",
+    "export_session",
+    "namespace_patches",
+    "shared",
+    "substitute",
+]

@@ -17,9 +17,19 @@ from typing import Any
 import numpy as np
 
 _ABBREV = {
-    "b": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "b": "bool",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
 }
 
 _FLOAT = "f16 f32 f64"
@@ -27,9 +37,53 @@ _NUMERIC = "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64"
 _BITWISE = "i8 i16 i32 i64 u8 u16 u32 u64"
 
 _SUPPORTED_TEXT: dict[str, str] = {
-    **{op: _FLOAT for op in ("Exp", "Log", "Tanh", "Sqrt", "Sin", "Cos", "Floor", "Ceil", "Sigmoid", "Reciprocal", "Round", "Softmax", "LogSoftmax", "Softplus", "Elu", "Selu", "Celu", "HardSigmoid", "Mish", "Gelu", "LeakyRelu", "ThresholdedRelu", "Softsign", "HardSwish")},
-    **{op: "f16 f32" for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf")},
-    **{op: _NUMERIC for op in ("Add", "Sub", "Mul", "Div", "Mod", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")},
+    **{
+        op: _FLOAT
+        for op in (
+            "Exp",
+            "Log",
+            "Tanh",
+            "Sqrt",
+            "Sin",
+            "Cos",
+            "Floor",
+            "Ceil",
+            "Sigmoid",
+            "Reciprocal",
+            "Round",
+            "Softmax",
+            "LogSoftmax",
+            "Softplus",
+            "Elu",
+            "Selu",
+            "Celu",
+            "HardSigmoid",
+            "Mish",
+            "Gelu",
+            "LeakyRelu",
+            "ThresholdedRelu",
+            "Softsign",
+            "HardSwish",
+        )
+    },
+    **{
+        op: "f16 f32"
+        for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf")
+    },
+    **{
+        op: _NUMERIC
+        for op in (
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Mod",
+            "Less",
+            "LessOrEqual",
+            "Greater",
+            "GreaterOrEqual",
+        )
+    },
     **{op: _BITWISE for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")},
     **{op: "b" for op in ("Not", "And", "Or", "Xor")},
     "Abs": _NUMERIC,
@@ -65,16 +119,26 @@ _SUPPORTED_TEXT: dict[str, str] = {
     "MaxPool": "i8 u8 f16 f32 f64",
     "AveragePool": "f16 f32",
     "ReduceL2": "f32 f64",
-    **{op: "f16 f32" for op in ("PRelu", "GRU", "LSTM", "RotaryEmbedding", "GlobalAveragePool", "GlobalMaxPool")},
+    **{
+        op: "f16 f32"
+        for op in ("PRelu", "GRU", "LSTM", "RotaryEmbedding", "GlobalAveragePool", "GlobalMaxPool")
+    },
     # (a bfloat16 Clip fails to load: "Could not find an implementation for Less(13)")
     "Clip": "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64",
     "Compress": "b " + _NUMERIC,
     "Sum": "f16 f32 f64",
     # scatters with a reduction: keyed by kernel_key (the reduction changes the kernels)
-    **{f"{op}[{r}]": "b i8 i16 i32 i64 u8 u16 u32 u64 f32 f64" for op in ("ScatterND", "ScatterElements") for r in ("add", "mul")},
+    **{
+        f"{op}[{r}]": "b i8 i16 i32 i64 u8 u16 u32 u64 f32 f64"
+        for op in ("ScatterND", "ScatterElements")
+        for r in ("add", "mul")
+    },
     **{f"ScatterND[{r}]": "i8 i16 i32 i64 u8 u16 u32 u64 f32 f64" for r in ("min", "max")},
-    **{f"ScatterElements[{r}]": "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64" for r in ("min", "max")},
+    **{
+        f"ScatterElements[{r}]": "i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64" for r in ("min", "max")
+    },
 }
+
 
 def _bfloat16() -> np.dtype:
     import ml_dtypes
@@ -97,13 +161,26 @@ def _parse(texts: Mapping[str, str]) -> dict[str, frozenset[np.dtype]]:
 # float32 with our Cast back after each, and onnxruntime inserts (and drops) no Cast of its own.
 # Measured on onnxruntime 1.32 from the optimized model it saves (inserted Casts or none);
 # tests/core/test_elementwise.py checks float16 chains bit-exactly against JAX.
-_F16_KERNELS = frozenset({
-    "IsInf", "IsNaN", "Max", "Min", "Mod", "Round", "Sign", "Clip", "Expand", "Compress",
-    "ReverseSequence", *(op for op in _SUPPORTED_TEXT if op.startswith("Scatter")),
-})
+_F16_KERNELS = frozenset(
+    {
+        "IsInf",
+        "IsNaN",
+        "Max",
+        "Min",
+        "Mod",
+        "Round",
+        "Sign",
+        "Clip",
+        "Expand",
+        "Compress",
+        "ReverseSequence",
+        *(op for op in _SUPPORTED_TEXT if op.startswith("Scatter")),
+    }
+)
 _F16 = np.dtype(np.float16)
 SUPPORTED: dict[str, frozenset[np.dtype]] = {
-    op: types if op in _F16_KERNELS else types - {_F16} for op, types in _parse(_SUPPORTED_TEXT).items()
+    op: types if op in _F16_KERNELS else types - {_F16}
+    for op, types in _parse(_SUPPORTED_TEXT).items()
 }
 # The table of the export that is running: onnxruntime CPU's with a target's differences
 # (core/targets/; onnxruntime-web's WASM build, for example, has fewer Where kernels).
@@ -116,30 +193,66 @@ def table() -> Mapping[str, frozenset[np.dtype]]:
 
 
 @contextmanager
-def target_kernels(differences: Mapping[str, str], without: Mapping[str, frozenset[np.dtype]] | None = None) -> Iterator[None]:
+def target_kernels(
+    differences: Mapping[str, str], without: Mapping[str, frozenset[np.dtype]] | None = None
+) -> Iterator[None]:
     """Use onnxruntime CPU's table with ``differences`` (``{op: "i32 f32 ..."}``) replaced and
     the types in ``without`` (what an older opset's schemas lack) taken out."""
     active = {**SUPPORTED, **_parse(differences)} if differences else SUPPORTED
     if without:
-        active = {**active, **{op: active[op] - types for op, types in without.items() if op in active}}
+        active = {
+            **active,
+            **{op: active[op] - types for op, types in without.items() if op in active},
+        }
     token = _active.set(active)
     try:
         yield
     finally:
         _active.reset(token)
 
+
 # Which inputs carry the op's main element type T (default: all) and which outputs have type T
 # (default: output 0). Outputs of a fixed type (bool, int64) are not cast back.
 T_INPUTS: dict[str, tuple[int, ...]] = {
-    "Where": (1, 2), "Pad": (0, 2), "Expand": (0,), "Tile": (0,), "CumSum": (0,), "CumProd": (0,), "TopK": (0,),
-    "ReduceSum": (0,), "ReduceMax": (0,), "ReduceMin": (0,), "ReduceProd": (0,), "ReduceL2": (0,),
-    "ArgMax": (0,), "ArgMin": (0,), "Pow": (0, 1), "ReverseSequence": (0,), "MaxPool": (0,),
+    "Where": (1, 2),
+    "Pad": (0, 2),
+    "Expand": (0,),
+    "Tile": (0,),
+    "CumSum": (0,),
+    "CumProd": (0,),
+    "TopK": (0,),
+    "ReduceSum": (0,),
+    "ReduceMax": (0,),
+    "ReduceMin": (0,),
+    "ReduceProd": (0,),
+    "ReduceL2": (0,),
+    "ArgMax": (0,),
+    "ArgMin": (0,),
+    "Pow": (0, 1),
+    "ReverseSequence": (0,),
+    "MaxPool": (0,),
     "Compress": (0,),
-    "GRU": (0, 1, 2, 3, 5), "LSTM": (0, 1, 2, 3, 5, 6, 7), "RotaryEmbedding": (0, 1, 2),
-    **{f"{op}[{r}]": (0, 2) for op in ("ScatterND", "ScatterElements") for r in ("add", "mul", "min", "max")},
+    "GRU": (0, 1, 2, 3, 5),
+    "LSTM": (0, 1, 2, 3, 5, 6, 7),
+    "RotaryEmbedding": (0, 1, 2),
+    **{
+        f"{op}[{r}]": (0, 2)
+        for op in ("ScatterND", "ScatterElements")
+        for r in ("add", "mul", "min", "max")
+    },
 }
 FIXED_OUTPUT = frozenset(
-    ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf", "ArgMax", "ArgMin"]
+    [
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "IsNaN",
+        "IsInf",
+        "ArgMax",
+        "ArgMin",
+    ]
 )
 
 # Widening that keeps every value: the first type in the chain with a kernel is used.

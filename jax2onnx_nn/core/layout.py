@@ -41,7 +41,9 @@ def resolve(selection: Selection, names: Sequence[str], option: str) -> list[int
     for item in selection or ():
         if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
             if not -len(names) <= item < len(names):
-                raise SpecError(f"{option}: index {item} is out of range for {len(names)} ({list(names)})")
+                raise SpecError(
+                    f"{option}: index {item} is out of range for {len(names)} ({list(names)})"
+                )
             positions.append(int(item) % len(names))
         elif isinstance(item, str) and item in names:
             positions.append(list(names).index(item))
@@ -50,7 +52,9 @@ def resolve(selection: Selection, names: Sequence[str], option: str) -> list[int
     return sorted(set(positions))
 
 
-def apply_layout(model: ir.Model, inputs_as_nchw: Selection = None, outputs_as_nchw: Selection = None) -> None:
+def apply_layout(
+    model: ir.Model, inputs_as_nchw: Selection = None, outputs_as_nchw: Selection = None
+) -> None:
     """Make the selected graph inputs/outputs channels-first, then fold Transpose pairs.
 
     The selected values keep their names; each must have rank >= 3. The positions are
@@ -76,11 +80,23 @@ def _move_to_channels_first(graph: ir.Graph, ins: list[int], outs: list[int]) ->
     for i in ins:
         nhwc = graph.inputs[i]
         rank = _rank(nhwc, "inputs_as_nchw")
-        nchw = ir.Value(name=nhwc.name, type=nhwc.type, shape=_permuted(nhwc.shape, to_channels_first(rank)))
+        nchw = ir.Value(
+            name=nhwc.name, type=nhwc.type, shape=_permuted(nhwc.shape, to_channels_first(rank))
+        )
         nhwc.name = names.fresh(f"{nhwc.name}_nhwc")
-        node = ir.Node("", "Transpose", [nchw], [ir.AttrInt64s("perm", to_channels_last(rank))], name=names.fresh(f"{nchw.name}/to_nhwc"))
+        node = ir.Node(
+            "",
+            "Transpose",
+            [nchw],
+            [ir.AttrInt64s("perm", to_channels_last(rank))],
+            name=names.fresh(f"{nchw.name}/to_nhwc"),
+        )
         transposed = node.outputs[0]
-        transposed.name, transposed.type, transposed.shape = names.fresh(f"{nchw.name}/nhwc"), nhwc.type, nhwc.shape
+        transposed.name, transposed.type, transposed.shape = (
+            names.fresh(f"{nchw.name}/nhwc"),
+            nhwc.type,
+            nhwc.shape,
+        )
         nhwc.replace_all_uses_with(transposed)
         graph.inputs[i] = nchw
         if first is None:
@@ -90,7 +106,13 @@ def _move_to_channels_first(graph: ir.Graph, ins: list[int], outs: list[int]) ->
     for j in outs:
         nhwc = graph.outputs[j]
         rank = _rank(nhwc, "outputs_as_nchw")
-        node = ir.Node("", "Transpose", [nhwc], [ir.AttrInt64s("perm", to_channels_first(rank))], name=names.fresh(f"{nhwc.name}/to_nchw"))
+        node = ir.Node(
+            "",
+            "Transpose",
+            [nhwc],
+            [ir.AttrInt64s("perm", to_channels_first(rank))],
+            name=names.fresh(f"{nhwc.name}/to_nchw"),
+        )
         nchw = node.outputs[0]
         nchw.type, nchw.shape = nhwc.type, _permuted(nhwc.shape, to_channels_first(rank))
         name = nhwc.name
@@ -131,7 +153,9 @@ def fold_transposes(model: ir.Model) -> int:
         tail_shape = None if tail is None else tail.shape
         for op in ops:
             _permute_operands(op, first.outputs[0], first.inputs[0], inverse, model.graph)
-        if tail is not None and (tail.is_graph_output() or any(use.node is not node for use in tail.uses())):
+        if tail is not None and (
+            tail.is_graph_output() or any(use.node is not node for use in tail.uses())
+        ):
             names = names or _Names(model)
             _restore_layout(tail, tail_shape, p1, node, names)
         source = ops[-1].outputs[0] if ops else first.inputs[0]
@@ -144,14 +168,22 @@ def fold_transposes(model: ir.Model) -> int:
     return folded
 
 
-def _restore_layout(value: ir.Value, shape: ir.Shape | None, perm: list[int], folded: ir.Node, names: _Names) -> None:
+def _restore_layout(
+    value: ir.Value, shape: ir.Shape | None, perm: list[int], folded: ir.Node, names: _Names
+) -> None:
     """Give every consumer of ``value`` except ``folded`` (other nodes, the graph's or the
     function's outputs) the layout it had before its producer was rewritten to work on
     un-transposed data: a ``Transpose(value, perm)`` in front of them. A graph output keeps its
     name on the restored value."""
     producer = value.producer()
     graph = producer.graph
-    node = ir.Node("", "Transpose", [value], [ir.AttrInt64s("perm", perm)], name=names.fresh(f"{producer.name or 'value'}/restore_layout"))
+    node = ir.Node(
+        "",
+        "Transpose",
+        [value],
+        [ir.AttrInt64s("perm", perm)],
+        name=names.fresh(f"{producer.name or 'value'}/restore_layout"),
+    )
     restored = node.outputs[0]
     restored.type, restored.shape = value.type, shape
     graph.insert_after(producer, node)
@@ -195,7 +227,11 @@ def _elementwise_chain(value: ir.Value | None) -> tuple[ir.Node, list[ir.Node]] 
             return producer, ops[::-1]
         if ops and (len(value.uses()) != 1 or value.is_graph_output()):
             return None
-        if producer.op_type not in ELEMENTWISE or producer.domain != "" or len(producer.outputs) != 1:
+        if (
+            producer.op_type not in ELEMENTWISE
+            or producer.domain != ""
+            or len(producer.outputs) != 1
+        ):
             return None
         variables = {id(v): v for v in producer.inputs if v is not None and _constant(v) is None}
         if len(variables) != 1:
@@ -211,7 +247,12 @@ def _constant(value: ir.Value) -> np.ndarray | None:
     if value.const_value is not None:
         return value.const_value.numpy()
     node = value.producer()
-    if node is None or node.domain != "" or node.op_type not in ("Unsqueeze", "Reshape") or len(node.inputs) != 2:
+    if (
+        node is None
+        or node.domain != ""
+        or node.op_type not in ("Unsqueeze", "Reshape")
+        or len(node.inputs) != 2
+    ):
         return None
     data, second = (None if v is None else _constant(v) for v in node.inputs)
     if data is None or second is None:
@@ -220,7 +261,9 @@ def _constant(value: ir.Value) -> np.ndarray | None:
         rank = data.ndim + second.size
         return np.expand_dims(data, tuple(sorted(int(a) % rank for a in second.ravel())))
     allowzero = node.attributes["allowzero"].value if "allowzero" in node.attributes else 0
-    shape = [data.shape[i] if d == 0 and not allowzero else int(d) for i, d in enumerate(second.ravel())]
+    shape = [
+        data.shape[i] if d == 0 and not allowzero else int(d) for i, d in enumerate(second.ravel())
+    ]
     return data.reshape(shape)
 
 
@@ -236,7 +279,9 @@ def _can_permute(op: ir.Node, rank: int, may_add_constants: bool) -> bool:
     return op.outputs[0].shape is None or len(op.outputs[0].shape) == rank
 
 
-def _permute_operands(op: ir.Node, old: ir.Value, new: ir.Value, inverse: list[int], main: ir.Graph) -> None:
+def _permute_operands(
+    op: ir.Node, old: ir.Value, new: ir.Value, inverse: list[int], main: ir.Graph
+) -> None:
     """Rewrite one op of a chain to work on the un-transposed data: ``old`` becomes ``new``,
     constants are permuted by ``inverse`` (new initializers of ``main``), and so is the
     output's shape."""
@@ -250,7 +295,12 @@ def _permute_operands(op: ir.Node, old: ir.Value, new: ir.Value, inverse: list[i
             root = value
             while root.producer() is not None:  # name it after the constant, not the Unsqueeze
                 root = root.producer().inputs[0]
-            op.replace_input_with(i, _initializer(main, f"{root.name}_transposed", np.ascontiguousarray(full.transpose(inverse))))
+            op.replace_input_with(
+                i,
+                _initializer(
+                    main, f"{root.name}_transposed", np.ascontiguousarray(full.transpose(inverse))
+                ),
+            )
     output = op.outputs[0]
     output.shape = _permuted(output.shape, inverse)
 
@@ -260,12 +310,16 @@ def _initializer(graph: ir.Graph, base: str, array: np.ndarray) -> ir.Value:
     while name in graph.initializers:
         name, n = f"{base}_{n}", n + 1
     tensor = ir.Tensor(array)
-    value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)
+    value = ir.Value(
+        name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor
+    )
     graph.register_initializer(value)
     return value
 
 
-def nchw_reference(fn: Any, inputs: Sequence[Any], model: Any, **parse_options: Any) -> tuple[Any, list[Any]]:
+def nchw_reference(
+    fn: Any, inputs: Sequence[Any], model: Any, **parse_options: Any
+) -> tuple[Any, list[Any]]:
     """The JAX callable and input specs that match a model exported with layout options.
 
     Returns ``(reference, specs)``: ``reference`` takes the graph's NCHW inputs, transposes
@@ -284,7 +338,11 @@ def recorded_layout(metadata: Mapping[str, str]) -> tuple[set[int], set[int]]:
 
 
 def layout_reference(
-    fn: Any, inputs: Sequence[Any], ins: Collection[int], outs: Collection[int], **parse_options: Any
+    fn: Any,
+    inputs: Sequence[Any],
+    ins: Collection[int],
+    outs: Collection[int],
+    **parse_options: Any,
 ) -> tuple[Any, list[Any]]:
     """:func:`nchw_reference` for the flat input positions ``ins`` and output positions
     ``outs`` that are channels-first in the graph."""
@@ -294,7 +352,10 @@ def layout_reference(
         return fn, list(inputs)
     specs = parse_specs(inputs, warn=False, **parse_options)
     leaves, treedef = jax.tree_util.tree_flatten((specs.args, specs.kwargs))
-    leaves = [_permuted_struct(leaf, to_channels_first(len(leaf.shape))) if i in ins else leaf for i, leaf in enumerate(leaves)]
+    leaves = [
+        _permuted_struct(leaf, to_channels_first(len(leaf.shape))) if i in ins else leaf
+        for i, leaf in enumerate(leaves)
+    ]
     n_args = len(jax.tree_util.tree_leaves(specs.args))
     if any(i >= n_args for i in ins):
         raise NotImplementedError("nchw_reference: a channels-first input among input_params")
@@ -302,10 +363,15 @@ def layout_reference(
 
     def reference(*call_args: Any, **call_kwargs: Any) -> Any:
         flat, tree = jax.tree_util.tree_flatten((call_args, call_kwargs))
-        flat = [x.transpose(to_channels_last(x.ndim)) if i in ins else x for i, x in enumerate(flat)]
+        flat = [
+            x.transpose(to_channels_last(x.ndim)) if i in ins else x for i, x in enumerate(flat)
+        ]
         a, k = jax.tree_util.tree_unflatten(tree, flat)
         out_flat, out_tree = jax.tree_util.tree_flatten(fn(*a, **k))
-        out_flat = [y.transpose(to_channels_first(y.ndim)) if j in outs else y for j, y in enumerate(out_flat)]
+        out_flat = [
+            y.transpose(to_channels_first(y.ndim)) if j in outs else y
+            for j, y in enumerate(out_flat)
+        ]
         return jax.tree_util.tree_unflatten(out_tree, out_flat)
 
     return reference, list(args)
@@ -350,7 +416,9 @@ def _perm(node: ir.Node) -> list[int]:
 def _rank(value: ir.Value, option: str) -> int:
     if value.shape is None or len(value.shape) < 3:
         shape = None if value.shape is None else list(value.shape)
-        raise SpecError(f"{option}: {value.name!r} has shape {shape}; channels-first needs rank >= 3")
+        raise SpecError(
+            f"{option}: {value.name!r} has shape {shape}; channels-first needs rank >= 3"
+        )
     return len(value.shape)
 
 

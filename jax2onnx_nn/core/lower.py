@@ -71,6 +71,7 @@ OnnxType = tuple[np.dtype, Sequence[Any] | None]
 Index = int | ir.Value
 _IOTA_CONSTANT_MAX = 1024  # longer iotas are a Range node, not a stored constant
 
+
 def is_float(dtype: Any) -> bool:
     """A floating-point type, bfloat16 and the float8 types included (NumPy's own
     ``issubdtype(..., np.floating)`` does not know them)."""
@@ -120,7 +121,9 @@ class Lowerer:
         self.root = builder
         self.config = config
         self.progress = Progress(config.progress)
-        self._lowering = False  # inside the top-level jaxpr (its equations are what progress counts)
+        self._lowering = (
+            False  # inside the top-level jaxpr (its equations are what progress counts)
+        )
         self.dims = DimEvaluator(builder)
         self.unsupported: dict[str, list[str]] = defaultdict(list)
         self._consts: dict[int, tuple[Any, ir.Value]] = {}
@@ -148,10 +151,14 @@ class Lowerer:
         return result
 
     def literal(self, atom: Any, builder: GraphBuilder) -> ir.Value:
-        return builder.const(jxi.to_data(np.asarray(jxi.literal_value(atom), dtype=atom.aval.dtype)))
+        return builder.const(
+            jxi.to_data(np.asarray(jxi.literal_value(atom), dtype=atom.aval.dtype))
+        )
 
     # -- jaxprs ---------------------------------------------------------------------------
-    def lower_jaxpr(self, closed_jaxpr: ClosedJaxpr, inputs: Sequence[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+    def lower_jaxpr(
+        self, closed_jaxpr: ClosedJaxpr, inputs: Sequence[ir.Value], builder: GraphBuilder
+    ) -> list[ir.Value]:
         """Lower a (closed or open) jaxpr into ``builder``; returns its output values."""
         closed = jxi.as_closed(closed_jaxpr)
         jaxpr = closed.jaxpr
@@ -190,18 +197,24 @@ class Lowerer:
         registration = lookup(name, self.config.lowerings)
         previous_doc = builder.doc_string
         # library code (a body traced inside jnp/equinox functions): the caller's line
-        builder.doc_string = jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
+        builder.doc_string = (
+            jxi.source_line(eqn) or previous_doc or jxi.source_line(eqn, library_ok=True)
+        )
         try:
             data_jaxpr = self._on_data(eqn, registration)
             ctx = LoweringContext(self, eqn, builder)
             # results the value ranges of the inputs settle (core/value_range.py)
             ranges = value_range.facts(eqn, inputs)
-            folded = None if data_jaxpr is not None else value_range.fold(eqn, inputs, ranges, ctx.full)
+            folded = (
+                None if data_jaxpr is not None else value_range.fold(eqn, inputs, ranges, ctx.full)
+            )
             if folded is not None:
                 outs = folded
             elif data_jaxpr is _NO_PAIRS:
                 self.unsupported[name + ON_COMPLEX].append(builder.doc_string)
-                outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
+                outs = [
+                    ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars
+                ]
             elif data_jaxpr is not None:
                 outs = self.lower_jaxpr(data_jaxpr, inputs, builder)
             elif registration is not None and registration.min_opset <= self.config.opset:
@@ -211,12 +224,17 @@ class Lowerer:
                 # no rule, or the rule needs a newer opset: the body is what it computes
                 outs = self._lower_call(eqn, inputs, builder)
             else:
-                impl = jxi.primitive_impl_jaxpr(eqn.primitive, eqn.params, [v.aval for v in eqn.invars])
+                impl = jxi.primitive_impl_jaxpr(
+                    eqn.primitive, eqn.params, [v.aval for v in eqn.invars]
+                )
                 if impl is not None:
                     outs = self.lower_jaxpr(impl, inputs, builder)
                 else:
                     self.unsupported[name].append(builder.doc_string)
-                    outs = [ir.Value(name=builder.names.fresh(f"unsupported_{name}")) for _ in eqn.outvars]
+                    outs = [
+                        ir.Value(name=builder.names.fresh(f"unsupported_{name}"))
+                        for _ in eqn.outvars
+                    ]
         finally:
             builder.doc_string = previous_doc
         if len(outs) != len(eqn.outvars):
@@ -260,7 +278,9 @@ class Lowerer:
             set_type(value, dtype, shape)
         return None
 
-    def _lower_call(self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+    def _lower_call(
+        self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder
+    ) -> list[ir.Value]:
         keys = CALL_BODIES.get(eqn.primitive.name, ("body",))
         body = next((eqn.params[k] for k in keys if eqn.params.get(k) is not None), None)
         if body is None:
@@ -334,8 +354,11 @@ class LoweringContext:
         return graph.build_graph()
 
     def unless_empty(
-        self, sizes: Sequence[Any], types: Sequence[OnnxType],
-        run: Callable[[LoweringContext], Sequence[ir.Value]], empty: Callable[[LoweringContext], Sequence[ir.Value]],
+        self,
+        sizes: Sequence[Any],
+        types: Sequence[OnnxType],
+        run: Callable[[LoweringContext], Sequence[ir.Value]],
+        empty: Callable[[LoweringContext], Sequence[ir.Value]],
     ) -> list[ir.Value]:
         """``run``'s values of ``types``, or ``empty``'s where one of ``sizes`` is 0 at run time:
         for an op a runtime refuses on empty inputs (onnxruntime aborts the process on a GRU or
@@ -414,9 +437,14 @@ class LoweringContext:
         ``ConstantOfShape`` (no large constant in the file)."""
         dtype, shape = onnx_aval(aval)
         fill = np.asarray(value, dtype)
-        if not any(jxi.is_symbolic_dim(d) for d in shape) and int(np.prod(shape, dtype=np.int64)) <= 16:
+        if (
+            not any(jxi.is_symbolic_dim(d) for d in shape)
+            and int(np.prod(shape, dtype=np.int64)) <= 16
+        ):
             return self.const(np.full(shape, fill, dtype))
-        return self.op.ConstantOfShape(self.shape_tensor(shape), value=numpy_tensor(fill.reshape(1)))
+        return self.op.ConstantOfShape(
+            self.shape_tensor(shape), value=numpy_tensor(fill.reshape(1))
+        )
 
     def zeros(self, aval: Aval) -> ir.Value:
         """:meth:`full` of zeros."""
@@ -461,7 +489,9 @@ class LoweringContext:
         symbolic = [i for i, d in enumerate(dims) if jxi.is_symbolic_dim(d)]
         if symbolic:
             # an expression (B*T) costs nodes to compute; a plain variable is one Shape node
-            infer = next((i for i in symbolic if jxi.dim_vars(dims[i]) != {dim_name(dims[i])}), symbolic[0])
+            infer = next(
+                (i for i in symbolic if jxi.dim_vars(dims[i]) != {dim_name(dims[i])}), symbolic[0]
+            )
             if all(is_positive(d) for i, d in enumerate(dims) if i != infer):
                 items = [-1 if i == infer else self.index(d) for i, d in enumerate(dims)]
                 return self.op.Reshape(x, self.index_vector(items))
@@ -470,7 +500,12 @@ class LoweringContext:
         return self.op.Reshape(x, self.shape_tensor(dims), allowzero=allowzero)
 
     def slice(
-        self, x: ir.Value, axes: Sequence[int], starts: Sequence[Index], ends: Sequence[Index], steps: Sequence[int] | None = None
+        self,
+        x: ir.Value,
+        axes: Sequence[int],
+        starts: Sequence[Index],
+        ends: Sequence[Index],
+        steps: Sequence[int] | None = None,
     ) -> ir.Value:
         """``Slice`` along ``axes``; bounds are static ints or [1]-shaped int64 values (clamped
         by Slice: ``2**63 - 1`` is "to the end")."""
@@ -488,7 +523,9 @@ class LoweringContext:
         after an Unsqueeze), and the 1 stays.
         """
         zeros = [i for i, d in enumerate(dims) if is_zero(d)]
-        y = self.op.Expand(x, self.shape_tensor([1 if i in zeros else d for i, d in enumerate(dims)]))
+        y = self.op.Expand(
+            x, self.shape_tensor([1 if i in zeros else d for i, d in enumerate(dims)])
+        )
         return self.slice(y, zeros, [0] * len(zeros), [0] * len(zeros)) if zeros else y
 
     def iota(self, n: Dim, axis: int = 0, rank: int = 1, dtype: Any = np.int64) -> ir.Value:
@@ -506,7 +543,9 @@ class LoweringContext:
         line = self.cast(line, dtype)
         return self.op.Unsqueeze(line, self.ints(others)) if others else line
 
-    def reduce(self, op_type: str, x: ir.Value, axes: Sequence[int] | None = None, *, keepdims: int = 0) -> ir.Value:
+    def reduce(
+        self, op_type: str, x: ir.Value, axes: Sequence[int] | None = None, *, keepdims: int = 0
+    ) -> ir.Value:
         """``op_type`` (ReduceMax, ReduceMin, ...) over ``axes`` (None: all of them; no axes:
         ``x`` itself, where ONNX would reduce all). Written in the newest form (axes as an
         input); the builder writes an older opset's (core/opset_forms.py)."""
@@ -544,7 +583,11 @@ class LoweringContext:
         return self.op.And(self.op.Equal(x, zero), self.op.Less(inv, zero))
 
     def derived_weight(
-        self, weight: ir.Value, key: Hashable, array_fn: Callable[[np.ndarray], np.ndarray], node_fn: Callable[[ir.Value], ir.Value]
+        self,
+        weight: ir.Value,
+        key: Hashable,
+        array_fn: Callable[[np.ndarray], np.ndarray],
+        node_fn: Callable[[ir.Value], ir.Value],
     ) -> ir.Value:
         """A weight rearranged for an ONNX op (transposed, reshaped, gates reordered, or
         converted: ``array_fn``'s dtype is the result's).
@@ -557,16 +600,24 @@ class LoweringContext:
         tensor is written: the export never holds a second copy of the weight.
         """
         tensor = weight.const_value
-        if tensor is None or weight.producer() is not None or self.builder.isolated or weight.name is None:
+        if (
+            tensor is None
+            or weight.producer() is not None
+            or self.builder.isolated
+            or weight.name is None
+        ):
             return node_fn(weight)
         cache = weight.meta.setdefault("jax2onnx_nn.derived", {})
         if key not in cache:
             name = weight.name
             # the result's shape, from data that takes no memory (views of it stay free)
-            sample = np.asarray(array_fn(np.broadcast_to(np.zeros((), tensor.dtype.numpy()), tensor.shape.numpy())))
+            sample = np.asarray(
+                array_fn(np.broadcast_to(np.zeros((), tensor.dtype.numpy()), tensor.shape.numpy()))
+            )
             lazy = ir.LazyTensor(
                 lambda: ir.Tensor(np.ascontiguousarray(array_fn(tensor.numpy()))),
-                dtype=ir_dtype(sample.dtype), shape=ir.Shape(sample.shape),
+                dtype=ir_dtype(sample.dtype),
+                shape=ir.Shape(sample.shape),
             )
             derived = self.builder.initializer(lazy, f"{name}/derived")
             if not cache:  # the first rearrangement takes the weight's name
@@ -577,13 +628,21 @@ class LoweringContext:
     def transposed_weight(self, weight: ir.Value, perm: Sequence[int]) -> ir.Value:
         """:meth:`derived_weight` for a transpose."""
         perm = [int(p) for p in perm]
-        return self.derived_weight(weight, ("transpose", *perm), lambda a: np.transpose(a, perm), lambda v: self.transpose(v, perm))
+        return self.derived_weight(
+            weight,
+            ("transpose", *perm),
+            lambda a: np.transpose(a, perm),
+            lambda v: self.transpose(v, perm),
+        )
 
     def reshaped_weight(self, weight: ir.Value, shape: Sequence[int]) -> ir.Value:
         """:meth:`derived_weight` for a reshape to a static shape."""
         shape = [int(d) for d in shape]
         return self.derived_weight(
-            weight, ("reshape", *shape), lambda a: a.reshape(shape), lambda v: self.op.Reshape(v, self.const(shape, dtype=np.int64))
+            weight,
+            ("reshape", *shape),
+            lambda a: a.reshape(shape),
+            lambda v: self.op.Reshape(v, self.const(shape, dtype=np.int64)),
         )
 
     def transpose(self, x: ir.Value, perm: Sequence[int]) -> ir.Value:
@@ -591,13 +650,23 @@ class LoweringContext:
         channels-last round trip between two coarse ops), the value before it instead."""
         perm = [int(p) for p in perm]
         producer = x.producer()
-        if producer is not None and producer.op_type == "Transpose" and producer.domain == "" and "perm" in producer.attributes:
+        if (
+            producer is not None
+            and producer.op_type == "Transpose"
+            and producer.domain == ""
+            and "perm" in producer.attributes
+        ):
             inner = list(producer.attributes["perm"].value)
             if len(inner) == len(perm) and [inner[p] for p in perm] == list(range(len(perm))):
                 return producer.inputs[0]
         return self.op.Transpose(x, perm=perm)
 
-    def lower_sub(self, closed_jaxpr: ClosedJaxpr, inputs: Sequence[ir.Value], builder: GraphBuilder | None = None) -> list[ir.Value]:
+    def lower_sub(
+        self,
+        closed_jaxpr: ClosedJaxpr,
+        inputs: Sequence[ir.Value],
+        builder: GraphBuilder | None = None,
+    ) -> list[ir.Value]:
         """Lower a sub-jaxpr (a body) into ``builder`` (default: the current one)."""
         return self.lowerer.lower_jaxpr(closed_jaxpr, inputs, builder or self.builder)
 

@@ -48,13 +48,12 @@ class ModuleCallStack:
     def entered(self, module: Any, path: tuple[str, ...]) -> Iterator[str]:
         """Push a module call; yields its scope relative to the enclosing module call."""
         outer = self.stack[-1][1] if self.stack else ()
-        relative = path[len(outer):] if path[: len(outer)] == outer else path
+        relative = path[len(outer) :] if path[: len(outer)] == outer else path
         self.stack.append((module, path))
         try:
             yield "/".join(relative)
         finally:
             self.stack.pop()
-
 
     def unwrap(self, method: Any, cls: type) -> Any:
         """``method`` of ``cls`` as the export runs it (an adapter may drop a decorator)."""
@@ -82,12 +81,20 @@ class ModuleCallStack:
                 path = self.paths.get(id(module))
                 stack = self.stack
                 if path is None or (stack and stack[-1][0] is module):
-                    return inner(module, *args, **kwargs)  # unknown module (made by a transform), or super()
-                with self.entered(module, path) as scope, jax.named_scope(scope) if scope else contextlib.nullcontext():
+                    return inner(
+                        module, *args, **kwargs
+                    )  # unknown module (made by a transform), or super()
+                with (
+                    self.entered(module, path) as scope,
+                    jax.named_scope(scope) if scope else contextlib.nullcontext(),
+                ):
                     if options.auto_functions and self.becomes_function(module, original):
                         # a class is hashable; mypy does not see type[Any] as Hashable
                         return call_function(
-                            inner, (module, *args), kwargs, name=type(module).__name__,
+                            inner,
+                            (module, *args),
+                            kwargs,
+                            name=type(module).__name__,
                             key=type(module),  # type: ignore[arg-type]
                         )
                     return inner(module, *args, **kwargs)

@@ -32,10 +32,21 @@ import onnx_ir as ir
 # for type checking (tests/test_imports.py: no import cycle).
 GraphBuilder = Any
 
-Write = Callable[[GraphBuilder, str, list[Any], dict[str, Any], int], list[ir.Value]]  # (b, op, inputs, attrs, outputs)
+Write = Callable[
+    [GraphBuilder, str, list[Any], dict[str, Any], int], list[ir.Value]
+]  # (b, op, inputs, attrs, outputs)
 _INT_MAX = np.iinfo(np.int64).max
-_REDUCE_AXES_INPUT = ("ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2",
-                      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+_REDUCE_AXES_INPUT = (
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceMean",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ def older_form(op_type: str, opset: int, inputs: list[Any], attrs: dict[str, Any
 
 # -- helpers --------------------------------------------------------------------------------
 
+
 def _i64(b: GraphBuilder, values: Sequence[int]) -> ir.Value:
     return b.const(np.asarray(values, dtype=np.int64))
 
@@ -67,7 +79,9 @@ def _i64(b: GraphBuilder, values: Sequence[int]) -> ir.Value:
 def _constant(value: ir.Value | None, what: str) -> np.ndarray:
     tensor = None if value is None else value.const_value
     if tensor is None:
-        raise NotImplementedError(f"{what} must be a constant below the opset where it became an input")
+        raise NotImplementedError(
+            f"{what} must be a constant below the opset where it became an input"
+        )
     return np.asarray(tensor.numpy())
 
 
@@ -77,25 +91,34 @@ def _dtype(value: ir.Value, op: str) -> np.dtype:
     return np.dtype(value.dtype.numpy())
 
 
-def _node(b: GraphBuilder, op: str, inputs: Sequence[Any], attrs: dict[str, Any], n: int = 1) -> list[ir.Value]:
+def _node(
+    b: GraphBuilder, op: str, inputs: Sequence[Any], attrs: dict[str, Any], n: int = 1
+) -> list[ir.Value]:
     return b.add_node(op, inputs, attrs, num_outputs=n)
 
 
 # -- attribute vs input -----------------------------------------------------------------------
 
-def _axes_as_attribute(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+
+def _axes_as_attribute(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """ReduceMax & co. take ``axes`` as an attribute before opset 18."""
     axes = _constant(inputs[1], f"the axes of {op}")
     return _node(b, op, inputs[:1], {**attrs, "axes": [int(a) for a in axes.reshape(-1)]}, n)
 
 
-def _axes_as_input(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _axes_as_input(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """... and as an input from opset 18."""
     rest = {k: v for k, v in attrs.items() if k != "axes"}
     return _node(b, op, [inputs[0], _i64(b, attrs["axes"])], rest, n)
 
 
-def _reshape_allowzero(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _reshape_allowzero(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """``allowzero=1`` (opset 14): a 0 in the shape is a size-0 dim, not "copy the input dim".
 
     A constant shape without a 0 means the same either way; with a 0 the result has no
@@ -119,12 +142,16 @@ def _reshape_allowzero(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[
     return [b.op.Slice(b.op.Reshape(first, ones), b.op.Sub(shape, shape), shape)]
 
 
-def _without_reduction(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _without_reduction(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """``reduction="none"`` is the only form before the attribute (opset 16)."""
     return _node(b, op, inputs, {k: v for k, v in attrs.items() if k != "reduction"}, n)
 
 
-def _shape_slice(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _shape_slice(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """``Shape(start=, end=)`` (opset 15): a Slice of the whole shape."""
     start, end = attrs.get("start", 0), attrs.get("end")
     whole = b.op.Shape(inputs[0])
@@ -133,13 +160,18 @@ def _shape_slice(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, A
 
 # -- ops the opset lacks ----------------------------------------------------------------------
 
-def _hard_swish(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+
+def _hard_swish(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """HardSwish (opset 14) is x * HardSigmoid(x) with alpha 1/6, beta 1/2 (its definition)."""
     x = inputs[0]
     return [b.op.Mul(x, b.op.HardSigmoid(x, alpha=1 / 6, beta=0.5))]
 
 
-def _int_relu(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _int_relu(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """Relu on integers (opset 14) is Max with 0."""
     x = inputs[0]
     return [b.op.Max(x, b.const(np.zeros((), _dtype(x, "Relu"))))]
@@ -150,7 +182,9 @@ def _is_int(inputs: list[Any], attrs: dict[str, Any]) -> bool:
     return dtype is not None and np.dtype(dtype.numpy()).kind in "iu"
 
 
-def _bitwise(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _bitwise(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """Bitwise ops (opset 18) in modular arithmetic on the unsigned type of the same width.
 
     ``a & b`` is the sum of ``2**k * bit_k(a) * bit_k(b)`` (bits by BitShift, opset 11; summed by CumSum);
@@ -159,7 +193,10 @@ def _bitwise(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any],
     """
     dtype = _dtype(inputs[0], op)
     unsigned = np.dtype(f"uint{dtype.itemsize * 8}")
-    to_u = [v if dtype == unsigned else b.op.Cast(v, to=ir.DataType.from_numpy(unsigned)) for v in inputs]
+    to_u = [
+        v if dtype == unsigned else b.op.Cast(v, to=ir.DataType.from_numpy(unsigned))
+        for v in inputs
+    ]
     if op == "BitwiseNot":
         out = b.op.Sub(b.const(np.array(np.iinfo(unsigned).max, unsigned)), to_u[0])
     else:
@@ -168,14 +205,20 @@ def _bitwise(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any],
         two = b.const(np.array(2, unsigned))
 
         def bits(v: ir.Value) -> ir.Value:
-            return b.op.Mod(b.op.BitShift(b.op.Unsqueeze(v, _i64(b, [-1])), shifts, direction="RIGHT"), two)
+            return b.op.Mod(
+                b.op.BitShift(b.op.Unsqueeze(v, _i64(b, [-1])), shifts, direction="RIGHT"), two
+            )
 
-        weights = b.const((np.ones(width, unsigned) << np.arange(width, dtype=unsigned)).astype(unsigned))
+        weights = b.const(
+            (np.ones(width, unsigned) << np.arange(width, dtype=unsigned)).astype(unsigned)
+        )
         # the sum over bits is CumSum's last element: onnxruntime's integer ReduceSum goes
         # through float64 (inexact past 2**53), CumSum wraps exactly
         terms = b.op.Mul(b.op.Mul(bits(to_u[0]), bits(to_u[1])), weights)
         running = b.op.CumSum(terms, b.const(np.array(-1, np.int64)))
-        both = b.op.Squeeze(b.op.Slice(running, _i64(b, [-1]), _i64(b, [_INT_MAX]), _i64(b, [-1])), _i64(b, [-1]))
+        both = b.op.Squeeze(
+            b.op.Slice(running, _i64(b, [-1]), _i64(b, [_INT_MAX]), _i64(b, [-1])), _i64(b, [-1])
+        )
         total = b.op.Add(to_u[0], to_u[1])
         if op == "BitwiseAnd":
             out = both
@@ -189,7 +232,9 @@ def _bitwise(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any],
 _COMBINE = {"add": "Add", "mul": "Mul", "max": "Max", "min": "Min"}
 
 
-def _scatter_loop(b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int) -> list[ir.Value]:
+def _scatter_loop(
+    b: GraphBuilder, op: str, inputs: list[Any], attrs: dict[str, Any], n: int
+) -> list[ir.Value]:
     """ScatterND with a reduction (add/mul from opset 16, max/min from 18) as a Loop that
     applies one update row at a time: read the row's cell, combine, write it back. Repeated
     indices combine in order, as in JAX."""
@@ -224,24 +269,70 @@ def _reduction_since(inputs: list[Any], attrs: dict[str, Any]) -> int:
 
 
 def _scatter_form(since: int) -> Form:
-    return Form("ScatterND", since, _scatter_loop, lambda inputs, attrs: _reduction_since(inputs, attrs) == since)
+    return Form(
+        "ScatterND",
+        since,
+        _scatter_loop,
+        lambda inputs, attrs: _reduction_since(inputs, attrs) == since,
+    )
 
 
 FORMS: Mapping[str, tuple[Form, ...]] = {
-    **{op: (Form(op, 18, _axes_as_attribute, lambda inputs, attrs: len(inputs) > 1 and inputs[1] is not None),) for op in _REDUCE_AXES_INPUT},
-    "Reshape": (Form("Reshape", 14, _reshape_allowzero, lambda inputs, attrs: bool(attrs.get("allowzero"))),),
-    "Shape": (Form("Shape", 15, _shape_slice, lambda inputs, attrs: attrs.get("start") is not None or attrs.get("end") is not None),),
+    **{
+        op: (
+            Form(
+                op,
+                18,
+                _axes_as_attribute,
+                lambda inputs, attrs: len(inputs) > 1 and inputs[1] is not None,
+            ),
+        )
+        for op in _REDUCE_AXES_INPUT
+    },
+    "Reshape": (
+        Form("Reshape", 14, _reshape_allowzero, lambda inputs, attrs: bool(attrs.get("allowzero"))),
+    ),
+    "Shape": (
+        Form(
+            "Shape",
+            15,
+            _shape_slice,
+            lambda inputs, attrs: attrs.get("start") is not None or attrs.get("end") is not None,
+        ),
+    ),
     "HardSwish": (Form("HardSwish", 14, _hard_swish),),
     "Relu": (Form("Relu", 14, _int_relu, _is_int),),
-    **{op: (Form(op, 18, _bitwise),) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")},
-    "ScatterND": (_scatter_form(18), _scatter_form(16),
-                  Form("ScatterND", 16, _without_reduction, lambda inputs, attrs: "reduction" in attrs)),
+    **{
+        op: (Form(op, 18, _bitwise),)
+        for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")
+    },
+    "ScatterND": (
+        _scatter_form(18),
+        _scatter_form(16),
+        Form("ScatterND", 16, _without_reduction, lambda inputs, attrs: "reduction" in attrs),
+    ),
 }
 
 
 # -- element types ----------------------------------------------------------------------------
 
-_TYPE_NAMES = {f"tensor({n})": n for n in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "double", "bool", "bfloat16")}
+_TYPE_NAMES = {
+    f"tensor({n})": n
+    for n in (
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "double",
+        "bool",
+        "bfloat16",
+    )
+}
 _TYPE_NAMES["tensor(float)"] = "float32"
 _TYPE_NAMES["tensor(double)"] = "float64"
 
@@ -259,7 +350,12 @@ def _schema_types(op: str, opset: int) -> frozenset[str] | None:
     found = schema(op, opset)
     if found is None:
         return None
-    return frozenset(_TYPE_NAMES[t] for c in found.type_constraints for t in c.allowed_type_strs if t in _TYPE_NAMES)
+    return frozenset(
+        _TYPE_NAMES[t]
+        for c in found.type_constraints
+        for t in c.allowed_type_strs
+        if t in _TYPE_NAMES
+    )
 
 
 @functools.cache

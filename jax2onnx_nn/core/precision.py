@@ -93,7 +93,9 @@ def widened_context(ctx: LoweringContext) -> WidenedContext:
     return WidenedContext(ctx.lowerer, ctx.eqn, ctx.builder)
 
 
-def widen_operand(ctx: LoweringContext, value: ir.Value, aval: Any, call_dtype: np.dtype | None) -> ir.Value:
+def widen_operand(
+    ctx: LoweringContext, value: ir.Value, aval: Any, call_dtype: np.dtype | None
+) -> ir.Value:
     """An operand of a widened coarse op in float32.
 
     A weight (an initializer) becomes a float32 initializer, no node; a float32 weight of a
@@ -103,13 +105,16 @@ def widen_operand(ctx: LoweringContext, value: ir.Value, aval: Any, call_dtype: 
     """
     dtype = np.dtype(aval.dtype) if hasattr(aval, "dtype") else None
     weight = value.const_value is not None and value.producer() is None
-    if dtype is None or not (is_low_float(dtype) or (weight and dtype == _F32 and call_dtype is not None)):
+    if dtype is None or not (
+        is_low_float(dtype) or (weight and dtype == _F32 and call_dtype is not None)
+    ):
         return value
     if not weight:
         return ctx.cast(value, _F32)
     low = dtype if is_low_float(dtype) else call_dtype
     return ctx.derived_weight(
-        value, ("float32 via", low.name),
+        value,
+        ("float32 via", low.name),
         lambda a: np.asarray(a).astype(low).astype(np.float32),
         lambda v: ctx.cast(ctx.cast(v, low), _F32),
     )
@@ -140,11 +145,26 @@ IO_DTYPES = ("model", "float32")
 _F32_T, _F16_T, _BF16_T = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
 # Under "float16", the ops JAX accumulates in float32 (reductions, softmax, norm statistics)
 # compute in float32 between a Cast in and a Cast out; their weights stay float32.
-ACCUMULATING = frozenset({
-    "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
-    "ReduceLogSumExp", "ReduceProd", "CumSum", "Softmax", "LogSoftmax", "LayerNormalization",
-    "BatchNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization",
-})
+ACCUMULATING = frozenset(
+    {
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceProd",
+        "CumSum",
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "BatchNormalization",
+        "GroupNormalization",
+        "InstanceNormalization",
+        "RMSNormalization",
+    }
+)
 
 
 def _converted(policy: str) -> dict[ir.DataType, ir.DataType]:
@@ -205,7 +225,9 @@ def _accumulating_weights(model: ir.Model) -> set[int]:
     return keep
 
 
-def _convert_graph(graph: Any, converted: dict[ir.DataType, ir.DataType], keep_f32: set[int]) -> None:
+def _convert_graph(
+    graph: Any, converted: dict[ir.DataType, ir.DataType], keep_f32: set[int]
+) -> None:
     values: list[ir.Value] = list(graph.inputs)
     if isinstance(graph, ir.Graph):
         values += list(graph.initializers.values())
@@ -216,7 +238,9 @@ def _convert_graph(graph: Any, converted: dict[ir.DataType, ir.DataType], keep_f
         dtype = value.dtype
         if dtype is None:
             continue
-        target = _F32_T if id(value) in keep_f32 and dtype in (_BF16_T, _F32_T) else converted.get(dtype)
+        target = (
+            _F32_T if id(value) in keep_f32 and dtype in (_BF16_T, _F32_T) else converted.get(dtype)
+        )
         if target is None or target == dtype:
             continue
         if value.const_value is not None:
@@ -227,7 +251,11 @@ def _convert_graph(graph: Any, converted: dict[ir.DataType, ir.DataType], keep_f
 def _convert_attributes(node: ir.Node, converted: dict[ir.DataType, ir.DataType]) -> None:
     for name, attr in list(node.attributes.items()):
         if attr.type == ir.AttributeType.INT and (name in ("to", "dtype")):
-            target = converted.get(ir.DataType(attr.value)) if attr.value in set(map(int, ir.DataType)) else None
+            target = (
+                converted.get(ir.DataType(attr.value))
+                if attr.value in set(map(int, ir.DataType))
+                else None
+            )
             if target is not None:
                 node.attributes[name] = ir.AttrInt64(name, int(target))
         elif attr.type == ir.AttributeType.TENSOR and attr.value.dtype in converted:
@@ -250,7 +278,9 @@ def _converted_tensor(tensor: Any, target: ir.DataType, name: str | None) -> ir.
                 warnings.warn(
                     f"precision='float16': weight {name!r} has {int(over.sum())} values beyond float16's "
                     f"range (max |value| {float(np.abs(array[finite]).max()):.4g} > 65504); they are clipped "
-                    "to +-65504. Export with precision='float32' to keep them.", UserWarning, stacklevel=2,
+                    "to +-65504. Export with precision='float32' to keep them.",
+                    UserWarning,
+                    stacklevel=2,
                 )
             array = np.where(over, np.sign(array) * limit, array)
         return ir.Tensor(array.astype(np.float16), name=name)
@@ -263,7 +293,9 @@ def _accumulate_in_float32(graph: Any) -> None:
             continue
         for i, value in enumerate(node.inputs):
             if value is not None and value.dtype == _F16_T:
-                cast = ir.Node("", "Cast", [value], [ir.AttrInt64("to", int(_F32_T))], num_outputs=1)
+                cast = ir.Node(
+                    "", "Cast", [value], [ir.AttrInt64("to", int(_F32_T))], num_outputs=1
+                )
                 cast.outputs[0].dtype = _F32_T
                 cast.outputs[0].shape = value.shape
                 graph.insert_before(node, cast)
@@ -336,14 +368,29 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
             if name in lacks_dtypes:
                 found.setdefault(name, []).append(value.name or "?")
     if found:
-        lines = [f"target {target} cannot hold {', '.join(sorted(found))} tensors; nothing was exported:"]
+        lines = [
+            f"target {target} cannot hold {', '.join(sorted(found))} tensors; nothing was exported:"
+        ]
         for dtype, names in sorted(found.items()):
-            lines.append(f"  {dtype}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)} values)")
+            lines.append(
+                f"  {dtype}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)} values)"
+            )
             lines.append(f"    ({lacks_dtypes[dtype]})")
         raise ConversionError("\n".join(lines))
 
 
 __all__ = [
-    "ACCUMULATING", "check_target_dtypes", "IO_DTYPES", "LOW_FLOATS", "POLICIES", "apply_precision", "WidenedContext", "call_dtype", "is_low_float", "narrow_results", "widen_operand",
-    "widened_context", "widening_for",
+    "ACCUMULATING",
+    "check_target_dtypes",
+    "IO_DTYPES",
+    "LOW_FLOATS",
+    "POLICIES",
+    "apply_precision",
+    "WidenedContext",
+    "call_dtype",
+    "is_low_float",
+    "narrow_results",
+    "widen_operand",
+    "widened_context",
+    "widening_for",
 ]

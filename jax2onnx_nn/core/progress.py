@@ -23,7 +23,9 @@ class Progress:
         self.started = time.perf_counter()
         self._last = 0.0
         self._shown = False
-        self._stage: tuple[str, int, str] | None = None  # the last stage reported: its total and unit
+        self._stage: tuple[str, int, str] | None = (
+            None  # the last stage reported: its total and unit
+        )
 
     def update(self, stage: str, done: int, total: int, unit: str = "") -> None:
         """Report ``done`` of ``total`` (in ``unit``) for ``stage``; cheap when nothing is shown."""

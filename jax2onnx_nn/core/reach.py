@@ -56,7 +56,9 @@ def _holds(holds: Holds, value: Any) -> bool:
         return False
 
 
-def _value(value: Any, name: str, holds: Holds, convert: Convert, depth: int) -> tuple[Any, dict[str, Any]]:
+def _value(
+    value: Any, name: str, holds: Holds, convert: Convert, depth: int
+) -> tuple[Any, dict[str, Any]]:
     """One value a function reaches (a cell, a default, a global, a partial argument)."""
     if callable(value) and not isinstance(value, type):
         new, inner = retarget(value, holds, convert, depth + 1)
@@ -67,7 +69,9 @@ def _value(value: Any, name: str, holds: Holds, convert: Convert, depth: int) ->
     return value, {}
 
 
-def _retarget_partial(fn: functools.partial, holds: Holds, convert: Convert, depth: int) -> tuple[Any, dict[str, Any]]:
+def _retarget_partial(
+    fn: functools.partial, holds: Holds, convert: Convert, depth: int
+) -> tuple[Any, dict[str, Any]]:
     func, roots = retarget(fn.func, holds, convert, depth + 1)
     args = list(fn.args)
     for i, arg in enumerate(args):
@@ -90,7 +94,9 @@ def _global_names(code: types.CodeType) -> Iterator[str]:
             yield from _global_names(const)
 
 
-def _retarget_function(fn: types.FunctionType, holds: Holds, convert: Convert, depth: int) -> tuple[Any, dict[str, Any]]:
+def _retarget_function(
+    fn: types.FunctionType, holds: Holds, convert: Convert, depth: int
+) -> tuple[Any, dict[str, Any]]:
     roots: dict[str, Any] = {}
     cells = []
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
@@ -104,7 +110,7 @@ def _retarget_function(fn: types.FunctionType, holds: Holds, convert: Convert, d
         roots.update(found)
     defaults = list(fn.__defaults__ or ())
     n_positional = fn.__code__.co_argcount
-    names = fn.__code__.co_varnames[n_positional - len(defaults):n_positional]
+    names = fn.__code__.co_varnames[n_positional - len(defaults) : n_positional]
     for i, (name, value) in enumerate(zip(names, defaults, strict=True)):
         defaults[i], found = _value(value, name, holds, convert, depth)
         roots.update(found)
@@ -129,7 +135,9 @@ def _retarget_function(fn: types.FunctionType, holds: Holds, convert: Convert, d
         return fn, {}
     # a snapshot of the module's globals with the converted values, for this export only
     namespace = {**namespace, **changed_globals} if changed_globals else namespace
-    rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__, tuple(defaults) or None, tuple(cells) or None)
+    rebuilt = types.FunctionType(
+        fn.__code__, namespace, fn.__name__, tuple(defaults) or None, tuple(cells) or None
+    )
     rebuilt.__kwdefaults__ = kwdefaults or None
     rebuilt.__qualname__ = fn.__qualname__
     rebuilt.__dict__.update(fn.__dict__)

@@ -41,12 +41,16 @@ class Registration:
     onnx_ops: tuple[str, ...]  # the ONNX ops the rule emits, for the support table
     key_data: bool = False  # the rule itself handles typed PRNG keys (given as their uint32 data)
     complex_pairs: bool = False  # the rule itself handles complex values (given as float pairs)
-    only: str = ""  # the uses the rule serves where it is not every use (shown in the support table)
+    only: str = (
+        ""  # the uses the rule serves where it is not every use (shown in the support table)
+    )
 
 
 _TABLES: dict[str, dict[str, Registration]] = {layer: {} for layer in _LAYERS}
 _RULES = _TABLES[BUILTIN]  # our rules (tests take one out to see a primitive unsupported)
-_CURRENT_LAYER: contextvars.ContextVar[str] = contextvars.ContextVar("jax2onnx_nn_layer", default=USER)
+_CURRENT_LAYER: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "jax2onnx_nn_layer", default=USER
+)
 _PLUGINS_LOADED = False
 
 
@@ -71,8 +75,14 @@ def _layer(layer: str) -> Iterator[None]:
 
 
 def register(
-    prim: Any, rule: Rule, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False,
-    complex_pairs: bool = False, only: str = "",
+    prim: Any,
+    rule: Rule,
+    *,
+    min_opset: int = 1,
+    onnx_ops: tuple[str, ...] = (),
+    key_data: bool = False,
+    complex_pairs: bool = False,
+    only: str = "",
 ) -> Rule:
     """Register ``rule`` for ``prim`` (a Primitive or its name).
 
@@ -88,12 +98,17 @@ def register(
     rule serves when it refuses the others (the support table shows it).
     """
     _TABLES[_CURRENT_LAYER.get()][primitive_name(prim)] = Registration(
-        rule, min_opset, tuple(onnx_ops), key_data, complex_pairs, only)
+        rule, min_opset, tuple(onnx_ops), key_data, complex_pairs, only
+    )
     return rule
 
 
 def lowering(
-    prim: Any, *, min_opset: int = 1, onnx_ops: tuple[str, ...] = (), key_data: bool = False,
+    prim: Any,
+    *,
+    min_opset: int = 1,
+    onnx_ops: tuple[str, ...] = (),
+    key_data: bool = False,
     complex_pairs: bool = False,
 ) -> Callable[[Rule], Rule]:
     """Decorator form of :func:`register`.
@@ -106,7 +121,14 @@ def lowering(
     """
 
     def decorate(rule: Rule) -> Rule:
-        return register(prim, rule, min_opset=min_opset, onnx_ops=onnx_ops, key_data=key_data, complex_pairs=complex_pairs)
+        return register(
+            prim,
+            rule,
+            min_opset=min_opset,
+            onnx_ops=onnx_ops,
+            key_data=key_data,
+            complex_pairs=complex_pairs,
+        )
 
     return decorate
 
@@ -145,7 +167,10 @@ def normalize_overrides(
     lowerings: Mapping[Any, Rule | Registration] | None,
 ) -> dict[str, Registration]:
     """``{primitive_or_name: rule}`` as registrations by name (registrations kept as they are)."""
-    return {primitive_name(p): r if isinstance(r, Registration) else Registration(r, 1, ()) for p, r in (lowerings or {}).items()}
+    return {
+        primitive_name(p): r if isinstance(r, Registration) else Registration(r, 1, ())
+        for p, r in (lowerings or {}).items()
+    }
 
 
 def registered() -> dict[str, Registration]:

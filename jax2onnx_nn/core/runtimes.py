@@ -56,9 +56,11 @@ def missing_reason(runtime: str) -> str | None:
         if shutil.which("node") is None:
             return "onnxruntime-web needs Node.js (`node` is not on PATH)"
         if not (web_package_dir() / "node_modules" / "onnxruntime-web").is_dir():
-            return (f"onnxruntime-web is not installed in {web_package_dir()} (run "
-                    "`npm ci --no-audit --no-fund` there, or set JAX2ONNX_NN_ORT_WEB to a folder "
-                    "where `npm install onnxruntime-web` was run)")
+            return (
+                f"onnxruntime-web is not installed in {web_package_dir()} (run "
+                "`npm ci --no-audit --no-fund` there, or set JAX2ONNX_NN_ORT_WEB to a folder "
+                "where `npm install onnxruntime-web` was run)"
+            )
         return None
     try:
         _import_runtime(runtime)
@@ -111,7 +113,12 @@ def open_session(model: ModelLike | LoadedModel, runtime: str = "onnxruntime") -
     if reason is not None:
         raise RuntimeUnavailable(reason)
     loaded = load_model(model)
-    sessions = {"onnxruntime": _onnxruntime, "openvino": _openvino, "tract": _tract, "onnxruntime-web": _web}
+    sessions = {
+        "onnxruntime": _onnxruntime,
+        "openvino": _openvino,
+        "tract": _tract,
+        "onnxruntime-web": _web,
+    }
     return sessions[runtime](loaded)
 
 
@@ -147,7 +154,13 @@ def _onnxruntime(model: LoadedModel) -> Session:
 
 # Element types numpy knows only through ml_dtypes (onnxruntime's numpy bridge does not):
 # fed and read as their bits, in an OrtValue of the ONNX type (onnx.TensorProto's numbers).
-_ONNX_ONLY = {"bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20}
+_ONNX_ONLY = {
+    "bfloat16": 16,
+    "float8_e4m3fn": 17,
+    "float8_e4m3fnuz": 18,
+    "float8_e5m2": 19,
+    "float8_e5m2fnuz": 20,
+}
 _ORT_ONLY = {f"tensor({name.replace('float8_', 'float8')})": name for name in _ONNX_ONLY}
 
 
@@ -196,7 +209,11 @@ def _openvino(model: LoadedModel) -> Session:
 
     def run(flat: Sequence[np.ndarray]) -> list[np.ndarray]:
         request = compiled.create_infer_request()
-        feeds = {name: _openvino_input(ov, v) for name, v in zip(input_names, flat, strict=True) if name in kept}
+        feeds = {
+            name: _openvino_input(ov, v)
+            for name, v in zip(input_names, flat, strict=True)
+            if name in kept
+        }
         results = request.infer(feeds)
         return [_openvino_array(np.array(results[out]), out) for out in compiled.outputs]
 
@@ -244,7 +261,10 @@ class _WebRunner:
         self.dir = Path(tempfile.mkdtemp(prefix="jax2onnx_nn-web-"))
         self.process = subprocess.Popen(
             ["node", str(_WEB_RUNNER), str(web_package_dir())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.calls = 0
 
@@ -300,12 +320,23 @@ def _web(model: LoadedModel) -> Session:
         for i, (name, value) in enumerate(zip(names, flat, strict=True)):
             value = _contiguous(value)
             if value.dtype.name not in _WEB_DTYPES:
-                raise TypeError(f"onnxruntime-web has no tensor type for {value.dtype} (input {name})")
+                raise TypeError(
+                    f"onnxruntime-web has no tensor type for {value.dtype} (input {name})"
+                )
             file = out_dir / f"in_{i}.bin"
             value.tofile(file)
-            inputs.append({"name": name, "dtype": value.dtype.name, "shape": list(value.shape), "file": str(file)})
+            inputs.append(
+                {
+                    "name": name,
+                    "dtype": value.dtype.name,
+                    "shape": list(value.shape),
+                    "file": str(file),
+                }
+            )
         try:
-            reply = runner.request({"model": str(model_path), "inputs": inputs, "out": str(out_dir)})
+            reply = runner.request(
+                {"model": str(model_path), "inputs": inputs, "out": str(out_dir)}
+            )
             if "error" in reply:
                 raise RuntimeError(f"onnxruntime-web: {reply['error']}")
             return [_read_tensor(o) for o in reply["outputs"]]

@@ -43,17 +43,25 @@ def check_path(path: str | os.PathLike[str]) -> str:
     if not isinstance(text, str):
         text = os.fsdecode(text)
     if text == "" or os.path.isdir(text):
-        raise IsADirectoryError(f"path {text!r} is a directory; give a file name, e.g. {os.path.join(text or '.', 'model.onnx')!r}")
+        raise IsADirectoryError(
+            f"path {text!r} is a directory; give a file name, e.g. {os.path.join(text or '.', 'model.onnx')!r}"
+        )
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"path {text!r}: the folder {folder!r} does not exist; create it first")
+        raise FileNotFoundError(
+            f"path {text!r}: the folder {folder!r} does not exist; create it first"
+        )
     if not os.access(folder, os.W_OK):
         raise PermissionError(f"path {text!r}: the folder {folder!r} is not writable")
     return text
 
 
 def save_model(
-    model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None, progress: Progress | None = None
+    model: ir.Model,
+    path: str | os.PathLike[str],
+    *,
+    external_data: bool | None = None,
+    progress: Progress | None = None,
 ) -> str:
     """Write ``model`` to ``path`` atomically, never holding a second copy of its weights.
 
@@ -74,7 +82,9 @@ def save_model(
     path = check_path(path)
     streamed = [v for v in model.graph.initializers.values() if _streamable(v)]
     weight_bytes = sum(v.const_value.nbytes for v in streamed)
-    external = weight_bytes > EXTERNAL_DATA_THRESHOLD if external_data is None else bool(external_data)
+    external = (
+        weight_bytes > EXTERNAL_DATA_THRESHOLD if external_data is None else bool(external_data)
+    )
     if not external and weight_bytes > PROTOBUF_LIMIT:
         raise ValueError(
             f"the model has {weight_bytes / 1e9:.2f} GB of weights, above protobuf's 2 GB limit for one file; "
@@ -101,7 +111,9 @@ def _save_single(model: ir.Model, path: str, streamed: list[ir.Value], progress:
             written += value.const_value.nbytes
 
 
-def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress) -> None:
+def _save_external(
+    model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress
+) -> None:
     """The raw bytes of each streamed tensor in ``<path>.data``; the model references them."""
     location = os.path.basename(path) + ".data"
     base_dir = os.path.dirname(os.path.abspath(path))
@@ -114,9 +126,17 @@ def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progres
             progress.update("writing weights", offset, total, "B")
             offset += data.write(b"\0" * (-offset % _ALIGNMENT))
             length = data.write(tensor_bytes(tensor))
-            references.append(ir.ExternalTensor(
-                location, offset, length, tensor.dtype, shape=tensor.shape, name=value.name or "", base_dir=base_dir
-            ))
+            references.append(
+                ir.ExternalTensor(
+                    location,
+                    offset,
+                    length,
+                    tensor.dtype,
+                    shape=tensor.shape,
+                    name=value.name or "",
+                    base_dir=base_dir,
+                )
+            )
             offset += length
     try:
         for (value, _), reference in zip(saved, references, strict=True):
@@ -132,8 +152,11 @@ def _save_external(model: ir.Model, path: str, streamed: list[ir.Value], progres
 def _streamable(value: ir.Value) -> bool:
     tensor = value.const_value
     return (
-        tensor is not None and tensor.nbytes >= _STREAMED_MIN_BYTES and value.name is not None
-        and tensor.dtype != ir.DataType.STRING and tensor.dtype.bitwidth % 8 == 0
+        tensor is not None
+        and tensor.nbytes >= _STREAMED_MIN_BYTES
+        and value.name is not None
+        and tensor.dtype != ir.DataType.STRING
+        and tensor.dtype.bitwidth % 8 == 0
     )
 
 
@@ -158,7 +181,9 @@ def _without_initializers(model: ir.Model, values: list[ir.Value]) -> onnx.Model
 def _write_initializer_fragment(out: BinaryIO, value: ir.Value) -> None:
     """``ModelProto{graph{initializer{tensor}}}`` with the raw bytes written from the buffer."""
     tensor = value.const_value
-    head = onnx.TensorProto(name=value.name, dims=list(tensor.shape.numpy()), data_type=tensor.dtype.value).SerializeToString()
+    head = onnx.TensorProto(
+        name=value.name, dims=list(tensor.shape.numpy()), data_type=tensor.dtype.value
+    ).SerializeToString()
     raw = tensor_bytes(tensor)
     size = len(raw) if isinstance(raw, bytes) else raw.nbytes
     message_size = len(head) + len(_field(9, size)) + size  # TensorProto.raw_data = 9

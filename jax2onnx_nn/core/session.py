@@ -83,7 +83,9 @@ _SESSION_PATCHES: list[tuple[Any, str, Callable[[Any], Any]]] = []
 def add_session_patch(owner: Any, name: str, make_wrapper: Callable[[Any], Any]) -> None:
     """While an export with ``coarse_ops`` runs, ``owner.name`` is ``make_wrapper(original)``
     (a later patch of the same attribute replaces the earlier one)."""
-    _SESSION_PATCHES[:] = [entry for entry in _SESSION_PATCHES if (entry[0], entry[1]) != (owner, name)]
+    _SESSION_PATCHES[:] = [
+        entry for entry in _SESSION_PATCHES if (entry[0], entry[1]) != (owner, name)
+    ]
     _SESSION_PATCHES.append((owner, name, make_wrapper))
 
 
@@ -106,7 +108,9 @@ def export_memo() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) -> Iterator[Prepared]:
+def export_session(
+    fn: Callable[..., Any], options: ExportConfig | None = None
+) -> Iterator[Prepared]:
     """Prepare ``fn`` for tracing and keep the adapters' patches applied meanwhile.
 
     Exports are serialised by a lock. A nested export (an export started while tracing
@@ -121,7 +125,9 @@ def export_session(fn: Callable[..., Any], options: ExportConfig | None = None) 
                 stack.enter_context(patches(_SESSION_PATCHES))
             for adapter in adapters():
                 if adapter.trigger in sys.modules:
-                    prepared = stack.enter_context(import_adapter(adapter).export_session(prepared, options))
+                    prepared = stack.enter_context(
+                        import_adapter(adapter).export_session(prepared, options)
+                    )
         previous_memo = getattr(_STATE, "memo", None)
         _STATE.options, _STATE.memo = options, {}
         try:
@@ -197,7 +203,18 @@ def _replace(owner: Any, name: str, make_wrapper: Callable[[Any], Any]) -> Calla
         return lambda: setattr(owner, name, original)
     return lambda: delattr(owner, name)
 
+
 __all__ = [
-    "Adapter", "Prepared", "active_options", "add_session_patch", "adapters", "collector_paused", "export_memo", "export_session",
-    "import_adapter", "patch", "patches", "register_adapter",
+    "Adapter",
+    "Prepared",
+    "active_options",
+    "add_session_patch",
+    "adapters",
+    "collector_paused",
+    "export_memo",
+    "export_session",
+    "import_adapter",
+    "patch",
+    "patches",
+    "register_adapter",
 ]

@@ -42,7 +42,7 @@ def _portable(path: str, cwd: str) -> str:
     parts = os.path.normpath(path).split(os.sep)
     installed = [i for i, part in enumerate(parts) if part in _PACKAGE_DIRS]
     if installed and installed[-1] < len(parts) - 1:
-        return "/".join(parts[installed[-1] + 1:])
+        return "/".join(parts[installed[-1] + 1 :])
     for base in (cwd, _project_root(os.path.dirname(path))):
         if base and _is_within(path, base):
             return os.path.relpath(path, base).replace(os.sep, "/")
@@ -85,4 +85,6 @@ def set_source_locations(model: ir.Model, keep: bool) -> None:
     for node, _ in all_nodes(model):
         doc = node.doc_string
         if doc:
-            node.doc_string = (done.get(doc) or done.setdefault(doc, portable_location(doc))) if keep else None
+            node.doc_string = (
+                (done.get(doc) or done.setdefault(doc, portable_location(doc))) if keep else None
+            )

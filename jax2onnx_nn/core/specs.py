@@ -68,19 +68,35 @@ def _looks_like_shape(value: Any) -> bool:
     """
     if not isinstance(value, tuple) or type(value) is not tuple:  # namedtuples are pytrees
         return False
-    if not all(d is None or isinstance(d, (int, float, np.integer, np.floating, str)) or jxi.is_symbolic_dim(d) for d in value):
+    if not all(
+        d is None
+        or isinstance(d, (int, float, np.integer, np.floating, str))
+        or jxi.is_symbolic_dim(d)
+        for d in value
+    ):
         return False
     return value == () or any(_is_dim(d) for d in value)
 
 
 def _is_dtype_like(value: Any) -> bool:
-    if isinstance(value, (str, np.dtype)) or (isinstance(value, type) and not issubclass(value, tuple)):
+    if isinstance(value, (str, np.dtype)) or (
+        isinstance(value, type) and not issubclass(value, tuple)
+    ):
         return True
-    return hasattr(value, "dtype") and isinstance(value.dtype, np.dtype) and not hasattr(value, "shape")
+    return (
+        hasattr(value, "dtype")
+        and isinstance(value.dtype, np.dtype)
+        and not hasattr(value, "shape")
+    )
 
 
 def _is_pair(value: Any) -> bool:
-    return isinstance(value, tuple) and len(value) == 2 and _looks_like_shape(value[0]) and _is_dtype_like(value[1])
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and _looks_like_shape(value[0])
+        and _is_dtype_like(value[1])
+    )
 
 
 def _is_spec_leaf(value: Any) -> bool:
@@ -106,11 +122,16 @@ class _Parser:
         try:
             dt = jnp.dtype(dtype)
         except TypeError as err:
-            raise SpecError(f"{where}: {dtype!r} is not a dtype; expected e.g. 'float32', 'int32', 'bool'") from err
+            raise SpecError(
+                f"{where}: {dtype!r} is not a dtype; expected e.g. 'float32', 'int32', 'bool'"
+            ) from err
         if isinstance(dtype, type) and dtype in (float, int, complex):
             explicit = False  # Python's float/int mean the default width, as in jnp.zeros(3, float)
-            dt = {float: self.float_dtype, int: np.dtype("int64" if self.x64 else "int32"),
-                  complex: np.dtype("complex128" if self.x64 else "complex64")}[dtype]
+            dt = {
+                float: self.float_dtype,
+                int: np.dtype("int64" if self.x64 else "int32"),
+                complex: np.dtype("complex128" if self.x64 else "complex64"),
+            }[dtype]
         if not self.x64 and dt in _NARROWED:
             if explicit:
                 self.narrowed.append(f"{where} {dt.name} -> {_NARROWED[dt].name}")
@@ -124,7 +145,9 @@ class _Parser:
             here = f"{where}, dim {i}"
             if isinstance(d, str):
                 if not d.strip():
-                    raise SpecError(f"{here}: the empty string is not a dim name in {tuple(dims)!r}; {_DIM_HELP}")
+                    raise SpecError(
+                        f"{here}: the empty string is not a dim name in {tuple(dims)!r}; {_DIM_HELP}"
+                    )
                 out.append(d.strip())
             elif isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
                 if d < 0:
@@ -169,7 +192,9 @@ class InputSpecs:
     args: list[Any]
     kwargs: dict[str, Any]
     scope: Any
-    _flat: tuple[list[tuple[str, jax.ShapeDtypeStruct]], Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _flat: tuple[list[tuple[str, jax.ShapeDtypeStruct]], Any] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def flat(self) -> tuple[list[tuple[str, jax.ShapeDtypeStruct]], Any]:
         """(path name, leaf) pairs in flattening order, and the treedef of (args, kwargs)."""
@@ -186,7 +211,9 @@ class InputSpecs:
             head, _, rest = path.partition("/")
             if head.isdigit():  # positional argument i, named as the graph input will be
                 i = int(head)
-                path = "/".join(p for p in (arg_names[i] if i < len(arg_names) else f"input_{i}", rest) if p)
+                path = "/".join(
+                    p for p in (arg_names[i] if i < len(arg_names) else f"input_{i}", rest) if p
+                )
             dims = ", ".join(str(d) for d in leaf.shape)
             lines.append(f"{path or 'input'}: {getattr(leaf.dtype, 'name', leaf.dtype)}[{dims}]")
         return lines
@@ -231,7 +258,8 @@ def parse_specs(
     """
     key = _specs_key(inputs, input_params, enable_double_precision, constraints, arg_names)
     specs, narrowed = _PARSED.get_or_make(
-        key, lambda: _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names)
+        key,
+        lambda: _parse_specs(inputs, input_params, enable_double_precision, constraints, arg_names),
     )
     if warn and narrowed:  # (every export that narrows says so, parsed now or before)
         warnings.warn(
@@ -263,32 +291,50 @@ def _plain_key(value: Any) -> Any:
     return None
 
 
-def _specs_key(inputs: Any, input_params: Any, enable_double_precision: bool, constraints: Any, arg_names: Any) -> Any:
-    parts = (_plain_key(inputs), _plain_key(input_params or {}), _plain_key(constraints), _plain_key(tuple(arg_names)))
+def _specs_key(
+    inputs: Any, input_params: Any, enable_double_precision: bool, constraints: Any, arg_names: Any
+) -> Any:
+    parts = (
+        _plain_key(inputs),
+        _plain_key(input_params or {}),
+        _plain_key(constraints),
+        _plain_key(tuple(arg_names)),
+    )
     return None if any(p is None for p in parts) else (*parts, bool(enable_double_precision))
 
 
 def _parse_specs(
-    inputs: Sequence[Any], input_params: dict[str, Any] | None, enable_double_precision: bool,
-    constraints: Sequence[str], arg_names: Sequence[str],
+    inputs: Sequence[Any],
+    input_params: dict[str, Any] | None,
+    enable_double_precision: bool,
+    constraints: Sequence[str],
+    arg_names: Sequence[str],
 ) -> tuple[InputSpecs, list[str]]:
     """:func:`parse_specs` without its memo: the specs and the 64-bit inputs narrowed."""
     if not isinstance(inputs, (list, tuple)):
         raise SpecError(
             f"inputs must be a list with one spec per positional argument, got {type(inputs).__name__}"
         )
-    if isinstance(inputs, tuple) and any(isinstance(d, str) for d in inputs) and _looks_like_shape(inputs):
+    if (
+        isinstance(inputs, tuple)
+        and any(isinstance(d, str) for d in inputs)
+        and _looks_like_shape(inputs)
+    ):
         raise SpecError(
             f"inputs must be a list with one spec per positional argument; {inputs!r} looks like "
             f"a single shape: did you mean [{inputs!r}]?"
         )
     if isinstance(constraints, str):
-        raise SpecError(f"constraints must be a sequence of strings, got the string {constraints!r}: write ({constraints!r},)")
+        raise SpecError(
+            f"constraints must be a sequence of strings, got the string {constraints!r}: write ({constraints!r},)"
+        )
     parser = _Parser(enable_double_precision)
 
     def parse_tree(tree: Any, where: str) -> Any:
         return jax.tree_util.tree_map_with_path(
-            lambda p, leaf: parser.leaf(leaf, where + jax.tree_util.keystr(p)), tree, is_leaf=_is_spec_leaf
+            lambda p, leaf: parser.leaf(leaf, where + jax.tree_util.keystr(p)),
+            tree,
+            is_leaf=_is_spec_leaf,
         )
 
     def arg(i: int) -> str:
@@ -301,7 +347,9 @@ def _parse_specs(
     }
     scope = _common_scope((args, kwargs), tuple(constraints))
     resolve = _Resolver(scope)
-    args, kwargs = jax.tree_util.tree_map(resolve, (args, kwargs), is_leaf=lambda x: isinstance(x, _ShapeSpec))
+    args, kwargs = jax.tree_util.tree_map(
+        resolve, (args, kwargs), is_leaf=lambda x: isinstance(x, _ShapeSpec)
+    )
     return InputSpecs(args, kwargs, scope), parser.narrowed
 
 
@@ -320,7 +368,9 @@ def _common_scope(tree: Any, constraints: tuple[str, ...]) -> Any:
             "create them with one call (or one SymbolicScope) so equal names mean equal dims"
         )
     if constraints:
-        raise SpecError("constraints= cannot be combined with user-made symbolic dims; put them in their scope")
+        raise SpecError(
+            "constraints= cannot be combined with user-made symbolic dims; put them in their scope"
+        )
     return first
 
 
@@ -371,8 +421,12 @@ class _Resolver:
             try:
                 parsed = _parsed_dims(d, self.scope)
             except Exception as err:
-                raise SpecError(f"{leaf.where}: cannot parse the symbolic dim {d!r} in {leaf.dims!r}: {err}; {_DIM_HELP}") from None
+                raise SpecError(
+                    f"{leaf.where}: cannot parse the symbolic dim {d!r} in {leaf.dims!r}: {err}; {_DIM_HELP}"
+                ) from None
             if len(parsed) != 1:
-                raise SpecError(f"{leaf.where}: {d!r} holds {len(parsed)} dims; give one dim per entry, as in {tuple(p.strip() for p in d.split(','))!r}")
+                raise SpecError(
+                    f"{leaf.where}: {d!r} holds {len(parsed)} dims; give one dim per entry, as in {tuple(p.strip() for p in d.split(','))!r}"
+                )
             (self._cache[d],) = parsed
         return self._cache[d]

@@ -17,8 +17,12 @@ from jax2onnx_nn.core.trace_errors import is_value_error, spec_error, value_erro
 # symbolic dims, a wrong number of arguments); the function itself is fine for other specs.
 _SHAPE_ERRORS = (TypeError, ValueError, IndexError, jax.errors.InconclusiveDimensionOperation)
 # Errors about values that are not known while tracing: not a spec problem.
-_VALUE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
-                 jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+_VALUE_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.TracerBoolConversionError,
+)
 
 
 @dataclass

@@ -311,7 +311,7 @@ def _agree(shapes: list[str], constraints: tuple[str, ...], broadcast: bool) -> 
     try:
         scope = jxi.new_symbolic_scope(constraints)
         parsed = [jxi.parse_symbolic_shape(s, scope) for s in shapes]
-    except Exception:  # noqa: BLE001  (not a shape JAX parses: no constraint to suggest)
+    except Exception:
         return None
     first = parsed[0]
     for other in parsed[1:]:

@@ -84,7 +84,11 @@ def _union(ranges: Sequence[Range | None]) -> Range | None:
 def _add(a: Range | None, b: Range | None, sign: int) -> Range | None:
     if a is None or b is None:
         return None
-    b_lo, b_hi = (b[0], b[1]) if sign > 0 else (None if b[1] is None else -b[1], None if b[0] is None else -b[0])
+    b_lo, b_hi = (
+        (b[0], b[1])
+        if sign > 0
+        else (None if b[1] is None else -b[1], None if b[0] is None else -b[0])
+    )
     lo = None if a[0] is None or b_lo is None else a[0] + b_lo
     hi = None if a[1] is None or b_hi is None else a[1] + b_hi
     return None if lo is None and hi is None else (lo, hi)
@@ -112,7 +116,12 @@ def _fits(fact: Range | None, dtype: Any) -> Range | None:
     dtype = np.dtype(dtype)
     info = np.iinfo(dtype)
     if None in fact:  # an index into a symbolic size (far below 2**31): a lower bound of 0 or more
-        wide = dtype.itemsize >= 4 and fact[0] is not None and 0 <= fact[0] <= info.max and fact[1] is None
+        wide = (
+            dtype.itemsize >= 4
+            and fact[0] is not None
+            and 0 <= fact[0] <= info.max
+            and fact[1] is None
+        )
         return fact if wide else None
     return fact if info.min <= fact[0] and fact[1] <= info.max else None
 
@@ -137,13 +146,19 @@ def _rem(r: list[Range | None], eqn: Any) -> list[Range | None]:
 
 def _logical(op: str) -> Callable[[list[Range | None], Any], list[Range | None]]:
     """and / or / not on bools, as 0/1 ranges."""
+
     def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
-        if any(_kind(v.aval.dtype) != "b" for v in eqn.invars) or None in r or any(None in f for f in r):
+        if (
+            any(_kind(v.aval.dtype) != "b" for v in eqn.invars)
+            or None in r
+            or any(None in f for f in r)
+        ):
             return [None]
         if op == "not":
             return [(1 - r[0][1], 1 - r[0][0])]
         pick = min if op == "and" else max
         return [(pick(r[0][0], r[1][0]), pick(r[0][1], r[1][1]))]
+
     return rule
 
 
@@ -151,16 +166,23 @@ def _compare(name: str) -> Callable[[list[Range | None], Any], list[Range | None
     def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
         result = _decided(name, r[0], r[1])
         return [(0, 1) if result is None else (int(result), int(result))]
+
     return rule
 
 
 # primitive -> (input ranges, eqn) -> output ranges
 _RULES: dict[str, Callable[[list[Range | None], Any], list[Range | None]]] = {
-    "iota": lambda r, e: [_fits((0, _last_index(e.params["shape"][e.params["dimension"]])), e.params["dtype"])],
+    "iota": lambda r, e: [
+        _fits((0, _last_index(e.params["shape"][e.params["dimension"]])), e.params["dtype"])
+    ],
     "argmax": lambda r, e: [(0, _last_index(e.invars[0].aval.shape[e.params["axes"][0]]))],
     "argmin": lambda r, e: [(0, _last_index(e.invars[0].aval.shape[e.params["axes"][0]]))],
     # getrf: pivots[j] and the permutation are rows of the (..., m, n) operand
-    "lu": lambda r, e: [None, (0, _last_index(e.invars[0].aval.shape[-2])), (0, _last_index(e.invars[0].aval.shape[-2]))],
+    "lu": lambda r, e: [
+        None,
+        (0, _last_index(e.invars[0].aval.shape[-2])),
+        (0, _last_index(e.invars[0].aval.shape[-2])),
+    ],
     "lu_pivots_to_permutation": lambda r, e: [(0, _last_index(e.params["permutation_size"]))],
     "sort": lambda r, e: list(r),
     "concatenate": lambda r, e: [_union(r)],
@@ -170,15 +192,32 @@ _RULES: dict[str, Callable[[list[Range | None], Any], list[Range | None]]] = {
     "convert_element_type": lambda r, e: [_fits(r[0], e.params["new_dtype"])],
     "reduce_sum": _reduce_sum,
     "rem": _rem,
-    "max": lambda r, e: [None if None in r else (_pick(max, r[0][0], r[1][0]), _pick(max, r[0][1], r[1][1]))],
-    "min": lambda r, e: [None if None in r else (_pick(min, r[0][0], r[1][0]), _pick(min, r[0][1], r[1][1]))],
+    "max": lambda r, e: [
+        None if None in r else (_pick(max, r[0][0], r[1][0]), _pick(max, r[0][1], r[1][1]))
+    ],
+    "min": lambda r, e: [
+        None if None in r else (_pick(min, r[0][0], r[1][0]), _pick(min, r[0][1], r[1][1]))
+    ],
     **{name: _logical(name) for name in ("and", "or", "not")},
     **{name: _compare(name) for name in ("lt", "le", "gt", "ge", "eq", "ne")},
-    **{name: _same for name in (
-        "broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy", "copy_p", "slice",
-        "dynamic_slice", "rev", "stop_gradient",
-    )},
+    **{
+        name: _same
+        for name in (
+            "broadcast_in_dim",
+            "reshape",
+            "squeeze",
+            "expand_dims",
+            "transpose",
+            "copy",
+            "copy_p",
+            "slice",
+            "dynamic_slice",
+            "rev",
+            "stop_gradient",
+        )
+    },
 }
+
 
 def _decided(name: str, a: Range | None, b: Range | None) -> bool | None:
     """The result of ``a <op> b`` for every pair of values in the ranges, when one."""
@@ -186,8 +225,10 @@ def _decided(name: str, a: Range | None, b: Range | None) -> bool | None:
         return None
     # x < y for all: hi(x) < lo(y); never: lo(x) >= hi(y) (and the mirrored forms)
     lo_a, hi_a, lo_b, hi_b = a[0], a[1], b[0], b[1]
+
     def less(x_hi: int | None, y_lo: int | None, strict: bool) -> bool:
         return x_hi is not None and y_lo is not None and (x_hi < y_lo if strict else x_hi <= y_lo)
+
     if name in ("eq", "ne"):
         if less(hi_a, lo_b, True) or less(hi_b, lo_a, True):  # disjoint
             return name == "ne"
@@ -221,8 +262,12 @@ def facts(eqn: Any, inputs: Sequence[ir.Value]) -> list[Range | None] | None:
     return rule([value_range(v) for v in inputs], eqn)
 
 
-def fold(eqn: Any, inputs: Sequence[ir.Value], ranges: list[Range | None] | None,
-         full: Callable[[Any, Any], ir.Value]) -> list[ir.Value] | None:
+def fold(
+    eqn: Any,
+    inputs: Sequence[ir.Value],
+    ranges: list[Range | None] | None,
+    full: Callable[[Any, Any], ir.Value],
+) -> list[ir.Value] | None:
     """The equation's results when the facts about its inputs settle them: an integer or bool
     result of one value (a decided comparison, ``x & False``; ``full(aval, value)`` makes the
     constant), a bool operand a neutral one does not change, or the case ``select_n`` picks
@@ -239,11 +284,18 @@ def fold(eqn: Any, inputs: Sequence[ir.Value], ranges: list[Range | None] | None
             return [out]
     if name in _NEUTRAL and all(_kind(v.aval.dtype) == "b" for v in eqn.invars):
         for keep, other in ((0, 1), (1, 0)):
-            if value_range(inputs[other]) == (_NEUTRAL[name],) * 2 and _same_shape(eqn.invars[keep].aval, out_aval):
+            if value_range(inputs[other]) == (_NEUTRAL[name],) * 2 and _same_shape(
+                eqn.invars[keep].aval, out_aval
+            ):
                 return [inputs[keep]]
     if name == "select_n":
         fact = value_range(inputs[0])
-        if fact is not None and fact[0] is not None and fact[0] == fact[1] and 0 <= fact[0] < len(inputs) - 1:
+        if (
+            fact is not None
+            and fact[0] is not None
+            and fact[0] == fact[1]
+            and 0 <= fact[0] < len(inputs) - 1
+        ):
             if _same_shape(eqn.invars[1 + fact[0]].aval, out_aval):
                 return [inputs[1 + fact[0]]]
     return None

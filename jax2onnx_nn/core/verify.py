@@ -101,17 +101,21 @@ class VerifyReport:
             return ""
         rel = max(o.max_rel for o in off)
         rtol, _ = default_tolerance(np.float32)
-        return (f"note: {self.runtime} computes float64 in float32 (no graph can change that), so float64 outputs "
-                f"match JAX to float32 precision at best: max rel error {rel:.3g} here "
-                f"({'within' if rel <= rtol else 'beyond'} float32's tolerance {rtol:g}); "
-                "pass rtol/atol to verify for float32 precision, or run float64 models on another runtime")
+        return (
+            f"note: {self.runtime} computes float64 in float32 (no graph can change that), so float64 outputs "
+            f"match JAX to float32 precision at best: max rel error {rel:.3g} here "
+            f"({'within' if rel <= rtol else 'beyond'} float32's tolerance {rtol:g}); "
+            "pass rtol/atol to verify for float32 precision, or run float64 models on another runtime"
+        )
 
     def __str__(self) -> str:
         lines = []
         for run in self.runs:
             for o in run.outputs:
                 mark = "ok" if o.ok else "MISMATCH"
-                tolerance = f" (rtol {o.rtol:g}, atol {o.atol:g})" if o.dtype in _LOW_PRECISION else ""
+                tolerance = (
+                    f" (rtol {o.rtol:g}, atol {o.atol:g})" if o.dtype in _LOW_PRECISION else ""
+                )
                 lines.append(
                     f"[{run.label}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
                     f"max rel {o.max_rel:.3g}{tolerance} {mark}{(' - ' + o.detail) if o.detail else ''}"
@@ -133,8 +137,12 @@ class VerifyReport:
 
 
 def compare(
-    name: str, actual: np.ndarray, expected: np.ndarray, rtol: float | None = None,
-    atol: float | None = None, runtime: str = "ONNX",
+    name: str,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    rtol: float | None = None,
+    atol: float | None = None,
+    runtime: str = "ONNX",
 ) -> OutputComparison:
     """Compare one output: exact for ints/bools, rtol/atol for floats, NaN where NaN and
     infinities of the same sign. ``max_abs`` and ``max_rel`` are over the finite pairs; the
@@ -159,7 +167,9 @@ def compare(
         return base
     if expected.dtype.kind in "biu":
         diff = actual != expected
-        base.max_abs = float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
+        base.max_abs = float(
+            np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64)))
+        )
         base.ok = not bool(diff.any())
         if not base.ok:
             idx = tuple(int(i) for i in np.argwhere(diff)[0])
@@ -198,14 +208,18 @@ def compare(
     return base
 
 
-def random_inputs(avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random.Generator) -> list[Any]:
+def random_inputs(
+    avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random.Generator
+) -> list[Any]:
     """Random values for avals, symbolic dims set from ``sizes`` (default 3 each)."""
     values = []
     for aval in avals:
         shape = tuple(jxi.evaluate_dim(d, sizes, DEFAULT_SIZE) for d in aval.shape)
         dtype = aval.dtype
         if jxi.is_key_dtype(dtype):
-            data = rng.integers(0, 2**32, size=shape + jxi.key_data_shape(dtype), dtype=np.uint64).astype(np.uint32)
+            data = rng.integers(
+                0, 2**32, size=shape + jxi.key_data_shape(dtype), dtype=np.uint64
+            ).astype(np.uint32)
             values.append(jax.random.wrap_key_data(data, impl=jxi.key_impl(dtype)))
             continue
         dtype = np.dtype(dtype)
@@ -216,7 +230,9 @@ def random_inputs(avals: Sequence[Any], sizes: Mapping[str, int], rng: np.random
         elif dtype.kind == "u":
             values.append(rng.integers(0, 21, size=shape).astype(dtype))
         elif dtype.kind == "c":
-            values.append((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype))
+            values.append(
+                (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+            )
         else:
             values.append(rng.standard_normal(shape).astype(dtype))
     return values
@@ -254,7 +270,9 @@ def _policy_feeds(feeds: list[np.ndarray], signature: ModelSignature) -> list[np
 
 
 def _float32_errors(
-    outputs: list[OutputComparison], actual: list[np.ndarray], expected: list[np.ndarray],
+    outputs: list[OutputComparison],
+    actual: list[np.ndarray],
+    expected: list[np.ndarray],
     reference: list[Any],
 ) -> None:
     """Fill the float32 errors of the bfloat16 / float16 outputs (the reference: JAX in float32)."""
@@ -296,8 +314,13 @@ def _reference_call(fn: Callable[..., Any], args: Any, kwargs: Any, jit: bool) -
         return fn(*args, **kwargs)
 
 
-_TRACE_ERRORS = (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
-                 jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError)
+_TRACE_ERRORS = (
+    TypeError,
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
 
 
 def _default_platform() -> str:
@@ -337,16 +360,20 @@ def reference_outputs(
     except _TRACE_ERRORS:
         with jax.default_device(cpu), jax.default_matmul_precision("highest"):
             outs = fn(*args, **kwargs)
-        return outs, (f"{platform} at matmul precision 'highest' (the function needs concrete "
-                      "values: its arrays could not be moved to the cpu)")
+        return outs, (
+            f"{platform} at matmul precision 'highest' (the function needs concrete "
+            "values: its arrays could not be moved to the cpu)"
+        )
     consts = jax.device_put(list(closed.consts), cpu)
     on_cpu = jax.device_put(flat, cpu)
     with jax.default_device(cpu):
         run = jex.core.jaxpr_as_fun(jex.core.ClosedJaxpr(closed.jaxpr, consts))
         outs = (jax.jit(run) if jit else run)(*on_cpu)
     out_tree = jax.tree_util.tree_structure(jax.eval_shape(flat_fn, *flat))
-    return (jax.tree_util.tree_unflatten(out_tree, list(outs)),
-            f"cpu (the function's arrays copied from {platform}; reference_device='default' runs it there)")
+    return (
+        jax.tree_util.tree_unflatten(out_tree, list(outs)),
+        f"cpu (the function's arrays copied from {platform}; reference_device='default' runs it there)",
+    )
 
 
 @checked_options()
@@ -364,7 +391,8 @@ def verify(
     atol: float | None = None,
     seed: int = 0,
     input_values: Sequence[Any] | None = None,
-    on_run: Callable[[VerifyRun, list[Any], list[np.ndarray], list[np.ndarray]], None] | None = None,
+    on_run: Callable[[VerifyRun, list[Any], list[np.ndarray], list[np.ndarray]], None]
+    | None = None,
     training: bool = False,
     jit: bool = False,
     runtime: str = "onnxruntime",
@@ -440,10 +468,15 @@ def verify(
         outs = set(resolve(outputs_as_nchw, signature.output_names, "outputs_as_nchw"))
     rng = np.random.default_rng(seed)
     if reference_device not in REFERENCE_DEVICES:
-        raise ValueError(f"reference_device must be one of {REFERENCE_DEVICES}, got {reference_device!r}")
+        raise ValueError(
+            f"reference_device must be one of {REFERENCE_DEVICES}, got {reference_device!r}"
+        )
     report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
-        parse_options = {"input_params": input_params, "enable_double_precision": enable_double_precision}
+        parse_options = {
+            "input_params": input_params,
+            "enable_double_precision": enable_double_precision,
+        }
         fn, inputs = layout_reference(fn, inputs, ins, outs, **parse_options)
         specs = parse_specs(inputs, warn=False, **parse_options)
         pairs, treedef = specs.flat()
@@ -471,25 +504,43 @@ def verify(
                 feeds = _policy_feeds(feeds, signature)
             _check_feeds(feeds, names, signature, enable_double_precision, bool(ins))
             # JAX arrays, so that fn sees what it sees in JAX (x.at[...], JAX indexing rules)
-            as_jax = [v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v) for v in flat]
+            as_jax = [
+                v if hasattr(v, "dtype") and jxi.is_key_dtype(v.dtype) else jnp.asarray(v)
+                for v in flat
+            ]
             args, kwargs = jax.tree_util.tree_unflatten(treedef, as_jax)
             # the reference is what was exported: modules in the same (inference) mode
             with export_session(fn, ExportConfig(training=training, coarse_ops=False)) as prepared:
                 outputs_tree, report.reference = reference_outputs(
-                    prepared.fn, args, kwargs, jit=jit, device=reference_device)
+                    prepared.fn, args, kwargs, jit=jit, device=reference_device
+                )
                 expected = jax.tree_util.tree_leaves(outputs_tree)
                 low = any(getattr(e, "dtype", None) in LOW_FLOATS for e in expected)
                 reference = _float32_reference(prepared.fn, args, kwargs) if low else None
             actual = raw = session(feeds)
             if policy_io:  # a precision policy's float32 boundary: compared in JAX's dtypes
-                actual = [np.asarray(a).astype(np.asarray(e).dtype) if _both_float(a, e) else a
-                          for a, e in zip(actual, map(_as_numpy, expected), strict=False)]
-            outputs = [
-                compare(f"out_{j}", a, _as_numpy(e), rtol, atol, runtime)
-                for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))
-            ] if len(actual) == len(expected) else [
-                OutputComparison("outputs", "", (), 0.0, 0.0, False, f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs")
-            ]
+                actual = [
+                    np.asarray(a).astype(np.asarray(e).dtype) if _both_float(a, e) else a
+                    for a, e in zip(actual, map(_as_numpy, expected), strict=False)
+                ]
+            outputs = (
+                [
+                    compare(f"out_{j}", a, _as_numpy(e), rtol, atol, runtime)
+                    for j, (a, e) in enumerate(itertools.zip_longest(actual, expected))
+                ]
+                if len(actual) == len(expected)
+                else [
+                    OutputComparison(
+                        "outputs",
+                        "",
+                        (),
+                        0.0,
+                        0.0,
+                        False,
+                        f"{len(actual)} ONNX outputs vs {len(expected)} JAX outputs",
+                    )
+                ]
+            )
             if reference is not None and len(reference) == len(outputs):
                 _float32_errors(outputs, raw, [_as_numpy(e) for e in expected], reference)
             report.runs.append(VerifyRun(run_sizes, outputs))
@@ -566,7 +617,7 @@ def _check_count(values: Sequence[Any], names: Sequence[str], fn_name: str) -> N
     plural = "s" if len(names) != 1 else ""
     takes = f"{fn_name} takes {len(names)} flat input{plural} ({', '.join(names)})"
     if len(values) < len(names):
-        missing = names[len(values):]
+        missing = names[len(values) :]
         problem = f"missing {', '.join(missing)}"
     else:
         problem = f"{len(values) - len(names)} extra"
@@ -576,7 +627,10 @@ def _check_count(values: Sequence[Any], names: Sequence[str], fn_name: str) -> N
 
 
 def _check_feeds(
-    feeds: Sequence[np.ndarray], names: Sequence[str], signature: ModelSignature, x64: bool,
+    feeds: Sequence[np.ndarray],
+    names: Sequence[str],
+    signature: ModelSignature,
+    x64: bool,
     nchw: bool,
 ) -> None:
     """Each feed has the element type and static dims of its graph input, else a ValueError
@@ -584,8 +638,12 @@ def _check_feeds(
     for name, value, graph_input in zip(names, feeds, signature.inputs, strict=True):
         dtype_ok = graph_input.dtype is None or value.dtype == graph_input.dtype
         shape = graph_input.shape
-        shape_ok = shape is None or (len(shape) == value.ndim and all(
-            not isinstance(d, int) or d == n for d, n in zip(shape, value.shape, strict=True)))
+        shape_ok = shape is None or (
+            len(shape) == value.ndim
+            and all(
+                not isinstance(d, int) or d == n for d, n in zip(shape, value.shape, strict=True)
+            )
+        )
         if dtype_ok and shape_ok:
             continue
         listed = ", ".join("?" if d is None else str(d) for d in shape or ())
@@ -601,8 +659,7 @@ def _check_feeds(
             )
         raise ValueError(
             f"input {name!r}: the model takes {want}, "
-            f"verify would feed {value.dtype}{list(value.shape)}: "
-            + ", and ".join(hints)
+            f"verify would feed {value.dtype}{list(value.shape)}: " + ", and ".join(hints)
         )
 
 

@@ -24,7 +24,14 @@ MakeWrapper = Callable[[Any], Any]
 
 
 def _dropout(original: Any) -> Any:
-    def call(self: eqx.nn.Dropout, x: Any, *, key: Any = None, inference: Any = None, deterministic: Any = None) -> Any:
+    def call(
+        self: eqx.nn.Dropout,
+        x: Any,
+        *,
+        key: Any = None,
+        inference: Any = None,
+        deterministic: Any = None,
+    ) -> Any:
         flag = next((v for v in (deterministic, inference, self.inference) if v is not None), None)
         if not is_runtime(flag) or (isinstance(self.p, (int, float)) and self.p == 0):
             return original(self, x, key=key, inference=inference, deterministic=deterministic)
@@ -40,12 +47,16 @@ def _dropout(original: Any) -> Any:
 
 
 def _batch_norm(original: Any) -> Any:
-    def call(self: eqx.nn.BatchNorm, x: Any, state: Any, *, key: Any = None, inference: Any = None) -> Any:
+    def call(
+        self: eqx.nn.BatchNorm, x: Any, state: Any, *, key: Any = None, inference: Any = None
+    ) -> Any:
         flag = self.inference if inference is None else inference
         if not is_runtime(flag):
             return original(self, x, state, key=key, inference=inference)
         # each mode gets a State of its own: a training call's state.set retires the one it was given
-        return both_modes(flag, lambda mode: original(self, x, _copy(state), key=key, inference=mode))
+        return both_modes(
+            flag, lambda mode: original(self, x, _copy(state), key=key, inference=mode)
+        )
 
     return call
 

@@ -23,7 +23,10 @@ _NAMED_SCOPE_CODE = jax.named_scope("probe")(lambda: None).__code__
 
 def without_named_scope(method: Any, cls: type) -> Any:
     """An Equinox layer's method without its ``@jax.named_scope("eqx.nn...")`` decorator."""
-    if cls.__module__.startswith("equinox.") and getattr(method, "__code__", None) is _NAMED_SCOPE_CODE:
+    if (
+        cls.__module__.startswith("equinox.")
+        and getattr(method, "__code__", None) is _NAMED_SCOPE_CODE
+    ):
         return getattr(method, "__wrapped__", method)
     return method
 
@@ -56,7 +59,11 @@ def module_call_classes(roots: dict[str, Any]) -> list[type]:
     for root in roots.values():
         for _, module in submodules(root):
             for cls in type(module).__mro__:
-                if issubclass(cls, eqx.Module) and cls is not eqx.Module and callable(vars(cls).get("__call__")):
+                if (
+                    issubclass(cls, eqx.Module)
+                    and cls is not eqx.Module
+                    and callable(vars(cls).get("__call__"))
+                ):
                     seen.setdefault(cls, None)
     return list(seen)
 

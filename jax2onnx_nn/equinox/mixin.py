@@ -133,9 +133,13 @@ def _is_shape(spec: Any) -> bool:
 
 
 def _is_leaf(spec: Any) -> bool:
-    if isinstance(spec, (jax.ShapeDtypeStruct, bool, int, float, np.integer)) or hasattr(spec, "dtype"):
+    if isinstance(spec, (jax.ShapeDtypeStruct, bool, int, float, np.integer)) or hasattr(
+        spec, "dtype"
+    ):
         return True
-    return _is_shape(spec) or (isinstance(spec, tuple) and len(spec) == 2 and _is_shape(spec[0]) and not _is_shape(spec[1]))
+    return _is_shape(spec) or (
+        isinstance(spec, tuple) and len(spec) == 2 and _is_shape(spec[0]) and not _is_shape(spec[1])
+    )
 
 
 def batched_spec(spec: Any, name: str, double: bool = False) -> Any:

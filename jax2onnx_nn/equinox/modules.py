@@ -66,8 +66,10 @@ def retarget(fn: Any, convert: Convert) -> tuple[Any, dict[str, Any]]:
     new, roots = reach.retarget(fn, _holds, convert)
     roots = {name: _owner(root) for name, root in roots.items()}
     if len(roots) == 1:  # one module in a dict / list: named as if it were passed itself
-        (name, root), = roots.items()
-        leaves = jax.tree_util.tree_leaves(root, is_leaf=lambda x: _is_module(x) or isinstance(x, eqx.nn.State))
+        ((name, root),) = roots.items()
+        leaves = jax.tree_util.tree_leaves(
+            root, is_leaf=lambda x: _is_module(x) or isinstance(x, eqx.nn.State)
+        )
         modules = [leaf for leaf in leaves if _is_module(leaf)]
         if len(modules) == 1 and not any(isinstance(leaf, eqx.nn.State) for leaf in leaves):
             roots = {name: modules[0]}
@@ -109,14 +111,18 @@ def _state_index_names(roots: dict[str, Any], prefix_of: dict[str, str]) -> dict
     """StateIndex marker -> dotted path of the index in its module (``bn.ema_state_index``)."""
     names: dict[Any, str] = {}
     for root_name, root in roots.items():
-        pairs, _ = jax.tree_util.tree_flatten_with_path(root, is_leaf=lambda x: isinstance(x, eqx.nn.StateIndex))
+        pairs, _ = jax.tree_util.tree_flatten_with_path(
+            root, is_leaf=lambda x: isinstance(x, eqx.nn.StateIndex)
+        )
         for path, leaf in pairs:
             if isinstance(leaf, eqx.nn.StateIndex):
                 names.setdefault(leaf.marker, _join(prefix_of[root_name], path_name(path)))
     return names
 
 
-def _state_arrays(state: eqx.nn.State, markers: dict[Any, str], prefix: str) -> Iterator[tuple[str, Any]]:
+def _state_arrays(
+    state: eqx.nn.State, markers: dict[Any, str], prefix: str
+) -> Iterator[tuple[str, Any]]:
     values, keys = state.tree_flatten()
     for i, (marker, value) in enumerate(zip(keys, values, strict=True)):
         base = markers.get(marker) or _join(prefix, f"state.{i}")
@@ -159,8 +165,14 @@ def submodules(root: Any) -> Iterator[tuple[tuple[str, ...], Any]]:
         path, node = stack.pop()
         if _is_module(node):
             yield path, node
-        pairs, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x, node=node: x is not node and _is_module(x))
-        children = [(path + tuple(_key_name(k) for k in p), leaf) for p, leaf in pairs if _is_module(leaf) and leaf is not node]
+        pairs, _ = jax.tree_util.tree_flatten_with_path(
+            node, is_leaf=lambda x, node=node: x is not node and _is_module(x)
+        )
+        children = [
+            (path + tuple(_key_name(k) for k in p), leaf)
+            for p, leaf in pairs
+            if _is_module(leaf) and leaf is not node
+        ]
         stack.extend(reversed(children))
 
 

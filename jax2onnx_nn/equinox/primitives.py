@@ -53,7 +53,13 @@ def error_fill(dtype: np.dtype) -> np.ndarray:
     return np.array(True, dtype=dtype)
 
 
-def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operands: ir.Value, callback: Any, **params: Any) -> list[ir.Value]:
+def _pure_callback(
+    previous: Registration | None,
+    ctx: LoweringContext,
+    *operands: ir.Value,
+    callback: Any,
+    **params: Any,
+) -> list[ir.Value]:
     fn = jxi.callback_function(callback)
     if getattr(fn, "__module__", None) == _ERROR_MODULE:
         return [ctx.full(aval, error_fill(onnx_aval(aval)[0])) for aval in ctx.avals_out]
@@ -62,10 +68,13 @@ def _pure_callback(previous: Registration | None, ctx: LoweringContext, *operand
         return [result] if isinstance(result, ir.Value) else list(result)
     # listed like any primitive without a rule, with the Python function it calls
     module = getattr(fn, "__module__", None)
-    called = f"{module + '.' if module else ''}{getattr(fn, '__qualname__', None) or type(fn).__name__}"
+    called = (
+        f"{module + '.' if module else ''}{getattr(fn, '__qualname__', None) or type(fn).__name__}"
+    )
     ctx.lowerer.unsupported["pure_callback"].append(f"{ctx.builder.doc_string} (calls {called})")
-    return [ir.Value(name=ctx.builder.names.fresh("unsupported_pure_callback"))
-            for _ in ctx.avals_out]
+    return [
+        ir.Value(name=ctx.builder.names.fresh("unsupported_pure_callback")) for _ in ctx.avals_out
+    ]
 
 
 def _unsupported(ctx: LoweringContext, name: str) -> list[ir.Value]:
@@ -74,7 +83,9 @@ def _unsupported(ctx: LoweringContext, name: str) -> list[ir.Value]:
     return [ir.Value(name=ctx.builder.names.fresh(f"unsupported_{name}")) for _ in ctx.avals_out]
 
 
-def _noinline(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, **params: Any) -> list[ir.Value]:
+def _noinline(
+    ctx: LoweringContext, index: ir.Value, *operands: ir.Value, **params: Any
+) -> list[ir.Value]:
     const = index.const_value
     if const is None:
         return _unsupported(ctx, "noinline")
@@ -84,7 +95,9 @@ def _noinline(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, **para
     def run(*args: Any) -> Any:
         return impl(concrete, *args, **params)
 
-    closed = jax.make_jaxpr(run)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in[1:]])
+    closed = jax.make_jaxpr(run)(
+        *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in[1:]]
+    )
     return ctx.lower_sub(closed, list(operands))
 
 
@@ -107,7 +120,11 @@ def patches() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     """(owner, attribute, make_wrapper) of the patches applied while an export runs."""
     import equinox.internal as eqxi
 
-    return [(eqxi, name, _as_function(name)) for name in ("nextafter", "prevbefore") if hasattr(eqxi, name)]
+    return [
+        (eqxi, name, _as_function(name))
+        for name in ("nextafter", "prevbefore")
+        if hasattr(eqxi, name)
+    ]
 
 
 _REGISTERED = False
@@ -121,8 +138,12 @@ def register_rules() -> None:
     _REGISTERED = True
     previous = builtin("pure_callback")
     with builtin_rules():
-        register("pure_callback", functools.partial(_pure_callback, previous), onnx_ops=("ConstantOfShape",),
-                 only="Equinox's eqx.error_if check, NaN where it fails; any other callback is refused")
+        register(
+            "pure_callback",
+            functools.partial(_pure_callback, previous),
+            onnx_ops=("ConstantOfShape",),
+            only="Equinox's eqx.error_if check, NaN where it fails; any other callback is refused",
+        )
         register("noinline", _noinline)
 
 

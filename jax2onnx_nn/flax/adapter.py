@@ -38,7 +38,9 @@ def exported_module(fn: Any) -> nnx.Module | None:
     return None
 
 
-def array_names(module: nnx.Module, prefix: tuple[str, ...] = (), state: Any = None) -> dict[int, str]:
+def array_names(
+    module: nnx.Module, prefix: tuple[str, ...] = (), state: Any = None
+) -> dict[int, str]:
     """id(array) -> dotted attribute path (``linear1.kernel``) for every array of the module
     (``state``: its ``nnx.state``, when the caller has it already)."""
     names: dict[int, str] = {}
@@ -79,7 +81,13 @@ def reached_modules(fn: Any) -> list[tuple[tuple[str, ...], nnx.Module]]:
     return [((), modules[0][1])] if len(modules) == 1 else modules
 
 
-def traced_closure(fn: Any, modules: list[tuple[tuple[str, ...], nnx.Module]], splits: dict[int, Any], training: bool, paths: ModulePaths) -> Callable[..., Any]:
+def traced_closure(
+    fn: Any,
+    modules: list[tuple[tuple[str, ...], nnx.Module]],
+    splits: dict[int, Any],
+    training: bool,
+    paths: ModulePaths,
+) -> Callable[..., Any]:
     """``fn`` rebuilt, inside the trace, around copies of the modules it reaches (in the
     export's mode; their state updates stay in the trace), as :func:`traced_copy` does for a
     module passed itself; ``splits``: ``nnx.split`` of each module, by id."""
@@ -92,10 +100,14 @@ def traced_closure(fn: Any, modules: list[tuple[tuple[str, ...], nnx.Module]], s
                 copies[id(module)] = nnx.merge(*splits[id(module)], copy=True)
             return copies.get(id(module), module)
 
-        rebuilt, _ = reach.retarget(fn, _holds, lambda value: reach.map_containers(value, _is_module, copy_of))
+        rebuilt, _ = reach.retarget(
+            fn, _holds, lambda value: reach.map_containers(value, _is_module, copy_of)
+        )
         classes: dict[type, None] = {}
         for prefix, module in modules:
-            classes.update(dict.fromkeys(paths.index(copy_of(module), prefix, _for_export(training))))
+            classes.update(
+                dict.fromkeys(paths.index(copy_of(module), prefix, _for_export(training)))
+            )
         with paths.scoped_calls(list(classes)):
             return rebuilt(*args, **kwargs)
 
@@ -141,7 +153,9 @@ def _for_export(training: bool) -> Callable[[nnx.Module], None]:
     return prepare
 
 
-def traced_copy(fn: Any, module: nnx.Module, split: Any, training: bool, paths: ModulePaths) -> Callable[..., Any]:
+def traced_copy(
+    fn: Any, module: nnx.Module, split: Any, training: bool, paths: ModulePaths
+) -> Callable[..., Any]:
     """``fn`` run on a copy of ``module`` made inside the trace (its state updates stay
     there); ``split``: ``nnx.split(module)``. The copy is prepared for the export, and its
     module calls scoped, in one walk of its graph."""

@@ -93,9 +93,13 @@ def _out_dtype(ctx: LoweringContext) -> np.dtype:
     return onnx_aval(ctx.aval_out)[0]
 
 
-def _cast_or_fill(ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype, size: int, fill: float) -> ir.Value:
+def _cast_or_fill(
+    ctx: LoweringContext, ops: Operands, role: str, dtype: np.dtype, size: int, fill: float
+) -> ir.Value:
     """An optional per-feature weight (in ``dtype``), or a constant ``fill`` vector where it is absent."""
-    return weight_or_fill(ctx, ctx.cast(ops[role], dtype) if role in ops else None, (size,), dtype, fill)
+    return weight_or_fill(
+        ctx, ctx.cast(ops[role], dtype) if role in ops else None, (size,), dtype, fill
+    )
 
 
 def _has_empty_dim(*avals: Any) -> bool:
@@ -103,7 +107,13 @@ def _has_empty_dim(*avals: Any) -> bool:
 
 
 def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
-    axes = (axes,) if isinstance(axes, int) else tuple(axes) if isinstance(axes, (tuple, list)) else None
+    axes = (
+        (axes,)
+        if isinstance(axes, int)
+        else tuple(axes)
+        if isinstance(axes, (tuple, list))
+        else None
+    )
     if axes is None or not all(isinstance(a, int) and -rank <= a < rank for a in axes):
         return None
     return tuple(sorted(a % rank for a in axes))
@@ -114,11 +124,20 @@ def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
 
 def _linear_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _one_input(args, kwargs, {"out_sharding": None})
-    if x is NotApplicable or x.ndim < 1 or not _plain(module, nnx.Linear) or not _default_promote(module):
+    if (
+        x is NotApplicable
+        or x.ndim < 1
+        or not _plain(module, nnx.Linear)
+        or not _default_promote(module)
+    ):
         return NotApplicable
     if module.dot_general is not jax.lax.dot_general or module.preferred_element_type is not None:
         return NotApplicable
-    return CoarseCall("nnx_linear", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)})
+    return CoarseCall(
+        "nnx_linear",
+        inputs={"x": x},
+        weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+    )
 
 
 @coarse_lowering("nnx_linear", onnx_ops=("Gemm", "MatMul", "Add", "Cast"), covers=("nnx.Linear",))
@@ -138,7 +157,11 @@ def _linear_general_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _one_input(args, kwargs, {"out_sharding": None})
     if x is NotApplicable or not _plain(module, nnx.LinearGeneral) or not _default_promote(module):
         return NotApplicable
-    if module.batch_axis or module.dot_general_cls is not None or module.preferred_element_type is not None:
+    if (
+        module.batch_axis
+        or module.dot_general_cls is not None
+        or module.preferred_element_type is not None
+    ):
         return NotApplicable
     if module.dot_general not in (None, jax.lax.dot_general):
         return NotApplicable
@@ -147,12 +170,16 @@ def _linear_general_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if axes is None or axes != tuple(range(x.ndim - n, x.ndim)) or n == x.ndim:
         return NotApplicable
     return CoarseCall(
-        "nnx_linear_general", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+        "nnx_linear_general",
+        inputs={"x": x},
+        weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
         params={"n_contract": n},
     )
 
 
-@coarse_lowering("nnx_linear_general", onnx_ops=("Reshape", "MatMul", "Add"), covers=("nnx.LinearGeneral",))
+@coarse_lowering(
+    "nnx_linear_general", onnx_ops=("Reshape", "MatMul", "Add"), covers=("nnx.LinearGeneral",)
+)
 def _linear_general(ctx: LoweringContext, ops: Operands, *, n_contract: int) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -205,22 +232,43 @@ def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if module.conv_general_dilated is not jax.lax.conv_general_dilated:
         return NotApplicable
 
-    strides, input_dilation, dilation = (_per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation))
+    strides, input_dilation, dilation = (
+        _per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation)
+    )
     if strides is None or dilation is None or input_dilation != (1,) * n:
         return NotApplicable
     pads = conv_pads(module.padding, x.shape[1:-1], kernel_size, strides, dilation)
     if pads is None:
         return NotApplicable
     return CoarseCall(
-        "nnx_conv", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
-        params={"strides": strides, "dilations": dilation, "pads": pads, "group": int(module.feature_group_count)},
+        "nnx_conv",
+        inputs={"x": x},
+        weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+        params={
+            "strides": strides,
+            "dilations": dilation,
+            "pads": pads,
+            "group": int(module.feature_group_count),
+        },
     )
 
 
 @coarse_lowering("nnx_conv", onnx_ops=("Transpose", "Conv"), covers=("nnx.Conv",))
-def _conv(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: Any, group: int) -> Any:
+def _conv(
+    ctx: LoweringContext,
+    ops: Operands,
+    *,
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: Any,
+    group: int,
+) -> Any:
     dtype = _out_dtype(ctx)
-    if dtype not in _F32_F64 or not kernels.supports("Conv", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
+    if (
+        dtype not in _F32_F64
+        or not kernels.supports("Conv", dtype)
+        or _has_empty_dim(ctx.aval_out, ops.aval("x"))
+    ):
         return NotApplicable  # onnxruntime's Conv rejects empty images
     rank = len(ops.aval("x").shape)
     x = ctx.transpose(ctx.cast(ops["x"], dtype), to_channels_first(rank))
@@ -252,22 +300,52 @@ def _avg_pool_handler(original: Callable[..., Any]) -> Handler:
         if pads is None or isinstance(pads, str) or not fits_window(pads, window):
             return NotApplicable
         return CoarseCall(
-            "nnx_avg_pool", inputs={"x": x},
-            params={"kernel_shape": tuple(window), "strides": strides, "pads": pads,
-                    "count_include_pad": bool(a.get("count_include_pad", True))},
+            "nnx_avg_pool",
+            inputs={"x": x},
+            params={
+                "kernel_shape": tuple(window),
+                "strides": strides,
+                "pads": pads,
+                "count_include_pad": bool(a.get("count_include_pad", True)),
+            },
         )
 
     return handler
 
 
-@coarse_lowering("nnx_avg_pool", onnx_ops=("Transpose", "AveragePool"), covers=("nnx.avg_pool", "flax.linen.avg_pool"))
-def _avg_pool(ctx: LoweringContext, ops: Operands, *, kernel_shape: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...], count_include_pad: bool) -> Any:
+@coarse_lowering(
+    "nnx_avg_pool",
+    onnx_ops=("Transpose", "AveragePool"),
+    covers=("nnx.avg_pool", "flax.linen.avg_pool"),
+)
+def _avg_pool(
+    ctx: LoweringContext,
+    ops: Operands,
+    *,
+    kernel_shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads: tuple[int, ...],
+    count_include_pad: bool,
+) -> Any:
     dtype = onnx_aval(ops.aval("x"))[0]
-    if dtype not in _F32_F64 or not kernels.supports("AveragePool", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
+    if (
+        dtype not in _F32_F64
+        or not kernels.supports("AveragePool", dtype)
+        or _has_empty_dim(ctx.aval_out, ops.aval("x"))
+    ):
         return NotApplicable
     rank = len(ops.aval("x").shape)
     x = ctx.transpose(ops["x"], to_channels_first(rank))
-    y = pool(ctx, x, "avg", dtype, kernel=kernel_shape, strides=strides, pads=pads, count_include_pad=count_include_pad)
+    y = pool(
+        ctx,
+        x,
+        "avg",
+        dtype,
+        kernel=kernel_shape,
+        strides=strides,
+        pads=pads,
+        count_include_pad=count_include_pad,
+    )
     return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
 
@@ -283,7 +361,11 @@ def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall("nnx_embed", inputs={"x": x}, weights={"embedding": _value(module.embedding)})
 
 
-@coarse_lowering("nnx_embed", onnx_ops=("Gather", "Where", "Cast", "Less", "GreaterOrEqual", "And", "Unsqueeze"), covers=("nnx.Embed",))
+@coarse_lowering(
+    "nnx_embed",
+    onnx_ops=("Gather", "Where", "Cast", "Less", "GreaterOrEqual", "And", "Unsqueeze"),
+    covers=("nnx.Embed",),
+)
 def _embed(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -295,7 +377,8 @@ def _embed(ctx: LoweringContext, ops: Operands) -> Any:
     index_dtype = index.dtype.numpy() if index.dtype is not None else np.dtype(np.int64)
     # JAX wraps indices in [-n, 0) once and gives NaN rows for indices out of range.
     valid = ctx.op.And(
-        ctx.op.GreaterOrEqual(index, ctx.const(-n, dtype=index_dtype)), ctx.op.Less(index, ctx.const(n, dtype=index_dtype))
+        ctx.op.GreaterOrEqual(index, ctx.const(-n, dtype=index_dtype)),
+        ctx.op.Less(index, ctx.const(n, dtype=index_dtype)),
     )
     safe = ctx.op.Where(valid, index, ctx.const(0, dtype=index_dtype))
     rows = ctx.op.Gather(ctx.cast(ops["embedding"], dtype), safe, axis=0)
@@ -305,12 +388,21 @@ def _embed(ctx: LoweringContext, ops: Operands) -> Any:
 
 def _attend_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     query = _one_input(args, kwargs, {"out_sharding": None})
-    if query is NotApplicable or query.ndim < 1 or not _plain(module, nnx.Embed) or not _default_promote(module):
+    if (
+        query is NotApplicable
+        or query.ndim < 1
+        or not _plain(module, nnx.Embed)
+        or not _default_promote(module)
+    ):
         return NotApplicable
-    return CoarseCall("nnx_embed_attend", inputs={"x": query}, weights={"embedding": _value(module.embedding)})
+    return CoarseCall(
+        "nnx_embed_attend", inputs={"x": query}, weights={"embedding": _value(module.embedding)}
+    )
 
 
-@coarse_lowering("nnx_embed_attend", onnx_ops=("Gemm", "MatMul", "Transpose"), covers=("nnx.Embed.attend",))
+@coarse_lowering(
+    "nnx_embed_attend", onnx_ops=("Gemm", "MatMul", "Transpose"), covers=("nnx.Embed.attend",)
+)
 def _attend(ctx: LoweringContext, ops: Operands) -> Any:
     dtype = _out_dtype(ctx)
     if dtype.kind != "f":
@@ -323,11 +415,21 @@ def _attend(ctx: LoweringContext, ops: Operands) -> Any:
 
 
 def _norm_ok(module: Any, cls: type, x: Any) -> bool:
-    return _plain(module, cls) and _default_promote(module) and getattr(module, "axis_name", None) is None and x.ndim >= 1
+    return (
+        _plain(module, cls)
+        and _default_promote(module)
+        and getattr(module, "axis_name", None) is None
+        and x.ndim >= 1
+    )
 
 
 def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
-    if not args or len(args) > 2 or not is_array(args[0]) or set(kwargs) - {"use_running_average", "mask"}:
+    if (
+        not args
+        or len(args) > 2
+        or not is_array(args[0])
+        or set(kwargs) - {"use_running_average", "mask"}
+    ):
         return NotApplicable
     x = args[0]
     use_running_average = args[1] if len(args) == 2 else kwargs.get("use_running_average")
@@ -339,13 +441,23 @@ def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if axes is None or len(axes) != 1:
         return NotApplicable
     return CoarseCall(
-        "nnx_batch_norm", inputs={"x": x},
-        weights={"mean": _value(module.mean), "var": _value(module.var), "scale": _value(module.scale), "bias": _value(module.bias)},
+        "nnx_batch_norm",
+        inputs={"x": x},
+        weights={
+            "mean": _value(module.mean),
+            "var": _value(module.var),
+            "scale": _value(module.scale),
+            "bias": _value(module.bias),
+        },
         params={"axis": axes[0], "epsilon": float(module.epsilon)},
     )
 
 
-@coarse_lowering("nnx_batch_norm", onnx_ops=("BatchNormalization", "Transpose", "Cast"), covers=("nnx.BatchNorm",))
+@coarse_lowering(
+    "nnx_batch_norm",
+    onnx_ops=("BatchNormalization", "Transpose", "Cast"),
+    covers=("nnx.BatchNorm",),
+)
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
@@ -368,17 +480,24 @@ def _last_axis_norm_handler(cls: type, primitive: str, weights: tuple[str, ...])
         if x is NotApplicable or not _norm_ok(module, cls, x):
             return NotApplicable
         last = (x.ndim - 1,)
-        if _canonical_axes(module.reduction_axes, x.ndim) != last or _canonical_axes(module.feature_axes, x.ndim) != last:
+        if (
+            _canonical_axes(module.reduction_axes, x.ndim) != last
+            or _canonical_axes(module.feature_axes, x.ndim) != last
+        ):
             return NotApplicable
         return CoarseCall(
-            primitive, inputs={"x": x}, weights={w: _value(getattr(module, w)) for w in weights},
+            primitive,
+            inputs={"x": x},
+            weights={w: _value(getattr(module, w)) for w in weights},
             params={"epsilon": float(module.epsilon), "size": int(module.num_features)},
         )
 
     return handler
 
 
-def _last_axis_norm(emit: Callable[..., ir.Value], ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int) -> Any:
+def _last_axis_norm(
+    emit: Callable[..., ir.Value], ctx: LoweringContext, ops: Operands, *, epsilon: float, size: int
+) -> Any:
     """LayerNorm and RMSNorm: one rule, the layer emitter differs (an absent scale is ones)."""
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64:
@@ -393,7 +512,9 @@ for _name, _emit, _onnx_op, _opset, _module in (
     ("nnx_layer_norm", layer_norm, "LayerNormalization", 17, "LayerNorm"),
     ("nnx_rms_norm", rms_norm, "RMSNormalization", 23, "RMSNorm"),
 ):
-    coarse_lowering(_name, onnx_ops=(_onnx_op,), min_opset=_opset, covers=(f"nnx.{_module}",))(functools.partial(_last_axis_norm, _emit))
+    coarse_lowering(_name, onnx_ops=(_onnx_op,), min_opset=_opset, covers=(f"nnx.{_module}",))(
+        functools.partial(_last_axis_norm, _emit)
+    )
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -428,7 +549,11 @@ def patches() -> list[tuple[Any, str, MakeWrapper]]:
         (nnx.Embed, "__call__", _embed_handler),
         (nnx.Embed, "attend", _attend_handler),
         (nnx.BatchNorm, "__call__", _batch_norm_handler),
-        (nnx.LayerNorm, "__call__", _last_axis_norm_handler(nnx.LayerNorm, "nnx_layer_norm", ("scale", "bias"))),
+        (
+            nnx.LayerNorm,
+            "__call__",
+            _last_axis_norm_handler(nnx.LayerNorm, "nnx_layer_norm", ("scale", "bias")),
+        ),
         (nnx.RMSNorm, "__call__", _last_axis_norm_handler(nnx.RMSNorm, "nnx_rms_norm", ("scale",))),
         (nnx.GroupNorm, "__call__", _group_norm_handler),
         (nnx.ConvTranspose, "__call__", _conv_transpose_handler),
@@ -453,23 +578,44 @@ def patches() -> list[tuple[Any, str, MakeWrapper]]:
 
 def _group_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _one_input(args, kwargs, {"mask": None})
-    if x is NotApplicable or not _norm_ok(module, nnx.GroupNorm, x) or x.ndim < 2 or module.axis_index_groups is not None:
+    if (
+        x is NotApplicable
+        or not _norm_ok(module, nnx.GroupNorm, x)
+        or x.ndim < 2
+        or module.axis_index_groups is not None
+    ):
         return NotApplicable
     size = int(module.num_groups) * int(module.group_size)
     if getattr(module, "feature_axis", -1) not in (-1, x.ndim - 1) or x.shape[-1] != size:
         return NotApplicable
     default_axes = tuple(range(1, x.ndim))
-    if module.reduction_axes is not None and _canonical_axes(module.reduction_axes, x.ndim) != default_axes:
+    if (
+        module.reduction_axes is not None
+        and _canonical_axes(module.reduction_axes, x.ndim) != default_axes
+    ):
         return NotApplicable
     return CoarseCall(
-        "nnx_group_norm", inputs={"x": x}, weights={"scale": _value(module.scale), "bias": _value(module.bias)},
-        params={"epsilon": float(module.epsilon), "num_groups": int(module.num_groups), "size": size},
+        "nnx_group_norm",
+        inputs={"x": x},
+        weights={"scale": _value(module.scale), "bias": _value(module.bias)},
+        params={
+            "epsilon": float(module.epsilon),
+            "num_groups": int(module.num_groups),
+            "size": size,
+        },
     )
 
 
 # Opset 18's GroupNormalization takes per-group scale and bias (not what flax has): from 21 only.
-@coarse_lowering("nnx_group_norm", onnx_ops=("GroupNormalization", "Transpose"), min_opset=21, covers=("nnx.GroupNorm",))
-def _group_norm(ctx: LoweringContext, ops: Operands, *, epsilon: float, num_groups: int, size: int) -> Any:
+@coarse_lowering(
+    "nnx_group_norm",
+    onnx_ops=("GroupNormalization", "Transpose"),
+    min_opset=21,
+    covers=("nnx.GroupNorm",),
+)
+def _group_norm(
+    ctx: LoweringContext, ops: Operands, *, epsilon: float, num_groups: int, size: int
+) -> Any:
     dtype = _out_dtype(ctx)
     if dtype not in _F32_F64 or _has_empty_dim(ops.aval("x")):
         return NotApplicable  # JAX gives NaN statistics for empty groups
@@ -501,13 +647,22 @@ def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if pads is None:
         return NotApplicable
     return CoarseCall(
-        "nnx_conv_transpose", inputs={"x": x}, weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
-        params={"strides": strides, "dilations": dilation, "pads": pads[0], "output_padding": pads[1],
-                "transpose_kernel": bool(module.transpose_kernel)},
+        "nnx_conv_transpose",
+        inputs={"x": x},
+        weights={"kernel": _value(module.kernel), "bias": _value(module.bias)},
+        params={
+            "strides": strides,
+            "dilations": dilation,
+            "pads": pads[0],
+            "output_padding": pads[1],
+            "transpose_kernel": bool(module.transpose_kernel),
+        },
     )
 
 
-def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, shape: tuple[int, ...], transpose_kernel: bool) -> ir.Value:
+def _conv_transpose_weight(
+    ctx: LoweringContext, kernel: ir.Value, shape: tuple[int, ...], transpose_kernel: bool
+) -> ir.Value:
     """The flax kernel ``(*k, in, out)`` as ONNX's ``(in, out, *k)``. With ``transpose_kernel``
     (``(*k, out, in)``) lax flips and swaps it itself, which undoes ConvTranspose's flip."""
     n = len(shape) - 2
@@ -517,16 +672,45 @@ def _conv_transpose_weight(ctx: LoweringContext, kernel: ir.Value, shape: tuple[
     return conv_transpose_kernel(ctx, kernel, to_oi, [int(shape[a]) for a in to_oi], 1, weight=True)
 
 
-@coarse_lowering("nnx_conv_transpose", onnx_ops=("Transpose", "ConvTranspose", "Slice"), covers=("nnx.ConvTranspose",))
-def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, ...], dilations: tuple[int, ...], pads: tuple[int, ...], output_padding: tuple[int, ...], transpose_kernel: bool) -> Any:
+@coarse_lowering(
+    "nnx_conv_transpose",
+    onnx_ops=("Transpose", "ConvTranspose", "Slice"),
+    covers=("nnx.ConvTranspose",),
+)
+def _conv_transpose(
+    ctx: LoweringContext,
+    ops: Operands,
+    *,
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: tuple[int, ...],
+    output_padding: tuple[int, ...],
+    transpose_kernel: bool,
+) -> Any:
     dtype = _out_dtype(ctx)
-    if dtype not in _F32_F64 or not kernels.supports("ConvTranspose", dtype) or _has_empty_dim(ctx.aval_out, ops.aval("x")):
+    if (
+        dtype not in _F32_F64
+        or not kernels.supports("ConvTranspose", dtype)
+        or _has_empty_dim(ctx.aval_out, ops.aval("x"))
+    ):
         return NotApplicable
     rank = len(ops.aval("x").shape)
     x = ctx.transpose(ctx.cast(ops["x"], dtype), to_channels_first(rank))
-    kernel = _conv_transpose_weight(ctx, ctx.cast(ops["kernel"], dtype), tuple(ops.aval("kernel").shape), transpose_kernel)
+    kernel = _conv_transpose_weight(
+        ctx, ctx.cast(ops["kernel"], dtype), tuple(ops.aval("kernel").shape), transpose_kernel
+    )
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
-    y = conv_transpose(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, output_padding=output_padding, group=1)
+    y = conv_transpose(
+        ctx,
+        x,
+        kernel,
+        bias,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        output_padding=output_padding,
+        group=1,
+    )
     return ctx.op.Transpose(y, perm=to_channels_last(rank))
 
 
@@ -535,6 +719,7 @@ def _conv_transpose(ctx: LoweringContext, ops: Operands, *, strides: tuple[int, 
 # flax's GRU computes n = tanh(x W_n + b_n + r * (h R_n)): ONNX GRU with linear_before_reset=1
 # and no recurrent bias; its LSTM is ONNX LSTM without peepholes (see core/layers/rnn.py for
 # the gate order). One call is one time step: sequence length 1.
+
 
 def _wrapping_chain(fn: Any) -> list[Any]:
     """``fn`` and what it wraps (``__wrapped__``: a patched activation, a jitted function)."""
@@ -564,16 +749,23 @@ def _is_one_of(fn: Any, ids: frozenset[int]) -> bool:
 def _plain_dense(layer: Any, use_bias: bool) -> bool:
     """An inner nnx.Linear that computes exactly ``x @ kernel (+ bias)`` in float32."""
     return (
-        type(layer) is nnx.Linear and _default_promote(layer) and layer.dot_general is jax.lax.dot_general
-        and layer.preferred_element_type is None and (layer.bias is not None) == use_bias
-        and layer.dtype in (None, jnp.float32) and _value(layer.kernel).dtype == np.float32
+        type(layer) is nnx.Linear
+        and _default_promote(layer)
+        and layer.dot_general is jax.lax.dot_general
+        and layer.preferred_element_type is None
+        and (layer.bias is not None) == use_bias
+        and layer.dtype in (None, jnp.float32)
+        and _value(layer.kernel).dtype == np.float32
     )
 
 
 def _cell_ok(module: Any, cls: type, h: Any, x: Any) -> bool:
     return (
-        _plain(module, cls) and _default_promote(module) and module.dtype in (None, jnp.float32)
-        and _is_one_of(module.gate_fn, _SIGMOIDS) and _is_one_of(module.activation_fn, _TANHS)
+        _plain(module, cls)
+        and _default_promote(module)
+        and module.dtype in (None, jnp.float32)
+        and _is_one_of(module.gate_fn, _SIGMOIDS)
+        and _is_one_of(module.activation_fn, _TANHS)
         and all(is_array(t) and t.ndim == 2 and t.dtype == np.float32 for t in (h, x))
     )
 
@@ -582,11 +774,20 @@ def _gru_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if len(args) != 2 or kwargs:
         return NotApplicable
     h, x = args
-    if not _cell_ok(module, nnx.GRUCell, h, x) or not _plain_dense(module.dense_i, True) or not _plain_dense(module.dense_h, False):
+    if (
+        not _cell_ok(module, nnx.GRUCell, h, x)
+        or not _plain_dense(module.dense_i, True)
+        or not _plain_dense(module.dense_h, False)
+    ):
         return NotApplicable
     return CoarseCall(
-        "nnx_gru_cell", inputs={"h": h, "x": x},
-        weights={"w": _value(module.dense_i.kernel), "b": _value(module.dense_i.bias), "r": _value(module.dense_h.kernel)},
+        "nnx_gru_cell",
+        inputs={"h": h, "x": x},
+        weights={
+            "w": _value(module.dense_i.kernel),
+            "b": _value(module.dense_i.bias),
+            "r": _value(module.dense_h.kernel),
+        },
         params={"hidden": int(module.hidden_features)},
     )
 
@@ -599,13 +800,25 @@ def _last_state(ctx: LoweringContext, value: ir.Value) -> ir.Value:
     return ctx.op.Squeeze(value, ctx.ints([0]))
 
 
-@coarse_lowering("nnx_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose", *rnn.GUARD_OPS), covers=("nnx.GRUCell",))
+@coarse_lowering(
+    "nnx_gru_cell",
+    onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose", *rnn.GUARD_OPS),
+    covers=("nnx.GRUCell",),
+)
 def _gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
     (h,) = rnn.library_step(
-        ctx, rnn.GRU, _one_step(ctx, ops["x"]), [_one_step(ctx, ops["h"])], ops["w"], ops["r"], ops["b"],
-        hidden=hidden, dtype=onnx_aval(ops.aval("b"))[0], gate_axis=1,
+        ctx,
+        rnn.GRU,
+        _one_step(ctx, ops["x"]),
+        [_one_step(ctx, ops["h"])],
+        ops["w"],
+        ops["r"],
+        ops["b"],
+        hidden=hidden,
+        dtype=onnx_aval(ops.aval("b"))[0],
+        gate_axis=1,
     )
     h = _last_state(ctx, h)
     return [h, h]
@@ -615,18 +828,32 @@ def _lstm_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if len(args) != 2 or kwargs or not isinstance(args[0], tuple) or len(args[0]) != 2:
         return NotApplicable
     (c, h), x = args
-    if not _cell_ok(module, nnx.LSTMCell, h, x) or not (is_array(c) and c.ndim == 2 and c.dtype == np.float32):
+    if not _cell_ok(module, nnx.LSTMCell, h, x) or not (
+        is_array(c) and c.ndim == 2 and c.dtype == np.float32
+    ):
         return NotApplicable
-    inputs, hidden = (module.ii, module.io, module.if_, module.ig), (module.hi, module.ho, module.hf, module.hg)  # ONNX order
-    if not all(_plain_dense(d, False) for d in inputs) or not all(_plain_dense(d, True) for d in hidden):
+    inputs, hidden = (
+        (module.ii, module.io, module.if_, module.ig),
+        (module.hi, module.ho, module.hf, module.hg),
+    )  # ONNX order
+    if not all(_plain_dense(d, False) for d in inputs) or not all(
+        _plain_dense(d, True) for d in hidden
+    ):
         return NotApplicable
     weights = {f"w{i}": _value(d.kernel) for i, d in enumerate(inputs)}
     weights |= {f"r{i}": _value(d.kernel) for i, d in enumerate(hidden)}
     weights |= {f"b{i}": _value(d.bias) for i, d in enumerate(hidden)}
-    return CoarseCall("nnx_lstm_cell", inputs={"c": c, "h": h, "x": x}, weights=weights, params={"hidden": int(module.hidden_features)})
+    return CoarseCall(
+        "nnx_lstm_cell",
+        inputs={"c": c, "h": h, "x": x},
+        weights=weights,
+        params={"hidden": int(module.hidden_features)},
+    )
 
 
-def _stacked_gates(ctx: LoweringContext, parts: list[ir.Value | None], name: str, *, kernels: bool, hidden: int) -> ir.Value:
+def _stacked_gates(
+    ctx: LoweringContext, parts: list[ir.Value | None], name: str, *, kernels: bool, hidden: int
+) -> ir.Value:
     """Per-gate kernels ``(in, hidden)`` as ONNX's ``(1, gates * hidden, in)``, or per-gate
     biases ``(hidden,)`` as ONNX's ``B`` ``(1, 2 * gates * hidden)`` (input side, then recurrent
     side; a None part is zeros): one initializer when all parts are weights."""
@@ -635,16 +862,25 @@ def _stacked_gates(ctx: LoweringContext, parts: list[ir.Value | None], name: str
 
     def stack(arrays: list[np.ndarray]) -> np.ndarray:
         rest = iter(arrays)
-        blocks = [np.zeros(hidden, dtype) if p is None else next(rest).T if kernels else next(rest) for p in parts]
+        blocks = [
+            np.zeros(hidden, dtype) if p is None else next(rest).T if kernels else next(rest)
+            for p in parts
+        ]
         return np.concatenate(blocks, axis=0)[None]
 
-    if all(p.const_value is not None and p.producer() is None and p.name for p in given) and not ctx.builder.isolated:
+    if (
+        all(p.const_value is not None and p.producer() is None and p.name for p in given)
+        and not ctx.builder.isolated
+    ):
         first = given[0]
         folded = first.meta.setdefault("jax2onnx_nn.folded", {})
         key = ("stacked", kernels, *(p.name if p is not None else None for p in parts))
         if key not in folded:
             stem = first.name.rsplit(".", 2)[0] if first.name.count(".") >= 2 else first.name
-            folded[key] = ctx.builder.initializer(np.ascontiguousarray(stack([p.const_value.numpy() for p in given])), f"{stem}.{name}")
+            folded[key] = ctx.builder.initializer(
+                np.ascontiguousarray(stack([p.const_value.numpy() for p in given])),
+                f"{stem}.{name}",
+            )
         return folded[key]
     if kernels:
         laid = [ctx.op.Transpose(p, perm=[1, 0]) for p in given]
@@ -654,7 +890,8 @@ def _stacked_gates(ctx: LoweringContext, parts: list[ir.Value | None], name: str
 
 
 @coarse_lowering(
-    "nnx_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Concat", "Transpose", *rnn.GUARD_OPS),
+    "nnx_lstm_cell",
+    onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Concat", "Transpose", *rnn.GUARD_OPS),
     covers=("nnx.LSTMCell", "flax.linen.LSTMCell", "flax.linen.OptimizedLSTMCell"),
 )
 def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
@@ -662,8 +899,19 @@ def _lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
         return NotApplicable
     w = _stacked_gates(ctx, [ops[f"w{i}"] for i in range(4)], "W", kernels=True, hidden=hidden)
     r = _stacked_gates(ctx, [ops[f"r{i}"] for i in range(4)], "R", kernels=True, hidden=hidden)
-    b = _stacked_gates(ctx, [None] * 4 + [ops[f"b{i}"] for i in range(4)], "B", kernels=False, hidden=hidden)
-    h, c = rnn.step(ctx, rnn.LSTM, _one_step(ctx, ops["x"]), [_one_step(ctx, ops[s]) for s in ("h", "c")], w, r, b, hidden)
+    b = _stacked_gates(
+        ctx, [None] * 4 + [ops[f"b{i}"] for i in range(4)], "B", kernels=False, hidden=hidden
+    )
+    h, c = rnn.step(
+        ctx,
+        rnn.LSTM,
+        _one_step(ctx, ops["x"]),
+        [_one_step(ctx, ops[s]) for s in ("h", "c")],
+        w,
+        r,
+        b,
+        hidden,
+    )
     h = _last_state(ctx, h)
     return [_last_state(ctx, c), h, h]
 
@@ -674,26 +922,43 @@ def _optimized_lstm_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if len(args) != 2 or kwargs or not isinstance(args[0], tuple) or len(args[0]) != 2:
         return NotApplicable
     (c, h), x = args
-    if not _cell_ok(module, nnx.OptimizedLSTMCell, h, x) or not (is_array(c) and c.ndim == 2 and c.dtype == np.float32):
+    if not _cell_ok(module, nnx.OptimizedLSTMCell, h, x) or not (
+        is_array(c) and c.ndim == 2 and c.dtype == np.float32
+    ):
         return NotApplicable
     if not _plain_dense(module.dense_i, False) or not _plain_dense(module.dense_h, True):
         return NotApplicable
     return CoarseCall(
-        "nnx_optimized_lstm_cell", inputs={"c": c, "h": h, "x": x},
-        weights={"w": _value(module.dense_i.kernel), "r": _value(module.dense_h.kernel), "b": _value(module.dense_h.bias)},
+        "nnx_optimized_lstm_cell",
+        inputs={"c": c, "h": h, "x": x},
+        weights={
+            "w": _value(module.dense_i.kernel),
+            "r": _value(module.dense_h.kernel),
+            "b": _value(module.dense_h.bias),
+        },
         params={"hidden": int(module.hidden_features)},
     )
 
 
 @coarse_lowering(
-    "nnx_optimized_lstm_cell", onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose", *rnn.GUARD_OPS), covers=("nnx.OptimizedLSTMCell",),
+    "nnx_optimized_lstm_cell",
+    onnx_ops=("LSTM", "Unsqueeze", "Squeeze", "Split", "Concat", "Transpose", *rnn.GUARD_OPS),
+    covers=("nnx.OptimizedLSTMCell",),
 )
 def _optimized_lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
     h, c = rnn.library_step(
-        ctx, rnn.LSTM, _one_step(ctx, ops["x"]), [_one_step(ctx, ops[s]) for s in ("h", "c")], ops["w"], ops["r"], ops["b"],
-        hidden=hidden, dtype=onnx_aval(ops.aval("b"))[0], gate_axis=1,
+        ctx,
+        rnn.LSTM,
+        _one_step(ctx, ops["x"]),
+        [_one_step(ctx, ops[s]) for s in ("h", "c")],
+        ops["w"],
+        ops["r"],
+        ops["b"],
+        hidden=hidden,
+        dtype=onnx_aval(ops.aval("b"))[0],
+        gate_axis=1,
     )
     h = _last_state(ctx, h)
     return [_last_state(ctx, c), h, h]
@@ -702,19 +967,25 @@ def _optimized_lstm_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) ->
 # -- Linen cells: one Dense per gate, read from the bound module's params ------------------
 
 
-def _linen_dense(params: Any, name: str, shape: tuple[int, int], bias: bool) -> dict[str, Any] | None:
+def _linen_dense(
+    params: Any, name: str, shape: tuple[int, int], bias: bool
+) -> dict[str, Any] | None:
     """The float32 kernel (and bias) of the cell's Dense ``name``, as the cell will read them."""
     dense = params.get(name) if hasattr(params, "get") else None
     if dense is None or set(dense) != ({"kernel", "bias"} if bias else {"kernel"}):
         return None
     arrays = {"kernel": dense["kernel"], **({"bias": dense["bias"]} if bias else {})}
     shapes = {"kernel": shape, "bias": shape[1:]}
-    if not all(is_array(a) and a.dtype == np.float32 and a.shape == shapes[k] for k, a in arrays.items()):
+    if not all(
+        is_array(a) and a.dtype == np.float32 and a.shape == shapes[k] for k, a in arrays.items()
+    ):
         return None
     return arrays
 
 
-def _linen_cell(module: Any, cls: type, h: Any, x: Any, recurrent: tuple[str, ...], with_bias: tuple[str, ...]) -> dict[str, dict[str, Any]] | None:
+def _linen_cell(
+    module: Any, cls: type, h: Any, x: Any, recurrent: tuple[str, ...], with_bias: tuple[str, ...]
+) -> dict[str, dict[str, Any]] | None:
     """The Dense weights of a bound plain Linen ``cls`` (flax's gates, float32) by name: the
     input side's ``i*`` (``(in, hidden)``) and the recurrent side's ``h*`` (``(hidden, hidden)``),
     a bias where ``with_bias`` names the Dense; None for anything else (init, boxed params)."""
@@ -725,7 +996,10 @@ def _linen_cell(module: Any, cls: type, h: Any, x: Any, recurrent: tuple[str, ..
     names = [*(f"i{g}" for g in recurrent), *(f"h{g}" for g in recurrent)]
     if params is None or set(params) != set(names):
         return None
-    found = {n: _linen_dense(params, n, (features if n[0] == "i" else hidden, hidden), n in with_bias) for n in names}
+    found = {
+        n: _linen_dense(params, n, (features if n[0] == "i" else hidden, hidden), n in with_bias)
+        for n in names
+    }
     return None if any(d is None for d in found.values()) else found
 
 
@@ -738,20 +1012,39 @@ def _linen_gru_cell_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     dense = _linen_cell(module, linen.GRUCell, h, x, ("r", "z", "n"), ("ir", "iz", "in", "hn"))
     if dense is None:
         return NotApplicable
-    weights = {f"w{g}": dense[f"i{g}"]["kernel"] for g in "rzn"} | {f"r{g}": dense[f"h{g}"]["kernel"] for g in "rzn"}
+    weights = {f"w{g}": dense[f"i{g}"]["kernel"] for g in "rzn"} | {
+        f"r{g}": dense[f"h{g}"]["kernel"] for g in "rzn"
+    }
     weights |= {f"b{g}": dense[f"i{g}"]["bias"] for g in "rzn"} | {"bhn": dense["hn"]["bias"]}
-    return CoarseCall("linen_gru_cell", inputs={"h": h, "x": x}, weights=weights, params={"hidden": int(h.shape[-1])})
+    return CoarseCall(
+        "linen_gru_cell",
+        inputs={"h": h, "x": x},
+        weights=weights,
+        params={"hidden": int(h.shape[-1])},
+    )
 
 
-@coarse_lowering("linen_gru_cell", onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Concat", "Transpose", *rnn.GUARD_OPS), covers=("flax.linen.GRUCell",))
+@coarse_lowering(
+    "linen_gru_cell",
+    onnx_ops=("GRU", "Unsqueeze", "Squeeze", "Concat", "Transpose", *rnn.GUARD_OPS),
+    covers=("flax.linen.GRUCell",),
+)
 def _linen_gru_cell(ctx: LoweringContext, ops: Operands, *, hidden: int) -> Any:
     if _has_empty_dim(ops.aval("x"), ops.aval("h")):
         return NotApplicable
     gates = "zrn"  # ONNX's z, r, h
     w = _stacked_gates(ctx, [ops[f"w{g}"] for g in gates], "W", kernels=True, hidden=hidden)
     r = _stacked_gates(ctx, [ops[f"r{g}"] for g in gates], "R", kernels=True, hidden=hidden)
-    b = _stacked_gates(ctx, [*(ops[f"b{g}"] for g in gates), None, None, ops["bhn"]], "B", kernels=False, hidden=hidden)
-    (h,) = rnn.step(ctx, rnn.GRU, _one_step(ctx, ops["x"]), [_one_step(ctx, ops["h"])], w, r, b, hidden)
+    b = _stacked_gates(
+        ctx,
+        [*(ops[f"b{g}"] for g in gates), None, None, ops["bhn"]],
+        "B",
+        kernels=False,
+        hidden=hidden,
+    )
+    (h,) = rnn.step(
+        ctx, rnn.GRU, _one_step(ctx, ops["x"]), [_one_step(ctx, ops["h"])], w, r, b, hidden
+    )
     h = _last_state(ctx, h)
     return [h, h]
 
@@ -772,7 +1065,12 @@ def _linen_lstm_cell_handler(cls: type) -> Handler:
         weights = {f"w{k}": dense[f"i{g}"]["kernel"] for k, g in enumerate(order)}
         weights |= {f"r{k}": dense[f"h{g}"]["kernel"] for k, g in enumerate(order)}
         weights |= {f"b{k}": dense[f"h{g}"]["bias"] for k, g in enumerate(order)}
-        return CoarseCall("nnx_lstm_cell", inputs={"c": c, "h": h, "x": x}, weights=weights, params={"hidden": int(h.shape[-1])})
+        return CoarseCall(
+            "nnx_lstm_cell",
+            inputs={"c": c, "h": h, "x": x},
+            weights=weights,
+            params={"hidden": int(h.shape[-1])},
+        )
 
     return handler
 

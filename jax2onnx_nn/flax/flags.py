@@ -26,11 +26,16 @@ MakeWrapper = Callable[[Any], Any]
 Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def _flag_argument(name: str, position: int | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Callable[[Any], Call]]:
+def _flag_argument(
+    name: str, position: int | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, Callable[[Any], Call]]:
     """The flag as the call gives it (None if not given) and the call's arguments with another
     value in its place. ``position``: its index among the positional arguments, if it has one."""
     if position is not None and len(args) > position:
-        return args[position], lambda mode: ((*args[:position], mode, *args[position + 1:]), kwargs)
+        return args[position], lambda mode: (
+            (*args[:position], mode, *args[position + 1 :]),
+            kwargs,
+        )
     return kwargs.get(name), lambda mode: (args, {**kwargs, name: mode})
 
 
@@ -54,7 +59,12 @@ def _with_nnx_state(module: nnx.Module, flag: Any, call: Callable[[bool], Any]) 
 
 def _linen_state(module: linen.Module) -> dict[tuple[str, str], Any]:
     """The module's own variables, (collection, name) -> value (submodules' are theirs)."""
-    return {(col, k): v for col, values in module.variables.items() for k, v in values.items() if not isinstance(v, dict)}
+    return {
+        (col, k): v
+        for col, values in module.variables.items()
+        for k, v in values.items()
+        if not isinstance(v, dict)
+    }
 
 
 def _with_linen_state(module: linen.Module, flag: Any, call: Callable[[bool], Any]) -> Any:
@@ -70,7 +80,9 @@ def _with_linen_state(module: linen.Module, flag: Any, call: Callable[[bool], An
     return select(flag, on_true, on_false)
 
 
-def _flag_wrapper(name: str, position: int | None, both: Callable[[Any, Any, Callable[[bool], Any]], Any]) -> MakeWrapper:
+def _flag_wrapper(
+    name: str, position: int | None, both: Callable[[Any, Any, Callable[[bool], Any]], Any]
+) -> MakeWrapper:
     """The wrapper of a layer whose call takes the mode flag ``name`` or whose field holds it:
     each mode goes where the flag was (Linen refuses a flag given in both places); ``both``
     runs the two modes and selects."""
@@ -104,5 +116,9 @@ def patches() -> list[tuple[Any, str, MakeWrapper]]:
         (nnx.BatchNorm, "__call__", _flag_wrapper("use_running_average", 1, _with_nnx_state)),
         (linen.Dropout, "__call__", _flag_wrapper("deterministic", 1, _with_linen_state)),
         (linen.BatchNorm, "__call__", _flag_wrapper("use_running_average", 1, _with_linen_state)),
-        (linen.MultiHeadDotProductAttention, "__call__", _flag_wrapper("deterministic", None, _with_linen_state)),
+        (
+            linen.MultiHeadDotProductAttention,
+            "__call__",
+            _flag_wrapper("deterministic", None, _with_linen_state),
+        ),
     ]

@@ -26,7 +26,12 @@ class ModulePaths(ModuleCallStack):
 
     library = "flax."
 
-    def index(self, root: nnx.Module, prefix: tuple[str, ...] = (), visit: Callable[[nnx.Module], None] | None = None) -> list[type]:
+    def index(
+        self,
+        root: nnx.Module,
+        prefix: tuple[str, ...] = (),
+        visit: Callable[[nnx.Module], None] | None = None,
+    ) -> list[type]:
         """Record the path of every module reachable from ``root`` (the first path wins) and
         call ``visit`` on it, in one walk of the graph (a walk of a large model costs about
         as much as tracing it); ``prefix``: the root's own path, when an export reaches
@@ -40,7 +45,11 @@ class ModulePaths(ModuleCallStack):
             if visit is not None:
                 visit(node)
             for cls in type(node).__mro__:
-                if issubclass(cls, nnx.Module) and cls is not nnx.Module and "__call__" in vars(cls):
+                if (
+                    issubclass(cls, nnx.Module)
+                    and cls is not nnx.Module
+                    and "__call__" in vars(cls)
+                ):
                     classes.setdefault(cls, None)
         return list(classes)
 

@@ -53,7 +53,9 @@ def variable_names(fn: Any) -> dict[int, str]:
     def walk(value: Any) -> None:
         bound = _bound_variables(value)
         if bound is not None or _is_variables(value):
-            leaves, _ = jax.tree_util.tree_flatten_with_path(dict(bound if bound is not None else value))
+            leaves, _ = jax.tree_util.tree_flatten_with_path(
+                dict(bound if bound is not None else value)
+            )
             for path, leaf in leaves:
                 if is_array(leaf):
                     names.setdefault(id(leaf), "/".join(_key(k) for k in path))
@@ -77,8 +79,12 @@ def _key(entry: Any) -> str:
 
 
 def export_onnx(
-    module: Any, variables: Mapping[str, Any], inputs: Sequence[Any], method: Any = None,
-    mutable: Any = False, **options: Any,
+    module: Any,
+    variables: Mapping[str, Any],
+    inputs: Sequence[Any],
+    method: Any = None,
+    mutable: Any = False,
+    **options: Any,
 ) -> onnx.ModelProto:
     """Export ``module.apply(variables, *inputs, method=method, mutable=mutable)``.
 

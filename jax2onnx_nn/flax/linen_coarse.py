@@ -37,7 +37,9 @@ _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _ALLOWED_OVERRIDES = frozenset({"__init__", "__init_subclass__", "__call__", "__post_init__"})
 
 
-def _params(module: Any, cls: type, names: set[str], required: set[str]) -> Mapping[str, Any] | None:
+def _params(
+    module: Any, cls: type, names: set[str], required: set[str]
+) -> Mapping[str, Any] | None:
     """The arrays of a bound, plain ``cls`` layer's ``params`` (``required`` present, nothing
     outside ``names``); None for anything else (init, a subclass, boxed params)."""
     if not overrides_nothing(module, cls, _ALLOWED_OVERRIDES) or module.scope is None:
@@ -68,19 +70,36 @@ def _same_dtypes(module: Any, x: Any, params: Mapping[str, Any]) -> bool:
 
 
 def _default_promote(module: Any) -> bool:
-    return getattr(module, "promote_dtype", linen_dtypes.promote_dtype) is linen_dtypes.promote_dtype
+    return (
+        getattr(module, "promote_dtype", linen_dtypes.promote_dtype) is linen_dtypes.promote_dtype
+    )
 
 
 def _dense_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _x(args, kwargs)
-    params = None if x is NotApplicable else _params(module, linen.Dense, {"kernel", "bias"}, {"kernel"})
-    if params is None or x.ndim < 1 or not _same_dtypes(module, x, params) or not _default_promote(module):
+    params = (
+        None if x is NotApplicable else _params(module, linen.Dense, {"kernel", "bias"}, {"kernel"})
+    )
+    if (
+        params is None
+        or x.ndim < 1
+        or not _same_dtypes(module, x, params)
+        or not _default_promote(module)
+    ):
         return NotApplicable
-    if module.precision is not None or module.dot_general is not None or module.dot_general_cls is not None:
+    if (
+        module.precision is not None
+        or module.dot_general is not None
+        or module.dot_general_cls is not None
+    ):
         return NotApplicable
     if module.use_bias != ("bias" in params):
         return NotApplicable
-    return CoarseCall("nnx_linear", inputs={"x": x}, weights={"kernel": params["kernel"], "bias": params.get("bias")})
+    return CoarseCall(
+        "nnx_linear",
+        inputs={"x": x},
+        weights={"kernel": params["kernel"], "bias": params.get("bias")},
+    )
 
 
 def _per_axis(v: Any, n: int) -> tuple[int, ...] | None:
@@ -91,10 +110,14 @@ def _per_axis(v: Any, n: int) -> tuple[int, ...] | None:
 
 def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     x = _x(args, kwargs)
-    params = None if x is NotApplicable else _params(module, linen.Conv, {"kernel", "bias"}, {"kernel"})
+    params = (
+        None if x is NotApplicable else _params(module, linen.Conv, {"kernel", "bias"}, {"kernel"})
+    )
     if params is None or not _same_dtypes(module, x, params) or not _default_promote(module):
         return NotApplicable
-    kernel_size = (module.kernel_size,) if isinstance(module.kernel_size, int) else tuple(module.kernel_size)
+    kernel_size = (
+        (module.kernel_size,) if isinstance(module.kernel_size, int) else tuple(module.kernel_size)
+    )
     n = len(kernel_size)
     if x.ndim != n + 2 or module.mask is not None or module.precision is not None:
         return NotApplicable  # (an unbatched input: the body)
@@ -102,7 +125,9 @@ def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
         return NotApplicable
     if module.use_bias != ("bias" in params) or params["kernel"].shape[:n] != kernel_size:
         return NotApplicable
-    strides, input_dilation, dilation = (_per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation))
+    strides, input_dilation, dilation = (
+        _per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation)
+    )
     if strides is None or dilation is None or input_dilation != (1,) * n:
         return NotApplicable
     padding = module.padding
@@ -112,20 +137,41 @@ def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if pads is None:
         return NotApplicable
     return CoarseCall(
-        "nnx_conv", inputs={"x": x}, weights={"kernel": params["kernel"], "bias": params.get("bias")},
-        params={"strides": strides, "dilations": dilation, "pads": pads, "group": int(module.feature_group_count)},
+        "nnx_conv",
+        inputs={"x": x},
+        weights={"kernel": params["kernel"], "bias": params.get("bias")},
+        params={
+            "strides": strides,
+            "dilations": dilation,
+            "pads": pads,
+            "group": int(module.feature_group_count),
+        },
     )
 
 
 def _last_axis(axes: Any, rank: int) -> bool:
-    axes = (axes,) if isinstance(axes, int) else tuple(axes) if isinstance(axes, (tuple, list)) else None
-    return axes is not None and len(axes) == 1 and isinstance(axes[0], int) and axes[0] in (-1, rank - 1)
+    axes = (
+        (axes,)
+        if isinstance(axes, int)
+        else tuple(axes)
+        if isinstance(axes, (tuple, list))
+        else None
+    )
+    return (
+        axes is not None
+        and len(axes) == 1
+        and isinstance(axes[0], int)
+        and axes[0] in (-1, rank - 1)
+    )
 
 
 def _norm_ok(module: Any, x: Any, params: Mapping[str, Any] | None) -> bool:
     return (
-        params is not None and x.ndim >= 1 and _same_dtypes(module, x, params)
-        and module.axis_name is None and module.axis_index_groups is None
+        params is not None
+        and x.ndim >= 1
+        and _same_dtypes(module, x, params)
+        and module.axis_name is None
+        and module.axis_index_groups is None
     )
 
 
@@ -134,12 +180,18 @@ def _layer_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if x is NotApplicable:
         return NotApplicable
     params = _params(module, linen.LayerNorm, {"scale", "bias"}, set())
-    if not _norm_ok(module, x, params) or not _last_axis(module.reduction_axes, x.ndim) or not _last_axis(module.feature_axes, x.ndim):
+    if (
+        not _norm_ok(module, x, params)
+        or not _last_axis(module.reduction_axes, x.ndim)
+        or not _last_axis(module.feature_axes, x.ndim)
+    ):
         return NotApplicable
     if module.use_scale != ("scale" in params) or module.use_bias != ("bias" in params):
         return NotApplicable
     return CoarseCall(
-        "nnx_layer_norm", inputs={"x": x}, weights={"scale": params.get("scale"), "bias": params.get("bias")},
+        "nnx_layer_norm",
+        inputs={"x": x},
+        weights={"scale": params.get("scale"), "bias": params.get("bias")},
         params={"epsilon": float(module.epsilon), "size": int(x.shape[-1])},
     )
 
@@ -149,12 +201,18 @@ def _rms_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if x is NotApplicable:
         return NotApplicable
     params = _params(module, linen.RMSNorm, {"scale"}, set())
-    if not _norm_ok(module, x, params) or not _last_axis(module.reduction_axes, x.ndim) or not _last_axis(module.feature_axes, x.ndim):
+    if (
+        not _norm_ok(module, x, params)
+        or not _last_axis(module.reduction_axes, x.ndim)
+        or not _last_axis(module.feature_axes, x.ndim)
+    ):
         return NotApplicable
     if module.use_scale != ("scale" in params):
         return NotApplicable
     return CoarseCall(
-        "nnx_rms_norm", inputs={"x": x}, weights={"scale": params.get("scale")},
+        "nnx_rms_norm",
+        inputs={"x": x},
+        weights={"scale": params.get("scale")},
         params={"epsilon": float(module.epsilon), "size": int(x.shape[-1])},
     )
 
@@ -162,7 +220,12 @@ def _rms_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
 def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     """Inference only: ``use_running_average`` as the module or the call sets it (never
     changed by the export); training mode computes batch statistics, op by op."""
-    if not args or len(args) > 2 or set(kwargs) - {"use_running_average", "mask"} or kwargs.get("mask") is not None:
+    if (
+        not args
+        or len(args) > 2
+        or set(kwargs) - {"use_running_average", "mask"}
+        or kwargs.get("mask") is not None
+    ):
         return NotApplicable
     x = _x(args[:1], {})
     use_running_average = args[1] if len(args) == 2 else kwargs.get("use_running_average")
@@ -172,30 +235,57 @@ def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
         return NotApplicable
     params = _params(module, linen.BatchNorm, {"scale", "bias"}, set())
     stats = module.variables.get("batch_stats") if params is not None else None
-    if not _norm_ok(module, x, params) or not isinstance(stats, Mapping) or set(stats) != {"mean", "var"}:
+    if (
+        not _norm_ok(module, x, params)
+        or not isinstance(stats, Mapping)
+        or set(stats) != {"mean", "var"}
+    ):
         return NotApplicable
     if module.use_scale != ("scale" in params) or module.use_bias != ("bias" in params):
         return NotApplicable
-    axis = module.axis if isinstance(module.axis, int) else module.axis[0] if len(module.axis) == 1 else None
-    if not isinstance(axis, int) or not -x.ndim <= axis < x.ndim or not all(is_array(stats[k]) and stats[k].dtype == x.dtype for k in stats):
+    axis = (
+        module.axis
+        if isinstance(module.axis, int)
+        else module.axis[0]
+        if len(module.axis) == 1
+        else None
+    )
+    if (
+        not isinstance(axis, int)
+        or not -x.ndim <= axis < x.ndim
+        or not all(is_array(stats[k]) and stats[k].dtype == x.dtype for k in stats)
+    ):
         return NotApplicable
     return CoarseCall(
-        "nnx_batch_norm", inputs={"x": x},
-        weights={"mean": stats["mean"], "var": stats["var"], "scale": params.get("scale"), "bias": params.get("bias")},
+        "nnx_batch_norm",
+        inputs={"x": x},
+        weights={
+            "mean": stats["mean"],
+            "var": stats["var"],
+            "scale": params.get("scale"),
+            "bias": params.get("bias"),
+        },
         params={"axis": axis % x.ndim, "epsilon": float(module.epsilon)},
     )
 
 
 def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     """Integer indices into the table (JAX's ``take``: NaN rows out of range), as ``nnx.Embed``."""
-    if len(args) != 1 or kwargs or not is_array(args[0]) or np.dtype(args[0].dtype).kind not in "iu":
+    if (
+        len(args) != 1
+        or kwargs
+        or not is_array(args[0])
+        or np.dtype(args[0].dtype).kind not in "iu"
+    ):
         return NotApplicable
     params = _params(module, linen.Embed, {"embedding"}, {"embedding"})
     if params is None or module.num_embeddings == 1 or not _default_promote(module):
         return NotApplicable
     if module.dtype is not None and np.dtype(module.dtype) != params["embedding"].dtype:
         return NotApplicable
-    return CoarseCall("nnx_embed", inputs={"x": args[0]}, weights={"embedding": params["embedding"]})
+    return CoarseCall(
+        "nnx_embed", inputs={"x": args[0]}, weights={"embedding": params["embedding"]}
+    )
 
 
 def _scoped(handler: Any) -> Any:

@@ -13,6 +13,11 @@ from jax2onnx_nn.testing.assertions import assert_exports_match, assert_exports_
 from jax2onnx_nn.testing.roundtrip import RoundTrip, reference_for, roundtrip, sizes_for
 
 __all__ = [
-    "RoundTrip", "assert_exports_match", "assert_exports_match_on", "op_types", "reference_for",
-    "roundtrip", "sizes_for",
+    "RoundTrip",
+    "assert_exports_match",
+    "assert_exports_match_on",
+    "op_types",
+    "reference_for",
+    "roundtrip",
+    "sizes_for",
 ]

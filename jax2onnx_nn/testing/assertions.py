@@ -43,8 +43,15 @@ def assert_exports_match(
     """
     __tracebackhide__ = True
     result = roundtrip(
-        fn, inputs, sizes=sizes, input_values=input_values, rtol=rtol, atol=atol, seed=seed,
-        enable_double_precision=enable_double_precision, reference_device=reference_device,
+        fn,
+        inputs,
+        sizes=sizes,
+        input_values=input_values,
+        rtol=rtol,
+        atol=atol,
+        seed=seed,
+        enable_double_precision=enable_double_precision,
+        reference_device=reference_device,
         **to_onnx_options,
     )
     result.raise_if_failed()
@@ -52,7 +59,12 @@ def assert_exports_match(
 
 
 @checked_options(roundtrip)
-def assert_exports_match_on(fn: Callable[..., Any], *values: Any, enable_double_precision: bool | None = None, **options: Any) -> onnx.ModelProto:
+def assert_exports_match_on(
+    fn: Callable[..., Any],
+    *values: Any,
+    enable_double_precision: bool | None = None,
+    **options: Any,
+) -> onnx.ModelProto:
     """:func:`assert_exports_match` for the shapes and dtypes of ``values`` (arrays, PRNG keys,
     or pytrees of them), compared on exactly these values: what a property test draws.
 
@@ -67,8 +79,16 @@ def assert_exports_match_on(fn: Callable[..., Any], *values: Any, enable_double_
     values = jax.tree_util.tree_map(lambda v: v if _is_key(v) else np.asarray(v), values)
     leaves = jax.tree_util.tree_leaves(values)
     if enable_double_precision is None:
-        enable_double_precision = any(not _is_key(v) and jxi.real_dtype(v.dtype).itemsize == 8 for v in leaves)
-    return assert_exports_match(fn, list(values), input_values=leaves, enable_double_precision=enable_double_precision, **options)
+        enable_double_precision = any(
+            not _is_key(v) and jxi.real_dtype(v.dtype).itemsize == 8 for v in leaves
+        )
+    return assert_exports_match(
+        fn,
+        list(values),
+        input_values=leaves,
+        enable_double_precision=enable_double_precision,
+        **options,
+    )
 
 
 def _is_key(value: Any) -> bool:

@@ -34,7 +34,9 @@ EMITTED_NAME = "emitted_ops.txt"  # beside the lowered record
 
 
 @contextlib.contextmanager
-def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumbing: set[str] | None = None) -> Iterator[None]:
+def recording(
+    seen: set[str], emitted: set[tuple[str, str]] | None = None, plumbing: set[str] | None = None
+) -> Iterator[None]:
     """While active, add to ``seen`` the name of every primitive whose registered rule runs
     (or whose body is inlined), to ``emitted`` its (name, ONNX op type) pairs, and to
     ``plumbing`` the op types of the nodes that are nobody's (symbolic-dim arithmetic, an
@@ -85,7 +87,12 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumb
     older_form = GraphBuilder.older_form_of
 
     def recorded_add_node(self: GraphBuilder, op_type: str, *args: Any, **kwargs: Any) -> Any:
-        if emitted is not None and running and running[-1] is not None and kwargs.get("domain", "") == "":
+        if (
+            emitted is not None
+            and running
+            and running[-1] is not None
+            and kwargs.get("domain", "") == ""
+        ):
             emitted.add((running[-1], op_type))
             emitted.update((owner, op_type) for owner in owners)
         elif plumbing is not None and running and running[-1] is None:
@@ -106,7 +113,11 @@ def recording(seen: set[str], emitted: set[tuple[str, str]] | None = None, plumb
             return older_form(self, *args)
 
     lower.lookup = lookup
-    GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = recorded_add_node, recorded_dim, recorded_var  # type: ignore[method-assign]
+    GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = (
+        recorded_add_node,
+        recorded_dim,
+        recorded_var,
+    )  # type: ignore[method-assign]
     GraphBuilder.older_form_of = unrecorded_older_form  # type: ignore[method-assign, assignment]
     try:
         yield
@@ -124,7 +135,11 @@ def carries_code(params: dict[str, Any]) -> bool:
 
     if jxi.subjaxprs_of(params):
         return True
-    values = [v for value in params.values() for v in (value if isinstance(value, (tuple, list)) else (value,))]
+    values = [
+        v
+        for value in params.values()
+        for v in (value if isinstance(value, (tuple, list)) else (value,))
+    ]
     return any(callable(v) and not isinstance(v, type) for v in values)
 
 
@@ -175,23 +190,42 @@ class _Recorder:
         emitted_path = self.path.parent / EMITTED_NAME
         if self.merge:
             self.passed |= read_record(self.path) or set()
-            self.emitted |= {(name, op_type) for name, ops in (read_emitted(emitted_path) or {}).items() for op_type in ops}
-        lines = ["# Primitives lowered by passing tests; python scripts/gen_support_table.py --record"]
+            self.emitted |= {
+                (name, op_type)
+                for name, ops in (read_emitted(emitted_path) or {}).items()
+                for op_type in ops
+            }
+        lines = [
+            "# Primitives lowered by passing tests; python scripts/gen_support_table.py --record"
+        ]
         self.path.write_text("\n".join([*lines, *sorted(self.passed)]) + "\n")
-        head = ["# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py --record"]
+        head = [
+            "# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py --record"
+        ]
         pairs = [f"{name} {op_type}" for name, op_type in sorted(self.emitted)]
         emitted_path.write_text("\n".join([*head, *pairs]) + "\n")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--record-lowered", metavar="PATH", default=None, help="write the primitives lowered by passing tests to PATH")
-    parser.addoption("--record-merge", action="store_true", help="add to the records at PATH instead of rewriting them (a subset of the tests)")
+    parser.addoption(
+        "--record-lowered",
+        metavar="PATH",
+        default=None,
+        help="write the primitives lowered by passing tests to PATH",
+    )
+    parser.addoption(
+        "--record-merge",
+        action="store_true",
+        help="add to the records at PATH instead of rewriting them (a subset of the tests)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--record-lowered")
     if path and (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
-        raise pytest.UsageError("--record-lowered records in one process: add -p no:xdist (not -n N)")
+        raise pytest.UsageError(
+            "--record-lowered records in one process: add -p no:xdist (not -n N)"
+        )
     if path:
         recorder = _Recorder(pathlib.Path(path), merge=config.getoption("--record-merge"))
         config.pluginmanager.register(recorder, "jax2onnx_nn_recorder")

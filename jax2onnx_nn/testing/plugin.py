@@ -31,7 +31,9 @@ from jax2onnx_nn.testing.roundtrip import RoundTrip, roundtrip
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("jax2onnx_nn")
     group.addoption(
-        "--onnx-save-dir", metavar="DIR", default=None,
+        "--onnx-save-dir",
+        metavar="DIR",
+        default=None,
         help="save every model exported by the assert_onnx_matches / onnx_roundtrip fixtures",
     )
 
@@ -69,7 +71,9 @@ class _Runner:
             count = self.counts[test]
             self.counts[test] += 1
             os.makedirs(save_dir, exist_ok=True)
-            result.saved_to = os.path.join(save_dir, f"{test}_{count}.onnx" if count else f"{test}.onnx")
+            result.saved_to = os.path.join(
+                save_dir, f"{test}_{count}.onnx" if count else f"{test}.onnx"
+            )
         elif not result.ok:  # the latest failure of a test (hypothesis' minimal example last)
             if self._failures is None:
                 self._failures = self.tmp_path_factory.mktemp("onnx_failures")
@@ -80,7 +84,9 @@ class _Runner:
 
 
 @pytest.fixture(scope="session")
-def onnx_roundtrip(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., RoundTrip]:
+def onnx_roundtrip(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., RoundTrip]:
     """``onnx_roundtrip(model_or_fn, inputs, sizes=None, rtol=None, atol=None, **options)`` ->
     ``RoundTrip`` (``.model``, ``.report``, ``.ok``, ``.diffs``); never fails the test itself.
     ``options``: ``reference=``, ``input_values=``, ``seed=``, ``onnx_model=``, ``full_check=``
@@ -89,13 +95,17 @@ def onnx_roundtrip(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture(scope="session")
-def assert_onnx_matches(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., onnx.ModelProto]:
+def assert_onnx_matches(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., onnx.ModelProto]:
     """``assert_onnx_matches(model_or_fn, inputs, sizes=None, rtol=None, atol=None, **options)``
     -> the ``onnx.ModelProto``; fails the test with a readable diff when onnxruntime and JAX
     disagree."""
     run = _Runner(pytestconfig, tmp_path_factory)
 
-    def check(model_or_fn: Callable[..., Any], inputs: Sequence[Any], **kwargs: Any) -> onnx.ModelProto:
+    def check(
+        model_or_fn: Callable[..., Any], inputs: Sequence[Any], **kwargs: Any
+    ) -> onnx.ModelProto:
         __tracebackhide__ = True
         result = run(model_or_fn, inputs, **kwargs)
         if not result.ok:

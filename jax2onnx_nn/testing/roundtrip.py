@@ -114,23 +114,30 @@ def roundtrip(
         AssertionError: an initializer of the model (or of a Loop/Scan/If body) is read by
             no node (see :func:`unread_initializers`).
     """
-    model = onnx_model if onnx_model is not None else to_onnx(model_or_fn, inputs, **to_onnx_options)
+    model = (
+        onnx_model if onnx_model is not None else to_onnx(model_or_fn, inputs, **to_onnx_options)
+    )
     onnx.checker.check_model(model, full_check=full_check)
     unread = unread_initializers(model)
     if unread:
-        raise AssertionError(f"initializers no node reads (onnxruntime warns and drops them): {', '.join(unread)}")
+        raise AssertionError(
+            f"initializers no node reads (onnxruntime warns and drops them): {', '.join(unread)}"
+        )
     x64 = bool(to_onnx_options.get("enable_double_precision", False))
     input_params = to_onnx_options.get("input_params")
     training = bool(to_onnx_options.get("training", False))
     fn, specs, layout = reference_for(model_or_fn, training), list(inputs), {}
     if reference is not None:  # it takes the graph's inputs as they are (NCHW where they are)
-        _, specs = nchw_reference(fn, inputs, model, input_params=dict(input_params or {}),
-                                  enable_double_precision=x64)
+        _, specs = nchw_reference(
+            fn, inputs, model, input_params=dict(input_params or {}), enable_double_precision=x64
+        )
         fn, layout = reference, {"inputs_as_nchw": (), "outputs_as_nchw": ()}
     output_names = [o.name for o in model.graph.output]
     diffs: list[str] = []
 
-    def collect(run: VerifyRun, flat: list[Any], actual: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    def collect(
+        run: VerifyRun, flat: list[Any], actual: list[np.ndarray], expected: list[np.ndarray]
+    ) -> None:
         if run.ok or len(actual) != len(expected):
             return
         for j, (o, a, e) in enumerate(zip(run.outputs, actual, expected, strict=True)):
@@ -139,9 +146,22 @@ def roundtrip(
                 diffs.append(element_diff(name, run.sizes, np.asarray(a), e, rtol, atol, runtime))
 
     report = verify(
-        fn, model, specs, sizes=sizes, input_params=input_params, enable_double_precision=x64,
-        rtol=rtol, atol=atol, seed=seed, input_values=input_values, on_run=collect, training=training,
-        runtime=runtime, jit=jit, reference_device=reference_device, **layout,
+        fn,
+        model,
+        specs,
+        sizes=sizes,
+        input_params=input_params,
+        enable_double_precision=x64,
+        rtol=rtol,
+        atol=atol,
+        seed=seed,
+        input_values=input_values,
+        on_run=collect,
+        training=training,
+        runtime=runtime,
+        jit=jit,
+        reference_device=reference_device,
+        **layout,
     )
     result = RoundTrip(model, report, diffs)
     if not result.ok and save_dir is not None:
@@ -193,7 +213,11 @@ def reference_for(fn: Any, training: bool = False) -> Any:
 
         if isinstance(fn, nnx.Module):
             copy = nnx.merge(*nnx.split(fn), copy=True)
-            copy.set_attributes(deterministic=not training, use_running_average=not training, raise_if_not_found=False)
+            copy.set_attributes(
+                deterministic=not training,
+                use_running_average=not training,
+                raise_if_not_found=False,
+            )
             return copy
     if "equinox" in sys.modules:
         import equinox as eqx
@@ -204,15 +228,22 @@ def reference_for(fn: Any, training: bool = False) -> Any:
 
 
 def element_diff(
-    name: str, sizes: Mapping[str, int], actual: np.ndarray, expected: np.ndarray,
-    rtol: float | None = None, atol: float | None = None, runtime: str = "onnxruntime",
+    name: str,
+    sizes: Mapping[str, int],
+    actual: np.ndarray,
+    expected: np.ndarray,
+    rtol: float | None = None,
+    atol: float | None = None,
+    runtime: str = "onnxruntime",
 ) -> str:
     """A table of the largest element differences between an output of ``runtime`` and JAX's."""
     where = ", ".join(f"{k}={v}" for k, v in sizes.items())
     title = f"{name}" + (f" [{where}]" if where else "")
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return (f"{title}: {runtime} gives {actual.dtype}{list(actual.shape)}, "
-                f"JAX gives {expected.dtype}{list(expected.shape)}")
+        return (
+            f"{title}: {runtime} gives {actual.dtype}{list(actual.shape)}, "
+            f"JAX gives {expected.dtype}{list(expected.shape)}"
+        )
     d_rtol, d_atol = default_tolerance(expected.dtype)
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
@@ -230,10 +261,15 @@ def element_diff(
         idx = tuple(int(i) for i in positions[k])
         rows.append((str(idx), _fmt(actual[idx]), _fmt(expected[idx]), _fmt(err[idx])))
     widths = [max(len(r[c]) for r in rows) for c in range(4)]
-    table = ["    " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    table = [
+        "    " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
     shown = min(len(positions), DIFF_ROWS)
-    header = (f"{title}: {len(positions)} of {expected.size} elements differ "
-              f"(rtol={rtol:g}, atol={atol:g}); the {shown} largest:")
+    header = (
+        f"{title}: {len(positions)} of {expected.size} elements differ "
+        f"(rtol={rtol:g}, atol={atol:g}); the {shown} largest:"
+    )
     return "\n".join([header, *table])
 
 

@@ -21,7 +21,9 @@ try:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 except ImportError as err:  # the plugin works without hypothesis; these helpers do not
-    raise ImportError("jax2onnx_nn.testing.strategies needs hypothesis: pip install hypothesis") from err
+    raise ImportError(
+        "jax2onnx_nn.testing.strategies needs hypothesis: pip install hypothesis"
+    ) from err
 
 import jax
 import numpy as np
@@ -71,7 +73,13 @@ def input_specs(
     the shapes are independent, but equal names still mean equal dims.
     """
     n = draw(num_inputs) if isinstance(num_inputs, st.SearchStrategy) else num_inputs
-    shape_of = shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side, dim_names=dim_names)
+    shape_of = shapes(
+        min_dims=min_dims,
+        max_dims=max_dims,
+        min_side=min_side,
+        max_side=max_side,
+        dim_names=dim_names,
+    )
     shared = draw(shape_of) if same_shape else None
     specs = []
     for _ in range(n):
@@ -81,7 +89,9 @@ def input_specs(
     return specs
 
 
-def sizes_for(specs: Sequence[Any], *, min_size: int = 1, max_size: int = 5) -> st.SearchStrategy[dict[str, int]]:
+def sizes_for(
+    specs: Sequence[Any], *, min_size: int = 1, max_size: int = 5
+) -> st.SearchStrategy[dict[str, int]]:
     """A value for every symbolic dim of ``specs`` (symbolic dims are >= 1)."""
     names = dim_names_of(specs)
     return st.fixed_dictionaries({name: st.integers(max(min_size, 1), max_size) for name in names})
@@ -107,14 +117,22 @@ def arrays_for(
     if elements is None and dtype.kind == "f":
         # no subnormals: XLA on CPU flushes them to zero (inputs and results), onnxruntime
         # computes with them, so a subnormal input is a difference of runtimes, not of the export
-        elements = st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False, width=min(dtype.itemsize * 8, 64))
+        elements = st.floats(
+            allow_nan=False,
+            allow_infinity=False,
+            allow_subnormal=False,
+            width=min(dtype.itemsize * 8, 64),
+        )
     if elements is None and dtype.kind == "c":
         elements = complex_numbers(dtype)
     return hnp.arrays(dtype, shape, elements=elements)
 
 
 def complex_numbers(
-    dtype: Any = np.complex64, *, min_value: float | None = None, max_value: float | None = None,
+    dtype: Any = np.complex64,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
     allow_special: bool = False,
 ) -> st.SearchStrategy[complex]:
     """Complex numbers of ``dtype`` as pairs of floats of its part width, each part in
@@ -122,8 +140,12 @@ def complex_numbers(
     them); ``allow_special`` adds infinite, NaN and signed-zero parts."""
     width = np.finfo(dtype).bits
     part = st.floats(
-        min_value, max_value, width=width,  # type: ignore[arg-type]  # 16, 32 or 64: a float dtype
-        allow_nan=False, allow_infinity=False, allow_subnormal=False,
+        min_value,
+        max_value,
+        width=width,  # type: ignore[arg-type]  # 16, 32 or 64: a float dtype
+        allow_nan=False,
+        allow_infinity=False,
+        allow_subnormal=False,
     )
     if allow_special:
         part = part | st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan])
@@ -139,7 +161,10 @@ def inputs_for(
 ) -> st.SearchStrategy[list[np.ndarray]]:
     """One array per spec (flat), for ``input_values=`` of the test helpers."""
     return st.tuples(
-        *(arrays_for(s, sizes, elements=elements, enable_double_precision=enable_double_precision) for s in specs)
+        *(
+            arrays_for(s, sizes, elements=elements, enable_double_precision=enable_double_precision)
+            for s in specs
+        )
     ).map(list)
 
 
@@ -148,4 +173,12 @@ def _structs(specs: Sequence[Any], enable_double_precision: bool = False) -> lis
     return jax.tree_util.tree_leaves(parsed.args)
 
 
-__all__ = ["arrays_for", "complex_numbers", "dim_names_of", "input_specs", "inputs_for", "shapes", "sizes_for"]
+__all__ = [
+    "arrays_for",
+    "complex_numbers",
+    "dim_names_of",
+    "input_specs",
+    "inputs_for",
+    "shapes",
+    "sizes_for",
+]

@@ -30,7 +30,11 @@ def read_record(path: pathlib.Path = RECORD) -> set[str] | None:
     """The recorded primitive names, or None when there is no record."""
     if not path.exists():
         return None
-    return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    return {
+        line.strip()
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
 
 
 def support_rows(tested: set[str] | None = None) -> list[SupportRow]:
@@ -44,12 +48,19 @@ def support_rows(tested: set[str] | None = None) -> list[SupportRow]:
 
     coarse = {row.primitive for row in module_rows()}
     rows = [
-        SupportRow(name, (", ".join(reg.onnx_ops) or "(no node)") + (f" (only {reg.only})" if reg.only else ""),
-                   max(reg.min_opset, MIN_OPSET), is_tested(name))
+        SupportRow(
+            name,
+            (", ".join(reg.onnx_ops) or "(no node)") + (f" (only {reg.only})" if reg.only else ""),
+            max(reg.min_opset, MIN_OPSET),
+            is_tested(name),
+        )
         for name, reg in registered().items()
         if name not in coarse
     ]
-    rows += [SupportRow(name, "(body inlined)", MIN_OPSET, is_tested(name)) for name in sorted(CALL_BODIES)]
+    rows += [
+        SupportRow(name, "(body inlined)", MIN_OPSET, is_tested(name))
+        for name in sorted(CALL_BODIES)
+    ]
     return rows
 
 
@@ -68,7 +79,12 @@ def module_support_rows(tested: set[str] | None = None) -> list[SupportRow]:
     """:func:`module_rows` as support rows: ``primitive`` is the module or function, opset 0
     and tested None for a module without a coarse op of its own."""
     return [
-        SupportRow(row.target, row.onnx_ops, max(row.min_opset, MIN_OPSET), None if tested is None else row.primitive in tested)
+        SupportRow(
+            row.target,
+            row.onnx_ops,
+            max(row.min_opset, MIN_OPSET),
+            None if tested is None else row.primitive in tested,
+        )
         if row.primitive
         else SupportRow(row.target, row.onnx_ops, 0, None)
         for row in module_rows()
@@ -94,12 +110,18 @@ def markdown_table(tested: set[str] | None) -> str:
     ]
     for row in module_support_rows(tested):
         opset = row.min_opset or "-"
-        mark = f" {'-' if row.tested is None else 'yes' if row.tested else 'no'} |" if with_tested else ""
+        mark = (
+            f" {'-' if row.tested is None else 'yes' if row.tested else 'no'} |"
+            if with_tested
+            else ""
+        )
         lines.append(f"| `{row.primitive}` | {row.onnx_ops} | {opset} |{mark}")
     return "\n".join(lines)
 
 
-def refresh_generated_block(readme: pathlib.Path, begin: str, end: str, body: str, *, check: bool, what: str, script: str) -> int:
+def refresh_generated_block(
+    readme: pathlib.Path, begin: str, end: str, body: str, *, check: bool, what: str, script: str
+) -> int:
     """Put ``body`` between the ``begin``/``end`` markers of ``readme`` (or, with ``check``, only
     say whether it is already there): the one writer of the generated tables (docs/support.md, docs/runtimes.md).
 

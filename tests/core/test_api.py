@@ -69,7 +69,12 @@ def test_pytree_inputs_outputs_and_names():
 
 
 def test_input_and_output_names_given():
-    model = to_onnx(lambda a, b: (a + b, a - b), [(2,), (2,)], input_names=["p", "q"], output_names=["sum", "diff"])
+    model = to_onnx(
+        lambda a, b: (a + b, a - b),
+        [(2,), (2,)],
+        input_names=["p", "q"],
+        output_names=["sum", "diff"],
+    )
     assert [i.name for i in model.graph.input] == ["p", "q"]
     assert [o.name for o in model.graph.output] == ["sum", "diff"]
 
@@ -81,7 +86,12 @@ def test_arrays_pairs_and_scalars_as_specs():
     specs = [np.zeros((2, 3), np.float32), ((), "int32"), 2.0, True]
     model = to_onnx(lambda x, n, s, fl: f(x, n.astype(jnp.float32), s, fl), specs)
     types = [i.type.tensor_type.elem_type for i in model.graph.input]
-    assert types == [onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL]
+    assert types == [
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.BOOL,
+    ]
     assert verify(lambda x, n, s, fl: f(x, n.astype(jnp.float32), s, fl), model, specs).ok
 
 
@@ -89,7 +99,9 @@ def test_input_params_become_named_runtime_inputs():
     def f(x, *, deterministic=False):
         return jnp.where(deterministic, x, x * 2.0)
 
-    model = assert_exports_match(f, [("B", 3)], input_params={"deterministic": True}, sizes={"B": [2]})
+    model = assert_exports_match(
+        f, [("B", 3)], input_params={"deterministic": True}, sizes={"B": [2]}
+    )
     assert [i.name for i in model.graph.input] == ["x", "deterministic"]
     sess_out = verify(f, model, [("B", 3)], input_params={"deterministic": False}, sizes={"B": [2]})
     assert sess_out.ok
@@ -105,8 +117,15 @@ def test_python_branch_on_a_runtime_flag_names_the_line_and_the_fix():
         to_onnx(f, [("B", 3)], input_params={"deterministic": True})
     text = str(info.value)
     assert f"{__file__}:{f.__code__.co_firstlineno + 1} (f)" in text
-    assert "deterministic: bool[]" in text and "jnp.where" in text and "lax.cond" in text and "functools.partial" in text
-    assert info.value.__cause__ is None and isinstance(info.value.jax_error, jax.errors.TracerBoolConversionError)
+    assert (
+        "deterministic: bool[]" in text
+        and "jnp.where" in text
+        and "lax.cond" in text
+        and "functools.partial" in text
+    )
+    assert info.value.__cause__ is None and isinstance(
+        info.value.jax_error, jax.errors.TracerBoolConversionError
+    )
 
 
 def test_closed_over_arrays_are_initializers_and_not_duplicated():
@@ -181,7 +200,10 @@ def test_nodes_carry_the_users_source_line():
     lines = {n.op_type: n.doc_string for n in model.graph.node}
     here = os.path.basename(__file__)
     first = f.__code__.co_firstlineno
-    assert f"{here}:{first + 1}" in lines["Tanh"] and "(test_nodes_carry_the_users_source_line.<locals>.f)" in lines["Tanh"]
+    assert (
+        f"{here}:{first + 1}" in lines["Tanh"]
+        and "(test_nodes_carry_the_users_source_line.<locals>.f)" in lines["Tanh"]
+    )
     assert f"{here}:{first + 2}" in lines["Softmax"]
     # every line is this file's (no frame of jax2onnx_nn's or JAX's), whatever the checkout's folder
     assert all(doc.startswith(f"{portable_path(__file__)}:") for doc in lines.values()), lines
@@ -249,10 +271,14 @@ def _polyval(p, x):
 def _checkpointed_loop(x):
     import equinox as eqx  # equinox internals: a while loop built inside its own jit
 
-    return eqx.internal.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x), kind="checkpointed", max_steps=4)[1]
+    return eqx.internal.while_loop(
+        lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x), kind="checkpointed", max_steps=4
+    )[1]
 
 
-@pytest.mark.parametrize("fn, specs", [(_polyval, [(4,), ("B",)]), (_checkpointed_loop, [(3,)])], ids=["jnp", "equinox"])
+@pytest.mark.parametrize(
+    "fn, specs", [(_polyval, [(4,), ("B",)]), (_checkpointed_loop, [(3,)])], ids=["jnp", "equinox"]
+)
 def test_library_bodies_carry_the_callers_line(fn, specs, monkeypatch):
     """Bodies JAX traced inside library code have no user frame: their nodes, and the
     unsupported primitives in them, are reported at the user's line that called the library."""

@@ -58,7 +58,11 @@ onnx_function(Plain)
 
 
 def _dense(rng: np.random.Generator, n: int, m: int, activation: str = "tanh") -> Dense:
-    return Dense(jnp.asarray(rng.standard_normal((n, m)), jnp.float32), jnp.asarray(rng.standard_normal(m), jnp.float32), activation)
+    return Dense(
+        jnp.asarray(rng.standard_normal((n, m)), jnp.float32),
+        jnp.asarray(rng.standard_normal(m), jnp.float32),
+        activation,
+    )
 
 
 def _stack(layers: list[Any]) -> Any:
@@ -96,7 +100,11 @@ def test_options_frozen_once_per_export_and_a_changed_option_traces_again(monkey
     calls.clear_trace_cache()
     frozen: list[ExportConfig] = []
     real = calls._frozen
-    monkeypatch.setattr(calls, "_frozen", lambda v: (frozen.append(v) if isinstance(v, ExportConfig) else None, real(v))[1])
+    monkeypatch.setattr(
+        calls,
+        "_frozen",
+        lambda v: (frozen.append(v) if isinstance(v, ExportConfig) else None, real(v))[1],
+    )
     rng = np.random.default_rng(3)
     layers = [_dense(rng, 4, 4) for _ in range(3)]
     config = ExportConfig()
@@ -161,7 +169,11 @@ def test_inlined_bodies_under_vmap_batch_once() -> None:
 
 
 @given(
-    plan=st.lists(st.tuples(st.sampled_from([2, 3]), st.sampled_from(["tanh", "relu"])), min_size=1, max_size=5),
+    plan=st.lists(
+        st.tuples(st.sampled_from([2, 3]), st.sampled_from(["tanh", "relu"])),
+        min_size=1,
+        max_size=5,
+    ),
     seed=st.integers(0, 2**16),
 )
 def test_stacks_of_cached_layers_match_jax(plan: list[tuple[int, str]], seed: int) -> None:

@@ -22,6 +22,7 @@ shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
 def _no_tiny(z):
     """Tiny parts as signed zeros: their quotients and products would be subnormal, which
     XLA on CPU flushes to zero and onnxruntime does not (see docs/limitations.md)."""
+
     def part(v):
         return np.where(np.abs(v) < 1e-30, np.copysign(0.0, v), v)
 
@@ -71,7 +72,10 @@ STRUCTURAL = {
 }
 
 
-@pytest.mark.parametrize("name", _params(STRUCTURAL, {"pad", "scatter", "select", "sum_cumsum", "stop_gradient_device_put"}))
+@pytest.mark.parametrize(
+    "name",
+    _params(STRUCTURAL, {"pad", "scatter", "select", "sum_cumsum", "stop_gradient_device_put"}),
+)
 @given(data=st.data())
 def test_rearranging_and_linear_ops_act_on_pairs(name, data):
     dtype = data.draw(st.sampled_from(COMPLEX))
@@ -80,20 +84,40 @@ def test_rearranging_and_linear_ops_act_on_pairs(name, data):
 
 
 UNARY = {
-    "abs": jnp.abs, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "sign": jnp.sign,
-    "conj": jnp.conj, "real": jnp.real, "imag": jnp.imag, "square": lambda z: z**2,
-    "cube": lambda z: z**3, "reciprocal": lambda z: z**-1, "pow_5": lambda z: z**5,
-    "to_bool": lambda z: z.astype(bool), "to_real": lambda z: jnp.real(z).astype(np.float32),
-    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "sinh": jnp.sinh, "cosh": jnp.cosh,
-    "tanh": jnp.tanh, "jnp_square": jnp.square, "exp2": jnp.exp2, "expm1": jnp.expm1,
-    "log1p": jnp.log1p, "log2": jnp.log2,
+    "abs": jnp.abs,
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "sqrt": jnp.sqrt,
+    "sign": jnp.sign,
+    "conj": jnp.conj,
+    "real": jnp.real,
+    "imag": jnp.imag,
+    "square": lambda z: z**2,
+    "cube": lambda z: z**3,
+    "reciprocal": lambda z: z**-1,
+    "pow_5": lambda z: z**5,
+    "to_bool": lambda z: z.astype(bool),
+    "to_real": lambda z: jnp.real(z).astype(np.float32),
+    "sin": jnp.sin,
+    "cos": jnp.cos,
+    "tan": jnp.tan,
+    "sinh": jnp.sinh,
+    "cosh": jnp.cosh,
+    "tanh": jnp.tanh,
+    "jnp_square": jnp.square,
+    "exp2": jnp.exp2,
+    "expm1": jnp.expm1,
+    "log1p": jnp.log1p,
+    "log2": jnp.log2,
 }
 # parts up to 80 reach overflow of exp in float32 (inf parts in the result); from 88.7 to
 # 89.4 XLA's complex sin and cos overflow where sinh and cosh do not (docs/limitations.md)
 WIDE = {"exp", "pow_5", "sin", "cos", "tan", "sinh", "cosh", "tanh", "exp2", "expm1"}
 
 
-@pytest.mark.parametrize("name", _params(UNARY, {"abs", "sqrt", "log", "reciprocal", "to_bool", "sin", "tanh", "log1p"}))
+@pytest.mark.parametrize(
+    "name", _params(UNARY, {"abs", "sqrt", "log", "reciprocal", "to_bool", "sin", "tanh", "log1p"})
+)
 @given(data=st.data())
 def test_unary(name, data):
     dtype = data.draw(st.sampled_from(COMPLEX))
@@ -102,7 +126,10 @@ def test_unary(name, data):
 
 
 BINARY = {
-    "mul": jnp.multiply, "div": jnp.divide, "eq": jnp.equal, "ne": jnp.not_equal,
+    "mul": jnp.multiply,
+    "div": jnp.divide,
+    "eq": jnp.equal,
+    "ne": jnp.not_equal,
     "complex": lambda x, y: jax.lax.complex(x.real, y.imag),
 }
 
@@ -126,13 +153,22 @@ def test_pow_finite(data):
     y = data.draw(_arrays(dtype, shape, special=False, bound=2.0))
     # exp(y log x) amplifies the parts' rounding: compare relative to the result's magnitude
     scale = float(np.max(np.nan_to_num(np.abs(np.asarray(jnp.power(x, y)))), initial=1.0))
-    assert_exports_match_on(jnp.power, x, y, rtol=1e-4 if dtype == np.complex64 else 1e-10, atol=1e-5 * scale)
+    assert_exports_match_on(
+        jnp.power, x, y, rtol=1e-4 if dtype == np.complex64 else 1e-10, atol=1e-5 * scale
+    )
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_casts_to_and_from_complex(dtype):
     x = np.array([[1.5, -2.0, np.inf], [np.nan, 0.0, -0.0]], np.float32)
-    fns = lambda v: (v.astype(dtype), (v.astype(dtype) * 1j).astype(np.complex64), jax.lax.complex(v, -v))  # noqa: E731
+
+    def fns(v):
+        return (
+            v.astype(dtype),
+            (v.astype(dtype) * 1j).astype(np.complex64),
+            jax.lax.complex(v, -v),
+        )
+
     assert_exports_match_on(fns, x.astype(np.float64 if dtype == np.complex128 else np.float32))
 
 
@@ -153,7 +189,9 @@ BILINEAR = {
 def test_dot_general_and_conv(name, dtype):
     fn, shapes_ = BILINEAR[name]
     specs = [(s, np.dtype(dtype).name) for s in shapes_]
-    assert_exports_match(fn, specs, sizes={"B": [1, 3]}, enable_double_precision=dtype == np.complex128)
+    assert_exports_match(
+        fn, specs, sizes={"B": [1, 3]}, enable_double_precision=dtype == np.complex128
+    )
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
@@ -188,8 +226,15 @@ def test_complex_linear_algebra_is_refused_with_its_real_form():
     with pytest.raises(ConversionError) as info:
         to_onnx(solve, [((4, 4), "complex64"), ((4, 1), "complex64")])
     message = str(info.value)
-    assert [u.primitive for u in info.value.unsupported] == ["lu on complex numbers", "triangular_solve on complex numbers"]
-    assert all(loc.startswith(f"{__file__}:{solve.__code__.co_firstlineno + 1}") for u in info.value.unsupported for loc in u.locations)
+    assert [u.primitive for u in info.value.unsupported] == [
+        "lu on complex numbers",
+        "triangular_solve on complex numbers",
+    ]
+    assert all(
+        loc.startswith(f"{__file__}:{solve.__code__.co_firstlineno + 1}")
+        for u in info.value.unsupported
+        for loc in u.locations
+    )
     assert "lax.linalg's lu, triangular_solve of complex matrices are not lowered" in message
     assert "[[A.real, -A.imag], [A.imag, A.real]]" in message
 
@@ -204,7 +249,12 @@ def _grid_arrays(dtype, shape, *, special):
 
 ORDERED = {
     "sort": (lambda z: jnp.sort(z, axis=-1), True),
-    "sort_with_payload": (lambda z: jax.lax.sort((z, jax.lax.broadcasted_iota(np.int32, z.shape, 0)), dimension=0, num_keys=1), True),
+    "sort_with_payload": (
+        lambda z: jax.lax.sort(
+            (z, jax.lax.broadcasted_iota(np.int32, z.shape, 0)), dimension=0, num_keys=1
+        ),
+        True,
+    ),
     "maximum": (lambda z: jax.lax.max(z, z[::-1]), True),
     "minimum": (lambda z: jax.lax.min(z, jnp.flip(z, -1)), True),
     "reduce_max": (lambda z: jnp.max(z, axis=0), False),
@@ -231,12 +281,18 @@ def test_cumprod(reverse, data):
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5))
     z = data.draw(_arrays(dtype, shape, special=False, bound=1.5))
     axis = data.draw(st.integers(0, len(shape) - 1))  # lax takes no negative axes
-    assert_exports_match_on(lambda v: jax.lax.cumprod(v, axis=axis, reverse=reverse), z, **_tolerance(dtype))
+    assert_exports_match_on(
+        lambda v: jax.lax.cumprod(v, axis=axis, reverse=reverse), z, **_tolerance(dtype)
+    )
 
 
 INVERSE = {
-    "arcsin": jnp.arcsin, "arccos": jnp.arccos, "arctan": jnp.arctan,
-    "arcsinh": jnp.arcsinh, "arccosh": jnp.arccosh, "arctanh": jnp.arctanh,
+    "arcsin": jnp.arcsin,
+    "arccos": jnp.arccos,
+    "arctan": jnp.arctan,
+    "arcsinh": jnp.arcsinh,
+    "arccosh": jnp.arccosh,
+    "arctanh": jnp.arctanh,
 }
 
 
@@ -266,10 +322,17 @@ def assert_close_to_magnitude(fn, z, rtol):
     finite = np.isfinite(actual) & np.isfinite(expected)
     same = np.where(finite, True, (actual == expected) | (np.isnan(actual) & np.isnan(expected)))
     same &= np.where(expected == 0, np.signbit(actual) == np.signbit(expected), True)
-    magnitude = np.hypot(*np.where(np.isfinite(expected), np.abs(expected), 0).transpose(-1, *range(z.ndim)))
-    error = np.where(finite, np.abs(actual - np.where(finite, expected, 0)), 0) / np.maximum(magnitude, np.finfo(actual.dtype).tiny)[..., None]
+    magnitude = np.hypot(
+        *np.where(np.isfinite(expected), np.abs(expected), 0).transpose(-1, *range(z.ndim))
+    )
+    error = (
+        np.where(finite, np.abs(actual - np.where(finite, expected, 0)), 0)
+        / np.maximum(magnitude, np.finfo(actual.dtype).tiny)[..., None]
+    )
     bad = ~same | (error > rtol)
-    assert not bad.any(), f"{fn.__name__}{z[bad.any(-1)][:4]}: onnxruntime {actual[bad.any(-1)][:4]}, JAX {expected[bad.any(-1)][:4]}"
+    assert not bad.any(), (
+        f"{fn.__name__}{z[bad.any(-1)][:4]}: onnxruntime {actual[bad.any(-1)][:4]}, JAX {expected[bad.any(-1)][:4]}"
+    )
     return float(error.max(initial=0.0))
 
 
@@ -281,5 +344,9 @@ def test_inverse_trigonometric_and_hyperbolic(name, data):
     sides chosen by the sign of a zero part, and JAX's results for infinite and NaN parts."""
     dtype = data.draw(st.sampled_from(COMPLEX))
     parts = _wide_parts(dtype)
-    z = data.draw(hnp.arrays(dtype, data.draw(shapes), elements=st.builds(complex, parts, parts)).map(_no_tiny))
+    z = data.draw(
+        hnp.arrays(dtype, data.draw(shapes), elements=st.builds(complex, parts, parts)).map(
+            _no_tiny
+        )
+    )
     assert_close_to_magnitude(INVERSE[name], z, rtol=1e-5 if dtype == np.complex64 else 1e-12)

@@ -23,7 +23,12 @@ def test_opset_out_of_range_is_refused_by_the_config(opset):
 
 
 def test_defaults_and_normalisation():
-    config = ExportConfig(opset=None, constraints=["B >= 2"], input_names=["a"], lowerings={jax.lax.tanh_p: lambda ctx, x, **p: x})
+    config = ExportConfig(
+        opset=None,
+        constraints=["B >= 2"],
+        input_names=["a"],
+        lowerings={jax.lax.tanh_p: lambda ctx, x, **p: x},
+    )
     assert config.opset == DEFAULT_OPSET
     assert config.constraints == ("B >= 2",) and config.input_names == ("a",)
     assert set(config.lowerings) == {"tanh"}
@@ -44,7 +49,9 @@ def _entry_points():
         "export_model": lambda **kw: export_model(jnp.sin, [(3,)], **kw),
         "verify": lambda **kw: verify(jnp.sin, model, [(3,)], **kw),
         "assert_exports_match": lambda **kw: assert_exports_match(jnp.sin, [(3,)], **kw),
-        "assert_exports_match_on": lambda **kw: assert_exports_match_on(jnp.sin, np.ones(3, np.float32), **kw),
+        "assert_exports_match_on": lambda **kw: assert_exports_match_on(
+            jnp.sin, np.ones(3, np.float32), **kw
+        ),
     }
     if importlib.util.find_spec("flax") is not None:
         from flax import nnx
@@ -71,7 +78,9 @@ def _entry_points():
     return calls
 
 
-@pytest.mark.parametrize(("misspelled", "meant"), [("opsett", "opset"), ("size", "sizes"), ("constraint", "constraints")])
+@pytest.mark.parametrize(
+    ("misspelled", "meant"), [("opsett", "opset"), ("size", "sizes"), ("constraint", "constraints")]
+)
 def test_a_misspelled_option_names_the_closest_one_at_every_entry_point(misspelled, meant):
     """A keyword no entry point takes: the error names it, the closest accepted keyword (where
     that entry point takes it) and where the options are documented, never an internal class
@@ -84,10 +93,15 @@ def test_a_misspelled_option_names_the_closest_one_at_every_entry_point(misspell
         text = str(info.value)
         assert isinstance(info.value, TypeError) and "ExportConfig" not in text, text
         assert text.startswith(f"{entry.split()[0]}() got an unknown option {misspelled!r}"), text
-        takes_meant = entry.startswith(("verify", "assert")) if meant == "sizes" else entry != "verify"
+        takes_meant = (
+            entry.startswith(("verify", "assert")) if meant == "sizes" else entry != "verify"
+        )
         assert (f"did you mean {meant!r}?" in text) == takes_meant, text
         if entry != "verify":
-            assert "the export options (each documented in help(jax2onnx_nn.to_onnx)): input_params" in text, text
+            assert (
+                "the export options (each documented in help(jax2onnx_nn.to_onnx)): input_params"
+                in text
+            ), text
 
 
 def test_every_option_is_in_the_signature_and_the_docstring():

@@ -25,7 +25,9 @@ W = np.linspace(-1.0, 1.0, 24).reshape(4, 6)  # a closed-over weight (an initial
 
 def _floats(dtype, shape, lo=-2.0, hi=2.0):
     # no subnormals: XLA on CPU flushes them to zero, onnxruntime does not
-    return hnp.arrays(dtype, shape, elements=st.floats(lo, hi, width=np.finfo(dtype).bits, allow_subnormal=False))
+    return hnp.arrays(
+        dtype, shape, elements=st.floats(lo, hi, width=np.finfo(dtype).bits, allow_subnormal=False)
+    )
 
 
 def _check(fn, args, x64, **kwargs):
@@ -59,7 +61,8 @@ def _count(graph, op_type):
 def _float_types(graph):
     return {
         v.type.tensor_type.elem_type
-        for _, g in _subgraphs(graph) for v in [*g.input, *g.output]
+        for _, g in _subgraphs(graph)
+        for v in [*g.input, *g.output]
         if v.type.tensor_type.elem_type in _ONNX_FLOAT.values()
     }
 
@@ -99,13 +102,23 @@ def carries(draw, dtype):
 
 # -- cond / switch ----------------------------------------------------------------------------
 
-BRANCH_OPS = [jnp.sin, jnp.cos, lambda a: a * 2 + 1, jnp.tanh, jnp.negative, lambda a: jnp.exp(-a * a)]
+BRANCH_OPS = [
+    jnp.sin,
+    jnp.cos,
+    lambda a: a * 2 + 1,
+    jnp.tanh,
+    jnp.negative,
+    lambda a: jnp.exp(-a * a),
+]
 
 
 @given(data=st.data(), dtype=floats)
 def test_switch_any_branch_count(data, dtype):
     n = data.draw(st.integers(1, 6))
-    operands = tuple(data.draw(_floats(dtype, data.draw(small_shapes))) for _ in range(data.draw(st.integers(1, 3))))
+    operands = tuple(
+        data.draw(_floats(dtype, data.draw(small_shapes)))
+        for _ in range(data.draw(st.integers(1, 3)))
+    )
     index = np.array(data.draw(st.integers(-2, n + 1)), np.int32)  # lax.switch clamps
     branches = [lambda ops, k=k: jax.tree_util.tree_map(BRANCH_OPS[k], ops) for k in range(n)]
 
@@ -140,6 +153,7 @@ def test_cond_captures_outer_values_constants_and_nests(data, dtype):
 
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
+
 
 @fewer
 @given(data=st.data(), dtype=floats)
@@ -199,12 +213,15 @@ def test_fori_loop_static_bounds(data, dtype):
 
 # -- scan -------------------------------------------------------------------------------------
 
+
 @given(data=st.data(), dtype=floats, reverse=st.booleans())
 def test_scan_carries_sequences_and_consts(data, dtype, reverse):
     length = data.draw(st.integers(0, 4))
     carry = data.draw(carries(dtype))
     n_seq = data.draw(st.integers(0, 2))
-    xs = {f"s{i}": data.draw(_floats(dtype, (length, *data.draw(small_shapes)))) for i in range(n_seq)}
+    xs = {
+        f"s{i}": data.draw(_floats(dtype, (length, *data.draw(small_shapes)))) for i in range(n_seq)
+    }
     y = data.draw(_floats(dtype, (4,)))
     w = W.astype(dtype)
     unroll = data.draw(st.integers(1, 3))
@@ -214,7 +231,9 @@ def test_scan_carries_sequences_and_consts(data, dtype, reverse):
             total = sum((jnp.sum(v) for v in (x or {}).values()), jnp.zeros((), dtype))
             return jax.tree_util.tree_map(_step, c), {"t": total * y @ w, "c": c}
 
-        return lax.scan(body, carry, xs if n_seq else None, length=length, reverse=reverse, unroll=unroll)
+        return lax.scan(
+            body, carry, xs if n_seq else None, length=length, reverse=reverse, unroll=unroll
+        )
 
     model = _check(fn, [carry, xs, y], dtype == np.float64)
     if dtype == np.float64:
@@ -231,9 +250,16 @@ def test_scan_symbolic_sequence_and_batch_dims(seed, reverse):
 
         return lax.scan(body, h, xs, reverse=reverse)
 
-    model = assert_exports_match(fn, [("B", 2), ("T", "B", 3)], sizes={"T": [0, 1, 4], "B": [1, 3, 2]}, seed=seed)
+    model = assert_exports_match(
+        fn, [("B", 2), ("T", "B", 3)], sizes={"T": [0, 1, 4], "B": [1, 3, 2]}, seed=seed
+    )
     _assert_bodies_typed(model.graph)
-    body_dims = {d.dim_param for _, g in _subgraphs(model.graph) for v in g.input for d in v.type.tensor_type.shape.dim}
+    body_dims = {
+        d.dim_param
+        for _, g in _subgraphs(model.graph)
+        for v in g.input
+        for d in v.type.tensor_type.shape.dim
+    }
     assert "B" in body_dims
 
 
@@ -249,7 +275,9 @@ def test_symbolic_dims_through_cond_and_while(seed, dtype):
         return lax.cond(jnp.sum(u) > 0, lambda: u * 2, lambda: jnp.zeros_like(u) + limit)
 
     specs = [(("B", 3), dtype), ((), dtype)]
-    model = assert_exports_match(fn, specs, sizes={"B": [0, 1, 4]}, seed=seed, enable_double_precision=dtype == np.float64)
+    model = assert_exports_match(
+        fn, specs, sizes={"B": [0, 1, 4]}, seed=seed, enable_double_precision=dtype == np.float64
+    )
     _assert_bodies_typed(model.graph)
 
 
@@ -276,7 +304,9 @@ def test_scan_over_a_static_sequence_is_one_onnx_scan():
     def fn(c, xs):
         return lax.scan(lambda c, x: (c + x, c * x), c, xs, reverse=True)
 
-    model = _check(fn, [np.ones(3, np.float32), np.arange(12, dtype=np.float32).reshape(4, 3)], False)
+    model = _check(
+        fn, [np.ones(3, np.float32), np.arange(12, dtype=np.float32).reshape(4, 3)], False
+    )
     assert [n.op_type for n in model.graph.node] == ["Scan"]
 
 
@@ -287,7 +317,10 @@ def test_if_loop_and_scan_at_the_opset_bounds(opset):
         c = lax.fori_loop(0, n, lambda k, c: c * 0.5, c)
         return lax.cond(jnp.sum(c) > 0, lambda: ys * 2, lambda: ys - 1)
 
-    x, xs = np.linspace(0, 1, 3, dtype=np.float32), np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    x, xs = (
+        np.linspace(0, 1, 3, dtype=np.float32),
+        np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3),
+    )
     model = _check(fn, [x, xs, np.array(2, np.int32)], False, opset=opset)
     assert {"Scan", "Loop", "If"} <= {n.op_type for n in model.graph.node}
 
@@ -303,7 +336,10 @@ def test_control_flow_inside_an_onnx_function(length):
     def fn(x, xs):
         return block(x, xs) + block(x * 2, xs)
 
-    x, xs = np.linspace(-1, 1, 3, dtype=np.float32), np.linspace(-1, 1, 3 * length, dtype=np.float32).reshape(length, 3)
+    x, xs = (
+        np.linspace(-1, 1, 3, dtype=np.float32),
+        np.linspace(-1, 1, 3 * length, dtype=np.float32).reshape(length, 3),
+    )
     model = _check(fn, [x, xs], False)
     (function,) = model.functions
     # the static fori_loop is a Scan over ticks (faster than Loop in onnxruntime)
@@ -312,8 +348,11 @@ def test_control_flow_inside_an_onnx_function(length):
 
 # -- nesting ------------------------------------------------------------------------------------
 
+
 def _scan_in_cond(x, xs):
-    return lax.cond(jnp.sum(x) > 0, lambda: lax.scan(lambda c, s: (c * s, c + s), x, xs), lambda: (x, xs * 2))
+    return lax.cond(
+        jnp.sum(x) > 0, lambda: lax.scan(lambda c, s: (c * s, c + s), x, xs), lambda: (x, xs * 2)
+    )
 
 
 def _cond_in_scan(x, xs):
@@ -325,7 +364,9 @@ def _cond_in_scan(x, xs):
 
 def _nested_scans(x, xs):
     def outer(c, s):
-        inner, ys = lax.scan(lambda ci, si: (ci + si * c, ci), c, jnp.broadcast_to(s, (2, 3)), reverse=True)
+        inner, ys = lax.scan(
+            lambda ci, si: (ci + si * c, ci), c, jnp.broadcast_to(s, (2, 3)), reverse=True
+        )
         return jnp.tanh(inner), ys
 
     return lax.scan(outer, x, xs)
@@ -363,6 +404,7 @@ def test_nested_control_flow(data, dtype, fn):
 
 # -- transformations ----------------------------------------------------------------------------
 
+
 @given(data=st.data(), dtype=floats)
 def test_vmap_of_cond_becomes_select(data, dtype):
     xs = data.draw(_floats(dtype, (data.draw(st.integers(0, 4)), 3)))
@@ -383,7 +425,9 @@ def test_vmap_of_loops_with_batched_predicates(data, dtype):
     trips = data.draw(hnp.arrays(np.int32, (batch,), elements=st.integers(-1, 4)))
 
     def one(x, s, n):
-        _, grown = lax.while_loop(lambda c: jnp.sum(c[1]) < 20.0, lambda c: (c[0] + 1, c[1] * 1.5), (0, x))
+        _, grown = lax.while_loop(
+            lambda c: jnp.sum(c[1]) < 20.0, lambda c: (c[0] + 1, c[1] * 1.5), (0, x)
+        )
         counted = lax.fori_loop(0, n, lambda k, c: c * 0.5 + k, grown)
         last, ys = lax.scan(lambda c, si: (c * si + 1, jnp.sum(c)), counted, s)
         return last, ys
@@ -398,7 +442,9 @@ def test_grad_of_scan(data, dtype):
     xs = data.draw(_floats(dtype, (data.draw(st.integers(0, 4)), 3)))
 
     def loss(w, xs):
-        final, ys = lax.scan(lambda c, x: (jnp.sin(c * w + x), jnp.sum(c * x)), jnp.ones_like(w), xs)
+        final, ys = lax.scan(
+            lambda c, x: (jnp.sin(c * w + x), jnp.sum(c * x)), jnp.ones_like(w), xs
+        )
         return jnp.sum(final) + jnp.sum(ys)
 
     _check(jax.grad(loss, argnums=(0, 1)), [w, xs], dtype == np.float64)
@@ -419,13 +465,23 @@ def test_jvp_and_jacfwd_of_fori_loop(data):
     _check(fn, [x, t, n], True)
 
 
-@given(lo=st.integers(-3, 3), hi=st.integers(-3, 5), dtype=st.sampled_from([np.int16, np.int32]), seed=st.integers(0, 100))
+@given(
+    lo=st.integers(-3, 3),
+    hi=st.integers(-3, 5),
+    dtype=st.sampled_from([np.int16, np.int32]),
+    seed=st.integers(0, 100),
+)
 def test_a_while_loop_of_known_steps_is_a_scan_over_its_counter(lo, hi, dtype, seed):
     """``while i < hi: i += 1`` from a constant ``lo`` runs a known number of steps: a Scan
     over the counter's values (no counter Add and condition per step in the body); the body
     reads the counter, the final counter is ``max(lo, hi)``; no step at all is no loop."""
+
     def f(x):
-        return lax.while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, s[1] * 0.5 + s[0]), (jnp.asarray(lo, dtype), x))
+        return lax.while_loop(
+            lambda s: s[0] < hi,
+            lambda s: (s[0] + 1, s[1] * 0.5 + s[0]),
+            (jnp.asarray(lo, dtype), x),
+        )
 
     x = np.random.default_rng(seed).standard_normal(3).astype(np.float32)
     model = _check(f, [x], False)

@@ -31,7 +31,11 @@ SEEDS = st.integers(0, 2**16)
 
 
 def _tol(dtype) -> dict:
-    return {"rtol": 1e-10, "atol": 1e-10} if np.dtype(dtype) == np.float64 else {"rtol": 1e-5, "atol": 1e-5}
+    return (
+        {"rtol": 1e-10, "atol": 1e-10}
+        if np.dtype(dtype) == np.float64
+        else {"rtol": 1e-5, "atol": 1e-5}
+    )
 
 
 def spd(seed: int, batch: tuple, n: int, dtype=np.float32) -> np.ndarray:
@@ -39,7 +43,9 @@ def spd(seed: int, batch: tuple, n: int, dtype=np.float32) -> np.ndarray:
     return (m @ np.swapaxes(m, -1, -2) / max(n, 1) + np.eye(n)).astype(dtype)
 
 
-def general(seed: int, batch: tuple, n: int, k: int | None = None, dtype=np.float32, shift: float = 1.0) -> np.ndarray:
+def general(
+    seed: int, batch: tuple, n: int, k: int | None = None, dtype=np.float32, shift: float = 1.0
+) -> np.ndarray:
     """Gaussian (n, k), plus ``shift * n`` on the diagonal (well conditioned for solves)."""
     k = n if k is None else k
     m = np.random.default_rng(seed).normal(size=(*batch, n, k))
@@ -54,8 +60,12 @@ def rhs(seed: int, batch: tuple, n: int, k: int, dtype=np.float32) -> np.ndarray
 # Each property runs representative cases by default (both dtypes, batched and not, the
 # flags both ways) and its hypothesis draws with --run-slow.
 def check_cholesky(n, batch, dtype, seed):
-    a = spd(seed, batch, n, dtype) + np.triu(general(seed, batch, n, dtype=dtype), 1)  # upper is not read
-    assert_exports_match_on(lambda a: lax.linalg.cholesky(a, symmetrize_input=False), a, **_tol(dtype), jit=True)
+    a = spd(seed, batch, n, dtype) + np.triu(
+        general(seed, batch, n, dtype=dtype), 1
+    )  # upper is not read
+    assert_exports_match_on(
+        lambda a: lax.linalg.cholesky(a, symmetrize_input=False), a, **_tol(dtype), jit=True
+    )
 
 
 @pytest.mark.parametrize(("n", "batch", "dtype"), [(5, (2,), np.float32), (2, (), np.float64)])
@@ -72,36 +82,70 @@ def test_cholesky_property(n, batch, dtype, seed):
 TRSM_FLAGS = ("left_side", "lower", "transpose_a", "unit_diagonal", "conjugate_a")
 
 
-@pytest.mark.parametrize(("n", "k", "batch", "dtype", "flags"), [
-    (5, 3, (2,), np.float32, (True, True, False, False, False)), (2, 1, (), np.float64, (False, False, True, True, True)),
-])
+@pytest.mark.parametrize(
+    ("n", "k", "batch", "dtype", "flags"),
+    [
+        (5, 3, (2,), np.float32, (True, True, False, False, False)),
+        (2, 1, (), np.float64, (False, False, True, True, True)),
+    ],
+)
 def test_triangular_solve_matches_jax(n, k, batch, dtype, flags):
     check_triangular_solve(n, k, batch, dtype, 0, **dict(zip(TRSM_FLAGS, flags, strict=True)))
 
 
 @pytest.mark.slow
 @given(
-    n=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
-    left_side=st.booleans(), lower=st.booleans(), transpose_a=st.booleans(), unit_diagonal=st.booleans(),
+    n=SIZES,
+    k=st.sampled_from([1, 3]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    left_side=st.booleans(),
+    lower=st.booleans(),
+    transpose_a=st.booleans(),
+    unit_diagonal=st.booleans(),
     conjugate_a=st.booleans(),
 )
-def test_triangular_solve_property(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a):
-    check_triangular_solve(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a)
+def test_triangular_solve_property(
+    n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a
+):
+    check_triangular_solve(
+        n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a
+    )
 
 
-def check_triangular_solve(n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a):
+def check_triangular_solve(
+    n, k, batch, dtype, seed, left_side, lower, transpose_a, unit_diagonal, conjugate_a
+):
     a = general(seed, batch, n, dtype=dtype)  # both triangles set: only the named one is read
-    b = rhs(seed, batch, n, k, dtype) if left_side else np.swapaxes(rhs(seed, batch, n, k, dtype), -1, -2)
+    b = (
+        rhs(seed, batch, n, k, dtype)
+        if left_side
+        else np.swapaxes(rhs(seed, batch, n, k, dtype), -1, -2)
+    )
     if unit_diagonal:  # the unit triangle must be well conditioned too
         a = np.where(np.eye(n, dtype=bool), a, a / max(n, 1))
-    flags = dict(left_side=left_side, lower=lower, transpose_a=transpose_a, conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
-    assert_exports_match_on(lambda a, b: lax.linalg.triangular_solve(a, b, **flags), a, b, **_tol(dtype), jit=True)
+    flags = dict(
+        left_side=left_side,
+        lower=lower,
+        transpose_a=transpose_a,
+        conjugate_a=conjugate_a,
+        unit_diagonal=unit_diagonal,
+    )
+    assert_exports_match_on(
+        lambda a, b: lax.linalg.triangular_solve(a, b, **flags), a, b, **_tol(dtype), jit=True
+    )
 
 
-@pytest.mark.parametrize(("n", "dtype", "flags"), [
-    (17, np.float64, (True, True, False, False, False)), (17, np.float32, (False, True, True, True, False)),
-    (40, np.float32, (True, False, False, False, False)), (40, np.float64, (True, False, True, False, False)),
-])
+@pytest.mark.parametrize(
+    ("n", "dtype", "flags"),
+    [
+        (17, np.float64, (True, True, False, False, False)),
+        (17, np.float32, (False, True, True, True, False)),
+        (40, np.float32, (True, False, False, False, False)),
+        (40, np.float64, (True, False, True, False, False)),
+    ],
+)
 def test_blocked_triangular_solve(n, dtype, flags):
     """Above the unroll limit by blocks of rows (17: padded to 18; 40: to 42), every
     direction; a zero pivot (inf/NaN as JAX) and a symbolic batch."""
@@ -112,22 +156,32 @@ def test_blocked_triangular_solve(n, dtype, flags):
         a[1, n - 2, n - 2] = 0.0
         solve = lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=flags[1])  # noqa: E731
         assert_exports_match_on(solve, a, b, **_tol(dtype), jit=True)
-        assert_exports_match(solve, [("B", n, n), ("B", n, 2)], input_values=[a, b], **_tol(dtype),
-                             enable_double_precision=dtype == np.float64, jit=True)
+        assert_exports_match(
+            solve,
+            [("B", n, n), ("B", n, 2)],
+            input_values=[a, b],
+            **_tol(dtype),
+            enable_double_precision=dtype == np.float64,
+            jit=True,
+        )
 
 
 @pytest.mark.parametrize("n", [4, 16])
 def test_solves_with_a_matrix_and_its_transpose_share_its_diagonal(n):
     """cho_solve's two solves (L, then L^T) read one diagonal of L: one masked sum."""
     a, b = np.linalg.cholesky(spd(n, (2,), n, np.float64)).astype(np.float32), rhs(n, (2,), n, 2)
+
     def both(a, b):
         z = lax.linalg.triangular_solve(a, b, left_side=True, lower=True)
         return lax.linalg.triangular_solve(a, z, left_side=True, lower=True, transpose_a=True)
+
     model = assert_exports_match_on(both, a, b, **_tol(np.float32), jit=True)
     assert op_types(model).count("ReduceSum") == 1, op_types(model)
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)]
+)
 def test_blocked_lu(n, dtype):
     """Above the unroll limit a square lu runs by blocks of columns (17: padded to 18; 40: to
     42): Gaussian matrices (pivoting exercised), a zero column (getf2 skips the zero pivot,
@@ -140,9 +194,13 @@ def test_blocked_lu(n, dtype):
     assert_exports_match_on(lax.linalg.lu, singular, **_tol(dtype), jit=True)
     assert_exports_match_on(jnp.linalg.det, singular[1], jit=True)
     well = general(4, (2,), n, dtype=dtype)
-    assert_exports_match_on(jnp.linalg.solve, well, rhs(4, (2,), n, 2, dtype), **_tol(dtype), jit=True)
+    assert_exports_match_on(
+        jnp.linalg.solve, well, rhs(4, (2,), n, 2, dtype), **_tol(dtype), jit=True
+    )
     if dtype == np.float32:
-        assert_exports_match(lax.linalg.lu, [("B", n, n)], input_values=[a], rtol=1e-5, atol=1e-5, jit=True)
+        assert_exports_match(
+            lax.linalg.lu, [("B", n, n)], input_values=[a], rtol=1e-5, atol=1e-5, jit=True
+        )
 
 
 def check_lu(shape, batch, dtype, seed):
@@ -150,13 +208,20 @@ def check_lu(shape, batch, dtype, seed):
     assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize(("shape", "batch", "dtype"), [((3, 5), (2,), np.float32), ((5, 5), (), np.float64)])
+@pytest.mark.parametrize(
+    ("shape", "batch", "dtype"), [((3, 5), (2,), np.float32), ((5, 5), (), np.float64)]
+)
 def test_lu_matches_jax(shape, batch, dtype):
     check_lu(shape, batch, dtype, 0)
 
 
 @pytest.mark.slow
-@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (3, 5), (5, 3), (1, 4)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS)
+@given(
+    shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (3, 5), (5, 3), (1, 4)]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+)
 def test_lu_property(shape, batch, dtype, seed):
     check_lu(shape, batch, dtype, seed)
 
@@ -164,8 +229,12 @@ def test_lu_property(shape, batch, dtype, seed):
 def check_lu_pivots_to_permutation(k, extra, batch, seed):
     size = k + extra
     rng = np.random.default_rng(seed)
-    pivots = (np.arange(k) + rng.integers(0, size - np.arange(k), size=(*batch, k))).astype(np.int32)
-    assert_exports_match_on(lambda p: lax.linalg.lu_pivots_to_permutation(p, size), pivots, jit=True)
+    pivots = (np.arange(k) + rng.integers(0, size - np.arange(k), size=(*batch, k))).astype(
+        np.int32
+    )
+    assert_exports_match_on(
+        lambda p: lax.linalg.lu_pivots_to_permutation(p, size), pivots, jit=True
+    )
 
 
 @pytest.mark.parametrize(("k", "extra", "batch"), [(5, 2, (2,)), (0, 1, ())])
@@ -179,9 +248,13 @@ def test_pivots_of_lu_are_its_permutation():
     a = general(3, (2,), 5, shift=0.0)
     perm = lambda a: lax.linalg.lu_pivots_to_permutation(lax.linalg.lu(a)[1], 5)  # noqa: E731
     model = assert_exports_match_on(perm, a, jit=True)
-    assert len(model.graph.node) <= len(assert_exports_match_on(lax.linalg.lu, a, jit=True).graph.node)
+    assert len(model.graph.node) <= len(
+        assert_exports_match_on(lax.linalg.lu, a, jit=True).graph.node
+    )
     assert_exports_match(perm, [("B", 5, 5)], input_values=[a], jit=True)
-    assert_exports_match_on(lambda a: lax.linalg.lu_pivots_to_permutation(lax.linalg.lu(a)[1], 7), a, jit=True)
+    assert_exports_match_on(
+        lambda a: lax.linalg.lu_pivots_to_permutation(lax.linalg.lu(a)[1], 7), a, jit=True
+    )
 
 
 @pytest.mark.slow
@@ -193,21 +266,34 @@ def test_lu_pivots_to_permutation_property(k, extra, batch, seed):
 def check_qr(shape, batch, dtype, seed, full_matrices):
     """Q and R themselves, not only Q @ R: the reflectors are LAPACK's, so are R's signs."""
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)
-    assert_exports_match_on(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a, **_tol(dtype), jit=True)
+    assert_exports_match_on(
+        lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a, **_tol(dtype), jit=True
+    )
 
 
-@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [((5, 3), (2,), np.float32, True), ((3, 5), (), np.float64, False)])
+@pytest.mark.parametrize(
+    ("shape", "batch", "dtype", "full_matrices"),
+    [((5, 3), (2,), np.float32, True), ((3, 5), (), np.float64, False)],
+)
 def test_qr_matches_jax(shape, batch, dtype, full_matrices):
     check_qr(shape, batch, dtype, 0, full_matrices)
 
 
 @pytest.mark.slow
-@given(shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (5, 3), (3, 5), (4, 1)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+@given(
+    shape=st.sampled_from([(0, 0), (1, 1), (2, 2), (5, 5), (16, 16), (5, 3), (3, 5), (4, 1)]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    full_matrices=st.booleans(),
+)
 def test_qr_property(shape, batch, dtype, seed, full_matrices):
     check_qr(shape, batch, dtype, seed, full_matrices)
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(17, np.float64), pytest.param(40, np.float32, marks=pytest.mark.slow)]
+)
 def test_blocked_qr(n, dtype):
     """Above the unroll limit a square qr runs by blocks of columns (17: padded to 18; 40: to
     42): Gaussian matrices, a zero column (no reflection, as dlarfg), a symbolic batch."""
@@ -216,20 +302,35 @@ def test_blocked_qr(n, dtype):
     a[1, :, n // 3] = 0.0
     model = assert_exports_match_on(lax.linalg.qr, a, **_tol(dtype), jit=True)
     assert op_types(model).count("Scan") + op_types(model).count("Loop") == 1
-    assert_exports_match(lax.linalg.qr, [("B", n, n)], input_values=[a], **_tol(dtype),
-                         enable_double_precision=dtype == np.float64, jit=True)
+    assert_exports_match(
+        lax.linalg.qr,
+        [("B", n, n)],
+        input_values=[a],
+        **_tol(dtype),
+        enable_double_precision=dtype == np.float64,
+        jit=True,
+    )
 
 
 def check_qr_pivoting(shape, batch, dtype, seed, full_matrices):
     """Column pivoting as geqp3: the permutation, Q and R themselves."""
     a = general(seed, batch, *shape, dtype=dtype, shift=0.0)
-    assert_exports_match_on(lambda a: lax.linalg.qr(a, pivoting=True, full_matrices=full_matrices), a, **_tol(dtype), jit=True)
+    assert_exports_match_on(
+        lambda a: lax.linalg.qr(a, pivoting=True, full_matrices=full_matrices),
+        a,
+        **_tol(dtype),
+        jit=True,
+    )
 
 
-@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [
-    ((5, 3), (2,), np.float32, False), ((3, 5), (), np.float64, True),
-    ((9, 6), (2,), np.float64, True),  # above PIVOTED_UNROLL_LIMIT: the steps in a Loop
-])
+@pytest.mark.parametrize(
+    ("shape", "batch", "dtype", "full_matrices"),
+    [
+        ((5, 3), (2,), np.float32, False),
+        ((3, 5), (), np.float64, True),
+        ((9, 6), (2,), np.float64, True),  # above PIVOTED_UNROLL_LIMIT: the steps in a Loop
+    ],
+)
 def test_qr_pivoting_matches_jax(shape, batch, dtype, full_matrices):
     check_qr_pivoting(shape, batch, dtype, 0, full_matrices)
 
@@ -238,13 +339,28 @@ def test_qr_pivoting_above_the_unroll_limit_is_one_loop():
     """A 16x16 pivoted QR was 1772 nodes unrolled; its pivoting steps run in one loop (an
     ONNX Scan; the reflectors' product stays unrolled), on a symbolic batch too."""
     a = general(2, (2,), 16, dtype=np.float32, shift=0.0)
-    model = assert_exports_match(lambda a: jsl.qr(a, pivoting=True), [("B", 16, 16)], input_values=[a], **_tol(np.float32), jit=True)
-    assert op_types(model).count("Loop") + op_types(model).count("Scan") == 1 and len(model.graph.node) < 200, op_types(model)
+    model = assert_exports_match(
+        lambda a: jsl.qr(a, pivoting=True),
+        [("B", 16, 16)],
+        input_values=[a],
+        **_tol(np.float32),
+        jit=True,
+    )
+    assert (
+        op_types(model).count("Loop") + op_types(model).count("Scan") == 1
+        and len(model.graph.node) < 200
+    ), op_types(model)
 
 
 @pytest.mark.slow
 @settings(max_examples=4)
-@given(shape=st.sampled_from([(0, 3), (1, 1), (2, 2), (5, 5), (5, 3), (3, 5)]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, full_matrices=st.booleans())
+@given(
+    shape=st.sampled_from([(0, 3), (1, 1), (2, 2), (5, 5), (5, 3), (3, 5)]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    full_matrices=st.booleans(),
+)
 def test_qr_pivoting_property(shape, batch, dtype, seed, full_matrices):
     check_qr_pivoting(shape, batch, dtype, seed, full_matrices)
 
@@ -255,12 +371,18 @@ def test_qr_pivoting_rank_deficient():
     rng = np.random.default_rng(0)
     a = rng.normal(size=(6, 2)) @ rng.normal(size=(2, 5))
     a = np.concatenate([a, 1e-9 * rng.normal(size=(6, 1))], axis=1)
+
     def defined(a):
         q, r, p = jsl.qr(a, pivoting=True)
         return q[:, :3], r[:3], p
 
     assert_exports_match_on(defined, a, rtol=1e-8, atol=1e-10, jit=True)
-    assert_exports_match(lambda a: jsl.qr(a, pivoting=True, mode="economic"), [("B", 4, 3)], input_values=[general(1, (2,), 4, 3, shift=0.0)], jit=True)
+    assert_exports_match(
+        lambda a: jsl.qr(a, pivoting=True, mode="economic"),
+        [("B", 4, 3)],
+        input_values=[general(1, (2,), 4, 3, shift=0.0)],
+        jit=True,
+    )
 
 
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r", "raw"])
@@ -276,7 +398,9 @@ def test_householder_product_matches_jax():
     from jax._src.lax import linalg as lax_linalg
 
     a = general(4, (2,), 6, 4, shift=0.0)
-    assert_exports_match_on(lambda a: lax_linalg.householder_product(*lax_linalg.geqrf(a)), a, jit=True)
+    assert_exports_match_on(
+        lambda a: lax_linalg.householder_product(*lax_linalg.geqrf(a)), a, jit=True
+    )
 
 
 def packed_qr(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -487,7 +611,12 @@ def _householder_reductions(a):
     from jax._src.lax import linalg as lax_linalg
 
     jpvt = jnp.zeros((*a.shape[:-2], a.shape[-1]), jnp.int32)
-    out = (*lax.linalg.qr(a, full_matrices=False), *jsl.qr(a, pivoting=True, mode="economic"), *lax_linalg.geqrf(a), *lax_linalg.geqp3(a, jpvt))
+    out = (
+        *lax.linalg.qr(a, full_matrices=False),
+        *jsl.qr(a, pivoting=True, mode="economic"),
+        *lax_linalg.geqrf(a),
+        *lax_linalg.geqp3(a, jpvt),
+    )
     return (*out, *lax.linalg.hessenberg(a)) if a.shape[-1] == a.shape[-2] <= 16 else out
 
 
@@ -497,13 +626,17 @@ def _householder_model(shape: tuple):
 
 
 @settings(max_examples=25, deadline=None)  # one export per shape, then a run per example
-@given(shape=st.sampled_from([(4, 4), (2, 6, 3), (2, 20, 20)]), exponent=st.floats(-30, 30), seed=SEEDS)
+@given(
+    shape=st.sampled_from([(4, 4), (2, 6, 3), (2, 20, 20)]), exponent=st.floats(-30, 30), seed=SEEDS
+)
 def test_float32_householder_of_entries_from_1e_minus_30_to_1e30(shape, exponent, seed):
     """The matrix is divided by a power of two before the reflections and R (H) multiplied
     back: entries of 1e20 gave inf and NaN (the norms' squares overflow float32) and of 1e-30
     wrong R (they underflow), where LAPACK's dnrm2 scales. Each output within 1e-5 of JAX's,
     relative to its largest entry; the pivots exactly."""
-    a = (general(seed, shape[:-2], shape[-2], shape[-1]) * np.float32(10.0**exponent)).astype(np.float32)
+    a = (general(seed, shape[:-2], shape[-2], shape[-1]) * np.float32(10.0**exponent)).astype(
+        np.float32
+    )
     expected = [np.asarray(x) for x in jax.jit(_householder_reductions)(a)]
     actual = run_onnx(_householder_model(shape), [a])
     for got, want in zip(actual, expected, strict=True):
@@ -511,7 +644,11 @@ def test_float32_householder_of_entries_from_1e_minus_30_to_1e30(shape, exponent
             np.testing.assert_array_equal(got, want)
         else:
             assert np.all(np.isfinite(got)), exponent
-            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (exponent, np.abs(got - want).max(), np.abs(want).max())
+            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (
+                exponent,
+                np.abs(got - want).max(),
+                np.abs(want).max(),
+            )
 
 
 # -- the functions users call ------------------------------------------------------------------
@@ -533,14 +670,18 @@ SOLVERS = {
 
 
 @pytest.mark.parametrize("trans", [0, 1])
-@pytest.mark.parametrize(("n", "dtype"), [(2, np.float64), (3, np.float32), (5, np.float64), (16, np.float32)])
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(2, np.float64), (3, np.float32), (5, np.float64), (16, np.float32)]
+)
 def test_lu_solve_applies_l_by_powers(n, dtype, trans):
     """lu_solve's solve with lu's unit L (or L^T) is (I - S)(I + S^2)(I + S^4)... (partial
     pivoting keeps L's entries at most 1): values as JAX on Gaussian matrices (rows swapped),
     and the only Split left is U's substitution."""
     a = general(n, (2,), n, dtype=dtype, shift=0.0)
     b = general(n + 1, (2,), n, 3, dtype=dtype, shift=0.0)
-    model = assert_exports_match_on(lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b, trans=trans), a, b, **_tol(dtype), jit=True)
+    model = assert_exports_match_on(
+        lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b, trans=trans), a, b, **_tol(dtype), jit=True
+    )
     assert op_types(model).count("Split") == 1, op_types(model)
 
 
@@ -548,11 +689,15 @@ def _each_once(names, cases):
     """Each name once by default, the cases taking turns; every other combination slow."""
     return [
         pytest.param(name, *case, marks=() if i % len(cases) == j else pytest.mark.slow)
-        for i, name in enumerate(names) for j, case in enumerate(cases)
+        for i, name in enumerate(names)
+        for j, case in enumerate(cases)
     ]
 
 
-@pytest.mark.parametrize(("name", "n", "batch", "dtype"), _each_once(SOLVERS, [(5, (2,), np.float32), (2, (), np.float64)]))
+@pytest.mark.parametrize(
+    ("name", "n", "batch", "dtype"),
+    _each_once(SOLVERS, [(5, (2,), np.float32), (2, (), np.float64)]),
+)
 def test_linalg_functions_match_jax(name, n, batch, dtype):
     """Each function once per dtype (the primitives under them get the hypothesis draws);
     by default each once, in one of the two."""
@@ -562,7 +707,15 @@ def test_linalg_functions_match_jax(name, n, batch, dtype):
     assert_exports_match_on(SOLVERS[name], a, b, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize("name", ["solve", "cho_solve", pytest.param("inv", marks=pytest.mark.slow), pytest.param("slogdet", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "solve",
+        "cho_solve",
+        pytest.param("inv", marks=pytest.mark.slow),
+        pytest.param("slogdet", marks=pytest.mark.slow),
+    ],
+)
 def test_symbolic_batch(name):
     """A symbolic batch dim ("B", 4, 4), the matrices drawn SPD for every B."""
     values = [spd(s, (b,), 4) for s, b in enumerate([1, 3])]
@@ -571,14 +724,21 @@ def test_symbolic_batch(name):
         assert_exports_match(lambda a, fn=fn: fn(a, a), [("B", 4, 4)], input_values=[a], jit=True)
 
 
-@pytest.mark.parametrize("name", ["cholesky", "solve_triangular", "lu", pytest.param("solve", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name", ["cholesky", "solve_triangular", "lu", pytest.param("solve", marks=pytest.mark.slow)]
+)
 def test_symbolic_size(name):
     """A symbolic matrix size ("B", "N", "N"): one Loop step per column."""
     a, b = spd(2, (2,), 5), rhs(2, (2,), 5, 2)
-    fn = {"cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
-          "solve_triangular": lambda a, b: jsl.solve_triangular(a, b, lower=False),
-          "lu": lambda a, b: lax.linalg.lu(a), "solve": jnp.linalg.solve}[name]
-    assert_exports_match(fn, [("B", "N", "N"), ("B", "N", 2)], input_values=[a, b], rtol=1e-5, atol=1e-5, jit=True)
+    fn = {
+        "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
+        "solve_triangular": lambda a, b: jsl.solve_triangular(a, b, lower=False),
+        "lu": lambda a, b: lax.linalg.lu(a),
+        "solve": jnp.linalg.solve,
+    }[name]
+    assert_exports_match(
+        fn, [("B", "N", "N"), ("B", "N", 2)], input_values=[a, b], rtol=1e-5, atol=1e-5, jit=True
+    )
 
 
 def test_under_vmap():
@@ -593,11 +753,15 @@ def test_looped_sizes(n):
     only by the few nodes that place each block of columns (cholesky)."""
     assert n > decompositions.UNROLL_LIMIT
     a, b = spd(0, (2,), n), rhs(0, (2,), n, 3)
-    model = assert_exports_match_on(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4, jit=True)
+    model = assert_exports_match_on(
+        lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4, jit=True
+    )
     loops = [op for op in op_types(model) if op in ("Loop", "Scan")]  # fori_loop: either
     assert len(loops) == 3 and len(model.graph.node) < 70
     assert_exports_match_on(jnp.linalg.inv, general(0, (2,), n), rtol=1e-4, atol=1e-4, jit=True)
-    assert_exports_match_on(lax.linalg.lu, general(1, (), n, shift=0.0), rtol=1e-4, atol=1e-4, jit=True)
+    assert_exports_match_on(
+        lax.linalg.lu, general(1, (), n, shift=0.0), rtol=1e-4, atol=1e-4, jit=True
+    )
 
 
 @pytest.mark.parametrize(("n", "dtype"), [(17, np.float64), (40, np.float32)])
@@ -616,13 +780,18 @@ def test_blocked_cholesky(n, dtype):
     assert_exports_match_on(cholesky, not_pd, **_tol(dtype), jit=True)
     assert_exports_match_on(cholesky, with_nan, **_tol(dtype), jit=True)
     if dtype == np.float32:
-        assert_exports_match(cholesky, [("B", n, n)], input_values=[a], rtol=1e-5, atol=1e-5, jit=True)
+        assert_exports_match(
+            cholesky, [("B", n, n)], input_values=[a], rtol=1e-5, atol=1e-5, jit=True
+        )
 
 
 # -- degenerate inputs -------------------------------------------------------------------------
 DEGENERATE = {
     "not_pd": (lambda a: jnp.linalg.cholesky(a), np.array([[1.0, 2, 0], [2, 1, 0], [0, 0, 1]])),
-    "nan_cholesky": (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), np.array([[1.0, 0], [np.nan, 1]])),
+    "nan_cholesky": (
+        lambda a: lax.linalg.cholesky(a, symmetrize_input=False),
+        np.array([[1.0, 0], [np.nan, 1]]),
+    ),
     "singular_inv": (jnp.linalg.inv, np.ones((2, 2))),
     "singular_det": (jnp.linalg.det, np.ones((3, 3))),
     "singular_slogdet": (jnp.linalg.slogdet, np.ones((3, 3))),
@@ -633,7 +802,12 @@ DEGENERATE = {
     "nan_lu": (lax.linalg.lu, np.array([[1.0, 2, 3], [3, np.nan, 0], [2, 0, 1]])),
     "inf_lu": (lax.linalg.lu, np.array([[1.0, 2, 3], [3, 1, np.inf], [2, 0, 1]])),
     "nan_solve": (lambda a: jnp.linalg.solve(a, jnp.ones(2)), np.array([[1.0, np.nan], [2, 1]])),
-    "zero_pivot_trsm": (lambda a: lax.linalg.triangular_solve(a, jnp.array([[0.0], [1]]), left_side=True, lower=True), np.array([[0.0, 0], [1, 1]])),
+    "zero_pivot_trsm": (
+        lambda a: lax.linalg.triangular_solve(
+            a, jnp.array([[0.0], [1]]), left_side=True, lower=True
+        ),
+        np.array([[0.0, 0], [1, 1]]),
+    ),
     "size_0_inv": (jnp.linalg.inv, np.zeros((0, 0))),
     "size_0_batch": (jnp.linalg.cholesky, np.zeros((0, 3, 3))),
 }
@@ -647,19 +821,40 @@ def test_degenerate_inputs_as_jax(name, dtype):
 
 # the primitive JAX's CPU refuses in half precision, and calls of users that reach it
 HALF_PRECISION_REFUSED = [
-    ("lu", lambda a: lax.linalg.lu(a)), ("lu", jnp.linalg.inv), ("lu", lambda a: jnp.linalg.solve(a, a[:, :1])), ("lu", jnp.linalg.det),
-    ("cholesky", jnp.linalg.cholesky), ("cholesky", lambda a: jsl.cho_factor(a)[0]),
-    ("qr", jnp.linalg.qr), ("householder_product", lambda a: lax.linalg.householder_product(a, a[0])),
-    ("ormqr", lambda a: lax.linalg.ormqr(a, a[0], a)), ("geqp3", lambda a: jsl.qr_multiply(a, a, pivoting=True)),
-    ("svd", jnp.linalg.svd), ("svd", jnp.linalg.svdvals), ("svd", jnp.linalg.pinv), ("eigh", jnp.linalg.eigh), ("eigh", jnp.linalg.eigvalsh),
-    ("hessenberg", jsl.hessenberg), ("tridiagonal", lambda a: lax.linalg.tridiagonal(a)), ("schur", jsl.schur),
-    ("eig", lambda a: lax.linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)),
+    ("lu", lambda a: lax.linalg.lu(a)),
+    ("lu", jnp.linalg.inv),
+    ("lu", lambda a: jnp.linalg.solve(a, a[:, :1])),
+    ("lu", jnp.linalg.det),
+    ("cholesky", jnp.linalg.cholesky),
+    ("cholesky", lambda a: jsl.cho_factor(a)[0]),
+    ("qr", jnp.linalg.qr),
+    ("householder_product", lambda a: lax.linalg.householder_product(a, a[0])),
+    ("ormqr", lambda a: lax.linalg.ormqr(a, a[0], a)),
+    ("geqp3", lambda a: jsl.qr_multiply(a, a, pivoting=True)),
+    ("svd", jnp.linalg.svd),
+    ("svd", jnp.linalg.svdvals),
+    ("svd", jnp.linalg.pinv),
+    ("eigh", jnp.linalg.eigh),
+    ("eigh", jnp.linalg.eigvalsh),
+    ("hessenberg", jsl.hessenberg),
+    ("tridiagonal", lambda a: lax.linalg.tridiagonal(a)),
+    ("schur", jsl.schur),
+    (
+        "eig",
+        lambda a: lax.linalg.eig(
+            a, compute_left_eigenvectors=False, compute_right_eigenvectors=False
+        ),
+    ),
     ("tridiagonal_solve", lambda a: lax.linalg.tridiagonal_solve(a[0], a[1], a[2], a[:, :1])),
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize(("name", "fn"), HALF_PRECISION_REFUSED, ids=[f"{name}-{i}" for i, (name, _) in enumerate(HALF_PRECISION_REFUSED)])
+@pytest.mark.parametrize(
+    ("name", "fn"),
+    HALF_PRECISION_REFUSED,
+    ids=[f"{name}-{i}" for i, (name, _) in enumerate(HALF_PRECISION_REFUSED)],
+)
 def test_half_precision_factorization_is_refused_with_the_fix(name, fn, dtype):
     """JAX's CPU lu, cholesky, qr, svd, eigh, eig, hessenberg, tridiagonal, schur and tridiagonal_solve (LAPACK) refuse float16 / bfloat16
     ("Unsupported dtype"); the export names the primitive, the dtype, the user's line and the
@@ -682,10 +877,21 @@ def test_half_precision_factorization_is_refused_with_the_fix(name, fn, dtype):
 # float32 matrices in a model exported with enable_double_precision=True (x64 on while the
 # algorithms are traced): every result stays float32, as JAX's do
 FLOAT32_UNDER_X64 = {
-    "lu": lambda a: lax.linalg.lu(a), "det": jnp.linalg.det, "inv": jnp.linalg.inv,
-    "solve": lambda a: jnp.linalg.solve(a, a[:, :2]), "cholesky": lambda a: jnp.linalg.cholesky(a @ a.T + a.shape[0] * jnp.eye(a.shape[0], dtype=a.dtype)),
-    "qr": jnp.linalg.qr, "eigh": lambda a: jnp.linalg.eigvalsh(a + a.T), "svdvals": jnp.linalg.svdvals,
-    "eigvals": lambda a: (jnp.sort(jnp.linalg.eigvals(a).real), jnp.sort(jnp.abs(jnp.linalg.eigvals(a).imag))), "expm": lambda a: jsl.expm(0.1 * a),
+    "lu": lambda a: lax.linalg.lu(a),
+    "det": jnp.linalg.det,
+    "inv": jnp.linalg.inv,
+    "solve": lambda a: jnp.linalg.solve(a, a[:, :2]),
+    "cholesky": lambda a: jnp.linalg.cholesky(
+        a @ a.T + a.shape[0] * jnp.eye(a.shape[0], dtype=a.dtype)
+    ),
+    "qr": jnp.linalg.qr,
+    "eigh": lambda a: jnp.linalg.eigvalsh(a + a.T),
+    "svdvals": jnp.linalg.svdvals,
+    "eigvals": lambda a: (
+        jnp.sort(jnp.linalg.eigvals(a).real),
+        jnp.sort(jnp.abs(jnp.linalg.eigvals(a).imag)),
+    ),
+    "expm": lambda a: jsl.expm(0.1 * a),
 }
 
 
@@ -696,23 +902,37 @@ def test_float32_matrices_with_double_precision_enabled(name, n):
     float32 matrix: an internal error at export (5x5), a failed trace (20x20)."""
     a = general(n, (), n)
     tol = {"rtol": 1e-4, "atol": 1e-4} if n == 20 else {"rtol": 1e-5, "atol": 1e-5}
-    assert_exports_match_on(FLOAT32_UNDER_X64[name], a, enable_double_precision=True, jit=True, **tol)
+    assert_exports_match_on(
+        FLOAT32_UNDER_X64[name], a, enable_double_precision=True, jit=True, **tol
+    )
 
 
 # -- graph size --------------------------------------------------------------------------------
-@pytest.mark.parametrize(("fn", "limit"), [
-    (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 30),  # 8 of them JAX's tril
-    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 17),
-    (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=False), 17),  # no reversals
-    (lambda a: jsl.cho_solve((a, True), a[..., :1]), 33),  # the two solves share a's diagonal
-    (lambda a: lax.linalg.lu(a), 68),  # the last step's rows two GatherNDs, the pivots one Cast
-    (lambda a: jnp.linalg.solve(a, a[..., :1]), 60),  # one elimination on [a | b] (test_solves.py)
-    (lambda a: jnp.linalg.inv(a), 59),  # its identity folded (an exact Cast of a mask)
-    (lambda a: jsl.lu_solve(jsl.lu_factor(a), a[..., :1]), 92),  # lu's permutation, not its pivots replayed
-    (lambda a: jnp.linalg.det(a), 92),
-    (lambda a: jnp.linalg.slogdet(a), 90),  # the sign's parity is one Mod (value ranges)
-    (lambda a: lax.linalg.qr(a), 140),  # 17 of them the power-of-two scale (entries of 1e20)
-])
+@pytest.mark.parametrize(
+    ("fn", "limit"),
+    [
+        (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), 30),  # 8 of them JAX's tril
+        (lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True), 17),
+        (
+            lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=False),
+            17,
+        ),  # no reversals
+        (lambda a: jsl.cho_solve((a, True), a[..., :1]), 33),  # the two solves share a's diagonal
+        (lambda a: lax.linalg.lu(a), 68),  # the last step's rows two GatherNDs, the pivots one Cast
+        (
+            lambda a: jnp.linalg.solve(a, a[..., :1]),
+            60,
+        ),  # one elimination on [a | b] (test_solves.py)
+        (lambda a: jnp.linalg.inv(a), 59),  # its identity folded (an exact Cast of a mask)
+        (
+            lambda a: jsl.lu_solve(jsl.lu_factor(a), a[..., :1]),
+            92,
+        ),  # lu's permutation, not its pivots replayed
+        (lambda a: jnp.linalg.det(a), 92),
+        (lambda a: jnp.linalg.slogdet(a), 90),  # the sign's parity is one Mod (value ranges)
+        (lambda a: lax.linalg.qr(a), 140),  # 17 of them the power-of-two scale (entries of 1e20)
+    ],
+)
 def test_small_graphs(fn, limit):
     """A 4x4 factorization is a few dozen nodes."""
     model = assert_exports_match_on(fn, spd(0, (), 4), jit=True)

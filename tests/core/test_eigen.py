@@ -47,7 +47,9 @@ def _reduction_tol(dtype) -> dict:
 @settings(max_examples=3)
 @given(n=SIZES, batch=BATCHES, dtype=DTYPES, seed=SEEDS)
 def test_hessenberg_matches_jax(n, batch, dtype, seed):
-    assert_exports_match_on(lax.linalg.hessenberg, _gaussian(seed, batch, n, dtype), **_reduction_tol(dtype))
+    assert_exports_match_on(
+        lax.linalg.hessenberg, _gaussian(seed, batch, n, dtype), **_reduction_tol(dtype)
+    )
 
 
 @settings(max_examples=3)
@@ -55,7 +57,9 @@ def test_hessenberg_matches_jax(n, batch, dtype, seed):
 def test_tridiagonal_matches_jax(n, batch, dtype, seed, lower):
     """Only the named triangle is read (the other one is Gaussian noise, kept as given)."""
     a = _gaussian(seed, batch, n, dtype)
-    assert_exports_match_on(lambda a: lax.linalg.tridiagonal(a, lower=lower), a, **_reduction_tol(dtype))
+    assert_exports_match_on(
+        lambda a: lax.linalg.tridiagonal(a, lower=lower), a, **_reduction_tol(dtype)
+    )
 
 
 def _lapack_reduction(reduction: str, a: np.ndarray) -> list[np.ndarray]:
@@ -118,17 +122,27 @@ def test_reductions_of_matrices_far_below_one(n, dtype, seed, exponent, reductio
 
 def test_reduction_symbolic_batch():
     """The default subset's symbolic case: one export with a batch dim "B", run at two sizes."""
-    assert_exports_match(lax.linalg.hessenberg, [("B", 4, 4)], sizes={"B": [1, 3]}, rtol=1e-4, atol=1e-4)
+    assert_exports_match(
+        lax.linalg.hessenberg, [("B", 4, 4)], sizes={"B": [1, 3]}, rtol=1e-4, atol=1e-4
+    )
 
 
 @pytest.mark.slow  # ~8 s of exports
 def test_reductions_symbolic_batch_vmap_and_loop():
     for b in (1, 3):
         a = _gaussian(b, (b,), 4, np.float32)
-        assert_exports_match(lax.linalg.hessenberg, [("B", 4, 4)], input_values=[a], rtol=1e-4, atol=1e-4)
-        assert_exports_match(lax.linalg.tridiagonal, [("B", 4, 4)], input_values=[a], rtol=1e-4, atol=1e-4)
-    assert_exports_match_on(jax.vmap(lax.linalg.hessenberg), _gaussian(0, (2,), 3, np.float64), **_tol(np.float64))
-    model = assert_exports_match_on(lax.linalg.tridiagonal, _gaussian(0, (2,), 20, np.float64), **_tol(np.float64))
+        assert_exports_match(
+            lax.linalg.hessenberg, [("B", 4, 4)], input_values=[a], rtol=1e-4, atol=1e-4
+        )
+        assert_exports_match(
+            lax.linalg.tridiagonal, [("B", 4, 4)], input_values=[a], rtol=1e-4, atol=1e-4
+        )
+    assert_exports_match_on(
+        jax.vmap(lax.linalg.hessenberg), _gaussian(0, (2,), 3, np.float64), **_tol(np.float64)
+    )
+    model = assert_exports_match_on(
+        lax.linalg.tridiagonal, _gaussian(0, (2,), 20, np.float64), **_tol(np.float64)
+    )
     assert len(model.graph.node) < 60  # one Loop, not 19 unrolled steps
 
 
@@ -156,19 +170,26 @@ def _in_order(w: jax.Array, *vectors: jax.Array) -> tuple:
 
 def _eig_tol(dtype) -> dict:
     """Eigenvalues of a Gaussian matrix have condition numbers ~10: float32 to 1e-4."""
-    return _tol(np.float64) if np.finfo(dtype).bits == 64 else {"rtol": 1e-4, "atol": 1e-4}  # complex128 too
+    return (
+        _tol(np.float64) if np.finfo(dtype).bits == 64 else {"rtol": 1e-4, "atol": 1e-4}
+    )  # complex128 too
 
 
 def _eig(left: bool, right: bool):
-    return lambda a: _in_order(*lax.linalg.eig(a, compute_left_eigenvectors=left, compute_right_eigenvectors=right))
+    return lambda a: _in_order(
+        *lax.linalg.eig(a, compute_left_eigenvectors=left, compute_right_eigenvectors=right)
+    )
 
 
-@pytest.mark.parametrize(("n", "batch", "dtype"), [
-    (4, (2,), np.float64),
-    (3, (), np.complex128),
-    pytest.param(3, (), np.float32, marks=pytest.mark.slow),
-    pytest.param(4, (2,), np.complex64, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    ("n", "batch", "dtype"),
+    [
+        (4, (2,), np.float64),
+        (3, (), np.complex128),
+        pytest.param(3, (), np.float32, marks=pytest.mark.slow),
+        pytest.param(4, (2,), np.complex64, marks=pytest.mark.slow),
+    ],
+)
 def test_eig_matches_jax(n, batch, dtype):
     """Values, left and right vectors of Gaussian matrices: real ones (real and complex-pair
     eigenvalues) and complex ones; each vector of norm 1 with a real largest entry, as LAPACK's."""
@@ -176,7 +197,14 @@ def test_eig_matches_jax(n, batch, dtype):
 
 
 @pytest.mark.slow
-@given(n=st.sampled_from([0, 1, 2, 5, 8]), batch=BATCHES, dtype=st.sampled_from([np.float32, np.float64, np.complex64, np.complex128]), seed=SEEDS, left=st.booleans(), right=st.booleans())
+@given(
+    n=st.sampled_from([0, 1, 2, 5, 8]),
+    batch=BATCHES,
+    dtype=st.sampled_from([np.float32, np.float64, np.complex64, np.complex128]),
+    seed=SEEDS,
+    left=st.booleans(),
+    right=st.booleans(),
+)
 def test_eig_matches_jax_drawn(n, batch, dtype, seed, left, right):
     assert_exports_match_on(_eig(left, right), _gaussian(seed, batch, n, dtype), **_eig_tol(dtype))
 
@@ -190,10 +218,22 @@ def test_eig_in_chase_windows(n):
 
 @pytest.mark.slow
 def test_eig_large_symbolic_batch_and_vmap():
-    assert_exports_match_on(_eig(False, True), _gaussian(1, (2,), 16, np.float64), **_tol(np.float64))
+    assert_exports_match_on(
+        _eig(False, True), _gaussian(1, (2,), 16, np.float64), **_tol(np.float64)
+    )
     for b in (1, 3):
-        assert_exports_match(lambda a: _in_order(jnp.linalg.eigvals(a)), [("B", 4, 4)], input_values=[_gaussian(b, (b,), 4, np.float32)], rtol=1e-4, atol=1e-4)
-    assert_exports_match_on(jax.vmap(lambda a: _in_order(*jnp.linalg.eig(a))), _gaussian(0, (3,), 3, np.float64), **_tol(np.float64))
+        assert_exports_match(
+            lambda a: _in_order(jnp.linalg.eigvals(a)),
+            [("B", 4, 4)],
+            input_values=[_gaussian(b, (b,), 4, np.float32)],
+            rtol=1e-4,
+            atol=1e-4,
+        )
+    assert_exports_match_on(
+        jax.vmap(lambda a: _in_order(*jnp.linalg.eig(a))),
+        _gaussian(0, (3,), 3, np.float64),
+        **_tol(np.float64),
+    )
 
 
 # -- schur (complex), and the functions on eig and schur -----------------------------------------
@@ -203,7 +243,12 @@ def _schur_defined(a: jax.Array) -> tuple:
     t, z = jsl.schur(a, output="complex")
     zh = jnp.conj(z.T)
     eye = jnp.eye(a.shape[0])
-    return jnp.abs(z @ t @ zh - a).max(), jnp.abs(zh @ z - eye).max(), jnp.abs(jnp.tril(t, -1)).max(), jnp.sort(jnp.real(jnp.diagonal(t)))
+    return (
+        jnp.abs(z @ t @ zh - a).max(),
+        jnp.abs(zh @ z - eye).max(),
+        jnp.abs(jnp.tril(t, -1)).max(),
+        jnp.sort(jnp.real(jnp.diagonal(t))),
+    )
 
 
 def _real_schur_defined(a: jax.Array, vectors: bool = True, **params) -> tuple:
@@ -216,8 +261,14 @@ def _real_schur_defined(a: jax.Array, vectors: bool = True, **params) -> tuple:
     zero = jnp.zeros((), a.dtype)
     diag, sup, sub = (jnp.diagonal(t, k, -2, -1) for k in (0, 1, -1))
     block = sub != 0
-    pair = jnp.sqrt(jnp.where(block, -sup * sub, zero)) * 1j  # block j: w_j = x + i r, w_j+1 = x - i r
-    w = diag + jnp.pad(pair, [(0, 0)] * (a.ndim - 2) + [(0, 1)]) - jnp.pad(pair, [(0, 0)] * (a.ndim - 2) + [(1, 0)])
+    pair = (
+        jnp.sqrt(jnp.where(block, -sup * sub, zero)) * 1j
+    )  # block j: w_j = x + i r, w_j+1 = x - i r
+    w = (
+        diag
+        + jnp.pad(pair, [(0, 0)] * (a.ndim - 2) + [(0, 1)])
+        - jnp.pad(pair, [(0, 0)] * (a.ndim - 2) + [(1, 0)])
+    )
     form = [
         jnp.abs(jnp.tril(t, -2)).max(initial=0),
         jnp.abs(sub[..., 1:] * sub[..., :-1]).max(initial=0),
@@ -228,7 +279,10 @@ def _real_schur_defined(a: jax.Array, vectors: bool = True, **params) -> tuple:
     if vectors:
         z = z[0]
         eye = jnp.eye(n, dtype=a.dtype)
-        form += [jnp.abs(z @ t @ _mT(z) - a).max(initial=0), jnp.abs(_mT(z) @ z - eye).max(initial=0)]
+        form += [
+            jnp.abs(z @ t @ _mT(z) - a).max(initial=0),
+            jnp.abs(_mT(z) @ z - eye).max(initial=0),
+        ]
     return tuple(form)
 
 
@@ -236,18 +290,32 @@ def _mT(x: jax.Array) -> jax.Array:
     return jnp.swapaxes(x, -1, -2)
 
 
-@pytest.mark.parametrize(("n", "batch", "dtype", "vectors"), [(5, (2,), np.float64, True), (4, (), np.float32, False)])
+@pytest.mark.parametrize(
+    ("n", "batch", "dtype", "vectors"), [(5, (2,), np.float64, True), (4, (), np.float32, False)]
+)
 def test_real_schur_matches_jax(n, batch, dtype, vectors):
     """Real Schur forms of Gaussian matrices (real eigenvalues and complex pairs), with and
     without the vectors, compared by what defines them."""
-    assert_exports_match_on(lambda a: _real_schur_defined(a, vectors), _gaussian(n, batch, n, dtype), **_eig_tol(dtype))
+    assert_exports_match_on(
+        lambda a: _real_schur_defined(a, vectors), _gaussian(n, batch, n, dtype), **_eig_tol(dtype)
+    )
 
 
 @pytest.mark.slow
 @settings(max_examples=3)
-@given(n=st.sampled_from([0, 1, 2, 3, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, vectors=st.booleans())
+@given(
+    n=st.sampled_from([0, 1, 2, 3, 5, 8]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    vectors=st.booleans(),
+)
 def test_real_schur_matches_jax_drawn(n, batch, dtype, seed, vectors):
-    assert_exports_match_on(lambda a: _real_schur_defined(a, vectors), _gaussian(seed, batch, n, dtype), **_eig_tol(dtype))
+    assert_exports_match_on(
+        lambda a: _real_schur_defined(a, vectors),
+        _gaussian(seed, batch, n, dtype),
+        **_eig_tol(dtype),
+    )
 
 
 @pytest.mark.slow
@@ -265,17 +333,27 @@ def test_real_schur_cases(case):
     }[case]
     fn = {
         "nan": lambda a: lax.linalg.schur(a)[0],
-        "select_callable": lambda a: _real_schur_defined(a, select_callable=lambda w: jnp.real(w) > 0),
+        "select_callable": lambda a: _real_schur_defined(
+            a, select_callable=lambda w: jnp.real(w) > 0
+        ),
     }.get(case, _real_schur_defined)
     assert_exports_match_on(fn, a, **_tol(np.float64))
 
 
-@pytest.mark.parametrize(("name", "fn", "tol"), [
-    ("schur", _schur_defined, 1e-10),
-    # sqrtm's triangular recurrence amplifies rounding; it runs on the schur above
-    pytest.param("sqrtm", jsl.sqrtm, 1e-8, marks=pytest.mark.slow),
-    pytest.param("roots", lambda p: _in_order(jnp.roots(p[0], strip_zeros=False)), 1e-10, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    ("name", "fn", "tol"),
+    [
+        ("schur", _schur_defined, 1e-10),
+        # sqrtm's triangular recurrence amplifies rounding; it runs on the schur above
+        pytest.param("sqrtm", jsl.sqrtm, 1e-8, marks=pytest.mark.slow),
+        pytest.param(
+            "roots",
+            lambda p: _in_order(jnp.roots(p[0], strip_zeros=False)),
+            1e-10,
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
 def test_functions_on_eig_and_schur(name, fn, tol):
     a = _gaussian(2, (), 4, np.float64)
     if name == "sqrtm":
@@ -283,9 +361,12 @@ def test_functions_on_eig_and_schur(name, fn, tol):
     assert_exports_match_on(fn, a, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize(("fn", "match"), [
-    (lambda a: lax.linalg.schur(a, sort_eig_vals=True), "sort_eig_vals=True"),
-])
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (lambda a: lax.linalg.schur(a, sort_eig_vals=True), "sort_eig_vals=True"),
+    ],
+)
 def test_unsupported_forms_are_refused(fn, match):
     a = _gaussian(0, (), 3, np.float32)
     with pytest.raises(ConversionError, match=match):
@@ -310,7 +391,9 @@ def test_eigvals_in_chase_windows_of_structured_matrices(n):
     a = np.stack([np.zeros((n, n)), np.triu(g), np.diag(np.arange(n) - 3.0), hess, blocks])
     assert_exports_match_on(lambda a: _in_order(jnp.linalg.eigvals(a)), a, **_tol(np.float64))
     model = to_onnx(jnp.linalg.eigvals, [nan[None]], enable_double_precision=True)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     (ours,) = session.run(None, {session.get_inputs()[0].name: nan[None]})
     assert np.isnan(ours).all() and np.isnan(np.asarray(jnp.linalg.eigvals(nan[None]))).all()
 
@@ -322,7 +405,9 @@ def test_eig_of_a_cyclic_permutation(n, dtype):
     is: without zlahqr's exceptional shift after STALLED_SWEEPS sweeps without a deflation at
     the block's bottom its values came out all 0, not the n-th roots of unity; next to a
     Gaussian matrix in the batch (which deflates on its own)."""
-    a = np.stack([np.roll(np.eye(n), 1, axis=0), np.random.default_rng(n).normal(size=(n, n))]).astype(dtype)
+    a = np.stack(
+        [np.roll(np.eye(n), 1, axis=0), np.random.default_rng(n).normal(size=(n, n))]
+    ).astype(dtype)
     # (values only: every entry of its vectors has the same modulus, so the phase convention's
     # largest entry is a tie that rounding decides)
     assert_exports_match_on(lambda a: _in_order(jnp.linalg.eigvals(a)), a, **_eig_tol(dtype))
@@ -337,13 +422,20 @@ def test_float32_eigvals_of_entries_from_1e_minus_30_to_1e30(n):
     g = np.random.default_rng(0).normal(size=(n, n))
     a = np.stack([g * s for s in (1e-30, 1e-20, 1e20, 1e30)]).astype(np.float32)
     model = to_onnx(jnp.linalg.eigvals, [a])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     (ours,) = session.run(None, {session.get_inputs()[0].name: a})
     ours = ours[..., 0] + 1j * ours[..., 1]
     reference = np.linalg.eigvals(a.astype(np.float64))
     big = np.max(np.abs(reference), axis=-1, keepdims=True)
     for part in (np.real, np.imag, np.abs):  # as multisets
-        np.testing.assert_allclose(np.sort(part(ours), axis=-1) / big, np.sort(part(reference), axis=-1) / big, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            np.sort(part(ours), axis=-1) / big,
+            np.sort(part(reference), axis=-1) / big,
+            rtol=0,
+            atol=1e-5,
+        )
 
 
 @pytest.mark.parametrize("output", ["complex", "real"])
@@ -353,7 +445,9 @@ def test_float32_schur_of_entries_1e_minus_30_and_1e20(output):
     g = np.random.default_rng(1).normal(size=(6, 6))
     a = np.stack([g * 1e-30, g * 1e20]).astype(np.float32)
     model = to_onnx(lambda a: jsl.schur(a, output=output), [a])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     t, z = session.run(None, {session.get_inputs()[0].name: a})
     if output == "complex":
         t, z = t[..., 0] + 1j * t[..., 1], z[..., 0] + 1j * z[..., 1]
@@ -367,8 +461,12 @@ def test_float32_schur_of_entries_1e_minus_30_and_1e20(output):
 def _run_eig(fn, a: np.ndarray) -> list[np.ndarray]:
     """``fn`` exported on ``a`` and run in onnxruntime, complex results joined from their pairs."""
     model = to_onnx(fn, [a], enable_double_precision=a.dtype == np.float64)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return [o[..., 0] + 1j * o[..., 1] for o in session.run(None, {session.get_inputs()[0].name: a})]
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return [
+        o[..., 0] + 1j * o[..., 1] for o in session.run(None, {session.get_inputs()[0].name: a})
+    ]
 
 
 def _values_error(ours: np.ndarray, reference: np.ndarray) -> float:
@@ -404,21 +502,33 @@ def test_eig_of_badly_scaled_matrices(n, batch, dtype, seed):
     that is larger), 1e-10 in float64 (they were 50% off in float32 without balancing); each right
     and left vector's residual is small componentwise (|a v - w v| against |a| |v| + |w| |v|)."""
     a = _badly_scaled(seed, batch, n, dtype)
-    w, vl, vr = _run_eig(lambda a: lax.linalg.eig(a, compute_left_eigenvectors=True, compute_right_eigenvectors=True), a)
+    w, vl, vr = _run_eig(
+        lambda a: lax.linalg.eig(
+            a, compute_left_eigenvectors=True, compute_right_eigenvectors=True
+        ),
+        a,
+    )
     bar = (1e-5 if dtype == np.float32 else 1e-10) * max(1.0, _condition(a) / 10)
     assert _values_error(w, np.linalg.eigvals(a.astype(np.float64))) <= bar
     a64 = a.astype(np.float64)
-    for v, m in ((vr, a64), (vl, np.conj(np.swapaxes(a64, -1, -2)))):  # u^H a = w u^H: a^H u = conj(w) u
+    for v, m in (
+        (vr, a64),
+        (vl, np.conj(np.swapaxes(a64, -1, -2))),
+    ):  # u^H a = w u^H: a^H u = conj(w) u
         ww = w if m is a64 else np.conj(w)
         residual = np.abs(m @ v - v * ww[..., None, :])
         size = np.abs(m) @ np.abs(v) + np.abs(v) * np.abs(ww[..., None, :])
         assert np.max(residual / np.where(size == 0, 1, size)) <= 100 * bar
-        np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1, rtol=1e-5 if dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(
+            np.linalg.norm(v, axis=-2), 1, rtol=1e-5 if dtype == np.float32 else 1e-12
+        )
 
 
 def test_eig_of_badly_scaled_matrix_matches_jax():
     """float64: values and both vectors as JAX's (which balances too), in a fixed order and phase."""
-    assert_exports_match_on(_eig(True, True), _badly_scaled(3, (2,), 6, np.float64), **_tol(np.float64))
+    assert_exports_match_on(
+        _eig(True, True), _badly_scaled(3, (2,), 6, np.float64), **_tol(np.float64)
+    )
 
 
 def _block_triangular(seed: int, n: int, block: int, dtype) -> np.ndarray:
@@ -427,13 +537,18 @@ def _block_triangular(seed: int, n: int, block: int, dtype) -> np.ndarray:
     rng = np.random.default_rng(seed)
     m = np.triu(rng.normal(size=(n, n)) * (rng.random((n, n)) < 0.7))
     lo = int(rng.integers(0, n - block + 1))
-    m[lo:lo + block, lo:lo + block] = rng.normal(size=(block, block))
+    m[lo : lo + block, lo : lo + block] = rng.normal(size=(block, block))
     order = rng.permutation(n)
     return m[order][:, order].astype(dtype)
 
 
 @settings(max_examples=4, deadline=None)
-@given(n=st.sampled_from([3, 8, 20]), dtype=DTYPES, seed=SEEDS, kind=st.sampled_from(["lower", "upper", "permuted", "block"]))
+@given(
+    n=st.sampled_from([3, 8, 20]),
+    dtype=DTYPES,
+    seed=SEEDS,
+    kind=st.sampled_from(["lower", "upper", "permuted", "block"]),
+)
 def test_eigvals_of_triangular_and_block_triangular_matrices(n, dtype, seed, kind):
     """Triangular matrices (also permuted) have their diagonal as values, exactly and in JAX's
     order (gebal's permutation, LAPACK 3.12's search, puts them where geev does; a float32
@@ -441,15 +556,21 @@ def test_eigvals_of_triangular_and_block_triangular_matrices(n, dtype, seed, kin
     isolated values so, the dense block's to the usual bar."""
     rng = np.random.default_rng(seed)
     g = rng.normal(size=(n, n)).astype(dtype)
-    a = {"lower": np.tril(g), "upper": np.triu(g), "permuted": (lambda p: np.triu(g)[p][:, p])(rng.permutation(n)),
-         "block": _block_triangular(seed, n, min(3, n), dtype)}[kind]
+    a = {
+        "lower": np.tril(g),
+        "upper": np.triu(g),
+        "permuted": (lambda p: np.triu(g)[p][:, p])(rng.permutation(n)),
+        "block": _block_triangular(seed, n, min(3, n), dtype),
+    }[kind]
     (ours,) = _run_eig(jnp.linalg.eigvals, a)
     with x64(dtype == np.float64):
         theirs = np.asarray(jnp.linalg.eigvals(a))
     if kind == "block":
         isolated = np.isclose(theirs.imag, 0) & np.isin(theirs.real, np.diagonal(a))
         np.testing.assert_array_equal(ours[isolated], theirs[isolated])
-        assert _values_error(ours, np.linalg.eigvals(a.astype(np.float64))) <= (1e-5 if dtype == np.float32 else 1e-10)
+        assert _values_error(ours, np.linalg.eigvals(a.astype(np.float64))) <= (
+            1e-5 if dtype == np.float32 else 1e-10
+        )
     else:
         np.testing.assert_array_equal(ours, theirs)
 
@@ -470,23 +591,38 @@ def test_roots_of_polynomials_with_wide_coefficient_ranges(degree, dtype, seed):
 
 
 @settings(max_examples=4, deadline=None)
-@given(n=st.sampled_from([3, 8]), dtype=DTYPES, seed=SEEDS, kind=st.sampled_from(["lower", "permuted", "block"]), output=st.sampled_from(["real", "complex"]))
+@given(
+    n=st.sampled_from([3, 8]),
+    dtype=DTYPES,
+    seed=SEEDS,
+    kind=st.sampled_from(["lower", "permuted", "block"]),
+    output=st.sampled_from(["real", "complex"]),
+)
 def test_schur_permutes_as_gees(n, dtype, seed, kind, output):
     """gees permutes too (gebal job 'P', no scaling): a triangular or permuted triangular matrix
     is its own Schur form permuted, t and z (a permutation) exactly JAX's; a block triangular
     one's t has its isolated values on the diagonal exactly where JAX's does, and a = z t z^H."""
     rng = np.random.default_rng(seed)
     g = rng.normal(size=(n, n)).astype(dtype)
-    a = {"lower": np.tril(g), "permuted": (lambda p: np.triu(g)[p][:, p])(rng.permutation(n)),
-         "block": _block_triangular(seed, n, min(3, n), dtype)}[kind]
-    t, z = _run_eig(lambda a: jsl.schur(a, output=output), a) if output == "complex" else _run_schur(a)
+    a = {
+        "lower": np.tril(g),
+        "permuted": (lambda p: np.triu(g)[p][:, p])(rng.permutation(n)),
+        "block": _block_triangular(seed, n, min(3, n), dtype),
+    }[kind]
+    t, z = (
+        _run_eig(lambda a: jsl.schur(a, output=output), a) if output == "complex" else _run_schur(a)
+    )
     with x64(dtype == np.float64):
         t_jax, z_jax = (np.asarray(x) for x in jsl.schur(a, output=output))
     if kind == "block":
-        isolated = np.isin(np.diagonal(t_jax), np.diagonal(a))  # (the dense block's values are not a's entries)
+        isolated = np.isin(
+            np.diagonal(t_jax), np.diagonal(a)
+        )  # (the dense block's values are not a's entries)
         np.testing.assert_array_equal(np.diagonal(t)[isolated], np.diagonal(t_jax)[isolated])
         big = np.abs(a).max()
-        np.testing.assert_allclose(np.abs(z @ t @ np.conj(z.T) - a) / big, 0, atol=1e-5 if dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(
+            np.abs(z @ t @ np.conj(z.T) - a) / big, 0, atol=1e-5 if dtype == np.float32 else 1e-12
+        )
     else:
         np.testing.assert_array_equal(t, t_jax)
         np.testing.assert_array_equal(z, z_jax)
@@ -494,7 +630,9 @@ def test_schur_permutes_as_gees(n, dtype, seed, kind, output):
 
 def _run_schur(a: np.ndarray) -> list[np.ndarray]:
     model = to_onnx(jsl.schur, [a], enable_double_precision=a.dtype == np.float64)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     return session.run(None, {session.get_inputs()[0].name: a})
 
 

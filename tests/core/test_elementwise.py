@@ -29,19 +29,43 @@ def _arrays(dtype, shape, *, finite=False, elements=None):
 
 
 UNARY_ANY = {
-    "exp": jnp.exp, "log": jnp.log, "tanh": jnp.tanh, "abs": jnp.abs, "neg": jnp.negative,
-    "sqrt": jnp.sqrt, "sin": jnp.sin, "cos": jnp.cos, "floor": jnp.floor, "ceil": jnp.ceil,
-    "sign": jnp.sign, "logistic": jax.nn.sigmoid, "rsqrt": jax.lax.rsqrt, "is_finite": jnp.isfinite,
-    "round_even": jnp.round, "round_away": lambda x: jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO),
-    "square": jnp.square, "erf": jax.scipy.special.erf, "erfc": jax.scipy.special.erfc,
-    "expm1": jnp.expm1, "log1p": jnp.log1p, "exp2": jnp.exp2, "log2": jnp.log2,
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "tanh": jnp.tanh,
+    "abs": jnp.abs,
+    "neg": jnp.negative,
+    "sqrt": jnp.sqrt,
+    "sin": jnp.sin,
+    "cos": jnp.cos,
+    "floor": jnp.floor,
+    "ceil": jnp.ceil,
+    "sign": jnp.sign,
+    "logistic": jax.nn.sigmoid,
+    "rsqrt": jax.lax.rsqrt,
+    "is_finite": jnp.isfinite,
+    "round_even": jnp.round,
+    "round_away": lambda x: jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO),
+    "square": jnp.square,
+    "erf": jax.scipy.special.erf,
+    "erfc": jax.scipy.special.erfc,
+    "expm1": jnp.expm1,
+    "log1p": jnp.log1p,
+    "exp2": jnp.exp2,
+    "log2": jnp.log2,
 }
 # bounded domains keep these away from overflow where JAX and ONNX legitimately differ
 UNARY_BOUNDED = {
-    "tan": (jnp.tan, -1.5, 1.5), "asin": (jnp.arcsin, -1, 1), "acos": (jnp.arccos, -1, 1),
-    "atan": (jnp.arctan, -1e6, 1e6), "sinh": (jnp.sinh, -80, 80), "cosh": (jnp.cosh, -80, 80),
-    "asinh": (jnp.arcsinh, -1e6, 1e6), "acosh": (jnp.arccosh, 1, 1e6), "atanh": (jnp.arctanh, -0.999, 0.999),
-    "cbrt": (jnp.cbrt, -1e6, 1e6), "erf_inv": (jax.scipy.special.erfinv, -0.999, 0.999),
+    "tan": (jnp.tan, -1.5, 1.5),
+    "asin": (jnp.arcsin, -1, 1),
+    "acos": (jnp.arccos, -1, 1),
+    "atan": (jnp.arctan, -1e6, 1e6),
+    "sinh": (jnp.sinh, -80, 80),
+    "cosh": (jnp.cosh, -80, 80),
+    "asinh": (jnp.arcsinh, -1e6, 1e6),
+    "acosh": (jnp.arccosh, 1, 1e6),
+    "atanh": (jnp.arctanh, -0.999, 0.999),
+    "cbrt": (jnp.cbrt, -1e6, 1e6),
+    "erf_inv": (jax.scipy.special.erfinv, -0.999, 0.999),
 }
 
 
@@ -69,10 +93,22 @@ def test_unary_bounded(name, dtype, data):
 
 
 BINARY_FLOAT = {
-    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide,
-    "max": jnp.maximum, "min": jnp.minimum, "pow": jnp.power, "rem": jax.lax.rem,
-    "atan2": jnp.arctan2, "nextafter": jnp.nextafter, "eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less,
-    "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
+    "add": jnp.add,
+    "sub": jnp.subtract,
+    "mul": jnp.multiply,
+    "div": jnp.divide,
+    "max": jnp.maximum,
+    "min": jnp.minimum,
+    "pow": jnp.power,
+    "rem": jax.lax.rem,
+    "atan2": jnp.arctan2,
+    "nextafter": jnp.nextafter,
+    "eq": jnp.equal,
+    "ne": jnp.not_equal,
+    "lt": jnp.less,
+    "le": jnp.less_equal,
+    "gt": jnp.greater,
+    "ge": jnp.greater_equal,
 }
 
 
@@ -102,11 +138,21 @@ def test_atan2_on_every_pair_of_special_values(dtype):
 
 
 BINARY_INT = {
-    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "max": jnp.maximum,
-    "min": jnp.minimum, "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,
-    "eq": jnp.equal, "lt": jnp.less, "ge": jnp.greater_equal,
-    "div": jax.lax.div, "rem": jax.lax.rem,
-    "shift_left": jax.lax.shift_left, "shift_right_logical": jax.lax.shift_right_logical,
+    "add": jnp.add,
+    "sub": jnp.subtract,
+    "mul": jnp.multiply,
+    "max": jnp.maximum,
+    "min": jnp.minimum,
+    "and": jnp.bitwise_and,
+    "or": jnp.bitwise_or,
+    "xor": jnp.bitwise_xor,
+    "eq": jnp.equal,
+    "lt": jnp.less,
+    "ge": jnp.greater_equal,
+    "div": jax.lax.div,
+    "rem": jax.lax.rem,
+    "shift_left": jax.lax.shift_left,
+    "shift_right_logical": jax.lax.shift_right_logical,
     "shift_right_arithmetic": jax.lax.shift_right_arithmetic,
 }
 
@@ -143,9 +189,16 @@ def test_select_n_and_clamp(dtype, data):
     b = data.draw(_arrays(dtype, shape, finite=True))
     assert_exports_match_on(jax.lax.select, which, a, b, enable_double_precision=True)
     idx = data.draw(hnp.arrays(np.int32, shape, elements=st.integers(0, 2)))
-    assert_exports_match_on(lambda i, x, y: jax.lax.select_n(i, x, y, x), idx, a, b, enable_double_precision=True)
+    assert_exports_match_on(
+        lambda i, x, y: jax.lax.select_n(i, x, y, x), idx, a, b, enable_double_precision=True
+    )
     if dtype != np.bool_:
-        assert_exports_match_on(lambda x, y: jax.lax.clamp(np.asarray(2, dtype), x, y), a, b, enable_double_precision=True)
+        assert_exports_match_on(
+            lambda x, y: jax.lax.clamp(np.asarray(2, dtype), x, y),
+            a,
+            b,
+            enable_double_precision=True,
+        )
 
 
 SIGNED = {
@@ -158,7 +211,10 @@ SIGNED = {
     # onnxruntime swaps Where(Not(c), a, b) to Where(c, b, a): no Not may reach a Where
     "a negated selector, x may be -0": (lambda m, x, y: jnp.where(~m, x, 0.0), ["Where"]),
     "a negated selector, y may be -0": (lambda m, x, y: jnp.where(~m, 2.0, y), ["Where", "Xor"]),
-    "integer selector": (lambda m, x, y: jax.lax.select_n(m.astype(np.int32) + (x > 0), x, y, -x), None),
+    "integer selector": (
+        lambda m, x, y: jax.lax.select_n(m.astype(np.int32) + (x > 0), x, y, -x),
+        None,
+    ),
 }
 
 
@@ -177,7 +233,9 @@ def test_select_keeps_signed_zeros_bit_exact(case, dtype, data):
     want = np.asarray(jax.jit(fn)(which, x, y))
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    if ops is not None and x.size and dtype != np.float16:  # (float16 adds its Casts; an empty result is a constant)
+    if (
+        ops is not None and x.size and dtype != np.float16
+    ):  # (float16 adds its Casts; an empty result is a constant)
         assert sorted(n.op_type for n in model.graph.node if n.op_type != "Constant") == ops
 
 
@@ -192,7 +250,9 @@ def test_convert_element_type(src, data):
     shape = data.draw(shapes)
     if src.kind == "f" or src.name == "bfloat16":
         # out-of-range float -> int saturates in JAX and NaN -> int is 0: both drawn
-        elements = st.floats(-1e4, 1e4, width=32, allow_subnormal=False) | st.sampled_from([np.nan, np.inf, -np.inf, 3e9, -3e9])
+        elements = st.floats(-1e4, 1e4, width=32, allow_subnormal=False) | st.sampled_from(
+            [np.nan, np.inf, -np.inf, 3e9, -3e9]
+        )
         x = data.draw(hnp.arrays(np.float32, shape, elements=elements)).astype(src)
     else:
         x = data.draw(_arrays(src, shape))
@@ -216,7 +276,9 @@ def test_integer_pow(data):
     assert_exports_match_on(lambda v: jax.lax.integer_pow(v, y), x, enable_double_precision=False)
     xi = data.draw(_arrays(np.int32, x.shape, elements=st.integers(-5, 5)))
     if y >= 0:
-        assert_exports_match_on(lambda v: jax.lax.integer_pow(v, y), xi, enable_double_precision=False)
+        assert_exports_match_on(
+            lambda v: jax.lax.integer_pow(v, y), xi, enable_double_precision=False
+        )
 
 
 def test_symbolic_batch_elementwise_chain():
@@ -242,7 +304,15 @@ FLOAT16_CHAINS = {
 }
 
 
-@pytest.mark.parametrize("name", [n if n in {"mul_add", "div_floor", "compare_product", "tanh_sin"} else pytest.param(n, marks=pytest.mark.slow) for n in FLOAT16_CHAINS])
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        if n in {"mul_add", "div_floor", "compare_product", "tanh_sin"}
+        else pytest.param(n, marks=pytest.mark.slow)
+        for n in FLOAT16_CHAINS
+    ],
+)
 @given(data=st.data())
 def test_float16_rounds_after_every_op_as_jax(name, data):
     shape = data.draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=5))

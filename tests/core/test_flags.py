@@ -42,7 +42,11 @@ def wrapped(layer: Layer, x: jax.Array, train: Any = None) -> Any:
 
 @pytest.mark.parametrize("as_field", [False, True])
 def test_both_modes_follow_the_flag(as_field: bool) -> None:
-    fn = (lambda x, train: wrapped(Layer(train), x)) if as_field else (lambda x, train: wrapped(Layer(), x, train))
+    fn = (
+        (lambda x, train: wrapped(Layer(train), x))
+        if as_field
+        else (lambda x, train: wrapped(Layer(), x, train))
+    )
     assert_flag_switches(fn, [("B", 3)], "train")
 
 

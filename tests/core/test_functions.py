@@ -56,14 +56,18 @@ def test_outside_exports_nothing_changes() -> None:
 
 
 def test_two_calls_one_function() -> None:
-    model = assert_exports_match(lambda x: smooth(x) + smooth(x * 3.0), [("B", 5)], sizes={"B": [1, 4]})
+    model = assert_exports_match(
+        lambda x: smooth(x) + smooth(x * 3.0), [("B", 5)], sizes={"B": [1, 4]}
+    )
     assert [f.name for f in model.functions] == ["smooth"]
     assert _calls(model.graph) == ["smooth", "smooth"]
     assert any(o.domain == DOMAIN for o in model.opset_import)
 
 
-@given(shape_a=array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4),
-       shape_b=array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4))
+@given(
+    shape_a=array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4),
+    shape_b=array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4),
+)
 def test_one_function_per_input_type(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> None:
     model = assert_exports_match(lambda a, b: (smooth(a), smooth(b)), [shape_a, shape_b])
     assert len(model.functions) == (1 if shape_a == shape_b else 2)
@@ -80,12 +84,16 @@ def test_nested_functions() -> None:
 
 def test_weights_stay_initializers_of_the_main_graph() -> None:
     first, second = Affine(0), Affine(1)
-    model = assert_exports_match(lambda x: second(jax.nn.relu(first(x))), [("B", 4)], sizes={"B": [1, 3]})
+    model = assert_exports_match(
+        lambda x: second(jax.nn.relu(first(x))), [("B", 4)], sizes={"B": [1, 3]}
+    )
     assert [f.name for f in model.functions] == ["Affine"]
     (function,) = model.functions
     assert len(function.input) == 3  # x, w, b
     assert len(model.graph.initializer) >= 4
-    assert not any(n.op_type == "Constant" and n.attribute[0].t.dims == [4, 4] for n in function.node)
+    assert not any(
+        n.op_type == "Constant" and n.attribute[0].t.dims == [4, 4] for n in function.node
+    )
 
 
 def test_function_bodies_are_self_contained() -> None:
@@ -140,8 +148,12 @@ def test_control_flow_inside_a_function() -> None:
     def branchy(x: Any) -> Any:
         return jax.lax.cond(jnp.sum(x) > 0, lambda v: v * 2.0 + 1.0, lambda v: v - 3.0, x)
 
-    model = assert_exports_match(lambda x: branchy(x), [(4,)], input_values=[np.arange(4, dtype=np.float32)])
-    assert_exports_match(lambda x: branchy(x), [(4,)], input_values=[-np.arange(4, dtype=np.float32) - 1])
+    model = assert_exports_match(
+        lambda x: branchy(x), [(4,)], input_values=[np.arange(4, dtype=np.float32)]
+    )
+    assert_exports_match(
+        lambda x: branchy(x), [(4,)], input_values=[-np.arange(4, dtype=np.float32) - 1]
+    )
     assert "If" in [n.op_type for f in model.functions for n in f.node]
 
 

@@ -49,7 +49,11 @@ def _index(data, n: int, shape, *, oob: bool = True, dtype=np.int32) -> np.ndarr
 
 
 def _index_dtype(data, operand_dtype) -> type:
-    return data.draw(st.sampled_from([np.int32, np.int64] if operand_dtype == np.float64 else [np.int32, np.int8]))
+    return data.draw(
+        st.sampled_from(
+            [np.int32, np.int64] if operand_dtype == np.float64 else [np.int32, np.int8]
+        )
+    )
 
 
 operand_shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4)
@@ -74,7 +78,11 @@ def test_take(data):
 def getitem_patterns(draw, rank: int):
     """Per operand axis: a full slice, a static slice, a traced index array or a traced scalar;
     sometimes a None inserted and trailing full slices written as an Ellipsis."""
-    kinds = draw(st.lists(st.sampled_from(["full", "slice", "array", "scalar"]), min_size=rank, max_size=rank))
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["full", "slice", "array", "scalar"]), min_size=rank, max_size=rank
+        )
+    )
     assume(any(k in ("array", "scalar") for k in kinds))
     parts: list = []
     for k in kinds:
@@ -101,7 +109,9 @@ def _build_index(parts, arrays):
         if kind in ("array", "scalar"):
             index.append(next(arrays))
         else:
-            index.append({"full": slice(None), "slice": value, "none": None, "ellipsis": Ellipsis}[kind])
+            index.append(
+                {"full": slice(None), "slice": value, "none": None, "ellipsis": Ellipsis}[kind]
+            )
     return tuple(index)
 
 
@@ -116,7 +126,11 @@ def test_getitem(data):
     arrays, axis = [], 0
     for kind, _ in parts:
         if kind in ("array", "scalar"):
-            ishape = () if kind == "scalar" else tuple(d if data.draw(st.booleans()) else 1 for d in common)
+            ishape = (
+                ()
+                if kind == "scalar"
+                else tuple(d if data.draw(st.booleans()) else 1 for d in common)
+            )
             arrays.append(_index(data, shape[axis], ishape))
         if kind in ("full", "slice", "array", "scalar"):
             axis += 1
@@ -135,7 +149,10 @@ def test_take_along_axis(data):
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
     length = data.draw(st.integers(0, 4))
-    ishape = tuple(length if a == axis % len(shape) else (d if data.draw(st.booleans()) else 1) for a, d in enumerate(shape))
+    ishape = tuple(
+        length if a == axis % len(shape) else (d if data.draw(st.booleans()) else 1)
+        for a, d in enumerate(shape)
+    )
     mode = data.draw(st.sampled_from([None, "clip", "fill"]))
     x = _operand(data, dtype, shape)
     i = _index(data, shape[axis], ishape, dtype=_index_dtype(data, dtype))
@@ -146,9 +163,17 @@ def test_take_along_axis(data):
 def test_wide_index_values(data):
     """Index values far outside the operand, in every integer type: clamped, filled or dropped
     exactly as JAX does (a FILL_OR_DROP gather first converts indices to int32, wrapping)."""
-    itype = data.draw(st.sampled_from([np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64]))
+    itype = data.draw(
+        st.sampled_from([np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64])
+    )
     info = np.iinfo(itype)
-    i = data.draw(hnp.arrays(itype, (data.draw(st.integers(0, 4)),), elements=st.integers(int(info.min), int(info.max))))
+    i = data.draw(
+        hnp.arrays(
+            itype,
+            (data.draw(st.integers(0, 4)),),
+            elements=st.integers(int(info.min), int(info.max)),
+        )
+    )
     x = data.draw(hnp.arrays(np.float64, (3, 2), elements=_elements(np.float64)))
     mode = data.draw(st.sampled_from(["clip", "fill", "promise_in_bounds"]))
     _check(lambda x, i: (x.at[:, i].get(mode=mode), x.at[i].add(1.0, mode=mode)), x, i)
@@ -159,7 +184,9 @@ VMAPPED_GATHERS = {
     "row[j]": lambda r, j: r[j],
     "row[:, j]": lambda r, j: r[:, j] if r.ndim > 1 else r[j],
     "take fill": lambda r, j: jnp.take(r, j, axis=-1, mode="fill"),
-    "dynamic_slice": lambda r, j: lax.dynamic_slice_in_dim(r, jnp.reshape(j, (-1,))[0] if j.size else 0, 1, axis=0),
+    "dynamic_slice": lambda r, j: lax.dynamic_slice_in_dim(
+        r, jnp.reshape(j, (-1,))[0] if j.size else 0, 1, axis=0
+    ),
 }
 
 
@@ -195,9 +222,16 @@ def gather_configs(draw):
     nonempty = [d for d in range(rank) if shape[d] > 0]
     batching = sorted(draw(st.sets(st.sampled_from(nonempty), max_size=1))) if nonempty else []
     free = [d for d in nonempty if d not in batching]
-    index_map = draw(st.permutations(free).flatmap(lambda p: st.integers(0, len(p)).map(lambda k: tuple(p[:k]))))
-    sizes = [1 if d in batching else draw(st.integers(1 if d in index_map else 0, shape[d])) for d in range(rank)]
-    collapsed = sorted(d for d in range(rank) if sizes[d] == 1 and d not in batching and draw(st.booleans()))
+    index_map = draw(
+        st.permutations(free).flatmap(lambda p: st.integers(0, len(p)).map(lambda k: tuple(p[:k])))
+    )
+    sizes = [
+        1 if d in batching else draw(st.integers(1 if d in index_map else 0, shape[d]))
+        for d in range(rank)
+    ]
+    collapsed = sorted(
+        d for d in range(rank) if sizes[d] == 1 and d not in batching and draw(st.booleans())
+    )
     nb = draw(st.integers(len(batching), 2))
     batch_shape = [draw(st.integers(0, 3)) for _ in range(nb)]
     index_batching = draw(st.permutations(range(nb)))[: len(batching)]
@@ -206,8 +240,11 @@ def gather_configs(draw):
     offsets = [d for d in range(rank) if d not in collapsed and d not in batching]
     offset_dims = sorted(draw(st.permutations(range(nb + len(offsets))))[: len(offsets)])
     dnums = lax.GatherDimensionNumbers(
-        offset_dims=tuple(offset_dims), collapsed_slice_dims=tuple(collapsed), start_index_map=index_map,
-        operand_batching_dims=tuple(batching), start_indices_batching_dims=tuple(index_batching),
+        offset_dims=tuple(offset_dims),
+        collapsed_slice_dims=tuple(collapsed),
+        start_index_map=index_map,
+        operand_batching_dims=tuple(batching),
+        start_indices_batching_dims=tuple(index_batching),
     )
     return shape, tuple(batch_shape) + (len(index_map),), dnums, tuple(sizes)
 
@@ -240,27 +277,53 @@ def _unique_positions(data, dims, count, *, oob: bool) -> list[np.ndarray]:
     implementation-defined in JAX)."""
     total = math.prod(dims)
     flat = data.draw(st.permutations(range(total)))[: min(count, total)]
-    columns = [np.array(c, dtype=np.int64) for c in np.unravel_index(np.array(flat, dtype=np.int64), dims)]
+    columns = [
+        np.array(c, dtype=np.int64) for c in np.unravel_index(np.array(flat, dtype=np.int64), dims)
+    ]
     out = []
     for n, column in zip(dims, columns, strict=True):
-        negative = np.array(data.draw(st.lists(st.booleans(), min_size=column.size, max_size=column.size)), dtype=bool)
+        negative = np.array(
+            data.draw(st.lists(st.booleans(), min_size=column.size, max_size=column.size)),
+            dtype=bool,
+        )
         out.append(np.where(negative, column - n, column))
     if oob:
         extra = data.draw(st.integers(0, 2))
-        out = [np.concatenate([c, np.array(data.draw(st.lists(st.sampled_from([n, n + 3, -n - 1, -2 * n - 5]), min_size=extra, max_size=extra)), dtype=np.int64)]) for c, n in zip(out, dims, strict=True)]
+        out = [
+            np.concatenate(
+                [
+                    c,
+                    np.array(
+                        data.draw(
+                            st.lists(
+                                st.sampled_from([n, n + 3, -n - 1, -2 * n - 5]),
+                                min_size=extra,
+                                max_size=extra,
+                            )
+                        ),
+                        dtype=np.int64,
+                    ),
+                ]
+            )
+            for c, n in zip(out, dims, strict=True)
+        ]
     return [c.astype(np.int32) for c in out]
 
 
 @given(data=st.data())
 def test_scatter(data):
     op = data.draw(st.sampled_from(SCATTER_OPS))
-    dtypes = [np.float32, np.float64, np.int32] + ([np.bool_] if op in ("set", "min", "max") else [])
+    dtypes = [np.float32, np.float64, np.int32] + (
+        [np.bool_] if op in ("set", "min", "max") else []
+    )
     dtype = data.draw(st.sampled_from(dtypes))
     mode = data.draw(st.sampled_from(SCATTER_MODES))
     name = data.draw(st.sampled_from(sorted(SCATTER_PATTERNS)))
     rank, n_arrays, build = SCATTER_PATTERNS[name]
     shape = data.draw(hnp.array_shapes(min_dims=rank, max_dims=rank + 1, min_side=1, max_side=4))
-    axes = {"x[:, i]": [1], "x[..., i]": [len(shape) - 1], "x[i, None, j]": [0, 2]}.get(name, list(range(n_arrays)))
+    axes = {"x[:, i]": [1], "x[..., i]": [len(shape) - 1], "x[i, None, j]": [0, 2]}.get(
+        name, list(range(n_arrays))
+    )
     dims = [shape[a] for a in axes]
     count = data.draw(st.integers(0, 4))
     if op == "set":
@@ -301,15 +364,21 @@ def test_scatter_set_duplicates_last_wins():
 @given(data=st.data(), config=gather_configs())
 def test_lax_scatter(data, config):
     shape, ishape, g, sizes = config
-    prim = data.draw(st.sampled_from([lax.scatter, lax.scatter_add, lax.scatter_mul, lax.scatter_min, lax.scatter_max]))
+    prim = data.draw(
+        st.sampled_from(
+            [lax.scatter, lax.scatter_add, lax.scatter_mul, lax.scatter_min, lax.scatter_max]
+        )
+    )
     n_updates = math.prod(ishape[:-1])
     assume(prim is not lax.scatter or n_updates <= 1)  # overlapping windows: set is ill-defined
     # XLA on CPU keeps only the last update when the index vector is empty and the operand has
     # one element (a scatter the spec defines as reducing all updates): not ours to copy
     assume(not (ishape[-1] == 0 and math.prod(shape) == 1 and n_updates > 1))
     dnums = lax.ScatterDimensionNumbers(
-        update_window_dims=g.offset_dims, inserted_window_dims=g.collapsed_slice_dims,
-        scatter_dims_to_operand_dims=g.start_index_map, operand_batching_dims=g.operand_batching_dims,
+        update_window_dims=g.offset_dims,
+        inserted_window_dims=g.collapsed_slice_dims,
+        scatter_dims_to_operand_dims=g.start_index_map,
+        operand_batching_dims=g.operand_batching_dims,
         scatter_indices_batching_dims=g.start_indices_batching_dims,
     )
     dtype = data.draw(st.sampled_from([np.float32, np.float64, np.int32]))
@@ -326,8 +395,11 @@ def test_scatter_one_window(data):
     """One start vector and a window (dynamic_update_slice-like), out-of-bounds starts included."""
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
     sizes = tuple(data.draw(st.integers(1, d)) for d in shape)
-    dnums = lax.ScatterDimensionNumbers(update_window_dims=tuple(range(len(shape))), inserted_window_dims=(),
-                                        scatter_dims_to_operand_dims=tuple(range(len(shape))))
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=tuple(range(len(shape))),
+        inserted_window_dims=(),
+        scatter_dims_to_operand_dims=tuple(range(len(shape))),
+    )
     prim = data.draw(st.sampled_from([lax.scatter, lax.scatter_add, lax.scatter_max]))
     mode = data.draw(st.sampled_from(["clip", "fill", "promise_in_bounds"]))
     x = _operand(data, np.float32, shape)
@@ -356,22 +428,49 @@ def test_vmap_dynamic_update_slice(data):
     x = _operand(data, np.float32, shape)
     u = _operand(data, np.float32, (batch, *sizes))
     starts = _index(data, max(shape), (batch, len(shape)))
-    _check(jax.vmap(lambda u, s: lax.dynamic_update_slice(jnp.asarray(x), u, tuple(s)), in_axes=(0, 0)), u, starts)
+    _check(
+        jax.vmap(
+            lambda u, s: lax.dynamic_update_slice(jnp.asarray(x), u, tuple(s)), in_axes=(0, 0)
+        ),
+        u,
+        starts,
+    )
 
 
 # -- symbolic dims -----------------------------------------------------------------------------
 SYMBOLIC = {
     "x[:, i]": (lambda x, i: x[:, i], [("B", 5), ((3,), np.int32)]),
     "x[i] with i of size B": (lambda x, i: x[i], [(4, 5), (("B",), np.int32)]),
-    "take fill": (lambda x, i: jnp.take(x, i, axis=0, mode="fill"), [("B", 3), (("T", 2), np.int32)]),
-    "take_along_axis": (lambda x, i: jnp.take_along_axis(x, i, axis=1), [("B", 5), (("B", 3), np.int32)]),
+    "take fill": (
+        lambda x, i: jnp.take(x, i, axis=0, mode="fill"),
+        [("B", 3), (("T", 2), np.int32)],
+    ),
+    "take_along_axis": (
+        lambda x, i: jnp.take_along_axis(x, i, axis=1),
+        [("B", 5), (("B", 3), np.int32)],
+    ),
     "vmap row[j]": (jax.vmap(lambda r, j: r[j]), [("B", 5), (("B",), np.int32)]),
-    "vmap dynamic_slice": (jax.vmap(lambda r, j: lax.dynamic_slice_in_dim(r, j, 2)), [("B", 5), (("B",), np.int32)]),
+    "vmap dynamic_slice": (
+        jax.vmap(lambda r, j: lax.dynamic_slice_in_dim(r, j, 2)),
+        [("B", 5), (("B",), np.int32)],
+    ),
     "x[i, j]": (lambda x, i, j: x[i, j], [("B", "T"), (("N",), np.int32), (("N",), np.int32)]),
-    "add at rows": (lambda x, i, u: x.at[i].add(u), [("B", 4), (("N",), np.int32), (("N", 4), np.float32)]),
-    "max at column": (lambda x, i, u: x.at[:, i].max(u), [("B", 4), ((2,), np.int32), (("B", 2), np.float32)]),
-    "add at [i, 1:3]": (lambda x, i, u: x.at[i, 1:3].add(u), [("B", 4), (("N",), np.int32), (("N", 2), np.float32)]),
-    "vmap add": (jax.vmap(lambda r, j, u: r.at[j].add(u)), [("B", 5), (("B",), np.int32), (("B",), np.float32)]),
+    "add at rows": (
+        lambda x, i, u: x.at[i].add(u),
+        [("B", 4), (("N",), np.int32), (("N", 4), np.float32)],
+    ),
+    "max at column": (
+        lambda x, i, u: x.at[:, i].max(u),
+        [("B", 4), ((2,), np.int32), (("B", 2), np.float32)],
+    ),
+    "add at [i, 1:3]": (
+        lambda x, i, u: x.at[i, 1:3].add(u),
+        [("B", 4), (("N",), np.int32), (("N", 2), np.float32)],
+    ),
+    "vmap add": (
+        jax.vmap(lambda r, j, u: r.at[j].add(u)),
+        [("B", 5), (("B",), np.int32), (("B",), np.float32)],
+    ),
 }
 
 
@@ -389,7 +488,10 @@ def test_symbolic(name):
 SIMPLEST = {
     "x[i]": (lambda x, i: x[i], "Gather"),
     "x[:, i]": (lambda x, i: x[:, i], "Gather"),
-    "take_along_axis": (lambda x, i: jnp.take_along_axis(x, jnp.broadcast_to(i[:3, None], (3, 4)), axis=1), "GatherElements"),
+    "take_along_axis": (
+        lambda x, i: jnp.take_along_axis(x, jnp.broadcast_to(i[:3, None], (3, 4)), axis=1),
+        "GatherElements",
+    ),
     "x[i, i]": (lambda x, i: x[i, i], "GatherND"),
     "vmap row[j]": (lambda x, i: jax.vmap(lambda r, j: r[j])(x, i[:3]), "GatherND"),
     "x.at[i].add": (lambda x, i: x.at[i].add(1.0), "ScatterND"),
@@ -424,7 +526,9 @@ def test_scatter_min_below_opset_18_matches_jax():
 
 
 def test_scatter_apply_is_reported():
-    dnums = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+    )
     fn = lambda x, i: lax.scatter_apply(x, i, jnp.sin, dnums, update_shape=(3,))  # noqa: E731
     with pytest.raises(ConversionError, match="scatter_apply"):
         to_onnx(fn, [(4,), ((3, 1), np.int32)])
@@ -437,8 +541,12 @@ def test_masked_indexing_below_opset_20(opset, mode):
     the index vector: no bool ReduceMin (opset 20) and no axes input (opset 18) before them."""
     x = np.arange(15, dtype=np.float32).reshape(5, 3)
     i = np.array([[0, 1], [4, 2], [7, 0], [-9, 1]], np.int32)
-    assert_exports_match_on(lambda x, i: x.at[i[:, 0], i[:, 1]].get(mode=mode, fill_value=-1.0), x, i, opset=opset)
-    assert_exports_match_on(lambda x, i: x.at[i[:, 0], i[:, 1]].add(1.0, mode=mode), x, i, opset=opset)
+    assert_exports_match_on(
+        lambda x, i: x.at[i[:, 0], i[:, 1]].get(mode=mode, fill_value=-1.0), x, i, opset=opset
+    )
+    assert_exports_match_on(
+        lambda x, i: x.at[i[:, 0], i[:, 1]].add(1.0, mode=mode), x, i, opset=opset
+    )
 
 
 @given(data=st.data(), which=st.sampled_from(["unique", "unique_all", "compress", "extract"]))
@@ -448,8 +556,12 @@ def test_unique_compress_extract_with_size(data, which):
     size = data.draw(st.integers(1, 6 if which.startswith("unique") else n))  # compress: size <= n
     dtype = data.draw(st.sampled_from([np.float32, np.int32]))
     x = data.draw(hnp.arrays(dtype, n, elements=st.integers(-3, 3)))
-    fns = {"unique": lambda v: jnp.unique(v, size=size, fill_value=7),
-           "unique_all": lambda v: jnp.unique(v, size=size, fill_value=7, return_index=True, return_inverse=True, return_counts=True),
-           "compress": lambda v: jnp.compress(v > 0, v, size=size),
-           "extract": lambda v: jnp.extract(v != 0, v, size=size, fill_value=-9)}
+    fns = {
+        "unique": lambda v: jnp.unique(v, size=size, fill_value=7),
+        "unique_all": lambda v: jnp.unique(
+            v, size=size, fill_value=7, return_index=True, return_inverse=True, return_counts=True
+        ),
+        "compress": lambda v: jnp.compress(v > 0, v, size=size),
+        "extract": lambda v: jnp.extract(v != 0, v, size=size, fill_value=-9),
+    }
     assert_exports_match_on(fns[which], x)

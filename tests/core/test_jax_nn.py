@@ -21,7 +21,9 @@ ELEMENTWISE = sorted(name for name, a in ACTIVATIONS.items() if "axis" not in a.
 
 def _floats(dtype, shape):
     # no subnormals: XLA on CPU flushes them to zero, onnxruntime does not
-    return hnp.arrays(dtype, shape, elements=st.floats(-8, 8, width=np.finfo(dtype).bits, allow_subnormal=False))
+    return hnp.arrays(
+        dtype, shape, elements=st.floats(-8, 8, width=np.finfo(dtype).bits, allow_subnormal=False)
+    )
 
 
 @pytest.mark.parametrize("name", ELEMENTWISE)
@@ -61,11 +63,19 @@ def test_vmapped_activation_stays_one_op_with_a_symbolic_batch():
         (lambda x: jax.nn.softmax(x, axis=0), ["Softmax"]),
         (lambda x: jax.nn.leaky_relu(x, 0.3), ["LeakyRelu"]),
         (lambda x: jax.nn.softmax(x, where=x > 0), None),  # where=: the lax path
-        (lambda x: jax.nn.gelu(x.astype(jnp.float16)).astype(jnp.float32), None),  # float16: Gelu in float32 between Casts
+        (
+            lambda x: jax.nn.gelu(x.astype(jnp.float16)).astype(jnp.float32),
+            None,
+        ),  # float16: Gelu in float32 between Casts
     ],
 )
 def test_calls_the_op_does_not_model_take_the_lax_path(call, expected):
-    model = assert_exports_match(call, [(3, 5)], rtol=1e-3 if expected is None else None, atol=1e-3 if expected is None else None)
+    model = assert_exports_match(
+        call,
+        [(3, 5)],
+        rtol=1e-3 if expected is None else None,
+        atol=1e-3 if expected is None else None,
+    )
     if expected is not None:
         assert op_types(model) == expected
     else:
@@ -95,22 +105,31 @@ def test_each_export_applies_the_same_patched_functions():
     first, second = to_onnx(f, [(4,)]), to_onnx(f, [(3,)])
     assert seen[0] is seen[1] and seen[0] is not jax.nn.relu
     assert "Gelu" in op_types(first) and "Gelu" in op_types(second) and "Relu" in op_types(second)
-    np.testing.assert_allclose(seen[0](-jnp.ones(2)), jax.nn.relu(-jnp.ones(2)))  # outside an export: JAX's
+    np.testing.assert_allclose(
+        seen[0](-jnp.ones(2)), jax.nn.relu(-jnp.ones(2))
+    )  # outside an export: JAX's
     assert substitute(jax.nn.relu) is jax.nn.relu
 
 
 @given(data=st.data())
 def test_dot_product_attention_in_a_plain_function(data):
     b, t, s, n, h = (data.draw(st.integers(1, 4)) for _ in range(5))
-    kv = data.draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))  # grouped heads: K of them repeated
+    kv = data.draw(
+        st.sampled_from([d for d in range(1, n + 1) if n % d == 0])
+    )  # grouped heads: K of them repeated
     causal = data.draw(st.booleans()) and t == s
     with_mask = data.draw(st.booleans())
-    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, kv, h), (b, s, kv, h)))
+    q, k, v = (
+        data.draw(_floats(np.float32, shape))
+        for shape in ((b, t, n, h), (b, s, kv, h), (b, s, kv, h))
+    )
     mask = data.draw(hnp.arrays(np.bool_, (b, n, t, s)))
     mask[..., 0] = True  # every query attends to at least one key (else JAX and ONNX both average)
 
     def attend(q, k, v, mask):
-        return jax.nn.dot_product_attention(q, k, v, mask=mask if with_mask else None, is_causal=causal)
+        return jax.nn.dot_product_attention(
+            q, k, v, mask=mask if with_mask else None, is_causal=causal
+        )
 
     model = assert_exports_match_on(attend, q, k, v, mask, rtol=1e-5, atol=1e-6)
     assert "Softmax" in op_types(model) and "ReduceMax" not in op_types(model)
@@ -123,7 +142,10 @@ def test_dot_product_attention_is_onnx_attention_from_opset_23(data):
     kv = data.draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))  # grouped heads too
     causal, with_mask, with_bias = (data.draw(st.booleans()) for _ in range(3))
     scale = data.draw(st.none() | st.floats(0.1, 2.0))
-    q, k, v = (data.draw(_floats(np.float32, shape)) for shape in ((b, t, n, h), (b, s, kv, h), (b, s, kv, h)))
+    q, k, v = (
+        data.draw(_floats(np.float32, shape))
+        for shape in ((b, t, n, h), (b, s, kv, h), (b, s, kv, h))
+    )
     # broadcast masks and biases; rows masked everywhere too (JAX averages the values)
     shapes = st.sampled_from([(b, n, t, s), (1, 1, t, s), (b, 1, 1, s), (1, n, t, 1), (1, 1, 1, 1)])
     mask = data.draw(hnp.arrays(np.bool_, data.draw(shapes)))
@@ -131,8 +153,15 @@ def test_dot_product_attention_is_onnx_attention_from_opset_23(data):
     opset = data.draw(st.sampled_from([23, 24, MAX_OPSET]))
 
     def attend(q, k, v, mask, bias):
-        return jax.nn.dot_product_attention(q, k, v, bias=bias if with_bias else None, mask=mask if with_mask else None,
-                                            scale=scale, is_causal=causal)
+        return jax.nn.dot_product_attention(
+            q,
+            k,
+            v,
+            bias=bias if with_bias else None,
+            mask=mask if with_mask else None,
+            scale=scale,
+            is_causal=causal,
+        )
 
     model = assert_exports_match_on(attend, q, k, v, mask, bias, opset=opset, rtol=1e-5, atol=1e-6)
     assert op_types(model).count("Attention") == 1 and "Softmax" not in op_types(model)
@@ -142,13 +171,25 @@ def test_dot_product_attention_is_onnx_attention_from_opset_23(data):
 def test_dot_product_attention_of_symbolic_size_chooses_at_run_time(causal):
     # onnxruntime's Attention refuses a batch of 0: an If on the sizes runs the decomposition then
     fn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    specs = [("B", "T", 4, 4), ("B", "T", 2, 4), ("B", "T", 2, 4)]  # grouped heads: 2 queries per key head
-    model = assert_exports_match(fn, specs, sizes={"B": [0, 1, 3], "T": [1, 5]}, opset=MAX_OPSET, rtol=1e-5, atol=1e-6)
+    specs = [
+        ("B", "T", 4, 4),
+        ("B", "T", 2, 4),
+        ("B", "T", 2, 4),
+    ]  # grouped heads: 2 queries per key head
+    model = assert_exports_match(
+        fn, specs, sizes={"B": [0, 1, 3], "T": [1, 5]}, opset=MAX_OPSET, rtol=1e-5, atol=1e-6
+    )
     (branch,) = [n for n in model.graph.node if n.op_type == "If"]
-    then_ops = [node.op_type for node in branch.attribute[0].g.node] + [node.op_type for node in branch.attribute[1].g.node]
+    then_ops = [node.op_type for node in branch.attribute[0].g.node] + [
+        node.op_type for node in branch.attribute[1].g.node
+    ]
     assert "Attention" in then_ops and "Softmax" in then_ops
-    assert "Attention" in op_types(to_onnx(fn, [(2, 3, 2, 4)] * 3, opset=23)) and "If" not in op_types(to_onnx(fn, [(2, 3, 2, 4)] * 3, opset=23))
-    assert "Attention" not in op_types(to_onnx(fn, [(0, 3, 2, 4)] * 3, opset=23))  # a static 0: the decomposition
+    assert "Attention" in op_types(
+        to_onnx(fn, [(2, 3, 2, 4)] * 3, opset=23)
+    ) and "If" not in op_types(to_onnx(fn, [(2, 3, 2, 4)] * 3, opset=23))
+    assert "Attention" not in op_types(
+        to_onnx(fn, [(0, 3, 2, 4)] * 3, opset=23)
+    )  # a static 0: the decomposition
 
 
 # -- activations however they are reached (the in-place patch and the jit recogniser) -------
@@ -191,11 +232,17 @@ def _reach_cases():
         ("dict, plain function", lambda x: _TABLE["gelu"](x), ["Gelu"]),
         ("module field", _Holder(linen.gelu), ["Gelu"]),
         ("vmap", jax.vmap(lambda v: gelu(v)), ["Gelu"]),
-        ("vmap of a jitted import", jax.vmap(linen.swish, in_axes=1, out_axes=1), ["Sigmoid", "Mul"]),
+        (
+            "vmap of a jitted import",
+            jax.vmap(linen.swish, in_axes=1, out_axes=1),
+            ["Sigmoid", "Mul"],
+        ),
     ]
 
 
-@pytest.mark.parametrize("label, fn, expected", _reach_cases(), ids=lambda c: c if isinstance(c, str) else "")
+@pytest.mark.parametrize(
+    "label, fn, expected", _reach_cases(), ids=lambda c: c if isinstance(c, str) else ""
+)
 def test_activation_is_its_op_however_reached(label, fn, expected):
     """``from jax.nn import gelu``, ``flax.linen.*``, aliases, partials, dicts, module fields
     and vmap: the one op, matching JAX at two batch sizes (before: 9 nodes for an imported

@@ -27,7 +27,9 @@ def test_implementations_export_as_the_portable_attention(implementation, opset)
     assert [n.op_type for n in model.graph.node] == [n.op_type for n in portable.graph.node]
     assert ("Attention" in [n.op_type for n in model.graph.node]) == (opset >= 23)
     # JAX has no cudnn on this host ("cuDNN is not detected"): the reference is the portable call
-    result = roundtrip(attention(implementation), SHAPES, onnx_model=model, reference=attention(None))
+    result = roundtrip(
+        attention(implementation), SHAPES, onnx_model=model, reference=attention(None)
+    )
     result.raise_if_failed()
     onnx.checker.check_model(model)
 

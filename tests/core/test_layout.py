@@ -25,7 +25,9 @@ def _ops(model):
 
 
 def _conv_nhwc(x, w=W):
-    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jax.lax.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
 
 
 def _nchw(fn, ins=(0,), outs=(0,)):
@@ -46,7 +48,11 @@ def test_conv_model_takes_and_returns_nchw_with_no_transpose_left():
         return jax.nn.relu(_conv_nhwc(x) + B8)
 
     model = assert_exports_match(
-        f, [("B", 10, 12, 4)], sizes={"B": [1, 3]}, inputs_as_nchw=[0], outputs_as_nchw=[0],
+        f,
+        [("B", 10, 12, 4)],
+        sizes={"B": [1, 3]},
+        inputs_as_nchw=[0],
+        outputs_as_nchw=[0],
         reference=_nchw(f),
     )
     assert _dims(model.graph.input[0]) == ["B", 4, 10, 12]
@@ -69,7 +75,14 @@ def test_names_and_indices_select_inputs_and_outputs():
     assert by_name.SerializeToString() == by_index.SerializeToString()
     assert [_dims(v) for v in by_name.graph.input] == [["B", 4, 6, 6], []]
     assert [_dims(v) for v in by_name.graph.output] == [["B", 8, 6, 6], ["B", 8]]
-    assert_exports_match(f, specs, sizes={"B": [2]}, inputs_as_nchw=["image"], outputs_as_nchw=["out_0"], reference=_nchw(f))
+    assert_exports_match(
+        f,
+        specs,
+        sizes={"B": [2]},
+        inputs_as_nchw=["image"],
+        outputs_as_nchw=["out_0"],
+        reference=_nchw(f),
+    )
 
 
 def test_symbolic_dims_read_from_a_transposed_input_stay_right():
@@ -77,7 +90,13 @@ def test_symbolic_dims_read_from_a_transposed_input_stay_right():
         flat = x.reshape(x.shape[0], x.shape[1] * x.shape[2] * x.shape[3])  # NHWC order
         return jnp.tanh(flat)
 
-    model = assert_exports_match(f, [("B", "H", 3, 2)], sizes={"B": [1, 4], "H": [2, 5]}, inputs_as_nchw=[0], reference=_nchw(f, outs=()))
+    model = assert_exports_match(
+        f,
+        [("B", "H", 3, 2)],
+        sizes={"B": [1, 4], "H": [2, 5]},
+        inputs_as_nchw=[0],
+        reference=_nchw(f, outs=()),
+    )
     assert _dims(model.graph.input[0]) == ["B", 2, "H", 3]
 
 
@@ -94,7 +113,9 @@ def test_one_and_three_spatial_dims(rank):
     def reference(x):
         return f(x.transpose(perm_in)).transpose(perm_out)
 
-    model = assert_exports_match(f, [shape], inputs_as_nchw=[0], outputs_as_nchw=[0], reference=reference)
+    model = assert_exports_match(
+        f, [shape], inputs_as_nchw=[0], outputs_as_nchw=[0], reference=reference
+    )
     assert _dims(model.graph.input[0]) == [shape[0], shape[-1], *shape[1:-1]]
     # Exp and the scaling commute with the transposes, which then cancel
     assert "Transpose" not in _ops(model)
@@ -106,8 +127,19 @@ def test_elementwise_chain_with_per_channel_constants_folds():
     def f(x):
         return _conv_nhwc(jnp.maximum((x - mean) / 3.0, 0.0))
 
-    model = assert_exports_match(f, [("B", 5, 5, 4)], sizes={"B": [1, 2]}, inputs_as_nchw=[0], outputs_as_nchw=[0], reference=_nchw(f))
-    assert [n.op_type for n in model.graph.node if n.op_type == "Transpose" and n.input[0] == model.graph.input[0].name] == []
+    model = assert_exports_match(
+        f,
+        [("B", 5, 5, 4)],
+        sizes={"B": [1, 2]},
+        inputs_as_nchw=[0],
+        outputs_as_nchw=[0],
+        reference=_nchw(f),
+    )
+    assert [
+        n.op_type
+        for n in model.graph.node
+        if n.op_type == "Transpose" and n.input[0] == model.graph.input[0].name
+    ] == []
     assert _ops(model)["Conv"] == 1
 
 
@@ -115,7 +147,9 @@ def test_the_user_function_fixture_path_adds_the_reference_itself(assert_onnx_ma
     def f(x):
         return jax.nn.sigmoid(_conv_nhwc(x))
 
-    model = assert_onnx_matches(f, [("B", 4, 4, 4)], sizes={"B": [1, 2]}, inputs_as_nchw=[0], outputs_as_nchw=[0])
+    model = assert_onnx_matches(
+        f, [("B", 4, 4, 4)], sizes={"B": [1, 2]}, inputs_as_nchw=[0], outputs_as_nchw=[0]
+    )
     assert _dims(model.graph.input[0]) == ["B", 4, 4, 4]
     assert model.graph.node[0].op_type != "Transpose" or model.graph.node[0].input[0] != "x"
 
@@ -176,9 +210,18 @@ def test_a_transposed_input_used_twice_still_folds_into_the_conv():
     def f(x):
         return _conv_nhwc(jnp.abs(x)), x.sum(axis=3)
 
-    model = assert_exports_match(f, [("B", 4, 4, 4)], sizes={"B": [2]}, inputs_as_nchw=[0], outputs_as_nchw=[0], reference=_nchw(f))
+    model = assert_exports_match(
+        f,
+        [("B", 4, 4, 4)],
+        sizes={"B": [2]},
+        inputs_as_nchw=[0],
+        outputs_as_nchw=[0],
+        reference=_nchw(f),
+    )
     # x -> Abs -> Conv directly; the sum still reads the NHWC view
-    assert _ops(model)["Transpose"] == 1  # the view for the sum (the kernel's layout is folded into it)
+    assert (
+        _ops(model)["Transpose"] == 1
+    )  # the view for the sum (the kernel's layout is folded into it)
     abs_node = next(n for n in model.graph.node if n.op_type == "Abs")
     assert abs_node.input[0] == "x"
 
@@ -190,7 +233,9 @@ W1D = np.asarray(jax.random.normal(jax.random.key(1), (1, 4, 1)), np.float32)
 
 def test_a_moved_op_that_is_also_a_graph_output_keeps_its_shape():
     def f(x):
-        v0 = jax.lax.conv_general_dilated(x, W1D, (1,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"))
+        v0 = jax.lax.conv_general_dilated(
+            x, W1D, (1,), "VALID", dimension_numbers=("NWC", "WIO", "NWC")
+        )
         v1 = jnp.clip(v0, -0.5, 0.75)
         return v0, v1, jnp.transpose(v1, (1, 0, 2))
 
@@ -206,7 +251,9 @@ def test_a_residual_add_of_a_moved_value_and_a_channels_last_one():
         return _conv_nhwc(y, w) + y, y + x
 
     assert_exports_match(f, [("B", 5, 6, 8)], sizes={"B": [2]})
-    assert_exports_match(f, [("B", 5, 6, 8)], sizes={"B": [2]}, inputs_as_nchw=[0], outputs_as_nchw=[0, 1])
+    assert_exports_match(
+        f, [("B", 5, 6, 8)], sizes={"B": [2]}, inputs_as_nchw=[0], outputs_as_nchw=[0, 1]
+    )
 
 
 def test_a_dense_block_concat_of_moved_values():
@@ -260,15 +307,24 @@ def _random_dag(steps: list[tuple[str, int, int]], outputs: list[int]):
 
 
 @given(
-    steps=st.lists(st.tuples(st.sampled_from(_STEPS), st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=9),
+    steps=st.lists(
+        st.tuples(st.sampled_from(_STEPS), st.integers(0, 99), st.integers(0, 99)),
+        min_size=1,
+        max_size=9,
+    ),
     outputs=st.lists(st.integers(0, 99), min_size=1, max_size=3),
     nchw_in=st.booleans(),
     nchw_out=st.booleans(),
     as_function=st.booleans(),
 )
-def test_random_channels_last_dags_keep_every_layout(steps, outputs, nchw_in, nchw_out, as_function):
+def test_random_channels_last_dags_keep_every_layout(
+    steps, outputs, nchw_in, nchw_out, as_function
+):
     f = _random_dag(steps, [-1, *outputs])
     if as_function:  # the same network as the body of an ONNX function, outputs included
         f = onnx_function(f, name="block")
-    options = {"inputs_as_nchw": [0] if nchw_in else None, "outputs_as_nchw": [0] if nchw_out else None}
+    options = {
+        "inputs_as_nchw": [0] if nchw_in else None,
+        "outputs_as_nchw": [0] if nchw_out else None,
+    }
     assert_exports_match(f, [("B", 4, 5, 3)], sizes={"B": [2]}, **options)

@@ -19,7 +19,18 @@ from jax2onnx_nn.testing.assertions import op_types
 from tests.jax_facts import conv_crop_wrong
 
 SMALL_INTS = st.integers(-3, 3)
-DOT_DTYPES = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.bool_]
+DOT_DTYPES = [
+    np.float32,
+    np.float64,
+    np.float16,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint32,
+    np.bool_,
+]
 
 
 def _values(data, dtype, shape) -> np.ndarray:
@@ -42,24 +53,38 @@ def dot_problems(draw) -> tuple[tuple[int, ...], tuple[int, ...], tuple]:
     def positions(axes, kind):
         return tuple(axes.index((kind, i)) for i in range(counts[kind]))
 
-    numbers = ((positions(lhs, "c"), positions(rhs, "c")), (positions(lhs, "b"), positions(rhs, "b")))
+    numbers = (
+        (positions(lhs, "c"), positions(rhs, "c")),
+        (positions(lhs, "b"), positions(rhs, "b")),
+    )
     return tuple(sizes[a] for a in lhs), tuple(sizes[a] for a in rhs), numbers
 
 
-@given(problem=dot_problems(), dtype=st.sampled_from(DOT_DTYPES), normal=st.booleans(), data=st.data())
+@given(
+    problem=dot_problems(), dtype=st.sampled_from(DOT_DTYPES), normal=st.booleans(), data=st.data()
+)
 def test_dot_general_matches_jax(problem, dtype, normal, data):
     lhs_shape, rhs_shape, numbers = problem
     fn = lambda x, y: lax.dot_general(x, y, numbers)  # noqa: E731
     if normal and dtype in (np.float32, np.float64):
         # random normal values: at most 9 products per sum, rounding stays far below 1e-5
-        assert_exports_match(fn, [(lhs_shape, dtype), (rhs_shape, dtype)], enable_double_precision=dtype == np.float64)
+        assert_exports_match(
+            fn,
+            [(lhs_shape, dtype), (rhs_shape, dtype)],
+            enable_double_precision=dtype == np.float64,
+        )
         return
     assert_exports_match_on(fn, _values(data, dtype, lhs_shape), _values(data, dtype, rhs_shape))
 
 
 PREFERRED = [
-    (np.float16, np.float32), (np.int8, np.int32), (np.int8, np.float32), (np.int16, np.int64),
-    (np.float32, np.float64), (np.uint8, np.uint32), (np.int32, np.int64),
+    (np.float16, np.float32),
+    (np.int8, np.int32),
+    (np.int8, np.float32),
+    (np.int16, np.int64),
+    (np.float32, np.float64),
+    (np.uint8, np.uint32),
+    (np.int32, np.int64),
 ]
 
 
@@ -71,20 +96,29 @@ def test_dot_general_preferred_element_type(problem, types, data):
     x64 = np.dtype(preferred).itemsize == 8
     assert_exports_match(
         lambda x, y: lax.dot_general(x, y, numbers, preferred_element_type=preferred),
-        [(a.shape, a.dtype), (b.shape, b.dtype)], input_values=[a, b], enable_double_precision=x64,
+        [(a.shape, a.dtype), (b.shape, b.dtype)],
+        input_values=[a, b],
+        enable_double_precision=x64,
     )
 
 
 def test_dot_bfloat16_and_mixed_inputs():
     """bfloat16 (fed as f32, cast inside: onnxruntime takes no bf16 inputs) and int8 x f32."""
+
     def bf16_dot(x, y):
-        return jnp.dot(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+        return jnp.dot(
+            x.astype(jnp.bfloat16), y.astype(jnp.bfloat16), preferred_element_type=jnp.float32
+        )
 
     rng = np.random.default_rng(0)
     x, y = (rng.integers(-3, 4, s).astype(np.float32) for s in [(3, 4), (4, 5)])
     assert_exports_match_on(bf16_dot, x, y)
     # the result is cast back too: onnxruntime returns no bf16 outputs
-    assert_exports_match_on(lambda x, y: jnp.dot(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)).astype(jnp.float32), x, y)
+    assert_exports_match_on(
+        lambda x, y: jnp.dot(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)).astype(jnp.float32),
+        x,
+        y,
+    )
     xi = rng.integers(-100, 100, (3, 4)).astype(np.int8)
     assert_exports_match_on(lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))), xi, y)
 
@@ -100,7 +134,12 @@ EINSUM_GRAPHS = {
     "j,jkl->kl": ["Transpose", "MatMul"],
     "bij,bjk->bik": ["MatMul"],
     "bthd,bshd->bhts": ["Transpose", "Transpose", "MatMul"],
-    "bhts,bshd->bthd": ["Transpose", "Transpose", "MatMul", "Transpose"],  # jnp.einsum swaps the operands
+    "bhts,bshd->bthd": [
+        "Transpose",
+        "Transpose",
+        "MatMul",
+        "Transpose",
+    ],  # jnp.einsum swaps the operands
     "ijk,ijk->": ["Einsum"],
     "ij,kl->ijkl": ["Einsum"],
     "bij,bj->bi": ["Einsum"],
@@ -183,7 +222,17 @@ def _laid_out(shape, spec):
 def _conv_fn(problem, **extra):
     lhs_spec, rhs_spec, out_spec = problem["specs"]
     numbers = lax.ConvDimensionNumbers(lhs_spec, rhs_spec, out_spec)
-    params = {k: problem[k] for k in ("window_strides", "padding", "lhs_dilation", "rhs_dilation", "feature_group_count", "batch_group_count")}
+    params = {
+        k: problem[k]
+        for k in (
+            "window_strides",
+            "padding",
+            "lhs_dilation",
+            "rhs_dilation",
+            "feature_group_count",
+            "batch_group_count",
+        )
+    }
     return lambda x, w: lax.conv_general_dilated(x, w, dimension_numbers=numbers, **params, **extra)
 
 
@@ -195,13 +244,22 @@ def _conv_shapes(problem):
 def _conv_output_shape(problem):
     x, w = _conv_shapes(problem)
     try:
-        out = jax.eval_shape(_conv_fn(problem), jax.ShapeDtypeStruct(x, np.float32), jax.ShapeDtypeStruct(w, np.float32))
+        out = jax.eval_shape(
+            _conv_fn(problem),
+            jax.ShapeDtypeStruct(x, np.float32),
+            jax.ShapeDtypeStruct(w, np.float32),
+        )
     except (TypeError, ValueError):
         return None
     return out.shape
 
 
-@given(problem=conv_problems(), dtype=st.sampled_from([np.float32, np.float64]), normal=st.booleans(), data=st.data())
+@given(
+    problem=conv_problems(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    normal=st.booleans(),
+    data=st.data(),
+)
 def test_conv_matches_jax(problem, dtype, normal, data):
     x_shape, w_shape = _conv_shapes(problem)
     if normal:
@@ -210,12 +268,19 @@ def test_conv_matches_jax(problem, dtype, normal, data):
         specs = [(x_shape, dtype), (w_shape, dtype)]
         assert_exports_match(_conv_fn(problem), specs, enable_double_precision=dtype == np.float64)
         return
-    assert_exports_match_on(_conv_fn(problem), _values(data, dtype, x_shape), _values(data, dtype, w_shape))
+    assert_exports_match_on(
+        _conv_fn(problem), _values(data, dtype, x_shape), _values(data, dtype, w_shape)
+    )
 
 
 CONV_TYPES = [
-    (np.int8, None), (np.int32, None), (np.uint8, None), (np.int64, None),  # integers wrap like JAX
-    (np.float16, np.float32), (np.int8, np.int32), (np.float32, np.float64),
+    (np.int8, None),
+    (np.int32, None),
+    (np.uint8, None),
+    (np.int64, None),  # integers wrap like JAX
+    (np.float16, np.float32),
+    (np.int8, np.int32),
+    (np.float32, np.float64),
 ]
 
 
@@ -226,7 +291,12 @@ def test_conv_other_types(problem, types, data):
     x, w = _values(data, dtype, x_shape), _values(data, dtype, w_shape)
     fn = _conv_fn(problem, preferred_element_type=preferred)
     x64 = np.dtype(dtype).itemsize == 8 or preferred == np.float64
-    assert_exports_match(fn, [(x.shape, x.dtype), (w.shape, w.dtype)], input_values=[x, w], enable_double_precision=x64)
+    assert_exports_match(
+        fn,
+        [(x.shape, x.dtype), (w.shape, w.dtype)],
+        input_values=[x, w],
+        enable_double_precision=x64,
+    )
 
 
 def test_conv_float16_and_bfloat16():
@@ -239,7 +309,11 @@ def test_conv_float16_and_bfloat16():
     # its own (it would insert these Casts itself, and merge them with a neighbour's)
     assert op_types(model) == ["Cast", "Cast", "Conv", "Cast"]
     bf16 = jnp.bfloat16  # fed and returned as f32: onnxruntime takes and returns no bf16
-    assert_exports_match_on(lambda a, b: conv(a.astype(bf16), b.astype(bf16)).astype(np.float32), x.astype(np.float32), w.astype(np.float32))
+    assert_exports_match_on(
+        lambda a, b: conv(a.astype(bf16), b.astype(bf16)).astype(np.float32),
+        x.astype(np.float32),
+        w.astype(np.float32),
+    )
 
 
 FLAX_LAYOUT = ("NHWC", "HWIO", "NHWC")
@@ -250,15 +324,25 @@ FLAX_LAYOUT = ("NHWC", "HWIO", "NHWC")
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2)], ids=str)
 def test_flax_style_conv_symbolic_batch(groups, padding, strides):
     def conv(x, w):
-        return lax.conv_general_dilated(x, w, strides, padding, dimension_numbers=FLAX_LAYOUT, feature_group_count=groups)
+        return lax.conv_general_dilated(
+            x, w, strides, padding, dimension_numbers=FLAX_LAYOUT, feature_group_count=groups
+        )
 
-    model = assert_exports_match(conv, [("B", 7, 6, 3), (3, 3, 3 // groups, 6)], sizes={"B": [1, 3]})
+    model = assert_exports_match(
+        conv, [("B", 7, 6, 3), (3, 3, 3 // groups, 6)], sizes={"B": [1, 3]}
+    )
     assert sorted(op_types(model)) == ["Conv", "Transpose", "Transpose", "Transpose"]
 
 
-@given(layout=st.sampled_from([FLAX_LAYOUT, ("NCHW", "OIHW", "NCHW")]), padding=st.sampled_from(["SAME", "VALID", ((2, 1), (0, 2))]),
-       strides=st.tuples(st.integers(1, 3), st.integers(1, 3)), kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), transpose_kernel=st.booleans(), data=st.data())
+@given(
+    layout=st.sampled_from([FLAX_LAYOUT, ("NCHW", "OIHW", "NCHW")]),
+    padding=st.sampled_from(["SAME", "VALID", ((2, 1), (0, 2))]),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    transpose_kernel=st.booleans(),
+    data=st.data(),
+)
 def test_conv_transpose(layout, padding, strides, kernel, dilation, transpose_kernel, data):
     """jax.lax.conv_transpose (lhs dilation, stride 1): one ConvTranspose where the pads fit."""
     nhwc = layout[0] == "NHWC"
@@ -268,34 +352,60 @@ def test_conv_transpose(layout, padding, strides, kernel, dilation, transpose_ke
         w_shape = (*kernel, 2, 3) if nhwc else (3, 2, *kernel)
 
     def fn(x, w):
-        return lax.conv_transpose(x, w, strides, padding, rhs_dilation=dilation, dimension_numbers=layout, transpose_kernel=transpose_kernel)
+        return lax.conv_transpose(
+            x,
+            w,
+            strides,
+            padding,
+            rhs_dilation=dilation,
+            dimension_numbers=layout,
+            transpose_kernel=transpose_kernel,
+        )
 
-    model = assert_exports_match_on(fn, _values(data, np.float32, x_shape), _values(data, np.float32, w_shape))
+    model = assert_exports_match_on(
+        fn, _values(data, np.float32, x_shape), _values(data, np.float32, w_shape)
+    )
     if padding in ("SAME", "VALID") and max(strides) > 1:
         assert "ConvTranspose" in op_types(model) and "Conv" not in op_types(model)
 
 
 @pytest.mark.parametrize(
     ("x_shape", "w_shape"),
-    [((0, 2, 5), (3, 2, 2)), ((2, 0, 5), (3, 0, 2)), ((2, 2, 0), (3, 2, 2)), ((2, 2, 5), (0, 2, 2))],
+    [
+        ((0, 2, 5), (3, 2, 2)),
+        ((2, 0, 5), (3, 0, 2)),
+        ((2, 2, 0), (3, 2, 2)),
+        ((2, 2, 5), (0, 2, 2)),
+    ],
     ids=str,
 )
 def test_conv_empty(x_shape, w_shape):
-    assert_exports_match_on(lambda x, w: lax.conv_general_dilated(x, w, (1,), [(1, 1)]), np.ones(x_shape, np.float32), np.ones(w_shape, np.float32))
+    assert_exports_match_on(
+        lambda x, w: lax.conv_general_dilated(x, w, (1,), [(1, 1)]),
+        np.ones(x_shape, np.float32),
+        np.ones(w_shape, np.float32),
+    )
 
 
 def test_conv_without_spatial_dims():
     rng = np.random.default_rng(2)
-    x, w = rng.integers(-3, 4, (3, 4)).astype(np.float32), rng.integers(-3, 4, (5, 4)).astype(np.float32)
+    x, w = (
+        rng.integers(-3, 4, (3, 4)).astype(np.float32),
+        rng.integers(-3, 4, (5, 4)).astype(np.float32),
+    )
     assert_exports_match_on(lambda a, b: lax.conv_general_dilated(a, b, (), []), x, w)
 
 
 def test_conv_symbolic_batch_with_batch_groups():
     def fn(x, w):  # a batch of 2*B, as where batch groups come from (weight gradients)
-        return lax.conv_general_dilated(jnp.concatenate([x, 2 * x + 1]), w, (1,), "SAME", batch_group_count=2)
+        return lax.conv_general_dilated(
+            jnp.concatenate([x, 2 * x + 1]), w, (1,), "SAME", batch_group_count=2
+        )
 
     assert_exports_match(fn, [("B", 3, 5), (4, 3, 2)], sizes={"B": [1, 3]})
-    assert_exports_match(fn, [("B", 3, 5), (4, 3, 2)], sizes={"B": [1, 2]}, enable_double_precision=True)
+    assert_exports_match(
+        fn, [("B", 3, 5), (4, 3, 2)], sizes={"B": [1, 2]}, enable_double_precision=True
+    )
 
 
 def test_conv_graph_for_dilated_strided_input():
@@ -307,29 +417,63 @@ def test_conv_graph_for_dilated_strided_input():
 
 @pytest.mark.parametrize("opset", [17, 23])
 def test_opsets(opset):
-    conv = lambda x, w: lax.conv_transpose(x, w, (2,), "SAME", dimension_numbers=("NWC", "WIO", "NWC"))  # noqa: E731
+    def conv(x, w):
+        return lax.conv_transpose(x, w, (2,), "SAME", dimension_numbers=("NWC", "WIO", "NWC"))
+
     assert_exports_match(conv, [("B", 5, 3), (3, 3, 2)], sizes={"B": [1, 2]}, opset=opset)
-    assert_exports_match(lambda x, w: jnp.einsum("bij,bkj->bik", x, w), [("B", 2, 3), ("B", 4, 3)], opset=opset)
+    assert_exports_match(
+        lambda x, w: jnp.einsum("bij,bkj->bik", x, w), [("B", 2, 3), ("B", 4, 3)], opset=opset
+    )
 
 
 FLAX_LINEN_LAYERS = {  # name: (module factory, input shape without batch, the op it becomes)
     "conv": (lambda nn: nn.Conv(4, (3, 3)), (7, 6, 3), "Conv"),
-    "conv_strided_grouped": (lambda nn: nn.Conv(6, (3, 2), strides=2, padding=((1, 2), (0, 1)), feature_group_count=3), (7, 6, 3), "Conv"),
-    "conv_dilated_1d": (lambda nn: nn.Conv(4, (3,), kernel_dilation=2, padding="CAUSAL"), (9, 3), "Conv"),
-    "conv_transpose": (lambda nn: nn.ConvTranspose(4, (3, 3), strides=(2, 2)), (5, 4, 3), "ConvTranspose"),
-    "conv_transpose_valid": (lambda nn: nn.ConvTranspose(2, (2, 3), strides=(2, 1), padding="VALID"), (5, 4, 3), "ConvTranspose"),
+    "conv_strided_grouped": (
+        lambda nn: nn.Conv(6, (3, 2), strides=2, padding=((1, 2), (0, 1)), feature_group_count=3),
+        (7, 6, 3),
+        "Conv",
+    ),
+    "conv_dilated_1d": (
+        lambda nn: nn.Conv(4, (3,), kernel_dilation=2, padding="CAUSAL"),
+        (9, 3),
+        "Conv",
+    ),
+    "conv_transpose": (
+        lambda nn: nn.ConvTranspose(4, (3, 3), strides=(2, 2)),
+        (5, 4, 3),
+        "ConvTranspose",
+    ),
+    "conv_transpose_valid": (
+        lambda nn: nn.ConvTranspose(2, (2, 3), strides=(2, 1), padding="VALID"),
+        (5, 4, 3),
+        "ConvTranspose",
+    ),
     "dense_general": (lambda nn: nn.DenseGeneral((2, 3), axis=(-2, -1)), (4, 5), "Einsum"),
 }
 
 
-LINEN_SLOW = {"conv_strided_grouped", "conv_dilated_1d", "conv_transpose_valid"}  # one conv, one transposed by default
+LINEN_SLOW = {
+    "conv_strided_grouped",
+    "conv_dilated_1d",
+    "conv_transpose_valid",
+}  # one conv, one transposed by default
 
 
-@pytest.mark.parametrize("layer", [pytest.param(name, marks=pytest.mark.slow) if name in LINEN_SLOW else name for name in sorted(FLAX_LINEN_LAYERS)])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in LINEN_SLOW else name
+        for name in sorted(FLAX_LINEN_LAYERS)
+    ],
+)
 def test_flax_linen_layers(layer):
     nn = pytest.importorskip("flax.linen")
     make, shape, op = FLAX_LINEN_LAYERS[layer]
     module = make(nn)
-    params = jax.jit(module.init)(jax.random.key(0), jnp.ones((1, *shape)))  # one XLA program, not one per initializer op
-    model = assert_exports_match(lambda x: module.apply(params, x), [("B", *shape)], sizes={"B": [1, 3]})
+    params = jax.jit(module.init)(
+        jax.random.key(0), jnp.ones((1, *shape))
+    )  # one XLA program, not one per initializer op
+    model = assert_exports_match(
+        lambda x: module.apply(params, x), [("B", *shape)], sizes={"B": [1, 3]}
+    )
     assert op_types(model).count(op) == 1

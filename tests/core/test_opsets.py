@@ -51,7 +51,9 @@ KERNEL = _w(3, 3, 2, 4)
 
 
 def cnn(x: jax.Array) -> jax.Array:
-    y = lax.conv_general_dilated(x, KERNEL, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = lax.conv_general_dilated(
+        x, KERNEL, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
     y = jax.nn.relu(y)
     y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
     return y.mean(axis=(1, 2))
@@ -91,14 +93,21 @@ def while_loop(x: jax.Array) -> tuple[jax.Array, jax.Array]:
         i, y = state
         return i + 1, 0.5 * (y + a / y)
 
-    return lax.while_loop(lambda s: (s[0] < 20) & jnp.any(jnp.abs(s[1] * s[1] - a) > 1e-5 * a), step, (0, a))
+    return lax.while_loop(
+        lambda s: (s[0] < 20) & jnp.any(jnp.abs(s[1] * s[1] - a) > 1e-5 * a), step, (0, a)
+    )
 
 
 def random(seed: jax.Array, x: jax.Array) -> tuple[jax.Array, ...]:
     key = jax.random.key(seed)
     k1, k2, k3 = jax.random.split(key, 3)
     noise = jax.random.normal(k1, x.shape)
-    return x + noise, jax.random.uniform(k2, (5,)), jax.random.bernoulli(k3, 0.3, (7,)), jax.random.randint(key, (4,), 0, 10)
+    return (
+        x + noise,
+        jax.random.uniform(k2, (5,)),
+        jax.random.bernoulli(k3, 0.3, (7,)),
+        jax.random.randint(key, (4,), 0, 10),
+    )
 
 
 def scatter(x: jax.Array, i: jax.Array, u: jax.Array) -> tuple[jax.Array, ...]:
@@ -114,11 +123,23 @@ _SCATTER_VALUES = [
 FAMILIES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "mlp": (mlp, {"inputs": [("B", 6)], "sizes": {"B": [1, 3]}}),
     "cnn": (cnn, {"inputs": [("B", 6, 6, 2)], "sizes": {"B": [2]}}),
-    "transformer": (transformer, {"inputs": [("B", 5, 8)], "sizes": {"B": [2]}, "rtol": 1e-4, "atol": 1e-5}),
+    "transformer": (
+        transformer,
+        {"inputs": [("B", 5, 8)], "sizes": {"B": [2]}, "rtol": 1e-4, "atol": 1e-5},
+    ),
     "rnn_scan": (rnn_scan, {"inputs": [(6, 2, 3)]}),
     "while_loop": (while_loop, {"inputs": [(4,)]}),
-    "random": (random, {"inputs": [((), np.uint32), (3, 4)], "input_values": [np.uint32(7), np.ones((3, 4), np.float32)]}),
-    "scatter": (scatter, {"inputs": [(6,), ((6,), np.int32), (6,)], "input_values": _SCATTER_VALUES}),
+    "random": (
+        random,
+        {
+            "inputs": [((), np.uint32), (3, 4)],
+            "input_values": [np.uint32(7), np.ones((3, 4), np.float32)],
+        },
+    ),
+    "scatter": (
+        scatter,
+        {"inputs": [(6,), ((6,), np.int32), (6,)], "input_values": _SCATTER_VALUES},
+    ),
 }
 
 
@@ -153,13 +174,16 @@ def test_family_matches_jax_at_every_opset(family: str, opset: int) -> None:
 
 # -- the range ----------------------------------------------------------------------------------
 
+
 def test_newest_opset_is_what_onnx_and_onnxruntime_both_know() -> None:
     expected = onnx.defs.onnx_opset_version()
     if importlib.util.find_spec("onnxruntime") is not None:
         from onnxruntime.capi import _pybind_state
 
         schemas = _pybind_state.get_all_operator_schema()
-        expected = min(expected, max(s.since_version for s in schemas if s.domain in ("", "ai.onnx")))
+        expected = min(
+            expected, max(s.since_version for s in schemas if s.domain in ("", "ai.onnx"))
+        )
     assert MAX_OPSET == newest_opset() == expected >= 21
     assert MIN_OPSET == 13
 
@@ -176,9 +200,18 @@ def test_an_op_the_opset_lacks_is_named_with_the_source_line() -> None:
         del params  # tanh's (accuracy): not modelled by this test rule
         return ctx.op.Gelu(x)
 
-    with pytest.raises(ConversionError, match=r"(?s)opset 16 does not define Gelu .*test_opsets.py:\d+"):
+    with pytest.raises(
+        ConversionError, match=r"(?s)opset 16 does not define Gelu .*test_opsets.py:\d+"
+    ):
         to_onnx(lambda x: jnp.tanh(x) + 1, [("N",)], opset=16, lowerings={"tanh": gelu_op})
-    assert_exports_match(lambda x: jnp.fft.fft(x).imag, [("N",)], sizes={"N": [1, 64]}, opset=16, rtol=1e-4, atol=1e-4)
+    assert_exports_match(
+        lambda x: jnp.fft.fft(x).imag,
+        [("N",)],
+        sizes={"N": [1, 64]},
+        opset=16,
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 # -- the older forms, one by one ----------------------------------------------------------------
@@ -191,7 +224,16 @@ def test_bitwise_ops_below_opset_18_are_exact(dtype: Any, data: st.DataObject) -
     info = np.iinfo(dtype)
     values = st.lists(st.integers(int(info.min), int(info.max)), min_size=1, max_size=6)
     a = np.array(data.draw(values), dtype)
-    b = np.array(data.draw(st.lists(st.sampled_from([int(info.min), int(info.max), 0, -1 if info.min else 1, 85]), min_size=len(a), max_size=len(a))), dtype)
+    b = np.array(
+        data.draw(
+            st.lists(
+                st.sampled_from([int(info.min), int(info.max), 0, -1 if info.min else 1, 85]),
+                min_size=len(a),
+                max_size=len(a),
+            )
+        ),
+        dtype,
+    )
     assert_exports_match_on(lambda a, b: (a & b, a | b, a ^ b, ~a), a, b, opset=MIN_OPSET)
 
 
@@ -200,26 +242,39 @@ def test_small_int_arithmetic_before_opset_14_wraps_as_in_jax(dtype: Any) -> Non
     info = np.iinfo(dtype)
     a = np.array([info.max, info.min, 3, 100], dtype)
     b = np.array([1, -1 if info.min else 1, 7, 3], dtype)
-    assert_exports_match_on(lambda a, b: (a + b, a - b, a * b, a // jnp.maximum(b, 1)), a, b, opset=13)
+    assert_exports_match_on(
+        lambda a, b: (a + b, a - b, a * b, a // jnp.maximum(b, 1)), a, b, opset=13
+    )
 
 
 def test_int_relu_and_hard_swish_before_opset_14() -> None:
-    model = assert_exports_match_on(lambda x, y: (jax.nn.relu(x), jax.nn.hard_swish(y)),
-                                    np.array([-3, 0, 5], np.int32), np.linspace(-4, 4, 9, dtype=np.float32), opset=13)
+    model = assert_exports_match_on(
+        lambda x, y: (jax.nn.relu(x), jax.nn.hard_swish(y)),
+        np.array([-3, 0, 5], np.int32),
+        np.linspace(-4, 4, 9, dtype=np.float32),
+        opset=13,
+    )
     assert not {"Relu", "HardSwish"} & {n.op_type for n in model.graph.node}
 
 
 @pytest.mark.parametrize("opset", [13, 14])
 def test_size_zero_reshapes_below_opset_14(opset: int) -> None:
     # allowzero: a 0 in a computed shape (B = 0) is a size-0 dim at every opset
-    assert_exports_match(lambda x: (x.reshape(x.shape[0], 2, 3), x.reshape(-1)), [("B", 6)], sizes={"B": [0, 1, 3]}, opset=opset)
+    assert_exports_match(
+        lambda x: (x.reshape(x.shape[0], 2, 3), x.reshape(-1)),
+        [("B", 6)],
+        sizes={"B": [0, 1, 3]},
+        opset=opset,
+    )
     assert_exports_match(lambda x: x.reshape(0, 4), [(0, 2, 2)], opset=opset)
 
 
 @pytest.mark.parametrize("opset", [13, 17, 18])
 def test_reductions_take_axes_as_the_opset_wants(opset: int) -> None:
     x = _RNG.standard_normal((3, 4, 2)).astype(np.float32)
-    model = assert_exports_match_on(lambda x: (x.max(1), x.min((0, 2)), x.prod(-1), (x > 0).any(0), x.sum(1)), x, opset=opset)
+    model = assert_exports_match_on(
+        lambda x: (x.max(1), x.min((0, 2)), x.prod(-1), (x > 0).any(0), x.sum(1)), x, opset=opset
+    )
     for node in model.graph.node:
         if node.op_type in ("ReduceMax", "ReduceMin", "ReduceProd"):
             assert ("axes" in {a.name for a in node.attribute}) == (opset < 18)
@@ -237,7 +292,11 @@ def test_scatter_reductions_below_their_opset_are_a_loop(opset: int) -> None:
 @pytest.mark.parametrize("opset", [13, 16, MAX_OPSET])
 def test_layers_below_their_op_are_their_jax_body(opset: int) -> None:
     x = _RNG.standard_normal((2, 6)).astype(np.float32)
-    model = assert_exports_match_on(lambda x: (jax.nn.gelu(x), jax.nn.mish(x), jax.nn.gelu(x, approximate=False)), x, opset=opset)
+    model = assert_exports_match_on(
+        lambda x: (jax.nn.gelu(x), jax.nn.mish(x), jax.nn.gelu(x, approximate=False)),
+        x,
+        opset=opset,
+    )
     ops = {n.op_type for n in model.graph.node}
     assert ("Gelu" in ops) == (opset >= 20) and ("Mish" in ops) == (opset >= 18)
 
@@ -260,7 +319,11 @@ def _runtime_cases() -> list[Any]:
                 marks = [pytest.mark.skipif(reason is not None, reason=str(reason))]
                 if family != "mlp":
                     marks.append(pytest.mark.slow)
-                cases.append(pytest.param(runtime, family, opset, marks=marks, id=f"{runtime}-{family}-{opset}"))
+                cases.append(
+                    pytest.param(
+                        runtime, family, opset, marks=marks, id=f"{runtime}-{family}-{opset}"
+                    )
+                )
     return cases
 
 
@@ -277,7 +340,9 @@ def test_family_runs_on_other_runtimes(runtime: str, family: str, opset: int) ->
     report.raise_if_failed()
 
 
-@pytest.mark.parametrize(("target", "newest"), [("onnxruntime-web", 26), ("openvino", 25), ("tract", 25)])
+@pytest.mark.parametrize(
+    ("target", "newest"), [("onnxruntime-web", 26), ("openvino", 25), ("tract", 25)]
+)
 def test_target_profiles_stop_at_the_opset_they_run(target: str, newest: int) -> None:
     # onnxruntime-web 1.30 refuses opset 27; OpenVINO and tract have no BitCast (26)
     assert to_onnx(jnp.sin, [(2,)], target=target).opset_import[0].version == min(21, newest)

@@ -21,8 +21,12 @@ def _elementwise_kernel(x_ref, y_ref, o_ref):
 def elementwise(x, y):
     block = pl.BlockSpec((4, 8), lambda i: (i, 0))
     return pl.pallas_call(
-        _elementwise_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 4,),
-        in_specs=[block, block], out_specs=block, interpret=True,
+        _elementwise_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // 4,),
+        in_specs=[block, block],
+        out_specs=block,
+        interpret=True,
     )(x, y)
 
 
@@ -42,8 +46,13 @@ def blocked_matmul(x, w, bm=8, bn=8, bk=4):
     m, k = x.shape
     n = w.shape[1]
     return pl.pallas_call(
-        _matmul_kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+        _matmul_kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        grid=(m // bm, n // bn, k // bk),
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+        ],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
         scratch_shapes=[_vmem((bm, bn))],
         interpret=True,
@@ -64,8 +73,14 @@ def _softmax_kernel(x_ref, o_ref):
 
 def row_softmax(x):
     block = pl.BlockSpec((2, x.shape[1]), lambda i: (i, 0))
-    return pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 2,),
-                          in_specs=[block], out_specs=block, interpret=True)(x)
+    return pl.pallas_call(
+        _softmax_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // 2,),
+        in_specs=[block],
+        out_specs=block,
+        interpret=True,
+    )(x)
 
 
 def test_elementwise_kernel_over_a_grid():
@@ -87,11 +102,19 @@ def test_kernel_without_a_grid_and_with_program_id_arithmetic():
 
     def f(x):
         block = pl.BlockSpec((2, 3), lambda i: (i, 0))
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(3,), in_specs=[block],
-                              out_specs=block, interpret=True)(x)
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(3,),
+            in_specs=[block],
+            out_specs=block,
+            interpret=True,
+        )(x)
 
     assert_exports_match(f, [(6, 3)])
-    whole = pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct((4, 6), jnp.float32), interpret=True)
+    whole = pl.pallas_call(
+        _softmax_kernel, out_shape=jax.ShapeDtypeStruct((4, 6), jnp.float32), interpret=True
+    )
     assert_exports_match(whole, [(4, 6)])
 
 
@@ -105,8 +128,10 @@ def test_hardware_kernel_is_refused_with_its_name_and_the_way_out():
 
     def f(x):
         return pl.pallas_call(
-            copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], scratch_shapes=[pltpu.SemaphoreType.DMA],
+            copy_kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            scratch_shapes=[pltpu.SemaphoreType.DMA],
         )(x)
 
     with pytest.raises(ConversionError) as err:
@@ -128,8 +153,12 @@ SHIPPED = {  # kernels JAX ships that run in interpret mode: (module, function, 
     "softmax": ("gpu.softmax", "softmax", [(4, 32)], {}),
     "layer_norm": ("gpu.layer_norm", "layer_norm", [(2, 4, 32), (32,), (32,)], {}),
     "rms_norm": ("gpu.rms_norm", "rms_norm", [(2, 4, 32), (32,), (32,)], {}),
-    "attention": ("gpu.attention", "mha", [(1, 32, 2, 16)] * 3, {"segment_ids": None, "causal": True, "block_sizes":
-                  None}),
+    "attention": (
+        "gpu.attention",
+        "mha",
+        [(1, 32, 2, 16)] * 3,
+        {"segment_ids": None, "causal": True, "block_sizes": None},
+    ),
 }
 
 
@@ -138,8 +167,19 @@ def test_kernels_jax_ships_in_interpret_mode(kernel):
     module, name, shapes, kwargs = SHIPPED[kernel]
     fn = _shipped(module, name)
     if kwargs.get("block_sizes", 0) is None:
-        kwargs = {**kwargs, "block_sizes": type(inspect.signature(fn).parameters["block_sizes"].default)(
-            block_q=16, block_k=16, block_q_dkv=16, block_kv_dkv=16, block_q_dq=16, block_kv_dq=16)}
+        kwargs = {
+            **kwargs,
+            "block_sizes": type(inspect.signature(fn).parameters["block_sizes"].default)(
+                block_q=16,
+                block_k=16,
+                block_q_dkv=16,
+                block_kv_dkv=16,
+                block_q_dq=16,
+                block_kv_dq=16,
+            ),
+        }
     rng = np.random.default_rng(0)
     values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    assert_exports_match(functools.partial(fn, interpret=True, **kwargs), shapes, input_values=values)
+    assert_exports_match(
+        functools.partial(fn, interpret=True, **kwargs), shapes, input_values=values
+    )

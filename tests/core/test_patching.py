@@ -39,7 +39,12 @@ class Scale:
 def _scale_handler(module: Scale, x: Any, **kwargs: Any) -> Any:
     if kwargs:
         return NotApplicable
-    return CoarseCall("test_scale", inputs={"x": x}, weights={"w": module.w, "b": module.b}, params={"fused": True})
+    return CoarseCall(
+        "test_scale",
+        inputs={"x": x},
+        weights={"w": module.w, "b": module.b},
+        params={"fused": True},
+    )
 
 
 @coarse_lowering("test_scale", onnx_ops=("Mul", "Add"))
@@ -57,7 +62,9 @@ def patched_scale() -> Any:
 
 def _layer(n: int = 4) -> Scale:
     rng = np.random.default_rng(0)
-    return Scale(rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32))
+    return Scale(
+        rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    )
 
 
 def test_patch_restores_on_exception() -> None:
@@ -87,14 +94,19 @@ def test_patches_restore_in_reverse_order_also_when_one_fails() -> None:
         pass
 
     original = Scale.__call__
-    with patches([(Sub, "__call__", lambda f: "first"), (Sub, "__call__", lambda f: f + " second")]):
+    with patches(
+        [(Sub, "__call__", lambda f: "first"), (Sub, "__call__", lambda f: f + " second")]
+    ):
         assert vars(Sub)["__call__"] == "first second"
     assert "__call__" not in vars(Sub) and Sub.__call__ is original
 
     def broken(f: Any) -> Any:
         raise RuntimeError("boom")
 
-    with pytest.raises(RuntimeError, match="boom"), patches([(Scale, "__call__", lambda f: "patched"), (Sub, "__call__", broken)]):
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        patches([(Scale, "__call__", lambda f: "patched"), (Sub, "__call__", broken)]),
+    ):
         pass
     assert Scale.__call__ is original and "__call__" not in vars(Sub)
 
@@ -133,7 +145,9 @@ def test_rule_not_applicable_lowers_the_body(patched_scale: Any) -> None:
     layer = Scale(rng.standard_normal(4), rng.standard_normal(4))  # float64 weights
     with jax.enable_x64(True):
         layer.w, layer.b = jnp.asarray(layer.w, jnp.float64), jnp.asarray(layer.b, jnp.float64)
-        assert_exports_match(lambda x: layer(x), [((2, 4), "float64")], enable_double_precision=True)
+        assert_exports_match(
+            lambda x: layer(x), [((2, 4), "float64")], enable_double_precision=True
+        )
 
 
 def test_raising_handler_falls_back() -> None:

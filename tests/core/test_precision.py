@@ -50,13 +50,22 @@ def _eqx(module, dtype):
 
 LAYERS = {
     "nnx.Linear": (lambda dt: nnx.Linear(8, 4, dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)), (2, 8)),
-    "nnx.Conv": (lambda dt: nnx.Conv(3, 4, (3, 3), dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)), (1, 6, 6, 3)),
-    "nnx.LayerNorm": (lambda dt: nnx.LayerNorm(8, dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)), (2, 8)),
+    "nnx.Conv": (
+        lambda dt: nnx.Conv(3, 4, (3, 3), dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)),
+        (1, 6, 6, 3),
+    ),
+    "nnx.LayerNorm": (
+        lambda dt: nnx.LayerNorm(8, dtype=dt, param_dtype=dt, rngs=nnx.Rngs(0)),
+        (2, 8),
+    ),
     "jax.nn.softmax": (lambda dt: jax.nn.softmax, (2, 8)),
     "jax.nn.gelu": (lambda dt: lambda x: jax.nn.gelu(x, approximate=False), (2, 8)),
     "eqx.nn.Linear": (lambda dt: _eqx(eqx.nn.Linear(8, 4, key=jax.random.key(0)), dt), (8,)),
     "eqx.nn.LayerNorm": (lambda dt: _eqx(eqx.nn.LayerNorm(8), dt), (8,)),
-    "eqx.nn.Conv2d": (lambda dt: _eqx(eqx.nn.Conv2d(3, 4, 3, key=jax.random.key(0)), dt), (3, 6, 6)),
+    "eqx.nn.Conv2d": (
+        lambda dt: _eqx(eqx.nn.Conv2d(3, 4, 3, key=jax.random.key(0)), dt),
+        (3, 6, 6),
+    ),
 }
 
 
@@ -97,7 +106,9 @@ def test_mixed_weights_are_rounded_to_the_compute_dtype_as_flax_does():
     expected = np.asarray(model(jnp.asarray(x)))
     assert y.dtype == expected.dtype == np.dtype(ml_dtypes.bfloat16)
     # one rounding per layer as in JAX: at most an ulp or two of bfloat16 apart
-    np.testing.assert_allclose(y.astype(np.float32), expected.astype(np.float32), rtol=2**-6, atol=2**-6)
+    np.testing.assert_allclose(
+        y.astype(np.float32), expected.astype(np.float32), rtol=2**-6, atol=2**-6
+    )
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn])
@@ -115,11 +126,16 @@ def _float32_twin(model):
 
 
 @settings(max_examples=6, deadline=None)
-@given(param_dtype=st.sampled_from([jnp.bfloat16, jnp.float16, jnp.float32]), policy=st.sampled_from(["float32", "float16"]))
+@given(
+    param_dtype=st.sampled_from([jnp.bfloat16, jnp.float16, jnp.float32]),
+    policy=st.sampled_from(["float32", "float16"]),
+)
 def test_policy_matches_the_upcast_model(param_dtype, policy):
     dtype = jnp.float16 if param_dtype == jnp.float16 else jnp.bfloat16
     model = _mlp(dtype, param_dtype)
-    onnx_model = to_onnx(model, [jax.ShapeDtypeStruct(("B", 16), dtype)], precision=policy, io_dtype="float32")
+    onnx_model = to_onnx(
+        model, [jax.ShapeDtypeStruct(("B", 16), dtype)], precision=policy, io_dtype="float32"
+    )
     ops = _nodes(onnx_model)
     assert ops - Counter(Cast=99) == Counter(Gemm=2, BatchNormalization=1, Gelu=1), ops
     stored = {t.data_type for t in onnx_model.graph.initializer}
@@ -134,13 +150,21 @@ def test_policy_matches_the_upcast_model(param_dtype, policy):
 
 def test_float16_policy_keeps_model_io_and_accumulates_norms_in_float32():
     model = _mlp(jnp.bfloat16, jnp.float32)
-    onnx_model = to_onnx(model, [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)], precision="float16")
+    onnx_model = to_onnx(
+        model, [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)], precision="float16"
+    )
     graph = onnx_model.graph
-    assert graph.input[0].type.tensor_type.elem_type == 16 and graph.output[0].type.tensor_type.elem_type == 16
+    assert (
+        graph.input[0].type.tensor_type.elem_type == 16
+        and graph.output[0].type.tensor_type.elem_type == 16
+    )
     norm = next(n for n in graph.node if n.op_type == "BatchNormalization")
     weights = {t.name: t.data_type for t in graph.initializer}
     assert all(weights[name] == 1 for name in norm.input[1:]), weights  # statistics in float32
-    assert sum(weights[name] == 10 for n in graph.node if n.op_type == "Gemm" for name in n.input[1:]) == 4
+    assert (
+        sum(weights[name] == 10 for n in graph.node if n.op_type == "Gemm" for name in n.input[1:])
+        == 4
+    )
 
 
 def test_float16_overflow_of_a_weight_names_it():
@@ -153,7 +177,9 @@ def test_float16_overflow_of_a_weight_names_it():
 
 
 def test_bad_policy_names_the_choices():
-    with pytest.raises(ValueError, match="precision must be 'as-traced', 'float32' or 'float16', got 'fp8'"):
+    with pytest.raises(
+        ValueError, match="precision must be 'as-traced', 'float32' or 'float16', got 'fp8'"
+    ):
         to_onnx(jnp.sin, [(3,)], precision="fp8")
     with pytest.raises(ValueError, match="io_dtype must be 'model' or 'float32'"):
         to_onnx(jnp.sin, [(3,)], io_dtype="bfloat16")
@@ -180,7 +206,10 @@ def test_a_target_without_bfloat16_names_the_tensors_and_the_policy_to_use():
 
     model = _mlp(jnp.bfloat16, jnp.bfloat16)
     spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
-    with pytest.raises(ConversionError, match=r"target tract cannot hold bfloat16 tensors(.|\n)*bfloat16: x, (.|\n)*precision='float32'"):
+    with pytest.raises(
+        ConversionError,
+        match=r"target tract cannot hold bfloat16 tensors(.|\n)*bfloat16: x, (.|\n)*precision='float32'",
+    ):
         to_onnx(model, spec, target="tract")
     onnx_model = to_onnx(model, spec, target="tract", precision="float32")
     assert all(t.data_type == 1 for t in onnx_model.graph.initializer)
@@ -203,6 +232,8 @@ def test_bfloat16_mlp_on_other_runtimes(runtime):
     model = _mlp(jnp.bfloat16, jnp.bfloat16)
     spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
     # OpenVINO holds bfloat16 (fed and read as its bits); tract has none: float32 policy
-    onnx_model = to_onnx(model, spec, **({"target": "tract", "precision": "float32"} if runtime == "tract" else {}))
+    onnx_model = to_onnx(
+        model, spec, **({"target": "tract", "precision": "float32"} if runtime == "tract" else {})
+    )
     report = verify(model, onnx_model, spec, sizes={"B": [8]}, runtime=runtime)
     assert report.ok, str(report)

@@ -73,12 +73,21 @@ def _eqx_call(module, x):
     return jax.vmap(module)(x)
 
 
-NNX_FORMS = {**_forms(NET, _nnx_call), "global": _nnx_global, "default": _nnx_default, "method": NET.predict}
+NNX_FORMS = {
+    **_forms(NET, _nnx_call),
+    "global": _nnx_global,
+    "default": _nnx_default,
+    "method": NET.predict,
+}
 EQX_FORMS = {**_forms(MLP, _eqx_call), "global": _eqx_global, "default": _eqx_default}
 
 
 def _summary(model):
-    return ([n.op_type for n in model.graph.node], [n.name for n in model.graph.node], sorted(i.name for i in model.graph.initializer))
+    return (
+        [n.op_type for n in model.graph.node],
+        [n.name for n in model.graph.node],
+        sorted(i.name for i in model.graph.initializer),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +106,9 @@ def test_nnx_module_in_a_closure_exports_like_the_module(form, nnx_direct):
     assert ops == nnx_direct[0] == ["Gemm", "BatchNormalization", "Gelu", "Gemm"]  # inference mode
     assert nodes == nnx_direct[1] and nodes[0] == "linear1/Gemm"
     assert weights == nnx_direct[2] and {"linear1.kernel", "linear2.kernel"} <= set(weights)
-    assert NET.bn.use_running_average is None or not NET.bn.use_running_average  # the user's module is unchanged
+    assert (
+        NET.bn.use_running_average is None or not NET.bn.use_running_average
+    )  # the user's module is unchanged
 
 
 @pytest.mark.parametrize("form", list(EQX_FORMS))

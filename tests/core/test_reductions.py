@@ -40,7 +40,11 @@ def _values(draw: st.DrawFn, dtype: object, shape: tuple[int, ...]) -> np.ndarra
     if not _is_float(dtype):
         info = np.iinfo(dtype)
         small = st.integers(max(-2, int(info.min)), 2)
-        return draw(hnp.arrays(dtype, shape, elements=st.one_of(small, st.integers(int(info.min), int(info.max)))))
+        return draw(
+            hnp.arrays(
+                dtype, shape, elements=st.one_of(small, st.integers(int(info.min), int(info.max)))
+            )
+        )
     scale, bound = {"float16": (1, 8), "bfloat16": (1, 2)}.get(dtype.name, (4, 256))
     finite = st.integers(-bound * scale, bound * scale).map(lambda v: v / scale)
     elements = st.one_of(finite, st.sampled_from([-1.0, 1.0]), st.sampled_from(SPECIAL))
@@ -54,7 +58,9 @@ def _product_safe(x: np.ndarray) -> np.ndarray:
         return x
     with np.errstate(invalid="ignore"):
         two = (np.abs(x) > 1) & (x.dtype != np.float16)
-        return np.where(np.isfinite(x) & (x != 0), np.sign(x) * np.where(two, 2, 1), x).astype(x.dtype)
+        return np.where(np.isfinite(x) & (x != 0), np.sign(x) * np.where(two, 2, 1), x).astype(
+            x.dtype
+        )
 
 
 def _check(fn: object, values: list[np.ndarray], *, x64: bool = False, **kwargs: object) -> object:
@@ -63,38 +69,85 @@ def _check(fn: object, values: list[np.ndarray], *, x64: bool = False, **kwargs:
     dtypes = [v.dtype for v in values]
     feeds = [v.astype(np.float32) if v.dtype == jnp.bfloat16 else v for v in values]
     x64 = x64 or any(d.itemsize == 8 for d in dtypes)
-    if jnp.bfloat16 in dtypes and "rtol" not in kwargs:  # outputs come back as float32: keep bfloat16's tolerance
+    if (
+        jnp.bfloat16 in dtypes and "rtol" not in kwargs
+    ):  # outputs come back as float32: keep bfloat16's tolerance
         kwargs.update(rtol=1.6e-2, atol=1.6e-2)
 
     def wrapped(*args: jax.Array) -> object:
         outs = fn(*[a.astype(d) for a, d in zip(args, dtypes, strict=True)])
-        return jax.tree_util.tree_map(lambda o: o.astype(np.float32) if o.dtype == jnp.bfloat16 else o, outs)
+        return jax.tree_util.tree_map(
+            lambda o: o.astype(np.float32) if o.dtype == jnp.bfloat16 else o, outs
+        )
 
     # one XLA compilation per example instead of one per primitive keeps the tests quick
     return assert_exports_match(
-        jax.jit(wrapped), [(v.shape, v.dtype) for v in feeds], input_values=feeds, enable_double_precision=x64, **kwargs
+        jax.jit(wrapped),
+        [(v.shape, v.dtype) for v in feeds],
+        input_values=feeds,
+        enable_double_precision=x64,
+        **kwargs,
     )
 
 
 def _axes(draw: st.DrawFn, ndim: int) -> tuple[int, ...]:
     """A set of axes, drawn with negative spellings and normalized as jnp does."""
-    drawn = draw(st.lists(st.integers(-ndim, ndim - 1), max_size=ndim, unique_by=lambda a: a % ndim))
+    drawn = draw(
+        st.lists(st.integers(-ndim, ndim - 1), max_size=ndim, unique_by=lambda a: a % ndim)
+    )
     return tuple(sorted(a % ndim for a in drawn))
 
 
-
-
 # -- every rule on every dtype, with ties, extremes, NaN/inf/-0 and empty axes ---------------
+
 
 def _sweep_values(dtype: object) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return np.array([[1, 0, 1, 1, 0, 0], [0] * 6, [1] * 6], dtype=bool)
     if _is_float(dtype):
-        values = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1, 1, -1, 2.5, np.nan, 0.0, -0.0, 3, 3, -np.inf, np.inf, 0.5, -2]
+        values = [
+            np.nan,
+            -0.0,
+            0.0,
+            np.inf,
+            -np.inf,
+            1,
+            1,
+            -1,
+            2.5,
+            np.nan,
+            0.0,
+            -0.0,
+            3,
+            3,
+            -np.inf,
+            np.inf,
+            0.5,
+            -2,
+        ]
         return np.array(values, np.float32).reshape(3, 6).astype(dtype)
     info = np.iinfo(dtype)
-    values = [info.min, info.max, 0, 1, 1, 2, info.max, info.min, 0, 3, 1, 2, 1, info.max, 2, 0, info.max // 3, info.min]
+    values = [
+        info.min,
+        info.max,
+        0,
+        1,
+        1,
+        2,
+        info.max,
+        info.min,
+        0,
+        3,
+        1,
+        2,
+        1,
+        info.max,
+        2,
+        0,
+        info.max // 3,
+        info.min,
+    ]
     return np.array(values, dtype=dtype).reshape(3, 6)
 
 
@@ -103,19 +156,35 @@ def _every_rule(dtype: object) -> object:
 
     def fn(v, p, e):
         outs = [
-            lax.reduce_max(v, (1,)), lax.reduce_min(v, (0, 1)), lax.reduce_max(e, (1,)), lax.reduce_min(e, (1, 2)),
-            jnp.argmax(v, axis=1), jnp.argmin(v, axis=0), jnp.sort(v, axis=1), jnp.argsort(v, axis=0),
+            lax.reduce_max(v, (1,)),
+            lax.reduce_min(v, (0, 1)),
+            lax.reduce_max(e, (1,)),
+            lax.reduce_min(e, (1, 2)),
+            jnp.argmax(v, axis=1),
+            jnp.argmin(v, axis=0),
+            jnp.sort(v, axis=1),
+            jnp.argsort(v, axis=0),
         ]
         if dtype != np.bool_:
             outs += [
-                lax.reduce_sum(v, (1,)), lax.reduce_prod(p, (0, 1)), lax.reduce_sum(e, (1,)), lax.reduce_prod(e, (0, 1)),
-                *lax.top_k(v, 4), lax.cumsum(v, 1), lax.cumprod(p, 0, reverse=True), lax.cummax(v, 1, reverse=True),
+                lax.reduce_sum(v, (1,)),
+                lax.reduce_prod(p, (0, 1)),
+                lax.reduce_sum(e, (1,)),
+                lax.reduce_prod(e, (0, 1)),
+                *lax.top_k(v, 4),
+                lax.cumsum(v, 1),
+                lax.cumprod(p, 0, reverse=True),
+                lax.cummax(v, 1, reverse=True),
                 lax.cummin(v, 0),
             ]
         if is_float:
             outs += [lax.cumlogsumexp(v, 1), lax.cumlogsumexp(v, 0, reverse=True)]
         else:
-            outs += [f(a, axes) for f in (lax.reduce_and, lax.reduce_or, lax.reduce_xor) for a, axes in ((v, (1,)), (e, (1,)))]
+            outs += [
+                f(a, axes)
+                for f in (lax.reduce_and, lax.reduce_or, lax.reduce_xor)
+                for a, axes in ((v, (1,)), (e, (1,)))
+            ]
         return outs
 
     return fn
@@ -135,6 +204,7 @@ def test_every_rule_at_opset17(dtype):
 
 # -- hypothesis: shapes (0/1-sized dims), dtypes, axes, values ------------------------------
 
+
 @given(data=st.data())
 def test_reduce(data):
     dtype = data.draw(st.sampled_from(ALL))
@@ -144,7 +214,11 @@ def test_reduce(data):
 
     def fn(v, p):
         extrema = [lax.reduce_max(v, axes), lax.reduce_min(v, axes)]
-        return extrema if dtype == np.bool_ else [*extrema, lax.reduce_sum(v, axes), lax.reduce_prod(p, axes)]
+        return (
+            extrema
+            if dtype == np.bool_
+            else [*extrema, lax.reduce_sum(v, axes), lax.reduce_prod(p, axes)]
+        )
 
     _check(fn, [x, _product_safe(x)])
 
@@ -155,7 +229,9 @@ def test_bitwise_reductions(data):
     shape = data.draw(shapes)
     axes = _axes(data.draw, len(shape))
     x = data.draw(hnp.arrays(dtype, shape))
-    _check(lambda v: (lax.reduce_and(v, axes), lax.reduce_or(v, axes), lax.reduce_xor(v, axes)), [x])
+    _check(
+        lambda v: (lax.reduce_and(v, axes), lax.reduce_or(v, axes), lax.reduce_xor(v, axes)), [x]
+    )
 
 
 @given(data=st.data())
@@ -163,13 +239,19 @@ def test_argmax_argmin(data):
     dtype = data.draw(st.sampled_from(ALL))
     shape = data.draw(shapes)
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
-    shape = tuple(max(d, 1) if i == axis % len(shape) else d for i, d in enumerate(shape))  # JAX rejects empty
+    shape = tuple(
+        max(d, 1) if i == axis % len(shape) else d for i, d in enumerate(shape)
+    )  # JAX rejects empty
     index_dtype = data.draw(st.sampled_from([np.int32, np.int64]))
     x = _values(data.draw, dtype, shape)
     a = axis % len(shape)
 
     def fn(v):
-        return lax.argmax(v, a, index_dtype), lax.argmin(v, a, index_dtype), jnp.argmax(v, axis=axis)
+        return (
+            lax.argmax(v, a, index_dtype),
+            lax.argmin(v, a, index_dtype),
+            jnp.argmax(v, axis=axis),
+        )
 
     model = _check(fn, [x], x64=True)
     assert model.graph.output[0].type.tensor_type.elem_type == (6 if index_dtype == np.int32 else 7)
@@ -184,11 +266,18 @@ def test_cumulative(data):
     x = _values(data.draw, dtype, shape)
 
     def fn(v, p):
-        outs = [lax.cumsum(v, axis, reverse), lax.cummax(v, axis, reverse), lax.cummin(v, axis, reverse), lax.cumprod(p, axis, reverse)]
+        outs = [
+            lax.cumsum(v, axis, reverse),
+            lax.cummax(v, axis, reverse),
+            lax.cummin(v, axis, reverse),
+            lax.cumprod(p, axis, reverse),
+        ]
         return outs + [lax.cumlogsumexp(v, axis, reverse)] if _is_float(dtype) else outs
 
     # cumlogsumexp rounds differently in 16-bit floats than XLA's float32-internal math
-    loose = {"rtol": 2e-2, "atol": 2e-2} if np.dtype(dtype).itemsize == 2 and _is_float(dtype) else {}
+    loose = (
+        {"rtol": 2e-2, "atol": 2e-2} if np.dtype(dtype).itemsize == 2 and _is_float(dtype) else {}
+    )
     _check(fn, [x, _product_safe(x)], **loose)
 
 
@@ -224,7 +313,9 @@ def test_top_k(data):
     shape = data.draw(shapes)
     k = data.draw(st.integers(0, shape[-1]))
     x = _values(data.draw, dtype, shape)
-    if _is_float(dtype):  # a NaN with its sign bit set is the smallest float for XLA; ONNX cannot see that bit
+    if _is_float(
+        dtype
+    ):  # a NaN with its sign bit set is the smallest float for XLA; ONNX cannot see that bit
         x = np.where(np.isnan(x), np.nan, x).astype(x.dtype)
     _check(lambda v: lax.top_k(v, k), [x])
 
@@ -240,12 +331,18 @@ def test_approx_top_k_is_exact_top_k(data, is_max_k, aggregate, ties):
     k = data.draw(st.integers(1, shape[axis]))
     if ties:
         x = _values(data.draw, dtype, shape)
-        x = np.where(np.isnan(x) | (x == 0), 1, x).astype(x.dtype)  # (-0 and +0 tie: their signs may swap)
+        x = np.where(np.isnan(x) | (x == 0), 1, x).astype(
+            x.dtype
+        )  # (-0 and +0 tie: their signs may swap)
     else:  # distinct integers, exact in every float dtype
-        x = np.array(data.draw(st.permutations(range(-20, int(np.prod(shape)) - 20))), dtype).reshape(shape)
+        x = np.array(
+            data.draw(st.permutations(range(-20, int(np.prod(shape)) - 20))), dtype
+        ).reshape(shape)
     approx = lax.approx_max_k if is_max_k else lax.approx_min_k
     outputs = slice(0, 1) if ties else slice(0, 2)
-    _check(lambda v: approx(v, k, reduction_dimension=axis, aggregate_to_topk=aggregate)[outputs], [x])
+    _check(
+        lambda v: approx(v, k, reduction_dimension=axis, aggregate_to_topk=aggregate)[outputs], [x]
+    )
 
 
 def test_approx_top_k_longer_output_and_symbolic_batch():
@@ -258,7 +355,12 @@ def test_approx_top_k_longer_output_and_symbolic_batch():
 def _first_argmax(x, y, axes):
     """A variadic reduce with an associative, non-commutative computation (ties keep the left)."""
     init = (np.asarray(-np.inf, x.dtype), np.int32(0))
-    return lax.reduce((x, y), init, lambda a, b: (jnp.maximum(a[0], b[0]), jnp.where(a[0] >= b[0], a[1], b[1])), axes)
+    return lax.reduce(
+        (x, y),
+        init,
+        lambda a, b: (jnp.maximum(a[0], b[0]), jnp.where(a[0] >= b[0], a[1], b[1])),
+        axes,
+    )
 
 
 @given(data=st.data())
@@ -272,15 +374,21 @@ def test_reduce_with_custom_computation(data):
 
 def test_reduce_with_custom_computation_needs_static_reduced_dims():
     with pytest.raises(ConversionError, match="symbolic dim"):
-        to_onnx(lambda a, b: _first_argmax(a, b, (0,)), [(("B", 3), np.float32), (("B", 3), np.int32)])
+        to_onnx(
+            lambda a, b: _first_argmax(a, b, (0,)), [(("B", 3), np.float32), (("B", 3), np.int32)]
+        )
 
 
 # -- exactness and graph shape -----------------------------------------------------------------
 
+
 def test_integer_sums_and_products_wrap_like_jax():
     # onnxruntime's ReduceSum/ReduceProd go through float64: inexact past 2**53, saturating
     big = np.array([[2**62, 2**62, 2**53 + 1, 1], [1, 2, 3, -(2**63)]], np.int64)
-    model = _check(lambda v: (lax.reduce_sum(v, (0, 1)), lax.reduce_prod(v, (1,)), lax.reduce_prod(v, (0, 1))), [big])
+    model = _check(
+        lambda v: (lax.reduce_sum(v, (0, 1)), lax.reduce_prod(v, (1,)), lax.reduce_prod(v, (0, 1))),
+        [big],
+    )
     assert "ReduceSum" not in op_types(model) and "ReduceProd" not in op_types(model)
     model = _check(lambda v: lax.reduce_sum(v, (0, 1)), [np.full((300, 300), 2**31 - 1, np.int32)])
     assert op_types(model).count("ReduceSum") == 1  # every partial sum is exact in float64
@@ -289,7 +397,16 @@ def test_integer_sums_and_products_wrap_like_jax():
 
 def test_uint64_keeps_its_order():
     u = np.array([[1, 2**63 + 5, 3], [2**64 - 1, 0, 2**63]], np.uint64)
-    _check(lambda v: (jnp.max(v, axis=0), jnp.min(v, axis=1), jnp.argmax(v, axis=1), jnp.sort(v, axis=1), lax.top_k(v, 2)), [u])
+    _check(
+        lambda v: (
+            jnp.max(v, axis=0),
+            jnp.min(v, axis=1),
+            jnp.argmax(v, axis=1),
+            jnp.sort(v, axis=1),
+            lax.top_k(v, 2),
+        ),
+        [u],
+    )
 
 
 def test_reduce_opset17_axes_attribute():
@@ -302,7 +419,9 @@ def test_reduce_opset17_axes_attribute():
 @pytest.mark.parametrize("name", ["cummax", "cumprod", "cumlogsumexp"])
 @pytest.mark.parametrize("n", [9, 33])
 def test_scan_is_logarithmic(name, n):
-    x = np.random.default_rng(n).choice(np.array([0.5, 1.0, 2.0, -1.0, 3.0, np.nan, -np.inf], np.float32), size=(3, n))
+    x = np.random.default_rng(n).choice(
+        np.array([0.5, 1.0, 2.0, -1.0, 3.0, np.nan, -np.inf], np.float32), size=(3, n)
+    )
     scan = getattr(lax, name)
     model = _check(lambda v: (scan(v, 1), scan(v, 1, reverse=True)), [x])
     assert op_types(model).count("Pad") == 2 * int(np.ceil(np.log2(n)))
@@ -317,7 +436,14 @@ def test_cumprod_is_onnx_cumprod_from_opset_26(data):
     reverse = data.draw(st.booleans())
     x = _product_safe(_values(data.draw, dtype, shape))
     opset = data.draw(st.sampled_from([26, MAX_OPSET]))
-    model = _check(lambda v: (lax.cumprod(v, axis % len(shape), reverse), lax.reduce_prod(v, (axis % len(shape),))), [x], opset=opset)
+    model = _check(
+        lambda v: (
+            lax.cumprod(v, axis % len(shape), reverse),
+            lax.reduce_prod(v, (axis % len(shape),)),
+        ),
+        [x],
+        opset=opset,
+    )
     # 16-bit floats keep the scan (CumProd would round once in float32, XLA rounds per step);
     # integer reduce_prod is a CumProd's last element (onnxruntime's ReduceProd is float64)
     uses = not (_is_float(dtype) and np.dtype(dtype).itemsize == 2)
@@ -328,8 +454,16 @@ def test_cumprod_is_onnx_cumprod_from_opset_26(data):
 def test_cumprod_wraps_integers_and_propagates_nan_at_opset_26():
     ints = np.array([[2**20, 2**13, 3, -1], [7, 0, 5, 2**30]], np.int32)
     floats = np.array([[np.nan, 2.0, 0.5], [np.inf, 0.0, -3.0], [1e30, 1e30, 1e-30]], np.float32)
-    for x in (ints, ints.astype(np.int8), ints.astype(np.uint64), floats, floats.astype(np.float64)):
-        model = _check(lambda v: (lax.cumprod(v, 1), lax.cumprod(v, 0, reverse=True)), [x], opset=26)
+    for x in (
+        ints,
+        ints.astype(np.int8),
+        ints.astype(np.uint64),
+        floats,
+        floats.astype(np.float64),
+    ):
+        model = _check(
+            lambda v: (lax.cumprod(v, 1), lax.cumprod(v, 0, reverse=True)), [x], opset=26
+        )
         assert op_types(model).count("CumProd") == 2
 
 
@@ -360,18 +494,27 @@ SYMBOLIC = {
     "argsort_features": (lambda x: jnp.argsort(x, axis=1), np.int32),
     "top_k": (lambda x: lax.top_k(x, 3), np.float32),
 }
-LOOPS = {"cummax_over_batch", "cumprod_over_batch", "cumlogsumexp_over_batch", "prod_int_over_batch"}
+LOOPS = {
+    "cummax_over_batch",
+    "cumprod_over_batch",
+    "cumlogsumexp_over_batch",
+    "prod_int_over_batch",
+}
 
 
 @pytest.mark.parametrize("name", sorted(SYMBOLIC))
 def test_symbolic_batch(name):
     fn, dtype = SYMBOLIC[name]
     x64 = np.dtype(dtype).itemsize == 8
-    model = assert_exports_match(fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, enable_double_precision=x64)
+    model = assert_exports_match(
+        fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, enable_double_precision=x64
+    )
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "B"
     assert ("Loop" in op_types(model)) == (name in LOOPS)  # a scan over B loops log2(B) times
     if name in ("cumprod_over_batch", "prod_int_over_batch"):  # ... or is one CumProd from opset 26
-        model = assert_exports_match(fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, opset=MAX_OPSET)
+        model = assert_exports_match(
+            fn, [(("B", 5), dtype)], sizes={"B": [0, 1, 3, 9]}, opset=MAX_OPSET
+        )
         assert "Loop" not in op_types(model) and "CumProd" in op_types(model)
 
 
@@ -399,8 +542,14 @@ def test_keepdims_is_one_reduction(name, dtype, data):
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
     rank = len(shape)
     reduced = data.draw(st.sets(st.integers(0, rank - 1), min_size=1))
-    axes = tuple(a - rank if data.draw(st.booleans()) else a for a in sorted(reduced))  # negative axes too
-    elements = st.floats(-10, 10, width=32) | st.sampled_from([np.nan, np.inf, -np.inf, -0.0]) if dtype == np.float32 else st.integers(-5, 5)
+    axes = tuple(
+        a - rank if data.draw(st.booleans()) else a for a in sorted(reduced)
+    )  # negative axes too
+    elements = (
+        st.floats(-10, 10, width=32) | st.sampled_from([np.nan, np.inf, -np.inf, -0.0])
+        if dtype == np.float32
+        else st.integers(-5, 5)
+    )
     x = data.draw(hnp.arrays(dtype, shape, elements=elements))
     fn = lambda v: KEEPDIMS[name](v, axis=axes, keepdims=True)  # noqa: E731
     one_reduction = name in (("max", "min") if dtype == np.int32 else ("sum", "mean", "prod"))
@@ -416,7 +565,9 @@ def test_keepdims_is_one_reduction(name, dtype, data):
 @pytest.mark.parametrize("opset", [13, 17, 18, MAX_OPSET])
 def test_keepdims_in_every_opset_form(opset):
     """Axes as an attribute (ReduceMax before 18) or as an input (ReduceSum from 13)."""
-    for fn, dtype in [(lambda v: jnp.sum(v, axis=(0, -1), keepdims=True), np.float32),
-                      (lambda v: jnp.max(v, axis=-1, keepdims=True), np.int32)]:
+    for fn, dtype in [
+        (lambda v: jnp.sum(v, axis=(0, -1), keepdims=True), np.float32),
+        (lambda v: jnp.max(v, axis=-1, keepdims=True), np.int32),
+    ]:
         model = assert_exports_match(fn, [(("B", 3, 4), dtype)], sizes={"B": [0, 2]}, opset=opset)
         assert len(op_types(model)) == 1 and op_types(model)[0] in ("ReduceSum", "ReduceMax")

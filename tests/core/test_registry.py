@@ -61,7 +61,11 @@ def _install_plugin(monkeypatch: pytest.MonkeyPatch, rule) -> None:
     def plugin() -> None:
         register("tanh", rule, onnx_ops=("Sigmoid",))
 
-    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [_EntryPoint(plugin)] if group == "jax2onnx_nn.lowerings" else [])
+    monkeypatch.setattr(
+        registry.importlib.metadata,
+        "entry_points",
+        lambda group: [_EntryPoint(plugin)] if group == "jax2onnx_nn.lowerings" else [],
+    )
     registry._PLUGINS_LOADED = False
 
 
@@ -122,7 +126,9 @@ def test_user_rule_beats_plugin_whichever_comes_first(tables, monkeypatch):
 
 def test_per_export_lowerings_beat_user_rules(tables):
     register("tanh", _tanh_by_exp)
-    model = assert_exports_match(jnp.tanh, [((4,), np.float32)], lowerings={"tanh": _tanh_by_sigmoid})
+    model = assert_exports_match(
+        jnp.tanh, [((4,), np.float32)], lowerings={"tanh": _tanh_by_sigmoid}
+    )
     assert "Sigmoid" in _ops(model) and "Exp" not in _ops(model)
     assert "Exp" in _ops(to_onnx(jnp.tanh, [(3,)]))  # the override was for that export only
 
@@ -141,8 +147,14 @@ def test_a_rule_that_disagrees_with_jax_is_a_clear_error(wrong):
     with pytest.raises(ConversionError) as raised:
         to_onnx(lambda x: jnp.tanh(x), [((3,), np.float32)], lowerings={"tanh": bad_tanh})
     message = str(raised.value)
-    assert "internal error: the lowering of tanh at " in message and "test_registry.py" in message, message
-    assert ("returned DOUBLE where JAX has float32" if wrong == "dtype" else "returned 2 values for 1 outputs") in message, message
+    assert (
+        "internal error: the lowering of tanh at " in message and "test_registry.py" in message
+    ), message
+    assert (
+        "returned DOUBLE where JAX has float32"
+        if wrong == "dtype"
+        else "returned 2 values for 1 outputs"
+    ) in message, message
     assert "please report it" in message
 
 
@@ -156,6 +168,8 @@ def test_a_rule_for_complex_numbers_is_given_the_pairs(tables):
     register("rsqrt", lambda ctx, x, **params: ctx.op.Neg(x))
     with pytest.raises(ConversionError, match="rsqrt on complex numbers"):
         to_onnx(jax.lax.rsqrt, [z])
-    register("rsqrt", lambda ctx, x, **params: ctx.op.Neg(x), complex_pairs=True)  # (not rsqrt: a marker)
+    register(
+        "rsqrt", lambda ctx, x, **params: ctx.op.Neg(x), complex_pairs=True
+    )  # (not rsqrt: a marker)
     (out,) = run_onnx(to_onnx(jax.lax.rsqrt, [z]), [z])
     np.testing.assert_array_equal(out, -np.stack([z.real, z.imag], -1))

@@ -23,7 +23,10 @@ from jax2onnx_nn.testing import assert_exports_match
 def runtime_params() -> list:
     """One pytest param per runtime, skipped with the reason where it is not installed."""
     return [
-        pytest.param(r, marks=pytest.mark.skipif(missing_reason(r) is not None, reason=str(missing_reason(r))))
+        pytest.param(
+            r,
+            marks=pytest.mark.skipif(missing_reason(r) is not None, reason=str(missing_reason(r))),
+        )
         for r in RUNTIMES
     ]
 
@@ -69,7 +72,9 @@ def test_inputs_the_model_does_not_read_are_fed_by_name(runtime: str, read: int)
 
     assert_exports_match(f, [(3,), (2,)], target=runtime, runtime=runtime)
     model = to_onnx(f, [(3,), (2,)], target=runtime)
-    (out,) = run_model(model.SerializeToString(), [np.ones(3, np.float32), np.full(2, 3.0, np.float32)], runtime)
+    (out,) = run_model(
+        model.SerializeToString(), [np.ones(3, np.float32), np.full(2, 3.0, np.float32)], runtime
+    )
     np.testing.assert_array_equal(out, [2.0, 2.0, 2.0] if read == 0 else [6.0, 6.0])
 
 
@@ -97,7 +102,9 @@ _COUNTED_BODIES = {
     "shift": lambda i, c, x: c.at[1:].set(c[:-1]),
     "mask_below_step": lambda i, c, x: jnp.where(jnp.arange(c.shape[0]) < i, c * 0.5, c + x),
     "matrix": lambda i, c, x: c + jnp.outer(c, x) @ x * 1e-2 - c.mean(),
-    "inner_loop_of_step_trips": lambda i, c, x: jax.lax.fori_loop(0, i, lambda j, d: d * 0.5 + x, c),
+    "inner_loop_of_step_trips": lambda i, c, x: jax.lax.fori_loop(
+        0, i, lambda j, d: d * 0.5 + x, c
+    ),
 }
 
 
@@ -110,9 +117,15 @@ def test_loops_of_a_run_time_trip_count_over_symbolic_shapes(
     length, exported for the runtime (tract: a Scan over ``Range(0, trips)``) and run there:
     0, 1 and 4 steps on lengths 2 and 5."""
     if runtime == "tract" and body == "inner_loop_of_step_trips":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "tract 0.23 declutter: the inner Scan restarted at tick 0 of Range(0, i) gets region facts "
-            "it finds inconsistent ('inconsistent fact: body input 0 is N,F32 ... 1+-1*(0==0)')")))
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "tract 0.23 declutter: the inner Scan restarted at tick 0 of Range(0, i) gets region facts "
+                    "it finds inconsistent ('inconsistent fact: body input 0 is N,F32 ... 1+-1*(0==0)')"
+                ),
+            )
+        )
     step = _COUNTED_BODIES[body]
 
     def f(x, lo, hi):

@@ -17,7 +17,9 @@ from jax2onnx_nn import export_model, onnx_function, to_onnx
 from jax2onnx_nn.core import save
 from jax2onnx_nn.core.api import save_model
 
-W = np.asarray(jax.random.normal(jax.random.key(0), (64, 48)), np.float32)  # 12 kB: written on its own
+W = np.asarray(
+    jax.random.normal(jax.random.key(0), (64, 48)), np.float32
+)  # 12 kB: written on its own
 B = np.linspace(-1.0, 1.0, 48, dtype=np.float32)
 
 
@@ -27,7 +29,9 @@ def _mlp(x):
 
 def _check_runs_like_jax(path, fn=_mlp, shape=(3, 64)):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # from the file: finds its .data
+    session = ort.InferenceSession(
+        path, providers=["CPUExecutionProvider"]
+    )  # from the file: finds its .data
     (got,) = session.run(None, {session.get_inputs()[0].name: x})
     np.testing.assert_allclose(got, np.asarray(fn(x)), rtol=1e-5, atol=1e-5)
 
@@ -71,7 +75,9 @@ def test_one_file_is_the_model_with_its_weights_streamed(tmp_path):
     proto = to_onnx(_mlp, [("B", 64)])
     loaded = onnx.load(path)
     onnx.checker.check_model(loaded, full_check=True)
-    assert sorted(t.name for t in loaded.graph.initializer) == sorted(t.name for t in proto.graph.initializer)
+    assert sorted(t.name for t in loaded.graph.initializer) == sorted(
+        t.name for t in proto.graph.initializer
+    )
     by_name = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
     for tensor in loaded.graph.initializer:
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(tensor), by_name[tensor.name])
@@ -84,10 +90,14 @@ def test_external_data_is_referenced_by_the_model_and_aligned(tmp_path):
     proto = onnx.load(path, load_external_data=False)
     external = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     assert external and all(len(t.raw_data) == 0 for t in external)
-    assert {e.value for t in external for e in t.external_data if e.key == "location"} == {"m.onnx.data"}
+    assert {e.value for t in external for e in t.external_data if e.key == "location"} == {
+        "m.onnx.data"
+    }
     assert os.path.getsize(path) < W.nbytes  # the weights are not in the model file
     loaded = onnx.load(path)  # with its data: the same tensors as the in-memory export
-    by_name = {t.name: onnx.numpy_helper.to_array(t) for t in to_onnx(_mlp, [("B", 64)]).graph.initializer}
+    by_name = {
+        t.name: onnx.numpy_helper.to_array(t) for t in to_onnx(_mlp, [("B", 64)]).graph.initializer
+    }
     for tensor in loaded.graph.initializer:
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(tensor), by_name[tensor.name])
     offsets = [int(e.value) for t in external for e in t.external_data if e.key == "offset"]
@@ -133,7 +143,10 @@ def test_a_model_above_two_gigabytes_is_written_with_external_data_and_runs_like
     path = tmp_path / "big.onnx"
     assert to_onnx(f, [("B", width)], path=path) == str(path)
     assert sorted(os.listdir(tmp_path)) == ["big.onnx", "big.onnx.data"]
-    assert os.path.getsize(path) < 1e6 and os.path.getsize(tmp_path / "big.onnx.data") >= depth * width * width * 4
+    assert (
+        os.path.getsize(path) < 1e6
+        and os.path.getsize(tmp_path / "big.onnx.data") >= depth * width * width * 4
+    )
     assert len(onnx.load(path, load_external_data=False).functions) == 1
     x = np.asarray(jax.random.normal(jax.random.key(1), (2, width)), np.float32)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -197,12 +210,17 @@ print(json.dumps(peaks))
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's peak-RSS reset")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's peak-RSS reset"
+)
 def test_export_memory_stays_below_the_weight_bytes(tmp_path):
     # 24 weights of 4 MB (~100 MB), all modes in one subprocess (peak RSS reset between them)
     proc = subprocess.run(
         [sys.executable, "-c", _MEMORY_SCRIPT, "1024", "24", str(tmp_path / "m.onnx")],
-        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     peaks = json.loads(proc.stdout.strip().splitlines()[-1])
     # writing streams the weights from their buffers; a returned ModelProto is one copy by nature
@@ -215,7 +233,11 @@ def test_a_rearranged_weight_is_computed_when_written_not_at_export(tmp_path):
 
     conv = nnx.Conv(3, 8, kernel_size=(3, 3), rngs=nnx.Rngs(0))  # HWIO kernel, ONNX wants OIHW
     model = export_model(conv, [("B", 6, 6, 3)])
-    (kernel,) = [v for v in model.graph.initializers.values() if v.const_value.shape == ir.Shape([8, 3, 3, 3])]
+    (kernel,) = [
+        v
+        for v in model.graph.initializers.values()
+        if v.const_value.shape == ir.Shape([8, 3, 3, 3])
+    ]
     assert isinstance(kernel.const_value, ir.LazyTensor)
     save_model(model, tmp_path / "conv.onnx")
     _check_runs_like_jax(str(tmp_path / "conv.onnx"), conv, (2, 6, 6, 3))

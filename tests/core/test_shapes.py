@@ -17,8 +17,18 @@ from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, s
 from jax2onnx_nn.testing.assertions import op_types
 
 DTYPES = [
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, np.float32, np.float64,
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
 ]
 INDEX_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 SIZES = {"B": [1, 3, 8]}
@@ -152,7 +162,13 @@ def test_broadcast_in_dim(data, case):
 def test_expand_dims_is_one_unsqueeze(data, shape):
     n = data.draw(st.integers(1, 2))
     rank = len(shape) + n
-    axes = tuple(data.draw(st.lists(st.integers(-rank, rank - 1), min_size=n, max_size=n, unique_by=lambda a: a % rank)))
+    axes = tuple(
+        data.draw(
+            st.lists(
+                st.integers(-rank, rank - 1), min_size=n, max_size=n, unique_by=lambda a: a % rank
+            )
+        )
+    )
     x = _array(data, shape)
     model = assert_exports_match_on(lambda v: jnp.expand_dims(v, axes), x)
     assert op_types(model) == ["Unsqueeze"]
@@ -244,8 +260,12 @@ def test_concatenate(data, shape):
 
 def test_concatenate_symbolic():
     sizes = {"B": [1, 3, 8], "T": [2, 1, 5]}
-    _check_symbolic(lambda x, y: jnp.concatenate([x, y, x], axis=0), [("B", 3), ("T", 3)], sizes=sizes)
-    _check_symbolic(lambda x, y: jnp.concatenate([x, y], axis=-1), [("B", 3), ("B", "T")], sizes=sizes)
+    _check_symbolic(
+        lambda x, y: jnp.concatenate([x, y, x], axis=0), [("B", 3), ("T", 3)], sizes=sizes
+    )
+    _check_symbolic(
+        lambda x, y: jnp.concatenate([x, y], axis=-1), [("B", 3), ("B", "T")], sizes=sizes
+    )
 
 
 @given(data=st.data(), shape=shapes(max_dims=3))
@@ -256,11 +276,15 @@ def test_stack_unstack(data, shape):
     assert_exports_match_on(lambda *vs: jnp.stack(vs, axis=axis), *parts)
     if shape:
         axis = data.draw(st.integers(-len(shape), len(shape) - 1))
-        assert_exports_match_on(lambda v: (v, *jnp.unstack(v, axis=axis)), parts[0])  # v: a model needs an output
+        assert_exports_match_on(
+            lambda v: (v, *jnp.unstack(v, axis=axis)), parts[0]
+        )  # v: a model needs an output
 
 
 def test_stack_unstack_symbolic():
-    _check_symbolic(lambda x, y: jnp.unstack(jnp.stack([x, y], axis=-1), axis=1), [("B", 3), ("B", 3)])
+    _check_symbolic(
+        lambda x, y: jnp.unstack(jnp.stack([x, y], axis=-1), axis=1), [("B", 3), ("B", 3)]
+    )
 
 
 @given(data=st.data(), shape=shapes(min_dims=1, max_dims=3))
@@ -309,11 +333,18 @@ def test_pad(data, shape):
 )
 def test_pad_symbolic(config):
     sizes = {"B": [2, 3, 8], "T": [2, 1, 5]}
-    _check_symbolic(lambda x, v: lax.pad(x, v, config), [("B", "T"), ((), "float32")], sizes=sizes, constraints=("B >= 2",))
+    _check_symbolic(
+        lambda x, v: lax.pad(x, v, config),
+        [("B", "T"), ((), "float32")],
+        sizes=sizes,
+        constraints=("B >= 2",),
+    )
 
 
 def test_pad_positive_only_is_one_node():
-    model = assert_exports_match_on(lambda x: jnp.pad(x, ((1, 2), (0, 3)), constant_values=7), np.ones((2, 3), np.int16))
+    model = assert_exports_match_on(
+        lambda x: jnp.pad(x, ((1, 2), (0, 3)), constant_values=7), np.ones((2, 3), np.int16)
+    )
     assert op_types(model).count("Pad") == 1 and "Slice" not in op_types(model)
 
 
@@ -332,8 +363,13 @@ def slices(draw, shape: tuple[int, ...]) -> tuple[list[int], list[int], list[int
 @given(data=st.data(), shape=shapes())
 def test_slice(data, shape):
     starts, limits, strides = data.draw(slices(shape))
-    model = assert_exports_match_on(lambda v: lax.slice(v, starts, limits, strides), _array(data, shape))
-    full = all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts, limits, strides, shape, strict=True))
+    model = assert_exports_match_on(
+        lambda v: lax.slice(v, starts, limits, strides), _array(data, shape)
+    )
+    full = all(
+        s == 0 and e == n and t == 1
+        for s, e, t, n in zip(starts, limits, strides, shape, strict=True)
+    )
     assert ("Slice" in op_types(model)) == (not full)
 
 
@@ -351,13 +387,22 @@ def test_slice_symbolic(fn):
 
 
 def test_slice_counted_from_a_symbolic_end_needs_no_shape():
-    model = _check_symbolic(lambda x: lax.slice(x, (1, 0), (x.shape[0] - 1, 4)), [("B", 4)], sizes={"B": [2, 3, 8]}, constraints=("B >= 2",))
+    model = _check_symbolic(
+        lambda x: lax.slice(x, (1, 0), (x.shape[0] - 1, 4)),
+        [("B", 4)],
+        sizes={"B": [2, 3, 8]},
+        constraints=("B >= 2",),
+    )
     assert op_types(model) == ["Slice"]
 
 
 @given(data=st.data(), shape=shapes())
 def test_rev(data, shape):
-    dims = tuple(data.draw(st.lists(st.integers(0, max(len(shape) - 1, 0)), unique=True, max_size=len(shape))))
+    dims = tuple(
+        data.draw(
+            st.lists(st.integers(0, max(len(shape) - 1, 0)), unique=True, max_size=len(shape))
+        )
+    )
     assert_exports_match_on(lambda v: lax.rev(v, dims), _array(data, shape))
 
 
@@ -367,8 +412,17 @@ def test_flip_roll_repeat(data, shape):
     shift = data.draw(st.integers(-5, 5))
     repeats = data.draw(st.integers(0, 3))
     x = _array(data, shape)
-    assert_exports_match_on(lambda v: (jnp.flip(v, axis), jnp.roll(v, shift, axis=axis), jnp.repeat(v, repeats, axis=axis)), x)
-    assert_exports_match_on(lambda v, s: jnp.roll(v, s, axis=axis), x, np.int32(shift))  # traced shift: dynamic_slice
+    assert_exports_match_on(
+        lambda v: (
+            jnp.flip(v, axis),
+            jnp.roll(v, shift, axis=axis),
+            jnp.repeat(v, repeats, axis=axis),
+        ),
+        x,
+    )
+    assert_exports_match_on(
+        lambda v, s: jnp.roll(v, s, axis=axis), x, np.int32(shift)
+    )  # traced shift: dynamic_slice
 
 
 def test_rev_flip_symbolic():
@@ -403,15 +457,28 @@ def test_dynamic_update_slice(data, shape):
 
 def test_static_dynamic_slice_is_one_slice():
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
-    model = assert_exports_match_on(lambda v: lax.dynamic_slice(v, (3, 1), (2, 3)), x)  # start 3 clamps to 2
+    model = assert_exports_match_on(
+        lambda v: lax.dynamic_slice(v, (3, 1), (2, 3)), x
+    )  # start 3 clamps to 2
     assert op_types(model) == ["Slice"]
-    model = assert_exports_match_on(lambda v, u: lax.dynamic_update_slice(v, u, (1, 9)), x, np.ones((2, 2), np.float32))
+    model = assert_exports_match_on(
+        lambda v, u: lax.dynamic_update_slice(v, u, (1, 9)), x, np.ones((2, 2), np.float32)
+    )
     assert sorted(set(op_types(model))) == ["Concat", "Slice"]
 
 
 def test_dynamic_slice_symbolic():
-    _check_symbolic(lambda x, i: lax.dynamic_slice(x, (i, 0), (2, 4)), [("B", 4), ((), "int32")], sizes={"B": [2, 3, 8]}, constraints=("B >= 2",))
-    _check_symbolic(lambda x, i: lax.dynamic_slice_in_dim(x, i, x.shape[0] - 1), [("B", 4), ((), "int64")], x64=True)
+    _check_symbolic(
+        lambda x, i: lax.dynamic_slice(x, (i, 0), (2, 4)),
+        [("B", 4), ((), "int32")],
+        sizes={"B": [2, 3, 8]},
+        constraints=("B >= 2",),
+    )
+    _check_symbolic(
+        lambda x, i: lax.dynamic_slice_in_dim(x, i, x.shape[0] - 1),
+        [("B", 4), ((), "int64")],
+        x64=True,
+    )
     _check_symbolic(lambda x, i: lax.dynamic_index_in_dim(x, i, axis=1), [("B", 4), ((), "int32")])
 
 
@@ -423,7 +490,12 @@ def test_dynamic_update_slice_symbolic_cache():
 
     model = _check_symbolic(write, [("B", 8, 4), ("B", 1, 4), ((), "int32")])
     assert op_types(model).count("Concat") == 1
-    _check_symbolic(lambda c, n, p: lax.dynamic_update_slice(c, n, (p, 0)), [("B", 4), (2, 4), ((), "int32")], sizes={"B": [2, 3, 8]}, constraints=("B >= 2",))
+    _check_symbolic(
+        lambda c, n, p: lax.dynamic_update_slice(c, n, (p, 0)),
+        [("B", 4), (2, 4), ((), "int32")],
+        sizes={"B": [2, 3, 8]},
+        constraints=("B >= 2",),
+    )
 
 
 # -- iota, dim_as_value -------------------------------------------------------------------------
@@ -437,8 +509,14 @@ def test_iota(data, dtype):
 
 def test_iota_wraps_and_rounds_like_jax():
     assert_exports_match_on(lambda v: lax.iota(jnp.int8, 300), np.int8(0))
-    assert "Range" in op_types(assert_exports_match_on(lambda v: lax.iota(jnp.int8, 5000), np.int8(0)))
-    assert "Range" in op_types(assert_exports_match_on(lambda v: lax.broadcasted_iota(jnp.float16, (2, 3000), 1), np.float16(0)))
+    assert "Range" in op_types(
+        assert_exports_match_on(lambda v: lax.iota(jnp.int8, 5000), np.int8(0))
+    )
+    assert "Range" in op_types(
+        assert_exports_match_on(
+            lambda v: lax.broadcasted_iota(jnp.float16, (2, 3000), 1), np.float16(0)
+        )
+    )
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint32", "int64", "float16", "float32", "float64"])
@@ -446,7 +524,11 @@ def test_iota_symbolic(dtype):
     x64 = np.dtype(dtype).itemsize == 8
 
     def fn(x):
-        return (lax.broadcasted_iota(dtype, (x.shape[0], 3), 0), lax.broadcasted_iota(dtype, (2, x.shape[0]), 1), jnp.arange(x.shape[0], dtype=dtype))
+        return (
+            lax.broadcasted_iota(dtype, (x.shape[0], 3), 0),
+            lax.broadcasted_iota(dtype, (2, x.shape[0]), 1),
+            jnp.arange(x.shape[0], dtype=dtype),
+        )
 
     _check_symbolic(fn, [("B",)], x64=x64)
 
@@ -486,7 +568,9 @@ def test_key_arrays(name):
 def test_key_reshape_with_dimensions():
     """JAX cannot compile this one itself; compare with the transpose it stands for."""
     keys = jax.random.split(jax.random.key(0), 12).reshape(2, 3, 2)
-    model = to_onnx(lambda k: jax.random.key_data(lax.reshape(k, (12,), dimensions=(1, 0, 2))), [keys])
+    model = to_onnx(
+        lambda k: jax.random.key_data(lax.reshape(k, (12,), dimensions=(1, 0, 2))), [keys]
+    )
     reference = lambda k: jax.random.key_data(k.transpose(1, 0, 2).reshape(12))  # noqa: E731
     verify(reference, model, [keys], input_values=[keys]).raise_if_failed()
     assert op_types(model) == ["Transpose", "Reshape"]
@@ -495,7 +579,9 @@ def test_key_reshape_with_dimensions():
 def test_key_transpose_is_one_node():
     keys = jax.random.split(jax.random.key(0), 6).reshape(2, 3)
     model = assert_exports_match_on(lambda k: jax.random.key_data(k.T), keys)
-    assert [(n.op_type, list(n.attribute[0].ints)) for n in model.graph.node] == [("Transpose", [1, 0, 2])]
+    assert [(n.op_type, list(n.attribute[0].ints)) for n in model.graph.node] == [
+        ("Transpose", [1, 0, 2])
+    ]
 
 
 @pytest.mark.parametrize("opset", [17, 23])
@@ -515,6 +601,8 @@ def test_every_rule_at_the_opset_bounds(opset):
 def test_empty_buffers_are_zeros_of_their_shape(dtype):
     """``lax.empty`` (scan buffers of newer JAX) has unspecified contents; XLA and we give zeros.
     A symbolic shape becomes one ConstantOfShape, not a constant in the file."""
-    model = assert_exports_match(lambda x: jax.lax.empty((x.shape[0], 40), dtype), [("B", 3)], sizes={"B": [1, 5]})
+    model = assert_exports_match(
+        lambda x: jax.lax.empty((x.shape[0], 40), dtype), [("B", 3)], sizes={"B": [1, 5]}
+    )
     assert [n.op_type for n in model.graph.node][-1] == "ConstantOfShape"
     assert_exports_match(lambda x: x + jax.lax.empty((), np.float32), [(2,)])

@@ -14,8 +14,13 @@ from jax.sharding import PartitionSpec as P
 from jax2onnx_nn import ConversionError, to_onnx
 from jax2onnx_nn.testing import assert_exports_match, op_types
 
-pytestmark = pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices (tests/conftest.py sets XLA_FLAGS)")
-shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map", fromlist=["shard_map"]).shard_map
+pytestmark = pytest.mark.skipif(
+    len(jax.devices()) < 4, reason="needs 4 devices (tests/conftest.py sets XLA_FLAGS)"
+)
+shard_map = (
+    getattr(jax, "shard_map", None)
+    or __import__("jax.experimental.shard_map", fromlist=["shard_map"]).shard_map
+)
 
 
 def mesh(shape, names):
@@ -34,27 +39,47 @@ def values(*shapes):
 
 def _collectives(a):
     return [
-        lax.psum(a, "x"), lax.pmean(a, ("x", "y")), lax.pmax(a, "y"), lax.pmin(a, "x"),
-        lax.all_gather(a, "x", axis=1, tiled=False), lax.all_gather(a, ("x", "y"), tiled=True),
+        lax.psum(a, "x"),
+        lax.pmean(a, ("x", "y")),
+        lax.pmax(a, "y"),
+        lax.pmin(a, "x"),
+        lax.all_gather(a, "x", axis=1, tiled=False),
+        lax.all_gather(a, ("x", "y"), tiled=True),
         lax.all_gather(a, ("y", "x"), axis=1, tiled=True),
         lax.psum_scatter(a, "y", scatter_dimension=0, tiled=True),
         lax.psum_scatter(a, ("x", "y"), scatter_dimension=0, tiled=True),
         lax.psum_scatter(a[:, :2], "x", scatter_dimension=1, tiled=False),
-        lax.all_to_all(a, "x", 0, 1, tiled=True), lax.all_to_all(a, ("y", "x"), 0, 1, tiled=True),
+        lax.all_to_all(a, "x", 0, 1, tiled=True),
+        lax.all_to_all(a, ("y", "x"), 0, 1, tiled=True),
         lax.all_to_all(a[:2], "y", 0, 1, tiled=False),
-        lax.ppermute(a, "y", [(0, 1), (1, 0)]), lax.ppermute(a, ("x", "y"), [(0, 3), (3, 1), (1, 0)]),
-        lax.axis_index("y") + a, lax.axis_index(("x", "y")) * a, lax.axis_size("x") * a, lax.psum(1, ("x", "y")) * a,
+        lax.ppermute(a, "y", [(0, 1), (1, 0)]),
+        lax.ppermute(a, ("x", "y"), [(0, 3), (3, 1), (1, 0)]),
+        lax.axis_index("y") + a,
+        lax.axis_index(("x", "y")) * a,
+        lax.axis_size("x") * a,
+        lax.psum(1, ("x", "y")) * a,
     ]
 
 
 @pytest.mark.parametrize("check_vma", [True, False])
 def test_every_collective_over_two_mesh_axes(check_vma):
-    f = shard_map(_collectives, mesh=MESH_XY, in_specs=P("x", "y"), out_specs=P(("x", "y")), check_vma=check_vma)
+    f = shard_map(
+        _collectives,
+        mesh=MESH_XY,
+        in_specs=P("x", "y"),
+        out_specs=P(("x", "y")),
+        check_vma=check_vma,
+    )
     assert_exports_match(f, [(8, 4)])
 
 
 def test_one_device_mesh_is_the_body_itself():
-    f = shard_map(lambda a, w: jnp.tanh(lax.psum(a @ w, "x")), mesh=mesh((1,), ("x",)), in_specs=(P("x"), P()), out_specs=P("x"))
+    f = shard_map(
+        lambda a, w: jnp.tanh(lax.psum(a @ w, "x")),
+        mesh=mesh((1,), ("x",)),
+        in_specs=(P("x"), P()),
+        out_specs=P("x"),
+    )
     model = assert_exports_match(f, [(5, 3), (3, 2)])
     assert op_types(model) == ["MatMul", "Tanh"]
 
@@ -67,7 +92,9 @@ def test_data_parallel_mlp_with_replicated_weights_and_a_mean_loss():
             h = jax.nn.relu(x @ w1)
             return lax.pmean(jnp.mean((h @ w2 - y) ** 2), "x"), h @ w2
 
-        return shard_map(local, mesh=MESH_X, in_specs=(P("x"), P("x")), out_specs=(P(), P("x")))(x, y)
+        return shard_map(local, mesh=MESH_X, in_specs=(P("x"), P("x")), out_specs=(P(), P("x")))(
+            x, y
+        )
 
     model = assert_exports_match(step, [(8, 6), (8, 3)])
     # the replicated weights are multiplied once per matrix product, not once per device
@@ -81,13 +108,17 @@ def test_tensor_parallel_column_then_row_sharded_matmuls():
         def local(x, w1, w2):  # w1 sharded by columns, w2 by rows: one psum at the end
             return lax.psum(jax.nn.gelu(x @ w1) @ w2, "x")
 
-        return shard_map(local, mesh=MESH_X, in_specs=(P(), P(None, "x"), P("x", None)), out_specs=P())(x, w1, w2)
+        return shard_map(
+            local, mesh=MESH_X, in_specs=(P(), P(None, "x"), P("x", None)), out_specs=P()
+        )(x, w1, w2)
 
     assert_exports_match(mlp, [(4, 8), (8, 16), (16, 8)])
 
     def gathered(x, w1):  # columns gathered back with all_gather
         local = lambda x, w: lax.all_gather(x @ w, "x", axis=1, tiled=True)  # noqa: E731
-        return shard_map(local, mesh=MESH_X, in_specs=(P(), P(None, "x")), out_specs=P(), check_vma=False)(x, w1)
+        return shard_map(
+            local, mesh=MESH_X, in_specs=(P(), P(None, "x")), out_specs=P(), check_vma=False
+        )(x, w1)
 
     assert_exports_match(gathered, [(4, 8), (8, 16)])
 
@@ -115,11 +146,15 @@ def test_moe_all_to_all_dispatch_and_return():
 
     def moe(tokens):  # [devices * 4 tokens, 5]: each device sends one token-slot per expert
         def local(tokens, w):
-            routed = lax.all_to_all(tokens, "x", 0, 0, tiled=True)  # each device gets its expert's tokens
+            routed = lax.all_to_all(
+                tokens, "x", 0, 0, tiled=True
+            )  # each device gets its expert's tokens
             out = jnp.tanh(routed @ w[0])
             return lax.all_to_all(out, "x", 0, 0, tiled=True)
 
-        return shard_map(local, mesh=MESH_X, in_specs=(P("x"), P("x")), out_specs=P("x"))(tokens, experts)
+        return shard_map(local, mesh=MESH_X, in_specs=(P("x"), P("x")), out_specs=P("x"))(
+            tokens, experts
+        )
 
     assert_exports_match(moe, [(16, 5)])
 
@@ -132,7 +167,9 @@ def test_collectives_inside_cond_and_while_and_jit_in_the_body():
         y = lax.cond(i % 2 == 0, lambda v: v + 1, lambda v: v * 2, y)
         z = jax.jit(lambda v: lax.pmax(v, "x") - v)(y)
         # collectives in a loop run the same number of steps on every device (else JAX hangs)
-        n = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 0.5 + lax.psum(c[1], "x") * 0.1), (0, z))[1]
+        n = lax.while_loop(
+            lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 0.5 + lax.psum(c[1], "x") * 0.1), (0, z)
+        )[1]
         return lax.while_loop(lambda c: c[0] < 2 + i, lambda c: (c[0] + 1, c[1] + 1), (0, n))[1]
 
     f = shard_map(local, mesh=MESH_X, in_specs=P("x"), out_specs=P("x"), check_vma=False)
@@ -140,7 +177,9 @@ def test_collectives_inside_cond_and_while_and_jit_in_the_body():
 
 
 def test_shard_map_inside_jit_scan_and_vmap():
-    inner = shard_map(lambda a: lax.psum(jnp.sin(a), "x"), mesh=MESH_X, in_specs=P("x"), out_specs=P())
+    inner = shard_map(
+        lambda a: lax.psum(jnp.sin(a), "x"), mesh=MESH_X, in_specs=P("x"), out_specs=P()
+    )
 
     def program(xs):
         ys = jax.jit(jax.vmap(inner))(xs)  # [3, 8, 2] -> [3, 2, 2]
@@ -153,7 +192,13 @@ def test_partly_replicated_inputs_and_outputs_over_two_axes():
     def body(a, b):
         return a * lax.axis_index("y") + b, lax.psum(b, "x")
 
-    f = shard_map(body, mesh=MESH_XY, in_specs=(P("x", None), P(None, "y")), out_specs=(P("x", "y"), P(None, "y")), check_vma=False)
+    f = shard_map(
+        body,
+        mesh=MESH_XY,
+        in_specs=(P("x", None), P(None, "y")),
+        out_specs=(P("x", "y"), P(None, "y")),
+        check_vma=False,
+    )
     assert_exports_match(f, [(4, 6), (2, 12)])
     g = shard_map(lambda a: a * 2, mesh=MESH_XY, in_specs=P(("x", "y")), out_specs=P(("y", "x")))
     assert_exports_match(g, [(8, 3)])
@@ -185,7 +230,10 @@ def test_unsupported_collective_context_is_a_conversion_error():
         return lax.custom_linear_solve(total, x, solve=lambda matvec, b: b / lax.psum(x, "x"))
 
     f = shard_map(local, mesh=MESH_X, in_specs=P("x"), out_specs=P("x"), check_vma=False)
-    with pytest.raises(ConversionError, match=r"collectives inside a custom_linear_solve \(at .*test_sharding.py:\d+"):
+    with pytest.raises(
+        ConversionError,
+        match=r"collectives inside a custom_linear_solve \(at .*test_sharding.py:\d+",
+    ):
         to_onnx(f, [(8,)])
 
 

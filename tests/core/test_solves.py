@@ -35,48 +35,88 @@ def check_tridiagonal_solve(m, k, batch, dtype, seed, dominant):
     their conditioning varies, so they are compared at 1e-4 / 1e-8)."""
     b = np.random.default_rng(seed + 1).normal(size=(*batch, m, k)).astype(dtype)
     tol = _tol(dtype) if dominant else {k: v * 10 for k, v in _tol(dtype).items()}
-    assert_exports_match_on(lax.linalg.tridiagonal_solve, *_diagonals(seed, batch, m, dtype, dominant), b, **tol, jit=True)
+    assert_exports_match_on(
+        lax.linalg.tridiagonal_solve,
+        *_diagonals(seed, batch, m, dtype, dominant),
+        b,
+        **tol,
+        jit=True,
+    )
 
 
-@pytest.mark.parametrize(("m", "k", "batch", "dtype", "dominant"), [(5, 3, (2,), np.float32, True), (5, 1, (), np.float64, False)])
+@pytest.mark.parametrize(
+    ("m", "k", "batch", "dtype", "dominant"),
+    [(5, 3, (2,), np.float32, True), (5, 1, (), np.float64, False)],
+)
 def test_tridiagonal_solve_matches_jax(m, k, batch, dtype, dominant):
     check_tridiagonal_solve(m, k, batch, dtype, 0, dominant)
 
 
 @pytest.mark.slow
 @settings(max_examples=3)
-@given(m=SIZES, k=st.sampled_from([1, 3]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, dominant=st.booleans())
+@given(
+    m=SIZES,
+    k=st.sampled_from([1, 3]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    dominant=st.booleans(),
+)
 def test_tridiagonal_solve_property(m, k, batch, dtype, seed, dominant):
     check_tridiagonal_solve(m, k, batch, dtype, seed, dominant)
 
 
 def test_tridiagonal_solve_symbolic_batch_and_vmap():
-    values = [[*_diagonals(s, (b,), 5, np.float32, True), np.ones((b, 5, 2), np.float32)] for s, b in enumerate([1, 4])]
+    values = [
+        [*_diagonals(s, (b,), 5, np.float32, True), np.ones((b, 5, 2), np.float32)]
+        for s, b in enumerate([1, 4])
+    ]
     for v in values:
-        assert_exports_match(lax.linalg.tridiagonal_solve, [("B", 5)] * 3 + [("B", 5, 2)], input_values=v, jit=True)
+        assert_exports_match(
+            lax.linalg.tridiagonal_solve, [("B", 5)] * 3 + [("B", 5, 2)], input_values=v, jit=True
+        )
     dl, d, du = _diagonals(0, (3,), 4, np.float32, False)
-    assert_exports_match_on(jax.vmap(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b[:, None])), dl, d, du, d * 2, rtol=1e-4, jit=True)
+    assert_exports_match_on(
+        jax.vmap(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b[:, None])),
+        dl,
+        d,
+        du,
+        d * 2,
+        rtol=1e-4,
+        jit=True,
+    )
 
 
 @pytest.mark.parametrize("size", [24, pytest.param(64, marks=pytest.mark.slow)])
 def test_tridiagonal_solve_looped(size):
     """Above the unroll limit: one Loop for the elimination, one for the substitution."""
-    *diags, = _diagonals(size, (2,), size, np.float64, True)
-    model = assert_exports_match_on(lax.linalg.tridiagonal_solve, *diags, np.ones((2, size, 2)), **_tol(np.float64), jit=True)
+    (*diags,) = _diagonals(size, (2,), size, np.float64, True)
+    model = assert_exports_match_on(
+        lax.linalg.tridiagonal_solve, *diags, np.ones((2, size, 2)), **_tol(np.float64), jit=True
+    )
     assert len(model.graph.node) < 40
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_tridiagonal_solve_singular_is_nan(dtype):
     """gtsv stops at an exact zero pivot; JAX makes that system's solution NaN."""
-    dl, d, du = (np.array(v, dtype) for v in ([[0, 0, 1], [0, 1, 1]], [[1, 0, 1], [2, 2, 2]], [[0, 0, 0], [1, 1, 0]]))
-    assert_exports_match_on(lax.linalg.tridiagonal_solve, dl, d, du, np.ones((2, 3, 1), dtype), jit=True)
+    dl, d, du = (
+        np.array(v, dtype)
+        for v in ([[0, 0, 1], [0, 1, 1]], [[1, 0, 1], [2, 2, 2]], [[0, 0, 0], [1, 1, 0]])
+    )
+    assert_exports_match_on(
+        lax.linalg.tridiagonal_solve, dl, d, du, np.ones((2, 3, 1), dtype), jit=True
+    )
 
 
 def test_tridiagonal_solve_perturbed_is_refused():
     d = np.ones((3,), np.float32)
     with pytest.raises(ConversionError, match="perturb_singular"):
-        roundtrip(lambda d: lax.linalg.tridiagonal_solve(d, d, d, d[:, None], perturb_singular=True), [d.shape], input_values=[d])
+        roundtrip(
+            lambda d: lax.linalg.tridiagonal_solve(d, d, d, d[:, None], perturb_singular=True),
+            [d.shape],
+            input_values=[d],
+        )
 
 
 def test_eigh_tridiagonal_eigenvectors_are_refused_with_what_to_use():
@@ -91,16 +131,24 @@ def test_eigh_tridiagonal_eigenvectors_are_refused_with_what_to_use():
         roundtrip(vectors, [d.shape, e.shape], input_values=[d, e])
     assert f"{__file__}:{vectors.__code__.co_firstlineno + 1}" in str(info.value)
     assert "jnp.linalg.eigh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1))" in str(info.value)
-    assert_exports_match_on(lambda d, e: jnp.linalg.eigvalsh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)), d, e)
+    assert_exports_match_on(
+        lambda d, e: jnp.linalg.eigvalsh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)), d, e
+    )
 
 
 # -- custom_linear_solve -----------------------------------------------------------------------
 SOLVES = {
     # a user solve that itself calls a custom_linear_solve (jnp.linalg.solve does)
-    "nested": lambda a, b: lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b)),
-    "symmetric": lambda a, b: lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b), symmetric=True),
+    "nested": lambda a, b: lax.custom_linear_solve(
+        lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b)
+    ),
+    "symmetric": lambda a, b: lax.custom_linear_solve(
+        lambda x: a @ x, b, lambda mv, b: jnp.linalg.solve(a, b), symmetric=True
+    ),
     "pytree": lambda a, b: lax.custom_linear_solve(
-        lambda x: {"u": a @ x["u"], "v": 2 * x["v"]}, {"u": b, "v": b}, lambda mv, r: {"u": jnp.linalg.solve(a, r["u"]), "v": r["v"] / 2}
+        lambda x: {"u": a @ x["u"], "v": 2 * x["v"]},
+        {"u": b, "v": b},
+        lambda mv, r: {"u": jnp.linalg.solve(a, r["u"]), "v": r["v"] / 2},
     ),
     "cg": lambda a, b: jssl.cg(a, b, tol=1e-12, maxiter=50)[0],
     "solve": lambda a, b: jnp.linalg.solve(a, b),
@@ -109,11 +157,20 @@ SOLVES = {
 
 def check_custom_linear_solve(name, n, dtype, seed):
     a, b = spd(seed, (), n, dtype), np.random.default_rng(seed + 1).normal(size=(n,)).astype(dtype)
-    tol = _tol(dtype) if name != "cg" else {"rtol": 1e-4 if dtype == np.float32 else 1e-9, "atol": 1e-4 if dtype == np.float32 else 1e-9}
+    tol = (
+        _tol(dtype)
+        if name != "cg"
+        else {
+            "rtol": 1e-4 if dtype == np.float32 else 1e-9,
+            "atol": 1e-4 if dtype == np.float32 else 1e-9,
+        }
+    )
     assert_exports_match_on(SOLVES[name], a, b, **tol, jit=True)
 
 
-@pytest.mark.parametrize(("name", "dtype"), [(name, (np.float32, np.float64)[i % 2]) for i, name in enumerate(SOLVES)])
+@pytest.mark.parametrize(
+    ("name", "dtype"), [(name, (np.float32, np.float64)[i % 2]) for i, name in enumerate(SOLVES)]
+)
 def test_custom_linear_solve_matches_jax(name, dtype):
     check_custom_linear_solve(name, 3, dtype, 0)
 
@@ -152,7 +209,11 @@ def test_solve_eliminates_a_and_b_together(layout, dtype):
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 and sa[-1] == 16 else _tol(dtype)
     model = assert_exports_match_on(jnp.linalg.solve, a, b, **tol, jit=True)
     ops = op_types(model)
-    assert "MatMul" not in ops and "Gather" not in ops and ops.count("GatherND") == (2 if sa[-1] >= 2 else 0), ops
+    assert (
+        "MatMul" not in ops
+        and "Gather" not in ops
+        and ops.count("GatherND") == (2 if sa[-1] >= 2 else 0)
+    ), ops
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -160,7 +221,10 @@ def test_solve_and_inv_pivot_on_ties_as_getrf(seed):
     """Small integer entries: equal magnitudes in a column, the first row in getrf's swapped
     order is the pivot (a different one rounds differently)."""
     rng = np.random.default_rng(seed)
-    a, b = rng.integers(-2, 3, size=(6, 4, 4)).astype(np.float32), rng.integers(-2, 3, size=(6, 4, 2)).astype(np.float32)
+    a, b = (
+        rng.integers(-2, 3, size=(6, 4, 4)).astype(np.float32),
+        rng.integers(-2, 3, size=(6, 4, 2)).astype(np.float32),
+    )
     a[:, range(4), range(4)] += 0.5 * (rng.integers(0, 2, size=(6, 4)))  # fewer singular ones
     assert_exports_match_on(jnp.linalg.solve, a, b, rtol=1e-5, atol=1e-5, jit=True)
     assert_exports_match_on(jnp.linalg.inv, a, rtol=1e-5, atol=1e-5, jit=True)
@@ -175,7 +239,14 @@ SINGULAR = {
     "inf": [[1.0, 2], [np.inf, 1]],
     "nan_in_a_pivot_column": [[1.0, 2, 3], [3, np.nan, 0], [2, 0, 1]],
     # above 5 rows U's columns are divided by their pivots before the substitution
-    "rank_5_of_6": [[1.0, 2, 2, 0, 1, 3], [2, 1, 4, 1, 0, 1], [0, 3, 0, 2, 1, 0], [1, 1, 2, 1, 1, 1], [3, 0, 6, 0, 2, 1], [1, 2, 2, 2, 0, 1]],
+    "rank_5_of_6": [
+        [1.0, 2, 2, 0, 1, 3],
+        [2, 1, 4, 1, 0, 1],
+        [0, 3, 0, 2, 1, 0],
+        [1, 1, 2, 1, 1, 1],
+        [3, 0, 6, 0, 2, 1],
+        [1, 2, 2, 2, 0, 1],
+    ],
 }
 
 
@@ -198,7 +269,9 @@ def test_a_custom_solve_by_lu_is_run_as_written():
 
     def solve(a, b):
         factors = jsl.lu_factor(a)
-        return lax.custom_linear_solve(lambda x: a.T @ x, b, lambda mv, r: jsl.lu_solve(factors, r, trans=1))
+        return lax.custom_linear_solve(
+            lambda x: a.T @ x, b, lambda mv, r: jsl.lu_solve(factors, r, trans=1)
+        )
 
     a, b = general(2, (), 4, shift=0.0), np.arange(4.0, dtype=np.float32)
     model = assert_exports_match_on(solve, a, b, **_tol(np.float32), jit=True)
@@ -214,7 +287,9 @@ def test_a_custom_solve_with_more_than_lu_solve_is_run_as_written(after):
     def solve(a, b):
         lu, _, perm = lax.linalg.lu(a)
         more = {"scaled": lambda x: 2.0 * x, "shifted": lambda x: x + b}[after]
-        return lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, r: more(lax_linalg._lu_solve(lu, perm, r, trans=0)))
+        return lax.custom_linear_solve(
+            lambda x: a @ x, b, lambda mv, r: more(lax_linalg._lu_solve(lu, perm, r, trans=0))
+        )
 
     a, b = general(3, (), 4, shift=4.0), np.arange(4.0, dtype=np.float32)
     assert_exports_match_on(solve, a, b, **_tol(np.float32), jit=True)
@@ -223,22 +298,42 @@ def test_a_custom_solve_with_more_than_lu_solve_is_run_as_written(after):
 # -- symmetric_product, cholesky_update --------------------------------------------------------
 def check_symmetric_product(m, n, batch, dtype, seed, alpha, beta, symmetrize):
     rng = np.random.default_rng(seed)
-    a, c = rng.normal(size=(*batch, m, n)).astype(dtype), rng.normal(size=(*batch, m, m)).astype(dtype)
-    fn = lambda a, c: lax.linalg.symmetric_product(a, c, alpha=alpha, beta=beta, symmetrize_output=symmetrize)  # noqa: E731
+    a, c = (
+        rng.normal(size=(*batch, m, n)).astype(dtype),
+        rng.normal(size=(*batch, m, m)).astype(dtype),
+    )
+
+    def fn(a, c):
+        return lax.linalg.symmetric_product(
+            a, c, alpha=alpha, beta=beta, symmetrize_output=symmetrize
+        )
+
     assert_exports_match_on(fn, a, c, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize(("m", "n", "batch", "dtype", "alpha", "beta", "symmetrize"), [
-    (5, 4, (2,), np.float32, -0.5, 2.0, True), (2, 1, (), np.float64, 1.0, 0.0, False),
-])
+@pytest.mark.parametrize(
+    ("m", "n", "batch", "dtype", "alpha", "beta", "symmetrize"),
+    [
+        (5, 4, (2,), np.float32, -0.5, 2.0, True),
+        (2, 1, (), np.float64, 1.0, 0.0, False),
+    ],
+)
 def test_symmetric_product_matches_jax(m, n, batch, dtype, alpha, beta, symmetrize):
     check_symmetric_product(m, n, batch, dtype, 0, alpha, beta, symmetrize)
 
 
 @pytest.mark.slow
 @settings(max_examples=3)
-@given(m=SIZES, n=st.sampled_from([1, 4]), batch=BATCHES, dtype=DTYPES, seed=SEEDS,
-       alpha=st.sampled_from([1.0, -0.5]), beta=st.sampled_from([0.0, 2.0]), symmetrize=st.booleans())
+@given(
+    m=SIZES,
+    n=st.sampled_from([1, 4]),
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    alpha=st.sampled_from([1.0, -0.5]),
+    beta=st.sampled_from([0.0, 2.0]),
+    symmetrize=st.booleans(),
+)
 def test_symmetric_product_property(m, n, batch, dtype, seed, alpha, beta, symmetrize):
     check_symmetric_product(m, n, batch, dtype, seed, alpha, beta, symmetrize)
 
@@ -258,7 +353,9 @@ def test_cholesky_update_matches_jax(n, dtype, zeros):
 
 @pytest.mark.slow
 @settings(max_examples=3)
-@given(n=st.sampled_from([0, 1, 2, 5]), dtype=DTYPES, seed=SEEDS, zeros=st.booleans())  # 20: looped, below
+@given(
+    n=st.sampled_from([0, 1, 2, 5]), dtype=DTYPES, seed=SEEDS, zeros=st.booleans()
+)  # 20: looped, below
 def test_cholesky_update_property(n, dtype, seed, zeros):
     check_cholesky_update(n, dtype, seed, zeros)
 
@@ -266,7 +363,9 @@ def test_cholesky_update_property(n, dtype, seed, zeros):
 @pytest.mark.slow
 def test_cholesky_update_looped():
     r = np.linalg.cholesky(spd(3, (), 20, np.float64)).T
-    assert_exports_match_on(lax.linalg.cholesky_update, r, np.ones(20), **_tol(np.float64), jit=True)
+    assert_exports_match_on(
+        lax.linalg.cholesky_update, r, np.ones(20), **_tol(np.float64), jit=True
+    )
 
 
 # -- jnp functions on the solves ---------------------------------------------------------------
@@ -278,10 +377,16 @@ def test_tensorsolve_tensorinv_match_jax(dtype):
     assert_exports_match_on(lambda a: jnp.linalg.tensorinv(a, ind=2), a, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize(("name", "fn"), [
-    ("expm", jax.scipy.linalg.expm),  # Pade + scaling and squaring (binds lax.log2 on JAX >= 0.12)
-    ("polyfit", lambda x: jnp.polyfit(x[0], x[1], 3)),  # a least-squares solve (svd)
-])
+@pytest.mark.parametrize(
+    ("name", "fn"),
+    [
+        (
+            "expm",
+            jax.scipy.linalg.expm,
+        ),  # Pade + scaling and squaring (binds lax.log2 on JAX >= 0.12)
+        ("polyfit", lambda x: jnp.polyfit(x[0], x[1], 3)),  # a least-squares solve (svd)
+    ],
+)
 def test_expm_polyfit_match_jax(name, fn):
     x = np.random.default_rng(5).normal(size=(4, 4)) / 2
     assert_exports_match_on(fn, x, rtol=1e-8, atol=1e-10, jit=True)
@@ -303,5 +408,10 @@ def test_solve_elimination_keeps_each_batch_element_and_column_apart(n, dtype):
     assert_exports_match_on(jnp.linalg.inv, a, jit=True, **tol)
     assert_exports_match_on(jnp.linalg.solve, a, np.zeros((3, n, 0), dtype), jit=True)
     name = np.dtype(dtype).name
-    assert_exports_match(jnp.linalg.solve, [((n, n), name), ((n, "K"), name)], sizes={"K": [1, 3]},
-                         enable_double_precision=dtype == np.float64, **tol)
+    assert_exports_match(
+        jnp.linalg.solve,
+        [((n, n), name), ((n, "K"), name)],
+        sizes={"K": [1, 3]},
+        enable_double_precision=dtype == np.float64,
+        **tol,
+    )

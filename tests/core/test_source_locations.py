@@ -70,7 +70,9 @@ def test_a_users_model_carries_no_absolute_path_and_no_home_directory(user_file)
         assert machine_path.encode() not in serialized, machine_path
 
 
-def test_paths_are_relative_to_the_current_directory_or_the_project(user_file, tmp_path, monkeypatch):
+def test_paths_are_relative_to_the_current_directory_or_the_project(
+    user_file, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     model = to_onnx(_load(user_file, "model_below_cwd").model, [("B", 4)])
     docs = _doc_strings(model)
@@ -85,12 +87,15 @@ def test_paths_are_relative_to_the_current_directory_or_the_project(user_file, t
     assert portable_path(str(project / "src" / "model.py")) == "src/model.py"
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("/opt/venv/lib/python3.12/site-packages/flax/nnx/nn/linear.py", "flax/nnx/nn/linear.py"),
-    ("/usr/lib/python3/dist-packages/equinox/_module.py", "equinox/_module.py"),
-    ("<stdin>", "<stdin>"),
-    ("model.py", "model.py"),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("/opt/venv/lib/python3.12/site-packages/flax/nnx/nn/linear.py", "flax/nnx/nn/linear.py"),
+        ("/usr/lib/python3/dist-packages/equinox/_module.py", "equinox/_module.py"),
+        ("<stdin>", "<stdin>"),
+        ("model.py", "model.py"),
+    ],
+)
 def test_installed_packages_are_named_from_the_package(path, expected):
     assert portable_path(path) == expected
     assert portable_location(f"{path}:12:8 (__call__)") == f"{expected}:12:8 (__call__)"

@@ -40,8 +40,12 @@ def _cases(table, core=(), slow_names=()):
     for name in sorted(table):
         for dtype in FLOATS:
             is_slow = name in slow_names or (dtype == np.float64 and name not in core)
-            cases.append(pytest.param(name, dtype, marks=slow) if is_slow else pytest.param(name, dtype))
+            cases.append(
+                pytest.param(name, dtype, marks=slow) if is_slow else pytest.param(name, dtype)
+            )
     return cases
+
+
 SIZE = 32
 BASE_TOL = {np.float32: 1e-5, np.float64: 1e-12}
 # poles, roots and branch points every function meets, plus the IEEE specials
@@ -55,10 +59,27 @@ def _values(dtype, lo=None, hi=None, edges=(), size=None):
     width = np.finfo(dtype).bits
     bounded = lo is not None
     if bounded:  # bounds representable in dtype, rounded inward
-        lo = float(np.nextafter(dtype(lo), dtype(np.inf))) if float(dtype(lo)) < lo else float(dtype(lo))
-        hi = float(np.nextafter(dtype(hi), dtype(-np.inf))) if float(dtype(hi)) > hi else float(dtype(hi))
-    floats = st.floats(lo, hi, width=width, allow_subnormal=False, allow_nan=not bounded, allow_infinity=not bounded)
-    edge_values = [float(dtype(e)) for e in edges if (not bounded or (lo <= e <= hi)) or np.isnan(e)]
+        lo = (
+            float(np.nextafter(dtype(lo), dtype(np.inf)))
+            if float(dtype(lo)) < lo
+            else float(dtype(lo))
+        )
+        hi = (
+            float(np.nextafter(dtype(hi), dtype(-np.inf)))
+            if float(dtype(hi)) > hi
+            else float(dtype(hi))
+        )
+    floats = st.floats(
+        lo,
+        hi,
+        width=width,
+        allow_subnormal=False,
+        allow_nan=not bounded,
+        allow_infinity=not bounded,
+    )
+    edge_values = [
+        float(dtype(e)) for e in edges if (not bounded or (lo <= e <= hi)) or np.isnan(e)
+    ]
     elements = floats | st.sampled_from(edge_values) if edge_values else floats
     # one size per test: JAX's per-shape compilation caches then serve every example
     return hnp.arrays(dtype, SIZE if size is None else size, elements=elements)
@@ -139,6 +160,7 @@ def test_erfc_tail_is_relatively_accurate(dtype, data):
 
 # -- two- and three-argument functions -------------------------------------------------------
 
+
 def _positive(dtype, hi=1e3, size=None):
     return _values(dtype, 0.0, hi, [0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 10.0, 100.0, hi], size=size)
 
@@ -158,8 +180,12 @@ def _gamma_tolerance(dtype, a, x):
 
 
 GAMMA_FAMILY = {
-    "igamma": lax.igamma, "igammac": lax.igammac, "gammainc": jsp.gammainc, "gammaincc": jsp.gammaincc,
-    "igamma_grad_a": lax.igamma_grad_a, "random_gamma_grad": lax.random_gamma_grad,
+    "igamma": lax.igamma,
+    "igammac": lax.igammac,
+    "gammainc": jsp.gammainc,
+    "gammaincc": jsp.gammaincc,
+    "igamma_grad_a": lax.igamma_grad_a,
+    "random_gamma_grad": lax.random_gamma_grad,
 }
 
 
@@ -178,7 +204,10 @@ def test_incomplete_gamma(name, dtype, data):
     a = np.where((a > 0) & (a < tiny), dtype(tiny), a)
     x = data.draw(_values(dtype, 0.0, 1e3, [0.0, 1e-30, 0.5, 1.0, 3.0, 30.0], size=a.size))
     specials = np.array([0.0, np.inf, np.nan, 1.0], dtype)
-    a, x = np.concatenate([a, specials, specials[::-1]]), np.concatenate([x, specials[::-1], specials])
+    a, x = (
+        np.concatenate([a, specials, specials[::-1]]),
+        np.concatenate([x, specials[::-1], specials]),
+    )
     tol = _gamma_tolerance(dtype, a, x)
     _matches(GAMMA_FAMILY[name], a, x, rtol=tol, atol=tol)
 
@@ -191,7 +220,9 @@ def test_betainc(dtype, data):
     a, b = data.draw(ab), data.draw(ab)
     x = data.draw(_values(dtype, 0.0, 1.0, [0.0, 1.0, 0.5, 1e-6, 1 - 1e-6], size=n))
     edges = np.array([0.0, 1.0, np.inf, np.nan, -1.0], dtype)
-    a, b, x = (np.concatenate([v, edges[np.roll(np.arange(5), i)]]) for i, v in enumerate((a, b, x)))
+    a, b, x = (
+        np.concatenate([v, edges[np.roll(np.arange(5), i)]]) for i, v in enumerate((a, b, x))
+    )
     x[-1] = dtype(1.5)  # x outside [0, 1]
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = [_lgamma(a), _lgamma(b), _lgamma(a + b), a * np.log(x), b * np.log1p(-x)]
@@ -204,8 +235,13 @@ def test_betainc(dtype, data):
 @given(data=st.data())
 def test_zeta(dtype, data):
     s = data.draw(_values(dtype, 1.0, 60.0, [1.0, 1.001, 1.5, 2.0, 3.0, 4.0, 59.0]))
-    q = data.draw(_values(dtype, -20.0, 1e3, [0.0, -1.0, -2.5, -3.0, 1e-3, 0.5, 1.0, 2.0], size=s.size))
-    s, q = np.concatenate([s, np.array([0.5, np.inf, np.nan, 2.0], dtype)]), np.concatenate([q, np.array([1.0, 1.0, 1.0, np.nan], dtype)])
+    q = data.draw(
+        _values(dtype, -20.0, 1e3, [0.0, -1.0, -2.5, -3.0, 1e-3, 0.5, 1.0, 2.0], size=s.size)
+    )
+    s, q = (
+        np.concatenate([s, np.array([0.5, np.inf, np.nan, 2.0], dtype)]),
+        np.concatenate([q, np.array([1.0, 1.0, 1.0, np.nan], dtype)]),
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         cond = np.where((s > 1) & np.isfinite(s), s / (s - 1), 0.0)
     tol = BASE_TOL[dtype] + 4 * np.finfo(dtype).eps * float(np.nanmax(cond))
@@ -216,19 +252,27 @@ def test_zeta(dtype, data):
 @given(data=st.data())
 def test_polygamma(dtype, data):
     x = data.draw(_values(dtype, -20.0, 1e3, POLES + [1e-3, 0.3, 100.0]))
-    n = data.draw(hnp.arrays(dtype, x.shape, elements=st.sampled_from([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1.5, -1.0])))
+    n = data.draw(
+        hnp.arrays(
+            dtype, x.shape, elements=st.sampled_from([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1.5, -1.0])
+        )
+    )
     _matches(lax.polygamma, n, x)
 
 
 BINARY = {
     "betaln": (jsp.betaln, 0.0, 1e3),
-    "xlogy": (jsp.xlogy, 0.0, 1e30), "xlog1py": (jsp.xlog1py, -1.0, 1e30),
-    "kl_div": (jsp.kl_div, 0.0, 1e3), "rel_entr": (jsp.rel_entr, 0.0, 1e3),
+    "xlogy": (jsp.xlogy, 0.0, 1e30),
+    "xlog1py": (jsp.xlog1py, -1.0, 1e30),
+    "kl_div": (jsp.kl_div, 0.0, 1e3),
+    "rel_entr": (jsp.rel_entr, 0.0, 1e3),
     "beta": (jsp.beta, 0.0, 30.0),
 }
 
 
-@pytest.mark.parametrize(("name", "dtype"), _cases(BINARY, (), ("xlogy", "xlog1py", "kl_div", "rel_entr", "betaln")))
+@pytest.mark.parametrize(
+    ("name", "dtype"), _cases(BINARY, (), ("xlogy", "xlog1py", "kl_div", "rel_entr", "betaln"))
+)
 @given(data=st.data())
 def test_binary(name, dtype, data):
     fn, lo, hi = BINARY[name]
@@ -237,7 +281,9 @@ def test_binary(name, dtype, data):
     # kl_div / rel_entr / betaln subtract terms of size |x log y|: JAX's rounding of those
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.abs(x) + np.abs(y) + np.abs(x * np.log(y)) + _lgamma(x + y).reshape(x.shape)
-    tol = BASE_TOL[dtype] + 8 * np.finfo(dtype).eps * float(np.nanmax(np.where(np.isfinite(terms), terms, 0.0)))
+    tol = BASE_TOL[dtype] + 8 * np.finfo(dtype).eps * float(
+        np.nanmax(np.where(np.isfinite(terms), terms, 0.0))
+    )
     _matches(fn, x, y, rtol=tol, atol=tol)
 
 
@@ -245,13 +291,23 @@ def test_binary(name, dtype, data):
 @pytest.mark.parametrize("dtype", FLOATS)
 @given(data=st.data(), axis=st.sampled_from([None, 0, -1]), keepdims=st.booleans())
 def test_logsumexp(dtype, data, axis, keepdims):
-    x = data.draw(hnp.arrays(dtype, (3, 4), elements=st.floats(-1e3, 1e3, width=np.finfo(dtype).bits) | st.sampled_from([-np.inf, 0.0])))
+    x = data.draw(
+        hnp.arrays(
+            dtype,
+            (3, 4),
+            elements=st.floats(-1e3, 1e3, width=np.finfo(dtype).bits)
+            | st.sampled_from([-np.inf, 0.0]),
+        )
+    )
     b = data.draw(hnp.arrays(dtype, (3, 4), elements=st.floats(-2, 2, width=np.finfo(dtype).bits)))
-    _matches(lambda x, b: jsp.logsumexp(x, axis=axis, b=b, keepdims=keepdims, return_sign=True), x, b)
+    _matches(
+        lambda x, b: jsp.logsumexp(x, axis=axis, b=b, keepdims=keepdims, return_sign=True), x, b
+    )
     _matches(lambda x: jax.nn.logsumexp(x, axis=axis, keepdims=keepdims), x)
 
 
 # -- graphs -----------------------------------------------------------------------------------
+
 
 def test_lgamma_is_elementwise_arithmetic():
     """float32 lgamma: no loop, computed in float64 (two casts)."""
@@ -281,7 +337,8 @@ SAMPLERS = {
     "poisson": lambda k, a: jax.random.poisson(k, a),
 }
 SAMPLER_ON_KEY_DATA = {  # one function object per sampler: JAX's compilation cache serves every example
-    name: jax.jit(lambda k, a, sample=sample: sample(jax.random.wrap_key_data(k), a)) for name, sample in SAMPLERS.items()
+    name: jax.jit(lambda k, a, sample=sample: sample(jax.random.wrap_key_data(k), a))
+    for name, sample in SAMPLERS.items()
 }
 # shape parameters whose samples stay normal numbers (XLA flushes subnormal samples to zero)
 SAMPLER_LO = {"loggamma": 1e-3}  # loggamma samples in log space
@@ -299,12 +356,19 @@ SAMPLER_LO = {"loggamma": 1e-3}  # loggamma samples in log space
 # XLA's own log polynomials, not ONNX Log.
 POISSON_XFAIL = pytest.mark.xfail(
     reason="lam > 400 or mixed with lam < 10: an ulp of lgamma flips a rejection step and the "
-    "trip count that every sample depends on (see the comment)", strict=False)
+    "trip count that every sample depends on (see the comment)",
+    strict=False,
+)
 
 
 def _sampler_cases():
     cases = _cases(SAMPLERS, (), ("gamma", "loggamma", "beta", "dirichlet", "t", "chisquare"))
-    return [pytest.param(*c.values, marks=[*c.marks, slow, POISSON_XFAIL]) if c.values[0] == "poisson" else c for c in cases]
+    return [
+        pytest.param(*c.values, marks=[*c.marks, slow, POISSON_XFAIL])
+        if c.values[0] == "poisson"
+        else c
+        for c in cases
+    ]
 
 
 @pytest.mark.parametrize(("name", "dtype"), _sampler_cases())
@@ -323,7 +387,9 @@ def test_sampler(name, dtype, data, seed):
     # draws in a sweep, 1 of 32 for one key at lam = 36), so most, not all, samples are equal
     model = to_onnx(fn, [key_data, a], enable_double_precision=dtype == np.float64)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = session.run(None, dict(zip([i.name for i in session.get_inputs()], [key_data, a], strict=True)))[0]
+    got = session.run(
+        None, dict(zip([i.name for i in session.get_inputs()], [key_data, a], strict=True))
+    )[0]
     with jxi.x64(dtype == np.float64):
         want = np.asarray(fn(key_data, a))
     assert got.dtype == want.dtype and np.mean(got != want) <= 1 / 8, (got, want)

@@ -39,7 +39,9 @@ def test_shape_dtype_struct_with_names_is_a_shape_tuple():
 
 def test_keras_style_image_struct():
     spec = jax.ShapeDtypeStruct(("batch", 8, 8, 3), "float32")
-    model = assert_exports_match(lambda x: jnp.mean(x, axis=(1, 2)), [spec], sizes={"batch": [1, 2]})
+    model = assert_exports_match(
+        lambda x: jnp.mean(x, axis=(1, 2)), [spec], sizes={"batch": [1, 2]}
+    )
     assert _dims(model.graph.input[0]) == ["batch", 8, 8, 3]
     assert _dims(model.graph.output[0]) == ["batch", 3]
 
@@ -51,7 +53,7 @@ def test_struct_dim_expressions_int_and_bool():
     ]
 
     def f(x, m):
-        return jnp.where(m[:, None], x[:, : x.shape[0]], -x[:, x.shape[0]:])
+        return jnp.where(m[:, None], x[:, : x.shape[0]], -x[:, x.shape[0] :])
 
     model = assert_exports_match(f, specs, sizes={"B": [1, 4]})
     assert _dims(model.graph.input[0]) == ["B", "2*B"]
@@ -76,14 +78,20 @@ def test_pytree_of_structs_names_are_shared():
 
 @pytest.mark.parametrize(
     "spec",
-    [np.linspace(-1, 1, 12).reshape(3, 4), ((3, 4), "float64"), jax.ShapeDtypeStruct((3, 4), np.float64)],
+    [
+        np.linspace(-1, 1, 12).reshape(3, 4),
+        ((3, 4), "float64"),
+        jax.ShapeDtypeStruct((3, 4), np.float64),
+    ],
     ids=["array", "pair", "struct"],
 )
 def test_float64_without_x64_is_float32_as_in_jit_and_warns_once(spec):
     with pytest.warns(UserWarning, match="enable_double_precision") as caught:
         model = to_onnx(lambda x, y: jnp.tanh(x) + y, [spec, spec])
     (warning,) = [w for w in caught if "enable_double_precision" in str(w.message)]
-    assert "inputs[0] (x) float64 -> float32; inputs[1] (y) float64 -> float32" in str(warning.message)
+    assert "inputs[0] (x) float64 -> float32; inputs[1] (y) float64 -> float32" in str(
+        warning.message
+    )
     assert warning.filename == __file__  # points at the user's to_onnx call
     assert _elem_types(model) == [1, 1]  # FLOAT
     x = np.linspace(-1, 1, 12).reshape(3, 4)  # float64 values, as a user passes them
@@ -115,7 +123,10 @@ def test_float64_with_x64_stays_float64():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ((None, 30), r"inputs\[0\] \(x\), dim 0: None is not a dim in \(None, 30\).*use a name such as 'B'"),
+        (
+            (None, 30),
+            r"inputs\[0\] \(x\), dim 0: None is not a dim in \(None, 30\).*use a name such as 'B'",
+        ),
         ((2.5, 3), r"inputs\[0\] \(x\), dim 0: 2.5 is not a dim"),
         (("B", True), r"dim 1: True is not a dim"),
         (("", 30), r"dim 0: the empty string is not a dim name"),
@@ -154,7 +165,9 @@ def test_a_constraint_string_instead_of_a_sequence():
 
 
 def test_dim_expression_without_its_variable_alone():
-    with pytest.raises(SpecError, match=r"'B' cannot be read from any input shape.*\('B', \.\.\.\)"):
+    with pytest.raises(
+        SpecError, match=r"'B' cannot be read from any input shape.*\('B', \.\.\.\)"
+    ):
         to_onnx(lambda x: jnp.zeros(x.shape[0] // 2), [("2*B", 3)])
 
 
@@ -177,7 +190,9 @@ def test_shapes_that_do_not_fit_the_function_list_the_specs_and_the_users_line()
 
 
 def test_wrong_number_of_inputs_is_a_spec_error():
-    with pytest.raises(SpecError, match=r"takes 1 positional argument but 2 were given[\s\S]*input_1: float32\[3\]"):
+    with pytest.raises(
+        SpecError, match=r"takes 1 positional argument but 2 were given[\s\S]*input_1: float32\[3\]"
+    ):
         to_onnx(lambda x: x, [(3,), (3,)])
 
 
@@ -203,7 +218,15 @@ def _valid_leaf(draw):
     """One leaf spec in any of the accepted forms; names used in expressions also appear
     alone (the first leaf of every argument list carries B and T)."""
     rank = draw(st.integers(1, 3))
-    dims = tuple(draw(st.lists(st.integers(0, 3) | st.sampled_from(_NAMES + _EXPRESSIONS), min_size=rank, max_size=rank)))
+    dims = tuple(
+        draw(
+            st.lists(
+                st.integers(0, 3) | st.sampled_from(_NAMES + _EXPRESSIONS),
+                min_size=rank,
+                max_size=rank,
+            )
+        )
+    )
     dtype = draw(st.sampled_from(_DTYPES))
     form = draw(st.sampled_from(["tuple", "pair", "struct"]))
     if form == "tuple":
@@ -225,18 +248,25 @@ def _valid_specs(draw):
     return [[anchor, (leaves[0], {"inner": leaves[1:]})]]
 
 
-@given(specs=_valid_specs(), sizes=st.fixed_dictionaries({"B": st.integers(1, 3), "T": st.integers(1, 3)}))
+@given(
+    specs=_valid_specs(),
+    sizes=st.fixed_dictionaries({"B": st.integers(1, 3), "T": st.integers(1, 3)}),
+)
 def test_valid_specs_export_and_verify(specs, sizes):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 64-bit leaves warn; that is tested above
-        assert_exports_match(lambda *args: _double(args), specs, sizes={k: [v] for k, v in sizes.items()})
+        assert_exports_match(
+            lambda *args: _double(args), specs, sizes={k: [v] for k, v in sizes.items()}
+        )
 
 
 def _is_leaf(x):
     if isinstance(x, jax.ShapeDtypeStruct):
         return True
     scalars = isinstance(x, tuple) and all(isinstance(d, (int, str)) for d in x)
-    return scalars or (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple) and isinstance(x[1], str))
+    return scalars or (
+        isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple) and isinstance(x[1], str)
+    )
 
 
 _BAD_DIMS = (None, 2.5, "", -1, True, "B >", "B, T", "3x", np.float32(1.0))
@@ -250,13 +280,25 @@ def test_invalid_specs_raise_spec_error_only(specs, data):
     i = data.draw(st.integers(0, len(flat) - 1))
     leaf = flat[i]
     bad = data.draw(st.sampled_from(_BAD_DIMS + ("dtype",)))
-    dims = tuple(leaf.shape) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf[0] if isinstance(leaf[0], tuple) else leaf
-    dtype = leaf.dtype if isinstance(leaf, jax.ShapeDtypeStruct) else leaf[1] if isinstance(leaf[0], tuple) else "float32"
+    dims = (
+        tuple(leaf.shape)
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+        else leaf[0]
+        if isinstance(leaf[0], tuple)
+        else leaf
+    )
+    dtype = (
+        leaf.dtype
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+        else leaf[1]
+        if isinstance(leaf[0], tuple)
+        else "float32"
+    )
     if bad == "dtype":
         flat[i] = (dims, "no-such-dtype")
     else:
         j = data.draw(st.integers(0, len(dims) - 1))
-        flat[i] = (dims[:j] + (bad,) + dims[j + 1:], dtype) if len(dims) > 0 else ((bad,), dtype)
+        flat[i] = (dims[:j] + (bad,) + dims[j + 1 :], dtype) if len(dims) > 0 else ((bad,), dtype)
     corrupted = jax.tree_util.tree_unflatten(treedef, flat)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -269,7 +311,9 @@ def test_shapes_that_do_not_fit_raise_spec_error_only(n, k, m, named):
     x = ("B" if named else n, k)
     w = (m, 2)
     if k == m:
-        model = assert_exports_match(lambda x, w: x @ w, [x, w], sizes={"B": [2]} if named else None)
+        model = assert_exports_match(
+            lambda x, w: x @ w, [x, w], sizes={"B": [2]} if named else None
+        )
         assert _dims(model.graph.output[0])[1] == 2
     else:
         with pytest.raises(SpecError, match="input specs:"):
@@ -297,7 +341,9 @@ def test_plain_specs_are_parsed_once_and_scalar_kinds_stay_apart() -> None:
     assert parse_specs([("B", 3), ((2,), "int32")]) is parse_specs([("B", 3), ((2,), "int32")])
     kinds = [parse_specs([v]).flat()[0][0][1].dtype for v in (1, 1.0, True)]
     assert kinds == [np.dtype("int32"), np.dtype("float32"), np.dtype("bool")]
-    assert parse_specs([1.0], enable_double_precision=True).flat()[0][0][1].dtype == np.dtype("float64")
+    assert parse_specs([1.0], enable_double_precision=True).flat()[0][0][1].dtype == np.dtype(
+        "float64"
+    )
     assert parse_specs([(3,)], arg_names=["x"]) is not parse_specs([(3,)], arg_names=["y"])
 
 

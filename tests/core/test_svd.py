@@ -26,7 +26,9 @@ from jax2onnx_nn.core.lowerings import svd as svd_module
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
 
-SHAPES = st.sampled_from([(0, 0), (0, 3), (3, 0), (1, 1), (1, 4), (4, 1), (2, 2), (3, 5), (5, 3), (6, 6), (7, 7)])
+SHAPES = st.sampled_from(
+    [(0, 0), (0, 3), (3, 0), (1, 1), (1, 4), (4, 1), (2, 2), (3, 5), (5, 3), (6, 6), (7, 7)]
+)
 BATCHES = st.sampled_from([(), (2,), (1, 3)])
 DTYPES = st.sampled_from([np.float32, np.float64])
 SEEDS = st.integers(0, 2**16)
@@ -34,7 +36,11 @@ SEEDS = st.integers(0, 2**16)
 
 def _tol(dtype) -> dict:
     """float32 vectors to 1e-4: their accuracy is relative to the singular value gaps."""
-    return {"rtol": 1e-10, "atol": 1e-10} if np.dtype(dtype) == np.float64 else {"rtol": 1e-4, "atol": 1e-4}
+    return (
+        {"rtol": 1e-10, "atol": 1e-10}
+        if np.dtype(dtype) == np.float64
+        else {"rtol": 1e-4, "atol": 1e-4}
+    )
 
 
 def gaussian(seed: int, shape: tuple, dtype=np.float32) -> np.ndarray:
@@ -73,7 +79,10 @@ def check_svd(shape, batch, dtype, seed, full_matrices):
     assert_exports_match_on(lambda a: _svd_canonical(a, full_matrices), a, **_tol(dtype), jit=True)
 
 
-@pytest.mark.parametrize(("shape", "batch", "dtype", "full_matrices"), [((3, 5), (2,), np.float32, True), ((5, 3), (), np.float64, False)])
+@pytest.mark.parametrize(
+    ("shape", "batch", "dtype", "full_matrices"),
+    [((3, 5), (2,), np.float32, True), ((5, 3), (), np.float64, False)],
+)
 def test_svd_matches_jax(shape, batch, dtype, full_matrices):
     check_svd(shape, batch, dtype, 0, full_matrices)
 
@@ -92,7 +101,10 @@ def check_singular_values(shape, batch, dtype, seed):
     assert_exports_match_on(lambda a: lax.linalg.svd(a, compute_uv=False), a, **tol, jit=True)
 
 
-@pytest.mark.parametrize(("shape", "batch", "dtype"), [((6, 6), (2,), np.float32), ((1, 4), (), np.float64), ((0, 3), (), np.float32)])
+@pytest.mark.parametrize(
+    ("shape", "batch", "dtype"),
+    [((6, 6), (2,), np.float32), ((1, 4), (), np.float64), ((0, 3), (), np.float32)],
+)
 def test_singular_values_match_jax(shape, batch, dtype):
     check_singular_values(shape, batch, dtype, 1)
 
@@ -111,8 +123,12 @@ def test_svd_of_ill_conditioned_matrix():
     u, _ = np.linalg.qr(rng.normal(size=(12, 12)))
     v, _ = np.linalg.qr(rng.normal(size=(12, 12)))
     a = (u * np.logspace(0, -12, 12)) @ v.T
-    model = to_onnx(lambda a: lax.linalg.svd(a, compute_uv=False), [a], enable_double_precision=True)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = to_onnx(
+        lambda a: lax.linalg.svd(a, compute_uv=False), [a], enable_double_precision=True
+    )
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     (ours,) = session.run(None, {session.get_inputs()[0].name: a})
     np.testing.assert_allclose(ours, np.linalg.svd(a, compute_uv=False), rtol=1e-10, atol=1e-15)
 
@@ -127,10 +143,17 @@ def test_symbolic_batch_and_vmap():
 
 
 def _loop_state_types(model) -> set:
-    return {i.type.tensor_type.elem_type for node in model.graph.node if node.op_type == "Loop" for i in node.attribute[0].g.input}
+    return {
+        i.type.tensor_type.elem_type
+        for node in model.graph.node
+        if node.op_type == "Loop"
+        for i in node.attribute[0].g.input
+    }
 
 
-@pytest.mark.parametrize("shape", [(3, 20, 20), (3, 40, 8), (3, 8, 40)], ids=["square", "tall", "wide"])
+@pytest.mark.parametrize(
+    "shape", [(3, 20, 20), (3, 40, 8), (3, 8, 40)], ids=["square", "tall", "wide"]
+)
 def test_float32_svd_is_rotated_in_float32(shape):
     """A float32 svd of a static size rotates in float32 (the Loops' states, the rotated
     matrices, hold no float64): a short side up to WIDEN_ABOVE as the square one (a column
@@ -143,19 +166,33 @@ def test_float32_svd_is_rotated_in_float32(shape):
     rng = np.random.default_rng(0)
     q1, _ = np.linalg.qr(rng.normal(size=(m, k)))
     q2, _ = np.linalg.qr(rng.normal(size=(n, k)))
-    a = np.stack([gaussian(1, (m, n), np.float64), low_rank(2, (m, n), 3, np.float64), (q1 * np.logspace(0, -6, k)) @ q2.T]).astype(np.float32)
+    a = np.stack(
+        [
+            gaussian(1, (m, n), np.float64),
+            low_rank(2, (m, n), 3, np.float64),
+            (q1 * np.logspace(0, -6, k)) @ q2.T,
+        ]
+    ).astype(np.float32)
     model = to_onnx(lambda a: (*jnp.linalg.svd(a, full_matrices=False), jnp.linalg.svdvals(a)), [a])
     assert onnx.TensorProto.DOUBLE not in _loop_state_types(model)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     u, s, vh, values = session.run(None, {session.get_inputs()[0].name: a})
     reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
     big = reference[..., :1]
     eye = np.eye(k)
     np.testing.assert_allclose(s / big, reference / big, rtol=0, atol=2e-6)
     np.testing.assert_allclose(values / big, reference / big, rtol=0, atol=5e-7)
-    np.testing.assert_allclose((u * s[..., None, :]) @ vh / big[..., None], a / big[..., None], rtol=0, atol=2e-6)
-    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6)
-    np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2), np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(
+        (u * s[..., None, :]) @ vh / big[..., None], a / big[..., None], rtol=0, atol=2e-6
+    )
+    np.testing.assert_allclose(
+        np.swapaxes(u, -1, -2) @ u, np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6
+    )
+    np.testing.assert_allclose(
+        vh @ np.swapaxes(vh, -1, -2), np.broadcast_to(eye, (3, k, k)), rtol=0, atol=2e-6
+    )
 
 
 def test_large_float32_singular_values_of_degenerate_and_scaled_matrices():
@@ -168,7 +205,9 @@ def test_large_float32_singular_values_of_degenerate_and_scaled_matrices():
     a[3] *= 1e-30
     a[4] *= 1e30
     model = to_onnx(jnp.linalg.svdvals, [a])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     (ours,) = session.run(None, {session.get_inputs()[0].name: a})
     expected = np.asarray(jnp.linalg.svdvals(a))
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
@@ -188,9 +227,13 @@ def test_float32_singular_values_far_below_the_largest(shape):
     q1, _ = np.linalg.qr(rng.normal(size=(m, min(m, n))))
     q2, _ = np.linalg.qr(rng.normal(size=(n, min(m, n))))
     scaled = rng.normal(size=shape) * np.logspace(-20, 20, n)[None, :] * 1e-20
-    a = np.stack([np.ones(shape), scaled, (q1 * np.logspace(0, -6, min(m, n))) @ q2.T]).astype(np.float32)
+    a = np.stack([np.ones(shape), scaled, (q1 * np.logspace(0, -6, min(m, n))) @ q2.T]).astype(
+        np.float32
+    )
     model = to_onnx(jnp.linalg.svdvals, [a])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     (values,) = session.run(None, {session.get_inputs()[0].name: a})
     reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
     big = reference[..., :1]
@@ -204,10 +247,16 @@ def test_float32_svd_of_columns_scaled_1e_minus_20_to_1e20_is_orthonormal(shape)
     values and U s Vh float64 LAPACK's to 2e-6 of the largest."""
     m, n = shape
     rng = np.random.default_rng(0)
-    a = np.stack([rng.normal(size=shape) * np.logspace(-20, 20, n)[None, :] * 1e-20,
-                  rng.normal(size=shape) * np.logspace(-20, 20, m)[:, None] * 1e-20]).astype(np.float32)
+    a = np.stack(
+        [
+            rng.normal(size=shape) * np.logspace(-20, 20, n)[None, :] * 1e-20,
+            rng.normal(size=shape) * np.logspace(-20, 20, m)[:, None] * 1e-20,
+        ]
+    ).astype(np.float32)
     model = to_onnx(lambda a: jnp.linalg.svd(a, full_matrices=False), [a])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     u, s, vh = session.run(None, {session.get_inputs()[0].name: a})
     k = min(m, n)
     eye = np.broadcast_to(np.eye(k), (2, k, k))
@@ -216,7 +265,9 @@ def test_float32_svd_of_columns_scaled_1e_minus_20_to_1e20_is_orthonormal(shape)
     reference = np.linalg.svd(a.astype(np.float64), compute_uv=False)
     big = reference[..., :1]
     np.testing.assert_allclose(s / big, reference / big, rtol=0, atol=2e-6)
-    np.testing.assert_allclose((u * s[..., None, :]) @ vh / big[..., None], a / big[..., None], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(
+        (u * s[..., None, :]) @ vh / big[..., None], a / big[..., None], rtol=0, atol=2e-6
+    )
 
 
 def test_large_float32_eigh_is_rotated_in_float32_and_refined():
@@ -227,9 +278,19 @@ def test_large_float32_eigh_is_rotated_in_float32_and_refined():
     n = svd_module.WIDEN_ABOVE + 4
     rng = np.random.default_rng(5)
     q, _ = np.linalg.qr(rng.normal(size=(n, n)))
-    spectra = [np.repeat([1.0, -1.0], n // 2) + 1e-6 * rng.normal(size=n), np.repeat([1.0, 2.0, 3.0, 4.0], n // 4)]
+    spectra = [
+        np.repeat([1.0, -1.0], n // 2) + 1e-6 * rng.normal(size=n),
+        np.repeat([1.0, 2.0, 3.0, 4.0], n // 4),
+    ]
     m = gaussian(6, (n, n), np.float64)
-    cases = np.stack([m + m.T, *((q * lam) @ q.T for lam in spectra), np.zeros((n, n)), np.diag(np.arange(n) - 3.0)])
+    cases = np.stack(
+        [
+            m + m.T,
+            *((q * lam) @ q.T for lam in spectra),
+            np.zeros((n, n)),
+            np.diag(np.arange(n) - 3.0),
+        ]
+    )
     cases = ((cases + np.swapaxes(cases, -1, -2)) / 2).astype(np.float32)
     model = assert_exports_match_on(_eigh_defined, cases, rtol=3e-6, atol=3e-6, jit=True)
     assert onnx.TensorProto.DOUBLE not in _loop_state_types(model)
@@ -238,7 +299,9 @@ def test_large_float32_eigh_is_rotated_in_float32_and_refined():
 @functools.cache
 def _eigh_session(n: int) -> onnxruntime.InferenceSession:
     model = to_onnx(lambda a: lax.linalg.eigh(a), [((2, n, n), "float32")])
-    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
 
 
 @settings(max_examples=10, deadline=None)  # one export per size, then a run per example
@@ -272,8 +335,12 @@ def _session_of_svd_and_eigh(shape: tuple) -> onnxruntime.InferenceSession:
     """svd of (..., m, n) and eigh of (..., n, n) in one float32 model, exported once per shape:
     the magnitudes below are run-time values."""
     sym = (*shape[:-2], shape[-1], shape[-1])
-    model = to_onnx(lambda a, b: (*lax.linalg.svd(a, full_matrices=False), *lax.linalg.eigh(b)), [shape, sym])
-    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = to_onnx(
+        lambda a, b: (*lax.linalg.svd(a, full_matrices=False), *lax.linalg.eigh(b)), [shape, sym]
+    )
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
 
 
 @settings(max_examples=25, deadline=None)  # one export per shape, then a run per example
@@ -287,17 +354,25 @@ def test_float32_magnitudes_from_1e_30_to_1e30(shape, exponent, seed):
     m = np.random.default_rng(seed).normal(size=(*shape[:-2], shape[-1], shape[-1]))
     sym = ((m + np.swapaxes(m, -1, -2)) * 10.0**exponent).astype(np.float32)
     session = _session_of_svd_and_eigh(shape)
-    u, s, vh, v, w = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True)))
+    u, s, vh, v, w = session.run(
+        None, dict(zip([i.name for i in session.get_inputs()], [a, sym], strict=True))
+    )
     a64, sym64 = a.astype(np.float64), sym.astype(np.float64)
     big = np.max(np.abs(a64), axis=(-2, -1), keepdims=True)
     eye = np.broadcast_to(np.eye(s.shape[-1]), (*shape[:-2], s.shape[-1], s.shape[-1]))
-    np.testing.assert_allclose(s / big[..., 0], np.linalg.svd(a64, compute_uv=False) / big[..., 0], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(
+        s / big[..., 0], np.linalg.svd(a64, compute_uv=False) / big[..., 0], rtol=0, atol=2e-6
+    )
     np.testing.assert_allclose(((u * s[..., None, :]) @ vh) / big, a64 / big, rtol=0, atol=2e-6)
     np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, eye, rtol=0, atol=2e-6)
     np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2), eye, rtol=0, atol=2e-6)
     big = np.max(np.abs(sym64), axis=(-2, -1), keepdims=True)
-    np.testing.assert_allclose(w / big[..., 0], np.linalg.eigvalsh(sym64) / big[..., 0], rtol=0, atol=2e-6)
-    np.testing.assert_allclose(((v * w[..., None, :]) @ np.swapaxes(v, -1, -2)) / big, sym64 / big, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(
+        w / big[..., 0], np.linalg.eigvalsh(sym64) / big[..., 0], rtol=0, atol=2e-6
+    )
+    np.testing.assert_allclose(
+        ((v * w[..., None, :]) @ np.swapaxes(v, -1, -2)) / big, sym64 / big, rtol=0, atol=2e-6
+    )
 
 
 def test_svd_of_inf_and_nan_is_nan_as_jax():
@@ -306,9 +381,23 @@ def test_svd_of_inf_and_nan_is_nan_as_jax():
     a = gaussian(0, (3, 3, 3))
     a[0, 1, 1], a[1, 0, 2] = np.nan, np.inf
     session = _session_of_svd_and_eigh((3, 3, 3))
-    u, s, vh, _, _ = session.run(None, dict(zip([i.name for i in session.get_inputs()], [a, a + np.swapaxes(a, -1, -2)], strict=True)))
-    np.testing.assert_array_equal(np.isnan(s), np.isnan(np.asarray(jnp.linalg.svd(a, compute_uv=False))))
-    assert np.isnan(u[:2]).all() and np.isnan(vh[:2]).all() and np.isfinite(u[2]).all() and np.isfinite(vh[2]).all()
+    u, s, vh, _, _ = session.run(
+        None,
+        dict(
+            zip(
+                [i.name for i in session.get_inputs()], [a, a + np.swapaxes(a, -1, -2)], strict=True
+            )
+        ),
+    )
+    np.testing.assert_array_equal(
+        np.isnan(s), np.isnan(np.asarray(jnp.linalg.svd(a, compute_uv=False)))
+    )
+    assert (
+        np.isnan(u[:2]).all()
+        and np.isnan(vh[:2]).all()
+        and np.isfinite(u[2]).all()
+        and np.isfinite(vh[2]).all()
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
@@ -316,13 +405,22 @@ def test_svd_of_symbolic_matrix_size(dtype):
     """("N", "N"): the rounds are a Loop over the size, the pairs reseated by one Gather, an
     odd N padded by one zero column; float32 is rotated in float64 (N may be large)."""
     fn = lambda a: _svd_canonical(a, full_matrices=dtype == np.float32)  # noqa: E731
-    assert_exports_match(fn, [(("N", "N"), dtype)], sizes={"N": [1, 4, 5]}, enable_double_precision=dtype == np.float64, **_tol(dtype), jit=True)
+    assert_exports_match(
+        fn,
+        [(("N", "N"), dtype)],
+        sizes={"N": [1, 4, 5]},
+        enable_double_precision=dtype == np.float64,
+        **_tol(dtype),
+        jit=True,
+    )
 
 
 def test_svd_of_symbolic_rectangle():
     """("N", 1) is provably tall: its columns are rotated; ("N", 4) is not provably either."""
     assert_exports_match(jnp.linalg.svdvals, [("N", 1)], sizes={"N": [1, 3]}, jit=True)
-    with pytest.raises(ConversionError, match=r"\(N, 4\) matrix at .*test_svd.py.*N >= 4.*static size"):
+    with pytest.raises(
+        ConversionError, match=r"\(N, 4\) matrix at .*test_svd.py.*N >= 4.*static size"
+    ):
         to_onnx(lambda a: lax.linalg.svd(a), [("N", 4)])
     # through jnp.linalg.svd (a jitted library function): still the user's line, not JAX's
     with pytest.raises(ConversionError, match=r"\(N, 4\) matrix at .*test_svd.py:\d+"):
@@ -330,9 +428,19 @@ def test_svd_of_symbolic_rectangle():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("shape", "dtype"), [((2, 32, 32), np.float32), ((64, 64), np.float32), ((40, 24), np.float64), ((64, 64), np.float64)])
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((2, 32, 32), np.float32),
+        ((64, 64), np.float32),
+        ((40, 24), np.float64),
+        ((64, 64), np.float64),
+    ],
+)
 def test_svd_large(shape, dtype):
-    assert_exports_match_on(_svd_canonical, gaussian(len(shape), shape, dtype), **_tol(dtype), jit=True)
+    assert_exports_match_on(
+        _svd_canonical, gaussian(len(shape), shape, dtype), **_tol(dtype), jit=True
+    )
 
 
 # -- the functions users call -------------------------------------------------------------------
@@ -342,7 +450,10 @@ def _on_singular_values(a):
     return jnp.linalg.svdvals(a), *norms, jnp.linalg.cond(a)
 
 
-@pytest.mark.parametrize(("shape", "dtype"), [((2, 5, 5), np.float32), pytest.param((4, 4), np.float64, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((2, 5, 5), np.float32), pytest.param((4, 4), np.float64, marks=pytest.mark.slow)],
+)
 def test_functions_on_singular_values_match_jax(shape, dtype):
     a = gaussian(7, shape, dtype)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)
@@ -351,7 +462,9 @@ def test_functions_on_singular_values_match_jax(shape, dtype):
 
 def _other_norms(a):
     """The norms that need no singular values: every other ord, matrix and vector."""
-    matrix = [jnp.linalg.norm(a, ord=o, axis=(-2, -1)) for o in (None, "fro", 1, -1, jnp.inf, -jnp.inf)]
+    matrix = [
+        jnp.linalg.norm(a, ord=o, axis=(-2, -1)) for o in (None, "fro", 1, -1, jnp.inf, -jnp.inf)
+    ]
     vector = [jnp.linalg.norm(a, ord=o, axis=-1) for o in (None, 0, 1, 3, -1, jnp.inf, -jnp.inf)]
     return *matrix, *vector
 
@@ -359,7 +472,12 @@ def _other_norms(a):
 @pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_other_norms_match_jax(dtype):
     a = gaussian(5, (2, 4, 4), dtype) + 4 * np.eye(4, dtype=dtype)
-    assert_exports_match_on(_other_norms, a, **({"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)), jit=True)
+    assert_exports_match_on(
+        _other_norms,
+        a,
+        **({"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else _tol(dtype)),
+        jit=True,
+    )
 
 
 def check_rank_deficient(shape, rank, batch, dtype, seed):
@@ -371,7 +489,12 @@ def check_rank_deficient(shape, rank, batch, dtype, seed):
 
     def defined(a, b):
         u, s, vh = jnp.linalg.svd(a)
-        svd = s, (u[..., :, :rank] * s[..., None, :rank]) @ vh[..., :rank, :], jnp.swapaxes(u, -1, -2) @ u, vh @ jnp.swapaxes(vh, -1, -2)
+        svd = (
+            s,
+            (u[..., :, :rank] * s[..., None, :rank]) @ vh[..., :rank, :],
+            jnp.swapaxes(u, -1, -2) @ u,
+            vh @ jnp.swapaxes(vh, -1, -2),
+        )
         lstsq = jnp.linalg.lstsq(a, b) if not batch else ()  # lstsq takes no batch dims
         return *svd, jnp.linalg.matrix_rank(a), jnp.linalg.pinv(a), *lstsq
 
@@ -393,12 +516,23 @@ def test_v_from_u_above_the_unroll_limit(dtype):
     rng = np.random.default_rng(0)
     q1, _ = np.linalg.qr(rng.normal(size=(n, n)))
     q2, _ = np.linalg.qr(rng.normal(size=(n, n)))
-    cases = np.stack([gaussian(1, (n, n), np.float64), low_rank(2, (n, n), 5, np.float64), (q1 * np.logspace(0, -12, n)) @ q2.T]).astype(dtype)
+    cases = np.stack(
+        [
+            gaussian(1, (n, n), np.float64),
+            low_rank(2, (n, n), 5, np.float64),
+            (q1 * np.logspace(0, -12, n)) @ q2.T,
+        ]
+    ).astype(dtype)
 
     def defined(a):
         u, s, vh = jnp.linalg.svd(a)
         big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
-        return s / big[..., 0], (u * s[..., None, :]) @ vh / big, jnp.swapaxes(u, -1, -2) @ u, vh @ jnp.swapaxes(vh, -1, -2)
+        return (
+            s / big[..., 0],
+            (u * s[..., None, :]) @ vh / big,
+            jnp.swapaxes(u, -1, -2) @ u,
+            vh @ jnp.swapaxes(vh, -1, -2),
+        )
 
     tol = 1e-12 if dtype == np.float64 else 3e-6
     model = assert_exports_match_on(defined, cases, rtol=tol, atol=tol, jit=True)
@@ -408,7 +542,13 @@ def test_v_from_u_above_the_unroll_limit(dtype):
 
 @pytest.mark.slow
 @settings(max_examples=2)  # each example exports four SVDs (~8 s)
-@given(shape=st.sampled_from([(5, 5), (6, 3), (3, 6)]), rank=st.integers(0, 3), batch=st.sampled_from([(), (2,)]), dtype=DTYPES, seed=SEEDS)
+@given(
+    shape=st.sampled_from([(5, 5), (6, 3), (3, 6)]),
+    rank=st.integers(0, 3),
+    batch=st.sampled_from([(), (2,)]),
+    dtype=DTYPES,
+    seed=SEEDS,
+)
 def test_rank_deficient_property(shape, rank, batch, dtype, seed):
     check_rank_deficient(shape, rank, batch, dtype, seed)
 
@@ -434,26 +574,34 @@ def check_eigh(n, batch, dtype, seed, lower):
     """Values ascending as LAPACK's; vectors compared with their signs fixed (float32
     vectors to 1e-4: their accuracy is relative to the eigenvalue gaps)."""
     m = np.random.default_rng(seed).normal(size=(*batch, n, n)).astype(dtype)
-    a = m + np.swapaxes(m, -1, -2) + np.triu(m, 1) * (1 if lower else 0)  # the unread triangle differs
+    a = (
+        m + np.swapaxes(m, -1, -2) + np.triu(m, 1) * (1 if lower else 0)
+    )  # the unread triangle differs
     a = a if lower else np.swapaxes(a, -1, -2)
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {"rtol": 1e-10, "atol": 1e-10}
     assert_exports_match_on(lambda a: _eigh_canonical(a, lower), a, **tol, jit=True)
 
 
-@pytest.mark.parametrize(("n", "batch", "dtype", "lower"), [(5, (2,), np.float32, True), (8, (), np.float64, False)])
+@pytest.mark.parametrize(
+    ("n", "batch", "dtype", "lower"), [(5, (2,), np.float32, True), (8, (), np.float64, False)]
+)
 def test_eigh_matches_jax(n, batch, dtype, lower):
     check_eigh(n, batch, dtype, 0, lower)
 
 
 @pytest.mark.slow
 @settings(max_examples=3)  # each example exports the vectors (~3 s)
-@given(n=st.sampled_from([0, 1, 2, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, lower=st.booleans())
+@given(
+    n=st.sampled_from([0, 1, 2, 5, 8]), batch=BATCHES, dtype=DTYPES, seed=SEEDS, lower=st.booleans()
+)
 def test_eigh_property(n, batch, dtype, seed, lower):
     check_eigh(n, batch, dtype, seed, lower)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("n", "dtype"), [(16, np.float32), (20, np.float64), (64, np.float32), (64, np.float64)])
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(16, np.float32), (20, np.float64), (64, np.float32), (64, np.float64)]
+)
 def test_eigh_large(n, dtype):
     m = np.random.default_rng(n).normal(size=(2, n, n)).astype(dtype)
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {"rtol": 1e-10, "atol": 1e-10}
@@ -462,18 +610,30 @@ def test_eigh_large(n, dtype):
 
 def test_eigvalsh():
     m = np.random.default_rng(0).normal(size=(3, 4, 4))
-    assert_exports_match_on(jnp.linalg.eigvalsh, m + np.swapaxes(m, -1, -2), **{"rtol": 1e-10, "atol": 1e-10}, jit=True)
+    assert_exports_match_on(
+        jnp.linalg.eigvalsh, m + np.swapaxes(m, -1, -2), **{"rtol": 1e-10, "atol": 1e-10}, jit=True
+    )
 
 
-@pytest.mark.parametrize(("shape", "sizes", "dtype"), [
-    (("N", "N"), {"N": [1, 2, 5]}, np.float64),
-    (("B", "N", "N"), {"B": [2, 1], "N": [3, 4]}, np.float32),
-])
+@pytest.mark.parametrize(
+    ("shape", "sizes", "dtype"),
+    [
+        (("N", "N"), {"N": [1, 2, 5]}, np.float64),
+        (("B", "N", "N"), {"B": [2, 1], "N": [3, 4]}, np.float32),
+    ],
+)
 def test_eigh_of_symbolic_matrix_size(shape, sizes, dtype):
     """Symbolic sizes as for svd: the graph is the same for every N."""
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {"rtol": 1e-10, "atol": 1e-10}
     both = lambda a: (*_eigh_canonical(a), jnp.linalg.eigvalsh(a))  # noqa: E731
-    assert_exports_match(both, [(shape, dtype)], sizes=sizes, enable_double_precision=dtype == np.float64, **tol, jit=True)
+    assert_exports_match(
+        both,
+        [(shape, dtype)],
+        sizes=sizes,
+        enable_double_precision=dtype == np.float64,
+        **tol,
+        jit=True,
+    )
 
 
 @pytest.mark.parametrize("n", [2, 4, 5, 8, 64])
@@ -486,7 +646,9 @@ def test_tournament_meets_every_pair_once_per_sweep(n):
     assert len(met) == n * (n - 1) // 2
 
 
-@pytest.mark.parametrize("fn", [lambda a: lax.linalg.svd(a, compute_uv=False), jnp.linalg.eigh], ids=["svd", "eigh"])
+@pytest.mark.parametrize(
+    "fn", [lambda a: lax.linalg.svd(a, compute_uv=False), jnp.linalg.eigh], ids=["svd", "eigh"]
+)
 def test_graph_is_one_sweep_loop(fn):
     """The sweeps are one Loop (convergence-tested); above the unroll limit the rounds are an
     inner Loop, so the graph does not grow with n."""
@@ -498,11 +660,12 @@ def test_graph_is_one_sweep_loop(fn):
     assert nodes[24] == nodes[40]
 
 
-
 # -- subset_by_index: JAX's CPU path computes no subset, so the export refuses one too ----------
 SUBSETS = {
     "eigh": lambda a: lax.linalg.eigh(a, subset_by_index=(1, 3)),
-    "svd": lambda a: lax.linalg.svd(a, full_matrices=False, compute_uv=False, subset_by_index=(0, 2)),
+    "svd": lambda a: lax.linalg.svd(
+        a, full_matrices=False, compute_uv=False, subset_by_index=(0, 2)
+    ),
 }
 
 
@@ -513,14 +676,23 @@ def test_subset_by_index_is_refused_as_on_jax_cpu(name):
     a = a + a.T
     with pytest.raises(NotImplementedError, match="subset_by_index"):
         SUBSETS[name](a)  # the tests run on JAX's CPU backend
-    with pytest.raises(ConversionError, match=rf"{name}\(subset_by_index=\(\d, \d\)\) at .*test_svd.py.*CPU.*refuse.*slice"):
+    with pytest.raises(
+        ConversionError,
+        match=rf"{name}\(subset_by_index=\(\d, \d\)\) at .*test_svd.py.*CPU.*refuse.*slice",
+    ):
         to_onnx(SUBSETS[name], [a.shape])
 
 
 def test_subset_by_index_of_the_whole_range_exports():
     """(0, n) is the whole decomposition, which JAX's CPU path computes."""
     m = gaussian(3, (2, 4, 4), np.float64)
-    whole = lambda a: (lax.linalg.eigh(a, subset_by_index=(0, 4))[1], lax.linalg.svd(a, compute_uv=False, full_matrices=False, subset_by_index=(0, 4)))  # noqa: E731
+
+    def whole(a):
+        return (
+            lax.linalg.eigh(a, subset_by_index=(0, 4))[1],
+            lax.linalg.svd(a, compute_uv=False, full_matrices=False, subset_by_index=(0, 4)),
+        )
+
     assert_exports_match_on(whole, m + np.swapaxes(m, -1, -2), **_tol(np.float64), jit=True)
 
 
@@ -530,7 +702,11 @@ def _eigh_defined(a):
     v, w = lax.linalg.eigh(a)
     big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
     big = jnp.where(big == 0, 1, big)
-    return w / big[..., 0], (v * w[..., None, :]) @ jnp.swapaxes(v, -1, -2) / big, jnp.swapaxes(v, -1, -2) @ v
+    return (
+        w / big[..., 0],
+        (v * w[..., None, :]) @ jnp.swapaxes(v, -1, -2) / big,
+        jnp.swapaxes(v, -1, -2) @ v,
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -544,11 +720,17 @@ def test_eigh_of_degenerate_matrices(dtype):
     repeated = q @ np.diag([1.0, 1.0, -2.0, -2.0, 3.0]) @ q.T
     m = np.random.default_rng(2).normal(size=(n, n))
     gaussian_sym = m + m.T
-    cases = np.stack([np.zeros((n, n)), np.eye(n), repeated, 1e-20 * gaussian_sym, 1e20 * gaussian_sym]).astype(dtype)
+    cases = np.stack(
+        [np.zeros((n, n)), np.eye(n), repeated, 1e-20 * gaussian_sym, 1e20 * gaussian_sym]
+    ).astype(dtype)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
     assert_exports_match_on(_eigh_defined, cases, **tol, jit=True)
     nan = cases[2].copy()
     nan[0, 1] = nan[1, 0] = np.nan
-    model = to_onnx(jnp.linalg.eigvalsh, [(nan.shape, dtype)], enable_double_precision=dtype == np.float64)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = to_onnx(
+        jnp.linalg.eigvalsh, [(nan.shape, dtype)], enable_double_precision=dtype == np.float64
+    )
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     assert np.isnan(session.run(None, {session.get_inputs()[0].name: nan})[0]).all()

@@ -28,7 +28,11 @@ def test_same_dim_is_provable_equality():
     assert same_dim(3, np.int64(3)) and not same_dim(3, 4)
     # not provably equal: different variables, a variable and an int
     assert not same_dim(B, T) and not same_dim(B, 3) and not same_dim(1, B)
-    assert same_shape((B, 3), (B, 3)) and not same_shape((B, 3), (T, 3)) and not same_shape((B,), (B, 1))
+    assert (
+        same_shape((B, 3), (B, 3))
+        and not same_shape((B, 3), (T, 3))
+        and not same_shape((B,), (B, 1))
+    )
 
 
 def test_zero_and_positive_dims():
@@ -50,24 +54,37 @@ def _neg_through_toolkit(ctx, x, **_):
     return ctx.op.Neg(y)
 
 
-@given(shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3), symbolic=st.booleans())
+@given(
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3), symbolic=st.booleans()
+)
 def test_reshape_slice_expand_cast(shape, symbolic):
     specs = [(("B", *shape) if symbolic else shape, np.float32)]
     sizes = sizes_for(specs, {"B": [1, 2]})
-    model = assert_exports_match(jnp.negative, specs, sizes=sizes, lowerings={"neg": _neg_through_toolkit})
+    model = assert_exports_match(
+        jnp.negative, specs, sizes=sizes, lowerings={"neg": _neg_through_toolkit}
+    )
     assert "Cast" not in op_types(model)
 
 
-@pytest.mark.parametrize(("lead", "dtype"), [(0, np.int32), (5, np.int8), (300, np.int8), (2000, np.float16), ("B", np.int32)])
+@pytest.mark.parametrize(
+    ("lead", "dtype"),
+    [(0, np.int32), (5, np.int8), (300, np.int8), (2000, np.float16), ("B", np.int32)],
+)
 def test_iota(lead, dtype):
     """ctx.iota: a constant when short and static, else a Range; converted as XLA does."""
     specs = [((lead, 2), dtype)]
-    model = assert_exports_match(lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 0), specs,
-                                 sizes=sizes_for(specs, {"B": [1, 3]}))
+    model = assert_exports_match(
+        lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 0),
+        specs,
+        sizes=sizes_for(specs, {"B": [1, 3]}),
+    )
     assert ("Range" in op_types(model)) == (lead in (2000, "B"))
     if lead == "B":  # a run-time Range is typed with its length, not a name inference invents
         ranges = {n.output[0] for n in model.graph.node if n.op_type == "Range"}
-        typed = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in model.graph.value_info}
+        typed = {
+            vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in model.graph.value_info
+        }
         assert ranges and all(typed[name] == ["B"] for name in ranges)
 
 
@@ -84,7 +101,13 @@ def _all_rule(ctx, x, *, axes, **_):
 def test_any_and_all_over_axes(opset, shape, data):
     axes = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
     values = data.draw(hnp.arrays(np.bool_, shape))
-    fn, prim, rule = data.draw(st.sampled_from([(jnp.any, "reduce_or", _any_rule), (jnp.all, "reduce_and", _all_rule)]))
+    fn, prim, rule = data.draw(
+        st.sampled_from([(jnp.any, "reduce_or", _any_rule), (jnp.all, "reduce_and", _all_rule)])
+    )
     assert_exports_match(
-        lambda x: fn(x, axis=tuple(axes)), [(shape, np.bool_)], input_values=[values], opset=opset, lowerings={prim: rule},
+        lambda x: fn(x, axis=tuple(axes)),
+        [(shape, np.bool_)],
+        input_values=[values],
+        opset=opset,
+        lowerings={prim: rule},
     )

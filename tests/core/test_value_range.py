@@ -17,13 +17,16 @@ def _take_rows(x, rows):
     return jnp.take(x, rows, axis=0, mode="clip")
 
 
-@pytest.mark.parametrize(("name", "fn"), [
-    ("iota", lambda x: _take_rows(x, jnp.arange(5)[::-1])),
-    ("argsort", lambda x: _take_rows(x, jnp.argsort(x[:, 0]))),
-    ("argmax", lambda x: _take_rows(x, jnp.argmax(x, axis=0))),
-    # JAX's own normalization of negative indices (x[i] with an int array) folds away too
-    ("negative-normalized", lambda x: x[jnp.argsort(-x[:, 1])]),
-])
+@pytest.mark.parametrize(
+    ("name", "fn"),
+    [
+        ("iota", lambda x: _take_rows(x, jnp.arange(5)[::-1])),
+        ("argsort", lambda x: _take_rows(x, jnp.argsort(x[:, 0]))),
+        ("argmax", lambda x: _take_rows(x, jnp.argmax(x, axis=0))),
+        # JAX's own normalization of negative indices (x[i] with an int array) folds away too
+        ("negative-normalized", lambda x: x[jnp.argsort(-x[:, 1])]),
+    ],
+)
 def test_indices_in_range_are_not_clamped(name, fn):
     x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     model = assert_exports_match_on(fn, x)
@@ -32,11 +35,15 @@ def test_indices_in_range_are_not_clamped(name, fn):
 
 def test_solve_permutation_is_gathered_without_normalization():
     """jnp.linalg.solve gathers b by lu's permutation after JAX's ``i < 0 ? i + n : i``."""
-    a = np.random.default_rng(1).normal(size=(2, 4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    a = np.random.default_rng(1).normal(size=(2, 4, 4)).astype(np.float32) + 4 * np.eye(
+        4, dtype=np.float32
+    )
     b = np.ones((2, 4, 1), np.float32)
     model = assert_exports_match_on(jnp.linalg.solve, a, b, rtol=1e-5, atol=1e-5)
     assert not {"Less", "Min", "Max"} & set(op_types(model))
-    assert_exports_match(jnp.linalg.solve, [("B", 4, 4), ("B", 4, 1)], input_values=[a, b], rtol=1e-5, atol=1e-5)
+    assert_exports_match(
+        jnp.linalg.solve, [("B", 4, 4), ("B", 4, 1)], input_values=[a, b], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_unknown_indices_are_still_clamped():
@@ -45,13 +52,20 @@ def test_unknown_indices_are_still_clamped():
     model = assert_exports_match_on(lambda x, i: x[i], x, idx)
     assert "Min" in op_types(model)
     # a range in [2, 4] keeps the upper clamp only: argmax + 2 can pass the end
-    model = assert_exports_match_on(lambda x: jnp.take(x, jnp.argmax(x, axis=1) + 2, axis=1, mode="clip"), x)
+    model = assert_exports_match_on(
+        lambda x: jnp.take(x, jnp.argmax(x, axis=1) + 2, axis=1, mode="clip"), x
+    )
     assert "Min" in op_types(model) and "Max" not in op_types(model)
 
 
 def test_decided_comparisons_fold():
     """lt/ge of an iota against bounds it cannot cross are constants (select_n picks its case)."""
-    fn = lambda x: jnp.where(lax.iota(jnp.int32, 4) >= 0, x, -x) + jnp.where(lax.iota(jnp.int32, 4) < 4, 1.0, 2.0)  # noqa: E731
+
+    def fn(x):
+        return jnp.where(lax.iota(jnp.int32, 4) >= 0, x, -x) + jnp.where(
+            lax.iota(jnp.int32, 4) < 4, 1.0, 2.0
+        )
+
     model = assert_exports_match_on(fn, np.arange(4, dtype=np.float32))
     assert not {"Less", "GreaterOrEqual", "Where", "Neg"} & set(op_types(model)), op_types(model)
 

@@ -35,7 +35,11 @@ def test_relative_error_is_reported_within_atol_too():
 
 
 @given(
-    values=hnp.arrays(np.float32, st.integers(1, 8), elements=st.sampled_from([np.inf, -np.inf, np.nan, 0.0, 1.5, -2.0])),
+    values=hnp.arrays(
+        np.float32,
+        st.integers(1, 8),
+        elements=st.sampled_from([np.inf, -np.inf, np.nan, 0.0, 1.5, -2.0]),
+    ),
     flip=st.integers(0, 7),
     exact=st.booleans(),
 )
@@ -73,7 +77,9 @@ def test_a_float64_model_verifies_in_every_form(f64_path, form):
     too, not only from a loaded ModelProto (a path fed float32: onnxruntime's `Unexpected
     input data type`)."""
     model = {
-        "path": lambda: f64_path, "str": lambda: str(f64_path), "bytes": f64_path.read_bytes,
+        "path": lambda: f64_path,
+        "str": lambda: str(f64_path),
+        "bytes": f64_path.read_bytes,
         "proto": lambda: onnx.load(f64_path),
         "ir": lambda: ir.serde.deserialize_model(onnx.load(f64_path)),
     }[form]()
@@ -85,7 +91,9 @@ def test_a_float64_model_verifies_in_every_form(f64_path, form):
 
 def test_the_signature_is_the_same_in_every_form(tmp_path):
     path = tmp_path / "two.onnx"
-    to_onnx(lambda x, y: (x * 2.0, y), [("B", 4, 5, 3), ((2,), "int32")], inputs_as_nchw=[0], path=path)
+    to_onnx(
+        lambda x, y: (x * 2.0, y), [("B", 4, 5, 3), ((2,), "int32")], inputs_as_nchw=[0], path=path
+    )
     proto = onnx.load(path)
     forms = [path, str(path), path.read_bytes(), proto, ir.serde.deserialize_model(proto)]
     signatures = [model_signature(form) for form in forms]
@@ -119,7 +127,9 @@ def _add(x, y):
 
 def test_a_size_for_a_dim_the_inputs_do_not_have_is_an_error_naming_the_closest():
     model = to_onnx(_add, [("B", 3), ("T",)])
-    message = r"sizes: 'b' is not a symbolic dim of the inputs \(their dims: B, T\); did you mean 'B'\?"
+    message = (
+        r"sizes: 'b' is not a symbolic dim of the inputs \(their dims: B, T\); did you mean 'B'\?"
+    )
     with pytest.raises(ValueError, match=message):
         verify(_add, model, [("B", 3), ("T",)], sizes={"b": [2]})
     with pytest.raises(ValueError, match=r"'Tt' .* did you mean 'T'\?"):
@@ -159,8 +169,10 @@ def test_an_nchw_export_verifies_as_recorded_and_with_the_options(tmp_path, outp
     assert verify(fn, path, [("B", 4, 5, 3)], sizes={"B": [1, 2]}).ok
     proto = onnx.load(path)
     del proto.metadata_props[:]
-    message = (r"input 'x': the model takes float32\[B, 3, 4, 5\], verify would feed "
-               r"float32\[3, 4, 5, 3\]: .*inputs_as_nchw / outputs_as_nchw as for to_onnx")
+    message = (
+        r"input 'x': the model takes float32\[B, 3, 4, 5\], verify would feed "
+        r"float32\[3, 4, 5, 3\]: .*inputs_as_nchw / outputs_as_nchw as for to_onnx"
+    )
     with pytest.raises(ValueError, match=message):
         verify(fn, proto, [("B", 4, 5, 3)])
     assert verify(fn, proto, [("B", 4, 5, 3)], inputs_as_nchw=[0], outputs_as_nchw=outputs).ok
@@ -171,8 +183,9 @@ def test_assert_exports_match_with_layout_options_and_its_own_reference():
     (NCHW) inputs as they are."""
     assert_exports_match(_pool, [("B", 4, 5, 3)], sizes={"B": [2]}, inputs_as_nchw=[0])
     nchw_pool = lambda x: _pool(jnp.transpose(x, (0, 2, 3, 1)))  # noqa: E731
-    assert_exports_match(_pool, [("B", 4, 5, 3)], sizes={"B": [2]}, inputs_as_nchw=[0],
-                         reference=nchw_pool)
+    assert_exports_match(
+        _pool, [("B", 4, 5, 3)], sizes={"B": [2]}, inputs_as_nchw=[0], reference=nchw_pool
+    )
 
 
 # -- input_values --------------------------------------------------------------------------------
@@ -191,17 +204,32 @@ def test_too_few_or_too_many_input_values_say_how_many_and_which():
 # -- NaN and infinities -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("actual", "expected", "detail"), [
-    ([1.0, 2.0, 3.0], [np.nan, 2.0, np.nan],
-     "2 elements off: NaN in JAX only at 2, first at (0,) (tract 1.0, JAX nan)"),
-    ([1.0, np.nan, 3.0], [1.0, 2.0, 3.0],
-     "1 elements off: NaN in tract only at 1, first at (1,) (tract nan, JAX 2.0)"),
-    ([np.inf, 2.0, -np.inf], [-np.inf, 2.0, 5.0],
-     "2 elements off: infinities differ at 2, first at (0,) (tract inf, JAX -inf)"),
-    ([np.nan, 2.5, 3.0], [1.0, 2.0, 3.0],
-     "2 elements off: NaN in tract only at 1, first at (0,) (tract nan, JAX 1.0); "
-     "beyond tolerance at 1, first at (1,) (tract 2.5, JAX 2.0)"),
-])
+@pytest.mark.parametrize(
+    ("actual", "expected", "detail"),
+    [
+        (
+            [1.0, 2.0, 3.0],
+            [np.nan, 2.0, np.nan],
+            "2 elements off: NaN in JAX only at 2, first at (0,) (tract 1.0, JAX nan)",
+        ),
+        (
+            [1.0, np.nan, 3.0],
+            [1.0, 2.0, 3.0],
+            "1 elements off: NaN in tract only at 1, first at (1,) (tract nan, JAX 2.0)",
+        ),
+        (
+            [np.inf, 2.0, -np.inf],
+            [-np.inf, 2.0, 5.0],
+            "2 elements off: infinities differ at 2, first at (0,) (tract inf, JAX -inf)",
+        ),
+        (
+            [np.nan, 2.5, 3.0],
+            [1.0, 2.0, 3.0],
+            "2 elements off: NaN in tract only at 1, first at (0,) (tract nan, JAX 1.0); "
+            "beyond tolerance at 1, first at (1,) (tract 2.5, JAX 2.0)",
+        ),
+    ],
+)
 def test_nan_and_infinity_mismatches_say_where_and_which_side(actual, expected, detail):
     actual, expected = np.array(actual, np.float32), np.array(expected, np.float32)
     result = compare("out_0", actual, expected, runtime="tract")
@@ -211,8 +239,12 @@ def test_nan_and_infinity_mismatches_say_where_and_which_side(actual, expected, 
 
 def test_a_nan_mismatch_in_verify_is_reported_with_its_side():
     model = to_onnx(lambda x: x, [(3,)])
-    report = verify(lambda x: jnp.where(x > 0, jnp.nan, x), model, [(3,)],
-                    input_values=[np.array([1.0, -1.0, 2.0], np.float32)])
+    report = verify(
+        lambda x: jnp.where(x > 0, jnp.nan, x),
+        model,
+        [(3,)],
+        input_values=[np.array([1.0, -1.0, 2.0], np.float32)],
+    )
     detail = "2 elements off: NaN in JAX only at 2, first at (0,) (onnxruntime 1.0, JAX nan)"
     assert f"MISMATCH - {detail}" in str(report)
 
@@ -240,8 +272,14 @@ def test_verify_in_openvino_after_jax_forks_nothing(tmp_path):
     os.fork() may deadlock. The telemetry is off; CI is left as it was."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
     env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run([sys.executable, "-c", OPENVINO_AFTER_JAX], cwd=tmp_path,
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", OPENVINO_AFTER_JAX],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert "ok True CI None" in result.stdout, result.stdout + result.stderr
     assert "warnings []" in result.stdout, result.stdout
     assert "os.fork()" not in result.stderr, result.stderr

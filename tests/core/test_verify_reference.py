@@ -84,11 +84,16 @@ def test_assert_exports_match_takes_the_reference_device(monkeypatch):
     assert calls == ["cpu", "default"]
 
 
-@pytest.mark.parametrize(("flag", "where"), [((), "cpu"), (("--reference-device", "default"), "cpu (the default device, as asked)")])
+@pytest.mark.parametrize(
+    ("flag", "where"),
+    [((), "cpu"), (("--reference-device", "default"), "cpu (the default device, as asked)")],
+)
 def test_cli_verify_names_where_the_reference_ran(tmp_path, monkeypatch, capsys, flag, where):
     from jax2onnx_nn.__main__ import main
 
-    (tmp_path / "tiny.py").write_text("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.tanh(x) * 2\n")
+    (tmp_path / "tiny.py").write_text(
+        "import jax.numpy as jnp\n\ndef f(x):\n    return jnp.tanh(x) * 2\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["export", "tiny:f", "--input", "2,3", "-o", "t.onnx", "--verify", *flag]) == 0

@@ -39,7 +39,9 @@ def _highest(dtype):
 def _values(data, dtype, shape, *, special=True) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        return data.draw(hnp.arrays(np.float64, shape, elements=SPECIAL if special else FINITE)).astype(dtype)
+        return data.draw(
+            hnp.arrays(np.float64, shape, elements=SPECIAL if special else FINITE)
+        ).astype(dtype)
     return data.draw(hnp.arrays(dtype, shape))
 
 
@@ -77,12 +79,19 @@ def _window_fn(problem, name, init=None):
 
 def _output_shape(problem):
     try:
-        return jax.eval_shape(_window_fn(problem, "sum"), jax.ShapeDtypeStruct(problem["shape"], np.float32)).shape
+        return jax.eval_shape(
+            _window_fn(problem, "sum"), jax.ShapeDtypeStruct(problem["shape"], np.float32)
+        ).shape
     except (TypeError, ValueError):
         return None
 
 
-@given(problem=windows(), name=st.sampled_from(sorted(REDUCTIONS)), dtype=st.sampled_from(DTYPES), data=st.data())
+@given(
+    problem=windows(),
+    name=st.sampled_from(sorted(REDUCTIONS)),
+    dtype=st.sampled_from(DTYPES),
+    data=st.data(),
+)
 def test_reduce_window_matches_jax(problem, name, dtype, data):
     assert_exports_match_on(_window_fn(problem, name), _values(data, dtype, problem["shape"]))
 
@@ -104,7 +113,13 @@ def test_reduce_window_generic(problem, body, data):
     computation, dtypes = BODIES[body]
     dtype = np.dtype(data.draw(st.sampled_from(dtypes)))
     if dtype.kind == "f":  # powers of two: products stay exact
-        x = data.draw(hnp.arrays(dtype, problem["shape"], elements=st.sampled_from([-2.0, -1.0, 1.0, 2.0, np.inf, np.nan])))
+        x = data.draw(
+            hnp.arrays(
+                dtype,
+                problem["shape"],
+                elements=st.sampled_from([-2.0, -1.0, 1.0, 2.0, np.inf, np.nan]),
+            )
+        )
         init = np.asarray(data.draw(st.sampled_from([-1.0, 2.0, np.inf, -np.inf])), dtype)
     else:
         x = data.draw(hnp.arrays(dtype, problem["shape"]))
@@ -116,19 +131,33 @@ def test_reduce_window_generic(problem, body, data):
 def test_max_propagates_nan_and_keeps_minus_inf():
     """onnxruntime's MaxPool would return 1 and -FLT_MAX here; JAX returns NaN and -inf."""
     x = np.array([[np.nan, 1.0, -np.inf, -np.inf, np.finfo(np.float32).min, -np.inf]], np.float32)
-    for fn in (lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 2), (1, 1), "VALID"),
-               lambda v: lax.reduce_window(v, jnp.inf, lax.min, (1, 2), (1, 1), "VALID")):
+    for fn in (
+        lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 2), (1, 1), "VALID"),
+        lambda v: lax.reduce_window(v, jnp.inf, lax.min, (1, 2), (1, 1), "VALID"),
+    ):
         assert_exports_match_on(fn, x)
         assert_exports_match_on(fn, -x)
 
 
 def test_pooling_graphs():
     """Max pooling is one Max over strided slices (no layout change); float sums one Conv."""
-    max_pool = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")  # noqa: E731
+
+    def max_pool(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
     assert op_types(assert_exports_match(max_pool, [(2, 6, 6, 3)])) == ["Slice"] * 4 + ["Max"]
     sum_pool = lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")  # noqa: E731
-    assert op_types(assert_exports_match(sum_pool, [(2, 6, 6, 3)])) == ["Transpose", "Conv", "Transpose"]
-    assert op_types(assert_exports_match(sum_pool, [(2, 6, 6, 3)], enable_double_precision=True)).count("Conv") == 0
+    assert op_types(assert_exports_match(sum_pool, [(2, 6, 6, 3)])) == [
+        "Transpose",
+        "Conv",
+        "Transpose",
+    ]
+    assert (
+        op_types(
+            assert_exports_match(sum_pool, [(2, 6, 6, 3)], enable_double_precision=True)
+        ).count("Conv")
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -138,10 +167,22 @@ def test_pooling_graphs():
         ("sum", ("B", 7, 6, 3), (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
         ("min", ("B", 3, 7, 6), (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),  # NCHW
         ("sum", ("B", 3, 7, 6), (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
-        ("max", ("B", "T", 4), (1, 3, 1), (1, 1, 1), ((1, 1), (0, 0), (0, 0))),  # over a symbolic axis
+        (
+            "max",
+            ("B", "T", 4),
+            (1, 3, 1),
+            (1, 1, 1),
+            ((1, 1), (0, 0), (0, 0)),
+        ),  # over a symbolic axis
         ("sum", ("B", "T", 4), (1, 3, 1), (1, 1, 1), ((1, 1), (0, 0), (0, 0))),
         ("sum", ("B", 5), (2, 2), (1, 1), "VALID"),  # a window over the batch axis too
-        ("max", ("B", "H", "W", 2), (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),  # padding from H, W at run time
+        (
+            "max",
+            ("B", "H", "W", 2),
+            (1, 3, 3, 1),
+            (1, 2, 2, 1),
+            "SAME",
+        ),  # padding from H, W at run time
         ("sum", ("B", "H", "W", 2), (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
     ],
     ids=str,
@@ -154,18 +195,24 @@ def test_reduce_window_symbolic_dims(name, shape, window, strides, padding, dtyp
         return lax.reduce_window(x, identity(x.dtype), computation, window, strides, padding)
 
     sizes = sizes_for([shape], {"B": [2, 3], "T": [3, 6], "H": [5, 8], "W": [7, 4]})
-    assert_exports_match(fn, [(shape, dtype)], sizes=sizes, enable_double_precision=dtype == np.float64)
+    assert_exports_match(
+        fn, [(shape, dtype)], sizes=sizes, enable_double_precision=dtype == np.float64
+    )
 
 
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2), (3, 2)])
 def test_conv_same_padding_of_symbolic_spatial_dims(strides):
-    """"SAME" padding of a symbolic height/width is an expression: padded at run time."""
+    """ "SAME" padding of a symbolic height/width is an expression: padded at run time."""
     w = np.random.default_rng(0).normal(size=(3, 3, 2, 4)).astype(np.float32)
 
     def fn(x):
-        return lax.conv_general_dilated(x, w, strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return lax.conv_general_dilated(
+            x, w, strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
 
-    model = assert_exports_match(fn, [("B", "H", "W", 2)], sizes={"B": [1, 2], "H": [5, 8], "W": [7, 4]})
+    model = assert_exports_match(
+        fn, [("B", "H", "W", 2)], sizes={"B": [1, 2], "H": [5, 8], "W": [7, 4]}
+    )
     assert "Conv" in op_types(model)
 
 
@@ -178,7 +225,9 @@ def test_flax_pooling(pool, padding):
     nn = pytest.importorskip("flax.linen")
     fns = {
         "avg_pool": lambda x: nn.avg_pool(x, (3, 3), strides=(2, 2), padding=padding),
-        "avg_pool_excluding_pad": lambda x: nn.avg_pool(x, (3, 3), strides=(2, 1), padding=padding, count_include_pad=False),
+        "avg_pool_excluding_pad": lambda x: nn.avg_pool(
+            x, (3, 3), strides=(2, 1), padding=padding, count_include_pad=False
+        ),
         "max_pool": lambda x: nn.max_pool(x, (2, 3), strides=(2, 2), padding=padding),
         "min_pool": lambda x: nn.pool(x, jnp.inf, lax.min, (2, 2), (1, 1), padding),
         "sum_pool": lambda x: nn.pool(x, 0.0, lax.add, (2, 2), (1, 2), padding),
@@ -188,7 +237,11 @@ def test_flax_pooling(pool, padding):
 
 @pytest.mark.parametrize("opset", [17, 23])
 def test_opsets(opset):
-    pool = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 1), (1, 2, 1), ((0, 0), (1, 0), (0, 0)), (1, 2, 1))  # noqa: E731
+    def pool(x):
+        return lax.reduce_window(
+            x, -jnp.inf, lax.max, (1, 2, 1), (1, 2, 1), ((0, 0), (1, 0), (0, 0)), (1, 2, 1)
+        )
+
     assert_exports_match(pool, [("B", 5, 3)], sizes={"B": [1, 2]}, opset=opset)
     total = lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 1), (1, 1, 1), "SAME")  # noqa: E731
     assert_exports_match(total, [("B", 5, 3)], sizes={"B": [1, 2]}, opset=opset)

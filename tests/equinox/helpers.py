@@ -15,7 +15,9 @@ from jax2onnx_nn.equinox import batched_spec, export_onnx
 from jax2onnx_nn.equinox.modules import export_copy, retarget
 
 
-def reference(module: Any, *, batch: bool = False, state: Any = None, training: bool = False) -> Callable[..., Any]:
+def reference(
+    module: Any, *, batch: bool = False, state: Any = None, training: bool = False
+) -> Callable[..., Any]:
     """What the export computes, in JAX: the module in inference mode (or training mode), with
     the state as last argument (its result dropped), vmapped over a batch if asked."""
     fn: Callable[..., Any] = eqx.nn.inference_mode(module, value=not training)
@@ -52,10 +54,20 @@ def assert_module_matches(
         model = to_onnx(module, inputs, **options)
         fn, _ = retarget(module, lambda tree: export_copy(tree, options.get("training", False)))
     onnx.checker.check_model(model, full_check=True)
-    specs = [batched_spec(s, "B", options.get("enable_double_precision", False)) for s in inputs] if batch else inputs
+    specs = (
+        [batched_spec(s, "B", options.get("enable_double_precision", False)) for s in inputs]
+        if batch
+        else inputs
+    )
     report = verify(
-        fn, model, specs, sizes=sizes or ({"B": [1, 4]} if batch else None), rtol=rtol, atol=atol,
-        enable_double_precision=options.get("enable_double_precision", False), training=options.get("training", False),
+        fn,
+        model,
+        specs,
+        sizes=sizes or ({"B": [1, 4]} if batch else None),
+        rtol=rtol,
+        atol=atol,
+        enable_double_precision=options.get("enable_double_precision", False),
+        training=options.get("training", False),
     )
     report.raise_if_failed()
     return model

@@ -56,8 +56,14 @@ class Classifier(eqx.Module, OnnxExportable):
 
 
 EXPECTED_NAMES = {
-    "encoder.layers.0.weight", "encoder.layers.0.bias", "encoder.layers.1.weight", "encoder.layers.1.bias",
-    "encoder.norms.first.weight", "encoder.norms.first.bias", "head.weight", "head.bias",
+    "encoder.layers.0.weight",
+    "encoder.layers.0.bias",
+    "encoder.layers.1.weight",
+    "encoder.layers.1.bias",
+    "encoder.norms.first.weight",
+    "encoder.norms.first.bias",
+    "head.weight",
+    "head.bias",
 }
 
 
@@ -70,8 +76,12 @@ def test_weights_are_named_by_pytree_path_and_static_fields_are_config() -> None
 def test_node_names_are_module_paths_without_equinox_scopes() -> None:
     model = export_onnx(Classifier(KEY), [(4,)], batch=True)
     assert node_names(model) == [
-        "encoder/layers/0/Gemm", "encoder/Relu", "encoder/norms/first/LayerNormalization",
-        "encoder/layers/1/Gemm", "encoder/Mul", "head/Gemm",
+        "encoder/layers/0/Gemm",
+        "encoder/Relu",
+        "encoder/norms/first/LayerNormalization",
+        "encoder/layers/1/Gemm",
+        "encoder/Mul",
+        "head/Gemm",
     ]
     assert not any("eqx.nn" in name for name in node_names(model))
 
@@ -80,9 +90,14 @@ def test_node_source_lines_are_the_models_lines_not_library_ones() -> None:
     model = export_onnx(Classifier(KEY), [(4,)], batch=True)
     encoder_line = f"test_adapter.py:{Encoder.__call__.__code__.co_firstlineno + 1}"
     docs = {n.name: n.doc_string for n in model.graph.node}
-    assert encoder_line in docs["encoder/layers/0/Gemm"] and encoder_line in docs["encoder/norms/first/LayerNormalization"]
+    assert (
+        encoder_line in docs["encoder/layers/0/Gemm"]
+        and encoder_line in docs["encoder/norms/first/LayerNormalization"]
+    )
     here = portable_path(__file__)
-    assert all(doc.startswith(here) for doc in docs.values()), docs  # no equinox or jax2onnx_nn frame
+    assert all(doc.startswith(here) for doc in docs.values()), (
+        docs
+    )  # no equinox or jax2onnx_nn frame
 
 
 def test_export_runs_in_inference_mode_on_a_copy() -> None:
@@ -103,14 +118,20 @@ def test_training_mode_keeps_dropout() -> None:
     inference = to_onnx(fn, [(4,)])
     training = to_onnx(fn, [(4,)], training=True)
     x = np.random.default_rng(0).standard_normal(4).astype(np.float32)
-    np.testing.assert_allclose(run_onnx(inference, [x])[0], eqx.nn.inference_mode(encoder)(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        run_onnx(inference, [x])[0], eqx.nn.inference_mode(encoder)(x), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(run_onnx(training, [x])[0], fn(x), rtol=1e-5, atol=1e-6)
     assert len(node_ops(training)) > len(node_ops(inference))
 
 
 def test_functions_closing_over_modules() -> None:
     classifier = Classifier(KEY)
-    callables = ((lambda x: classifier(x), (4,)), (jax.vmap(classifier), ("B", 4)), (jax.jit(jax.vmap(classifier)), ("B", 4)))
+    callables = (
+        (lambda x: classifier(x), (4,)),
+        (jax.vmap(classifier), ("B", 4)),
+        (jax.jit(jax.vmap(classifier)), ("B", 4)),
+    )
     for fn, spec in callables:
         model = assert_module_matches(fn, [spec])
         assert initializer_names(model) >= EXPECTED_NAMES
@@ -124,7 +145,12 @@ def test_closure_over_two_modules_prefixes_names() -> None:
         return second(first(x))
 
     model = assert_module_matches(fn, [(3,)])
-    assert initializer_names(model) == {"first.weight", "first.bias", "second.weight", "second.bias"}
+    assert initializer_names(model) == {
+        "first.weight",
+        "first.bias",
+        "second.weight",
+        "second.bias",
+    }
 
 
 def test_bound_method_export() -> None:
@@ -145,10 +171,17 @@ def test_export_onnx_batch_names_and_symbolic_dim() -> None:
 def test_mixin_and_path(tmp_path: Any) -> None:
     path = tmp_path / "classifier.onnx"
     classifier = Classifier(KEY)
-    assert classifier.export_onnx([(4,)], path, batch=True) == str(path)  # written, its path returned
-    assert onnx.load(path).SerializeToString() == classifier.export_onnx([(4,)], batch=True).SerializeToString()
+    assert classifier.export_onnx([(4,)], path, batch=True) == str(
+        path
+    )  # written, its path returned
+    assert (
+        onnx.load(path).SerializeToString()
+        == classifier.export_onnx([(4,)], batch=True).SerializeToString()
+    )
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
-    np.testing.assert_allclose(run_onnx(path, [x])[0], jax.vmap(eqx.nn.inference_mode(classifier))(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run_onnx(path, [x])[0], jax.vmap(eqx.nn.inference_mode(classifier))(x), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_export_onnx_needs_a_module() -> None:
@@ -159,7 +192,11 @@ def test_export_onnx_needs_a_module() -> None:
 def test_batched_specs() -> None:
     specs = [(3,), ((2, 2), "int32"), jax.ShapeDtypeStruct((5,), jnp.float16), 1.0, {"a": (7,)}]
     assert [batched_spec(s, "B") for s in specs] == [
-        ("B", 3), (("B", 2, 2), "int32"), (("B", 5), jnp.float16), ("B",), {"a": ("B", 7)},
+        ("B", 3),
+        (("B", 2, 2), "int32"),
+        (("B", 5), jnp.float16),
+        ("B",),
+        {"a": ("B", 7)},
     ]
 
 
@@ -170,7 +207,9 @@ def test_numpy_weights_are_weights() -> None:
         def __call__(self, x: Any) -> Any:
             return x @ self.w
 
-    model = assert_module_matches(Scale(np.arange(12, dtype=np.float32).reshape(4, 3)), [(4,)], batch=True)
+    model = assert_module_matches(
+        Scale(np.arange(12, dtype=np.float32).reshape(4, 3)), [(4,)], batch=True
+    )
     assert initializer_names(model) == {"w"}
 
 
@@ -178,7 +217,9 @@ def test_patches_are_undone() -> None:
     originals = {cls: cls.__call__ for cls in (eqx.nn.Linear, eqx.nn.Conv, Encoder, Classifier)}
     export_onnx(Classifier(KEY), [(4,)], batch=True)
     with pytest.raises(SpecError, match="dot_general"):
-        export_onnx(Classifier(KEY), [(5,)], batch=True)  # wrong input size: JAX's error, as a SpecError
+        export_onnx(
+            Classifier(KEY), [(5,)], batch=True
+        )  # wrong input size: JAX's error, as a SpecError
     assert all(cls.__call__ is fn for cls, fn in originals.items())
 
 
@@ -197,4 +238,9 @@ def test_state_is_named_after_its_layer() -> None:
 
     net, state = eqx.nn.make_with_state(Net)(eqx.nn.BatchNorm(3, "batch", mode="ema"))
     model = assert_module_matches(net, [(3,)], batch=True, state=state)
-    assert initializer_names(model) == {"bn.weight", "bn.bias", "bn.ema_state_index.mean", "bn.ema_state_index.var"}
+    assert initializer_names(model) == {
+        "bn.weight",
+        "bn.bias",
+        "bn.ema_state_index.mean",
+        "bn.ema_state_index.var",
+    }

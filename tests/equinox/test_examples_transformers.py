@@ -24,8 +24,26 @@ from tests.equinox.helpers import all_ops, assert_module_matches, initializer_na
 # of a lowered threefry.
 # Primitives of the lax path of the layers (softmax, norms, attention logits, conv, jnp.where,
 # dropout's random bits): none is lowered when every layer is its coarse op.
-LAX_PATH = {"reduce_max", "exp", "rsqrt", "dot_general", "conv_general_dilated", "select_n", "random_bits", "threefry2x32"}
-RANDOM_OPS = {"Dropout", "RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Multinomial", "BitShift", "BitwiseXor"}
+LAX_PATH = {
+    "reduce_max",
+    "exp",
+    "rsqrt",
+    "dot_general",
+    "conv_general_dilated",
+    "select_n",
+    "random_bits",
+    "threefry2x32",
+}
+RANDOM_OPS = {
+    "Dropout",
+    "RandomUniform",
+    "RandomUniformLike",
+    "RandomNormal",
+    "RandomNormalLike",
+    "Multinomial",
+    "BitShift",
+    "BitwiseXor",
+}
 
 
 def _batched(module: eqx.Module) -> Any:
@@ -81,7 +99,11 @@ def test_vit_graph_is_coarse(vit_onnx: onnx.ModelProto) -> None:
     conv = next(n for n in vit_onnx.graph.node if n.op_type == "Conv")
     attributes = {a.name: list(a.ints) for a in conv.attribute}
     assert attributes["strides"] == [eqx_vit.PATCH] * 2
-    assert {"cls_token", "positional_embedding", "patch_embedding.conv.weight"} <= initializer_names(vit_onnx)
+    assert {
+        "cls_token",
+        "positional_embedding",
+        "patch_embedding.conv.weight",
+    } <= initializer_names(vit_onnx)
 
 
 # -- BERT -----------------------------------------------------------------------------------
@@ -99,42 +121,68 @@ def bert_onnx(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "all_ones"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_bert_matches_jax(bert: eqx_bert.BertClassifier, bert_onnx: onnx.ModelProto, batch: int, padded: bool) -> None:
+def test_bert_matches_jax(
+    bert: eqx_bert.BertClassifier, bert_onnx: onnx.ModelProto, batch: int, padded: bool
+) -> None:
     inputs = eqx_bert.example_batch(batch, padded=padded, seed=batch)
     assert (inputs[1] == 0).any() == padded
-    report = verify(_batched(bert), bert_onnx, eqx_bert.BATCHED_INPUTS, input_values=inputs, jit=True)
+    report = verify(
+        _batched(bert), bert_onnx, eqx_bert.BATCHED_INPUTS, input_values=inputs, jit=True
+    )
     report.raise_if_failed()
 
 
 def test_bert_checks_and_keeps_the_batch_symbolic(bert_onnx: onnx.ModelProto) -> None:
     onnx.checker.check_model(bert_onnx, full_check=True)
     assert _batch_dims(bert_onnx) == ["B", "B", "B"]
-    assert [i.type.tensor_type.elem_type for i in bert_onnx.graph.input] == [onnx.TensorProto.INT32] * 2
+    assert [i.type.tensor_type.elem_type for i in bert_onnx.graph.input] == [
+        onnx.TensorProto.INT32
+    ] * 2
 
 
 def test_bert_graph_is_coarse(bert_onnx: onnx.ModelProto) -> None:
     layers = eqx_bert.LAYERS
     counts = _assert_coarse(bert_onnx, layer_norms=1 + 2 * layers, attentions=layers)
-    assert counts["Gather"] == 1  # the tokens; position and segment lookups at constant ids are folded
+    assert (
+        counts["Gather"] == 1
+    )  # the tokens; position and segment lookups at constant ids are folded
     assert counts["Where"] >= layers  # the mask, inside each attention
-    assert {"encoder.embedder_block.token_embedder.weight", "encoder.pooler.weight"} <= initializer_names(bert_onnx)
+    assert {
+        "encoder.embedder_block.token_embedder.weight",
+        "encoder.pooler.weight",
+    } <= initializer_names(bert_onnx)
 
 
 def test_bert_padding_is_masked_out(bert_onnx: onnx.ModelProto) -> None:
     """Tokens at padded positions do not change the logits; the mask does."""
     token_ids, mask = eqx_bert.example_batch(3, padded=True)
-    junk = np.where(mask == 0, np.arange(token_ids.size).reshape(token_ids.shape) % eqx_bert.VOCAB, token_ids).astype(np.int32)
+    junk = np.where(
+        mask == 0, np.arange(token_ids.size).reshape(token_ids.shape) % eqx_bert.VOCAB, token_ids
+    ).astype(np.int32)
     logits = run_onnx(bert_onnx, [token_ids, mask])[0]
     np.testing.assert_allclose(run_onnx(bert_onnx, [junk, mask])[0], logits, rtol=1e-6, atol=1e-6)
     unmasked = run_onnx(bert_onnx, [token_ids, np.ones_like(mask)])[0]
     assert not np.allclose(unmasked[1:], logits[1:], atol=1e-4)  # sequences 1, 2 have padding
 
 
-@pytest.mark.parametrize(("example", "inputs", "coarse"), [
-    ("vit", [(eqx_vit.CHANNELS, eqx_vit.IMAGE, eqx_vit.IMAGE)], {"eqx_conv", "eqx_layer_norm", "eqx_attention", "eqx_linear"}),
-    ("bert", eqx_bert.INPUTS, {"eqx_embedding", "eqx_layer_norm", "eqx_attention", "eqx_linear"}),
-])
-def test_every_layer_is_lowered_as_its_coarse_op(request: pytest.FixtureRequest, example: str, inputs: list[Any], coarse: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("example", "inputs", "coarse"),
+    [
+        (
+            "vit",
+            [(eqx_vit.CHANNELS, eqx_vit.IMAGE, eqx_vit.IMAGE)],
+            {"eqx_conv", "eqx_layer_norm", "eqx_attention", "eqx_linear"},
+        ),
+        (
+            "bert",
+            eqx_bert.INPUTS,
+            {"eqx_embedding", "eqx_layer_norm", "eqx_attention", "eqx_linear"},
+        ),
+    ],
+)
+def test_every_layer_is_lowered_as_its_coarse_op(
+    request: pytest.FixtureRequest, example: str, inputs: list[Any], coarse: set[str]
+) -> None:
     """No eqx layer of the examples falls back to its lax path (the ONNX op histogram alone
     would not say: softmax, for one, can also be one Softmax node on the lax path)."""
     lowered: set[str] = set()
@@ -164,7 +212,9 @@ def test_attention_mask_of_any_real_dtype_is_coarse(dtype: Any, per_head: bool) 
     mask_shape = (heads, seq, seq) if per_head else (seq, seq)
     lowered: set[str] = set()
     with recording(lowered):
-        model = assert_module_matches(module, [(seq, 8), (mask_shape, dtype)], batch=True, sizes={"B": [1, 3]})
+        model = assert_module_matches(
+            module, [(seq, 8), (mask_shape, dtype)], batch=True, sizes={"B": [1, 3]}
+        )
     assert "eqx_attention" in lowered and not LAX_PATH & lowered  # the handler took the call
     ops = node_ops(model)
     assert ops.count("Softmax") == 1 and "ReduceMax" not in ops and "Where" in ops
@@ -174,10 +224,17 @@ def test_float_mask_reads_as_jnp_where_does() -> None:
     """-0.0 masks out, NaN, inf and fractions attend (``mask != 0``), fully masked rows too."""
     module = _MaskedAttention(eqx.nn.MultiheadAttention(2, 8, key=jax.random.key(2)))
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
-    mask = np.array([[1.0, -0.0, np.nan, 0.5], [0.0, 0.0, 0.0, 0.0], [np.inf, 0.0, -2.0, 0.0], [1.0, 1.0, 1.0, 1.0]], np.float32)
+    mask = np.array(
+        [
+            [1.0, -0.0, np.nan, 0.5],
+            [0.0, 0.0, 0.0, 0.0],
+            [np.inf, 0.0, -2.0, 0.0],
+            [1.0, 1.0, 1.0, 1.0],
+        ],
+        np.float32,
+    )
     lowered: set[str] = set()
     with recording(lowered):
         model = to_onnx(module, [(4, 8), ((4, 4), np.float32)])
     assert "eqx_attention" in lowered and not LAX_PATH & lowered
     np.testing.assert_allclose(run_onnx(model, [x, mask])[0], module(x, mask), rtol=1e-5, atol=1e-5)
-

@@ -33,7 +33,9 @@ class Net(eqx.Module):
         self.dropout = eqx.nn.Dropout(0.5)
         self.bn = eqx.nn.BatchNorm(5, axis_name="batch", mode=mode)
 
-    def __call__(self, x: jax.Array, state: eqx.nn.State, *, key: jax.Array) -> tuple[jax.Array, eqx.nn.State]:
+    def __call__(
+        self, x: jax.Array, state: eqx.nn.State, *, key: jax.Array
+    ) -> tuple[jax.Array, eqx.nn.State]:
         return self.bn(self.dropout(self.linear(x), key=key), state)
 
 
@@ -47,7 +49,9 @@ def test_batch_norm_and_its_state_follow_the_flag(mode: str) -> None:
         # the flag as the modules' field, set the way eqx users switch modes
         model = eqx.nn.inference_mode(net, value=inference)
         keys = jax.random.split(key, x.shape[0])
-        return jax.vmap(lambda xi, ki: model(xi, state, key=ki), axis_name="batch", out_axes=(0, None))(x, keys)
+        return jax.vmap(
+            lambda xi, ki: model(xi, state, key=ki), axis_name="batch", out_axes=(0, None)
+        )(x, keys)
 
     # batch statistics are a pmean over the vmapped axis, which JAX needs of a fixed size
     model = assert_flag_switches(fn, [(6, 6), KEY], "inference", sizes={})

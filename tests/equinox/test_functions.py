@@ -52,7 +52,9 @@ class Tower(eqx.Module):
 def test_auto_functions_share_one_function_per_class(batch: bool) -> None:
     model = assert_module_matches(Tower((4, 4, 4), KEY), [(4,)], batch=batch, auto_functions=True)
     assert [f.name for f in model.functions] == ["Block"]
-    assert node_ops(model) == ["Block", "Block", "Block", "Gemm" if batch else "MatMul"] + ([] if batch else ["Add"])
+    assert node_ops(model) == ["Block", "Block", "Block", "Gemm" if batch else "MatMul"] + (
+        [] if batch else ["Add"]
+    )
     (function,) = model.functions
     assert list(function.input) == ["x", "linear.weight", "linear.bias", "norm.weight", "norm.bias"]
     assert initializer_names(model) >= {f"blocks.{i}.linear.weight" for i in range(3)}
@@ -76,14 +78,21 @@ def test_auto_functions_one_per_config() -> None:
             return self.c(self.widen(self.b(self.a(x))))
 
     keys = jax.random.split(KEY, 4)
-    net = Net(Block(3, keys[0]), Block(3, keys[1]), Widen(eqx.nn.Linear(3, 5, key=keys[2])), Block(5, keys[3]))
+    net = Net(
+        Block(3, keys[0]),
+        Block(3, keys[1]),
+        Widen(eqx.nn.Linear(3, 5, key=keys[2])),
+        Block(5, keys[3]),
+    )
     model = assert_module_matches(net, [(3,)], batch=True, auto_functions=True)
     assert sorted(f.name for f in model.functions) == ["Block", "Block_1", "Widen"]
     assert node_names(model) == ["a/Block", "b/Block", "widen/Widen", "c/Block_1"]
 
 
 def test_equinox_layers_are_not_functions() -> None:
-    model = assert_module_matches(eqx.nn.MLP(3, 2, 4, 2, key=KEY), [(3,)], batch=True, auto_functions=True)
+    model = assert_module_matches(
+        eqx.nn.MLP(3, 2, 4, 2, key=KEY), [(3,)], batch=True, auto_functions=True
+    )
     assert list(model.functions) == []
 
 
@@ -135,6 +144,9 @@ def test_blocks_with_constant_tables_share_a_function() -> None:
             return self.second(self.first(x))
 
     a, b = jax.random.split(KEY)
-    net = Net(Rotary(eqx.nn.RotaryPositionalEmbedding(4), eqx.nn.Linear(4, 4, key=a)), Rotary(eqx.nn.RotaryPositionalEmbedding(4), eqx.nn.Linear(4, 4, key=b)))
+    net = Net(
+        Rotary(eqx.nn.RotaryPositionalEmbedding(4), eqx.nn.Linear(4, 4, key=a)),
+        Rotary(eqx.nn.RotaryPositionalEmbedding(4), eqx.nn.Linear(4, 4, key=b)),
+    )
     model = assert_module_matches(net, [(3, 4)], batch=True, auto_functions=True)
     assert [f.name for f in model.functions] == ["Rotary"]

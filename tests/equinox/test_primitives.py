@@ -41,7 +41,9 @@ def test_error_if_gives_nan_where_jax_raises(dtype: str) -> None:
     value = np.ones(4, dtype=dtype)
     with pytest.raises(eqx.EquinoxRuntimeError):
         fn(value)
-    np.testing.assert_array_equal(run_onnx(model, [value])[0], np.broadcast_to(error_fill(np.dtype(dtype)), (4,)))
+    np.testing.assert_array_equal(
+        run_onnx(model, [value])[0], np.broadcast_to(error_fill(np.dtype(dtype)), (4,))
+    )
 
 
 def test_error_if_under_vmap_fires_for_the_batch() -> None:
@@ -49,12 +51,16 @@ def test_error_if_under_vmap_fires_for_the_batch() -> None:
         return jax.vmap(lambda x: eqx.error_if(x, x > 5, "too big"))(xs)
 
     model = to_onnx(fn, [("B",)])
-    np.testing.assert_array_equal(run_onnx(model, [np.array([1.0, 2.0], np.float32)])[0], [1.0, 2.0])
+    np.testing.assert_array_equal(
+        run_onnx(model, [np.array([1.0, 2.0], np.float32)])[0], [1.0, 2.0]
+    )
     assert np.isnan(run_onnx(model, [np.array([1.0, 9.0], np.float32)])[0]).all()
 
 
 def _host_sine(x: Any) -> Any:
-    return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)  # the line the error names
+    return jax.pure_callback(
+        np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x
+    )  # the line the error names
 
 
 def test_other_python_callbacks_are_refused_naming_the_line_and_what_to_do() -> None:
@@ -65,10 +71,19 @@ def test_other_python_callbacks_are_refused_naming_the_line_and_what_to_do() -> 
     with pytest.raises(ConversionError) as info:
         to_onnx(_host_sine, [(3,)])
     text = str(info.value)
-    assert f"pure_callback (used 1x) at {__file__}:{_host_sine.__code__.co_firstlineno + 1}" in text, text
-    assert "(calls numpy.sin)" in text and "jax.numpy" in text and '@jax2onnx_nn.lowering("pure_callback")' in text
+    assert (
+        f"pure_callback (used 1x) at {__file__}:{_host_sine.__code__.co_firstlineno + 1}" in text
+    ), text
+    assert (
+        "(calls numpy.sin)" in text
+        and "jax.numpy" in text
+        and '@jax2onnx_nn.lowering("pure_callback")' in text
+    )
     (row,) = [r for r in support_rows() if r.primitive == "pure_callback"]
-    assert "only Equinox's eqx.error_if check" in row.onnx_ops and "any other callback is refused" in row.onnx_ops
+    assert (
+        "only Equinox's eqx.error_if check" in row.onnx_ops
+        and "any other callback is refused" in row.onnx_ops
+    )
 
 
 def test_a_lowering_given_for_a_callback_exports_it() -> None:
@@ -115,7 +130,11 @@ def _counting_loop(kind: str) -> Any:
 @pytest.mark.parametrize("batch", [False, True])
 def test_while_loops(kind: str, batch: bool) -> None:
     fn = _counting_loop(kind)
-    model = assert_exports_match(jax.vmap(fn) if batch else fn, [("B", 3) if batch else (3,)], sizes={"B": [1, 4]} if batch else None)
+    model = assert_exports_match(
+        jax.vmap(fn) if batch else fn,
+        [("B", 3) if batch else (3,)],
+        sizes={"B": [1, 4]} if batch else None,
+    )
     # "bounded" is a scan of max_steps steps without xs: a Scan (a Loop before e61f92f); its
     # step's cond is an If, or a select that JAX 0.12 writes for it
     assert {"Loop", "Scan", "If"} & set(node_ops(model))
@@ -129,7 +148,14 @@ def test_while_loop_with_buffers() -> None:
             i, buf = carry
             return i + 1, buf.at[i].set(x[i] * 2)
 
-        return eqxi.while_loop(lambda c: c[0] < 3, body, (0, jnp.zeros(3)), max_steps=3, buffers=lambda c: c[1], kind="checkpointed")[1]
+        return eqxi.while_loop(
+            lambda c: c[0] < 3,
+            body,
+            (0, jnp.zeros(3)),
+            max_steps=3,
+            buffers=lambda c: c[1],
+            kind="checkpointed",
+        )[1]
 
     assert_exports_match(fn, [(3,)])
     assert_exports_match(jax.vmap(fn), [("B", 3)], sizes={"B": [1, 3]})
@@ -150,12 +176,21 @@ SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.75, 2.0, np.inf, -np.inf, np.nan]
 
 def _specials(dtype: Any) -> np.ndarray:
     info = np.finfo(dtype)
-    extra = [info.smallest_subnormal, info.smallest_normal, 2 * info.smallest_normal, 1.5 * info.smallest_normal, info.max, 2.0 ** (info.minexp + 20)]
+    extra = [
+        info.smallest_subnormal,
+        info.smallest_normal,
+        2 * info.smallest_normal,
+        1.5 * info.smallest_normal,
+        info.max,
+        2.0 ** (info.minexp + 20),
+    ]
     return np.array(SPECIAL + extra + [-v for v in extra], dtype=dtype)
 
 
 def _same_floats(actual: np.ndarray, expected: np.ndarray) -> None:
-    same = (actual == expected) & (np.signbit(actual) == np.signbit(expected)) | (np.isnan(actual) & np.isnan(expected))
+    same = (actual == expected) & (np.signbit(actual) == np.signbit(expected)) | (
+        np.isnan(actual) & np.isnan(expected)
+    )
     assert same.all(), list(zip(actual[~same][:5], expected[~same][:5], strict=True))
 
 
@@ -164,7 +199,11 @@ def test_nextafter_special_values(dtype: Any) -> None:
     values = _specials(dtype)
     x, y = np.repeat(values, len(values)), np.tile(values, len(values))
     with x64(dtype == np.float64):
-        model = to_onnx(jnp.nextafter, [(x.shape, dtype), (y.shape, dtype)], enable_double_precision=dtype == np.float64)
+        model = to_onnx(
+            jnp.nextafter,
+            [(x.shape, dtype), (y.shape, dtype)],
+            enable_double_precision=dtype == np.float64,
+        )
     with np.errstate(over="ignore"):
         _same_floats(run_onnx(model, [x, y])[0], np.nextafter(x, y))
 
@@ -172,10 +211,16 @@ def test_nextafter_special_values(dtype: Any) -> None:
 @settings(max_examples=5)
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
 def test_nextafter_random_values(data: st.DataObject, dtype: Any) -> None:
-    floats = hnp.arrays(dtype, (64,), elements=st.floats(allow_nan=True, width=32 if dtype == np.float32 else 64))
+    floats = hnp.arrays(
+        dtype, (64,), elements=st.floats(allow_nan=True, width=32 if dtype == np.float32 else 64)
+    )
     x, y = data.draw(floats), data.draw(floats)
     with x64(dtype == np.float64):
-        model = to_onnx(jnp.nextafter, [(x.shape, dtype), (y.shape, dtype)], enable_double_precision=dtype == np.float64)
+        model = to_onnx(
+            jnp.nextafter,
+            [(x.shape, dtype), (y.shape, dtype)],
+            enable_double_precision=dtype == np.float64,
+        )
     with np.errstate(over="ignore"):
         _same_floats(run_onnx(model, [x, y])[0], np.nextafter(x, y))
 
@@ -193,7 +238,9 @@ def test_eqxi_nextafter_is_one_function() -> None:
 
 # -- diffrax ------------------------------------------------------------------------------------
 
-needs_diffrax = pytest.mark.skipif(importlib.util.find_spec("diffrax") is None, reason="diffrax is not installed")
+needs_diffrax = pytest.mark.skipif(
+    importlib.util.find_spec("diffrax") is None, reason="diffrax is not installed"
+)
 
 
 @needs_diffrax
@@ -203,7 +250,9 @@ def test_diffrax_adaptive_solve() -> None:
     def solve(y0: Any) -> Any:
         term = diffrax.ODETerm(lambda t, y, args: -y + jnp.sin(t))
         controller = diffrax.PIDController(rtol=1e-6, atol=1e-8)
-        solution = diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, stepsize_controller=controller)
+        solution = diffrax.diffeqsolve(
+            term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, stepsize_controller=controller
+        )
         return solution.ys
 
     model = assert_exports_match(solve, [(3,)], enable_double_precision=True)
@@ -219,6 +268,8 @@ def test_diffrax_saveat_ts_and_dopri5() -> None:
         term = diffrax.ODETerm(lambda t, y, args: jnp.stack([y[1], -y[0]]))
         controller = diffrax.PIDController(rtol=1e-7, atol=1e-9)
         saveat = diffrax.SaveAt(ts=jnp.linspace(0, 2, 5))
-        return diffrax.diffeqsolve(term, diffrax.Dopri5(), 0.0, 2.0, 0.1, y0, stepsize_controller=controller, saveat=saveat).ys
+        return diffrax.diffeqsolve(
+            term, diffrax.Dopri5(), 0.0, 2.0, 0.1, y0, stepsize_controller=controller, saveat=saveat
+        ).ys
 
     assert_exports_match(solve, [(2,)], enable_double_precision=True)

@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("flax")
 
-from flax import nnx  # noqa: E402
+from flax import nnx
 
-from examples import flax_cnn, flax_gpt2, flax_mlp, flax_mlp_functions  # noqa: E402
-from jax2onnx_nn import to_onnx, verify  # noqa: E402
-from jax2onnx_nn.core.functions import DOMAIN  # noqa: E402
-from jax2onnx_nn.flax import mode_copy  # noqa: E402
+from examples import flax_cnn, flax_gpt2, flax_mlp, flax_mlp_functions
+from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.core.functions import DOMAIN
+from jax2onnx_nn.flax import mode_copy
 
 
 def _node_count(model) -> int:
@@ -37,9 +37,15 @@ def test_readme_functions(tmp_path: Path) -> None:
 def test_cnn() -> None:
     module = flax_cnn.CNN(rngs=nnx.Rngs(0))
     model = to_onnx(module, flax_cnn.IMAGES)
-    verify(mode_copy(module), model, flax_cnn.IMAGES, sizes={"B": [1, 5]}, jit=True).raise_if_failed()
+    verify(
+        mode_copy(module), model, flax_cnn.IMAGES, sizes={"B": [1, 5]}, jit=True
+    ).raise_if_failed()
     ops = [n.op_type for n in model.graph.node]
-    assert ops.count("Conv") == 2 and ops.count("BatchNormalization") == 2 and ops.count("AveragePool") == 2
+    assert (
+        ops.count("Conv") == 2
+        and ops.count("BatchNormalization") == 2
+        and ops.count("AveragePool") == 2
+    )
     # in and out of channels-first once; in, with one channel, is a Reshape (passes.relabel_transposes)
     assert ops[0] == "Reshape" and ops.count("Transpose") == 1
     assert len(ops) < len(to_onnx(module, flax_cnn.IMAGES, coarse_ops=False).graph.node)
@@ -69,7 +75,15 @@ def test_gpt2_124m() -> None:
     model = to_onnx(module, flax_gpt2.TOKENS, auto_functions=True)
     export_seconds = time.perf_counter() - start
     assert sorted(f.name for f in model.functions) == ["Block", "CausalSelfAttention", "MLP"]
-    report = verify(mode_copy(module), model, flax_gpt2.TOKENS, sizes={"B": [1, 2], "T": [64, 17]}, rtol=1e-4, atol=1e-4, jit=True)
+    report = verify(
+        mode_copy(module),
+        model,
+        flax_gpt2.TOKENS,
+        sizes={"B": [1, 2], "T": [64, 17]},
+        rtol=1e-4,
+        atol=1e-4,
+        jit=True,
+    )
     report.raise_if_failed()
     lax_level = to_onnx(module, flax_gpt2.TOKENS, coarse_ops=False)
     assert _node_count(model) < len(lax_level.graph.node) / 5

@@ -7,12 +7,12 @@ import pytest
 
 pytest.importorskip("flax")
 
-import onnx  # noqa: E402
-from flax import nnx  # noqa: E402
+import onnx
+from flax import nnx
 
-from examples import flax_autoencoder, flax_gru, flax_vit  # noqa: E402
-from jax2onnx_nn import to_onnx, verify  # noqa: E402
-from jax2onnx_nn.flax import mode_copy  # noqa: E402
+from examples import flax_autoencoder, flax_gru, flax_vit
+from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.flax import mode_copy
 
 
 def _all_ops(model: onnx.ModelProto) -> list[str]:
@@ -58,10 +58,14 @@ def test_vit_auto_functions() -> None:
 
 
 def test_gru_over_symbolic_batch_and_time() -> None:
-    module = flax_gru.GRUClassifier(flax_gru.FEATURES, flax_gru.HIDDEN, flax_gru.CLASSES, rngs=nnx.Rngs(0))
+    module = flax_gru.GRUClassifier(
+        flax_gru.FEATURES, flax_gru.HIDDEN, flax_gru.CLASSES, rngs=nnx.Rngs(0)
+    )
     model = _check(module, flax_gru.SEQUENCES, {"B": [1, 3, 2], "T": [1, 7, 16]})
     ops = _all_ops(model)
-    assert "Scan" not in ops and "Loop" not in ops and ops.count("GRU") == 1  # the cell over the whole sequence
+    assert (
+        "Scan" not in ops and "Loop" not in ops and ops.count("GRU") == 1
+    )  # the cell over the whole sequence
     lax_level = _check(module, flax_gru.SEQUENCES, {"B": [2], "T": [3]}, coarse_ops=False)
     assert "GRU" not in _all_ops(lax_level) and len(ops) < len(_all_ops(lax_level))
     dims = [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim]
@@ -70,7 +74,9 @@ def test_gru_over_symbolic_batch_and_time() -> None:
 
 
 def test_gru_empty_sequence_keeps_the_initial_carry() -> None:
-    module = flax_gru.GRUClassifier(flax_gru.FEATURES, flax_gru.HIDDEN, flax_gru.CLASSES, rngs=nnx.Rngs(0))
+    module = flax_gru.GRUClassifier(
+        flax_gru.FEATURES, flax_gru.HIDDEN, flax_gru.CLASSES, rngs=nnx.Rngs(0)
+    )
     _check(module, flax_gru.SEQUENCES, {"B": [2], "T": [0]})
 
 

@@ -19,10 +19,17 @@ FAST = {"heat_equation"}  # the others are exported and verified in their own te
 )
 def test_example_main_writes_the_promised_file_and_verifies(name, tmp_path):
     out = tmp_path / f"{name}.onnx"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     run = subprocess.run(
         [sys.executable, "-m", f"examples.{name}", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert out.exists(), f"examples.{name} did not write {out}: {os.listdir(tmp_path)}"
@@ -32,4 +39,7 @@ def test_example_main_writes_the_promised_file_and_verifies(name, tmp_path):
 
 def test_every_example_has_a_main():
     for name in EXAMPLES:
-        assert 'if __name__ == "__main__":\n    main(*sys.argv[1:])' in (ROOT / "examples" / f"{name}.py").read_text(), name
+        assert (
+            'if __name__ == "__main__":\n    main(*sys.argv[1:])'
+            in (ROOT / "examples" / f"{name}.py").read_text()
+        ), name

@@ -12,7 +12,7 @@ from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.verify import run_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from examples.spectral_poisson import SPECS, manufactured, poisson_solve  # noqa: E402
+from examples.spectral_poisson import SPECS, manufactured, poisson_solve
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,15 @@ def test_matches_jax_to_1e12(model, n):
     rng = np.random.default_rng(n)
     with jxi.x64(True):
         values = [rng.standard_normal((n, n)), np.float64(rng.uniform(0.5, 3.0))]
-        report = verify(poisson_solve, model, SPECS, input_values=values, enable_double_precision=True, rtol=1e-12, atol=1e-12)
+        report = verify(
+            poisson_solve,
+            model,
+            SPECS,
+            input_values=values,
+            enable_double_precision=True,
+            rtol=1e-12,
+            atol=1e-12,
+        )
     assert report.ok, str(report)
 
 

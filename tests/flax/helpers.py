@@ -27,9 +27,18 @@ def assert_module_matches(
     model = to_onnx(module, inputs, **to_onnx_options)
     onnx.checker.check_model(model, full_check=True)
     if reference is None:
-        reference = mode_copy(module, to_onnx_options.get("training", False)) if isinstance(module, nnx.Module) else module
+        reference = (
+            mode_copy(module, to_onnx_options.get("training", False))
+            if isinstance(module, nnx.Module)
+            else module
+        )
     report = verify(
-        reference, model, inputs, sizes=sizes, rtol=rtol, atol=atol,
+        reference,
+        model,
+        inputs,
+        sizes=sizes,
+        rtol=rtol,
+        atol=atol,
         enable_double_precision=to_onnx_options.get("enable_double_precision", False),
         training=to_onnx_options.get("training", False),
     )

@@ -36,7 +36,13 @@ class Apply(nnx.Module):
 
 
 @SMALL
-@given(rank=st.integers(1, 3), din=st.integers(1, 5), dout=st.integers(1, 5), use_bias=st.booleans(), batch=st.integers(0, 3))
+@given(
+    rank=st.integers(1, 3),
+    din=st.integers(1, 5),
+    dout=st.integers(1, 5),
+    use_bias=st.booleans(),
+    batch=st.integers(0, 3),
+)
 def test_linear(rank: int, din: int, dout: int, use_bias: bool, batch: int) -> None:
     layer = nnx.Linear(din, dout, use_bias=use_bias, rngs=nnx.Rngs(0))
     shape = (batch, 2, din)[3 - rank :]
@@ -48,7 +54,9 @@ def test_linear(rank: int, din: int, dout: int, use_bias: bool, batch: int) -> N
 
 
 def test_linear_integer_input_is_promoted() -> None:
-    model = assert_module_matches(Apply(nnx.Linear(3, 2, rngs=nnx.Rngs(0))), [(("B", 3), "int32")], sizes={"B": [2]})
+    model = assert_module_matches(
+        Apply(nnx.Linear(3, 2, rngs=nnx.Rngs(0))), [(("B", 3), "int32")], sizes={"B": [2]}
+    )
     assert node_ops(model) == ["Cast", "Gemm"]
 
 
@@ -83,8 +91,12 @@ def test_linear_options_it_does_not_model(layer: Any, coarse: bool) -> None:
 @given(heads=st.integers(1, 3), head_dim=st.integers(1, 4), use_bias=st.booleans())
 def test_linear_general_split_and_merge_heads(heads: int, head_dim: int, use_bias: bool) -> None:
     split = nnx.LinearGeneral(5, (heads, head_dim), use_bias=use_bias, rngs=nnx.Rngs(0))
-    merge = nnx.LinearGeneral((heads, head_dim), 5, axis=(-2, -1), use_bias=use_bias, rngs=nnx.Rngs(1))
-    model = assert_module_matches(Apply(nnx.Sequential(split, merge)), [("B", 3, 5)], sizes={"B": [2]})
+    merge = nnx.LinearGeneral(
+        (heads, head_dim), 5, axis=(-2, -1), use_bias=use_bias, rngs=nnx.Rngs(1)
+    )
+    model = assert_module_matches(
+        Apply(nnx.Sequential(split, merge)), [("B", 3, 5)], sizes={"B": [2]}
+    )
     assert node_ops(model).count("MatMul") == 2 and "Einsum" not in node_ops(model)
 
 
@@ -107,11 +119,27 @@ def test_linear_general_batch_axis_stays_exact() -> None:
     use_bias=st.booleans(),
     size=st.integers(4, 7),
 )
-def test_conv(ndim: int, kernel: int, stride: int, dilation: int, padding: Any, groups: int, use_bias: bool, size: int) -> None:
+def test_conv(
+    ndim: int,
+    kernel: int,
+    stride: int,
+    dilation: int,
+    padding: Any,
+    groups: int,
+    use_bias: bool,
+    size: int,
+) -> None:
     pad = [(0, 1)] * ndim if padding == "pairs" else padding
     layer = nnx.Conv(
-        4, 6, (kernel,) * ndim, strides=stride, kernel_dilation=dilation, padding=pad,
-        feature_group_count=groups, use_bias=use_bias, rngs=nnx.Rngs(0),
+        4,
+        6,
+        (kernel,) * ndim,
+        strides=stride,
+        kernel_dilation=dilation,
+        padding=pad,
+        feature_group_count=groups,
+        use_bias=use_bias,
+        rngs=nnx.Rngs(0),
     )
     model = assert_module_matches(Apply(layer), [("B", *(size,) * ndim, 4)], sizes={"B": [2]})
     empty = padding == "VALID" and (kernel - 1) * dilation + 1 > size
@@ -120,9 +148,13 @@ def test_conv(ndim: int, kernel: int, stride: int, dilation: int, padding: Any, 
 
 def test_conv_symbolic_spatial_dims_same_padding() -> None:
     layer = nnx.Conv(3, 5, (3, 3), strides=2, rngs=nnx.Rngs(0))
-    model = assert_module_matches(Apply(layer), [("B", "H", "W", 3)], sizes={"B": [1, 2], "H": [5, 8], "W": [7, 4]})
+    model = assert_module_matches(
+        Apply(layer), [("B", "H", "W", 3)], sizes={"B": [1, 2], "H": [5, 8], "W": [7, 4]}
+    )
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
-    assert {a.name: a.s for a in conv.attribute if a.name == "auto_pad"} == {"auto_pad": b"SAME_UPPER"}
+    assert {a.name: a.s for a in conv.attribute if a.name == "auto_pad"} == {
+        "auto_pad": b"SAME_UPPER"
+    }
 
 
 @pytest.mark.parametrize(
@@ -130,8 +162,16 @@ def test_conv_symbolic_spatial_dims_same_padding() -> None:
     [
         (nnx.Conv(3, 4, (3, 3), padding="CIRCULAR", rngs=nnx.Rngs(0)), (2, 6, 6, 3)),
         (nnx.Conv(3, 4, (3,), padding="CAUSAL", rngs=nnx.Rngs(0)), (2, 6, 3)),
-        (nnx.Conv(3, 4, (2, 2), input_dilation=2, padding=[(1, 1), (0, 1)], rngs=nnx.Rngs(0)), (2, 5, 5, 3)),
-        (nnx.Conv(3, 4, (3, 3), mask=np.tril(np.ones((3, 3, 3, 4), np.float32)), rngs=nnx.Rngs(0)), (2, 5, 5, 3)),
+        (
+            nnx.Conv(3, 4, (2, 2), input_dilation=2, padding=[(1, 1), (0, 1)], rngs=nnx.Rngs(0)),
+            (2, 5, 5, 3),
+        ),
+        (
+            nnx.Conv(
+                3, 4, (3, 3), mask=np.tril(np.ones((3, 3, 3, 4), np.float32)), rngs=nnx.Rngs(0)
+            ),
+            (2, 5, 5, 3),
+        ),
         (nnx.Conv(3, 4, (3, 3), rngs=nnx.Rngs(0)), (2, 2, 5, 5, 3)),  # two batch dims
     ],
 )
@@ -164,20 +204,37 @@ def test_embed_attend_is_the_tied_head() -> None:
 
     model = assert_module_matches(Tied(), [(("B", "T"), "int32")], sizes={"B": [1, 2], "T": [3, 5]})
     assert "MatMul" in node_ops(model) and "Einsum" not in node_ops(model)
-    assert [i.name for i in model.graph.initializer if i.name.startswith("embed")] == ["embed.embedding"]
+    assert [i.name for i in model.graph.initializer if i.name.startswith("embed")] == [
+        "embed.embedding"
+    ]
 
 
 # -- normalizations ------------------------------------------------------------------------
 
 
 @SMALL
-@given(rank=st.integers(2, 4), use_scale=st.booleans(), use_bias=st.booleans(), channels_first=st.booleans())
-def test_batch_norm_inference(rank: int, use_scale: bool, use_bias: bool, channels_first: bool) -> None:
+@given(
+    rank=st.integers(2, 4),
+    use_scale=st.booleans(),
+    use_bias=st.booleans(),
+    channels_first=st.booleans(),
+)
+def test_batch_norm_inference(
+    rank: int, use_scale: bool, use_bias: bool, channels_first: bool
+) -> None:
     axis = 1 if channels_first else -1
-    layer = nnx.BatchNorm(3, axis=axis, use_scale=use_scale, use_bias=use_bias, epsilon=1e-3, rngs=nnx.Rngs(0))
+    layer = nnx.BatchNorm(
+        3, axis=axis, use_scale=use_scale, use_bias=use_bias, epsilon=1e-3, rngs=nnx.Rngs(0)
+    )
     layer.mean.set_value(jnp.array([0.5, -1.0, 2.0]))
     layer.var.set_value(jnp.array([0.25, 2.0, 1.5]))
-    shape = ("B", 3, 4, 5)[:rank] if channels_first else ("B", 4, 5, 3)[4 - rank :] if rank < 4 else ("B", 4, 5, 3)
+    shape = (
+        ("B", 3, 4, 5)[:rank]
+        if channels_first
+        else ("B", 4, 5, 3)[4 - rank :]
+        if rank < 4
+        else ("B", 4, 5, 3)
+    )
     if not channels_first:
         shape = ("B", *shape[1:]) if shape[0] != "B" else shape
     model = assert_module_matches(Apply(layer), [shape], sizes={"B": [1, 3]})
@@ -186,12 +243,19 @@ def test_batch_norm_inference(rank: int, use_scale: bool, use_bias: bool, channe
 
 def test_batch_norm_call_argument_overrides_the_mode() -> None:
     layer = nnx.BatchNorm(3, use_running_average=False, rngs=nnx.Rngs(0))
-    model = assert_module_matches(Apply(layer, use_running_average=True), [("B", 3)], sizes={"B": [2]})
+    model = assert_module_matches(
+        Apply(layer, use_running_average=True), [("B", 3)], sizes={"B": [2]}
+    )
     assert node_ops(model) == ["BatchNormalization"]
 
 
 @SMALL
-@given(rank=st.integers(1, 3), use_scale=st.booleans(), use_bias=st.booleans(), eps=st.sampled_from([1e-6, 1e-2]))
+@given(
+    rank=st.integers(1, 3),
+    use_scale=st.booleans(),
+    use_bias=st.booleans(),
+    eps=st.sampled_from([1e-6, 1e-2]),
+)
 def test_layer_norm(rank: int, use_scale: bool, use_bias: bool, eps: float) -> None:
     layer = nnx.LayerNorm(6, use_scale=use_scale, use_bias=use_bias, epsilon=eps, rngs=nnx.Rngs(0))
     shape = (2, 3, 6)[3 - rank :]
@@ -218,7 +282,9 @@ def test_rms_norm(opset: int) -> None:
 @settings(max_examples=4)
 @given(heads=st.sampled_from([1, 2, 4]), mask=st.sampled_from([None, "causal", "padding"]))
 def test_multi_head_attention(heads: int, mask: str | None) -> None:
-    layer = nnx.MultiHeadAttention(num_heads=heads, in_features=8, qkv_features=8, decode=False, rngs=nnx.Rngs(0))
+    layer = nnx.MultiHeadAttention(
+        num_heads=heads, in_features=8, qkv_features=8, decode=False, rngs=nnx.Rngs(0)
+    )
 
     class Attend(nnx.Module):
         def __init__(self) -> None:
@@ -239,7 +305,9 @@ def test_multi_head_attention(heads: int, mask: str | None) -> None:
 def test_attention_dropout_in_training_mode_keeps_jax_mask() -> None:
     # nnx.dot_product_attention's dropout is not part of the coarse op: in training mode the
     # call keeps JAX's body (its threefry mask); in inference mode it is the coarse op
-    layer = nnx.MultiHeadAttention(num_heads=2, in_features=8, qkv_features=8, dropout_rate=0.5, decode=False, rngs=nnx.Rngs(0))
+    layer = nnx.MultiHeadAttention(
+        num_heads=2, in_features=8, qkv_features=8, dropout_rate=0.5, decode=False, rngs=nnx.Rngs(0)
+    )
     training = assert_module_matches(layer, [("B", 5, 8)], sizes={"B": [2]}, training=True)
     assert "Softmax" in node_ops(training) and "BitShift" in node_ops(training)
     inference = assert_module_matches(layer, [("B", 5, 8)], sizes={"B": [2]})
@@ -247,15 +315,33 @@ def test_attention_dropout_in_training_mode_keeps_jax_mask() -> None:
 
 
 @SMALL
-@given(causal=st.booleans(), with_bias=st.booleans(), with_mask=st.booleans(), scale=st.sampled_from([None, 0.3]))
-def test_dot_product_attention(causal: bool, with_bias: bool, with_mask: bool, scale: float | None) -> None:
+@given(
+    causal=st.booleans(),
+    with_bias=st.booleans(),
+    with_mask=st.booleans(),
+    scale=st.sampled_from([None, 0.3]),
+)
+def test_dot_product_attention(
+    causal: bool, with_bias: bool, with_mask: bool, scale: float | None
+) -> None:
     def attend(q: Any, k: Any, v: Any, bias: Any, keep: Any) -> Any:
         return jax.nn.dot_product_attention(
-            q, k, v, bias=bias if with_bias else None, mask=keep > 0 if with_mask else None,
-            is_causal=causal, scale=scale,
+            q,
+            k,
+            v,
+            bias=bias if with_bias else None,
+            mask=keep > 0 if with_mask else None,
+            is_causal=causal,
+            scale=scale,
         )
 
-    specs = [("B", "T", 2, 4), ("B", "S", 2, 4), ("B", "S", 2, 4), ("B", 2, "T", "S"), ("B", 1, "T", "S")]
+    specs = [
+        ("B", "T", 2, 4),
+        ("B", "S", 2, 4),
+        ("B", "S", 2, 4),
+        ("B", 2, "T", "S"),
+        ("B", 1, "T", "S"),
+    ]
     model = assert_module_matches(attend, specs, sizes={"B": [1, 2], "T": [3, 4], "S": [3, 5]})
     assert node_ops(model).count("Softmax") == 1
 
@@ -277,7 +363,9 @@ def test_activation(name: str, namespace: str) -> None:
     fn = getattr(module, name, None)
     if fn is None:
         pytest.skip(f"{namespace} has no {name}")
-    model = assert_module_matches(lambda x: getattr(module, name)(x * 4.0), [("B", 7)], sizes={"B": [1, 5]})
+    model = assert_module_matches(
+        lambda x: getattr(module, name)(x * 4.0), [("B", 7)], sizes={"B": [1, 5]}
+    )
     assert node_ops(model)[0] == "Mul" and len(node_ops(model)) <= 3
 
 
@@ -293,7 +381,12 @@ def test_activation(name: str, namespace: str) -> None:
     ],
 )
 def test_activation_arguments(call: Any, coarse_op: str | None) -> None:
-    model = assert_module_matches(call, [(3, 5)], rtol=1e-3 if coarse_op is None else None, atol=1e-3 if coarse_op is None else None)
+    model = assert_module_matches(
+        call,
+        [(3, 5)],
+        rtol=1e-3 if coarse_op is None else None,
+        atol=1e-3 if coarse_op is None else None,
+    )
     if coarse_op is not None:
         assert coarse_op in node_ops(model)
 
@@ -307,12 +400,19 @@ def test_activations_float64_exact() -> None:
     with jax.enable_x64(True):
         for name in ("relu", "sigmoid", "softmax", "silu", "gelu", "elu"):
             assert_module_matches(
-                lambda x, n=name: getattr(jax.nn, n)(x * 4.0), [((3, 4), "float64")], enable_double_precision=True
+                lambda x, n=name: getattr(jax.nn, n)(x * 4.0),
+                [((3, 4), "float64")],
+                enable_double_precision=True,
             )
 
 
 def test_captured_activation_in_sequential() -> None:
-    seq = nnx.Sequential(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), nnx.silu, nnx.Linear(4, 2, rngs=nnx.Rngs(1)), jax.nn.softmax)
+    seq = nnx.Sequential(
+        nnx.Linear(3, 4, rngs=nnx.Rngs(0)),
+        nnx.silu,
+        nnx.Linear(4, 2, rngs=nnx.Rngs(1)),
+        jax.nn.softmax,
+    )
     model = assert_module_matches(Apply(seq), [("B", 3)], sizes={"B": [2]})
     assert node_ops(model) == ["Gemm", "Sigmoid", "Mul", "Gemm", "Softmax"]
 
@@ -322,7 +422,9 @@ def test_captured_activation_in_sequential() -> None:
 
 @SMALL
 @given(
-    window=st.integers(1, 3), stride=st.integers(1, 2), padding=st.sampled_from(["VALID", "SAME", ((1, 0), (0, 1))]),
+    window=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    padding=st.sampled_from(["VALID", "SAME", ((1, 0), (0, 1))]),
     count_include_pad=st.booleans(),
 )
 def test_avg_pool(window: int, stride: int, padding: Any, count_include_pad: bool) -> None:
@@ -335,7 +437,9 @@ def test_avg_pool(window: int, stride: int, padding: Any, count_include_pad: boo
 
 
 def test_avg_pool_symbolic_same_padding_stays_exact() -> None:
-    assert_module_matches(lambda x: nnx.avg_pool(x, (2, 2), padding="SAME"), [("B", "H", 4, 3)], sizes={"H": [3, 4]})
+    assert_module_matches(
+        lambda x: nnx.avg_pool(x, (2, 2), padding="SAME"), [("B", "H", 4, 3)], sizes={"H": [3, 4]}
+    )
 
 
 def test_channels_last_round_trips_cancel_and_kernels_are_stored_channels_first() -> None:
@@ -361,11 +465,19 @@ def test_channels_last_round_trips_cancel_and_kernels_are_stored_channels_first(
 
 @SMALL
 @given(
-    rank=st.integers(2, 4), groups=st.sampled_from([1, 2, 3, 6]), use_scale=st.booleans(), use_bias=st.booleans(),
-    eps=st.sampled_from([1e-6, 1e-2]), opset=st.sampled_from([18, 21, 23]),
+    rank=st.integers(2, 4),
+    groups=st.sampled_from([1, 2, 3, 6]),
+    use_scale=st.booleans(),
+    use_bias=st.booleans(),
+    eps=st.sampled_from([1e-6, 1e-2]),
+    opset=st.sampled_from([18, 21, 23]),
 )
-def test_group_norm(rank: int, groups: int, use_scale: bool, use_bias: bool, eps: float, opset: int) -> None:
-    layer = nnx.GroupNorm(6, num_groups=groups, use_scale=use_scale, use_bias=use_bias, epsilon=eps, rngs=nnx.Rngs(0))
+def test_group_norm(
+    rank: int, groups: int, use_scale: bool, use_bias: bool, eps: float, opset: int
+) -> None:
+    layer = nnx.GroupNorm(
+        6, num_groups=groups, use_scale=use_scale, use_bias=use_bias, epsilon=eps, rngs=nnx.Rngs(0)
+    )
     if use_scale:
         layer.scale.set_value(jax.random.normal(jax.random.key(1), (6,)))
     if use_bias:
@@ -373,8 +485,14 @@ def test_group_norm(rank: int, groups: int, use_scale: bool, use_bias: bool, eps
     shape = ("B", 4, 3, 6)[4 - rank :] if rank < 4 else ("B", 4, 3, 6)
     shape = ("B", *shape[1:]) if rank > 1 else shape
     # flax's variance E[x^2] - E[x]^2 loses digits to cancellation in tiny groups (both paths)
-    model = assert_module_matches(Apply(layer), [shape], sizes=sizes_for([shape], {"B": [1, 3]}), opset=opset,
-                                  rtol=1e-4, atol=1e-4)
+    model = assert_module_matches(
+        Apply(layer),
+        [shape],
+        sizes=sizes_for([shape], {"B": [1, 3]}),
+        opset=opset,
+        rtol=1e-4,
+        atol=1e-4,
+    )
     # opset 18's GroupNormalization has per-group scale and bias: decomposed there
     assert ("GroupNormalization" in node_ops(model)) == (opset >= 21)
 
@@ -382,7 +500,9 @@ def test_group_norm(rank: int, groups: int, use_scale: bool, use_bias: bool, eps
 def test_group_norm_float64() -> None:
     with jax.enable_x64(True):
         layer = nnx.GroupNorm(6, num_groups=2, param_dtype=jnp.float64, rngs=nnx.Rngs(0))
-        model = assert_module_matches(Apply(layer), [(("B", 5, 6), "float64")], sizes={"B": [2]}, enable_double_precision=True)
+        model = assert_module_matches(
+            Apply(layer), [(("B", 5, 6), "float64")], sizes={"B": [2]}, enable_double_precision=True
+        )
     assert "GroupNormalization" in node_ops(model)
 
 
@@ -396,18 +516,26 @@ def test_group_norm_by_group_size() -> None:
 @pytest.mark.parametrize(
     "layer, shape, call_kwargs",
     [
-        (nnx.GroupNorm(6, num_groups=3, reduction_axes=(-2, -1), rngs=nnx.Rngs(0)), (2, 3, 4, 6), {}),
+        (
+            nnx.GroupNorm(6, num_groups=3, reduction_axes=(-2, -1), rngs=nnx.Rngs(0)),
+            (2, 3, 4, 6),
+            {},
+        ),
         (nnx.GroupNorm(6, num_groups=2, rngs=nnx.Rngs(0)), (2, 0, 6), {}),
     ],
 )
-def test_group_norm_options_left_to_the_lax_path(layer: Any, shape: tuple[int, ...], call_kwargs: dict[str, Any]) -> None:
+def test_group_norm_options_left_to_the_lax_path(
+    layer: Any, shape: tuple[int, ...], call_kwargs: dict[str, Any]
+) -> None:
     model = assert_module_matches(Apply(layer, **call_kwargs), [shape])
     assert "GroupNormalization" not in node_ops(model)
 
 
 def test_group_norm_mask_is_left_to_the_lax_path() -> None:
     layer = nnx.GroupNorm(6, num_groups=2, rngs=nnx.Rngs(0))
-    model = assert_module_matches(lambda x: layer(x, mask=x > -0.5), [("B", 4, 6)], sizes={"B": [2]})
+    model = assert_module_matches(
+        lambda x: layer(x, mask=x > -0.5), [("B", 4, 6)], sizes={"B": [2]}
+    )
     assert "GroupNormalization" not in node_ops(model)
 
 
@@ -440,29 +568,57 @@ def test_conv_group_norm_conv_keeps_channels_first() -> None:
     use_bias=st.booleans(),
     size=st.integers(1, 5),
 )
-def test_conv_transpose(ndim: int, kernel: int, stride: int, dilation: int, padding: Any, transpose_kernel: bool, use_bias: bool, size: int) -> None:
+def test_conv_transpose(
+    ndim: int,
+    kernel: int,
+    stride: int,
+    dilation: int,
+    padding: Any,
+    transpose_kernel: bool,
+    use_bias: bool,
+    size: int,
+) -> None:
     pad = padding * ndim if isinstance(padding, tuple) else padding
     layer = nnx.ConvTranspose(
-        3, 4, (kernel,) * ndim, strides=stride, kernel_dilation=dilation, padding=pad,
-        transpose_kernel=transpose_kernel, use_bias=use_bias, rngs=nnx.Rngs(0),
+        3,
+        4,
+        (kernel,) * ndim,
+        strides=stride,
+        kernel_dilation=dilation,
+        padding=pad,
+        transpose_kernel=transpose_kernel,
+        use_bias=use_bias,
+        rngs=nnx.Rngs(0),
     )
     if use_bias:
         layer.bias.set_value(jax.random.normal(jax.random.key(1), (4,)))
-    assume(not conv_crop_wrong(pad if isinstance(pad, tuple) else ""))  # JAX 0.10's own bug (tests/jax_facts.py)
+    assume(
+        not conv_crop_wrong(pad if isinstance(pad, tuple) else "")
+    )  # JAX 0.10's own bug (tests/jax_facts.py)
     model = assert_module_matches(Apply(layer), [("B", *(size,) * ndim, 3)], sizes={"B": [1, 2]})
     dilated = (kernel - 1) * dilation + 1
-    pairs = {"SAME": None, "VALID": None, 0: (0, 0), 1: (1, 1)}.get(padding, padding[0] if isinstance(padding, tuple) else None)
+    pairs = {"SAME": None, "VALID": None, 0: (0, 0), 1: (1, 1)}.get(
+        padding, padding[0] if isinstance(padding, tuple) else None
+    )
     # SAME and VALID always are expressible; explicit pads need ONNX pads >= 0, output_padding < stride
     expressible = pairs is None or (pairs[0] <= dilated - 1 and pairs[1] - (dilated - 1) < stride)
     empty = any(d.dim_value == 0 for d in model.graph.output[0].type.tensor_type.shape.dim[1:])
     if expressible and not empty:
-        ops = node_ops(model)  # a layout change moving only size-1 dims is a Reshape (passes.relabel_transposes)
-        assert len(ops) == 3 and ops[1] == "ConvTranspose" and {ops[0], ops[2]} <= {"Transpose", "Reshape"}, ops
+        ops = node_ops(
+            model
+        )  # a layout change moving only size-1 dims is a Reshape (passes.relabel_transposes)
+        assert (
+            len(ops) == 3
+            and ops[1] == "ConvTranspose"
+            and {ops[0], ops[2]} <= {"Transpose", "Reshape"}
+        ), ops
 
 
 def test_conv_transpose_symbolic_spatial_dims() -> None:
     layer = nnx.ConvTranspose(2, 3, (3, 3), strides=2, rngs=nnx.Rngs(0))
-    model = assert_module_matches(Apply(layer), [("B", "H", "W", 2)], sizes={"B": [1, 2], "H": [3, 5], "W": [4, 1]})
+    model = assert_module_matches(
+        Apply(layer), [("B", "H", "W", 2)], sizes={"B": [1, 2], "H": [3, 5], "W": [4, 1]}
+    )
     assert node_ops(model) == ["Transpose", "ConvTranspose", "Transpose"]
 
 
@@ -470,9 +626,17 @@ def test_conv_transpose_symbolic_spatial_dims() -> None:
     "layer, shape",
     [
         (nnx.ConvTranspose(3, 4, (3, 3), padding="CIRCULAR", rngs=nnx.Rngs(0)), (2, 4, 4, 3)),
-        (nnx.ConvTranspose(3, 4, (3, 3), mask=np.tril(np.ones((3, 3, 3, 4), np.float32)), rngs=nnx.Rngs(0)), (2, 4, 4, 3)),
+        (
+            nnx.ConvTranspose(
+                3, 4, (3, 3), mask=np.tril(np.ones((3, 3, 3, 4), np.float32)), rngs=nnx.Rngs(0)
+            ),
+            (2, 4, 4, 3),
+        ),
         (nnx.ConvTranspose(3, 4, (2, 2), rngs=nnx.Rngs(0)), (2, 2, 4, 4, 3)),  # two batch dims
-        (nnx.ConvTranspose(3, 4, (2,), padding=((4, 0),), rngs=nnx.Rngs(0)), (2, 5, 3)),  # negative ONNX begin pad
+        (
+            nnx.ConvTranspose(3, 4, (2,), padding=((4, 0),), rngs=nnx.Rngs(0)),
+            (2, 5, 3),
+        ),  # negative ONNX begin pad
     ],
 )
 def test_conv_transpose_options_left_to_the_lax_path(layer: Any, shape: tuple[int, ...]) -> None:
@@ -518,7 +682,13 @@ def _random_biases(cell: Any) -> None:
 
 def _ops_in_bodies(nodes: Any) -> list[str]:
     """Op types inside the control-flow bodies of ``nodes``, recursively."""
-    return [op for node in nodes for a in node.attribute for n in a.g.node for op in (n.op_type, *_ops_in_bodies([n]))]
+    return [
+        op
+        for node in nodes
+        for a in node.attribute
+        for n in a.g.node
+        for op in (n.op_type, *_ops_in_bodies([n]))
+    ]
 
 
 class Stacked(nnx.Module):
@@ -551,21 +721,35 @@ def _all_ops(nodes: Any) -> list[str]:
 
 @SMALL
 @given(
-    kinds=st.lists(st.sampled_from([nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell]), min_size=1, max_size=3),
-    features=st.integers(1, 4), hidden=st.integers(1, 5), reverse=st.booleans(), time=st.sampled_from(["T", 1, 4]),
+    kinds=st.lists(
+        st.sampled_from([nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell]), min_size=1, max_size=3
+    ),
+    features=st.integers(1, 4),
+    hidden=st.integers(1, 5),
+    reverse=st.booleans(),
+    time=st.sampled_from(["T", 1, 4]),
 )
-def test_stacked_cells_over_a_sequence_are_one_op_each(kinds: list[type], features: int, hidden: int, reverse: bool, time: Any) -> None:
+def test_stacked_cells_over_a_sequence_are_one_op_each(
+    kinds: list[type], features: int, hidden: int, reverse: bool, time: Any
+) -> None:
     """A scan whose step is GRU / LSTM cells is each cell run once over the whole sequence (no
     Loop or Scan), reversed for a reverse scan; a symbolic length or batch is guarded by an If."""
     sizes = [features] + [hidden + k for k in range(len(kinds))]
-    cells = [cls(a, b, rngs=nnx.Rngs(k)) for k, (cls, a, b) in enumerate(zip(kinds, sizes[:-1], sizes[1:], strict=True))]
+    cells = [
+        cls(a, b, rngs=nnx.Rngs(k))
+        for k, (cls, a, b) in enumerate(zip(kinds, sizes[:-1], sizes[1:], strict=True))
+    ]
     for cell in cells:
         _random_biases(cell)
     specs = [("B", time, features)]
-    model = assert_module_matches(Stacked(cells, reverse), specs, sizes=sizes_for(specs, {"B": [1, 3], "T": [1, 5]}))
+    model = assert_module_matches(
+        Stacked(cells, reverse), specs, sizes=sizes_for(specs, {"B": [1, 3], "T": [1, 5]})
+    )
     ops = _all_ops(model.graph.node)
     assert "Loop" not in ops and "Scan" not in ops
-    assert ops.count("GRU") == kinds.count(nnx.GRUCell) and ops.count("LSTM") == len(kinds) - kinds.count(nnx.GRUCell)
+    assert ops.count("GRU") == kinds.count(nnx.GRUCell) and ops.count("LSTM") == len(
+        kinds
+    ) - kinds.count(nnx.GRUCell)
     assert "If" in ops  # B (and T) may be 0 at run time
 
 
@@ -594,11 +778,15 @@ class NotAStack(nnx.Module):
             ch, y = self.lstm(ch, g[:, :3])
             return (g, ch), y
 
-        carry = {"carry changed after the cell": h, "c at every step": (h, h)}.get(self.case, (h, (h, h)))
+        carry = {"carry changed after the cell": h, "c at every step": (h, h)}.get(
+            self.case, (h, (h, h))
+        )
         return jax.lax.scan(step, carry, jnp.swapaxes(xs, 0, 1))
 
 
-@pytest.mark.parametrize("case", ["carry changed after the cell", "c at every step", "cells crossing steps"])
+@pytest.mark.parametrize(
+    "case", ["carry changed after the cell", "c at every step", "cells crossing steps"]
+)
 def test_scans_of_cells_that_are_not_a_stack_keep_the_loop(case: str) -> None:
     model = assert_module_matches(NotAStack(case), [("B", "T", 3)], sizes={"B": [2], "T": [1, 4]})
     ops = _all_ops(model.graph.node)
@@ -643,7 +831,13 @@ def test_stacked_cells_over_an_empty_sequence_or_batch_keep_their_carries() -> N
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", _EMPTY_SEQUENCES], capture_output=True, text=True, timeout=600, cwd=root)
+    proc = subprocess.run(
+        [sys.executable, "-c", _EMPTY_SEQUENCES],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
@@ -653,10 +847,14 @@ def test_recurrent_cell_single_step(cls: type) -> None:
     cell = cls(3, 4, rngs=nnx.Rngs(0))
     _random_biases(cell)
     if lstm:
-        model = assert_module_matches(lambda c, h, x: cell((c, h), x), [("B", 4), ("B", 4), ("B", 3)], sizes={"B": [1, 4]})
+        model = assert_module_matches(
+            lambda c, h, x: cell((c, h), x), [("B", 4), ("B", 4), ("B", 3)], sizes={"B": [1, 4]}
+        )
     else:
         model = assert_module_matches(cell, [("B", 4), ("B", 3)], sizes={"B": [1, 4]})
-    assert _all_ops(model.graph.node).count("LSTM" if lstm else "GRU") == 1 and "If" in node_ops(model)  # batch 0 guarded
+    assert _all_ops(model.graph.node).count("LSTM" if lstm else "GRU") == 1 and "If" in node_ops(
+        model
+    )  # batch 0 guarded
 
 
 @pytest.mark.parametrize(
@@ -673,7 +871,9 @@ def test_recurrent_cell_options_left_to_the_lax_path(cell: Any, shape: tuple[int
     lstm = isinstance(cell, nnx.LSTMCell)
     carry_shape = (*shape[:-1], 4)
     if lstm:
-        model = assert_module_matches(lambda c, h, x: cell((c, h), x), [carry_shape, carry_shape, shape], rtol=1e-5, atol=1e-5)
+        model = assert_module_matches(
+            lambda c, h, x: cell((c, h), x), [carry_shape, carry_shape, shape], rtol=1e-5, atol=1e-5
+        )
     else:
         model = assert_module_matches(cell, [carry_shape, shape])
     assert "GRU" not in node_ops(model) and "LSTM" not in node_ops(model)
@@ -684,7 +884,9 @@ def test_recurrent_cell_as_a_function_takes_its_weights_as_inputs(lstm: bool) ->
     cls = nnx.LSTMCell if lstm else nnx.GRUCell
     cell = cls(3, 4, rngs=nnx.Rngs(0))
     _random_biases(cell)
-    model = assert_module_matches(Apply(Cell(cell, 4, lstm)), [("B", "T", 3)], sizes={"B": [2], "T": [3]}, auto_functions=True)
+    model = assert_module_matches(
+        Apply(Cell(cell, 4, lstm)), [("B", "T", 3)], sizes={"B": [2], "T": [3]}, auto_functions=True
+    )
     [function] = [f for f in model.functions if f.name == "Cell"]
     assert _ops_in_bodies(function.node).count("LSTM" if lstm else "GRU") == 1
 
@@ -705,7 +907,9 @@ def _linen_variables(module: Any, *args: Any) -> Any:
 def _linen_cell(kind: str, hidden: int, **options: Any) -> Any:
     from flax import linen
 
-    return {"gru": linen.GRUCell, "lstm": linen.LSTMCell, "optimized": linen.OptimizedLSTMCell}[kind](hidden, **options)
+    return {"gru": linen.GRUCell, "lstm": linen.LSTMCell, "optimized": linen.OptimizedLSTMCell}[
+        kind
+    ](hidden, **options)
 
 
 def _linen_carry(kind: str, batch: int, hidden: int) -> Any:
@@ -714,7 +918,11 @@ def _linen_carry(kind: str, batch: int, hidden: int) -> Any:
 
 
 @SMALL
-@given(kind=st.sampled_from(["gru", "lstm", "optimized"]), features=st.integers(1, 4), hidden=st.integers(1, 5))
+@given(
+    kind=st.sampled_from(["gru", "lstm", "optimized"]),
+    features=st.integers(1, 4),
+    hidden=st.integers(1, 5),
+)
 def test_linen_recurrent_cell_single_step(kind: str, features: int, hidden: int) -> None:
     """One step of a Linen cell is one GRU / LSTM op (symbolic batch, guarded by an If)."""
     import functools
@@ -724,25 +932,36 @@ def test_linen_recurrent_cell_single_step(kind: str, features: int, hidden: int)
     if kind == "gru":
         fn, inputs = functools.partial(cell.apply, variables), [("B", hidden), ("B", features)]
     else:
-        fn, inputs = (lambda c, h, x: cell.apply(variables, (c, h), x)), [("B", hidden), ("B", hidden), ("B", features)]
+        fn, inputs = (
+            (lambda c, h, x: cell.apply(variables, (c, h), x)),
+            [("B", hidden), ("B", hidden), ("B", features)],
+        )
     model = assert_module_matches(fn, inputs, sizes={"B": [3]})
-    assert _all_ops(model.graph.node).count("GRU" if kind == "gru" else "LSTM") == 1 and "If" in node_ops(model)
+    assert _all_ops(model.graph.node).count(
+        "GRU" if kind == "gru" else "LSTM"
+    ) == 1 and "If" in node_ops(model)
     assert not {"MatMul", "Sigmoid", "Tanh"} & set(_all_ops(model.graph.node))
 
 
 @SMALL
 @given(
-    kind=st.sampled_from(["gru", "lstm", "optimized"]), features=st.integers(1, 4), hidden=st.integers(1, 5),
-    reverse=st.booleans(), time=st.sampled_from(["T", 1, 4]),
+    kind=st.sampled_from(["gru", "lstm", "optimized"]),
+    features=st.integers(1, 4),
+    hidden=st.integers(1, 5),
+    reverse=st.booleans(),
+    time=st.sampled_from(["T", 1, 4]),
 )
-def test_linen_rnn_over_a_sequence_is_one_op(kind: str, features: int, hidden: int, reverse: bool, time: Any) -> None:
+def test_linen_rnn_over_a_sequence_is_one_op(
+    kind: str, features: int, hidden: int, reverse: bool, time: Any
+) -> None:
     """nn.RNN of a Linen cell (a lifted scan) is the cell's op run once over the sequence."""
     from flax import linen
 
     rnn = linen.RNN(_linen_cell(kind, hidden), reverse=reverse, keep_order=True, return_carry=True)
     variables = _linen_variables(rnn, jnp.ones((2, 3, features)))
     model = assert_module_matches(
-        lambda xs: rnn.apply(variables, xs), [("B", time, features)],
+        lambda xs: rnn.apply(variables, xs),
+        [("B", time, features)],
         sizes=sizes_for([("B", time, features)], {"B": [3], "T": [1, 5]}),
     )
     ops = _all_ops(model.graph.node)
@@ -765,16 +984,26 @@ def test_linen_cells_stacked_in_nn_scan_are_one_op_each() -> None:
     class Stack(linen.Module):
         @linen.compact
         def __call__(self, xs: Any) -> Any:
-            scan = linen.scan(Step, variable_broadcast="params", split_rngs={"params": False}, in_axes=1, out_axes=1)
+            scan = linen.scan(
+                Step,
+                variable_broadcast="params",
+                split_rngs={"params": False},
+                in_axes=1,
+                out_axes=1,
+            )
             h = jnp.full((xs.shape[0], 4), 0.25, xs.dtype)
             c = jnp.full((xs.shape[0], 3), 0.5, xs.dtype)
             return scan(name="scan")((h, (c, c)), xs)
 
     model_def = Stack()
     variables = _linen_variables(model_def, jnp.ones((2, 3, 2)))
-    model = assert_module_matches(lambda xs: model_def.apply(variables, xs), [("B", "T", 2)], sizes={"B": [2], "T": [4]})
+    model = assert_module_matches(
+        lambda xs: model_def.apply(variables, xs), [("B", "T", 2)], sizes={"B": [2], "T": [4]}
+    )
     ops = _all_ops(model.graph.node)
-    assert "Loop" not in ops and "Scan" not in ops and ops.count("GRU") == 1 and ops.count("LSTM") == 1
+    assert (
+        "Loop" not in ops and "Scan" not in ops and ops.count("GRU") == 1 and ops.count("LSTM") == 1
+    )
 
 
 @pytest.mark.parametrize(
@@ -787,7 +1016,9 @@ def test_linen_cells_stacked_in_nn_scan_are_one_op_each() -> None:
         ("optimized", {"dtype": jnp.bfloat16}, (2, 3)),
     ],
 )
-def test_linen_recurrent_cell_options_left_to_the_lax_path(kind: str, options: dict[str, Any], shape: tuple[int, ...]) -> None:
+def test_linen_recurrent_cell_options_left_to_the_lax_path(
+    kind: str, options: dict[str, Any], shape: tuple[int, ...]
+) -> None:
     cell = _linen_cell(kind, 4, **options)
     carry_shape = (*shape[:-1], 4)
     h = jnp.full(carry_shape, 0.5)
@@ -795,7 +1026,10 @@ def test_linen_recurrent_cell_options_left_to_the_lax_path(kind: str, options: d
     if kind == "gru":
         fn, inputs = (lambda h, x: cell.apply(variables, h, x)), [carry_shape, shape]
     else:
-        fn, inputs = (lambda c, h, x: cell.apply(variables, (c, h), x)), [carry_shape, carry_shape, shape]
+        fn, inputs = (
+            (lambda c, h, x: cell.apply(variables, (c, h), x)),
+            [carry_shape, carry_shape, shape],
+        )
     tolerance = {"rtol": 2e-2, "atol": 2e-2} if "dtype" in options else {"rtol": 1e-5, "atol": 1e-5}
     model = assert_module_matches(fn, inputs, **tolerance)
     assert "GRU" not in node_ops(model) and "LSTM" not in node_ops(model)
@@ -806,11 +1040,17 @@ def test_linen_recurrent_cell_with_params_as_graph_inputs(kind: str) -> None:
     """Params given as graph inputs: the ONNX kernels and biases are laid out by nodes."""
     cell = _linen_cell(kind, 4)
     carry = _linen_carry(kind, 2, 4)
-    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), _linen_variables(cell, carry, jnp.ones((2, 3))))
+    spec = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+        _linen_variables(cell, carry, jnp.ones((2, 3))),
+    )
     if kind == "gru":
         fn, inputs = (lambda v, h, x: cell.apply(v, h, x)), [spec, ("B", 4), ("B", 3)]
     else:
-        fn, inputs = (lambda v, c, h, x: cell.apply(v, (c, h), x)), [spec, ("B", 4), ("B", 4), ("B", 3)]
+        fn, inputs = (
+            (lambda v, c, h, x: cell.apply(v, (c, h), x)),
+            [spec, ("B", 4), ("B", 4), ("B", 3)],
+        )
     model = assert_module_matches(fn, inputs, sizes={"B": [3]})
     assert _all_ops(model.graph.node).count("GRU" if kind == "gru" else "LSTM") == 1
     assert node_ops(model).count("Transpose") == (6 if kind == "gru" else 8)

@@ -29,7 +29,10 @@ class Net(nnx.Module):
         self.head = nnx.Dropout(0.3, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, deterministic: Any = None) -> jax.Array:
-        y = self.bn(self.dropout(self.linear(x), deterministic=deterministic), use_running_average=deterministic)
+        y = self.bn(
+            self.dropout(self.linear(x), deterministic=deterministic),
+            use_running_average=deterministic,
+        )
         return self.head(y, deterministic=deterministic)
 
 
@@ -38,13 +41,25 @@ NET = Net(nnx.Rngs(0))
 
 def test_nnx_dropout_and_batch_norm_follow_a_runtime_flag() -> None:
     # the Dropout key is drawn from the module's stream at export time: the same mask as JAX's
-    model = assert_flag_switches(lambda x, deterministic: with_mask(NET(x, deterministic=deterministic)), [("B", 6)], "deterministic")
+    model = assert_flag_switches(
+        lambda x, deterministic: with_mask(NET(x, deterministic=deterministic)),
+        [("B", 6)],
+        "deterministic",
+    )
     ops = node_ops(model)
-    assert "BatchNormalization" in ops and "Where" in ops  # inference still the coarse op; modes selected
-    assert NET.dropout.deterministic is False and NET.bn.use_running_average is False  # the user's module unchanged
+    assert (
+        "BatchNormalization" in ops and "Where" in ops
+    )  # inference still the coarse op; modes selected
+    assert (
+        NET.dropout.deterministic is False and NET.bn.use_running_average is False
+    )  # the user's module unchanged
 
 
-@pytest.mark.parametrize("key_spec", [pytest.param(jax.random.key(0), marks=pytest.mark.slow), ((2,), "uint32")], ids=["typed", "uint32"])
+@pytest.mark.parametrize(
+    "key_spec",
+    [pytest.param(jax.random.key(0), marks=pytest.mark.slow), ((2,), "uint32")],
+    ids=["typed", "uint32"],
+)
 def test_nnx_dropout_key_as_input(key_spec: Any) -> None:
     # a mask per run: the key is a graph input (random keys, one per verify run)
     dropout = nnx.Dropout(0.5, rngs=nnx.Rngs(0))
@@ -83,13 +98,17 @@ class LinenNet(nn.Module):
 
 
 LINEN = LinenNet()
-VARIABLES = LINEN.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, jnp.ones((2, 6)), train=False)
+VARIABLES = LINEN.init(
+    {"params": jax.random.key(0), "dropout": jax.random.key(1)}, jnp.ones((2, 6)), train=False
+)
 
 
 def test_linen_dropout_and_batch_norm_follow_a_runtime_flag() -> None:
     # the key is a graph input; the updated batch_stats are outputs (unchanged for train false)
     def fn(x: jax.Array, key: jax.Array, train: Any) -> Any:
-        return LINEN.apply(VARIABLES, x, train=train, rngs={"dropout": key}, mutable=["batch_stats"])
+        return LINEN.apply(
+            VARIABLES, x, train=train, rngs={"dropout": key}, mutable=["batch_stats"]
+        )
 
     model = assert_flag_switches(fn, [("B", 6), jax.random.key(0)], "train")
     assert len(model.graph.output) == 3  # y, batch_stats mean and var
@@ -97,18 +116,25 @@ def test_linen_dropout_and_batch_norm_follow_a_runtime_flag() -> None:
 
 def test_linen_dropout_mask_is_bit_exact() -> None:
     dropout = nn.Dropout(0.5)
-    fn = lambda x, key, deterministic: with_mask(dropout.apply({}, x, deterministic=deterministic, rngs={"dropout": key}))  # noqa: E731
+
+    def fn(x, key, deterministic):
+        return with_mask(dropout.apply({}, x, deterministic=deterministic, rngs={"dropout": key}))
+
     assert_flag_switches(fn, [("B", 8), jax.random.key(0)], "deterministic", sizes={"B": [1, 9]})
 
 
 LINEN_ATTENTION = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5)
-LINEN_ATTENTION_PARAMS = LINEN_ATTENTION.init(jax.random.key(0), jnp.ones((1, 3, 8)), deterministic=True)
+LINEN_ATTENTION_PARAMS = LINEN_ATTENTION.init(
+    jax.random.key(0), jnp.ones((1, 3, 8)), deterministic=True
+)
 
 
 @pytest.mark.slow
 def test_linen_attention_dropout_follows_a_runtime_flag() -> None:
     def fn(q: jax.Array, key: jax.Array, deterministic: Any) -> jax.Array:
-        return LINEN_ATTENTION.apply(LINEN_ATTENTION_PARAMS, q, deterministic=deterministic, rngs={"dropout": key})
+        return LINEN_ATTENTION.apply(
+            LINEN_ATTENTION_PARAMS, q, deterministic=deterministic, rngs={"dropout": key}
+        )
 
     assert_flag_switches(fn, [("B", 3, 8), jax.random.key(0)], "deterministic", sizes={"B": [1, 2]})
 
@@ -131,7 +157,9 @@ class PythonIf(nnx.Module):
 
 def _marked_line(case: str) -> int:
     with open(__file__) as source:
-        return next(i for i, text in enumerate(source, 1) if text.rstrip().endswith(f"# error line: {case}"))
+        return next(
+            i for i, text in enumerate(source, 1) if text.rstrip().endswith(f"# error line: {case}")
+        )
 
 
 @pytest.mark.parametrize("case", ["linen_not", "nnx_if"])
@@ -151,7 +179,11 @@ def test_python_branch_on_the_flag_names_the_users_line(case: str) -> None:
 def test_readme_example_runs() -> None:
     # a reseeded stream whose key is a graph input (a typed key spec)
     readme = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "runtime-flags.md").read_text()
-    code = readme.split("<!-- example: runtime-flags -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    code = (
+        readme.split("<!-- example: runtime-flags -->", 1)[1]
+        .split("```python\n", 1)[1]
+        .split("```", 1)[0]
+    )
     exec(compile(code, "docs/runtime-flags.md", "exec"), {})
 
 
@@ -178,8 +210,13 @@ def test_linen_alone_is_enough(tmp_path: pathlib.Path) -> None:
         "print([n.op_type for n in model.graph.node for a in n.attribute for n in a.g.node])\n"
     )
     root = pathlib.Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
-    assert "'Where'" in result.stdout and "'BitShift'" in result.stdout  # both modes, JAX's threefry mask
+    assert (
+        "'Where'" in result.stdout and "'BitShift'" in result.stdout
+    )  # both modes, JAX's threefry mask
     assert "'GRU'" in result.stdout.splitlines()[-1]

@@ -25,10 +25,23 @@ def test_readme_two_blocks_one_function_two_calls() -> None:
     assert _calls(model.graph) == [("block1/MLPBlock", "MLPBlock"), ("block2/MLPBlock", "MLPBlock")]
     (function,) = model.functions
     assert list(function.input) == [
-        "x", "linear1.kernel", "linear1.bias", "batchnorm.mean", "batchnorm.var",
-        "batchnorm.scale", "batchnorm.bias", "linear2.kernel", "linear2.bias",
+        "x",
+        "linear1.kernel",
+        "linear1.bias",
+        "batchnorm.mean",
+        "batchnorm.var",
+        "batchnorm.scale",
+        "batchnorm.bias",
+        "linear2.kernel",
+        "linear2.bias",
     ]
-    assert [n.op_type for n in function.node] == ["Gemm", "Gelu", "BatchNormalization", "Gemm", "Gelu"]
+    assert [n.op_type for n in function.node] == [
+        "Gemm",
+        "Gelu",
+        "BatchNormalization",
+        "Gemm",
+        "Gelu",
+    ]
     weights = {i.name for i in model.graph.initializer}
     assert {"block1.linear1.kernel", "block2.linear1.kernel", "block2.batchnorm.var"} <= weights
     assert model.graph.node[0].input[1] == "block1.linear1.kernel"
@@ -86,7 +99,9 @@ class Stack(nnx.Module):
 @settings(max_examples=6)
 @given(depth=st.integers(1, 3), dim=st.sampled_from([4, 8]))
 def test_nested_functions(depth: int, dim: int) -> None:
-    model = assert_module_matches(Stack(dim, depth, nnx.Rngs(depth)), [("B", dim)], sizes={"B": [2]})
+    model = assert_module_matches(
+        Stack(dim, depth, nnx.Rngs(depth)), [("B", dim)], sizes={"B": [2]}
+    )
     assert sorted(f.name for f in model.functions) == ["Inner", "OuterBlock"]
     outer = next(f for f in model.functions if f.name == "OuterBlock")
     assert [c for _, c in _calls(outer)] == ["Inner", "Inner"]
@@ -119,9 +134,15 @@ class Residual(nnx.Module):
 @pytest.mark.parametrize("coarse_ops", [True, False])
 def test_auto_functions(coarse_ops: bool) -> None:
     model = assert_module_matches(
-        Plain(nnx.Rngs(3)), [("B", 6)], sizes={"B": [1, 4]}, auto_functions=True, coarse_ops=coarse_ops
+        Plain(nnx.Rngs(3)),
+        [("B", 6)],
+        sizes={"B": [1, 4]},
+        auto_functions=True,
+        coarse_ops=coarse_ops,
     )
-    assert [f.name for f in model.functions] == ["Residual"]  # flax layers and the root are no functions
+    assert [f.name for f in model.functions] == [
+        "Residual"
+    ]  # flax layers and the root are no functions
     assert [c for _, c in _calls(model.graph)] == ["Residual"] * 3
     if coarse_ops:
         (function,) = model.functions
@@ -131,11 +152,16 @@ def test_auto_functions(coarse_ops: bool) -> None:
 def test_without_auto_functions_there_are_none() -> None:
     model = to_onnx(Plain(nnx.Rngs(3)), [("B", 6)])
     assert len(model.functions) == 0
-    assert [n.name for n in model.graph.node][:2] == ["blocks/0/norm/LayerNormalization", "blocks/0/ff/layers/0/Gemm"]
+    assert [n.name for n in model.graph.node][:2] == [
+        "blocks/0/norm/LayerNormalization",
+        "blocks/0/ff/layers/0/Gemm",
+    ]
 
 
 def test_auto_functions_with_decorated_classes_adds_no_second_layer() -> None:
-    model = assert_module_matches(MyModel(8, rngs=nnx.Rngs(4)), [("B", 8)], sizes={"B": [2]}, auto_functions=True)
+    model = assert_module_matches(
+        MyModel(8, rngs=nnx.Rngs(4)), [("B", 8)], sizes={"B": [2]}, auto_functions=True
+    )
     assert [f.name for f in model.functions] == ["MLPBlock"]
     (function,) = model.functions
     assert all(n.domain != DOMAIN for n in function.node)
@@ -158,7 +184,10 @@ def test_training_mode_state_updates_run_inline() -> None:
     assert len(model.functions) == 0  # BatchNorm updates its statistics: no function boundary
 
 
-@given(shared=st.lists(st.sampled_from(["attr", "list", "dict", "tuple"]), max_size=3), order=st.permutations(["a", "b", "c"]))
+@given(
+    shared=st.lists(st.sampled_from(["attr", "list", "dict", "tuple"]), max_size=3),
+    order=st.permutations(["a", "b", "c"]),
+)
 @settings(max_examples=10)
 def test_module_paths_are_iter_graphs(shared: list[str], order: list[str]) -> None:
     """The per-export walk of the module copy finds every module at the path (and in the
@@ -183,7 +212,9 @@ def test_module_paths_are_iter_graphs(shared: list[str], order: list[str]) -> No
             self.width = 4
 
     root = Holder()
-    expected = [(path, node) for path, node in nnx.graph.iter_graph(root) if isinstance(node, nnx.Module)]
+    expected = [
+        (path, node) for path, node in nnx.graph.iter_graph(root) if isinstance(node, nnx.Module)
+    ]
     found = modules_in(root)
     assert [path for path, _ in found] == [path for path, _ in expected]
     assert all(a is b for (_, a), (_, b) in zip(found, expected, strict=True))

@@ -42,9 +42,16 @@ def convnet():
 
 
 EXPECTED_NAMES = {
-    "params/Conv_0/kernel", "params/Conv_0/bias", "params/BatchNorm_0/scale", "params/BatchNorm_0/bias",
-    "batch_stats/BatchNorm_0/mean", "batch_stats/BatchNorm_0/var", "params/LayerNorm_0/scale",
-    "params/LayerNorm_0/bias", "params/Dense_0/kernel", "params/Dense_0/bias",
+    "params/Conv_0/kernel",
+    "params/Conv_0/bias",
+    "params/BatchNorm_0/scale",
+    "params/BatchNorm_0/bias",
+    "batch_stats/BatchNorm_0/mean",
+    "batch_stats/BatchNorm_0/var",
+    "params/LayerNorm_0/scale",
+    "params/LayerNorm_0/bias",
+    "params/Dense_0/kernel",
+    "params/Dense_0/bias",
 }
 
 
@@ -54,7 +61,9 @@ def _weights(model: onnx.ModelProto) -> set[str]:
 
 def test_apply_in_a_lambda_names_weights_by_variable_path(convnet):
     module, variables = convnet
-    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 6, 6, 3)], sizes=SIZES)
+    model = assert_exports_match(
+        lambda x: module.apply(variables, x), [("B", 6, 6, 3)], sizes=SIZES
+    )
     assert _weights(model) == EXPECTED_NAMES
     assert not any(i.name.startswith("weight") for i in model.graph.initializer)
     assert "Gelu" in op_types(model)  # nn.gelu: one op (was 9 nodes)
@@ -65,14 +74,18 @@ def test_bound_module_names_weights_by_variable_path(convnet):
     bound = module.bind(variables)
     model = to_onnx(bound, [("B", 6, 6, 3)])
     assert _weights(model) == EXPECTED_NAMES
-    verify(lambda x: module.apply(variables, x), model, [("B", 6, 6, 3)], sizes=SIZES).raise_if_failed()
+    verify(
+        lambda x: module.apply(variables, x), model, [("B", 6, 6, 3)], sizes=SIZES
+    ).raise_if_failed()
 
 
 def test_export_onnx(convnet):
     module, variables = convnet
     model = export_onnx(module, variables, [("B", 6, 6, 3)])
     assert _weights(model) == EXPECTED_NAMES
-    verify(lambda x: module.apply(variables, x), model, [("B", 6, 6, 3)], sizes=SIZES).raise_if_failed()
+    verify(
+        lambda x: module.apply(variables, x), model, [("B", 6, 6, 3)], sizes=SIZES
+    ).raise_if_failed()
 
 
 def test_export_onnx_with_a_method_and_options():
@@ -91,7 +104,9 @@ def test_export_onnx_with_a_method_and_options():
     model = export_onnx(module, variables, [("B", 5)], method=Two.encode, opset=18)
     assert _weights(model) == {"params/dense/kernel", "params/dense/bias"}
     assert model.opset_import[0].version == 18 and "Relu" in op_types(model)
-    verify(lambda x: module.apply(variables, x, method=Two.encode), model, [("B", 5)], sizes=SIZES).raise_if_failed()
+    verify(
+        lambda x: module.apply(variables, x, method=Two.encode), model, [("B", 5)], sizes=SIZES
+    ).raise_if_failed()
 
 
 def test_use_running_average_as_a_call_argument_is_the_users():
@@ -116,7 +131,9 @@ def test_issue_model_is_its_layers(convnet):
     """Conv -> BatchNorm -> gelu -> mean -> LayerNorm -> Dense: 41 nodes before, now one op
     per layer (9 nodes), named by module path."""
     module, variables = convnet
-    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 6, 6, 3)], sizes=SIZES)
+    model = assert_exports_match(
+        lambda x: module.apply(variables, x), [("B", 6, 6, 3)], sizes=SIZES
+    )
     ops = op_types(model)
     assert len(ops) <= 12, ops
     for op in ("Conv", "BatchNormalization", "Gelu", "LayerNormalization", "Gemm"):
@@ -134,9 +151,12 @@ def _layer_model(layer, shape, seed=0):
 
     module = One()
     variables = module.init(jax.random.key(seed), jnp.ones((1, *shape[1:])))
-    variables = jax.tree.map(lambda a: a + 0.1 * jax.random.normal(jax.random.key(seed + 1), a.shape), variables)
+    variables = jax.tree.map(
+        lambda a: a + 0.1 * jax.random.normal(jax.random.key(seed + 1), a.shape), variables
+    )
     variables = jax.tree_util.tree_map_with_path(
-        lambda p, a: jnp.abs(a) + 0.5 if "var" in jax.tree_util.keystr(p) else a, variables)
+        lambda p, a: jnp.abs(a) + 0.5 if "var" in jax.tree_util.keystr(p) else a, variables
+    )
     return module, variables
 
 
@@ -145,33 +165,74 @@ def _layer_model(layer, shape, seed=0):
     [
         ("Dense", lambda: nn.Dense(4), ("B", 5), ["Gemm"], {}),
         ("Dense 3-d", lambda: nn.Dense(4, use_bias=False), ("B", 3, 5), ["MatMul"], {}),
-        ("Conv SAME strided", lambda: nn.Conv(4, (3, 3), strides=2), ("B", 7, 7, 3), ["Transpose", "Conv", "Transpose"], {}),
-        ("Conv VALID dilated", lambda: nn.Conv(4, (3,), padding="VALID", kernel_dilation=2), ("B", 9, 2), ["Transpose", "Conv", "Transpose"], {}),
+        (
+            "Conv SAME strided",
+            lambda: nn.Conv(4, (3, 3), strides=2),
+            ("B", 7, 7, 3),
+            ["Transpose", "Conv", "Transpose"],
+            {},
+        ),
+        (
+            "Conv VALID dilated",
+            lambda: nn.Conv(4, (3,), padding="VALID", kernel_dilation=2),
+            ("B", 9, 2),
+            ["Transpose", "Conv", "Transpose"],
+            {},
+        ),
         ("LayerNorm", lambda: nn.LayerNorm(epsilon=1e-3), ("B", 3, 6), ["LayerNormalization"], {}),
-        ("LayerNorm without bias", lambda: nn.LayerNorm(use_bias=False), ("B", 6), ["LayerNormalization"], {}),
+        (
+            "LayerNorm without bias",
+            lambda: nn.LayerNorm(use_bias=False),
+            ("B", 6),
+            ["LayerNormalization"],
+            {},
+        ),
         ("RMSNorm", lambda: nn.RMSNorm(), ("B", 6), ["RMSNormalization"], {"opset": 23}),
-        ("BatchNorm inference", lambda: nn.BatchNorm(use_running_average=True), ("B", 4, 3), ["Transpose", "BatchNormalization", "Transpose"], {}),
+        (
+            "BatchNorm inference",
+            lambda: nn.BatchNorm(use_running_average=True),
+            ("B", 4, 3),
+            ["Transpose", "BatchNormalization", "Transpose"],
+            {},
+        ),
     ],
 )
 def test_layer_is_its_op(label, layer, shape, expected, options):
     module, variables = _layer_model(layer, shape)
-    model = assert_exports_match(lambda x: module.apply(variables, x), [shape], sizes=SIZES, **options)
+    model = assert_exports_match(
+        lambda x: module.apply(variables, x), [shape], sizes=SIZES, **options
+    )
     assert op_types(model) == expected, (label, op_types(model))
 
 
 @pytest.mark.parametrize(
     "label, layer, shape",
     [
-        ("Dense with precision", lambda: nn.Dense(4, precision=jax.lax.Precision.HIGHEST), ("B", 5)),
+        (
+            "Dense with precision",
+            lambda: nn.Dense(4, precision=jax.lax.Precision.HIGHEST),
+            ("B", 5),
+        ),
         ("Conv CIRCULAR", lambda: nn.Conv(4, (3,), padding="CIRCULAR"), ("B", 6, 2)),
-        ("LayerNorm over two axes", lambda: nn.LayerNorm(reduction_axes=(-2, -1), feature_axes=-1), ("B", 3, 4)),
-        ("BatchNorm over two axes", lambda: nn.BatchNorm(use_running_average=True, axis=(-2, -1)), ("B", 3, 4)),
+        (
+            "LayerNorm over two axes",
+            lambda: nn.LayerNorm(reduction_axes=(-2, -1), feature_axes=-1),
+            ("B", 3, 4),
+        ),
+        (
+            "BatchNorm over two axes",
+            lambda: nn.BatchNorm(use_running_average=True, axis=(-2, -1)),
+            ("B", 3, 4),
+        ),
     ],
 )
 def test_options_the_op_does_not_model_keep_jax_numbers(label, layer, shape):
     module, variables = _layer_model(layer, shape)
     model = assert_exports_match(lambda x: module.apply(variables, x), [shape], sizes=SIZES)
-    assert not {"LayerNormalization", "BatchNormalization", "Gemm"} & set(op_types(model)), (label, op_types(model))
+    assert not {"LayerNormalization", "BatchNormalization", "Gemm"} & set(op_types(model)), (
+        label,
+        op_types(model),
+    )
 
 
 def test_batch_norm_in_training_mode_is_its_body():
@@ -191,7 +252,9 @@ def test_embed_is_a_gather():
 
     module = Tokens()
     variables = module.init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))
-    ids = jnp.array([[0, 9, -3], [12, 4, -11]], jnp.int32)  # in range, wrapped, out of range (NaN rows)
+    ids = jnp.array(
+        [[0, 9, -3], [12, 4, -11]], jnp.int32
+    )  # in range, wrapped, out of range (NaN rows)
     model = assert_exports_match(lambda i: module.apply(variables, i), [ids], input_values=[ids])
     assert "Gather" in op_types(model) and len(op_types(model)) <= 8
     assert "Embed_0/" in next(n.name for n in model.graph.node if n.op_type == "Gather")

@@ -41,36 +41,46 @@ def _randomize_batch_norm(model):
     for layer in model.layers:
         if isinstance(layer, layers.BatchNormalization):
             layer.moving_mean.assign(rng.normal(size=layer.moving_mean.shape).astype("float32"))
-            layer.moving_variance.assign(rng.uniform(0.5, 2, size=layer.moving_variance.shape).astype("float32"))
+            layer.moving_variance.assign(
+                rng.uniform(0.5, 2, size=layer.moving_variance.shape).astype("float32")
+            )
 
 
 def test_sequential_dense():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8,)), layers.Dense(16, activation="relu"), layers.Dense(4)])
+    model = keras.Sequential(
+        [keras.Input((8,)), layers.Dense(16, activation="relu"), layers.Dense(4)]
+    )
     onnx_model = _export(model, [S("batch", 8)])
     # weights named by their Keras variable paths, also from a global or a dict holding the model
     names = {i.name for i in onnx_model.graph.initializer}
-    assert {f"{layer.name}.kernel" for layer in model.layers} <= names  # dense.kernel, dense_1.kernel
+    assert {
+        f"{layer.name}.kernel" for layer in model.layers
+    } <= names  # dense.kernel, dense_1.kernel
     held = {"net": model}
     from_dict = to_onnx(lambda x: held["net"](x, training=False), [S("batch", 8)])
     assert {i.name for i in from_dict.graph.initializer} == names
     assert _ops(onnx_model).count("MatMul") == 2 and "Relu" in _ops(onnx_model)
-    assert _dims(onnx_model.graph.input[0]) == ["batch", 8] and _dims(onnx_model.graph.output[0]) == ["batch", 4]
+    assert _dims(onnx_model.graph.input[0]) == ["batch", 8] and _dims(
+        onnx_model.graph.output[0]
+    ) == ["batch", 4]
 
 
 @pytest.mark.slow
 def test_conv_batch_norm_pooling_in_inference_mode():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((16, 16, 3)),
-        layers.Conv2D(8, 3, padding="same", activation="relu"),
-        layers.BatchNormalization(),
-        layers.MaxPooling2D(),
-        layers.AveragePooling2D(2),
-        layers.GlobalAveragePooling2D(),
-        layers.Dropout(0.5),
-        layers.Dense(2),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((16, 16, 3)),
+            layers.Conv2D(8, 3, padding="same", activation="relu"),
+            layers.BatchNormalization(),
+            layers.MaxPooling2D(),
+            layers.AveragePooling2D(2),
+            layers.GlobalAveragePooling2D(),
+            layers.Dropout(0.5),
+            layers.Dense(2),
+        ]
+    )
     _randomize_batch_norm(model)
     onnx_model = _export(model, [S("batch", 16, 16, 3)])
     assert "Conv" in _ops(onnx_model) and "RandomUniform" not in _ops(onnx_model)
@@ -78,40 +88,50 @@ def test_conv_batch_norm_pooling_in_inference_mode():
 
 def test_dynamic_height_and_width():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((None, None, 3)),
-        layers.Conv2D(4, 3, strides=2, padding="same"),  # padding computed from h, w at run time
-        layers.MaxPooling2D(3, strides=2, padding="same"),
-        layers.GlobalMaxPooling2D(),
-        layers.Dense(2),
-    ])
-    onnx_model = _export(model, [S("batch", "h", "w", 3)], sizes={"batch": [1, 2], "h": [8, 5], "w": [8, 11]})
+    model = keras.Sequential(
+        [
+            keras.Input((None, None, 3)),
+            layers.Conv2D(
+                4, 3, strides=2, padding="same"
+            ),  # padding computed from h, w at run time
+            layers.MaxPooling2D(3, strides=2, padding="same"),
+            layers.GlobalMaxPooling2D(),
+            layers.Dense(2),
+        ]
+    )
+    onnx_model = _export(
+        model, [S("batch", "h", "w", 3)], sizes={"batch": [1, 2], "h": [8, 5], "w": [8, 11]}
+    )
     assert _dims(onnx_model.graph.input[0]) == ["batch", "h", "w", 3]
 
 
 @pytest.mark.slow
 def test_lstm_and_bidirectional_lstm():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((5, 4)),
-        layers.LSTM(6, return_sequences=True),
-        layers.Bidirectional(layers.LSTM(3)),
-        layers.Dense(2),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((5, 4)),
+            layers.LSTM(6, return_sequences=True),
+            layers.Bidirectional(layers.LSTM(3)),
+            layers.Dense(2),
+        ]
+    )
     _export(model, [S("batch", 5, 4)])
 
 
 @pytest.mark.slow
 def test_embedding_conv1d_gru_int_tokens():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((7,), dtype="int32"),
-        layers.Embedding(20, 6),
-        layers.Conv1D(5, 3, padding="causal"),
-        layers.GRU(4, return_sequences=True),
-        layers.GlobalAveragePooling1D(),
-        layers.Dense(1, activation="sigmoid"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((7,), dtype="int32"),
+            layers.Embedding(20, 6),
+            layers.Conv1D(5, 3, padding="causal"),
+            layers.GRU(4, return_sequences=True),
+            layers.GlobalAveragePooling1D(),
+            layers.Dense(1, activation="sigmoid"),
+        ]
+    )
     keras_model = _inference(model)
     onnx_model = to_onnx(keras_model, [S("batch", 7, dtype="int32")])
     tokens = np.random.default_rng(0).integers(0, 20, size=(3, 7)).astype(np.int32)
@@ -139,7 +159,9 @@ def two_input_model():
 
 def test_functional_dict_inputs(two_input_model):
     a, b, out = two_input_model
-    onnx_model = _export(keras.Model({"a": a, "b": b}, out), [{"a": S("batch", 4), "b": S("batch", 3)}])
+    onnx_model = _export(
+        keras.Model({"a": a, "b": b}, out), [{"a": S("batch", 4), "b": S("batch", 3)}]
+    )
     assert [i.name for i in onnx_model.graph.input] == ["input_0/a", "input_0/b"]
 
 

@@ -1,6 +1,5 @@
 """Editing a graph from a pass: constants added, values taking another's place, names, readers."""
 
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,18 +19,28 @@ def unused_name(graph: ir.Graph, name: str) -> str:
     return candidate
 
 
-def new_constant(model: ir.Model, before: ir.Node, array: np.ndarray, in_function: bool) -> ir.Value:
+def new_constant(
+    model: ir.Model, before: ir.Node, array: np.ndarray, in_function: bool
+) -> ir.Value:
     """``array`` as a value ``before`` can read: an initializer of the main graph (bodies read
     the enclosing scope), or a Constant node in a function body."""
     tensor = numpy_tensor(array)
     if in_function:
         node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", tensor)])
         out = node.outputs[0]
-        out.shape, out.type, out.const_value = ir.Shape(array.shape), ir.TensorType(tensor.dtype), tensor
+        out.shape, out.type, out.const_value = (
+            ir.Shape(array.shape),
+            ir.TensorType(tensor.dtype),
+            tensor,
+        )
         before.graph.insert_before(before, node)
         return out
-    value = ir.Value(name=unused_name(model.graph, f"const_{dtype_name(array.dtype)}"), shape=ir.Shape(array.shape),
-                     type=ir.TensorType(tensor.dtype), const_value=tensor)
+    value = ir.Value(
+        name=unused_name(model.graph, f"const_{dtype_name(array.dtype)}"),
+        shape=ir.Shape(array.shape),
+        type=ir.TensorType(tensor.dtype),
+        const_value=tensor,
+    )
     model.graph.register_initializer(value)
     return value
 
@@ -75,11 +84,26 @@ class Editor:
         self.counter = counter
         self.opset = opset
 
-    def op(self, op_type: str, *inputs: ir.Value | np.ndarray | None, dtype: ir.DataType | None = None, **attrs: Any) -> ir.Value:
-        values = [x if x is None or isinstance(x, ir.Value) else self.const(x) for x in inputs]  # None: an omitted input
+    def op(
+        self,
+        op_type: str,
+        *inputs: ir.Value | np.ndarray | None,
+        dtype: ir.DataType | None = None,
+        **attrs: Any,
+    ) -> ir.Value:
+        values = [
+            x if x is None or isinstance(x, ir.Value) else self.const(x) for x in inputs
+        ]  # None: an omitted input
         self.counter[0] += 1
         base = f"{self.anchor.name}/target{self.counter[0]}"
-        node = ir.Node("", op_type, values, ir.convenience.convert_attributes(attrs), name=f"{base}/{op_type}", doc_string=self.anchor.doc_string)
+        node = ir.Node(
+            "",
+            op_type,
+            values,
+            ir.convenience.convert_attributes(attrs),
+            name=f"{base}/{op_type}",
+            doc_string=self.anchor.doc_string,
+        )
         out = node.outputs[0]
         out.name = f"{base}_output"
         if dtype is not None:
@@ -89,7 +113,11 @@ class Editor:
         return out
 
     def const(self, array: np.ndarray) -> ir.Value:
-        return self.op("Constant", value=ir.tensor(np.asarray(array)), dtype=ir.DataType.from_numpy(np.asarray(array).dtype))
+        return self.op(
+            "Constant",
+            value=ir.tensor(np.asarray(array)),
+            dtype=ir.DataType.from_numpy(np.asarray(array).dtype),
+        )
 
     def replace(self, *news: ir.Value) -> None:
         """The anchor's outputs become ``news``, one each (keeping its name, type and shape),

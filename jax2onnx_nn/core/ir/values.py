@@ -1,6 +1,5 @@
 """Questions about values: dtypes, dims and shapes compared, constants read, attributes as keys."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -24,7 +23,11 @@ def attributes_key(node: ir.Node) -> tuple[Any, ...] | None:
             value = (array.dtype, array.shape, array.tobytes())
         elif isinstance(value, (list, tuple)):
             value = tuple(value)
-        elif attr.type not in (ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING):
+        elif attr.type not in (
+            ir.AttributeType.INT,
+            ir.AttributeType.FLOAT,
+            ir.AttributeType.STRING,
+        ):
             return None
         attrs.append((name, attr.type, value))
     return tuple(attrs)
@@ -42,7 +45,12 @@ def same_dim(a: Any, b: Any) -> bool:
 
 
 def same_dims(a: ir.Shape | None, b: ir.Shape | None) -> bool:
-    return a is not None and b is not None and len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b, strict=True))
+    return (
+        a is not None
+        and b is not None
+        and len(a) == len(b)
+        and all(same_dim(x, y) for x, y in zip(a, b, strict=True))
+    )
 
 
 def const_array(v: ir.Value | None) -> np.ndarray | None:

@@ -1,6 +1,5 @@
 """The one walker over a model's nodes: graphs, Loop/Scan/If bodies, function bodies."""
 
-
 from __future__ import annotations
 
 from typing import Any

@@ -38,8 +38,17 @@ def causal_keep(ctx: LoweringContext, queries: Any, keys: Any) -> ir.Value:
 
 
 def attention(
-    ctx: LoweringContext, q: ir.Value, k_t: ir.Value, v: ir.Value, *, dtype: np.dtype, mask_value: np.ndarray,
-    scale: float | None = None, query_divisor: float | None = None, bias: ir.Value | None = None, keep: ir.Value | None = None,
+    ctx: LoweringContext,
+    q: ir.Value,
+    k_t: ir.Value,
+    v: ir.Value,
+    *,
+    dtype: np.dtype,
+    mask_value: np.ndarray,
+    scale: float | None = None,
+    query_divisor: float | None = None,
+    bias: ir.Value | None = None,
+    keep: ir.Value | None = None,
 ) -> ir.Value:
     """``softmax(where(keep, logits, mask_value)) @ v`` with the logits ``q @ k_t * scale + bias``
     (or ``(q / query_divisor) @ k_t``); ``keep`` broadcasts against the logits."""
@@ -59,9 +68,19 @@ ATTENTION_OPSET = 23  # ONNX Attention
 
 
 def attention_op(
-    ctx: LoweringContext, q: ir.Value, k: ir.Value, v: ir.Value, *, dtype: np.dtype, mask_value: np.ndarray,
-    scale: float, bias: ir.Value | None = None, keep: ir.Value | None = None, causal: bool = False,
-    logits_shape: Sequence[Any] = (), mask_shape: Sequence[Any] = (),
+    ctx: LoweringContext,
+    q: ir.Value,
+    k: ir.Value,
+    v: ir.Value,
+    *,
+    dtype: np.dtype,
+    mask_value: np.ndarray,
+    scale: float,
+    bias: ir.Value | None = None,
+    keep: ir.Value | None = None,
+    causal: bool = False,
+    logits_shape: Sequence[Any] = (),
+    mask_shape: Sequence[Any] = (),
 ) -> ir.Value:
     """:func:`attention` as ONNX ``Attention`` on ``[B, N, T, H]`` queries and ``[B, N, S, H]``
     keys and values; ``causal`` is top-left (ONNX's alignment without a cache, and JAX's).

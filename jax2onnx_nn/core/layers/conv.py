@@ -41,12 +41,21 @@ def padding_pairs(padding: Any, n: int) -> list[tuple[int, int]] | None:
     if not isinstance(padding, (list, tuple)) or len(padding) != n:
         return None
     pairs = [(p, p) if isinstance(p, (int, np.integer)) else tuple(p) for p in padding]
-    if not all(len(p) == 2 and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in p) for p in pairs):
+    if not all(
+        len(p) == 2 and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in p)
+        for p in pairs
+    ):
         return None
     return [(int(lo), int(hi)) for lo, hi in pairs]
 
 
-def conv_pads(padding: Any, spatial: Sequence[Any], kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int]) -> Pads | None:
+def conv_pads(
+    padding: Any,
+    spatial: Sequence[Any],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilation: Sequence[int],
+) -> Pads | None:
     """ONNX Conv padding for a padding spec ("VALID", "SAME", "SAME_LOWER", an int, one int or
     pair per axis) of a conv over ``spatial``; None if Conv cannot express it (CIRCULAR or
     another mode that pads the input first, negative padding, which crops)."""
@@ -74,12 +83,32 @@ def padding_attrs(pads: Pads) -> dict[str, Any]:
     return {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
 
 
-def conv(ctx: LoweringContext, x: ir.Value, w: ir.Value, bias: ir.Value | None, *, strides: Sequence[int], dilations: Sequence[int], pads: Pads, group: int) -> ir.Value:
+def conv(
+    ctx: LoweringContext,
+    x: ir.Value,
+    w: ir.Value,
+    bias: ir.Value | None,
+    *,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Pads,
+    group: int,
+) -> ir.Value:
     """One Conv over an NC<spatial> input with an OI<spatial> kernel."""
-    return ctx.op.Conv(x, w, bias, strides=list(strides), dilations=list(dilations), group=group, **padding_attrs(pads))
+    return ctx.op.Conv(
+        x,
+        w,
+        bias,
+        strides=list(strides),
+        dilations=list(dilations),
+        group=group,
+        **padding_attrs(pads),
+    )
 
 
-def conv_padding(ctx: LoweringContext, x: ir.Value, padding: Padding, zero: ir.Value) -> tuple[ir.Value, list[int]]:
+def conv_padding(
+    ctx: LoweringContext, x: ir.Value, padding: Padding, zero: ir.Value
+) -> tuple[ir.Value, list[int]]:
     """lax padding of every axis (the spatial ones from axis 2) as Conv ``pads``, or applied
     to ``x`` first where Conv cannot take it (negative, or symbolic amounts)."""
     spatial = padding[2:]
@@ -91,7 +120,9 @@ def conv_padding(ctx: LoweringContext, x: ir.Value, padding: Padding, zero: ir.V
 # -- ConvTranspose ------------------------------------------------------------------------------
 
 
-def conv_transpose_padding(padding: Any, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int]) -> list[tuple[int, int]] | None:
+def conv_transpose_padding(
+    padding: Any, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int]
+) -> list[tuple[int, int]] | None:
     """The padding ``lax.conv_transpose`` gives its conv over the stride-dilated input, for a
     padding spec ("SAME", "VALID", or explicit: used as it is); None for anything else."""
     if not isinstance(padding, str):
@@ -110,7 +141,9 @@ def conv_transpose_padding(padding: Any, kernel: Sequence[int], strides: Sequenc
     return pairs
 
 
-def conv_transpose_pads(padding: Padding, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def conv_transpose_pads(
+    padding: Padding, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """ConvTranspose ``(pads, output_padding)`` equal to a conv with ``padding`` over the input
     dilated by ``strides``; None where ConvTranspose cannot express it.
 
@@ -130,7 +163,15 @@ def conv_transpose_pads(padding: Padding, kernel: Sequence[int], strides: Sequen
     return (*begin, *(max(e, 0) for e in end)), tuple(extra)
 
 
-def conv_transpose_kernel(ctx: LoweringContext, w: ir.Value, to_oi: Sequence[int], dims: Sequence[int], group: int, *, weight: bool) -> ir.Value:
+def conv_transpose_kernel(
+    ctx: LoweringContext,
+    w: ir.Value,
+    to_oi: Sequence[int],
+    dims: Sequence[int],
+    group: int,
+    *,
+    weight: bool,
+) -> ir.Value:
     """A conv kernel (``to_oi`` permutes it to ``(O, I/g, *spatial)``, of sizes ``dims``) as
     ConvTranspose's ``(I, O/g, *spatial)`` weight: flipped spatially, in/out swapped per group.
 
@@ -154,7 +195,9 @@ def conv_transpose_kernel(ctx: LoweringContext, w: ir.Value, to_oi: Sequence[int
             v = ctx.op.Transpose(v, perm=[0, 2, 1, *range(3, 3 + n)])
             v = ctx.reshape(v, [group * in_f, out_f // group, *spatial])
         flip = ctx.ints([-1] * n)
-        return ctx.op.Slice(v, flip, ctx.ints([np.iinfo(np.int64).min] * n), ctx.ints(list(range(2, 2 + n))), flip)
+        return ctx.op.Slice(
+            v, flip, ctx.ints([np.iinfo(np.int64).min] * n), ctx.ints(list(range(2, 2 + n))), flip
+        )
 
     if not weight:
         return nodes(w)
@@ -162,11 +205,27 @@ def conv_transpose_kernel(ctx: LoweringContext, w: ir.Value, to_oi: Sequence[int
 
 
 def conv_transpose(
-    ctx: LoweringContext, x: ir.Value, w: ir.Value, bias: ir.Value | None, *, strides: Sequence[int], dilations: Sequence[int],
-    pads: Sequence[int], output_padding: Sequence[int], group: int, kernel_shape: Sequence[int] | None = None,
+    ctx: LoweringContext,
+    x: ir.Value,
+    w: ir.Value,
+    bias: ir.Value | None,
+    *,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    output_padding: Sequence[int],
+    group: int,
+    kernel_shape: Sequence[int] | None = None,
 ) -> ir.Value:
     """One ConvTranspose (``pads`` and ``output_padding`` from :func:`conv_transpose_pads`)."""
     return ctx.op.ConvTranspose(
-        x, w, bias, kernel_shape=None if kernel_shape is None else [int(k) for k in kernel_shape], strides=list(strides),
-        dilations=list(dilations), pads=list(pads), output_padding=list(output_padding) if any(output_padding) else None, group=group,
+        x,
+        w,
+        bias,
+        kernel_shape=None if kernel_shape is None else [int(k) for k in kernel_shape],
+        strides=list(strides),
+        dilations=list(dilations),
+        pads=list(pads),
+        output_padding=list(output_padding) if any(output_padding) else None,
+        group=group,
     )

@@ -8,7 +8,14 @@ from jax2onnx_nn.core.lower import LoweringContext
 
 
 def dense(
-    ctx: LoweringContext, x: ir.Value, kernel: ir.Value, bias: ir.Value | None, *, rank: int, out_in: bool = False, shared: bool = False,
+    ctx: LoweringContext,
+    x: ir.Value,
+    kernel: ir.Value,
+    bias: ir.Value | None,
+    *,
+    rank: int,
+    out_in: bool = False,
+    shared: bool = False,
 ) -> ir.Value:
     """``x @ kernel + bias`` for an ``x`` of ``rank``; ``out_in``: the kernel is ``(out, in)``
     (Equinox, an embedding's ``attend``), transposed at export time where it is a weight, by a
@@ -20,5 +27,10 @@ def dense(
     elif rank == 1:
         y = ctx.op.MatMul(kernel, x)
     else:
-        y = ctx.op.MatMul(x, ctx.op.Transpose(kernel, perm=[1, 0]) if shared else ctx.transposed_weight(kernel, [1, 0]))
+        y = ctx.op.MatMul(
+            x,
+            ctx.op.Transpose(kernel, perm=[1, 0])
+            if shared
+            else ctx.transposed_weight(kernel, [1, 0]),
+        )
     return y if bias is None else ctx.op.Add(y, bias)

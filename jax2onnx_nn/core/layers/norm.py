@@ -17,12 +17,20 @@ def stash_type(dtype: np.dtype) -> int:
     return int(ir.DataType.DOUBLE) if dtype == np.float64 else int(ir.DataType.FLOAT)
 
 
-def weight_or_fill(ctx: LoweringContext, weight: ir.Value | None, shape: Sequence[int], dtype: np.dtype, fill: float) -> ir.Value:
+def weight_or_fill(
+    ctx: LoweringContext,
+    weight: ir.Value | None,
+    shape: Sequence[int],
+    dtype: np.dtype,
+    fill: float,
+) -> ir.Value:
     """An optional scale or bias, or a constant ``fill`` of ``shape`` where it is absent."""
     return weight if weight is not None else ctx.const(np.full(tuple(shape), fill, dtype=dtype))
 
 
-def channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> tuple[ir.Value, list[int] | None]:
+def channels_first(
+    ctx: LoweringContext, x: ir.Value, rank: int, axis: int
+) -> tuple[ir.Value, list[int] | None]:
     """``x`` with ``axis`` moved to 1 (ONNX's channel axis), and the perm that moves it back
     (None when it is there already)."""
     if axis == 1:
@@ -31,18 +39,49 @@ def channels_first(ctx: LoweringContext, x: ir.Value, rank: int, axis: int) -> t
     return ctx.transpose(x, perm), [perm.index(i) for i in range(rank)]
 
 
-def layer_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value | None, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+def layer_norm(
+    ctx: LoweringContext,
+    x: ir.Value,
+    scale: ir.Value,
+    bias: ir.Value | None,
+    *,
+    axis: int,
+    epsilon: float,
+    dtype: np.dtype,
+) -> ir.Value:
     """LayerNormalization over the axes from ``axis`` on."""
-    return ctx.op.LayerNormalization(x, scale, bias, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
+    return ctx.op.LayerNormalization(
+        x, scale, bias, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype)
+    )
 
 
-def rms_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value | None, *, axis: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+def rms_norm(
+    ctx: LoweringContext,
+    x: ir.Value,
+    scale: ir.Value,
+    bias: ir.Value | None,
+    *,
+    axis: int,
+    epsilon: float,
+    dtype: np.dtype,
+) -> ir.Value:
     """RMSNormalization over the axes from ``axis`` on; ONNX's has no bias input, so a bias is
     one Add after it (the signature is :func:`layer_norm`'s: adapters take either)."""
     y = ctx.op.RMSNormalization(x, scale, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
     return y if bias is None else ctx.op.Add(y, bias)
 
 
-def group_norm(ctx: LoweringContext, x: ir.Value, scale: ir.Value, bias: ir.Value, *, num_groups: int, epsilon: float, dtype: np.dtype) -> ir.Value:
+def group_norm(
+    ctx: LoweringContext,
+    x: ir.Value,
+    scale: ir.Value,
+    bias: ir.Value,
+    *,
+    num_groups: int,
+    epsilon: float,
+    dtype: np.dtype,
+) -> ir.Value:
     """GroupNormalization over NC<spatial> with per-channel scale and bias (opset 21's)."""
-    return ctx.op.GroupNormalization(x, scale, bias, num_groups=num_groups, epsilon=epsilon, stash_type=stash_type(dtype))
+    return ctx.op.GroupNormalization(
+        x, scale, bias, num_groups=num_groups, epsilon=epsilon, stash_type=stash_type(dtype)
+    )

@@ -33,8 +33,15 @@ def exact_max_pool(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, **attrs: 
 
 
 def pool(
-    ctx: LoweringContext, x: ir.Value, kind: str, dtype: np.dtype, *, kernel: Sequence[int], strides: Sequence[int],
-    pads: Sequence[int], count_include_pad: bool = True,
+    ctx: LoweringContext,
+    x: ir.Value,
+    kind: str,
+    dtype: np.dtype,
+    *,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    count_include_pad: bool = True,
 ) -> ir.Value:
     """A max (``kind="max"``, NaN-exact) or average pool over an NC<spatial> input."""
     attrs = {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads)}

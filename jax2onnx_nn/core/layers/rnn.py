@@ -42,7 +42,9 @@ def _reordered(blocks: Sequence[Any], order: Sequence[int]) -> list[Any]:
     return [blocks[i] for i in order]
 
 
-def gate_weight(ctx: LoweringContext, w: ir.Value, order: Sequence[int], hidden: int, *, gate_axis: int) -> ir.Value:
+def gate_weight(
+    ctx: LoweringContext, w: ir.Value, order: Sequence[int], hidden: int, *, gate_axis: int
+) -> ir.Value:
     """A kernel with its gate blocks (``hidden`` rows each) along ``gate_axis`` in ONNX's order,
     as ONNX's ``(1, gates * hidden, in)``: ``(gates * hidden, in)`` (``gate_axis=0``, Equinox)
     or ``(in, gates * hidden)`` (``gate_axis=1``, flax) transposed."""
@@ -62,7 +64,15 @@ def gate_weight(ctx: LoweringContext, w: ir.Value, order: Sequence[int], hidden:
     return ctx.derived_weight(w, ("onnx_gates", gate_axis, *order), array, nodes)
 
 
-def gate_biases(ctx: LoweringContext, bias: ir.Value, order: Sequence[int], hidden: int, dtype: np.dtype, *, candidate: ir.Value | None = None) -> ir.Value:
+def gate_biases(
+    ctx: LoweringContext,
+    bias: ir.Value,
+    order: Sequence[int],
+    hidden: int,
+    dtype: np.dtype,
+    *,
+    candidate: ir.Value | None = None,
+) -> ir.Value:
     """ONNX's ``B``: the input side's bias ``(gates * hidden,)`` in ONNX's gate order, then the
     recurrent side's: zeros, except a GRU's candidate bias ``(hidden,)`` where one is given (it
     sits inside the reset product, where ``linear_before_reset=1`` applies ``Rb_h``)."""
@@ -77,18 +87,32 @@ def gate_biases(ctx: LoweringContext, bias: ir.Value, order: Sequence[int], hidd
     def nodes(v: ir.Value) -> ir.Value:
         blocks = ctx.op.Split(v, ctx.ints([hidden] * n), axis=0, _outputs=n)
         tail = [] if candidate is None else [candidate]
-        return ctx.op.Unsqueeze(ctx.op.Concat(*_reordered(blocks, order), ctx.const(zeros), *tail, axis=0), ctx.ints([0]))
+        return ctx.op.Unsqueeze(
+            ctx.op.Concat(*_reordered(blocks, order), ctx.const(zeros), *tail, axis=0),
+            ctx.ints([0]),
+        )
 
     if candidate is not None and (known is None or candidate.producer() is not None):
         return nodes(bias)
-    return ctx.derived_weight(bias, ("onnx_biases", *order, None if candidate is None else candidate.name), array, nodes)
+    return ctx.derived_weight(
+        bias, ("onnx_biases", *order, None if candidate is None else candidate.name), array, nodes
+    )
 
 
 GUARD_OPS = ("If", "Size", "Equal", "Identity")
 """The ops of :func:`step`'s guard against a batch of 0 (a rule using it declares them)."""
 
 
-def step(ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Value], w: ir.Value, r: ir.Value, b: ir.Value | None, hidden: int) -> list[ir.Value]:
+def step(
+    ctx: LoweringContext,
+    cell: Cell,
+    x: ir.Value,
+    states: Sequence[ir.Value],
+    w: ir.Value,
+    r: ir.Value,
+    b: ir.Value | None,
+    hidden: int,
+) -> list[ir.Value]:
     """One step of ``cell`` over ``x`` ``[1, N, in]`` from ``states`` (each ``[1, N, hidden]``)
     with ONNX's ``W``, ``R`` and ``B``: the new states.
 
@@ -100,14 +124,28 @@ def step(ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Valu
     made: list[ir.Node] = []
 
     def run(where: LoweringContext) -> list[ir.Value]:
-        outputs = getattr(where.op, cell.op)(x, w, r, b, None, *states, hidden_size=hidden, _outputs=1 + cell.states, **dict(cell.attrs))
+        outputs = getattr(where.op, cell.op)(
+            x,
+            w,
+            r,
+            b,
+            None,
+            *states,
+            hidden_size=hidden,
+            _outputs=1 + cell.states,
+            **dict(cell.attrs),
+        )
         made.append(outputs[0].producer())
         return list(outputs[1:])
 
-    symbolic = any(jxi.is_symbolic_dim(d) for aval in ctx.avals_in for d in getattr(aval, "shape", ()))
+    symbolic = any(
+        jxi.is_symbolic_dim(d) for aval in ctx.avals_in for d in getattr(aval, "shape", ())
+    )
     if not symbolic:
         return run(ctx)
-    batch = x.shape[1] if x.shape is not None and len(x.shape) == 3 and x.shape[1] is not None else None
+    batch = (
+        x.shape[1] if x.shape is not None and len(x.shape) == 3 and x.shape[1] is not None else None
+    )
     types = [(x.dtype.numpy(), None if batch is None else [1, batch, hidden]) for _ in states]
     new = ctx.unless_empty([x], types, run, lambda empty: states)
     guard = new[0].producer()
@@ -121,13 +159,27 @@ _GUARDED = "jax2onnx_nn.guarded_cell"
 
 
 def library_step(
-    ctx: LoweringContext, cell: Cell, x: ir.Value, states: Sequence[ir.Value], w_ih: ir.Value, w_hh: ir.Value, bias: ir.Value | None,
-    *, hidden: int, dtype: np.dtype, gate_axis: int, candidate: ir.Value | None = None,
+    ctx: LoweringContext,
+    cell: Cell,
+    x: ir.Value,
+    states: Sequence[ir.Value],
+    w_ih: ir.Value,
+    w_hh: ir.Value,
+    bias: ir.Value | None,
+    *,
+    hidden: int,
+    dtype: np.dtype,
+    gate_axis: int,
+    candidate: ir.Value | None = None,
 ) -> list[ir.Value]:
     """:func:`step` with a library's kernels (gate blocks along ``gate_axis`` in its order) and
     its input-side bias (plus a GRU's recurrent ``candidate`` bias), laid out for ONNX once."""
     w, r = (gate_weight(ctx, k, cell.order, hidden, gate_axis=gate_axis) for k in (w_ih, w_hh))
-    b = None if bias is None else gate_biases(ctx, bias, cell.order, hidden, dtype, candidate=candidate)
+    b = (
+        None
+        if bias is None
+        else gate_biases(ctx, bias, cell.order, hidden, dtype, candidate=candidate)
+    )
     return step(ctx, cell, x, states, w, r, b, hidden)
 
 
@@ -168,7 +220,12 @@ def _axes(node: ir.Node) -> tuple[int, ...] | None:
     return found if found in ((0,), (0, 1)) else None
 
 
-def stacked_cells(nodes: Sequence[ir.Node], carries: Sequence[ir.Value], slices: dict[int, ir.Value], outs: Sequence[ir.Value]) -> Stack | None:
+def stacked_cells(
+    nodes: Sequence[ir.Node],
+    carries: Sequence[ir.Value],
+    slices: dict[int, ir.Value],
+    outs: Sequence[ir.Value],
+) -> Stack | None:
     """The :class:`Stack` that a scan body is, or None.
 
     ``nodes`` are the body's nodes, ``carries`` its carry inputs, ``slices`` maps the id of
@@ -216,7 +273,11 @@ def stacked_cells(nodes: Sequence[ir.Node], carries: Sequence[ir.Value], slices:
 
     def outside(value: ir.Value | None) -> bool:
         producer = None if value is None else value.producer()
-        return value is None or ((producer is None or id(producer) not in own) and id(value) not in carry_at and id(value) not in slices)
+        return value is None or (
+            (producer is None or id(producer) not in own)
+            and id(value) not in carry_at
+            and id(value) not in slices
+        )
 
     found: dict[int, ir.Node] = {}
     pending = [s[0] for s in map(state_of, outs) if s is not None]
@@ -230,13 +291,20 @@ def stacked_cells(nodes: Sequence[ir.Node], carries: Sequence[ir.Value], slices:
         n = _STATES[cell.op_type]
         inputs = list(cell.inputs) + [None] * (8 - len(cell.inputs))
         attrs = cell.attributes
-        if not all(outside(v) for v in inputs[1:4]) or inputs[4] is not None or inputs[1] is None or inputs[2] is None:
+        if (
+            not all(outside(v) for v in inputs[1:4])
+            or inputs[4] is not None
+            or inputs[1] is None
+            or inputs[2] is None
+        ):
             return None
         if cell.op_type == "LSTM" and inputs[7] is not None:
             return None
-        if ("direction" in attrs and attrs["direction"].value != "forward") or ("layout" in attrs and attrs["layout"].value != 0):
+        if ("direction" in attrs and attrs["direction"].value != "forward") or (
+            "layout" in attrs and attrs["layout"].value != 0
+        ):
             return None
-        initial = [unsqueezed(v) for v in inputs[5:5 + n]]
+        initial = [unsqueezed(v) for v in inputs[5 : 5 + n]]
         if any(v is None or id(v) not in carry_at for v in initial):
             return None
         states[id(cell)] = tuple(carry_at[id(v)] for v in initial)
@@ -267,22 +335,33 @@ def stacked_cells(nodes: Sequence[ir.Node], carries: Sequence[ir.Value], slices:
             return None  # a per-step output other than a cell's h (ONNX gives no c per step)
         else:
             results.append((index[id(state[0])], None))
-    written = [k for cell, s in results[:len(carries)] if cell is not None for k in [states[id(cells[cell])][s]]]
+    written = [
+        k
+        for cell, s in results[: len(carries)]
+        if cell is not None
+        for k in [states[id(cells[cell])][s]]
+    ]
     used = [k for c in cells for k in states[id(c)]]
     if sorted(written) != sorted(used) or len(set(used)) != len(used):
-        return None  # a cell's state that is not carried to the next step (or two cells' in one carry)
+        return (
+            None  # a cell's state that is not carried to the next step (or two cells' in one carry)
+        )
     if len(seen_axes) != 1 or None in seen_axes:
         return None
     return Stack(
         tuple(cells),
-        tuple(s if isinstance(s, ir.Value) else index[id(s)] for s in (sources[id(c)] for c in cells)),
+        tuple(
+            s if isinstance(s, ir.Value) else index[id(s)] for s in (sources[id(c)] for c in cells)
+        ),
         tuple(states[id(c)] for c in cells),
         tuple(results),
         seen_axes.pop(),
     )
 
 
-def run_stack(ctx: LoweringContext, stack: Stack, init: Sequence[ir.Value], *, reverse: bool) -> list[ir.Value]:
+def run_stack(
+    ctx: LoweringContext, stack: Stack, init: Sequence[ir.Value], *, reverse: bool
+) -> list[ir.Value]:
     """The scan results of :class:`Stack` ``stack`` from the carries ``init``: each cell run
     once over the whole sequence (``[T, N, features]``, reversed for a reverse scan), its
     ``Y`` ``[T, 1, N, hidden]`` the next cell's input. The sequence must not be empty
@@ -292,14 +371,25 @@ def run_stack(ctx: LoweringContext, stack: Stack, init: Sequence[ir.Value], *, r
     hs: list[ir.Value] = []  # each cell's h at every step, [T, N, hidden]
     finals: list[list[ir.Value]] = []
     for cell, source, states in zip(stack.cells, stack.sources, stack.states, strict=True):
-        x = hs[source] if isinstance(source, int) else source if batched else ctx.op.Unsqueeze(source, one)
+        x = (
+            hs[source]
+            if isinstance(source, int)
+            else source
+            if batched
+            else ctx.op.Unsqueeze(source, one)
+        )
         attrs = {name: attr.value for name, attr in cell.attributes.items()}
         if reverse:
             attrs["direction"] = "reverse"
         initial = [ctx.op.Unsqueeze(init[k], axes) for k in states]
         weights = [*cell.inputs[1:4], None, None][:3]
-        outputs = getattr(ctx.op, cell.op_type)(x, *weights, None, *initial, _outputs=1 + len(states), **attrs)
+        outputs = getattr(ctx.op, cell.op_type)(
+            x, *weights, None, *initial, _outputs=1 + len(states), **attrs
+        )
         hs.append(ctx.op.Squeeze(outputs[0], one))
         finals.append([ctx.op.Squeeze(v, axes) for v in outputs[1:]])
     per_step = hs if batched else [ctx.op.Squeeze(h, one) for h in hs]
-    return [init[state] if cell is None else per_step[cell] if state is None else finals[cell][state] for cell, state in stack.results]
+    return [
+        init[state] if cell is None else per_step[cell] if state is None else finals[cell][state]
+        for cell, state in stack.results
+    ]

@@ -50,7 +50,9 @@ def symbolic_padding(padding: Padding) -> bool:
     return any(jxi.is_symbolic_dim(p) for pair in padding for p in pair)
 
 
-def dilate(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any], factors: Sequence[int], fill: ir.Value) -> ir.Value:
+def dilate(
+    ctx: LoweringContext, x: ir.Value, dims: Sequence[Any], factors: Sequence[int], fill: ir.Value
+) -> ir.Value:
     """Insert ``factor - 1`` holes holding ``fill`` between neighbours along each axis."""
     axes = [a for a, f in enumerate(factors) if f > 1]
     if not axes:
@@ -69,7 +71,10 @@ def dilate(ctx: LoweringContext, x: ir.Value, dims: Sequence[Any], factors: Sequ
 
 def dilated_dims(dims: Sequence[Any], factors: Sequence[int]) -> list[Any]:
     """Dims after :func:`dilate` (a size-0 dim stays 0)."""
-    return [d if f == 1 or has_zero([d]) else (d - 1) * f + 1 for d, f in zip(dims, factors, strict=True)]
+    return [
+        d if f == 1 or has_zero([d]) else (d - 1) * f + 1
+        for d, f in zip(dims, factors, strict=True)
+    ]
 
 
 def window_slices(
@@ -91,9 +96,16 @@ def window_slices(
     for offset in itertools.product(*(range(k) for k in window)):
         starts = [o * d for o, d in zip(offset, dilation, strict=True)]
         ends = [s0 + (n - 1) * s + 1 for s0, n, s in zip(starts, out_dims, strides, strict=True)]
-        whole = all(s0 == 0 and s == 1 and same_dim(e, dims[a]) for s0, s, e, a in zip(starts, strides, ends, axes, strict=True))
+        whole = all(
+            s0 == 0 and s == 1 and same_dim(e, dims[a])
+            for s0, s, e, a in zip(starts, strides, ends, axes, strict=True)
+        )
         if whole:
             slices.append(x)
             continue
-        slices.append(ctx.op.Slice(x, ctx.ints(starts), ctx.shape_tensor(ends), ctx.ints(axes), ctx.ints(strides)))
+        slices.append(
+            ctx.op.Slice(
+                x, ctx.ints(starts), ctx.shape_tensor(ends), ctx.ints(axes), ctx.ints(strides)
+            )
+        )
     return slices

@@ -98,7 +98,9 @@ def float_to_bits(ctx: LoweringContext, x: ir.Value, dtype: Any) -> ir.Value:
     for k in reversed(range(layout.n_exp)):
         if exponent is None:
             top = ctx.const(2**k, dtype=_I64)
-            exponent = op.Where(op.GreaterOrEqual(a, ctx.const(thresholds[2**k])), top, ctx.const(0, dtype=_I64))
+            exponent = op.Where(
+                op.GreaterOrEqual(a, ctx.const(thresholds[2**k])), top, ctx.const(0, dtype=_I64)
+            )
             continue
         candidate = op.Add(exponent, ctx.const(2**k, dtype=_I64))
         reached = op.GreaterOrEqual(a, op.Gather(ctx.const(thresholds), candidate))
@@ -106,7 +108,9 @@ def float_to_bits(ctx: LoweringContext, x: ir.Value, dtype: Any) -> ir.Value:
     assert exponent is not None
     # the significand (with the implicit bit) is an integer < 2**(n_mant + 1): exact in `work`
     significand = op.Div(a, op.Gather(ctx.const(_ulps(layout, work)), exponent))
-    significand = op.Where(op.Less(a, ctx.const(np.inf, dtype=work)), significand, ctx.const(0, dtype=work))
+    significand = op.Where(
+        op.Less(a, ctx.const(np.inf, dtype=work)), significand, ctx.const(0, dtype=work)
+    )
 
     def u(value: int) -> ir.Value:
         return ctx.const(value, dtype=utype)
@@ -129,15 +133,25 @@ def bits_to_float(ctx: LoweringContext, bits: ir.Value, dtype: Any) -> ir.Value:
         return ctx.const(value, dtype=utype)
 
     mantissa = op.BitwiseAnd(bits, u(2**layout.n_mant - 1))
-    exponent = op.BitwiseAnd(op.BitShift(bits, u(layout.n_mant), direction="RIGHT"), u(layout.exp_all_ones))
-    significand = op.Where(op.Greater(exponent, u(0)), op.BitwiseOr(mantissa, u(2**layout.n_mant)), mantissa)
+    exponent = op.BitwiseAnd(
+        op.BitShift(bits, u(layout.n_mant), direction="RIGHT"), u(layout.exp_all_ones)
+    )
+    significand = op.Where(
+        op.Greater(exponent, u(0)), op.BitwiseOr(mantissa, u(2**layout.n_mant)), mantissa
+    )
     scale = op.Gather(ctx.const(_ulps(layout, dtype)), op.Cast(exponent, to=ir.DataType.INT64))
     magnitude = op.Mul(op.Cast(significand, to=ir_dtype(dtype)), scale)
-    special = op.Where(op.Equal(mantissa, u(0)), ctx.const(np.inf, dtype=dtype), ctx.const(np.nan, dtype=dtype))
+    special = op.Where(
+        op.Equal(mantissa, u(0)), ctx.const(np.inf, dtype=dtype), ctx.const(np.nan, dtype=dtype)
+    )
     magnitude = op.Where(op.Equal(exponent, u(layout.exp_all_ones)), special, magnitude)
     # times ±1, not Where(negative, Neg(m), m): onnxruntime's Where returns +0.0 where it picks
     # a -0.0 from its second input (measured, ORT 1.32), and the sign bit must stay
-    sign = op.Where(op.Greater(bits, u(2 ** (8 * utype.itemsize - 1) - 1)), ctx.const(-1, dtype=dtype), ctx.const(1, dtype=dtype))
+    sign = op.Where(
+        op.Greater(bits, u(2 ** (8 * utype.itemsize - 1) - 1)),
+        ctx.const(-1, dtype=dtype),
+        ctx.const(1, dtype=dtype),
+    )
     return op.Mul(magnitude, sign)
 
 
@@ -160,14 +174,35 @@ def from_bits(ctx: LoweringContext, bits: ir.Value, dtype: Any) -> ir.Value:
 # -- bitcast_convert_type ---------------------------------------------------------------------
 
 # the ONNX ops of float_to_bits and bits_to_float
-_BIT_OPS = ("BitCast", "Abs", "GreaterOrEqual", "Gather", "Where", "Add", "Div", "Less", "Cast", "BitwiseAnd", "BitShift", "BitwiseOr", "Mul", "Equal", "And", "Or", "IsNaN", "Greater")
+_BIT_OPS = (
+    "BitCast",
+    "Abs",
+    "GreaterOrEqual",
+    "Gather",
+    "Where",
+    "Add",
+    "Div",
+    "Less",
+    "Cast",
+    "BitwiseAnd",
+    "BitShift",
+    "BitwiseOr",
+    "Mul",
+    "Equal",
+    "And",
+    "Or",
+    "IsNaN",
+    "Greater",
+)
 
 
 @lowering("bitcast_convert_type", onnx_ops=(*_BIT_OPS, "Concat", "Unsqueeze"))
 def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any) -> ir.Value:
     source, target = onnx_aval(ctx.aval_in)[0], onnx_aval(ctx.aval_out)[0]
     if np.bool_ in (source, target):
-        raise NotImplementedError(f"bitcast_convert_type from {source} to {target}: bool has no bit layout to reinterpret")
+        raise NotImplementedError(
+            f"bitcast_convert_type from {source} to {target}: bool has no bit layout to reinterpret"
+        )
     if source.itemsize == target.itemsize:
         if ctx.opset >= BITCAST_OPSET:
             return ctx.op.BitCast(x, to=ir_dtype(target))
@@ -177,9 +212,16 @@ def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any) 
     if source.itemsize > target.itemsize:  # one wide element -> a trailing axis of narrow ones
         n = 8 * target.itemsize
         parts = [
-            ctx.op.Unsqueeze(ctx.op.Cast(ctx.op.BitwiseAnd(
-                ctx.op.BitShift(bits, ctx.const(i * n, dtype=src_u), direction="RIGHT"), ctx.const(2**n - 1, dtype=src_u)
-            ), to=ir_dtype(dst_u)), ctx.const([-1], dtype=_I64))
+            ctx.op.Unsqueeze(
+                ctx.op.Cast(
+                    ctx.op.BitwiseAnd(
+                        ctx.op.BitShift(bits, ctx.const(i * n, dtype=src_u), direction="RIGHT"),
+                        ctx.const(2**n - 1, dtype=src_u),
+                    ),
+                    to=ir_dtype(dst_u),
+                ),
+                ctx.const([-1], dtype=_I64),
+            )
             for i in range(source.itemsize // target.itemsize)
         ]
         return from_bits(ctx, ctx.op.Concat(*parts, axis=-1), target)
@@ -187,7 +229,9 @@ def _bitcast_convert_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: Any) 
     n = 8 * source.itemsize
     wide = None
     for i in range(target.itemsize // source.itemsize):
-        part = ctx.op.Cast(ctx.op.Gather(bits, ctx.const(i, dtype=_I64), axis=-1), to=ir_dtype(dst_u))
+        part = ctx.op.Cast(
+            ctx.op.Gather(bits, ctx.const(i, dtype=_I64), axis=-1), to=ir_dtype(dst_u)
+        )
         part = ctx.op.BitShift(part, ctx.const(i * n, dtype=dst_u), direction="LEFT") if i else part
         wide = part if wide is None else ctx.op.BitwiseOr(wide, part)
     assert wide is not None
@@ -206,7 +250,9 @@ _NATIVE_TARGETS = {
 
 
 @lowering("reduce_precision", onnx_ops=(*_BIT_OPS, "LessOrEqual"))
-def _reduce_precision(ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, mantissa_bits: int) -> ir.Value:
+def _reduce_precision(
+    ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, mantissa_bits: int
+) -> ir.Value:
     """XLA's ReducePrecision: round the mantissa to ``mantissa_bits`` (to nearest, ties to
     even), then values whose exponent is above the reduced range become ±inf and values below
     its smallest normal become ±0 (XLA keeps no subnormals of the reduced format); NaN stays."""
@@ -221,7 +267,11 @@ def _reduce_precision(ctx: LoweringContext, x: ir.Value, *, exponent_bits: int, 
         if exponent_bits == layout.n_exp:
             return rounded
         smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
-        flush = op.Where(op.Less(op.Abs(rounded), ctx.const(smallest_normal, dtype=dtype)), ctx.const(0, dtype=dtype), ctx.const(1, dtype=dtype))
+        flush = op.Where(
+            op.Less(op.Abs(rounded), ctx.const(smallest_normal, dtype=dtype)),
+            ctx.const(0, dtype=dtype),
+            ctx.const(1, dtype=dtype),
+        )
         return op.Mul(rounded, flush)  # times 0 keeps the sign of a flushed value
     utype = unsigned(dtype)
 
@@ -271,7 +321,10 @@ def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     dtype = onnx_aval(ctx.aval_out)[0]
     if dtype.itemsize == 2:
         return _nextafter_by_bits(ctx, x, y, dtype)
-    k = {name: ctx.const(np.asarray(v, dtype=dtype)) for name, v in _nextafter_constants(dtype).items()}
+    k = {
+        name: ctx.const(np.asarray(v, dtype=dtype))
+        for name, v in _nextafter_constants(dtype).items()
+    }
     zero, one = ctx.const(np.asarray(0, dtype=dtype)), ctx.const(np.asarray(1, dtype=dtype))
     op = ctx.op
     a = op.Abs(x)
@@ -299,7 +352,9 @@ def _nextafter(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     # onnxruntime's Where drops the sign of -0.0: a zero result gets the sign of y (x == y)
     # or of x (a step to zero) by a multiplication
     signbit = {v.name: op.Less(op.Div(one, v), zero) for v in (x, y)}
-    negative_zero = op.And(op.Equal(result, zero), op.Where(equal, signbit[y.name], signbit[x.name]))
+    negative_zero = op.And(
+        op.Equal(result, zero), op.Where(equal, signbit[y.name], signbit[x.name])
+    )
     result = op.Mul(result, op.Where(negative_zero, op.Neg(one), one))
     nan = op.Or(op.IsNaN(x), op.IsNaN(y))
     return op.Where(nan, ctx.const(np.asarray(np.nan, dtype=dtype)), result)
@@ -317,7 +372,9 @@ def _nextafter_by_bits(ctx: LoweringContext, x: ir.Value, y: ir.Value, dtype: np
     zero = ctx.const(0, dtype=work)
     away = op.Equal(op.Less(xw, yw), op.Greater(xw, zero))  # the magnitude grows
     bits = op.Where(away, op.Add(bx, one), op.Sub(bx, one))
-    smallest = op.BitwiseOr(op.Mul(op.Cast(negative(ctx, yw), to=ir_dtype(utype)), ctx.const(1 << 15, dtype=utype)), one)
+    smallest = op.BitwiseOr(
+        op.Mul(op.Cast(negative(ctx, yw), to=ir_dtype(utype)), ctx.const(1 << 15, dtype=utype)), one
+    )
     bits = op.Where(op.Equal(xw, zero), smallest, bits)
     bits = op.Where(op.Equal(xw, yw), by, bits)
     nan = op.Or(op.IsNaN(xw), op.IsNaN(yw))
@@ -326,6 +383,7 @@ def _nextafter_by_bits(ctx: LoweringContext, x: ir.Value, y: ir.Value, dtype: np
 
 
 # -- integer bit counts -------------------------------------------------------------------------
+
 
 @lowering("population_count", onnx_ops=("BitShift", "BitwiseAnd", "Add", "Sub", "Mul", "Cast"))
 def _population_count(ctx: LoweringContext, x: ir.Value) -> ir.Value:
@@ -361,7 +419,9 @@ def _clz(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     count: ir.Value | None = None
     s = width // 2
     while s:
-        top_zero = op.Cast(op.Equal(op.BitShift(v, u(width - s), direction="RIGHT"), u(0)), to=ir_dtype(utype))
+        top_zero = op.Cast(
+            op.Equal(op.BitShift(v, u(width - s), direction="RIGHT"), u(0)), to=ir_dtype(utype)
+        )
         shift = op.Mul(top_zero, u(s))
         count = shift if count is None else op.Add(count, shift)
         v = op.BitShift(v, shift, direction="LEFT")
@@ -375,6 +435,7 @@ def _clz(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 # XLA's total order of floats: -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN. A NaN's sign
 # is invisible below opset 26, so every NaN ranks as +NaN (JAX's searchsorted and sort
 # canonicalize NaNs to +NaN before comparing, so they agree). Integers compare as usual.
+
 
 def _total_lt(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
     op = ctx.op

@@ -51,10 +51,14 @@ def _div(ar: Array, ai: Array, br: Array, bi: Array) -> tuple[Array, Array]:
     signed_inf = jnp.where(negative, -inf, inf)
     re = jnp.where(zero_den, signed_inf * ar, re)
     im = jnp.where(zero_den, signed_inf * ai, im)
+
     def unit(v: Array) -> Array:  # +-1 for an infinite part, 0 for a finite (or NaN) one
         return jnp.where(jnp.isinf(v), jnp.sign(v), jnp.zeros_like(v))
 
-    finite_num, finite_den = jnp.isfinite(ar) & jnp.isfinite(ai), jnp.isfinite(br) & jnp.isfinite(bi)
+    finite_num, finite_den = (
+        jnp.isfinite(ar) & jnp.isfinite(ai),
+        jnp.isfinite(br) & jnp.isfinite(bi),
+    )
     inf_den = (jnp.isinf(br) | jnp.isinf(bi)) & finite_num & both_nan
     re = jnp.where(inf_den, 0 * (ar * unit(br) + ai * unit(bi)), re)
     im = jnp.where(inf_den, 0 * (ai * unit(br) - ar * unit(bi)), im)
@@ -219,7 +223,9 @@ def _pow(x: Array, y: Array, *, avals_in: list[Any], **_: Any) -> Array:
 
 
 @pair_impl("convert_element_type")
-def _convert_element_type(x: Array, *, avals_in: list[Any], avals_out: list[Any], new_dtype: Any, **_: Any) -> Array:
+def _convert_element_type(
+    x: Array, *, avals_in: list[Any], avals_out: list[Any], new_dtype: Any, **_: Any
+) -> Array:
     """To complex: (x, 0); complex to complex: both parts cast; to real: the real part (as
     JAX does, with its ComplexWarning); to bool: re != 0 or im != 0."""
     re, im = _parts(x, avals_in[0])
@@ -257,7 +263,9 @@ def _bilinear(op: Any, x: Array, y: Array, avals_in: list[Any], params: dict[str
 
 
 @pair_impl("dot_general")
-def _dot_general(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any], **params: Any) -> Array:
+def _dot_general(
+    x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any], **params: Any
+) -> Array:
     del avals_out  # implied by the operands
     return _bilinear(lax.dot_general_p.bind, x, y, avals_in, params)
 
@@ -344,7 +352,9 @@ def _tanh(re: Array, im: Array) -> tuple[Array, Array]:
 def _expm1(re: Array, im: Array) -> tuple[Array, Array]:
     """exp(z) - 1 without cancellation near 0: cos b - 1 = -2 sin^2(b/2)."""
     half = jnp.sin(im / 2)
-    return jnp.expm1(re) * jnp.cos(im) - 2 * half * half, jnp.where(im == 0, im, jnp.exp(re) * jnp.sin(im))
+    return jnp.expm1(re) * jnp.cos(im) - 2 * half * half, jnp.where(
+        im == 0, im, jnp.exp(re) * jnp.sin(im)
+    )
 
 
 def _log1p(re: Array, im: Array) -> tuple[Array, Array]:
@@ -352,7 +362,9 @@ def _log1p(re: Array, im: Array) -> tuple[Array, Array]:
     z = 0), log |1 + z| elsewhere (no overflow)."""
     small_sum = re * (2 + re) + im * im
     near = jnp.abs(small_sum) < 0.5
-    magnitude = jnp.where(near, 0.5 * jnp.log1p(jnp.where(near, small_sum, 0)), jnp.log(_abs(1 + re, im)))
+    magnitude = jnp.where(
+        near, 0.5 * jnp.log1p(jnp.where(near, small_sum, 0)), jnp.log(_abs(1 + re, im))
+    )
     # an infinite and a NaN part: the real part is inf in jax 0.10, NaN in jax 0.12
     inf_nan = (jnp.isinf(re) | jnp.isinf(im)) & (jnp.isnan(re) | jnp.isnan(im))
     magnitude = jnp.where(inf_nan, jnp.inf if _log1p_of_inf_nan_is_inf() else jnp.nan, magnitude)
@@ -385,8 +397,14 @@ def _square(x: Array, **_: Any) -> Array:
 
 
 for _name, _fn in {
-    "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sin": _times_i(_sinh), "cos": _cos,
-    "tan": _times_i(_tanh), "expm1": _expm1, "log1p": _log1p,
+    "sinh": _sinh,
+    "cosh": _cosh,
+    "tanh": _tanh,
+    "sin": _times_i(_sinh),
+    "cos": _cos,
+    "tan": _times_i(_tanh),
+    "expm1": _expm1,
+    "log1p": _log1p,
     "exp2": _exp2,
 }.items():
     pair_impl(_name)(_like_pairs(_fn))
@@ -442,7 +460,9 @@ def _reduce_min(x: Array, *, axes: tuple[int, ...], **_: Any) -> Array:
 
 
 @pair_impl("sort")
-def _sort(*operands: Array, dimension: int, is_stable: bool, num_keys: int, avals_in: list[Any], **_: Any) -> Any:
+def _sort(
+    *operands: Array, dimension: int, is_stable: bool, num_keys: int, avals_in: list[Any], **_: Any
+) -> Any:
     """A complex key is two keys, real then imaginary part, as in JAX's own comparator; a
     complex operand that is not a key travels as its two parts."""
     parts: list[Array] = []
@@ -477,8 +497,14 @@ def _cumprod(x: Array, *, axis: int, reverse: bool, **_: Any) -> Array:
     if jxi.is_symbolic_dim(n):
         raise NotImplementedError("cumprod of complex numbers over a symbolic dim")
     prefixes = lax.associative_scan(_complex_mul, x, reverse=reverse, axis=axis)
-    padded = (jnp.arange(n) != (0 if reverse else n - 1)).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
-    return jnp.where(padded, _complex_mul(prefixes, _pair(jnp.ones_like(x[..., 0]), jnp.zeros_like(x[..., 1]))), prefixes)
+    padded = (jnp.arange(n) != (0 if reverse else n - 1)).reshape(
+        [-1 if d == axis else 1 for d in range(x.ndim)]
+    )
+    return jnp.where(
+        padded,
+        _complex_mul(prefixes, _pair(jnp.ones_like(x[..., 0]), jnp.zeros_like(x[..., 1]))),
+        prefixes,
+    )
 
 
 # Inverse trigonometric and hyperbolic functions. asin, acos, asinh and acosh share one kernel
@@ -505,13 +531,23 @@ def _asin_acos_kernel(re: Array, im: Array) -> tuple[Array, Array]:
     yy = y * y
     half_apx = 0.5 * (a + x)
     out_re = jnp.where(
-        jnp.maximum(x, y) >= safe_max, y,
-        jnp.where(x <= 1, jnp.sqrt(half_apx * (yy / rpxp1 + smxm1)), y * jnp.sqrt(half_apx / rpxp1 + half_apx / spxm1)),
+        jnp.maximum(x, y) >= safe_max,
+        y,
+        jnp.where(
+            x <= 1,
+            jnp.sqrt(half_apx * (yy / rpxp1 + smxm1)),
+            y * jnp.sqrt(half_apx / rpxp1 + half_apx / spxm1),
+        ),
     )
     tiny_y = (y < safe_min) & (x < 1)
     am1 = jnp.where(  # a - 1 without cancellation
-        tiny_y, -(xp1 * xm1) / (a + 1),
-        jnp.where(x >= 1, 0.5 * yy / rpxp1 + 0.5 * spxm1, jnp.where(a <= 1.5, 0.5 * yy / rpxp1 + 0.5 * yy / smxm1, a - 1)),
+        tiny_y,
+        -(xp1 * xm1) / (a + 1),
+        jnp.where(
+            x >= 1,
+            0.5 * yy / rpxp1 + 0.5 * spxm1,
+            jnp.where(a <= 1.5, 0.5 * yy / rpxp1 + 0.5 * yy / smxm1, a - 1),
+        ),
     )
     huge_y = y >= huge_y_bound
     big = jnp.where(huge_y, y, x)
@@ -558,7 +594,9 @@ def _atanh(re: Array, im: Array) -> tuple[Array, Array]:
     yy = im * im
     inside = (x < safe_max) & (y < safe_max)
     far = jnp.where(jnp.isinf(re) | jnp.isinf(im), 0, 1 / (x / im + im / x) / im)
-    arg = jnp.where(inside, x / (one_minus_x * one_minus_x + yy), jnp.where(y * inv_eps < x, 1 / x, far))
+    arg = jnp.where(
+        inside, x / (one_minus_x * one_minus_x + yy), jnp.where(y * inv_eps < x, 1 / x, far)
+    )
     sign_x = jnp.where(re >= 0, 1, -1).astype(re.dtype)
     sign_y = jnp.where(im >= 0, 1, -1).astype(re.dtype)
     out_re = sign_x * jnp.log1p(4 * arg) * 0.25
@@ -572,6 +610,11 @@ def _atan(re: Array, im: Array) -> tuple[Array, Array]:
 
 
 for _name, _fn in {
-    "asin": _asin, "acos": _acos, "asinh": _asinh, "acosh": _acosh, "atanh": _atanh, "atan": _atan,
+    "asin": _asin,
+    "acos": _acos,
+    "asinh": _asinh,
+    "acosh": _acosh,
+    "atanh": _atanh,
+    "atan": _atan,
 }.items():
     pair_impl(_name)(_like_pairs(_fn))

@@ -25,10 +25,13 @@ from jax2onnx_nn.core.symbolic import same_dim
 _BOOL_SCALAR: OnnxType = (np.dtype(np.bool_), ())
 # Loop counters whose range int64 holds, so that the trip count ``hi - lo`` is exact.
 _RANGE_DTYPES = frozenset(np.dtype(t) for t in (np.int16, np.int32, np.int64))
-_COUNTER_DTYPES = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32))
+_COUNTER_DTYPES = frozenset(
+    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)
+)
 
 
 # -- body graphs ------------------------------------------------------------------------------
+
 
 def _add_input(body: LoweringContext, name: str, aval: Any) -> ir.Value:
     return body.builder.add_input(name, *onnx_aval(aval))
@@ -36,10 +39,18 @@ def _add_input(body: LoweringContext, name: str, aval: Any) -> ir.Value:
 
 def _loop_inputs(body: LoweringContext) -> tuple[ir.Value, ir.Value]:
     """The (iteration_num, cond) inputs every Loop body starts with."""
-    return body.builder.add_input("iteration", np.int64, ()), body.builder.add_input("cond", np.bool_, ())
+    return body.builder.add_input("iteration", np.int64, ()), body.builder.add_input(
+        "cond", np.bool_, ()
+    )
 
 
-def _node(ctx: LoweringContext, op_type: str, inputs: Sequence[ir.Value | None], avals: Sequence[Any], **attrs: Any) -> list[ir.Value]:
+def _node(
+    ctx: LoweringContext,
+    op_type: str,
+    inputs: Sequence[ir.Value | None],
+    avals: Sequence[Any],
+    **attrs: Any,
+) -> list[ir.Value]:
     """A control-flow node with typed outputs (later nodes of the rule need their dtypes)."""
     outs = ctx.builder.add_node(op_type, inputs, attrs, num_outputs=len(avals))
     for value, aval in zip(outs, avals, strict=True):
@@ -53,6 +64,7 @@ def _types(avals: Sequence[Any]) -> list[OnnxType]:
 
 # -- cond / switch ----------------------------------------------------------------------------
 
+
 @lowering("platform_index", onnx_ops=())
 def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: object) -> ir.Value:
     """``lax.platform_dependent``'s branch index: the CPU branch (the numerics an exported
@@ -65,7 +77,9 @@ def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: obje
 
 
 @lowering("cond", onnx_ops=("If", "Equal", "Identity", "ConstantOfShape"), key_data=True)
-def _cond(ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object) -> list[ir.Value]:
+def _cond(
+    ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object
+) -> list[ir.Value]:
     if not ctx.avals_out:
         return []
     if len(branches) == 1:
@@ -88,7 +102,13 @@ def _bool_source(index: ir.Value) -> ir.Value | None:
     return source if source is not None and source.dtype == ir.DataType.BOOL else None
 
 
-def _switch_chain(ctx: LoweringContext, index: ir.Value, branches: list[Any], operands: Sequence[ir.Value], first: int = 0) -> list[ir.Value]:
+def _switch_chain(
+    ctx: LoweringContext,
+    index: ir.Value,
+    branches: list[Any],
+    operands: Sequence[ir.Value],
+    first: int = 0,
+) -> list[ir.Value]:
     """``index == 0 ? b0 : (index == 1 ? b1 : ... b[n-1])``: an out-of-range index takes the
     last branch, as XLA's Case does (``lax.switch`` clamps before binding ``cond``)."""
     is_first = ctx.op.Equal(index, ctx.const(first, like=index))
@@ -98,10 +118,14 @@ def _switch_chain(ctx: LoweringContext, index: ir.Value, branches: list[Any], op
     outs = _switch_chain(rest, index, branches, operands, first + 1)
     else_graph = rest.graph_returning(outs, _types(ctx.avals_out))
     then_graph = _branch(ctx, branches[first], operands, "then_branch")
-    return _node(ctx, "If", [is_first], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
+    return _node(
+        ctx, "If", [is_first], ctx.avals_out, then_branch=then_graph, else_branch=else_graph
+    )
 
 
-def _if(ctx: LoweringContext, pred: ir.Value, then: Any, otherwise: Any, operands: Sequence[ir.Value]) -> list[ir.Value]:
+def _if(
+    ctx: LoweringContext, pred: ir.Value, then: Any, otherwise: Any, operands: Sequence[ir.Value]
+) -> list[ir.Value]:
     then_graph = _branch(ctx, then, operands, "then_branch")
     else_graph = _branch(ctx, otherwise, operands, "else_branch")
     return _node(ctx, "If", [pred], ctx.avals_out, then_branch=then_graph, else_branch=else_graph)
@@ -114,11 +138,40 @@ def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name
 
 # -- while_loop / fori_loop -------------------------------------------------------------------
 
-@lowering("while", onnx_ops=("Loop", "If", "Where", "ReduceMax", "Cast", "Identity", "Max", "Sub", "Unsqueeze", "Scan", "Range", "Add", "Slice", "Squeeze", "ConstantOfShape"), key_data=True)
-def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int, **_: object) -> list[ir.Value]:
+
+@lowering(
+    "while",
+    onnx_ops=(
+        "Loop",
+        "If",
+        "Where",
+        "ReduceMax",
+        "Cast",
+        "Identity",
+        "Max",
+        "Sub",
+        "Unsqueeze",
+        "Scan",
+        "Range",
+        "Add",
+        "Slice",
+        "Squeeze",
+        "ConstantOfShape",
+    ),
+    key_data=True,
+)
+def _while(
+    ctx: LoweringContext,
+    *args: ir.Value,
+    cond_jaxpr: Any,
+    body_jaxpr: Any,
+    cond_nconsts: int,
+    body_nconsts: int,
+    **_: object,
+) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
-    body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
-    init = args[cond_nconsts + body_nconsts:]
+    body_consts = args[cond_nconsts : cond_nconsts + body_nconsts]
+    init = args[cond_nconsts + body_nconsts :]
     carry_avals = ctx.avals_out
     pred_aval = jxi.as_closed(cond_jaxpr).out_avals[0]
     batched = bool(pred_aval.shape)  # vmap of a loop whose predicate depends on the batch
@@ -126,9 +179,19 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
     def predicate(values: Sequence[ir.Value], where: LoweringContext = ctx) -> ir.Value:
         return where.lower_sub(cond_jaxpr, [*cond_consts, *values])[0]
 
-    counted = None if batched else _counted_trips(ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init)
+    counted = (
+        None
+        if batched
+        else _counted_trips(
+            ctx, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, cond_consts, init
+        )
+    )
     trip_count, counter = counted if counted is not None else (None, None)
-    trips = trip_count.const_value.numpy().item() if trip_count is not None and trip_count.const_value is not None else None
+    trips = (
+        trip_count.const_value.numpy().item()
+        if trip_count is not None and trip_count.const_value is not None
+        else None
+    )
     if trips == 0:
         return list(init)
     if trips and ctx.target.scan_ticks:
@@ -157,15 +220,23 @@ def _while(ctx: LoweringContext, *args: ir.Value, cond_jaxpr: Any, body_jaxpr: A
         if batched:
             state, again = [again], body.any(again)
     state_types = _types([pred_aval] * len(state))
-    graph = body.graph_returning([again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)])
+    graph = body.graph_returning(
+        [again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)]
+    )
     first = ctx.any(pred) if batched else pred
     loop_in = [trip_count, first, *([pred] if batched else []), *init]
     outs = _node(ctx, "Loop", loop_in, [*[pred_aval] * len(state), *carry_avals], body=graph)
-    return outs[len(state):]
+    return outs[len(state) :]
 
 
 def _bounded_while(
-    ctx: LoweringContext, predicate: Any, body_jaxpr: Any, body_consts: Sequence[ir.Value], init: Sequence[ir.Value], pred_aval: Any, bound: int,
+    ctx: LoweringContext,
+    predicate: Any,
+    body_jaxpr: Any,
+    body_consts: Sequence[ir.Value],
+    init: Sequence[ir.Value],
+    pred_aval: Any,
+    bound: int,
 ) -> list[ir.Value]:
     """A data-dependent ``while_loop`` as a Scan of ``bound`` steps (``loop_bound=``), the
     condition a state: each step runs the body where the condition holds and keeps the
@@ -179,11 +250,15 @@ def _bounded_while(
     body = ctx.body("bounded_while_body")
     running = _add_input(body, "running", pred_aval)
     carries = [_add_input(body, "carry", a) for a in carry_avals]
-    body.builder.add_input("tick", np.int64, ())  # Scan needs a scanned input; the body does not read it
+    body.builder.add_input(
+        "tick", np.int64, ()
+    )  # Scan needs a scanned input; the body does not read it
 
     def step(where: LoweringContext) -> list[ir.Value]:
         new = where.lower_sub(body_jaxpr, [*body_consts, *carries])
-        if batched or not ctx.target.bounded_if:  # (an If on one predicate runs the body only while it holds)
+        if (
+            batched or not ctx.target.bounded_if
+        ):  # (an If on one predicate runs the body only while it holds)
             new = [_select_batch(where, running, n, c) for n, c in zip(new, carries, strict=True)]
         return [predicate(new, where), *new]
 
@@ -194,9 +269,23 @@ def _bounded_while(
         then_graph = then.graph_returning(step(then), types)
         stay = body.body("else_branch")
         else_graph = stay.graph_returning([running, *carries], types)
-        outs = _node(body, "If", [body.any(running) if batched else running], [pred_aval, *carry_avals], then_branch=then_graph, else_branch=else_graph)
+        outs = _node(
+            body,
+            "If",
+            [body.any(running) if batched else running],
+            [pred_aval, *carry_avals],
+            then_branch=then_graph,
+            else_branch=else_graph,
+        )
     graph = body.graph_returning(outs, types)
-    unfinished, *results = _node(ctx, "Scan", [predicate(init), *init, ctx.iota(bound)], [pred_aval, *carry_avals], body=graph, num_scan_inputs=1)
+    unfinished, *results = _node(
+        ctx,
+        "Scan",
+        [predicate(init), *init, ctx.iota(bound)],
+        [pred_aval, *carry_avals],
+        body=graph,
+        num_scan_inputs=1,
+    )
     line = ctx.source_line
     for k, value in enumerate(results):
         if value.dtype.is_floating_point():
@@ -216,22 +305,33 @@ def _select_batch(body: LoweringContext, pred: ir.Value, new: ir.Value, old: ir.
 
 
 def _counted_trips(
-    ctx: LoweringContext, cond_jaxpr: Any, body_jaxpr: Any, cond_nconsts: int, body_nconsts: int,
-    cond_consts: Sequence[ir.Value], init: Sequence[ir.Value],
+    ctx: LoweringContext,
+    cond_jaxpr: Any,
+    body_jaxpr: Any,
+    cond_nconsts: int,
+    body_nconsts: int,
+    cond_consts: Sequence[ir.Value],
+    init: Sequence[ir.Value],
 ) -> tuple[ir.Value, int] | None:
     """The trip count ``max(hi - lo, 0)`` of a counted loop (a fori_loop with traced bounds)
     and the position of its counter among the carries: the cond is ``i < hi`` with ``hi``
     loop-invariant and the body adds 1 to ``i``. None for any other loop."""
     cond = jxi.as_closed(cond_jaxpr).jaxpr
     body = jxi.as_closed(body_jaxpr).jaxpr
-    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt" or cond.outvars != cond.eqns[0].outvars:
+    if (
+        len(cond.eqns) != 1
+        or cond.eqns[0].primitive.name != "lt"
+        or cond.outvars != cond.eqns[0].outvars
+    ):
         return None
     counter, bound = cond.eqns[0].invars
     carry_in = list(cond.invars[cond_nconsts:])
     if jxi.is_literal(counter) or counter not in carry_in:
         return None
     k = carry_in.index(counter)
-    if np.dtype(counter.aval.dtype) not in _COUNTER_DTYPES or not _adds_one(body, body.invars[body_nconsts + k], body.outvars[k]):
+    if np.dtype(counter.aval.dtype) not in _COUNTER_DTYPES or not _adds_one(
+        body, body.invars[body_nconsts + k], body.outvars[k]
+    ):
         return None
     if jxi.is_literal(bound):
         hi = ctx.const(jxi.literal_value(bound), like=counter.aval)
@@ -256,7 +356,11 @@ def _counter(jaxpr: Any, num_consts: int, num_carry: int) -> int | None:
     body = jxi.as_closed(jaxpr).jaxpr
     for k in range(num_carry):
         var = body.invars[num_consts + k]
-        if np.dtype(var.aval.dtype) in _RANGE_DTYPES and var.aval.shape == () and _adds_one(body, var, body.outvars[k]):
+        if (
+            np.dtype(var.aval.dtype) in _RANGE_DTYPES
+            and var.aval.shape == ()
+            and _adds_one(body, var, body.outvars[k])
+        ):
             return k
     return None
 
@@ -270,15 +374,48 @@ def _adds_one(jaxpr: Any, var_in: Any, var_out: Any) -> bool:
         return False
     a, b = eqn.invars
     one = b if a is var_in else a if b is var_in else None
-    return one is not None and jxi.is_literal(one) and np.asarray(jxi.literal_value(one)).item() == 1
+    return (
+        one is not None and jxi.is_literal(one) and np.asarray(jxi.literal_value(one)).item() == 1
+    )
 
 
 # -- scan -------------------------------------------------------------------------------------
 
-@lowering("scan", onnx_ops=("Scan", "Loop", "Gather", "Slice", "Concat", "Identity", "Reshape", "Squeeze", "Sub", "Add", "Range", "GRU", "LSTM", "RNN", "Unsqueeze", "If", "Equal", "Or", "ConstantOfShape"), key_data=True)
-def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object) -> list[ir.Value]:
+
+@lowering(
+    "scan",
+    onnx_ops=(
+        "Scan",
+        "Loop",
+        "Gather",
+        "Slice",
+        "Concat",
+        "Identity",
+        "Reshape",
+        "Squeeze",
+        "Sub",
+        "Add",
+        "Range",
+        "GRU",
+        "LSTM",
+        "RNN",
+        "Unsqueeze",
+        "If",
+        "Equal",
+        "Or",
+        "ConstantOfShape",
+    ),
+    key_data=True,
+)
+def _scan(
+    ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, reverse: bool, **params: object
+) -> list[ir.Value]:
     num_consts, num_carry = jxi.scan_counts(params)
-    consts, init, xs = args[:num_consts], args[num_consts:num_consts + num_carry], args[num_consts + num_carry:]
+    consts, init, xs = (
+        args[:num_consts],
+        args[num_consts : num_consts + num_carry],
+        args[num_consts + num_carry :],
+    )
     symbolic = jxi.is_symbolic_dim(length)
     if not symbolic and int(length) == 0:
         return [*init, *[ctx.zeros(aval) for aval in ctx.avals_out[num_carry:]]]
@@ -294,16 +431,32 @@ def _scan(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, length: Any, revers
     return _scan_as_loop(ctx, jaxpr, consts, init, xs, length, reverse)
 
 
-def _scan_over_counter(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], counter: int, trips: int) -> list[ir.Value]:
+def _scan_over_counter(
+    ctx: LoweringContext,
+    jaxpr: Any,
+    consts: Sequence[ir.Value],
+    init: Sequence[ir.Value],
+    counter: int,
+    trips: int,
+) -> list[ir.Value]:
     """A loop of ``trips`` steps whose carry ``counter`` counts them, as a Scan over the
     counter's values (Scan needs a scanned input, and tract drops one the body does not
     read), each step reading its value in place of the carry."""
     start = init[counter]
-    ticks = ctx.op.Range(start, ctx.op.Add(start, ctx.const(trips, like=start)), ctx.const(1, like=start))
+    ticks = ctx.op.Range(
+        start, ctx.op.Add(start, ctx.const(trips, like=start)), ctx.const(1, like=start)
+    )
     return _scan_as_scan(ctx, jaxpr, consts, init, [ticks], False, counter=counter)
 
 
-def _scan_over_ticks(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], length: int, reverse: bool) -> list[ir.Value]:
+def _scan_over_ticks(
+    ctx: LoweringContext,
+    jaxpr: Any,
+    consts: Sequence[ir.Value],
+    init: Sequence[ir.Value],
+    length: int,
+    reverse: bool,
+) -> list[ir.Value]:
     """A loop of ``length`` steps without scanned inputs and without a counter among its carries
     (``lax.scan(f, init, None, length)``) as a Scan over ``0 .. length - 1``, which its body does
     not read: ONNX Scan needs a scanned input. (Profiles whose runtime drops an input the body
@@ -312,16 +465,23 @@ def _scan_over_ticks(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value
 
 
 def _scan_as_scan(
-    ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], reverse: bool,
-    counter: int | None = None, length: Any = None, unread: bool = False,
+    ctx: LoweringContext,
+    jaxpr: Any,
+    consts: Sequence[ir.Value],
+    init: Sequence[ir.Value],
+    xs: Sequence[ir.Value],
+    reverse: bool,
+    counter: int | None = None,
+    length: Any = None,
+    unread: bool = False,
 ) -> list[ir.Value]:
     """An ONNX Scan. With ``counter``, ``xs`` holds that carry's values: the body reads them
     instead of the carry, which leaves the Scan's state (its final value is ``xs[-1] + 1``).
     With ``unread``, ``xs`` holds one sequence that only gives the number of steps."""
     closed = jxi.as_closed(jaxpr)
-    in_avals = closed.in_avals[len(consts):]
+    in_avals = closed.in_avals[len(consts) :]
     body = ctx.body("scan_body")
-    carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
+    carries = [_add_input(body, "carry", a) for a in in_avals[: len(init)]]
     out_avals, avals_out, state = list(closed.out_avals), list(ctx.avals_out), list(init)
     if counter is not None:
         tick = _add_input(body, "tick", in_avals[counter])
@@ -333,17 +493,31 @@ def _scan_as_scan(
         body.builder.add_input("tick", np.int64, ())
         outs = body.lower_sub(jaxpr, [*consts, *carries])
     else:
-        x_slices = [_add_input(body, "x", a) for a in in_avals[len(init):]]
+        x_slices = [_add_input(body, "x", a) for a in in_avals[len(init) :]]
         outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
-        cells = _cells_over_sequence(ctx, body, carries, dict(zip(map(id, x_slices), xs, strict=True)), outs, init, length, reverse)
+        cells = _cells_over_sequence(
+            ctx,
+            body,
+            carries,
+            dict(zip(map(id, x_slices), xs, strict=True)),
+            outs,
+            init,
+            length,
+            reverse,
+        )
         if cells is not None:
             return cells
     graph = body.graph_returning(outs, _types(out_avals))
     n_ys = len(avals_out) - len(state)
     directions = {}
     if reverse:  # (the order of unread ticks does not matter: forward, as a counter's)
-        directions = {"scan_input_directions": [0 if unread else 1] * len(xs), "scan_output_directions": [1] * n_ys or None}
-    results = _node(ctx, "Scan", [*state, *xs], avals_out, body=graph, num_scan_inputs=len(xs), **directions)
+        directions = {
+            "scan_input_directions": [0 if unread else 1] * len(xs),
+            "scan_output_directions": [1] * n_ys or None,
+        }
+    results = _node(
+        ctx, "Scan", [*state, *xs], avals_out, body=graph, num_scan_inputs=len(xs), **directions
+    )
     if counter is not None:
         n = ctx.const(1, like=init[counter])
         last = ctx.op.Add(ctx.op.Squeeze(ctx.slice(xs[0], [0], [-1], [2**62]), ctx.ints([0])), n)
@@ -352,8 +526,14 @@ def _scan_as_scan(
 
 
 def _cells_over_sequence(
-    ctx: LoweringContext, body: LoweringContext, carries: Sequence[ir.Value], slices: dict[int, ir.Value], outs: Sequence[ir.Value],
-    init: Sequence[ir.Value], length: Any, reverse: bool,
+    ctx: LoweringContext,
+    body: LoweringContext,
+    carries: Sequence[ir.Value],
+    slices: dict[int, ir.Value],
+    outs: Sequence[ir.Value],
+    init: Sequence[ir.Value],
+    length: Any,
+    reverse: bool,
 ) -> list[ir.Value] | None:
     """A body of recurrent cell steps (ONNX GRU / LSTM / RNN of one step, stacked) as the cells
     run over the whole sequence, one node each instead of a loop of steps (onnxruntime's
@@ -370,35 +550,62 @@ def _cells_over_sequence(
             if jxi.is_symbolic_dim(batch) and not any(same_dim(batch, d) for d in dims):
                 dims.append(batch)
     return ctx.unless_empty(
-        dims, _types(ctx.avals_out), lambda full: rnn.run_stack(full, stack, init, reverse=reverse),
-        lambda empty: [*init, *[empty.zeros(a) for a in ctx.avals_out[len(init):]]],
+        dims,
+        _types(ctx.avals_out),
+        lambda full: rnn.run_stack(full, stack, init, reverse=reverse),
+        lambda empty: [*init, *[empty.zeros(a) for a in ctx.avals_out[len(init) :]]],
     )
 
 
-def _scan_as_loop(ctx: LoweringContext, jaxpr: Any, consts: Sequence[ir.Value], init: Sequence[ir.Value], xs: Sequence[ir.Value], length: Any, reverse: bool) -> list[ir.Value]:
+def _scan_as_loop(
+    ctx: LoweringContext,
+    jaxpr: Any,
+    consts: Sequence[ir.Value],
+    init: Sequence[ir.Value],
+    xs: Sequence[ir.Value],
+    length: Any,
+    reverse: bool,
+) -> list[ir.Value]:
     closed = jxi.as_closed(jaxpr)
-    in_avals = closed.in_avals[len(consts):]
+    in_avals = closed.in_avals[len(consts) :]
     trip_count = ctx.dim_scalar(length)
     last = ctx.op.Sub(trip_count, ctx.ints(1)) if reverse and xs else None
     body = ctx.body("scan_body")
     iteration, cond_in = _loop_inputs(body)
-    carries = [_add_input(body, "carry", a) for a in in_avals[:len(init)]]
+    carries = [_add_input(body, "carry", a) for a in in_avals[: len(init)]]
     index = body.op.Sub(last, iteration) if last is not None else iteration
-    x_slices = [ctx.typed(body.op.Gather(x, index, axis=0), a) for x, a in zip(xs, in_avals[len(init):], strict=True)]
+    x_slices = [
+        ctx.typed(body.op.Gather(x, index, axis=0), a)
+        for x, a in zip(xs, in_avals[len(init) :], strict=True)
+    ]
     outs = body.lower_sub(jaxpr, [*consts, *carries, *x_slices])
-    cells = _cells_over_sequence(ctx, body, carries, dict(zip(map(id, x_slices), xs, strict=True)), outs, init, length, reverse)
+    cells = _cells_over_sequence(
+        ctx,
+        body,
+        carries,
+        dict(zip(map(id, x_slices), xs, strict=True)),
+        outs,
+        init,
+        length,
+        reverse,
+    )
     if cells is not None:
         return cells
     graph = body.graph_returning([cond_in, *outs], [_BOOL_SCALAR, *_types(closed.out_avals)])
     # with no carries a trailing empty cond would be dropped, and Loop needs (M, cond): pass True
     cond = None if init else ctx.const(np.array(True))
     results = _node(ctx, "Loop", [trip_count, cond, *init], ctx.avals_out, body=graph)
-    carry_out, ys = results[:len(init)], results[len(init):]
-    ys_avals = ctx.avals_out[len(init):]
-    return [*carry_out, *[_finish_ys(ctx, y, a, length, reverse) for y, a in zip(ys, ys_avals, strict=True)]]
+    carry_out, ys = results[: len(init)], results[len(init) :]
+    ys_avals = ctx.avals_out[len(init) :]
+    return [
+        *carry_out,
+        *[_finish_ys(ctx, y, a, length, reverse) for y, a in zip(ys, ys_avals, strict=True)],
+    ]
 
 
-def _finish_ys(ctx: LoweringContext, ys: ir.Value, aval: Any, length: Any, reverse: bool) -> ir.Value:
+def _finish_ys(
+    ctx: LoweringContext, ys: ir.Value, aval: Any, length: Any, reverse: bool
+) -> ir.Value:
     """Loop stacks scan outputs in iteration order; a reverse scan wants them the other way."""
     _, shape = onnx_aval(aval)
     if jxi.is_symbolic_dim(length) and any(jxi.is_symbolic_dim(d) for d in shape[1:]):
@@ -408,4 +615,3 @@ def _finish_ys(ctx: LoweringContext, ys: ir.Value, aval: Any, length: Any, rever
     if reverse:
         ys = ctx.slice(ys, [0], [-1], [np.iinfo(np.int64).min], [-1])
     return ys
-

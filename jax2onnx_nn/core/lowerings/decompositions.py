@@ -75,7 +75,12 @@ Index = Any  # a Python int (unrolled step) or a traced int32 scalar (a Loop ite
 
 
 def lower_as_jax(
-    ctx: LoweringContext, fn: Callable[..., Any], operands: Sequence[ir.Value], *, cache_key: Hashable = None, avals: Sequence[Any] | None = None,
+    ctx: LoweringContext,
+    fn: Callable[..., Any],
+    operands: Sequence[ir.Value],
+    *,
+    cache_key: Hashable = None,
+    avals: Sequence[Any] | None = None,
 ) -> list[ir.Value]:
     """Lower the equation as ``fn``, JAX code traced on the equation's input avals (or on
     ``avals``, those of ``operands`` when they are not the equation's inputs).
@@ -84,10 +89,18 @@ def lower_as_jax(
     every later equation with the same key and static avals: tracing a Jacobi SVD takes about
     a second, and a model (``pinv``, ``lstsq``, ``matrix_rank`` of one matrix) or a test
     suite exports the same one many times."""
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (ctx.avals_in if avals is None else avals)]
+    specs = [
+        jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (ctx.avals_in if avals is None else avals)
+    ]
     static = not any(jxi.is_symbolic_dim(d) for a in ctx.avals_in for d in a.shape)
-    key = (cache_key, tuple((s.shape, str(s.dtype)) for s in specs), bool(jax.config.jax_enable_x64))
-    closed = _TRACES.get_or_make(key if cache_key is not None and static else None, lambda: jax.make_jaxpr(fn)(*specs))
+    key = (
+        cache_key,
+        tuple((s.shape, str(s.dtype)) for s in specs),
+        bool(jax.config.jax_enable_x64),
+    )
+    closed = _TRACES.get_or_make(
+        key if cache_key is not None and static else None, lambda: jax.make_jaxpr(fn)(*specs)
+    )
     return ctx.lower_sub(closed, list(operands))
 
 
@@ -95,7 +108,14 @@ _TRACES: BoundedMemo[Any] = BoundedMemo(256)
 
 
 # -- the step machinery: unrolled for small static sizes, an ONNX Loop otherwise ----------------
-def iterate(n: Any, step: Callable[[Index, Any], Any], carry: Any, *, reverse: bool = False, unroll: bool | None = None) -> Any:
+def iterate(
+    n: Any,
+    step: Callable[[Index, Any], Any],
+    carry: Any,
+    *,
+    reverse: bool = False,
+    unroll: bool | None = None,
+) -> Any:
     """``carry = step(j, carry)`` for j in 0..n-1 (n-1..0 with ``reverse``); ``unroll=False``
     asks for the Loop at any size (a factorization inside another algorithm's graph)."""
     if unrolls(n, unroll):
@@ -151,7 +171,9 @@ def pick_where(x: jax.Array, hits: jax.Array, axis: int) -> jax.Array:
 
 
 def _masked_sum(hits: jax.Array, x: jax.Array, *, axis: int) -> jax.Array:
-    return jnp.sum(jnp.where(hits, x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True, dtype=x.dtype)
+    return jnp.sum(
+        jnp.where(hits, x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True, dtype=x.dtype
+    )
 
 
 def sum_keepdims(x: jax.Array, axis: int) -> jax.Array:
@@ -164,7 +186,9 @@ def first_argmax(x: jax.Array, axis: int) -> jax.Array:
     """The index of the first largest entry along ``axis`` of an ``x`` without NaN, kept as a
     size-1 axis: one ONNX ``ArgMax`` and a Cast to JAX's index type (the generic rule's NaN
     handling is nine nodes)."""
-    return _bare(_ARGMAX, lambda x, axis: jnp.argmax(x, axis=axis, keepdims=True), x, axis=axis % x.ndim)
+    return _bare(
+        _ARGMAX, lambda x, axis: jnp.argmax(x, axis=axis, keepdims=True), x, axis=axis % x.ndim
+    )
 
 
 def exact_cast(x: jax.Array, dtype: Any) -> jax.Array:
@@ -188,7 +212,9 @@ def drop_pivot_row(x: jax.Array, p: jax.Array) -> jax.Array:
 
 
 def _drop_pivot_row_reference(x: jax.Array, p: jax.Array) -> jax.Array:
-    return jnp.where(lax.broadcasted_iota(p.dtype, x.shape, x.ndim - 2) == p, x[..., :1, :], x)[..., 1:, :]
+    return jnp.where(lax.broadcasted_iota(p.dtype, x.shape, x.ndim - 2) == p, x[..., :1, :], x)[
+        ..., 1:, :
+    ]
 
 
 def step_pivots(rows: Sequence[jax.Array]) -> jax.Array:
@@ -209,7 +235,11 @@ def _linalg_step_pivots(ctx: LoweringContext, *rows: ir.Value, body: Any) -> ir.
     wide = []
     for row in rows:
         producer = row.producer()
-        looked_through = producer is not None and producer.op_type == "Cast" and producer.inputs[0].dtype == ir.DataType.INT64
+        looked_through = (
+            producer is not None
+            and producer.op_type == "Cast"
+            and producer.inputs[0].dtype == ir.DataType.INT64
+        )
         wide.append(producer.inputs[0] if looked_through else ctx.cast(row, np.int64))
     rank = len(ctx.avals_in[0].shape)
     joined = ctx.op.Concat(*wide, axis=rank - 1) if len(wide) > 1 else wide[0]
@@ -225,7 +255,11 @@ def _int64_index(ctx: LoweringContext, index: ir.Value) -> ir.Value:
     """``index`` as int64; an ArgMax's int64 result is used directly, not through its Cast to
     JAX's index type."""
     producer = index.producer()
-    if producer is not None and producer.op_type == "Cast" and producer.inputs[0].dtype == ir.DataType.INT64:
+    if (
+        producer is not None
+        and producer.op_type == "Cast"
+        and producer.inputs[0].dtype == ir.DataType.INT64
+    ):
         return producer.inputs[0]
     return ctx.cast(index, np.int64)
 
@@ -255,29 +289,48 @@ def _linalg_take_rows(ctx: LoweringContext, x: ir.Value, rows: ir.Value, *, body
     return ctx.op.GatherElements(x, _row_index(ctx, rows, ctx.aval_out.shape), axis=rank - 2)
 
 
-@lowering(_DROP_PIVOT_ROW, onnx_ops=("ScatterElements", "Slice", "GatherND", "Sub", "Expand", "Cast", "Concat"))
-def _linalg_drop_pivot_row(ctx: LoweringContext, x: ir.Value, p: ir.Value, *, body: Any) -> ir.Value:
+@lowering(
+    _DROP_PIVOT_ROW,
+    onnx_ops=("ScatterElements", "Slice", "GatherND", "Sub", "Expand", "Cast", "Concat"),
+)
+def _linalg_drop_pivot_row(
+    ctx: LoweringContext, x: ir.Value, p: ir.Value, *, body: Any
+) -> ir.Value:
     del body  # _drop_pivot_row_reference, on an in-range p
     shape = ctx.avals_in[0].shape
     axis = len(shape) - 2
     if _two_rows(ctx.avals_in[0]):  # the row that is not p
-        return _one_of_two_rows(ctx, x, ctx.op.Sub(ctx.const(np.ones((), np.int64)), _int64_index(ctx, p)))
-    index = _row_index(ctx, p, (*shape[:-2], 1, shape[-1]))  # the pivot row's gather made the same one: one node
+        return _one_of_two_rows(
+            ctx, x, ctx.op.Sub(ctx.const(np.ones((), np.int64)), _int64_index(ctx, p))
+        )
+    index = _row_index(
+        ctx, p, (*shape[:-2], 1, shape[-1])
+    )  # the pivot row's gather made the same one: one node
     first = ctx.slice(x, [axis], [0], [1])
     return ctx.slice(ctx.op.ScatterElements(x, index, first, axis=axis), [axis], [1], [2**63 - 1])
 
 
-_SELECT, _PICK, _SUM, _ARGMAX, _CAST = "linalg_select", "linalg_pick", "linalg_sum", "linalg_first_argmax", "linalg_exact_cast"
+_SELECT, _PICK, _SUM, _ARGMAX, _CAST = (
+    "linalg_select",
+    "linalg_pick",
+    "linalg_sum",
+    "linalg_first_argmax",
+    "linalg_exact_cast",
+)
 
 
 @lowering(_SELECT, onnx_ops=("Where",))
-def _linalg_select(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value, *, body: Any) -> ir.Value:
+def _linalg_select(
+    ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value, *, body: Any
+) -> ir.Value:
     del body  # jnp.where, which ONNX Where computes with its own broadcasting
     return ctx.op.Where(which, x, y)
 
 
 @lowering(_PICK, onnx_ops=("Where", "ReduceSum"))
-def _linalg_pick(ctx: LoweringContext, hits: ir.Value, x: ir.Value, *, body: Any, axis: int) -> ir.Value:
+def _linalg_pick(
+    ctx: LoweringContext, hits: ir.Value, x: ir.Value, *, body: Any, axis: int
+) -> ir.Value:
     del body  # _masked_sum
     masked = ctx.op.Where(hits, x, ctx.const(np.zeros((), onnx_aval(ctx.avals_in[1])[0])))
     return ctx.op.ReduceSum(masked, ctx.ints([axis]), keepdims=1)
@@ -292,7 +345,9 @@ def _linalg_sum(ctx: LoweringContext, x: ir.Value, *, body: Any, axis: int) -> i
 @lowering(_ARGMAX, onnx_ops=("ArgMax", "Cast"))
 def _linalg_first_argmax(ctx: LoweringContext, x: ir.Value, *, body: Any, axis: int) -> ir.Value:
     del body  # jnp.argmax, which ArgMax computes on NaN-free input
-    return ctx.cast(ctx.op.ArgMax(x, axis=axis, keepdims=1, select_last_index=0), onnx_aval(ctx.aval_out)[0])
+    return ctx.cast(
+        ctx.op.ArgMax(x, axis=axis, keepdims=1, select_last_index=0), onnx_aval(ctx.aval_out)[0]
+    )
 
 
 @lowering(_CAST, onnx_ops=("Cast",))
@@ -334,7 +389,9 @@ def cholesky(a: jax.Array) -> jax.Array:
     factor = where(ids[:, None] >= ids[None, :], factor, a)
     # NaN where a pivot <= 0 (not PD): a sum over the pivots is one ReduceSum (jnp.any is five
     # nodes), +0 or NaN; subtracting +0 keeps every number, -0 and inf included
-    failed = sum_keepdims(where(pivots <= 0, jnp.asarray(np.nan, a.dtype), jnp.zeros((), a.dtype)), -1)
+    failed = sum_keepdims(
+        where(pivots <= 0, jnp.asarray(np.nan, a.dtype), jnp.zeros((), a.dtype)), -1
+    )
     return factor - failed
 
 
@@ -381,10 +438,14 @@ def _cholesky_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         work = lax.pad(work, jnp.zeros((), a.dtype), [*batch, (0, b, 0), (0, b, 0)])
         return work, (columns, pivots)
 
-    _, (columns, pivots) = lax.scan(trip, a, jnp.arange(blocks, dtype=jnp.int32))  # xs: an ONNX Scan, not a Loop
+    _, (columns, pivots) = lax.scan(
+        trip, a, jnp.arange(blocks, dtype=jnp.int32)
+    )  # xs: an ONNX Scan, not a Loop
     # block k's row i is L's row k*b + i: shift each block down by k*b (rows wrapped to the
     # top land in the upper triangle, which the caller does not keep)
-    shifted = _rows_of_blocks(jnp.moveaxis(columns, 0, -3), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
+    shifted = _rows_of_blocks(
+        jnp.moveaxis(columns, 0, -3), (np.arange(size) - b * np.arange(blocks)[:, None]) % size
+    )
     factor = jnp.swapaxes(shifted, -3, -2).reshape((*shifted.shape[:-3], size, size))
     pivots = jnp.moveaxis(pivots, 0, -2).reshape((*pivots.shape[1:-2], 1, size))
     return factor[..., :n, :n], pivots[..., :n]
@@ -396,7 +457,9 @@ def _rows_of_blocks(x: jax.Array, rows: np.ndarray) -> jax.Array:
     blocks, r, c = x.shape[-3:]
     flat = x.reshape((*x.shape[:-3], blocks * r, c))
     index = (rows + r * np.arange(blocks)[:, None]).reshape(-1)
-    return jnp.take(flat, index, axis=-2, mode="clip").reshape((*x.shape[:-3], blocks, rows.shape[1], c))
+    return jnp.take(flat, index, axis=-2, mode="clip").reshape(
+        (*x.shape[:-3], blocks, rows.shape[1], c)
+    )
 
 
 def _cholesky_columns(a: jax.Array) -> jax.Array:
@@ -419,7 +482,41 @@ def _cholesky_columns(a: jax.Array) -> jax.Array:
     return where(failed, jnp.asarray(np.nan, a.dtype), factor)
 
 
-@lowering("cholesky", onnx_ops=("Slice", "Sqrt", "Div", "Mul", "Sub", "Transpose", "Concat", "Reshape", "Gather", "MatMul", "Pad", "LessOrEqual", "Or", "Equal", "ReduceSum", "Where", "Scan", "Loop", "Add", "Cast", "ConstantOfShape", "Expand", "GreaterOrEqual", "Identity", "Less", "Max", "Min", "Range", "Squeeze", "Unsqueeze"))
+@lowering(
+    "cholesky",
+    onnx_ops=(
+        "Slice",
+        "Sqrt",
+        "Div",
+        "Mul",
+        "Sub",
+        "Transpose",
+        "Concat",
+        "Reshape",
+        "Gather",
+        "MatMul",
+        "Pad",
+        "LessOrEqual",
+        "Or",
+        "Equal",
+        "ReduceSum",
+        "Where",
+        "Scan",
+        "Loop",
+        "Add",
+        "Cast",
+        "ConstantOfShape",
+        "Expand",
+        "GreaterOrEqual",
+        "Identity",
+        "Less",
+        "Max",
+        "Min",
+        "Range",
+        "Squeeze",
+        "Unsqueeze",
+    ),
+)
 def _cholesky(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params  # none today (symmetrize_input is applied before the primitive)
     refuse_half_precision(ctx, "cholesky", "jnp.linalg.cholesky(a.astype(jnp.float32))")
@@ -451,7 +548,11 @@ SMALL_SUBSTITUTION = 5
 
 
 def _substitute_unrolled(
-    a: jax.Array | Sequence[jax.Array], b: jax.Array, *, lower: bool = True, unit_diagonal: bool,
+    a: jax.Array | Sequence[jax.Array],
+    b: jax.Array,
+    *,
+    lower: bool = True,
+    unit_diagonal: bool,
     diagonal: jax.Array | Sequence[jax.Array] | None = None,
 ) -> jax.Array:
     """Forward (``lower``) or backward substitution on a triangular ``a`` (..., m, m), given as
@@ -472,7 +573,12 @@ def _substitute_unrolled(
     by the pivot's reciprocal and updates with fused multiply-adds, which ONNX does not have)."""
     m = a.shape[-1] if isinstance(a, jax.Array) else len(a)
     order = range(m) if lower else range(m - 1, -1, -1)
-    if not unit_diagonal and diagonal is not None and not isinstance(diagonal, jax.Array) and m <= SMALL_SUBSTITUTION:
+    if (
+        not unit_diagonal
+        and diagonal is not None
+        and not isinstance(diagonal, jax.Array)
+        and m <= SMALL_SUBSTITUTION
+    ):
         columns = lax.split(a, [1] * m, axis=a.ndim - 1) if isinstance(a, jax.Array) else list(a)
         rows = [None] * m
         for step, i in enumerate(order):
@@ -536,9 +642,12 @@ def _forward_blocked(a: jax.Array, b: jax.Array, *, unit_diagonal: bool) -> jax.
     # the column below it (the rows wrapped past the end only reach rows already solved)
     by_block = jnp.swapaxes(a.reshape((*a.shape[:-1], blocks, bs)), -3, -2)
     by_block = _rows_of_blocks(by_block, (np.arange(size) + bs * np.arange(blocks)[:, None]) % size)
+
     def trip(rhs: jax.Array, block: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = _substitute_unrolled(block[..., :bs, :], rhs[..., :bs, :], unit_diagonal=unit_diagonal)
-        rhs = lax.pad(rhs[..., bs:, :] - block[..., bs:, :] @ x, zero, [*b_batch, (0, bs, 0), (0, 0, 0)])
+        rhs = lax.pad(
+            rhs[..., bs:, :] - block[..., bs:, :] @ x, zero, [*b_batch, (0, bs, 0), (0, 0, 0)]
+        )
         return rhs, x
 
     _, xs = lax.scan(trip, b, jnp.moveaxis(by_block, -3, 0))  # (blocks, ..., bs, k)
@@ -564,7 +673,14 @@ def _substitute_rows(a: jax.Array, b: jax.Array, *, lower: bool, unit_diagonal: 
 
 
 def triangular_solve(
-    a: jax.Array, b: jax.Array, *, left_side: bool, lower: bool, transpose_a: bool, conjugate_a: bool, unit_diagonal: bool,
+    a: jax.Array,
+    b: jax.Array,
+    *,
+    left_side: bool,
+    lower: bool,
+    transpose_a: bool,
+    conjugate_a: bool,
+    unit_diagonal: bool,
     lu_factor: bool = False,
 ) -> jax.Array:
     """``op(a) @ x = b`` (left side) or ``x @ op(a) = b``, op = transpose/conjugate as asked;
@@ -610,11 +726,50 @@ def _unit_solve_by_powers(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Arr
     return x
 
 
-@lowering("triangular_solve", onnx_ops=("Split", "Slice", "Mul", "Sub", "Div", "Concat", "Transpose", "Reshape", "Gather", "MatMul", "Pad", "Where", "ReduceSum", "Scan", "Loop", "Add", "Cast", "Equal", "Expand", "GatherND", "Greater", "Identity", "Less", "Max", "Min", "Range", "Squeeze", "Unsqueeze"))
-def _triangular_solve(ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any) -> list[ir.Value]:
+@lowering(
+    "triangular_solve",
+    onnx_ops=(
+        "Split",
+        "Slice",
+        "Mul",
+        "Sub",
+        "Div",
+        "Concat",
+        "Transpose",
+        "Reshape",
+        "Gather",
+        "MatMul",
+        "Pad",
+        "Where",
+        "ReduceSum",
+        "Scan",
+        "Loop",
+        "Add",
+        "Cast",
+        "Equal",
+        "Expand",
+        "GatherND",
+        "Greater",
+        "Identity",
+        "Less",
+        "Max",
+        "Min",
+        "Range",
+        "Squeeze",
+        "Unsqueeze",
+    ),
+)
+def _triangular_solve(
+    ctx: LoweringContext, a: ir.Value, b: ir.Value, **params: Any
+) -> list[ir.Value]:
     lu_factor = bool(a.meta.get(_LU_FACTOR))
     key = ("triangular_solve", UNROLL_LIMIT, lu_factor, *sorted(params.items()))
-    return lower_as_jax(ctx, lambda a, b: triangular_solve(a, b, **params, lu_factor=lu_factor), [a, b], cache_key=key)
+    return lower_as_jax(
+        ctx,
+        lambda a, b: triangular_solve(a, b, **params, lu_factor=lu_factor),
+        [a, b],
+        cache_key=key,
+    )
 
 
 # -- lu ----------------------------------------------------------------------------------------
@@ -635,7 +790,9 @@ def lu(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return work[..., 1:], step_pivots(pivots), exact_cast(work[..., 0], jnp.int32)
 
 
-def _lu_panel(work: jax.Array, steps: int, riders: int) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+def _lu_panel(
+    work: jax.Array, steps: int, riders: int
+) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
     """``steps`` unrolled steps of ``getf2`` on ``work`` (..., m, c): its first ``riders``
     columns ride along (swapped only), the others are eliminated. Each step takes its pivot row out (one Gather),
     eliminates every row against it in place (the pivot row's own result is discarded),
@@ -694,7 +851,9 @@ def solve_by_elimination(a: jax.Array, b: jax.Array) -> jax.Array:
         p = first_argmax(jnp.abs(col), -2)  # (..., 1, 1)
         row = take_rows(work, p)
         pivot = row[..., j : j + 1]
-        work = work - (col / where(pivot == 0, jnp.ones((), a.dtype), pivot)) * row  # getf2 skips a zero pivot
+        work = (
+            work - (col / where(pivot == 0, jnp.ones((), a.dtype), pivot)) * row
+        )  # getf2 skips a zero pivot
         work = drop_pivot_row(work, p)
         rows.append(row)
         pivots.append(pivot)
@@ -734,11 +893,17 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 
     def trip(work: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         done, below, pivots = _lu_panel(jnp.concatenate([ids, work[..., :b]], axis=-1), b, 1)
-        panel = jnp.concatenate([done, below], axis=-2)  # (..., size, 1 + b): the trip's row ids first
+        panel = jnp.concatenate(
+            [done, below], axis=-2
+        )  # (..., size, 1 + b): the trip's row ids first
         rest = take_rows(work[..., b:], exact_cast(panel[..., :1], jnp.int32))
         panel = panel[..., 1:]
         trailing = rest_cols < size - (k + 1) * b  # the columns of U still to come
-        u = where(trailing, _substitute_unrolled(panel[..., :b, :b], rest[..., :b, :], unit_diagonal=True), rest[..., :b, :])
+        u = where(
+            trailing,
+            _substitute_unrolled(panel[..., :b, :b], rest[..., :b, :], unit_diagonal=True),
+            rest[..., :b, :],
+        )
         below = panel[..., b:, :b]
         rest = where(trailing, rest[..., b:, :] - below @ u, rest[..., b:, :])
         work = jnp.concatenate([rest[..., : size - b], below, rest[..., size - b :]], axis=-1)
@@ -750,7 +915,9 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     _, (done, pivots) = lax.scan(trip, work, jnp.arange(blocks, dtype=jnp.int32))
     done = jnp.moveaxis(done, 0, -3)  # (..., blocks, b, size + 1), block k's columns rotated by k*b
     perm = exact_cast(done[..., size].reshape((*done.shape[:-3], size)), jnp.int32)
-    columns = _rows_of_blocks(mT(done[..., :size]), (np.arange(size) - b * np.arange(blocks)[:, None]) % size)
+    columns = _rows_of_blocks(
+        mT(done[..., :size]), (np.arange(size) - b * np.arange(blocks)[:, None]) % size
+    )
     packed = mT(columns).reshape((*done.shape[:-3], size, size))
     pivots = jnp.moveaxis(pivots, 0, -3).reshape((*done.shape[:-3], size)).astype(jnp.int32)
     return packed[..., :n, :n], pivots[..., :n], perm[..., :n]
@@ -770,7 +937,9 @@ def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         magnitude = where(jnp.isnan(col), jnp.asarray(-1, col.dtype), jnp.abs(col))
         magnitude = where(rows[:, None] >= j, magnitude, jnp.asarray(-2, col.dtype))
         largest = jnp.max(magnitude, axis=-2, keepdims=True)
-        p = jnp.min(where(magnitude == largest, rows[:, None], m), axis=-2, keepdims=True)  # (..., 1, 1)
+        p = jnp.min(
+            where(magnitude == largest, rows[:, None], m), axis=-2, keepdims=True
+        )  # (..., 1, 1)
         is_j, is_p = rows[:, None] == j, rows[:, None] == p
         row_j, row_p = at_index(work, j, -2), pick_where(work, is_p, -2)
         work = where(is_j, row_p, where(is_p, row_j, work))
@@ -804,7 +973,50 @@ def refuse_half_precision(ctx: LoweringContext, name: str, call: str) -> None:
         )
 
 
-@lowering("lu", onnx_ops=("Slice", "Concat", "Equal", "Abs", "ArgMax", "Cast", "Expand", "GatherElements", "GatherND", "ScatterElements", "Where", "Div", "Mul", "Sub", "Split", "MatMul", "Pad", "Reshape", "Transpose", "Gather", "ReduceSum", "ReduceMax", "ReduceMin", "Squeeze", "Scan", "Loop", "Add", "And", "ConstantOfShape", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "Max", "Min", "Not", "Range", "Unsqueeze"))
+@lowering(
+    "lu",
+    onnx_ops=(
+        "Slice",
+        "Concat",
+        "Equal",
+        "Abs",
+        "ArgMax",
+        "Cast",
+        "Expand",
+        "GatherElements",
+        "GatherND",
+        "ScatterElements",
+        "Where",
+        "Div",
+        "Mul",
+        "Sub",
+        "Split",
+        "MatMul",
+        "Pad",
+        "Reshape",
+        "Transpose",
+        "Gather",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "Squeeze",
+        "Scan",
+        "Loop",
+        "Add",
+        "And",
+        "ConstantOfShape",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsNaN",
+        "Less",
+        "Max",
+        "Min",
+        "Not",
+        "Range",
+        "Unsqueeze",
+    ),
+)
 def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "lu", "jnp.linalg.inv(a.astype(jnp.float32))")
@@ -817,7 +1029,9 @@ def _lu(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
 
 
 _PERMUTATION = "jax2onnx_nn.lu_permutation"  # on lu's pivots: (its permutation, rows)
-_LU_FACTOR = "jax2onnx_nn.lu_factor"  # on lu's packed result: L's entries are at most 1 in magnitude
+_LU_FACTOR = (
+    "jax2onnx_nn.lu_factor"  # on lu's packed result: L's entries are at most 1 in magnitude
+)
 _LU_OF = "jax2onnx_nn.lu_of"  # on lu's packed result: (the matrix factored, lu's permutation)
 
 
@@ -838,10 +1052,17 @@ def pivots_to_permutation(pivots: jax.Array, permutation_size: int) -> jax.Array
     return iterate(pivots.shape[-1], step, perm)
 
 
-@lowering("lu_pivots_to_permutation", onnx_ops=("Slice", "Where", "ReduceSum", "Loop", "Equal", "Expand", "Unsqueeze"))
-def _lu_pivots_to_permutation(ctx: LoweringContext, pivots: ir.Value, *, permutation_size: int) -> list[ir.Value]:
+@lowering(
+    "lu_pivots_to_permutation",
+    onnx_ops=("Slice", "Where", "ReduceSum", "Loop", "Equal", "Expand", "Unsqueeze"),
+)
+def _lu_pivots_to_permutation(
+    ctx: LoweringContext, pivots: ir.Value, *, permutation_size: int
+) -> list[ir.Value]:
     made = pivots.meta.get(_PERMUTATION)
-    if made is not None and same_dim(made[1], permutation_size):  # pivots of an lu of that many rows
+    if made is not None and same_dim(
+        made[1], permutation_size
+    ):  # pivots of an lu of that many rows
         return [made[0]]
     return lower_as_jax(ctx, lambda p: pivots_to_permutation(p, permutation_size), [pivots])
 
@@ -864,9 +1085,15 @@ def power_of_two_scale(a: jax.Array) -> jax.Array:
     top = jnp.finfo(a.dtype).maxexp - 2
     powers = 2.0 ** np.arange(-top, top + 1, SCALE_STEP)
     big = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
-    below = jnp.sum((jnp.asarray(powers, a.dtype) <= big).astype(jnp.int32), axis=-1, keepdims=True)  # (..., 1, 1)
+    below = jnp.sum(
+        (jnp.asarray(powers, a.dtype) <= big).astype(jnp.int32), axis=-1, keepdims=True
+    )  # (..., 1, 1)
     # entry i of the table read is the i-th power's predecessor (its first one twice)
-    return jnp.asarray(np.concatenate([powers[:1], powers]), a.dtype).at[below].get(mode="promise_in_bounds")
+    return (
+        jnp.asarray(np.concatenate([powers[:1], powers]), a.dtype)
+        .at[below]
+        .get(mode="promise_in_bounds")
+    )
 
 
 def upper(rows: Any, cols: Any) -> Any:
@@ -874,7 +1101,9 @@ def upper(rows: Any, cols: Any) -> Any:
     return rows <= cols
 
 
-def scaled(factor: Callable[[jax.Array], tuple[jax.Array, ...]], keeps_scale: Callable[[Any, Any], Any]) -> Callable[[jax.Array], tuple[jax.Array, ...]]:
+def scaled(
+    factor: Callable[[jax.Array], tuple[jax.Array, ...]], keeps_scale: Callable[[Any, Any], Any]
+) -> Callable[[jax.Array], tuple[jax.Array, ...]]:
     """``factor`` (a Householder reduction: (packed, taus)) of ``a`` divided by
     ``power_of_two_scale(a)``, the packed entries where ``keeps_scale(rows, cols)`` (R, H)
     multiplied back: the reflectors' norms square the entries, which overflow or underflow from
@@ -1075,7 +1304,9 @@ def geqp3(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
     return packed, perm[..., 0, :], taus[..., 0, :]
 
 
-def qr(a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: bool | None = None) -> tuple[jax.Array, ...]:
+def qr(
+    a: jax.Array, *, full_matrices: bool, pivoting: bool = False, unroll: bool | None = None
+) -> tuple[jax.Array, ...]:
     """(q, r) with q (..., m, m) and r (..., m, n) when ``full_matrices``, else (m, k), (k, n);
     with ``pivoting`` also the column permutation p (a[..., p] = q r), zeros when a is empty
     (as JAX). Without pivoting, a static size up to ``UNROLL_LIMIT`` runs on shrinking
@@ -1144,9 +1375,13 @@ def _qr_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array]:
             rows.append(lax.pad(row, zero, [*batch, (0, 0, 0), (0, i, 0)]))
             first, rest = q[..., :, i : i + 1], q[..., :, i + 1 :]
             t = tau * (first + rest @ w)  # tau Q[:, i:] v
-            q = jnp.concatenate([*([q[..., :, :i]] if i else []), first - t, rest - t * mT(w)], axis=-1)
+            q = jnp.concatenate(
+                [*([q[..., :, :i]] if i else []), first - t, rest - t * mT(w)], axis=-1
+            )
         block = lax.pad(block, zero, [*batch, (0, b, 0), (0, b, 0)])
-        return (block, jnp.concatenate([q[..., :, b:], q[..., :, :b]], axis=-1)), jnp.concatenate(rows, axis=-2)
+        return (block, jnp.concatenate([q[..., :, b:], q[..., :, :b]], axis=-1)), jnp.concatenate(
+            rows, axis=-2
+        )
 
     eye = jnp.broadcast_to(jnp.eye(size, dtype=a.dtype), a.shape)
     (_, q), rows = lax.scan(trip, (a, eye), length=blocks)  # rows (blocks, ..., b, size)
@@ -1176,7 +1411,9 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
         rows.append(row)
         reflectors.append((w, tau))
     # R: row j starts at column j
-    r = jnp.concatenate([lax.pad(row, zero, [*batch, (0, 0, 0), (j, 0, 0)]) for j, row in enumerate(rows)], axis=-2)
+    r = jnp.concatenate(
+        [lax.pad(row, zero, [*batch, (0, 0, 0), (j, 0, 0)]) for j, row in enumerate(rows)], axis=-2
+    )
     if full_matrices and m > k:
         r = lax.pad(r, zero, [*batch, (0, m - k, 0), (0, 0, 0)])
     columns = m if full_matrices else k
@@ -1197,15 +1434,77 @@ def _qr_unrolled(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.A
     return q, r
 
 
-@lowering("geqrf", onnx_ops=("Slice", "MatMul", "Mul", "Sub", "Div", "Sqrt", "Where", "Loop", "Abs", "Add", "Cast", "Equal", "Expand", "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Or", "Range", "ReduceMax", "ReduceSum", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
+@lowering(
+    "geqrf",
+    onnx_ops=(
+        "Slice",
+        "MatMul",
+        "Mul",
+        "Sub",
+        "Div",
+        "Sqrt",
+        "Where",
+        "Loop",
+        "Abs",
+        "Add",
+        "Cast",
+        "Equal",
+        "Expand",
+        "Gather",
+        "Greater",
+        "GreaterOrEqual",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Neg",
+        "Or",
+        "Range",
+        "ReduceMax",
+        "ReduceSum",
+        "Scan",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+)
 def _geqrf(ctx: LoweringContext, a: ir.Value, **params: Any) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "geqrf", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, scaled(geqrf, upper), [a])
 
 
-@lowering("householder_product", onnx_ops=("Split", "Slice", "MatMul", "Mul", "Sub", "Where", "Loop", "Cast", "Equal", "Expand", "Greater", "Transpose", "Unsqueeze", "Add", "Less", "Max", "Min", "Range", "Reshape", "Scan", "Squeeze"))
-def _householder_product(ctx: LoweringContext, a: ir.Value, taus: ir.Value, **params: Any) -> list[ir.Value]:
+@lowering(
+    "householder_product",
+    onnx_ops=(
+        "Split",
+        "Slice",
+        "MatMul",
+        "Mul",
+        "Sub",
+        "Where",
+        "Loop",
+        "Cast",
+        "Equal",
+        "Expand",
+        "Greater",
+        "Transpose",
+        "Unsqueeze",
+        "Add",
+        "Less",
+        "Max",
+        "Min",
+        "Range",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+    ),
+)
+def _householder_product(
+    ctx: LoweringContext, a: ir.Value, taus: ir.Value, **params: Any
+) -> list[ir.Value]:
     del params
     refuse_half_precision(ctx, "householder_product", "jnp.linalg.qr(a.astype(jnp.float32))")
     return lower_as_jax(ctx, householder_product, [a, taus])
@@ -1326,8 +1625,55 @@ def _geqp3(ctx: LoweringContext, a: ir.Value, jpvt: ir.Value, *, use_magma: Any)
     return lower_as_jax(ctx, fn, [a, jpvt])
 
 
-@lowering("qr", onnx_ops=("Split", "Slice", "MatMul", "Transpose", "Mul", "Add", "Sub", "Neg", "Div", "Sqrt", "Abs", "Max", "GreaterOrEqual", "Equal", "Where", "ReduceSum", "Concat", "Pad", "Expand", "Reshape", "Gather", "Scan", "Loop", "And", "Cast", "ConstantOfShape", "CumSum", "Greater", "IsNaN", "Less", "LessOrEqual", "Min", "Not", "Or", "Range", "ReduceMax", "ReduceMin", "Squeeze", "Unsqueeze", "Xor", "Identity"))
-def _qr(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any) -> list[ir.Value]:
+@lowering(
+    "qr",
+    onnx_ops=(
+        "Split",
+        "Slice",
+        "MatMul",
+        "Transpose",
+        "Mul",
+        "Add",
+        "Sub",
+        "Neg",
+        "Div",
+        "Sqrt",
+        "Abs",
+        "Max",
+        "GreaterOrEqual",
+        "Equal",
+        "Where",
+        "ReduceSum",
+        "Concat",
+        "Pad",
+        "Expand",
+        "Reshape",
+        "Gather",
+        "Scan",
+        "Loop",
+        "And",
+        "Cast",
+        "ConstantOfShape",
+        "CumSum",
+        "Greater",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Min",
+        "Not",
+        "Or",
+        "Range",
+        "ReduceMax",
+        "ReduceMin",
+        "Squeeze",
+        "Unsqueeze",
+        "Xor",
+        "Identity",
+    ),
+)
+def _qr(
+    ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, pivoting: bool = False, **params: Any
+) -> list[ir.Value]:
     del params  # use_magma: a GPU choice
     refuse_half_precision(ctx, "qr", "jnp.linalg.qr(a.astype(jnp.float32))")
 

@@ -65,7 +65,40 @@ def hessenberg(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, 
     return h, taus[..., 0, :]
 
 
-@lowering("hessenberg", onnx_ops=(*REDUCTION_OPS, "LessOrEqual", "Abs", "Add", "Cast", "Concat", "ConstantOfShape", "CumSum", "Equal", "Expand", "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "Max", "Min", "Neg", "Or", "Pad", "Range", "ReduceMax", "ReduceSum", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
+@lowering(
+    "hessenberg",
+    onnx_ops=(
+        *REDUCTION_OPS,
+        "LessOrEqual",
+        "Abs",
+        "Add",
+        "Cast",
+        "Concat",
+        "ConstantOfShape",
+        "CumSum",
+        "Equal",
+        "Expand",
+        "Gather",
+        "Greater",
+        "GreaterOrEqual",
+        "IsNaN",
+        "Less",
+        "Max",
+        "Min",
+        "Neg",
+        "Or",
+        "Pad",
+        "Range",
+        "ReduceMax",
+        "ReduceSum",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+)
 def _hessenberg(ctx: LoweringContext, a: ir.Value) -> list[ir.Value]:
     refuse_half_precision(ctx, "hessenberg", "jax.scipy.linalg.hessenberg(a.astype(jnp.float32))")
     return lower_as_jax(ctx, scaled(hessenberg, lambda rows, cols: rows <= cols + 1), [a])
@@ -101,16 +134,44 @@ def tridiagonal(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array, jax
     eye = rows == cols
     d = jnp.sum(where(eye, s, jnp.zeros((), a.dtype)), axis=-1)
     packed = where(eye, s, packed)
-    e = jnp.sum(where(rows == cols + (1 if lower else -1), packed, jnp.zeros((), a.dtype)), axis=-2)  # per column
+    e = jnp.sum(
+        where(rows == cols + (1 if lower else -1), packed, jnp.zeros((), a.dtype)), axis=-2
+    )  # per column
     e = lax.slice_in_dim(e, 0, n - 1, axis=-1) if lower else lax.slice_in_dim(e, 1, n, axis=-1)
     return packed, d, e, taus[..., 0, :]
 
 
-@lowering("tridiagonal", onnx_ops=(*REDUCTION_OPS, "ReduceSum", "Abs", "Add", "Cast", "Concat", "Equal", "Expand", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Max", "Min", "Neg", "Or", "Range", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
+@lowering(
+    "tridiagonal",
+    onnx_ops=(
+        *REDUCTION_OPS,
+        "ReduceSum",
+        "Abs",
+        "Add",
+        "Cast",
+        "Concat",
+        "Equal",
+        "Expand",
+        "Greater",
+        "GreaterOrEqual",
+        "Less",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Neg",
+        "Or",
+        "Range",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+)
 def _tridiagonal(ctx: LoweringContext, a: ir.Value, *, lower: bool) -> list[ir.Value]:
     refuse_half_precision(ctx, "tridiagonal", "lax.linalg.tridiagonal(a.astype(jnp.float32))")
     return lower_as_jax(ctx, lambda a: tridiagonal(a, lower=lower), [a])
-
 
 
 # -- the complex Schur form: Hessenberg reduction + shifted QR (Givens rotations) --------------
@@ -153,7 +214,9 @@ def _cmul(a: Parts, b: Parts) -> Parts:
     return a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]
 
 
-def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax.Array, col: Index) -> tuple[jax.Array, ...]:
+def _rotate(
+    hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax.Array, col: Index
+) -> tuple[jax.Array, ...]:
     """The similarity G h G^H (and z G^H) with the complex Givens rotation G on rows k, k+1
     that maps (x, y) to (r, 0): c = |x| / r, s = sign(x) conj(y) / r; identity where not
     ``active`` or r = 0. When (x, y) is column ``col`` of those rows, h[k+1, col] is set to an
@@ -175,7 +238,10 @@ def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax
     inv_ax = 1 / where(has_x, ax, one)
     pr, pi = where(has_x, x[0] * inv_ax, one), where(has_x, x[1] * inv_ax, zero)
     c = where(rotates, ax * inv_r, one)
-    sr, si = where(rotates, (pr * y[0] + pi * y[1]) * inv_r, zero), where(rotates, (pi * y[0] - pr * y[1]) * inv_r, zero)
+    sr, si = (
+        where(rotates, (pr * y[0] + pi * y[1]) * inv_r, zero),
+        where(rotates, (pi * y[0] - pr * y[1]) * inv_r, zero),
+    )
     o = jnp.zeros_like(c)
 
     def matrix(*entries: jax.Array) -> jax.Array:  # 16 entries (..., 1, 1), row by row: one Concat
@@ -196,7 +262,9 @@ def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax
 
     def columns(m: jax.Array) -> jax.Array:
         two_cols = jnp.reshape(lax.dynamic_slice_in_dim(m, k, 2, axis=-1), (*batch, n, 4))
-        return lax.dynamic_update_slice_in_dim(m, jnp.reshape(two_cols @ right, (*batch, n, 2, 2)), k, axis=-1)
+        return lax.dynamic_update_slice_in_dim(
+            m, jnp.reshape(two_cols @ right, (*batch, n, 2, 2)), k, axis=-1
+        )
 
     return tuple(columns(m) for m in (h, *hz[1:]))
 
@@ -204,11 +272,15 @@ def _rotate(hz: tuple[jax.Array, ...], k: Index, x: Parts, y: Parts, active: jax
 def _entries(hz: tuple[jax.Array, ...], row: Index, col: Index) -> tuple[Parts, Parts]:
     """h[..., row, col] and h[..., row + 1, col] as parts (..., 1, 1) of ``hz`` (see _rotate),
     for indices the whole batch shares: two slices."""
-    e = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(hz[0], row, 2, axis=-3), col, 1, axis=-1)  # (..., 2, 2, 1)
+    e = lax.dynamic_slice_in_dim(
+        lax.dynamic_slice_in_dim(hz[0], row, 2, axis=-3), col, 1, axis=-1
+    )  # (..., 2, 2, 1)
     return (e[..., 0, 0:1, :], e[..., 0, 1:2, :]), (e[..., 1, 0:1, :], e[..., 1, 1:2, :])
 
 
-def _apply_window(hz: tuple[jax.Array, ...], w: jax.Array, u: jax.Array, r0: Any) -> tuple[jax.Array, ...]:
+def _apply_window(
+    hz: tuple[jax.Array, ...], w: jax.Array, u: jax.Array, r0: Any
+) -> tuple[jax.Array, ...]:
     """``hz`` (see _rotate) after the rotations gathered in the unitary ``u`` (..., m, 2, m)
     on its rows and columns r0..r0+m-1, whose block of h they made ``w``: h's rows of the
     block times u^H, its columns (and z's) times u, then the block itself written as ``w``
@@ -216,17 +288,28 @@ def _apply_window(hz: tuple[jax.Array, ...], w: jax.Array, u: jax.Array, r0: Any
     h = hz[0]
     n, m = h.shape[-1], w.shape[-1]
     batch = h.shape[:-3]
+
     # a complex p + i q as the real [[p, q], [-q, p]]: of u's parts, it multiplies x's parts laid
     # out as [re | im] columns by u; of their transposes, it multiplies [re; im] rows by u^H
-    real_form = lambda p, q: jnp.concatenate([jnp.concatenate([p, q], axis=-1), jnp.concatenate([-q, p], axis=-1)], axis=-2)  # noqa: E731
+    def real_form(p, q):
+        return jnp.concatenate(
+            [jnp.concatenate([p, q], axis=-1), jnp.concatenate([-q, p], axis=-1)], axis=-2
+        )
+
     real_u = real_form(u[..., 0, :], u[..., 1, :])
 
     def columns(x: jax.Array) -> jax.Array:  # x[:, block] @ u
         slab = jnp.reshape(lax.dynamic_slice_in_dim(x, r0, m, axis=-1), (*batch, n, 2 * m))
-        return lax.dynamic_update_slice_in_dim(x, jnp.reshape(slab @ real_u, (*batch, n, 2, m)), r0, axis=-1)
+        return lax.dynamic_update_slice_in_dim(
+            x, jnp.reshape(slab @ real_u, (*batch, n, 2, m)), r0, axis=-1
+        )
 
-    slab = jnp.reshape(jnp.swapaxes(lax.dynamic_slice_in_dim(h, r0, m, axis=-3), -3, -2), (*batch, 2 * m, n))
-    rows = jnp.swapaxes(jnp.reshape(real_form(mT(u[..., 0, :]), mT(u[..., 1, :])) @ slab, (*batch, 2, m, n)), -3, -2)
+    slab = jnp.reshape(
+        jnp.swapaxes(lax.dynamic_slice_in_dim(h, r0, m, axis=-3), -3, -2), (*batch, 2 * m, n)
+    )
+    rows = jnp.swapaxes(
+        jnp.reshape(real_form(mT(u[..., 0, :]), mT(u[..., 1, :])) @ slab, (*batch, 2, m, n)), -3, -2
+    )
     h = columns(lax.dynamic_update_slice_in_dim(h, rows, r0, axis=-3))
     origin = jnp.zeros((), jnp.asarray(r0).dtype)
     h = lax.dynamic_update_slice(h, w, (*[origin] * len(batch), r0, origin, r0))
@@ -243,7 +326,9 @@ def _diagonals(h: jax.Array) -> tuple[Parts, Parts, Parts]:
     stride = 2 * n + 1
 
     def along(first: int, count: int) -> jax.Array:
-        return lax.slice_in_dim(line, first, first + stride * (count - 1) + 1, stride=stride, axis=-1)
+        return lax.slice_in_dim(
+            line, first, first + stride * (count - 1) + 1, stride=stride, axis=-1
+        )
 
     pad = lambda x, before: jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(1, 0) if before else (0, 1)])  # noqa: E731
     diag = along(0, n), along(n, n)
@@ -279,7 +364,9 @@ def _wilkinson_shift(a11: Parts, a12: Parts, a21: Parts, a22: Parts) -> Parts:
     on (real, imag) parts (complex jnp code adds hundreds of nodes of inf/NaN cases)."""
     half = (a11[0] - a22[0]) / 2, (a11[1] - a22[1]) / 2
     product = _cmul(a12, a21)
-    root = _csqrt((half[0] * half[0] - half[1] * half[1] + product[0], 2 * half[0] * half[1] + product[1]))
+    root = _csqrt(
+        (half[0] * half[0] - half[1] * half[1] + product[0], 2 * half[0] * half[1] + product[1])
+    )
     flip = half[0] * root[0] + half[1] * root[1] < 0  # Re(conj(half) root) < 0
     root = where(flip, -root[0], root[0]), where(flip, -root[1], root[1])
     denom = half[0] + root[0], half[1] + root[1]
@@ -321,7 +408,9 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
     else:
         # Hessenberg form: zero h[i, j] (i > j + 1) against h[i-1, j], bottom up per column
         hz = (parts(a), parts(eye)) if vectors else (parts(a),)
-        pairs = np.array([(i, j) for j in range(n - 2) for i in range(n - 1, j + 1, -1)], np.int32).reshape(-1, 2)
+        pairs = np.array(
+            [(i, j) for j in range(n - 2) for i in range(n - 1, j + 1, -1)], np.int32
+        ).reshape(-1, 2)
         table = jnp.asarray(pairs)
 
         def reduce(t: Any, hz: jax.Array) -> jax.Array:
@@ -352,8 +441,14 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         lo = jnp.max(where(small & (ids <= hi[..., 0]), ids, 0), axis=-1)[..., None, None]
         live = hi > 0
         hi1 = jnp.maximum(hi - 1, 0)
+
         # the block's trailing 2x2 (its subdiagonal entry is not small: unchanged above)
-        at = lambda line, i: tuple(jnp.sum(where(ids == i[..., 0], p, zero), axis=-1, keepdims=True)[..., None] for p in line)  # noqa: E731
+        def at(line, i):
+            return tuple(
+                jnp.sum(where(ids == i[..., 0], p, zero), axis=-1, keepdims=True)[..., None]
+                for p in line
+            )
+
         entries = [at(d, hi1), at(sup_h, hi1), at(sub_h, hi), at(d, hi)]
         shift = _wilkinson_shift(*entries)
         # zlahqr's exceptional shift after STALLED_SWEEPS sweeps without a deflation at the
@@ -361,7 +456,10 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
         # permutation is 0, on which QR leaves it as it is: its values came out 0)
         stalled = where(hi == last_hi, stalled + 1, 0)
         exceptional = (stalled > 0) & (stalled % STALLED_SWEEPS == 0)
-        shift = (where(exceptional, entries[3][0] + 0.75 * jnp.abs(entries[2][0]), shift[0]), where(exceptional, entries[3][1], shift[1]))
+        shift = (
+            where(exceptional, entries[3][0] + 0.75 * jnp.abs(entries[2][0]), shift[0]),
+            where(exceptional, entries[3][1], shift[1]),
+        )
 
         def chase(k: Any, r0: Any, wz: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             # step k of the sweep on the window wz = (w, u) whose row and column 0 is r0
@@ -371,11 +469,17 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
             # columns k-1 and k of rows k, k+1 as (..., 4, 2) (re, im of row k, then of k+1):
             # one slice of the two rows _rotate reads too (the same nodes, merged)
             w = wz[0]
-            two_rows = jnp.reshape(lax.dynamic_slice_in_dim(w, kl, 2, axis=-3), (*w.shape[:-3], 4, w.shape[-1]))
+            two_rows = jnp.reshape(
+                lax.dynamic_slice_in_dim(w, kl, 2, axis=-3), (*w.shape[:-3], 4, w.shape[-1])
+            )
             pair = lax.dynamic_slice_in_dim(two_rows, km1, 2, axis=-1)
             at_k = where(kl == km1, pair[..., 0:1], pair[..., 1:2])  # k = 0: the slice starts at k
-            picked = where(first, at_k, pair[..., 0:1])  # the shifted column k first, then the bulge's
-            x = tuple(picked[..., i : i + 1, :] - where(first, sh, zero) for i, sh in enumerate(shift))
+            picked = where(
+                first, at_k, pair[..., 0:1]
+            )  # the shifted column k first, then the bulge's
+            x = tuple(
+                picked[..., i : i + 1, :] - where(first, sh, zero) for i, sh in enumerate(shift)
+            )
             y = picked[..., 2:3, :], picked[..., 3:4, :]
             return _rotate(wz, kl, x, y, live & (k >= lo) & (k < hi), where(first, -1, km1))
 
@@ -385,8 +489,15 @@ def complex_schur(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax
             # columns) updated by one product each (see CHASE_WINDOW)
             k0 = start + i * CHASE_WINDOW
             r0 = jnp.clip(k0 - 1, 0, n - size)
-            block = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(hz[0], r0, size, axis=-3), r0, size, axis=-1)
-            w, u = lax.fori_loop(k0, jnp.minimum(k0 + CHASE_WINDOW, stop), lambda k, wz: chase(k, r0, wz), (block, u_eye))
+            block = lax.dynamic_slice_in_dim(
+                lax.dynamic_slice_in_dim(hz[0], r0, size, axis=-3), r0, size, axis=-1
+            )
+            w, u = lax.fori_loop(
+                k0,
+                jnp.minimum(k0 + CHASE_WINDOW, stop),
+                lambda k, wz: chase(k, r0, wz),
+                (block, u_eye),
+            )
             return _apply_window(hz, w, u, r0)
 
         # only the rows some matrix of the batch still chases: from the lowest active block's
@@ -433,7 +544,9 @@ def _hessenberg_q(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Arra
     ids = index_range(n)
     packed, taus = hessenberg(a, unroll=unroll)
     h = where(ids[:, None] > ids[None, :] + 1, jnp.zeros((), a.dtype), packed)
-    inner = householder_product(packed[..., 1:, :-1], taus[..., :-1], unroll=unroll)  # (..., n-1, n-1)
+    inner = householder_product(
+        packed[..., 1:, :-1], taus[..., :-1], unroll=unroll
+    )  # (..., n-1, n-1)
     pad = [(0, 0)] * (a.ndim - 2) + [(1, 0), (1, 0)]
     corner = ((ids[:, None] == 0) & (ids[None, :] == 0)).astype(a.dtype)
     return h, jnp.pad(inner, pad) + corner
@@ -467,11 +580,15 @@ def _window(m: jax.Array, i: jax.Array) -> jax.Array:
     where it leaves the matrix), as two products with one-hot rows: a few nodes, where masked
     sums take several per entry. The sweeps' matrices are finite (a matrix with inf or NaN
     takes none), so the products' zeros meet no inf."""
-    hot = (index_range(m.shape[-1])[None, :] == i + index_range(3)[:, None]).astype(m.dtype)  # (..., 3, n)
+    hot = (index_range(m.shape[-1])[None, :] == i + index_range(3)[:, None]).astype(
+        m.dtype
+    )  # (..., 3, n)
     return hot @ m @ mT(hot)
 
 
-def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _double_shift(
+    h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(sum, product) of the two shifts of a Francis sweep on rows lo..hi, ``dlahqr``'s: the
     eigenvalues of the block's trailing 2x2 (a complex pair, or twice the real one nearer
     h[hi, hi]), an exceptional pair every KEXSH-th sweep without deflation; and the block's
@@ -482,20 +599,34 @@ def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array)
     1e-200, the noise block of a matrix of ones: a zero column, no reflection, no convergence,
     and T and Z came out NaN)."""
     top, bottom_3 = _window(h, lo), _window(h, hi - 2)
-    at = lambda w, i, j: w[..., i:i + 1, j:j + 1]  # noqa: E731
-    h11, h12, h21, h22 = at(bottom_3, 1, 1), at(bottom_3, 1, 2), at(bottom_3, 2, 1), at(bottom_3, 2, 2)
+    at = lambda w, i, j: w[..., i : i + 1, j : j + 1]  # noqa: E731
+    h11, h12, h21, h22 = (
+        at(bottom_3, 1, 1),
+        at(bottom_3, 1, 2),
+        at(bottom_3, 2, 1),
+        at(bottom_3, 2, 2),
+    )
     bottom = sweeps % (2 * KEXSH) == 0
-    s = jnp.where(bottom, jnp.abs(h21) + jnp.abs(at(bottom_3, 1, 0)), jnp.abs(at(top, 1, 0)) + jnp.abs(at(top, 2, 1)))
+    s = jnp.where(
+        bottom,
+        jnp.abs(h21) + jnp.abs(at(bottom_3, 1, 0)),
+        jnp.abs(at(top, 1, 0)) + jnp.abs(at(top, 2, 1)),
+    )
     exceptional = sweeps % KEXSH == 0
     diag = EXCEPTIONAL_DIAG * s + jnp.where(bottom, h22, at(top, 0, 0))
-    h11, h12, h21, h22 = (jnp.where(exceptional, e, x) for e, x in ((diag, h11), (EXCEPTIONAL_OFF * s, h12), (s, h21), (diag, h22)))
+    h11, h12, h21, h22 = (
+        jnp.where(exceptional, e, x)
+        for e, x in ((diag, h11), (EXCEPTIONAL_OFF * s, h12), (s, h21), (diag, h22))
+    )
     scale = jnp.abs(h11) + jnp.abs(h12) + jnp.abs(h21) + jnp.abs(h22)
     scale = jnp.where(scale == 0, 1, scale)
     h11, h12, h21, h22 = h11 / scale, h12 / scale, h21 / scale, h22 / scale
     tr = (h11 + h22) / 2
     det = (h11 - tr) * (h22 - tr) - h12 * h21
     rtdisc = jnp.sqrt(jnp.abs(det))
-    near = jnp.where(jnp.abs(tr + rtdisc - h22) <= jnp.abs(tr - rtdisc - h22), tr + rtdisc, tr - rtdisc)
+    near = jnp.where(
+        jnp.abs(tr + rtdisc - h22) <= jnp.abs(tr - rtdisc - h22), tr + rtdisc, tr - rtdisc
+    )
     pair = det >= 0  # complex conjugate shifts tr +- i rtdisc
     sigma = jnp.maximum(jnp.sum(jnp.abs(top), axis=(-2, -1), keepdims=True), scale)
     ratio = scale / sigma
@@ -504,7 +635,9 @@ def _double_shift(h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array)
     return total, product, top / sigma
 
 
-def _standard_blocks(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> tuple[jax.Array, ...]:
+def _standard_blocks(
+    a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array
+) -> tuple[jax.Array, ...]:
     """``dlanv2`` on each 2x2 block [[a, b], [c, d]] (elementwise): (cs, sn, a, b, c, d) with
     block = [[cs, -sn], [sn, cs]] [[a', b'], [c', d']] [[cs, sn], [-sn, cs]], the new block
     upper triangular when its eigenvalues are real, else with a' = d' and b' c' < 0."""
@@ -533,16 +666,29 @@ def _standard_blocks(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> 
     root = sign(c2) * sab * sac
     tau1 = 1 / jnp.sqrt(jnp.abs(b2 + c2))
     cs1, sn1 = sab * tau1, sac * tau1
-    split = (mean + root, b2 - c2, zero, mean - root, cs * cs1 - sn * sn1, cs * sn1 + sn * cs1)  # real after all
+    split = (
+        mean + root,
+        b2 - c2,
+        zero,
+        mean - root,
+        cs * cs1 - sn * sn1,
+        cs * sn1 + sn * cs1,
+    )  # real after all
     flip = (mean, -c2, zero, mean, -sn, cs)  # b2 = 0: swap
     equal = (mean, b2, c2, mean, cs, sn)
     same_sign = (c2 != 0) & (b2 != 0) & (sign(b2) == sign(c2))
-    cplx = tuple(jnp.where(same_sign, s, jnp.where((c2 != 0) & (b2 == 0), f, e)) for s, f, e in zip(split, flip, equal, strict=True))
+    cplx = tuple(
+        jnp.where(same_sign, s, jnp.where((c2 != 0) & (b2 == 0), f, e))
+        for s, f, e in zip(split, flip, equal, strict=True)
+    )
     general = tuple(jnp.where(z >= 4 * eps, r, x) for r, x in zip(real, cplx, strict=True))
     keep = (a, b, c, d, one, zero)
     swap = (d, -c, zero, a, zero, one)
     standard = (c == 0) | ((temp == 0) & (sign(b) != sign(c)))
-    out = tuple(jnp.where(standard, k, jnp.where(b == 0, s, g)) for k, s, g in zip(keep, swap, general, strict=True))
+    out = tuple(
+        jnp.where(standard, k, jnp.where(b == 0, s, g))
+        for k, s, g in zip(keep, swap, general, strict=True)
+    )
     return out[4], out[5], *out[:4]
 
 
@@ -561,7 +707,9 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     zero = jnp.zeros((), a.dtype)
     h, z = _hessenberg_q(a) if n > 2 else (a, eye)
     index = jnp.zeros((*a.shape[:-2], 1, 1), jnp.int32)
-    finite = jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)  # else NaN, as JAX's T: no sweeps
+    finite = jnp.all(
+        jnp.isfinite(a), axis=(-2, -1), keepdims=True
+    )  # else NaN, as JAX's T: no sweeps
 
     def step(carry: tuple) -> tuple:
         h, z, k, lo, hi, total, product, top, sweeps, live, it = carry
@@ -571,14 +719,36 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         total_new, product_new, top_new = _double_shift(h_split, lo_new, hi_new, sweeps_new)
         h = where(start, h_split, h)
         live_new = live_new & finite
-        lo, hi, live, sweeps, k = (jnp.where(start, new, old) for new, old in ((lo_new, lo), (hi_new, hi), (live_new, live), (sweeps_new, sweeps), (lo_new, k)))
-        total, product, top = (jnp.where(start, new, old) for new, old in ((total_new, total), (product_new, product), (top_new, top)))
+        lo, hi, live, sweeps, k = (
+            jnp.where(start, new, old)
+            for new, old in (
+                (lo_new, lo),
+                (hi_new, hi),
+                (live_new, live),
+                (sweeps_new, sweeps),
+                (lo_new, k),
+            )
+        )
+        total, product, top = (
+            jnp.where(start, new, old)
+            for new, old in ((total_new, total), (product_new, product), (top_new, top))
+        )
         # the reflector's column: the shift polynomial's first column at the sweep's start,
         # else the bulge below the subdiagonal in column k-1; rows k..min(k+2, hi)
         first = k == lo
-        h_ll, h_l1, h_1l, h_11, h_21 = (top[..., i:i + 1, j:j + 1] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 1)))
-        head = (h_ll * h_ll + h_l1 * h_1l - total * h_ll + product, h_1l * (h_ll + h_11 - total), h_1l * h_21)
-        start_col = where(rows == lo, head[0], where(rows == lo + 1, head[1], where(rows == lo + 2, head[2], zero)))
+        h_ll, h_l1, h_1l, h_11, h_21 = (
+            top[..., i : i + 1, j : j + 1] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 1))
+        )
+        head = (
+            h_ll * h_ll + h_l1 * h_1l - total * h_ll + product,
+            h_1l * (h_ll + h_11 - total),
+            h_1l * h_21,
+        )
+        start_col = where(
+            rows == lo,
+            head[0],
+            where(rows == lo + 1, head[1], where(rows == lo + 2, head[2], zero)),
+        )
         window = (rows >= k) & (rows <= jnp.minimum(k + 2, hi))
         x = where(first, start_col, where(window, _column(h, k - 1), zero))
         tail = window & (rows > k)
@@ -593,13 +763,32 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
 
     limit = SWEEPS_PER_ROW * max(10, n) * (n - 1)
     scalar = jnp.zeros(index.shape, a.dtype)
-    init = (h, z, index + n, index, index, scalar, scalar, jnp.zeros((*a.shape[:-2], 3, 3), a.dtype), index, finite, jnp.zeros((), jnp.int32))
+    init = (
+        h,
+        z,
+        index + n,
+        index,
+        index,
+        scalar,
+        scalar,
+        jnp.zeros((*a.shape[:-2], 3, 3), a.dtype),
+        index,
+        finite,
+        jnp.zeros((), jnp.int32),
+    )
     h, z, *_, live, _ = lax.while_loop(lambda c: jnp.any(c[-2]) & (c[-1] < limit), step, init)
     h, _, _, live = _split(h)  # the last sweep's deflations; live: not converged
     h = where(rows > cols + 1, zero, h)
+
     # the 2x2 blocks in standard form: one rotation each (blocks are disjoint: one product)
-    diag = lambda off: jnp.sum(where(cols == rows + off, h, zero), axis=-2)[..., max(off, 0):n + min(off, 0)]  # noqa: E731
-    cs, sn, ba, bb, bc, bd = _standard_blocks(diag(0)[..., :-1], diag(1), diag(-1), diag(0)[..., 1:])
+    def diag(off):
+        return jnp.sum(where(cols == rows + off, h, zero), axis=-2)[
+            ..., max(off, 0) : n + min(off, 0)
+        ]
+
+    cs, sn, ba, bb, bc, bd = _standard_blocks(
+        diag(0)[..., :-1], diag(1), diag(-1), diag(0)[..., 1:]
+    )
     block = diag(-1) != 0  # (..., n-1): a block on rows j, j+1
     first_row = jnp.pad(block, [(0, 0)] * (block.ndim - 1) + [(0, 1)])  # (..., n) by row
     second_row = jnp.pad(block, [(0, 0)] * (block.ndim - 1) + [(1, 0)])
@@ -609,11 +798,21 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     g_diag = where(first_row, pad_end(cs, 1), where(second_row, pad_start(cs, 1), one))  # by column
     g_up = where(second_row, pad_start(-sn, 0), zero)  # g[j, j+1] = -sn, by column j+1
     g_low = where(first_row, pad_end(sn, 0), zero)  # g[j+1, j] = sn, by column j
-    g = where(rows == cols, g_diag[..., None, :], where(rows + 1 == cols, g_up[..., None, :], where(rows == cols + 1, g_low[..., None, :], zero)))
+    g = where(
+        rows == cols,
+        g_diag[..., None, :],
+        where(
+            rows + 1 == cols, g_up[..., None, :], where(rows == cols + 1, g_low[..., None, :], zero)
+        ),
+    )
     t = mT(g) @ h @ g
     z = z @ g
     # the blocks' entries exactly as dlanv2 gives them (the product leaves rounding there)
-    t_diag = where(first_row, pad_end(ba, 0), where(second_row, pad_start(bd, 0), jnp.sum(where(rows == cols, t, zero), axis=-2)))
+    t_diag = where(
+        first_row,
+        pad_end(ba, 0),
+        where(second_row, pad_start(bd, 0), jnp.sum(where(rows == cols, t, zero), axis=-2)),
+    )
     t = where(rows == cols, t_diag[..., None, :], t)
     t = where((rows + 1 == cols) & second_row[..., None, :], pad_start(bb, 0)[..., None, :], t)
     t = where((rows == cols + 1) & first_row[..., None, :], pad_end(bc, 0)[..., None, :], t)
@@ -651,7 +850,9 @@ def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     ids = index_range(n)
     batch = a.shape[:-2]
     nonzero = (jnp.real(a) != 0) | (jnp.imag(a) != 0) if jnp.iscomplexobj(a) else a != 0
-    pattern = where(nonzero & (ids[:, None] != ids[None, :]), 1, 0).astype(jnp.real(a).dtype)  # off-diagonal
+    pattern = where(nonzero & (ids[:, None] != ids[None, :]), 1, 0).astype(
+        jnp.real(a).dtype
+    )  # off-diagonal
     finite = jnp.all(jnp.isfinite(a), axis=(-2, -1))
     scalar = lambda v: jnp.full(batch, v, jnp.int32)  # noqa: E731
     pick = lambda v, i: jnp.sum(where(ids == i[..., None], v, 0), axis=-1, dtype=jnp.int32)  # noqa: E731  v[..., i]
@@ -659,11 +860,19 @@ def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     def step(state: tuple) -> tuple:
         perm, pos, k, hi, cursor, swapped, phase, it = state
         rows = phase == 0
-        searched = ((pos >= k[..., None]) & (pos <= hi[..., None])).astype(pattern.dtype)  # by original index
-        row_hits = (pattern @ searched[..., None])[..., 0]  # off-diagonal nonzeros among searched columns
+        searched = ((pos >= k[..., None]) & (pos <= hi[..., None])).astype(
+            pattern.dtype
+        )  # by original index
+        row_hits = (pattern @ searched[..., None])[
+            ..., 0
+        ]  # off-diagonal nonzeros among searched columns
         col_hits = (searched[..., None, :] @ pattern)[..., 0, :]
         free = where(rows[..., None], row_hits, col_hits) == 0
-        window = where(rows[..., None], (pos >= k[..., None]) & (pos <= cursor[..., None]), (pos >= cursor[..., None]) & (pos <= hi[..., None]))
+        window = where(
+            rows[..., None],
+            (pos >= k[..., None]) & (pos <= cursor[..., None]),
+            (pos >= cursor[..., None]) & (pos <= hi[..., None]),
+        )
         # the row search takes the last such position, the column search the first
         key = where(rows[..., None], pos, n - 1 - pos)
         best = jnp.max(where(free & window & (phase < 2)[..., None], key, -1), axis=-1)
@@ -671,25 +880,49 @@ def _isolate(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         at = where(rows, best, n - 1 - best)
         to = where(rows, hi, k)
         moved, other = pick(perm, at), pick(perm, to)
-        perm_new = where(ids == at[..., None], other[..., None], where(ids == to[..., None], moved[..., None], perm))
-        pos_new = where(ids == moved[..., None], to[..., None], where(ids == other[..., None], at[..., None], pos))
+        perm_new = where(
+            ids == at[..., None],
+            other[..., None],
+            where(ids == to[..., None], moved[..., None], perm),
+        )
+        pos_new = where(
+            ids == moved[..., None],
+            to[..., None],
+            where(ids == other[..., None], at[..., None], pos),
+        )
         last = found & rows & (hi == 0)  # everything isolated: LAPACK stops here (ilo = ihi = 0)
         perm, pos = where(found[..., None], perm_new, perm), where(found[..., None], pos_new, pos)
         hi = where(found & rows & ~last, hi - 1, hi)
         k = where(found & ~rows, k + 1, k)
         restart = ~found & swapped  # a pass that swapped ends: another pass
-        cursor = where(found, where(rows, at - 1, at + 1), where(restart, where(rows, hi, k), cursor))
-        phase = where(last, 2, where(~found & ~swapped, phase + 1, phase))  # a pass without a swap ends the search
+        cursor = where(
+            found, where(rows, at - 1, at + 1), where(restart, where(rows, hi, k), cursor)
+        )
+        phase = where(
+            last, 2, where(~found & ~swapped, phase + 1, phase)
+        )  # a pass without a swap ends the search
         cursor = where(~found & ~swapped & rows, k, cursor)  # the column search starts at k
         swapped = found
         return perm, pos, k, hi, cursor, swapped, jnp.minimum(phase, 2), it + 1
 
     # a matrix with inf or NaN is not permuted (its values are NaN anyway); nor one without a
     # row or column free of off-diagonal nonzeros (each pass would find none: no loop step)
-    free = jnp.any(jnp.sum(pattern, axis=-1) == 0, axis=-1) | jnp.any(jnp.sum(pattern, axis=-2) == 0, axis=-1)
-    init = (jnp.broadcast_to(ids, (*batch, n)), jnp.broadcast_to(ids, (*batch, n)), scalar(0), scalar(n - 1), scalar(n - 1),
-            jnp.zeros(batch, bool), where(finite & free, 0, 2).astype(jnp.int32), jnp.zeros((), jnp.int32))
-    perm, pos, k, hi, *_ = lax.while_loop(lambda s: jnp.any(s[6] < 2) & (s[7] < 4 * n + 4), step, init)
+    free = jnp.any(jnp.sum(pattern, axis=-1) == 0, axis=-1) | jnp.any(
+        jnp.sum(pattern, axis=-2) == 0, axis=-1
+    )
+    init = (
+        jnp.broadcast_to(ids, (*batch, n)),
+        jnp.broadcast_to(ids, (*batch, n)),
+        scalar(0),
+        scalar(n - 1),
+        scalar(n - 1),
+        jnp.zeros(batch, bool),
+        where(finite & free, 0, 2).astype(jnp.int32),
+        jnp.zeros((), jnp.int32),
+    )
+    perm, pos, k, hi, *_ = lax.while_loop(
+        lambda s: jnp.any(s[6] < 2) & (s[7] < 4 * n + 4), step, init
+    )
     return perm, pos, k, hi
 
 
@@ -738,7 +971,9 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
     block = (ids >= ilo[..., None]) & (ids <= ihi[..., None])  # (..., n)
     to_log2 = float(1 / np.log(2.0))  # a Python float: weakly typed, float32 stays float32
 
-    def scaling(c: jax.Array, r: jax.Array, inside: jax.Array, exponent: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def scaling(
+        c: jax.Array, r: jax.Array, inside: jax.Array, exponent: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(e, f, keep) of rows with column and row norms c, r whose scalings so far are 2^exponent."""
         inside = inside & (c > 0) & (r > 0) & jnp.isfinite(c + r)
         c, r = where(inside, c, 1), where(inside, r, 1)
@@ -748,7 +983,9 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
         e = where(product < r / 2, e + 1, where(product >= 2 * r, e - 1, e))
         f = power(e)
         total = exponent + e  # LAPACK's bound on the product of a row's scalings
-        keep = inside & (c * f + r / f < BALANCE_FACTOR * (c + r)) & (total > -bound) & (total < bound)
+        keep = (
+            inside & (c * f + r / f < BALANCE_FACTOR * (c + r)) & (total > -bound) & (total < bound)
+        )
         return e, where(keep, f, 1), keep
 
     def step(state: tuple) -> tuple:
@@ -757,8 +994,14 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
         hit = ids == i
         c = _norm(where(block, _magnitude(at_index(b, i, -1)[..., 0]), 0))
         r = _norm(where(block, _magnitude(at_index(b, i, -2)[..., 0, :]), 0))
-        e, f, keep = scaling(c, r, (i >= ilo) & (i <= ihi) & ~done, jnp.sum(where(hit, exponents, 0), axis=-1))
-        b = b * where(hit[:, None], 1 / f[..., None, None], 1) * where(hit[None, :], f[..., None, None], 1)
+        e, f, keep = scaling(
+            c, r, (i >= ilo) & (i <= ihi) & ~done, jnp.sum(where(hit, exponents, 0), axis=-1)
+        )
+        b = (
+            b
+            * where(hit[:, None], 1 / f[..., None, None], 1)
+            * where(hit[None, :], f[..., None, None], 1)
+        )
         exponents = where(hit & keep[..., None], exponents + e[..., None], exponents)
         kept = kept | keep
         sweep_end = i == n - 1
@@ -768,10 +1011,20 @@ def _scale(b: jax.Array, ilo: jax.Array, ihi: jax.Array) -> tuple[jax.Array, jax
     # keeps any is one test of all rows at once, and a batch of matrices that need no scaling
     # (dense ones of similar row and column norms, most of them) takes no loop step
     magnitude = where(block[..., :, None] & block[..., None, :], _magnitude(b), 0)
-    _, _, keep = scaling(_norm(mT(magnitude)), _norm(magnitude), block, jnp.zeros(block.shape, real))
+    _, _, keep = scaling(
+        _norm(mT(magnitude)), _norm(magnitude), block, jnp.zeros(block.shape, real)
+    )
     batch = b.shape[:-2]
-    init = (b, jnp.zeros((*batch, n), real), jnp.zeros(batch, bool), (ihi <= ilo) | ~jnp.any(keep, axis=-1), jnp.zeros((), jnp.int32))
-    b, exponents, *_ = lax.while_loop(lambda s: jnp.any(~s[3]) & (s[4] < BALANCE_SWEEPS * n), step, init)
+    init = (
+        b,
+        jnp.zeros((*batch, n), real),
+        jnp.zeros(batch, bool),
+        (ihi <= ilo) | ~jnp.any(keep, axis=-1),
+        jnp.zeros((), jnp.int32),
+    )
+    b, exponents, *_ = lax.while_loop(
+        lambda s: jnp.any(~s[3]) & (s[4] < BALANCE_SWEEPS * n), step, init
+    )
     return b, power(exponents)
 
 
@@ -795,7 +1048,10 @@ def _back_rows(z: jax.Array, inverse: jax.Array, d: jax.Array | None = None) -> 
     only) and moved to row perm[i] (row r read from row inverse[r])."""
     zd = z if d is None else z * d[..., :, None]
     if jnp.iscomplexobj(zd):
-        return lax.complex(take_rows(jnp.real(zd), inverse[..., :, None]), take_rows(jnp.imag(zd), inverse[..., :, None]))
+        return lax.complex(
+            take_rows(jnp.real(zd), inverse[..., :, None]),
+            take_rows(jnp.imag(zd), inverse[..., :, None]),
+        )
     return take_rows(zd, inverse[..., :, None])
 
 
@@ -811,7 +1067,9 @@ def triangular_eigenvectors(t: jax.Array) -> Parts:
     rows, cols = ids[:, None], ids[None, :]
     tr, ti = jnp.real(t), jnp.imag(t)
     zero, one = jnp.zeros((), tr.dtype), jnp.ones((), tr.dtype)
-    dr, di = (jnp.sum(where(rows == cols, p, zero), axis=-2, keepdims=True) for p in (tr, ti))  # (..., 1, n)
+    dr, di = (
+        jnp.sum(where(rows == cols, p, zero), axis=-2, keepdims=True) for p in (tr, ti)
+    )  # (..., 1, n)
     info = jnp.finfo(tr.dtype)
     eps, tiny = float(info.eps), float(info.tiny)
     smin = jnp.maximum(eps * jnp.hypot(dr, di), tiny)
@@ -839,11 +1097,16 @@ def triangular_eigenvectors(t: jax.Array) -> Parts:
         er, ei = er / scale, ei / scale  # num / e = num conj(e') / (|e'|^2 scale), e' = e / scale
         q = (er * er + ei * ei) * scale
         new_r, new_i = (num_r * er + num_i * ei) / q, (num_i * er - num_r * ei) / q
-        new_r, new_i = where(cols > i, new_r, where(cols == i, one, zero)), where(cols > i, new_i, zero)
+        new_r, new_i = (
+            where(cols > i, new_r, where(cols == i, one, zero)),
+            where(cols > i, new_i, zero),
+        )
         return where(rows == i, new_r, xr), where(rows == i, new_i, xi)
 
     eye = jnp.broadcast_to((rows == cols).astype(tr.dtype), tr.shape)
-    return lax.fori_loop(0, n, lambda r, x: step(n - 1 - r, x), (eye, jnp.zeros_like(eye)))  # a Loop: the steps are large
+    return lax.fori_loop(
+        0, n, lambda r, x: step(n - 1 - r, x), (eye, jnp.zeros_like(eye))
+    )  # a Loop: the steps are large
 
 
 def _normalized(z: jax.Array, x: Parts) -> jax.Array:
@@ -853,7 +1116,9 @@ def _normalized(z: jax.Array, x: Parts) -> jax.Array:
     overflows or underflows (gebak's scalings reach 2^bound: float32 2^103)."""
     zr, zi = jnp.real(z), jnp.imag(z)
     vr, vi = zr @ x[0] - zi @ x[1], zr @ x[1] + zi @ x[0]
-    size = mT(jnp.maximum(jnp.abs(vr), jnp.abs(vi)))[..., None]  # (..., n, m, 1): a matrix per column
+    size = mT(jnp.maximum(jnp.abs(vr), jnp.abs(vi)))[
+        ..., None
+    ]  # (..., n, m, 1): a matrix per column
     column_scale = mT(power_of_two_scale(size)[..., 0])  # (..., 1, n)
     vr, vi = vr / column_scale, vi / column_scale
     mag2 = vr * vr + vi * vi
@@ -886,9 +1151,13 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     if left:  # right vectors of t^H, reversed into upper triangular form; D^-1 back (gebak)
         flip = lambda m: jnp.flip(m, axis=(-2, -1))  # noqa: E731
         y = triangular_eigenvectors(flip(jnp.conj(mT(t))))
-        out.append(_normalized(z if d is None else _back_rows(z, inverse, 1 / d), (flip(y[0]), flip(y[1]))))
+        out.append(
+            _normalized(z if d is None else _back_rows(z, inverse, 1 / d), (flip(y[0]), flip(y[1])))
+        )
     if right:
-        out.append(_normalized(z if d is None else _back_rows(z, inverse, d), triangular_eigenvectors(t)))
+        out.append(
+            _normalized(z if d is None else _back_rows(z, inverse, d), triangular_eigenvectors(t))
+        )
     return out
 
 
@@ -900,11 +1169,73 @@ def _static_size(ctx: LoweringContext, what: str) -> None:
         )
 
 
-EIG_OPS = ("Slice", "MatMul", "Mul", "Add", "Sub", "Div", "Sqrt", "Abs", "Where", "ReduceSum", "ReduceMax", "ArgMax", "Loop")
+EIG_OPS = (
+    "Slice",
+    "MatMul",
+    "Mul",
+    "Add",
+    "Sub",
+    "Div",
+    "Sqrt",
+    "Abs",
+    "Where",
+    "ReduceSum",
+    "ReduceMax",
+    "ArgMax",
+    "Loop",
+)
 
 
-@lowering("eig", onnx_ops=(*EIG_OPS, "Sign", "And", "Cast", "Concat", "ConstantOfShape", "CumSum", "Equal", "Expand", "Floor", "Gather", "GatherElements", "GatherND", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Log", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
-def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, compute_right_eigenvectors: bool, **params: Any) -> list[ir.Value]:
+@lowering(
+    "eig",
+    onnx_ops=(
+        *EIG_OPS,
+        "Sign",
+        "And",
+        "Cast",
+        "Concat",
+        "ConstantOfShape",
+        "CumSum",
+        "Equal",
+        "Expand",
+        "Floor",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Log",
+        "Max",
+        "Min",
+        "Mod",
+        "Neg",
+        "Not",
+        "Or",
+        "Pad",
+        "Range",
+        "ReduceMin",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+    complex_pairs=True,
+)
+def _eig(
+    ctx: LoweringContext,
+    a: ir.Value,
+    *,
+    compute_left_eigenvectors: bool,
+    compute_right_eigenvectors: bool,
+    **params: Any,
+) -> list[ir.Value]:
     del params  # implementation, enable_eigvec_derivs: choices of JAX's backends and derivatives
     refuse_half_precision(ctx, "eig", "jnp.linalg.eig(a.astype(jnp.float32))")
     _static_size(ctx, "eig")
@@ -912,8 +1243,53 @@ def _eig(ctx: LoweringContext, a: ir.Value, *, compute_left_eigenvectors: bool, 
     return lower_as_jax(ctx, fn, [a])
 
 
-@lowering("schur", onnx_ops=(*EIG_OPS, "Split", "Gather", "GatherElements", "Pad", "Concat", "Mod", "And", "Cast", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Neg", "Not", "Or", "Range", "ReduceMin", "Reshape", "Scan", "Sign", "Squeeze", "Transpose", "Unsqueeze", "Xor"), complex_pairs=True)
-def _schur(ctx: LoweringContext, a: ir.Value, *, compute_schur_vectors: bool, sort_eig_vals: bool, select_callable: Any) -> list[ir.Value]:
+@lowering(
+    "schur",
+    onnx_ops=(
+        *EIG_OPS,
+        "Split",
+        "Gather",
+        "GatherElements",
+        "Pad",
+        "Concat",
+        "Mod",
+        "And",
+        "Cast",
+        "CumSum",
+        "Equal",
+        "Expand",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Neg",
+        "Not",
+        "Or",
+        "Range",
+        "ReduceMin",
+        "Reshape",
+        "Scan",
+        "Sign",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+    complex_pairs=True,
+)
+def _schur(
+    ctx: LoweringContext,
+    a: ir.Value,
+    *,
+    compute_schur_vectors: bool,
+    sort_eig_vals: bool,
+    select_callable: Any,
+) -> list[ir.Value]:
     del select_callable  # JAX's CPU lowering ignores it too (and documents it as unused)
     refuse_half_precision(ctx, "schur", "jax.scipy.linalg.schur(a.astype(jnp.float32))")
     _static_size(ctx, "schur")

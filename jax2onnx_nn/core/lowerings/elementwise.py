@@ -17,19 +17,44 @@ from jax2onnx_nn.core.lower import LoweringContext, is_float, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
 
 UNARY = {
-    "exp": "Exp", "log": "Log", "tanh": "Tanh", "abs": "Abs", "neg": "Neg", "sqrt": "Sqrt",
-    "sin": "Sin", "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "sign": "Sign",
+    "exp": "Exp",
+    "log": "Log",
+    "tanh": "Tanh",
+    "abs": "Abs",
+    "neg": "Neg",
+    "sqrt": "Sqrt",
+    "sin": "Sin",
+    "cos": "Cos",
+    "floor": "Floor",
+    "ceil": "Ceil",
+    "sign": "Sign",
     "logistic": "Sigmoid",
 }
 BINARY = {
-    "add": "Add", "sub": "Sub", "mul": "Mul", "max": "Max", "min": "Min",
-    "eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater", "ge": "GreaterOrEqual",
+    "add": "Add",
+    "sub": "Sub",
+    "mul": "Mul",
+    "max": "Max",
+    "min": "Min",
+    "eq": "Equal",
+    "lt": "Less",
+    "le": "LessOrEqual",
+    "gt": "Greater",
+    "ge": "GreaterOrEqual",
     "add_any": "Add",
 }
 # f16/f32-only ONNX ops; float64 computes through the formula beside each (see _f64_formula).
 FLOAT32_ONLY = {
-    "tan": "Tan", "asin": "Asin", "acos": "Acos", "atan": "Atan", "sinh": "Sinh", "cosh": "Cosh",
-    "asinh": "Asinh", "acosh": "Acosh", "atanh": "Atanh", "erf": "Erf",
+    "tan": "Tan",
+    "asin": "Asin",
+    "acos": "Acos",
+    "atan": "Atan",
+    "sinh": "Sinh",
+    "cosh": "Cosh",
+    "asinh": "Asinh",
+    "acosh": "Acosh",
+    "atanh": "Atanh",
+    "erf": "Erf",
 }
 
 
@@ -56,7 +81,10 @@ def _is_bool(aval: object) -> bool:
 
 # -- float ops onnxruntime has only in f16/f32 ------------------------------------------------
 
-def _float32_only(op_type: str, prim: str, ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+
+def _float32_only(
+    op_type: str, prim: str, ctx: LoweringContext, x: ir.Value, **_: object
+) -> ir.Value:
     dtype = onnx_aval(ctx.aval_in)[0]
     if dtype != np.float64 or supports(op_type, dtype):
         return getattr(ctx.op, op_type)(x)
@@ -73,7 +101,9 @@ def _f64_tan(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 
 def _f64_sinh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     # (expm1(x) - expm1(-x)) / 2 keeps relative accuracy near 0
-    return ctx.op.Mul(ctx.op.Sub(_expm1(ctx, x), _expm1(ctx, ctx.op.Neg(x))), ctx.const(0.5, like=x))
+    return ctx.op.Mul(
+        ctx.op.Sub(_expm1(ctx, x), _expm1(ctx, ctx.op.Neg(x))), ctx.const(0.5, like=x)
+    )
 
 
 def _f64_cosh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
@@ -86,7 +116,9 @@ def _f64_asinh(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     a = ctx.op.Abs(x)
     one = _one(ctx, x)
     x2 = ctx.op.Mul(a, a)
-    small = ctx.log1p(ctx.op.Add(a, ctx.op.Div(x2, ctx.op.Add(one, ctx.op.Sqrt(ctx.op.Add(one, x2))))))
+    small = ctx.log1p(
+        ctx.op.Add(a, ctx.op.Div(x2, ctx.op.Add(one, ctx.op.Sqrt(ctx.op.Add(one, x2)))))
+    )
     large = ctx.op.Add(ctx.op.Log(a), ctx.const(np.log(2.0), like=x))
     r = ctx.op.Where(ctx.op.Greater(a, ctx.const(1e150, like=x)), large, small)
     return ctx.op.Mul(ctx.op.Sign(x), r)
@@ -139,28 +171,108 @@ def _f64_erf(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 
 
 _F64_FORMULAS = {
-    "tan": _f64_tan, "sinh": _f64_sinh, "cosh": _f64_cosh, "asinh": _f64_asinh,
-    "acosh": _f64_acosh, "atanh": _f64_atanh, "atan": _f64_atan, "asin": _f64_asin,
-    "acos": _f64_acos, "erf": _f64_erf,
+    "tan": _f64_tan,
+    "sinh": _f64_sinh,
+    "cosh": _f64_cosh,
+    "asinh": _f64_asinh,
+    "acosh": _f64_acosh,
+    "atanh": _f64_atanh,
+    "atan": _f64_atan,
+    "asin": _f64_asin,
+    "acos": _f64_acos,
+    "erf": _f64_erf,
 }
 # the ops of the float64 formulas (and of the float16 path), beside the float32 op itself
 _F64_ONNX_OPS = {
     "tan": ("Cos", "Div", "Sin"),
     "sinh": ("Div", "Equal", "Exp", "IsInf", "Log", "Mul", "Neg", "Sub", "Where"),
     "cosh": ("Add", "Exp", "Mul", "Neg"),
-    "asinh": ("Abs", "Add", "Div", "Equal", "Greater", "IsInf", "Log", "Mul", "Or", "Sign", "Sqrt", "Sub", "Where"),
-    "acosh": ("Add", "Div", "Equal", "Greater", "IsInf", "Log", "Mul", "Or", "Sqrt", "Sub", "Where"),
+    "asinh": (
+        "Abs",
+        "Add",
+        "Div",
+        "Equal",
+        "Greater",
+        "IsInf",
+        "Log",
+        "Mul",
+        "Or",
+        "Sign",
+        "Sqrt",
+        "Sub",
+        "Where",
+    ),
+    "acosh": (
+        "Add",
+        "Div",
+        "Equal",
+        "Greater",
+        "IsInf",
+        "Log",
+        "Mul",
+        "Or",
+        "Sqrt",
+        "Sub",
+        "Where",
+    ),
     "atanh": ("Add", "Div", "Equal", "IsInf", "Log", "Mul", "Or", "Sub", "Where"),
     "atan": ("Add", "Cast", "Cos", "Div", "IsInf", "Mul", "Not", "Sign", "Sin", "Sub", "Where"),
-    "asin": ("Add", "Atan", "Cast", "Cos", "Div", "IsInf", "Mul", "Not", "Sign", "Sin", "Sqrt", "Sub", "Where"),
-    "acos": ("Add", "Atan", "Cast", "Cos", "Div", "Equal", "IsInf", "Mul", "Neg", "Not", "Sign", "Sin", "Sqrt", "Sub", "Where"),
-    "erf": ("Abs", "Add", "Div", "Exp", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Sub", "Where"),
+    "asin": (
+        "Add",
+        "Atan",
+        "Cast",
+        "Cos",
+        "Div",
+        "IsInf",
+        "Mul",
+        "Not",
+        "Sign",
+        "Sin",
+        "Sqrt",
+        "Sub",
+        "Where",
+    ),
+    "acos": (
+        "Add",
+        "Atan",
+        "Cast",
+        "Cos",
+        "Div",
+        "Equal",
+        "IsInf",
+        "Mul",
+        "Neg",
+        "Not",
+        "Sign",
+        "Sin",
+        "Sqrt",
+        "Sub",
+        "Where",
+    ),
+    "erf": (
+        "Abs",
+        "Add",
+        "Div",
+        "Exp",
+        "IsNaN",
+        "Less",
+        "Max",
+        "Min",
+        "Mul",
+        "Neg",
+        "Sign",
+        "Sub",
+        "Where",
+    ),
 }
 for _prim, _op in FLOAT32_ONLY.items():
-    register(_prim, partial(_float32_only, _op, _prim), onnx_ops=(_op, *_F64_ONNX_OPS.get(_prim, ())))
+    register(
+        _prim, partial(_float32_only, _op, _prim), onnx_ops=(_op, *_F64_ONNX_OPS.get(_prim, ()))
+    )
 
 
 # -- accurate formulas ----------------------------------------------------------------------
+
 
 def _expm1(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     # Kahan: (u - 1) * x / log(u) with u = exp(x) is accurate where exp(x) - 1 cancels.
@@ -214,7 +326,10 @@ def _rsqrt(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.
     return ctx.op.Div(_one(ctx, x), ctx.op.Sqrt(x))
 
 
-@lowering("cbrt", onnx_ops=("Pow", "Sign", "Abs", "And", "Div", "Greater", "IsInf", "Mul", "Not", "Sub", "Where"))
+@lowering(
+    "cbrt",
+    onnx_ops=("Pow", "Sign", "Abs", "And", "Div", "Greater", "IsInf", "Mul", "Not", "Sub", "Where"),
+)
 def _cbrt(ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
     del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob (computed in full)
     # Pow gives a seed; one Newton step y -= (y^3 - |x|) / (3 y^2) makes it correctly rounded-ish
@@ -232,7 +347,22 @@ def _is_finite(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     return ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsInf(x)))
 
 
-@lowering("round", onnx_ops=("Round", "Floor", "Abs", "Add", "Cast", "GreaterOrEqual", "IsInf", "Mul", "Sign", "Sub", "Where"))
+@lowering(
+    "round",
+    onnx_ops=(
+        "Round",
+        "Floor",
+        "Abs",
+        "Add",
+        "Cast",
+        "GreaterOrEqual",
+        "IsInf",
+        "Mul",
+        "Sign",
+        "Sub",
+        "Where",
+    ),
+)
 def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0) -> ir.Value:
     if int(rounding_method) == 1:  # TO_NEAREST_EVEN
         return ctx.op.Round(x)
@@ -276,7 +406,29 @@ def _integer_pow(ctx: LoweringContext, x: ir.Value, *, y: int) -> ir.Value:
     return ctx.op.Div(ctx.const(1, like=x), result) if y < 0 else result
 
 
-@lowering("atan2", onnx_ops=("Atan", "Div", "Where", "Abs", "Add", "And", "Cast", "Cos", "Equal", "Greater", "IsInf", "Less", "Mul", "Not", "Or", "Sign", "Sin", "Sub"))
+@lowering(
+    "atan2",
+    onnx_ops=(
+        "Atan",
+        "Div",
+        "Where",
+        "Abs",
+        "Add",
+        "And",
+        "Cast",
+        "Cos",
+        "Equal",
+        "Greater",
+        "IsInf",
+        "Less",
+        "Mul",
+        "Not",
+        "Or",
+        "Sign",
+        "Sin",
+        "Sub",
+    ),
+)
 def _atan2(ctx: LoweringContext, y: ir.Value, x: ir.Value) -> ir.Value:
     # atan2(y, x) = sign(y) * atan2(|y|, x), signed zeros and infinities as C atan2. The sign
     # is applied by a product after the quadrant selection: onnxruntime's Where returns +0 for
@@ -309,12 +461,20 @@ def _copysign_one(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 
 # -- logical / bitwise ----------------------------------------------------------------------
 
-def _logical(bool_op: str, int_op: str, ctx: LoweringContext, *xs: ir.Value, **_: object) -> ir.Value:
+
+def _logical(
+    bool_op: str, int_op: str, ctx: LoweringContext, *xs: ir.Value, **_: object
+) -> ir.Value:
     op = bool_op if _is_bool(ctx.aval_in) else int_op
     return getattr(ctx.op, op)(*xs)
 
 
-for _prim, (_b, _i) in {"and": ("And", "BitwiseAnd"), "or": ("Or", "BitwiseOr"), "xor": ("Xor", "BitwiseXor"), "not": ("Not", "BitwiseNot")}.items():
+for _prim, (_b, _i) in {
+    "and": ("And", "BitwiseAnd"),
+    "or": ("Or", "BitwiseOr"),
+    "xor": ("Xor", "BitwiseXor"),
+    "not": ("Not", "BitwiseNot"),
+}.items():
     register(_prim, partial(_logical, _b, _i), onnx_ops=(_b, _i))
 
 
@@ -326,7 +486,9 @@ def _ne(ctx: LoweringContext, x: ir.Value, y: ir.Value) -> ir.Value:
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _bit_shift(ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arithmetic: bool) -> ir.Value:
+def _bit_shift(
+    ctx: LoweringContext, x: ir.Value, s: ir.Value, direction: str, arithmetic: bool
+) -> ir.Value:
     """Shifts on the unsigned view of x; shift counts >= the bit width give 0 (or the sign)."""
     dtype = onnx_aval(ctx.aval_in)[0]
     bits = dtype.itemsize * 8
@@ -360,12 +522,16 @@ def _shift_right_logical(ctx: LoweringContext, x: ir.Value, s: ir.Value) -> ir.V
     return _bit_shift(ctx, x, s, "RIGHT", arithmetic=False)
 
 
-@lowering("shift_right_arithmetic", onnx_ops=("BitShift", "BitwiseNot", "Cast", "GreaterOrEqual", "Less", "Where"))
+@lowering(
+    "shift_right_arithmetic",
+    onnx_ops=("BitShift", "BitwiseNot", "Cast", "GreaterOrEqual", "Less", "Where"),
+)
 def _shift_right_arithmetic(ctx: LoweringContext, x: ir.Value, s: ir.Value) -> ir.Value:
     return _bit_shift(ctx, x, s, "RIGHT", arithmetic=True)
 
 
 # -- selection, clamping, conversion --------------------------------------------------------
+
 
 @lowering("select_n", onnx_ops=("Where", "Equal", "Mul", "Xor"))
 def _select_n(ctx: LoweringContext, which: ir.Value, *cases: ir.Value) -> ir.Value:
@@ -376,7 +542,9 @@ def _select_n(ctx: LoweringContext, which: ir.Value, *cases: ir.Value) -> ir.Val
     # an integer selector: a chain of Wheres, last case first
     result = cases[-1]
     for i in range(len(cases) - 2, -1, -1):
-        result = _where(ctx, ctx.op.Equal(which, ctx.const(i, like=ctx.avals_in[0])), cases[i], result)
+        result = _where(
+            ctx, ctx.op.Equal(which, ctx.const(i, like=ctx.avals_in[0])), cases[i], result
+        )
     return result
 
 
@@ -401,14 +569,20 @@ def _where(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value) -> i
     return ctx.op.Mul(ctx.op.Where(negated, one, x), ctx.op.Where(which, one, y))
 
 
-_SAME_VALUES = frozenset(["Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Transpose", "Flatten"])
+_SAME_VALUES = frozenset(
+    ["Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Transpose", "Flatten"]
+)
 
 
 def _may_be_negative_zero(value: ir.Value) -> bool:
     """False when ``value`` is provably never -0.0: not a float, a constant without one, an Abs."""
     if value.dtype is None or not value.dtype.is_floating_point():
         return False
-    while value.const_value is None and (producer := value.producer()) is not None and producer.op_type in _SAME_VALUES:
+    while (
+        value.const_value is None
+        and (producer := value.producer()) is not None
+        and producer.op_type in _SAME_VALUES
+    ):
         value = producer.inputs[0]
     if value.const_value is not None:
         array = value.const_value.numpy()
@@ -422,8 +596,17 @@ def _clamp(ctx: LoweringContext, lo: ir.Value, x: ir.Value, hi: ir.Value) -> ir.
     return ctx.op.Min(ctx.op.Max(x, lo), hi)
 
 
-@lowering("convert_element_type", onnx_ops=("Cast", "Equal", "GreaterOrEqual", "IsNaN", "Max", "Min", "Not", "Where"))
-def _convert_element_type(ctx: LoweringContext, x: ir.Value, *, new_dtype: object, sharding: object = None, weak_type: bool = False,
+@lowering(
+    "convert_element_type",
+    onnx_ops=("Cast", "Equal", "GreaterOrEqual", "IsNaN", "Max", "Min", "Not", "Where"),
+)
+def _convert_element_type(
+    ctx: LoweringContext,
+    x: ir.Value,
+    *,
+    new_dtype: object,
+    sharding: object = None,
+    weak_type: bool = False,
 ) -> ir.Value:
     # weak typing is JAX's promotion rule while tracing: the output aval's dtype is the type;
     # a sharding places the value on devices, which a single ONNX graph does not
@@ -464,7 +647,18 @@ def _passthrough(ctx: LoweringContext, *xs: ir.Value, **_: object) -> ir.Value |
 
 # primitives that do nothing to values once exported (gradients, sharding, placement, names):
 # complex values pass through as their (real, imag) pairs (jnp.linalg.solve's stop_gradient)
-for _prim in ("stop_gradient", "optimization_barrier", "copy", "copy_p", "sharding_constraint", "device_put", "name", "pvary", "mesh_cast", "reshard"):
+for _prim in (
+    "stop_gradient",
+    "optimization_barrier",
+    "copy",
+    "copy_p",
+    "sharding_constraint",
+    "device_put",
+    "name",
+    "pvary",
+    "mesh_cast",
+    "reshard",
+):
     register(_prim, _passthrough, onnx_ops=(), complex_pairs=True)
 
 
@@ -485,23 +679,65 @@ def _erf64(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     frac = big_x
     for k in range(60, 0, -1):
         frac = ctx.op.Add(big_x, ctx.op.Div(ctx.const(k / 2.0, like=x), frac))
-    erfc = ctx.op.Div(ctx.op.Exp(ctx.op.Neg(ctx.op.Mul(big_x, big_x))), ctx.op.Mul(frac, ctx.const(np.sqrt(np.pi), like=x)))
+    erfc = ctx.op.Div(
+        ctx.op.Exp(ctx.op.Neg(ctx.op.Mul(big_x, big_x))),
+        ctx.op.Mul(frac, ctx.const(np.sqrt(np.pi), like=x)),
+    )
     tail = ctx.op.Sub(_one(ctx, x), erfc)
     r = ctx.op.Where(ctx.op.Less(a, ctx.const(2.5, like=x)), series, tail)
     r = ctx.op.Where(ctx.op.IsNaN(x), x, r)
     return ctx.op.Mul(ctx.op.Sign(x), r)
 
 
-@lowering("erf_inv", onnx_ops=("Log", "Sqrt", "Where", "Abs", "Add", "Div", "Equal", "Exp", "IsInf", "IsNaN", "Less", "Max", "Min", "Mul", "Neg", "Sign", "Sub"))
+@lowering(
+    "erf_inv",
+    onnx_ops=(
+        "Log",
+        "Sqrt",
+        "Where",
+        "Abs",
+        "Add",
+        "Div",
+        "Equal",
+        "Exp",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "Max",
+        "Min",
+        "Mul",
+        "Neg",
+        "Sign",
+        "Sub",
+    ),
+)
 def _erf_inv(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     """Giles' single-precision approximation (as XLA uses), refined by Newton in float64."""
     dtype = onnx_aval(ctx.aval_in)[0]
     one = _one(ctx, x)
     w = ctx.op.Neg(ctx.op.Log(ctx.op.Mul(ctx.op.Sub(one, x), ctx.op.Add(one, x))))
-    central = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-               -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
-    tail = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-            -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
+    central = [
+        2.81022636e-08,
+        3.43273939e-07,
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
+    ]
+    tail = [
+        -0.000200214257,
+        0.000100950558,
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
+    ]
 
     def horner(coeffs: list[float], t: ir.Value) -> ir.Value:
         p = ctx.const(coeffs[0], like=x)
@@ -516,7 +752,9 @@ def _erf_inv(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     if dtype == np.float64:
         for _ in range(3):
             err = ctx.op.Sub(_erf64(ctx, y), x)
-            deriv = ctx.op.Mul(ctx.const(2.0 / np.sqrt(np.pi), like=x), ctx.op.Exp(ctx.op.Neg(ctx.op.Mul(y, y))))
+            deriv = ctx.op.Mul(
+                ctx.const(2.0 / np.sqrt(np.pi), like=x), ctx.op.Exp(ctx.op.Neg(ctx.op.Mul(y, y)))
+            )
             step = ctx.op.Div(err, deriv)
             y = ctx.op.Where(ctx.op.IsInf(y), y, ctx.op.Sub(y, step))
     inf = ctx.const(np.inf, like=x)

@@ -47,14 +47,23 @@ def _use_matmul(n: Any, ctx: LoweringContext) -> bool:
     if jxi.is_symbolic_dim(n):
         return False
     n, opset = int(n), ctx.opset
-    return (opset < DFT_OPSET or n <= MATMUL_ALWAYS or (n & (n - 1) != 0 and n <= MATMUL_MAX)
-            or not ctx.target.runs("DFT") and n <= MATMUL_MAX)
+    return (
+        opset < DFT_OPSET
+        or n <= MATMUL_ALWAYS
+        or (n & (n - 1) != 0 and n <= MATMUL_MAX)
+        or not ctx.target.runs("DFT")
+        and n <= MATMUL_MAX
+    )
 
 
 def _runtime_matmul(n: Any, ctx: LoweringContext) -> bool:
     """A length done by a MatMul against matrices built at run time: a symbolic one below opset
     17, and one up to NO_DFT_MAX or symbolic for a target without DFT."""
-    return ctx.opset < DFT_OPSET or not ctx.target.runs("DFT") and (jxi.is_symbolic_dim(n) or int(n) <= NO_DFT_MAX)
+    return (
+        ctx.opset < DFT_OPSET
+        or not ctx.target.runs("DFT")
+        and (jxi.is_symbolic_dim(n) or int(n) <= NO_DFT_MAX)
+    )
 
 
 def _angles(rows: int, cols: int, n: int) -> np.ndarray:
@@ -139,7 +148,12 @@ class _Axis:
         last = self.rank - 2
         size = ctx.dim_scalar(n)
         half = op.Add(op.Div(size, ctx.ints(2)), ctx.ints(1))  # n // 2 + 1 bins of a real signal
-        rows, cols = {FFT: (size, size), IFFT: (size, size), RFFT: (size, half), IRFFT: (half, size)}[kind]
+        rows, cols = {
+            FFT: (size, size),
+            IFFT: (size, size),
+            RFFT: (size, half),
+            IRFFT: (half, size),
+        }[kind]
         cos, sin = self._trig(size, rows, cols)
         if kind in (FFT, RFFT):
             sin = op.Neg(sin)
@@ -147,8 +161,14 @@ class _Axis:
             weight = ctx.const(1.0, dtype=_F64)
             if kind == IRFFT:
                 k = ctx.cast(op.Range(ctx.ints(0), half, ctx.ints(1)), _F64)
-                once = op.Or(op.Equal(k, ctx.const(0.0, dtype=_F64)), op.Equal(op.Add(k, k), ctx.cast(size, _F64)))
-                weight = op.Unsqueeze(op.Where(once, ctx.const(1.0, dtype=_F64), ctx.const(2.0, dtype=_F64)), ctx.ints([1]))
+                once = op.Or(
+                    op.Equal(k, ctx.const(0.0, dtype=_F64)),
+                    op.Equal(op.Add(k, k), ctx.cast(size, _F64)),
+                )
+                weight = op.Unsqueeze(
+                    op.Where(once, ctx.const(1.0, dtype=_F64), ctx.const(2.0, dtype=_F64)),
+                    ctx.ints([1]),
+                )
             weight = op.Div(weight, ctx.cast(size, _F64))
             cos, sin = op.Mul(cos, weight), op.Mul(sin, weight)
         cos, sin = ctx.cast(cos, self.dtype), ctx.cast(sin, self.dtype)
@@ -159,7 +179,10 @@ class _Axis:
         re, im = (op.Gather(x, ctx.ints(i), axis=last + 1) for i in (0, 1))
         if kind == IRFFT:  # pairs (..., n // 2 + 1, 2) -> real (..., n)
             return op.Sub(op.MatMul(re, cos), op.MatMul(im, sin))
-        parts = [op.Sub(op.MatMul(re, cos), op.MatMul(im, sin)), op.Add(op.MatMul(re, sin), op.MatMul(im, cos))]
+        parts = [
+            op.Sub(op.MatMul(re, cos), op.MatMul(im, sin)),
+            op.Add(op.MatMul(re, sin), op.MatMul(im, cos)),
+        ]
         y = op.Concat(*[op.Unsqueeze(p, ctx.ints([-1])) for p in parts], axis=-1)
         if perm is not None:
             y = op.Transpose(y, perm=[int(p) for p in np.argsort(perm)])
@@ -187,7 +210,9 @@ class _Axis:
             return self.runtime_matmul(x, axis, n, IFFT if inverse else FFT)
         if not inverse:
             return self.dft(x, axis)
-        return self.conj_scaled(self.dft(self.conj_scaled(x, 1), axis), n)  # ifft = conj(fft(conj)) / n
+        return self.conj_scaled(
+            self.dft(self.conj_scaled(x, 1), axis), n
+        )  # ifft = conj(fft(conj)) / n
 
     def real_to_complex(self, x: ir.Value, n: Any) -> ir.Value:
         """RFFT over the last axis of a real tensor (rank - 1 dims)."""
@@ -209,15 +234,45 @@ class _Axis:
         m = n // 2 + 1
         # bins n-m .. 1 (reversed), conjugated: X[n - k] for k = m .. n-1
         mirrored = ctx.slice(x, [axis], [ctx.index(n - m)], [0], [-1])
-        full = self.op.Concat(ctx.slice(x, [axis], [0], [ctx.index(m)]), self.conj_scaled(mirrored, 1), axis=axis)
+        full = self.op.Concat(
+            ctx.slice(x, [axis], [0], [ctx.index(m)]), self.conj_scaled(mirrored, 1), axis=axis
+        )
         spectrum = self.dft(self.conj_scaled(full, 1), axis)
         real = self.op.Gather(spectrum, ctx.ints(0), axis=self.rank - 1)
         return self.op.Div(real, ctx.cast(ctx.dim(n), self.dtype))
 
 
-@lowering("fft", onnx_ops=("DFT", "MatMul", "Reshape", "Transpose", "Mul", "Div", "Concat", "Slice", "Gather", "Unsqueeze",
-                           "Range", "Mod", "Cos", "Sin", "Cast", "Neg", "Add", "Sub", "Equal", "Or", "Where", "Squeeze"), complex_pairs=True)
-def _fft(ctx: LoweringContext, x: ir.Value, *, fft_type: Any, fft_lengths: tuple[Any, ...]) -> ir.Value:
+@lowering(
+    "fft",
+    onnx_ops=(
+        "DFT",
+        "MatMul",
+        "Reshape",
+        "Transpose",
+        "Mul",
+        "Div",
+        "Concat",
+        "Slice",
+        "Gather",
+        "Unsqueeze",
+        "Range",
+        "Mod",
+        "Cos",
+        "Sin",
+        "Cast",
+        "Neg",
+        "Add",
+        "Sub",
+        "Equal",
+        "Or",
+        "Where",
+        "Squeeze",
+    ),
+    complex_pairs=True,
+)
+def _fft(
+    ctx: LoweringContext, x: ir.Value, *, fft_type: Any, fft_lengths: tuple[Any, ...]
+) -> ir.Value:
     kind = int(getattr(fft_type, "value", fft_type))
     complex_aval = ctx.aval_out if kind == RFFT else ctx.aval_in
     dtype = jxi.real_dtype(complex_aval.dtype)

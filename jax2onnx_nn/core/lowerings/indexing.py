@@ -82,8 +82,13 @@ class _Plan:
         return [*self.batch_shape, *(self.window[d] for d in self.windows)]
 
 
-def _plan(shape: Sequence[Dim], window: Sequence[Dim], index_map: Sequence[int],
-          batching: dict[int, int], batch_shape: Sequence[Dim]) -> _Plan:
+def _plan(
+    shape: Sequence[Dim],
+    window: Sequence[Dim],
+    index_map: Sequence[int],
+    batching: dict[int, int],
+    batch_shape: Sequence[Dim],
+) -> _Plan:
     kinds = []
     for d, (size, w) in enumerate(zip(shape, window, strict=True)):
         if d in batching:
@@ -94,7 +99,9 @@ def _plan(shape: Sequence[Dim], window: Sequence[Dim], index_map: Sequence[int],
             kinds.append(POINT)
         else:
             kinds.append(WINDOW)
-    return _Plan(tuple(shape), tuple(window), tuple(index_map), batching, tuple(batch_shape), tuple(kinds))
+    return _Plan(
+        tuple(shape), tuple(window), tuple(index_map), batching, tuple(batch_shape), tuple(kinds)
+    )
 
 
 def _batching(operand_dims: Sequence[int], indices_dims: Sequence[int]) -> dict[int, int]:
@@ -102,7 +109,9 @@ def _batching(operand_dims: Sequence[int], indices_dims: Sequence[int]) -> dict[
 
 
 # -- building blocks --------------------------------------------------------------------------
-def _arrange(ctx: LoweringContext, x: ir.Value, labels: Sequence[int | None], shape: Sequence[Dim]) -> ir.Value:
+def _arrange(
+    ctx: LoweringContext, x: ir.Value, labels: Sequence[int | None], shape: Sequence[Dim]
+) -> ir.Value:
     """Move axis ``a`` of ``x`` to position ``labels[a]`` of ``shape``; None marks a size-1 axis
     to drop, and size-1 positions of ``shape`` no axis is labelled with are inserted."""
     kept = sorted((label, a) for a, label in enumerate(labels) if label is not None)
@@ -115,14 +124,22 @@ def _arrange(ctx: LoweringContext, x: ir.Value, labels: Sequence[int | None], sh
     return x
 
 
-def _starts(ctx: LoweringContext, indices: ir.Value, plan: _Plan, *, masked: bool,
-            wrap_to: np.dtype | None = None) -> tuple[ir.Value, ir.Value | None]:
+def _starts(
+    ctx: LoweringContext,
+    indices: ir.Value,
+    plan: _Plan,
+    *,
+    masked: bool,
+    wrap_to: np.dtype | None = None,
+) -> tuple[ir.Value, ir.Value | None]:
     """Clamped int64 start indices, and (when ``masked``) whether each window is in bounds.
     ``wrap_to``: an integer type the indices are first converted to, wrapping as in JAX."""
     limits = [plan.shape[d] - plan.window[d] for d in plan.index_map]
     # what the indices' value range (an iota's, lu's permutation: core/value_range.py) proves
     static = not any(jxi.is_symbolic_dim(v) for v in limits)
-    above, below = within(indices, 0, min(int(v) for v in limits) if limits and static else np.iinfo(np.int64).min)
+    above, below = within(
+        indices, 0, min(int(v) for v in limits) if limits and static else np.iinfo(np.int64).min
+    )
     if above and below:
         return ctx.cast(indices, np.int64), None
     bounds = ctx.shape_tensor(limits)
@@ -132,7 +149,9 @@ def _starts(ctx: LoweringContext, indices: ir.Value, plan: _Plan, *, masked: boo
     as_i64 = ctx.cast(indices, np.int64)
     keep = None
     if masked and plan.index_map:
-        inside = ctx.op.And(ctx.op.GreaterOrEqual(as_i64, ctx.ints(0)), ctx.op.LessOrEqual(as_i64, bounds))
+        inside = ctx.op.And(
+            ctx.op.GreaterOrEqual(as_i64, ctx.ints(0)), ctx.op.LessOrEqual(as_i64, bounds)
+        )
         keep = ctx.all(inside, [-1])
     if dtype == np.uint64:  # values above 2**63 turn negative as int64: clamp them first
         as_i64 = ctx.cast(ctx.op.Min(indices, ctx.cast(bounds, np.uint64)), np.int64)
@@ -146,7 +165,9 @@ def _column(ctx: LoweringContext, start: ir.Value, plan: _Plan, d: int) -> ir.Va
     return ctx.op.Gather(start, ctx.ints(plan.index_map.index(d)), axis=-1)
 
 
-def _coordinates(ctx: LoweringContext, plan: _Plan, start: ir.Value, leading: Sequence[int] = ()) -> ir.Value:
+def _coordinates(
+    ctx: LoweringContext, plan: _Plan, start: ir.Value, leading: Sequence[int] = ()
+) -> ir.Value:
     """The GatherND/ScatterND index: shape (*batch, *windows, columns), int64, one column per
     coordinate dim (``leading`` batch dims excepted: GatherND's ``batch_dims`` covers them)."""
     coords = [d for d in plan.coords if d not in leading]
@@ -179,7 +200,9 @@ def _coordinates(ctx: LoweringContext, plan: _Plan, start: ir.Value, leading: Se
     return pieces[0] if len(pieces) == 1 else ctx.op.Concat(*pieces, axis=-1)
 
 
-def _coordinate_layout(ctx: LoweringContext, x: ir.Value, plan: _Plan, leading: Sequence[int] = ()) -> ir.Value:
+def _coordinate_layout(
+    ctx: LoweringContext, x: ir.Value, plan: _Plan, leading: Sequence[int] = ()
+) -> ir.Value:
     """The operand with ``leading`` dims, then coordinate dims, then whole dims (a leading
     size-1 dim stands in for the coordinate when there is none)."""
     coords = [d for d in plan.coords if d not in leading]
@@ -203,14 +226,50 @@ def _mode(mode: Any) -> lax.GatherScatterMode:
 
 
 # -- gather -----------------------------------------------------------------------------------
-@lowering("gather", onnx_ops=("Gather", "GatherElements", "GatherND", "Slice", "Where", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Expand", "GreaterOrEqual", "LessOrEqual", "Max", "Min", "Range", "ReduceMin", "Reshape", "Squeeze", "Transpose", "Unsqueeze"))
-def _gather(ctx: LoweringContext, operand: ir.Value, indices: ir.Value, *, dimension_numbers: Any,
-            slice_sizes: Sequence[Dim], mode: Any, fill_value: Any = None, **_: object) -> ir.Value:
+@lowering(
+    "gather",
+    onnx_ops=(
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Slice",
+        "Where",
+        "Add",
+        "And",
+        "Cast",
+        "Concat",
+        "ConstantOfShape",
+        "Expand",
+        "GreaterOrEqual",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Range",
+        "ReduceMin",
+        "Reshape",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+    ),
+)
+def _gather(
+    ctx: LoweringContext,
+    operand: ir.Value,
+    indices: ir.Value,
+    *,
+    dimension_numbers: Any,
+    slice_sizes: Sequence[Dim],
+    mode: Any,
+    fill_value: Any = None,
+    **_: object,
+) -> ir.Value:
     dn = dimension_numbers
     shape = onnx_aval(ctx.avals_in[0])[1]
     out_dtype, out_shape = onnx_aval(ctx.aval_out)
     rank, out_rank = len(slice_sizes), len(ctx.aval_out.shape)
-    batching = _batching(getattr(dn, "operand_batching_dims", ()), getattr(dn, "start_indices_batching_dims", ()))
+    batching = _batching(
+        getattr(dn, "operand_batching_dims", ()), getattr(dn, "start_indices_batching_dims", ())
+    )
     window = (*slice_sizes, *shape[rank:])  # key data dims are taken whole
     plan = _plan(shape, window, dn.start_index_map, batching, ctx.avals_in[1].shape[:-1])
 
@@ -221,7 +280,9 @@ def _gather(ctx: LoweringContext, operand: ir.Value, indices: ir.Value, *, dimen
     batch_pos = [p for p in range(out_rank) if p not in dn.offset_dims]
 
     if has_zero(out_shape):
-        return ctx.op.ConstantOfShape(ctx.shape_tensor(out_shape), value=ir.tensor(np.zeros(1, out_dtype)))
+        return ctx.op.ConstantOfShape(
+            ctx.shape_tensor(out_shape), value=ir.tensor(np.zeros(1, out_dtype))
+        )
     masked = _mode(mode) == lax.GatherScatterMode.FILL_OR_DROP
     wrap_to = _fill_index_dtype(ctx.avals_in[0].shape) if masked else None
     start, keep = _starts(ctx, indices, plan, masked=masked, wrap_to=wrap_to)
@@ -240,8 +301,15 @@ def _fill_index_dtype(shape: Sequence[Dim]) -> np.dtype:
     return np.dtype(np.int64 if any(d > np.iinfo(np.int32).max for d in shape) else np.int32)
 
 
-def _gather_windows(ctx: LoweringContext, x: ir.Value, start: ir.Value, plan: _Plan, batch_pos: list[int],
-                    offset_pos: dict[int, int], out_shape: Sequence[Dim]) -> ir.Value:
+def _gather_windows(
+    ctx: LoweringContext,
+    x: ir.Value,
+    start: ir.Value,
+    plan: _Plan,
+    batch_pos: list[int],
+    offset_pos: dict[int, int],
+    out_shape: Sequence[Dim],
+) -> ir.Value:
     coords, nb = plan.coords, plan.batch_rank
     if len(coords) == 1 and plan.kinds[coords[0]] == POINT:
         (d,) = coords
@@ -262,7 +330,11 @@ def _gather_windows(ctx: LoweringContext, x: ir.Value, start: ir.Value, plan: _P
     leading = _leading_batch(plan)
     data = _coordinate_layout(ctx, x, plan, leading)
     out = ctx.op.GatherND(data, _coordinates(ctx, plan, start, leading), batch_dims=len(leading))
-    labels = batch_pos + [offset_pos.get(d) for d in plan.windows] + [offset_pos.get(d) for d in plan.whole]
+    labels = (
+        batch_pos
+        + [offset_pos.get(d) for d in plan.windows]
+        + [offset_pos.get(d) for d in plan.whole]
+    )
     return _arrange(ctx, out, labels, out_shape)
 
 
@@ -285,12 +357,28 @@ def _is_take_along_axis(plan: _Plan) -> bool:
 
 
 # -- scatter ----------------------------------------------------------------------------------
-SCATTER = {"scatter": "none", "scatter-add": "add", "scatter-sub": "add", "scatter-mul": "mul",
-           "scatter-min": "min", "scatter-max": "max"}
+SCATTER = {
+    "scatter": "none",
+    "scatter-add": "add",
+    "scatter-sub": "add",
+    "scatter-mul": "mul",
+    "scatter-min": "min",
+    "scatter-max": "max",
+}
 
 
-def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: ir.Value, updates: ir.Value, *,
-             dimension_numbers: Any, mode: Any, update_jaxpr: Any = None, **_: object) -> ir.Value:
+def _scatter(
+    reduction: str,
+    ctx: LoweringContext,
+    operand: ir.Value,
+    indices: ir.Value,
+    updates: ir.Value,
+    *,
+    dimension_numbers: Any,
+    mode: Any,
+    update_jaxpr: Any = None,
+    **_: object,
+) -> ir.Value:
     prim = ctx.eqn.primitive.name
     if prim == "scatter" and update_jaxpr is not None and not _is_overwrite(update_jaxpr):
         raise NotImplementedError("scatter with a custom update function (lax.scatter_apply)")
@@ -298,13 +386,20 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
     shape = onnx_aval(ctx.avals_in[0])[1]
     update_shape = onnx_aval(ctx.avals_in[2])[1]
     rank = len(ctx.avals_in[0].shape)
-    batching = _batching(getattr(dn, "operand_batching_dims", ()), getattr(dn, "scatter_indices_batching_dims", ()))
+    batching = _batching(
+        getattr(dn, "operand_batching_dims", ()), getattr(dn, "scatter_indices_batching_dims", ())
+    )
     inserted = set(dn.inserted_window_dims) | set(batching)
     window_dims = [d for d in range(rank) if d not in inserted] + list(range(rank, len(shape)))
-    update_window_axes = [*dn.update_window_dims, *range(len(ctx.avals_in[2].shape), len(update_shape))]
+    update_window_axes = [
+        *dn.update_window_dims,
+        *range(len(ctx.avals_in[2].shape), len(update_shape)),
+    ]
     window_of = dict(zip(window_dims, update_window_axes, strict=True))
     window = [update_shape[window_of[d]] if d in window_of else 1 for d in range(len(shape))]
-    plan = _plan(shape, window, dn.scatter_dims_to_operand_dims, batching, ctx.avals_in[1].shape[:-1])
+    plan = _plan(
+        shape, window, dn.scatter_dims_to_operand_dims, batching, ctx.avals_in[1].shape[:-1]
+    )
     if has_zero(update_shape):
         return operand
 
@@ -318,7 +413,9 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
         count = _prod(plan.index_shape)
         if plan.windows:  # a window is kept or dropped as a whole
             window_axes = list(range(plan.batch_rank, len(plan.index_shape)))
-            keep = ctx.op.Expand(ctx.op.Unsqueeze(keep, ctx.ints(window_axes)), ctx.shape_tensor(plan.index_shape))
+            keep = ctx.op.Expand(
+                ctx.op.Unsqueeze(keep, ctx.ints(window_axes)), ctx.shape_tensor(plan.index_shape)
+            )
         keep = ctx.reshape(keep, [count])
         index = ctx.reshape(index, [count, max(len(plan.coords), 1)])
         rows = ctx.reshape(rows, [count, *whole_shape])
@@ -335,7 +432,9 @@ def _scatter(reduction: str, ctx: LoweringContext, operand: ir.Value, indices: i
     return out if perm == sorted(perm) else ctx.op.Transpose(out, perm=list(np.argsort(perm)))
 
 
-def _update_rows(ctx: LoweringContext, updates: ir.Value, plan: _Plan, window_of: dict[int, int]) -> ir.Value:
+def _update_rows(
+    ctx: LoweringContext, updates: ir.Value, plan: _Plan, window_of: dict[int, int]
+) -> ir.Value:
     """Updates laid out as ScatterND wants them: (*batch, *windows, *whole dims)."""
     windows, whole = plan.windows, plan.whole
     labels: list[int | None] = []
@@ -365,13 +464,25 @@ def _negate(ctx: LoweringContext, x: ir.Value, dtype: np.dtype) -> ir.Value:
 _PREFERRED_ZERO = {"min": -0.0, "max": 0.0}
 
 
-def _ieee_extremum(ctx: LoweringContext, reduction: str, data: ir.Value, index: ir.Value,
-                   rows: ir.Value, out: ir.Value) -> ir.Value:
+def _ieee_extremum(
+    ctx: LoweringContext,
+    reduction: str,
+    data: ir.Value,
+    index: ir.Value,
+    rows: ir.Value,
+    out: ir.Value,
+) -> ir.Value:
     """JAX's min/max propagate NaN and order -0 below +0; ScatterND's do neither. A second
     ScatterND takes the max of per-value flags (2: NaN, 1: the preferred zero) and fixes both."""
-    flags = ctx.op.ScatterND(_flags(ctx, reduction, data), index, _flags(ctx, reduction, rows), reduction="max")
+    flags = ctx.op.ScatterND(
+        _flags(ctx, reduction, data), index, _flags(ctx, reduction, rows), reduction="max"
+    )
     zero = ctx.const(_PREFERRED_ZERO[reduction], like=out)
-    fixed = ctx.op.Where(ctx.op.And(ctx.op.Equal(flags, _u8(ctx, 1)), ctx.op.Equal(out, ctx.const(0, like=out))), zero, out)
+    fixed = ctx.op.Where(
+        ctx.op.And(ctx.op.Equal(flags, _u8(ctx, 1)), ctx.op.Equal(out, ctx.const(0, like=out))),
+        zero,
+        out,
+    )
     return ctx.op.Where(ctx.op.Equal(flags, _u8(ctx, 2)), ctx.const(math.nan, like=out), fixed)
 
 
@@ -384,7 +495,9 @@ def _flags(ctx: LoweringContext, reduction: str, x: ir.Value) -> ir.Value:
     sign = ctx.op.Div(ctx.const(1, like=x), x)  # +-inf tells +0 from -0
     preferred = ctx.op.Less(sign, zero) if reduction == "min" else ctx.op.Greater(sign, zero)
     is_zero = ctx.op.And(ctx.op.Equal(x, zero), preferred)
-    return ctx.op.Where(ctx.op.IsNaN(x), _u8(ctx, 2), ctx.op.Where(is_zero, _u8(ctx, 1), _u8(ctx, 0)))
+    return ctx.op.Where(
+        ctx.op.IsNaN(x), _u8(ctx, 2), ctx.op.Where(is_zero, _u8(ctx, 1), _u8(ctx, 0))
+    )
 
 
 def _is_overwrite(update_jaxpr: Any) -> bool:
@@ -394,8 +507,35 @@ def _is_overwrite(update_jaxpr: Any) -> bool:
 
 
 for _prim, _reduction in SCATTER.items():
-    register(_prim, partial(_scatter, _reduction), onnx_ops=(
-        "ScatterND", "Compress", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Div", "Equal", "Expand",
-        "Gather", "Greater", "GreaterOrEqual", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Range", "ReduceMin",
-        "Reshape", "Squeeze", "Transpose", "Unsqueeze", "Where", "Neg",
-    ))
+    register(
+        _prim,
+        partial(_scatter, _reduction),
+        onnx_ops=(
+            "ScatterND",
+            "Compress",
+            "Add",
+            "And",
+            "Cast",
+            "Concat",
+            "ConstantOfShape",
+            "Div",
+            "Equal",
+            "Expand",
+            "Gather",
+            "Greater",
+            "GreaterOrEqual",
+            "IsNaN",
+            "Less",
+            "LessOrEqual",
+            "Max",
+            "Min",
+            "Range",
+            "ReduceMin",
+            "Reshape",
+            "Squeeze",
+            "Transpose",
+            "Unsqueeze",
+            "Where",
+            "Neg",
+        ),
+    )

@@ -37,7 +37,10 @@ from jax2onnx_nn.core.symbolic import has_zero
 
 # -- dot_general ------------------------------------------------------------------------------
 
-def _matmul_plan(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> tuple[bool, list[int], list[int]] | None:
+
+def _matmul_plan(
+    lhs_rank: int, rhs_rank: int, dimension_numbers: tuple
+) -> tuple[bool, list[int], list[int]] | None:
     """(swap operands?, lhs perm, rhs perm) making dot_general one numpy-style MatMul, or None.
 
     MatMul contracts the last axis of its first operand with the second-to-last of its second
@@ -77,8 +80,12 @@ def _einsum_equation(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> 
     return f"{''.join(lhs)},{''.join(rhs)}->{''.join(out)}"
 
 
-@lowering("dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "ConstantOfShape", "Concat"))
-def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object) -> ir.Value:
+@lowering(
+    "dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "ConstantOfShape", "Concat")
+)
+def _dot_general(
+    ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object
+) -> ir.Value:
     out_dtype = onnx_aval(ctx.aval_out)[0]
     if has_zero([*ctx.avals_in[0].shape, *ctx.avals_in[1].shape]):
         # an empty result or an empty sum (onnxruntime's Einsum divides by zero on these)
@@ -99,7 +106,23 @@ def _dot_general(ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimensio
 
 # -- conv_general_dilated ---------------------------------------------------------------------
 
-@lowering("conv_general_dilated", onnx_ops=("Conv", "ConvTranspose", "Transpose", "Einsum", "Cast", "Concat", "ConstantOfShape", "Pad", "Reshape", "Slice", "Unsqueeze"))
+
+@lowering(
+    "conv_general_dilated",
+    onnx_ops=(
+        "Conv",
+        "ConvTranspose",
+        "Transpose",
+        "Einsum",
+        "Cast",
+        "Concat",
+        "ConstantOfShape",
+        "Pad",
+        "Reshape",
+        "Slice",
+        "Unsqueeze",
+    ),
+)
 def _conv_general_dilated(
     ctx: LoweringContext,
     lhs: ir.Value,
@@ -131,9 +154,18 @@ def _conv_general_dilated(
     if batch_group_count > 1:
         x, x_dims = _batch_groups_to_features(ctx, x, x_dims, batch_group_count)
         groups = batch_group_count
-    conv = _Conv(tuple(window_strides), tuple(padding), tuple(lhs_dilation), tuple(rhs_dilation), groups, y_dims)
+    conv = _Conv(
+        tuple(window_strides),
+        tuple(padding),
+        tuple(lhs_dilation),
+        tuple(rhs_dilation),
+        groups,
+        y_dims,
+    )
     if conv.fits_conv_transpose(w_dims) and can_conv(dtype):
-        return permute(ctx, _conv_transpose(ctx, x, rhs, rhs_spec, w_dims, conv), np.argsort(out_spec))
+        return permute(
+            ctx, _conv_transpose(ctx, x, rhs, rhs_spec, w_dims, conv), np.argsort(out_spec)
+        )
     w = permute(ctx, rhs, rhs_spec)
     if not can_conv(dtype) or len(x_dims) == 2:
         y = _conv_by_einsum(ctx, x, w, x_dims, w_dims, conv, dtype)
@@ -142,8 +174,13 @@ def _conv_general_dilated(
         x = dilate(ctx, x, x_dims, (1, 1, *conv.lhs_dilation), zero)
         x, pads = conv_padding(ctx, x, [(0, 0), (0, 0), *conv.padding], zero)
         y = ctx.op.Conv(
-            x, w, kernel_shape=[int(k) for k in w_dims[2:]], strides=list(conv.strides),
-            dilations=list(conv.rhs_dilation), pads=pads, group=groups,
+            x,
+            w,
+            kernel_shape=[int(k) for k in w_dims[2:]],
+            strides=list(conv.strides),
+            dilations=list(conv.rhs_dilation),
+            pads=pads,
+            group=groups,
         )
     return permute(ctx, y, np.argsort(out_spec))
 
@@ -159,7 +196,9 @@ class _Conv:
     groups: int
     y_dims: list[Any]
 
-    def transpose_pads(self, w_dims: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    def transpose_pads(
+        self, w_dims: Sequence[Any]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """ConvTranspose ``pads`` and ``output_padding`` equal to this conv (see _conv_transpose)."""
         if any(jxi.is_symbolic_dim(k) for k in w_dims):
             return None
@@ -171,7 +210,9 @@ class _Conv:
         return self.transpose_pads(w_dims) is not None
 
 
-def _batch_groups_to_features(ctx: LoweringContext, x: ir.Value, dims: list[Any], groups: int) -> tuple[ir.Value, list[Any]]:
+def _batch_groups_to_features(
+    ctx: LoweringContext, x: ir.Value, dims: list[Any], groups: int
+) -> tuple[ir.Value, list[Any]]:
     """[G*N, C, S..] -> [N, G*C, S..]: batch group g (a block of the batch) meets feature group g."""
     n, c, spatial = dims[0] // groups, dims[1], dims[2:]
     x = ctx.reshape(x, [groups, n, c, *spatial])
@@ -180,28 +221,61 @@ def _batch_groups_to_features(ctx: LoweringContext, x: ir.Value, dims: list[Any]
     return ctx.reshape(x, new_dims), new_dims
 
 
-def _conv_transpose(ctx: LoweringContext, x: ir.Value, rhs: ir.Value, rhs_spec: Sequence[int], w_dims: Sequence[Any], conv: _Conv) -> ir.Value:
+def _conv_transpose(
+    ctx: LoweringContext,
+    x: ir.Value,
+    rhs: ir.Value,
+    rhs_spec: Sequence[int],
+    w_dims: Sequence[Any],
+    conv: _Conv,
+) -> ir.Value:
     """A conv with lhs dilation s and stride 1 is a ConvTranspose with stride s (see
     ``core/layers/conv.py``)."""
     w = conv_transpose_kernel(ctx, rhs, rhs_spec, w_dims, conv.groups, weight=False)
     pads, extra = conv.transpose_pads(w_dims)
     return conv_transpose(
-        ctx, x, w, None, kernel_shape=w_dims[2:], strides=conv.lhs_dilation, dilations=conv.rhs_dilation,
-        pads=pads, output_padding=extra, group=conv.groups,
+        ctx,
+        x,
+        w,
+        None,
+        kernel_shape=w_dims[2:],
+        strides=conv.lhs_dilation,
+        dilations=conv.rhs_dilation,
+        pads=pads,
+        output_padding=extra,
+        group=conv.groups,
     )
 
 
-def _conv_by_einsum(ctx: LoweringContext, x: ir.Value, w: ir.Value, x_dims: list[Any], w_dims: list[Any], conv: _Conv, dtype: np.dtype) -> ir.Value:
+def _conv_by_einsum(
+    ctx: LoweringContext,
+    x: ir.Value,
+    w: ir.Value,
+    x_dims: list[Any],
+    w_dims: list[Any],
+    conv: _Conv,
+    dtype: np.dtype,
+) -> ir.Value:
     """Conv for types onnxruntime has no Conv kernel for (float64, integers): gather one
     strided slice of the input per kernel tap, then contract taps and features in an Einsum."""
     n = len(x_dims) - 2
     zero = ctx.const(np.zeros((), dtype))
     x = dilate(ctx, x, x_dims, (1, 1, *conv.lhs_dilation), zero)
     x = pad(ctx, x, [(0, 0), (0, 0), *conv.padding], zero)
-    dims = [*x_dims[:2], *(d + lo + hi for d, (lo, hi) in zip(dilated_dims(x_dims[2:], conv.lhs_dilation), conv.padding, strict=True))]
+    dims = [
+        *x_dims[:2],
+        *(
+            d + lo + hi
+            for d, (lo, hi) in zip(
+                dilated_dims(x_dims[2:], conv.lhs_dilation), conv.padding, strict=True
+            )
+        ),
+    ]
     spatial = list(range(2, 2 + n))
     kernel = [int(k) for k in w_dims[2:]]
-    taps = window_slices(ctx, x, dims, spatial, kernel, conv.strides, conv.rhs_dilation, conv.y_dims[2:])
+    taps = window_slices(
+        ctx, x, dims, spatial, kernel, conv.strides, conv.rhs_dilation, conv.y_dims[2:]
+    )
     taps = [ctx.op.Unsqueeze(t, ctx.ints([2])) for t in taps]
     patches = ctx.op.Concat(*taps, axis=2) if len(taps) > 1 else taps[0]  # [N, C, taps, S'..]
     k = math.prod(kernel)

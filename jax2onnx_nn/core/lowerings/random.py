@@ -28,7 +28,25 @@ from jax2onnx_nn.core.registry import lowering, register
 
 _THREEFRY_OPS = ("Add", "BitShift", "BitwiseOr", "BitwiseXor")
 # a key primitive lowered through its JAX implementation: threefry and the key plumbing around it
-_KEY_IMPL_OPS = (*_THREEFRY_OPS, "BitwiseAnd", "Cast", "Concat", "ConstantOfShape", "Less", "Max", "Min", "Mul", "Range", "Reshape", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze", "Where")
+_KEY_IMPL_OPS = (
+    *_THREEFRY_OPS,
+    "BitwiseAnd",
+    "Cast",
+    "Concat",
+    "ConstantOfShape",
+    "Less",
+    "Max",
+    "Min",
+    "Mul",
+    "Range",
+    "Reshape",
+    "Slice",
+    "Split",
+    "Squeeze",
+    "Transpose",
+    "Unsqueeze",
+    "Where",
+)
 
 
 def _identity(ctx: LoweringContext, keys: ir.Value, **_: Any) -> ir.Value:
@@ -47,7 +65,20 @@ for _name in ("random_seed", "random_bits", "random_split", "random_fold_in"):
     register(_name, _through_key_impl, key_data=True, onnx_ops=_KEY_IMPL_OPS)
 
 
-@lowering("iota_2x32_shape", onnx_ops=("Range", "Reshape", "Cast", "ConstantOfShape", "BitShift", "Add", "Mul", "Unsqueeze", "Squeeze"))
+@lowering(
+    "iota_2x32_shape",
+    onnx_ops=(
+        "Range",
+        "Reshape",
+        "Cast",
+        "ConstantOfShape",
+        "BitShift",
+        "Add",
+        "Mul",
+        "Unsqueeze",
+        "Squeeze",
+    ),
+)
 def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) -> list[ir.Value]:
     """Row-major flat indices of ``shape`` as 64-bit counts split into (high, low) uint32 words.
 
@@ -111,12 +142,23 @@ class _Words:
         """(low, high) words of the 64-bit product m * x."""
         product = self.op.Mul(self.op.Cast(x, to=ir.DataType.UINT64), self.const(m, np.uint64))
         high = self.op.BitShift(product, self.const(32, np.uint64), direction="RIGHT")
-        return self.op.Cast(product, to=ir.DataType.UINT32), self.op.Cast(high, to=ir.DataType.UINT32)
+        return self.op.Cast(product, to=ir.DataType.UINT32), self.op.Cast(
+            high, to=ir.DataType.UINT32
+        )
 
 
 _SKEIN_PARITY = 0x1BD11BDA
 _THREEFRY2X32_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # per group of four rounds
-_THREEFRY4X32_ROTATIONS = ((10, 26), (11, 21), (13, 27), (23, 5), (6, 20), (17, 11), (25, 10), (18, 20))
+_THREEFRY4X32_ROTATIONS = (
+    (10, 26),
+    (11, 21),
+    (13, 27),
+    (23, 5),
+    (6, 20),
+    (17, 11),
+    (25, 10),
+    (18, 20),
+)
 _PHILOX_WEYL = (0x9E3779B9, 0xBB67AE85)  # key bumps per round
 _PHILOX2X32_M = 0xD256D193
 _PHILOX4X32_M = (0xD2511F53, 0xCD9E8D57)
@@ -154,7 +196,9 @@ def _threefry4x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) ->
 
 
 @lowering("philox2x32", onnx_ops=("Mul", "Cast", "BitShift", "BitwiseXor", "Add"))
-def _philox2x32(ctx: LoweringContext, k0: ir.Value, x0: ir.Value, x1: ir.Value, **_: Any) -> list[ir.Value]:
+def _philox2x32(
+    ctx: LoweringContext, k0: ir.Value, x0: ir.Value, x1: ir.Value, **_: Any
+) -> list[ir.Value]:
     w = _Words(ctx)
     for rnd in range(10):
         if rnd:
@@ -165,7 +209,9 @@ def _philox2x32(ctx: LoweringContext, k0: ir.Value, x0: ir.Value, x1: ir.Value, 
 
 
 @lowering("philox4x32", onnx_ops=("Mul", "Cast", "BitShift", "BitwiseXor", "Add"))
-def _philox4x32(ctx: LoweringContext, k0: ir.Value, k1: ir.Value, *counts: ir.Value, **_: Any) -> list[ir.Value]:
+def _philox4x32(
+    ctx: LoweringContext, k0: ir.Value, k1: ir.Value, *counts: ir.Value, **_: Any
+) -> list[ir.Value]:
     w = _Words(ctx)
     x0, x1, x2, x3 = counts
     for rnd in range(10):

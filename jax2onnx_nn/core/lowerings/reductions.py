@@ -56,7 +56,10 @@ def _from_order_key(ctx: LoweringContext, key: ir.Value, dtype: np.dtype) -> ir.
 
 # -- reduce_sum / prod / max / min ------------------------------------------------------------
 
-def _reduce_arith(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object) -> ir.Value:
+
+def _reduce_arith(
+    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object
+) -> ir.Value:
     if not axes:
         return x
     dtype, shape = onnx_aval(ctx.aval_in)
@@ -72,7 +75,15 @@ def _reduce_arith(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tupl
     return _integer_fold(ctx, x, dtype, shape, axes, product=op_type == "ReduceProd")
 
 
-def _integer_fold(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tuple[Any, ...], axes: Sequence[int], *, product: bool) -> ir.Value:
+def _integer_fold(
+    ctx: LoweringContext,
+    x: ir.Value,
+    dtype: np.dtype,
+    shape: tuple[Any, ...],
+    axes: Sequence[int],
+    *,
+    product: bool,
+) -> ir.Value:
     """Exact, wrapping sum or product over ``axes``: per axis, append the identity, take the
     running sum (CumSum) or product (a scan of Mul) and keep the last element."""
     shape_now = list(shape)
@@ -91,7 +102,9 @@ def _integer_fold(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tup
     return x
 
 
-def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object) -> ir.Value:
+def _reduce_extremum(
+    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object
+) -> ir.Value:
     if not axes:
         return x
     dtype = _dtype(ctx.aval_in)
@@ -116,9 +129,17 @@ def _reduce_extremum(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: t
 
 REDUCE = {  # rule, ONNX op, the ops of its special cases (integer and NaN handling, ...)
     "reduce_sum": (_reduce_arith, "ReduceSum", ("Cast", "CumSum", "Gather", "Pad")),
-    "reduce_prod": (_reduce_arith, "ReduceProd", ("Add", "CumProd", "Gather", "Less", "Loop", "Mul", "Neg", "Pad", "Slice", "Squeeze")),
+    "reduce_prod": (
+        _reduce_arith,
+        "ReduceProd",
+        ("Add", "CumProd", "Gather", "Less", "Loop", "Mul", "Neg", "Pad", "Slice", "Squeeze"),
+    ),
     "reduce_max": (_reduce_extremum, "ReduceMax", ("Add", "Cast", "Clip", "IsNaN", "Where")),
-    "reduce_min": (_reduce_extremum, "ReduceMin", ("Add", "Cast", "Clip", "IsNaN", "ReduceMax", "Where")),
+    "reduce_min": (
+        _reduce_extremum,
+        "ReduceMin",
+        ("Add", "Cast", "Clip", "IsNaN", "ReduceMax", "Where"),
+    ),
 }
 for _prim, (_rule, _op, _more) in REDUCE.items():
     register(_prim, partial(_rule, _op), onnx_ops=(_op, *_more))
@@ -126,7 +147,10 @@ for _prim, (_rule, _op, _more) in REDUCE.items():
 
 # -- reduce_and / or / xor: bool and bitwise ---------------------------------------------------
 
-def _reduce_bits(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object) -> ir.Value:
+
+def _reduce_bits(
+    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object
+) -> ir.Value:
     """Fold each bit plane (a trailing axis of 0/1 uint8) with min (and), max (or) or sum (xor),
     then put the bits back together. Bools are a single plane."""
     if not axes:
@@ -137,44 +161,78 @@ def _reduce_bits(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple
     else:
         unsigned = np.dtype(f"uint{8 * dtype.itemsize}")
         shifts = ctx.const(np.arange(8 * dtype.itemsize, dtype=unsigned))
-        bits = ctx.op.BitShift(ctx.op.Unsqueeze(ctx.cast(x, unsigned), ctx.ints([-1])), shifts, direction="RIGHT")
-        planes = ctx.cast(ctx.op.Mod(bits, ctx.const(2, dtype=unsigned)), _U8)  # Mod, not BitwiseAnd: opset 17 has it
+        bits = ctx.op.BitShift(
+            ctx.op.Unsqueeze(ctx.cast(x, unsigned), ctx.ints([-1])), shifts, direction="RIGHT"
+        )
+        planes = ctx.cast(
+            ctx.op.Mod(bits, ctx.const(2, dtype=unsigned)), _U8
+        )  # Mod, not BitwiseAnd: opset 17 has it
     # bit 0 is the answer: empty uint8 ReduceMin gives 255 and xor is the parity of the sum
     folded = ctx.op.Mod(ctx.reduce(op_type, planes, axes), ctx.const(2, dtype=_U8))
     if dtype == np.bool_:
         return ctx.cast(folded, dtype)
     # the planes times their bit values, summed: MatMul is exact on int64 (ReduceSum is not)
-    weights = ctx.const((np.uint64(1) << np.arange(8 * dtype.itemsize, dtype=np.uint64)).astype(_I64))
+    weights = ctx.const(
+        (np.uint64(1) << np.arange(8 * dtype.itemsize, dtype=np.uint64)).astype(_I64)
+    )
     return ctx.cast(ctx.op.MatMul(ctx.cast(folded, _I64), weights), dtype)
 
 
 BITWISE = {"reduce_and": "ReduceMin", "reduce_or": "ReduceMax", "reduce_xor": "ReduceSum"}
 for _prim, _op in BITWISE.items():
-    register(_prim, partial(_reduce_bits, _op), onnx_ops=(_op, "BitShift", "Mod", "MatMul", "Cast", "Unsqueeze"))
+    register(
+        _prim,
+        partial(_reduce_bits, _op),
+        onnx_ops=(_op, "BitShift", "Mod", "MatMul", "Cast", "Unsqueeze"),
+    )
 
 
 # -- argmax / argmin ---------------------------------------------------------------------------
 
-def _arg(op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], index_dtype: object = None, **_: object) -> ir.Value:
+
+def _arg(
+    op_type: str,
+    ctx: LoweringContext,
+    x: ir.Value,
+    *,
+    axes: tuple[int, ...],
+    index_dtype: object = None,
+    **_: object,
+) -> ir.Value:
     (axis,) = axes
     dtype = _dtype(ctx.aval_in)
-    r = getattr(ctx.op, op_type)(_order_key(ctx, x, dtype), axis=axis, keepdims=0, select_last_index=0)
+    r = getattr(ctx.op, op_type)(
+        _order_key(ctx, x, dtype), axis=axis, keepdims=0, select_last_index=0
+    )
     if is_float(dtype):
         # onnxruntime skips NaNs; in JAX the first NaN is both the max and the min
         nan = ctx.cast(ctx.op.IsNaN(x), _U8)
-        r = ctx.op.Where(ctx.any(nan, [axis]), ctx.op.ArgMax(nan, axis=axis, keepdims=0, select_last_index=0), r)
+        r = ctx.op.Where(
+            ctx.any(nan, [axis]), ctx.op.ArgMax(nan, axis=axis, keepdims=0, select_last_index=0), r
+        )
     out = _dtype(ctx.aval_out)
     return r if out == _I64 else ctx.cast(r, out)
 
 
-register("argmax", partial(_arg, "ArgMax"), onnx_ops=("ArgMax", "IsNaN", "Where", "Add", "Cast", "ReduceMax"))
-register("argmin", partial(_arg, "ArgMin"), onnx_ops=("ArgMin", "IsNaN", "Where", "Add", "ArgMax", "Cast", "ReduceMax"))
+register(
+    "argmax",
+    partial(_arg, "ArgMax"),
+    onnx_ops=("ArgMax", "IsNaN", "Where", "Add", "Cast", "ReduceMax"),
+)
+register(
+    "argmin",
+    partial(_arg, "ArgMin"),
+    onnx_ops=("ArgMin", "IsNaN", "Where", "Add", "ArgMax", "Cast", "ReduceMax"),
+)
 
 
 # -- cumulative reductions ---------------------------------------------------------------------
 
+
 @lowering("cumsum", onnx_ops=("CumSum",))
-def _cumsum(ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object) -> ir.Value:
+def _cumsum(
+    ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object
+) -> ir.Value:
     return ctx.op.CumSum(x, ctx.ints(axis), reverse=int(reverse))
 
 
@@ -195,13 +253,23 @@ SCANS: dict[str, tuple[Callable[..., Any], Callable[[np.dtype], Any]]] = {
 }
 
 
-def _combiner(ctx: LoweringContext, fn: Callable[..., Any], spec: jax.ShapeDtypeStruct) -> Callable[[LoweringContext, ir.Value, ir.Value], ir.Value]:
+def _combiner(
+    ctx: LoweringContext, fn: Callable[..., Any], spec: jax.ShapeDtypeStruct
+) -> Callable[[LoweringContext, ir.Value, ir.Value], ir.Value]:
     """``fn`` traced at ``spec`` and lowered by our own rules, into any context's graph."""
     closed = jax.make_jaxpr(fn)(spec, spec)
     return lambda c, x, y: c.lower_sub(closed, [x, y])[0]
 
 
-def _shifted(ctx: LoweringContext, x: ir.Value, step: int | ir.Value, axis: int, rank: int, reverse: bool, fill: ir.Value) -> ir.Value:
+def _shifted(
+    ctx: LoweringContext,
+    x: ir.Value,
+    step: int | ir.Value,
+    axis: int,
+    rank: int,
+    reverse: bool,
+    fill: ir.Value,
+) -> ir.Value:
     """``x`` moved by ``step`` along ``axis`` (towards the end, or the start if reverse), the
     vacated places holding ``fill``; ``step`` is an int or an int64 [1] tensor."""
     onehot = np.zeros(2 * rank, dtype=_I64)
@@ -216,14 +284,25 @@ def _shifted(ctx: LoweringContext, x: ir.Value, step: int | ir.Value, axis: int,
     return ctx.slice(padded, [axis], [0], [neg_step])
 
 
-def _cumulative(prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object) -> ir.Value:
+def _cumulative(
+    prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object
+) -> ir.Value:
     dtype, shape = onnx_aval(ctx.aval_in)
     if prim == "cumlogsumexp" and not is_float(dtype):
         raise NotImplementedError(f"cumlogsumexp of {dtype}")
     return _scan_values(ctx, x, prim, dtype, shape, axis, reverse=reverse)
 
 
-def _scan_values(ctx: LoweringContext, x: ir.Value, prim: str, dtype: np.dtype, shape: tuple[Any, ...], axis: int, *, reverse: bool) -> ir.Value:
+def _scan_values(
+    ctx: LoweringContext,
+    x: ir.Value,
+    prim: str,
+    dtype: np.dtype,
+    shape: tuple[Any, ...],
+    axis: int,
+    *,
+    reverse: bool,
+) -> ir.Value:
     """Hillis-Steele scan: log2(n) steps of ``y = combine(y, shift(y, 2**k))`` (exact: the
     shifted-in values are the combine's identity). A symbolic length runs the steps in a Loop.
     From opset 26 a product is one ONNX ``CumProd`` (see :func:`_uses_cumprod`)."""
@@ -256,7 +335,14 @@ def _uses_cumprod(ctx: LoweringContext, dtype: np.dtype) -> bool:
     return ctx.opset >= CUMPROD_OPSET and not (is_float(dtype) and dtype.itemsize == 2)
 
 
-def _doubling_loop(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, shape: tuple[Any, ...], n: ir.Value, step: Callable[..., ir.Value]) -> ir.Value:
+def _doubling_loop(
+    ctx: LoweringContext,
+    x: ir.Value,
+    dtype: np.dtype,
+    shape: tuple[Any, ...],
+    n: ir.Value,
+    step: Callable[..., ir.Value],
+) -> ir.Value:
     """A Loop running ``y = step(body, y, s)`` for s = 1, 2, 4, ... while s < n."""
     body = ctx.body("scan_body")
     graph = body.builder
@@ -276,7 +362,20 @@ _COMBINER_OPS = {  # the ops of each combiner (SCANS), lowered by our rules
     "cumprod": ("CumProd",),
     "cummax": ("Max",),
     "cummin": ("Min",),
-    "cumlogsumexp": ("Abs", "Div", "Equal", "Exp", "IsInf", "Log", "Max", "Not", "Or", "Sub", "Where", "Xor"),
+    "cumlogsumexp": (
+        "Abs",
+        "Div",
+        "Equal",
+        "Exp",
+        "IsInf",
+        "Log",
+        "Max",
+        "Not",
+        "Or",
+        "Sub",
+        "Where",
+        "Xor",
+    ),
 }
 for _prim in SCANS:
     register(_prim, partial(_cumulative, _prim), onnx_ops=(*_COMBINER_OPS[_prim], *_SCAN_OPS))
@@ -284,7 +383,10 @@ for _prim in SCANS:
 
 # -- sort / top_k --------------------------------------------------------------------------------
 
-def _sort_keys(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, *, signed_zero: bool) -> list[ir.Value]:
+
+def _sort_keys(
+    ctx: LoweringContext, x: ir.Value, dtype: np.dtype, *, signed_zero: bool
+) -> list[ir.Value]:
     """Keys, most significant first, whose lexicographic order (by TopK) is JAX's order of ``x``:
     NaN above +inf, and -0 below +0 when ``signed_zero`` (top_k) else equal to it (sort)."""
     if not is_float(dtype):
@@ -294,10 +396,16 @@ def _sort_keys(ctx: LoweringContext, x: ir.Value, dtype: np.dtype, *, signed_zer
     if dtype != _F64:
         # a narrower float is finite in float64: +inf becomes the largest finite float64 and
         # NaN becomes +inf, -0 a number between the negatives and +0, so one key suffices
-        key = ctx.op.Where(ctx.op.IsInf(x, detect_negative=0), ctx.const(np.finfo(_F64).max, dtype=_F64), ctx.cast(x, _F64))
+        key = ctx.op.Where(
+            ctx.op.IsInf(x, detect_negative=0),
+            ctx.const(np.finfo(_F64).max, dtype=_F64),
+            ctx.cast(x, _F64),
+        )
         key = ctx.op.Where(nan, inf, key)
         if signed_zero:
-            key = ctx.op.Where(_is_signed_zero(ctx, x, negative=True), ctx.const(-1e-300, dtype=_F64), key)
+            key = ctx.op.Where(
+                _is_signed_zero(ctx, x, negative=True), ctx.const(-1e-300, dtype=_F64), key
+            )
         return [key]
     tie = ctx.op.Or(nan, _is_signed_zero(ctx, x, negative=False)) if signed_zero else nan
     return [ctx.op.Where(nan, inf, x), ctx.cast(tie, _U8)]
@@ -310,7 +418,13 @@ def _is_signed_zero(ctx: LoweringContext, x: ir.Value, *, negative: bool) -> ir.
 
 
 def _lex_order(
-    ctx: LoweringContext, keys: list[ir.Value], axis: int, n: ir.Value, k: ir.Value, *, largest: bool
+    ctx: LoweringContext,
+    keys: list[ir.Value],
+    axis: int,
+    n: ir.Value,
+    k: ir.Value,
+    *,
+    largest: bool,
 ) -> ir.Value:
     """int64 indices of the first ``k`` along ``axis`` in lexicographic order of ``keys``, ties by
     lower index: one stable TopK pass per key, least significant first (onnxruntime's TopK
@@ -327,7 +441,9 @@ def _lex_order(
 
 
 @lowering("sort", onnx_ops=("TopK", "GatherElements", "Add", "Cast", "IsInf", "IsNaN", "Where"))
-def _sort(ctx: LoweringContext, *operands: ir.Value, dimension: int, num_keys: int = 1, **_: object) -> list[ir.Value]:
+def _sort(
+    ctx: LoweringContext, *operands: ir.Value, dimension: int, num_keys: int = 1, **_: object
+) -> list[ir.Value]:
     # JAX's sort is stable when asked, and any stable order is a valid unstable one
     n = ctx.aval_in.shape[dimension]
     if not jxi.is_symbolic_dim(n) and n <= 1:
@@ -341,8 +457,27 @@ def _sort(ctx: LoweringContext, *operands: ir.Value, dimension: int, num_keys: i
     return [ctx.op.GatherElements(v, order, axis=dimension) for v in operands]
 
 
-@lowering("top_k", onnx_ops=("TopK", "GatherElements", "Add", "And", "Cast", "Equal", "Greater", "IsInf", "IsNaN", "Less", "Or", "Reciprocal", "Where"))
-def _top_k(ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: object) -> list[ir.Value]:
+@lowering(
+    "top_k",
+    onnx_ops=(
+        "TopK",
+        "GatherElements",
+        "Add",
+        "And",
+        "Cast",
+        "Equal",
+        "Greater",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "Or",
+        "Reciprocal",
+        "Where",
+    ),
+)
+def _top_k(
+    ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: object
+) -> list[ir.Value]:
     # XLA's top_k uses the total order of floats: -0 < +0 and NaN above +inf
     shape = ctx.aval_in.shape
     axis %= len(shape)
@@ -361,7 +496,9 @@ def _approx_top_k(
     (`<`), so -0 and +0 tie and ties keep the lower index, sliced to the output's size (k, or
     the larger size ``aggregate_to_topk=False`` asks for). NaN has no place in that order
     (XLA's result then depends on its sort; docs/limitations.md)."""
-    del params  # k, recall_target, reduction_input_size_override, aggregate_to_topk: size of the output
+    del (
+        params
+    )  # k, recall_target, reduction_input_size_override, aggregate_to_topk: size of the output
     axis = reduction_dimension % len(ctx.aval_in.shape)
     keys = _sort_keys(ctx, x, _dtype(ctx.aval_in), signed_zero=False)
     count = ctx.dim(ctx.avals_out[0].shape[axis])
@@ -371,8 +508,11 @@ def _approx_top_k(
 
 # -- reduce with a custom computation ------------------------------------------------------------
 
+
 @lowering("reduce", onnx_ops=("Slice", "Concat", "Squeeze", "Expand"))
-def _reduce_custom(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions: tuple[int, ...], **_: object) -> list[ir.Value]:
+def _reduce_custom(
+    ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions: tuple[int, ...], **_: object
+) -> list[ir.Value]:
     """A pairwise tree: halve each reduced axis, combining elements 2i and 2i+1 by the
     computation (traced elementwise at the half's shape), so every partial result covers a
     contiguous run and an associative computation gives XLA's sequential answer even when it is
@@ -405,9 +545,22 @@ def _reduce_custom(ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions
         while n > 1:
             half = n // 2
             shape[axis] = half
-            pairs = combine([part(x, axis, 0, 2 * half, 2) for x in xs], [part(x, axis, 1, 2 * half, 2) for x in xs], shape)
-            xs = pairs if n % 2 == 0 else [ctx.op.Concat(p, part(x, axis, n - 1, n), axis=axis) for p, x in zip(pairs, xs, strict=True)]
+            pairs = combine(
+                [part(x, axis, 0, 2 * half, 2) for x in xs],
+                [part(x, axis, 1, 2 * half, 2) for x in xs],
+                shape,
+            )
+            xs = (
+                pairs
+                if n % 2 == 0
+                else [
+                    ctx.op.Concat(p, part(x, axis, n - 1, n), axis=axis)
+                    for p, x in zip(pairs, xs, strict=True)
+                ]
+            )
             n = shape[axis] = half + n % 2
         xs = [ctx.op.Squeeze(x, ctx.ints([axis])) for x in xs]
         del shape[axis]
-    return combine([ctx.op.Expand(init, ctx.shape_tensor(out_shape)) for init in inits], xs, out_shape)
+    return combine(
+        [ctx.op.Expand(init, ctx.shape_tensor(out_shape)) for init in inits], xs, out_shape
+    )

@@ -49,7 +49,14 @@ def _transpose(ctx: LoweringContext, x: ir.Value, perm: Sequence[int], aval: Any
 
 # -- reshape / broadcast / transpose ----------------------------------------------------------
 @lowering("reshape", onnx_ops=("Reshape", "Transpose", "Concat"), key_data=True)
-def _reshape(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, new_sizes: tuple, dimensions: Sequence[int] | None = None, **_: object) -> ir.Value:
+def _reshape(
+    ctx: LoweringContext,
+    x: ir.Value,
+    *dyn: ir.Value,
+    new_sizes: tuple,
+    dimensions: Sequence[int] | None = None,
+    **_: object,
+) -> ir.Value:
     if dyn:
         raise NotImplementedError("reshape with dynamic (run-time) shape operands")
     in_shape = tuple(ctx.aval_in.shape)
@@ -62,7 +69,14 @@ def _reshape(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, new_sizes: tuple
 
 
 @lowering("broadcast_in_dim", onnx_ops=("Unsqueeze", "Expand", "Concat", "Slice"), key_data=True)
-def _broadcast_in_dim(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, shape: tuple, broadcast_dimensions: Sequence[int], **_: object) -> ir.Value:
+def _broadcast_in_dim(
+    ctx: LoweringContext,
+    x: ir.Value,
+    *dyn: ir.Value,
+    shape: tuple,
+    broadcast_dimensions: Sequence[int],
+    **_: object,
+) -> ir.Value:
     if dyn:
         raise NotImplementedError("broadcast_in_dim with dynamic (run-time) shape operands")
     in_shape = tuple(ctx.aval_in.shape)
@@ -87,12 +101,16 @@ def _broadcast_in_dim(ctx: LoweringContext, x: ir.Value, *dyn: ir.Value, shape: 
 
 
 @lowering("transpose", onnx_ops=("Transpose",), key_data=True)
-def _transpose_rule(ctx: LoweringContext, x: ir.Value, *, permutation: Sequence[int], **_: object) -> ir.Value:
+def _transpose_rule(
+    ctx: LoweringContext, x: ir.Value, *, permutation: Sequence[int], **_: object
+) -> ir.Value:
     return _transpose(ctx, x, permutation, ctx.aval_in)
 
 
 @lowering("squeeze", onnx_ops=("Squeeze",), key_data=True)
-def _squeeze(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **_: object) -> ir.Value:
+def _squeeze(
+    ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **_: object
+) -> ir.Value:
     if not dimensions:
         return x
     rank = len(ctx.aval_in.shape)  # not the ONNX rank: key data dims trail
@@ -132,7 +150,9 @@ def _unstack(ctx: LoweringContext, x: ir.Value, *, axis: int, **_: object) -> li
 
 
 @lowering("split", onnx_ops=("Split", "Concat"), key_data=True)
-def _split(ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int, **_: object) -> list[ir.Value]:
+def _split(
+    ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int, **_: object
+) -> list[ir.Value]:
     if len(sizes) == 1:
         return [x]
     axis = axis % len(ctx.aval_in.shape)
@@ -141,7 +161,14 @@ def _split(ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int
 
 # -- pad / slice / rev ------------------------------------------------------------------------
 @lowering("pad", onnx_ops=("Pad", "Slice", "Unsqueeze", "Reshape", "Concat"))
-def _pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, *, padding_config: Sequence[tuple[int, int, int]], **_: object) -> ir.Value:
+def _pad(
+    ctx: LoweringContext,
+    x: ir.Value,
+    value: ir.Value,
+    *,
+    padding_config: Sequence[tuple[int, int, int]],
+    **_: object,
+) -> ir.Value:
     if _key_rank(ctx.aval_in):
         raise NotImplementedError("pad of an array of PRNG keys")
     lows, highs, interiors = zip(*padding_config, strict=True) if padding_config else ((), (), ())
@@ -150,7 +177,13 @@ def _pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, *, padding_config: 
     return pad(ctx, x, list(zip(lows, highs, strict=True)), value)
 
 
-def _interior_pad(ctx: LoweringContext, x: ir.Value, value: ir.Value, shape: tuple[Any, ...], interiors: Sequence[int]) -> ir.Value:
+def _interior_pad(
+    ctx: LoweringContext,
+    x: ir.Value,
+    value: ir.Value,
+    shape: tuple[Any, ...],
+    interiors: Sequence[int],
+) -> ir.Value:
     """``k`` pad values between neighbours: give every element a new axis, pad that axis to
     1 + k, merge it into its element's axis, and drop the k values after the last element."""
     axes = [a for a, k in enumerate(interiors) if k > 0]
@@ -175,11 +208,22 @@ def _bound(ctx: LoweringContext, i: Any, dim: Any) -> Index:
 
 
 @lowering("slice", onnx_ops=("Slice",), key_data=True)
-def _slice_rule(ctx: LoweringContext, x: ir.Value, *, start_indices: Sequence[Any], limit_indices: Sequence[Any], strides: Sequence[int] | None = None, **_: object) -> ir.Value:
+def _slice_rule(
+    ctx: LoweringContext,
+    x: ir.Value,
+    *,
+    start_indices: Sequence[Any],
+    limit_indices: Sequence[Any],
+    strides: Sequence[int] | None = None,
+    **_: object,
+) -> ir.Value:
     shape = tuple(ctx.aval_in.shape)
     strides = strides or (1,) * len(shape)
     axes = [
-        a for a, (d, s, e, st) in enumerate(zip(shape, start_indices, limit_indices, strides, strict=True))
+        a
+        for a, (d, s, e, st) in enumerate(
+            zip(shape, start_indices, limit_indices, strides, strict=True)
+        )
         if not (same_dim(s, 0) and same_dim(e, d) and st == 1)
     ]
     if not axes:
@@ -198,7 +242,9 @@ def _rev(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **_: o
 
 
 # -- dynamic_slice / dynamic_update_slice -----------------------------------------------------
-def _clamped_starts(ctx: LoweringContext, starts: Sequence[ir.Value], avals: Sequence[Any], limits: Sequence[Any]) -> list[Index] | ir.Value:
+def _clamped_starts(
+    ctx: LoweringContext, starts: Sequence[ir.Value], avals: Sequence[Any], limits: Sequence[Any]
+) -> list[Index] | ir.Value:
     """JAX clamps each start into [0, dim - size] so the window stays inside the operand.
 
     Returns static ints when every start and limit is static, else one int64 vector.
@@ -218,42 +264,77 @@ def _static_int(value: ir.Value) -> int | None:
 
 
 def _as_int64_vector(ctx: LoweringContext, index: ir.Value, aval: Any) -> ir.Value:
-    if np.dtype(aval.dtype) == np.uint64:  # above 2**63 the int64 cast wraps negative; no dim is that large
+    if (
+        np.dtype(aval.dtype) == np.uint64
+    ):  # above 2**63 the int64 cast wraps negative; no dim is that large
         index = ctx.op.Min(index, ctx.const(2**62, dtype=np.uint64))
     return ctx.op.Unsqueeze(ctx.cast(index, np.int64), ctx.ints([0]))
 
 
-@lowering("dynamic_slice", onnx_ops=("Slice", "Min", "Max", "Add", "Cast", "Unsqueeze", "Concat"), key_data=True)
-def _dynamic_slice(ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_sizes: Sequence[Any], **_: object) -> ir.Value:
+@lowering(
+    "dynamic_slice",
+    onnx_ops=("Slice", "Min", "Max", "Add", "Cast", "Unsqueeze", "Concat"),
+    key_data=True,
+)
+def _dynamic_slice(
+    ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_sizes: Sequence[Any], **_: object
+) -> ir.Value:
     shape = tuple(ctx.aval_in.shape)
     if len(starts) != len(shape):
         raise NotImplementedError("dynamic_slice with dynamic (run-time) slice sizes")
-    axes = [a for a, (d, n) in enumerate(zip(shape, slice_sizes, strict=True)) if not same_dim(d, n)]
+    axes = [
+        a for a, (d, n) in enumerate(zip(shape, slice_sizes, strict=True)) if not same_dim(d, n)
+    ]
     if not axes:  # the window is the whole operand: every start clamps to 0
         return x
     index_avals = ctx.avals_in[1:]
-    begins = _clamped_starts(ctx, [starts[a] for a in axes], [index_avals[a] for a in axes], [shape[a] - slice_sizes[a] for a in axes])
+    begins = _clamped_starts(
+        ctx,
+        [starts[a] for a in axes],
+        [index_avals[a] for a in axes],
+        [shape[a] - slice_sizes[a] for a in axes],
+    )
     sizes = [ctx.index(slice_sizes[a]) for a in axes]
     if isinstance(begins, list):
-        return ctx.slice(x, axes, begins, [_add(ctx, b, slice_sizes[a]) for b, a in zip(begins, axes, strict=True)])
+        return ctx.slice(
+            x,
+            axes,
+            begins,
+            [_add(ctx, b, slice_sizes[a]) for b, a in zip(begins, axes, strict=True)],
+        )
     ends = ctx.op.Add(begins, ctx.index_vector(sizes))
     return ctx.op.Slice(x, begins, ends, ctx.ints(axes))
 
 
-@lowering("dynamic_update_slice", onnx_ops=("Slice", "Concat", "Min", "Max", "Add", "Cast", "Unsqueeze"), key_data=True)
-def _dynamic_update_slice(ctx: LoweringContext, x: ir.Value, update: ir.Value, *starts: ir.Value, **_: object) -> ir.Value:
+@lowering(
+    "dynamic_update_slice",
+    onnx_ops=("Slice", "Concat", "Min", "Max", "Add", "Cast", "Unsqueeze"),
+    key_data=True,
+)
+def _dynamic_update_slice(
+    ctx: LoweringContext, x: ir.Value, update: ir.Value, *starts: ir.Value, **_: object
+) -> ir.Value:
     shape, window = tuple(ctx.aval_in.shape), tuple(ctx.avals_in[1].shape)
     axes = [a for a, (d, n) in enumerate(zip(shape, window, strict=True)) if not same_dim(d, n)]
     if not axes:  # the update covers the whole operand
         return update
     index_avals = ctx.avals_in[2:]
     # clamped one axis at a time: _splice wants each start on its own
-    begins = [_clamped_starts(ctx, [starts[a]], [index_avals[a]], [shape[a] - window[a]]) for a in axes]
+    begins = [
+        _clamped_starts(ctx, [starts[a]], [index_avals[a]], [shape[a] - window[a]]) for a in axes
+    ]
     begins = [b[0] if isinstance(b, list) else b for b in begins]
     return _splice(ctx, x, update, axes, begins, [window[a] for a in axes])
 
 
-def _splice(ctx: LoweringContext, x: ir.Value, update: ir.Value, axes: Sequence[int], begins: Sequence[Index], sizes: Sequence[Any]) -> ir.Value:
+def _splice(
+    ctx: LoweringContext,
+    x: ir.Value,
+    update: ir.Value,
+    axes: Sequence[int],
+    begins: Sequence[Index],
+    sizes: Sequence[Any],
+) -> ir.Value:
     """``x`` with ``update`` written at ``begins``: along the first axis, the part before the
     window, the window (spliced along the other axes), and the part after, concatenated."""
     axis, begin = axes[0], begins[0]
@@ -269,7 +350,9 @@ def _splice(ctx: LoweringContext, x: ir.Value, update: ir.Value, axes: Sequence[
 
 # -- iota / dim_as_value ----------------------------------------------------------------------
 @lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand", "Concat", "Squeeze", "Slice"))
-def _iota(ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimension: int, **_: object) -> ir.Value:
+def _iota(
+    ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimension: int, **_: object
+) -> ir.Value:
     del dtype  # the output aval's
     if dyn:
         raise NotImplementedError("iota with dynamic (run-time) shape operands")

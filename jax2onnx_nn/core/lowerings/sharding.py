@@ -88,7 +88,7 @@ def _grid(x: Stacked, mesh: Mesh) -> Any:
 
 
 def _from_grid(grid: Any, mesh: Mesh) -> Stacked:
-    return Stacked(grid.reshape((mesh.devices, *grid.shape[len(mesh.sizes):])), True)
+    return Stacked(grid.reshape((mesh.devices, *grid.shape[len(mesh.sizes) :])), True)
 
 
 def _front(grid: Any, mesh: Mesh, names: tuple[str, ...]) -> tuple[Any, list[str]]:
@@ -100,14 +100,16 @@ def _front(grid: Any, mesh: Mesh, names: tuple[str, ...]) -> tuple[Any, list[str
     k = len(mesh.names)
     moved = jnp.transpose(grid, perm + list(range(k, grid.ndim)))
     group = math.prod(mesh.sizes[mesh.position(a)] for a in names)
-    return moved.reshape((*moved.shape[:len(others)], group, *moved.shape[k:])), others
+    return moved.reshape((*moved.shape[: len(others)], group, *moved.shape[k:])), others
 
 
 def _back(value: Any, mesh: Mesh, others: list[str], names: tuple[str, ...]) -> Stacked:
     """Inverse of :func:`_front`: ``[others..., G, *local]`` with G over ``names`` back to the
     mesh order."""
     o = len(others)
-    split = value.reshape((*value.shape[:o], *(mesh.sizes[mesh.position(a)] for a in names), *value.shape[o + 1:]))
+    split = value.reshape(
+        (*value.shape[:o], *(mesh.sizes[mesh.position(a)] for a in names), *value.shape[o + 1 :])
+    )
     order = others + list(names)
     perm = [order.index(a) for a in mesh.names]
     k = len(mesh.names)
@@ -120,7 +122,7 @@ def _spread(value: Any, mesh: Mesh, others: list[str]) -> Stacked:
         return Stacked(value, False)
     # the others' dims are in mesh order (as _front leaves them): size-1 dims go in between
     shape = tuple(mesh.sizes[mesh.position(a)] if a in others else 1 for a in mesh.names)
-    local = value.shape[len(others):]
+    local = value.shape[len(others) :]
     return _from_grid(jnp.broadcast_to(value.reshape(shape + local), mesh.sizes + local), mesh)
 
 
@@ -141,7 +143,9 @@ def _reduce(reducer: Callable[..., Any], scale: bool) -> Callable[..., list[Stac
     return collective
 
 
-def _all_gather(mesh: Mesh, x: Stacked, *, axis_name: Any, all_gather_dimension: int, tiled: bool, **_: Any) -> list[Stacked]:
+def _all_gather(
+    mesh: Mesh, x: Stacked, *, axis_name: Any, all_gather_dimension: int, tiled: bool, **_: Any
+) -> list[Stacked]:
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     o = len(others)
@@ -149,11 +153,13 @@ def _all_gather(mesh: Mesh, x: Stacked, *, axis_name: Any, all_gather_dimension:
     if tiled:  # the blocks one after another along the dim
         shape = gathered.shape
         d = o + all_gather_dimension
-        gathered = gathered.reshape((*shape[:d], shape[d] * shape[d + 1], *shape[d + 2:]))
+        gathered = gathered.reshape((*shape[:d], shape[d] * shape[d + 1], *shape[d + 2 :]))
     return [_spread(gathered, mesh, others)]
 
 
-def _reduce_scatter(mesh: Mesh, x: Stacked, *, axis_name: Any, scatter_dimension: int, tiled: bool, **_: Any) -> list[Stacked]:
+def _reduce_scatter(
+    mesh: Mesh, x: Stacked, *, axis_name: Any, scatter_dimension: int, tiled: bool, **_: Any
+) -> list[Stacked]:
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     o = len(others)
@@ -161,7 +167,9 @@ def _reduce_scatter(mesh: Mesh, x: Stacked, *, axis_name: Any, scatter_dimension
     group = grid.shape[o]
     d = o + scatter_dimension
     shape = total.shape
-    blocks = total.reshape((*shape[:d], group, shape[d] // group, *shape[d + 1:])) if tiled else total
+    blocks = (
+        total.reshape((*shape[:d], group, shape[d] // group, *shape[d + 1 :])) if tiled else total
+    )
     if not tiled:
         blocks = jnp.expand_dims(blocks, d + 1)
     scattered = jnp.moveaxis(blocks, d, o)
@@ -170,7 +178,9 @@ def _reduce_scatter(mesh: Mesh, x: Stacked, *, axis_name: Any, scatter_dimension
     return [_back(scattered, mesh, others, names)]
 
 
-def _all_to_all(mesh: Mesh, x: Stacked, *, axis_name: Any, split_axis: int, concat_axis: int, **_: Any) -> list[Stacked]:
+def _all_to_all(
+    mesh: Mesh, x: Stacked, *, axis_name: Any, split_axis: int, concat_axis: int, **_: Any
+) -> list[Stacked]:
     # (the primitive is always tiled: lax.all_to_all adds and removes the dims of tiled=False)
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
@@ -178,16 +188,18 @@ def _all_to_all(mesh: Mesh, x: Stacked, *, axis_name: Any, split_axis: int, conc
     group = grid.shape[o]
     shape = grid.shape
     s = o + 1 + split_axis
-    chunks = grid.reshape((*shape[:s], group, shape[s] // group, *shape[s + 1:]))
+    chunks = grid.reshape((*shape[:s], group, shape[s] // group, *shape[s + 1 :]))
     received = jnp.moveaxis(chunks, s, o)  # [others, to, from, *local (split dim / G)]
     c = o + 1 + concat_axis
     received = jnp.moveaxis(received, o + 1, c)  # the senders just before the concat dim
     shape = received.shape
-    merged = received.reshape((*shape[:c], shape[c] * shape[c + 1], *shape[c + 2:]))
+    merged = received.reshape((*shape[:c], shape[c] * shape[c + 1], *shape[c + 2 :]))
     return [_back(merged, mesh, others, names)]
 
 
-def _ppermute(mesh: Mesh, x: Stacked, *, axis_name: Any, perm: Sequence[tuple[int, int]], **_: Any) -> list[Stacked]:
+def _ppermute(
+    mesh: Mesh, x: Stacked, *, axis_name: Any, perm: Sequence[tuple[int, int]], **_: Any
+) -> list[Stacked]:
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     o = len(others)
@@ -299,9 +311,17 @@ def _run_eqn(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     )
 
 
-_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-          "remat": "jaxpr", "checkpoint": "jaxpr", "custom_jvp_call": "call_jaxpr",
-          "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr"}
+_CALLS = {
+    "pjit": "jaxpr",
+    "jit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "remat": "jaxpr",
+    "checkpoint": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+}
 
 
 def _mapped(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
@@ -318,7 +338,11 @@ def _mapped(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
 def _scan(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     p = eqn.params
     n_consts, n_carry = jxi.scan_counts(p)
-    consts, carry, xs = args[:n_consts], args[n_consts:n_consts + n_carry], args[n_consts + n_carry:]
+    consts, carry, xs = (
+        args[:n_consts],
+        args[n_consts : n_consts + n_carry],
+        args[n_consts + n_carry :],
+    )
     xs_flags = [x.per_device for x in xs]
     # per device, the scanned dim comes after the device dim: scan over it first
     xs_values = [jnp.moveaxis(x.value, 1, 0) if x.per_device else x.value for x in xs]
@@ -326,9 +350,18 @@ def _scan(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     def step(state: list[Any], x_slices: list[Any]) -> tuple[list[Any], list[Any]]:
         xs_in = [Stacked(v, f) for v, f in zip(x_slices, xs_flags, strict=True)]
         outs = run_body(p["jaxpr"], mesh, [*consts, *(Stacked(s, True) for s in state), *xs_in])
-        return ([_per_device(o, mesh) for o in outs[:n_carry]], [_per_device(o, mesh) for o in outs[n_carry:]])
+        return (
+            [_per_device(o, mesh) for o in outs[:n_carry]],
+            [_per_device(o, mesh) for o in outs[n_carry:]],
+        )
 
-    final, ys = lax.scan(step, [_per_device(c, mesh) for c in carry], xs_values, length=p["length"], reverse=p["reverse"])
+    final, ys = lax.scan(
+        step,
+        [_per_device(c, mesh) for c in carry],
+        xs_values,
+        length=p["length"],
+        reverse=p["reverse"],
+    )
     return [Stacked(c, True) for c in final] + [Stacked(jnp.moveaxis(y, 0, 1), True) for y in ys]
 
 
@@ -336,6 +369,7 @@ def _cond(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     index, operands = args[0], args[1:]
     branches = eqn.params["branches"]
     if not index.per_device:
+
         def branch(closed: Any) -> Callable[..., list[Any]]:
             return lambda *_: [_per_device(o, mesh) for o in run_body(closed, mesh, operands)]
 
@@ -345,24 +379,31 @@ def _cond(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     outs = []
     for values in zip(*results, strict=True):
         mask = chosen.reshape((-1,) + (1,) * (values[0].ndim - 1))
-        outs.append(Stacked(jnp.select([mask == i for i in range(len(values))], list(values)), True))
+        outs.append(
+            Stacked(jnp.select([mask == i for i in range(len(values))], list(values)), True)
+        )
     return outs
 
 
 def _while(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     p = eqn.params
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
-    cond_consts, body_consts, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
+    cond_consts, body_consts, init = args[:nc], args[nc : nc + nb], args[nc + nb :]
 
     def going(state: list[Any]) -> Any:
-        (pred,) = run_body(p["cond_jaxpr"], mesh, [*cond_consts, *(Stacked(s, True) for s in state)])
+        (pred,) = run_body(
+            p["cond_jaxpr"], mesh, [*cond_consts, *(Stacked(s, True) for s in state)]
+        )
         return _per_device(pred, mesh)
 
     def body(state: list[Any]) -> list[Any]:
         # devices whose condition is false keep their state while the others go on
         on = going(state)
         new = run_body(p["body_jaxpr"], mesh, [*body_consts, *(Stacked(s, True) for s in state)])
-        return [jnp.where(on.reshape((-1,) + (1,) * (s.ndim - 1)), _per_device(n, mesh), s) for n, s in zip(new, state, strict=True)]
+        return [
+            jnp.where(on.reshape((-1,) + (1,) * (s.ndim - 1)), _per_device(n, mesh), s)
+            for n, s in zip(new, state, strict=True)
+        ]
 
     final = lax.while_loop(lambda s: jnp.any(going(s)), body, [_per_device(a, mesh) for a in init])
     return [Stacked(v, True) for v in final]
@@ -384,10 +425,14 @@ def _to_blocks(x: Any, spec: Any, mesh: Mesh) -> Stacked:
         labels.append(None)
     split = x.reshape(shape)
     present = [a for a in mesh.names if a in labels]
-    perm = [labels.index(a) for a in present] + [i for i, label in enumerate(labels) if label is None]
+    perm = [labels.index(a) for a in present] + [
+        i for i, label in enumerate(labels) if label is None
+    ]
     blocks = jnp.transpose(split, perm)
-    local = blocks.shape[len(present):]
-    grid_shape = tuple(n if a in present else 1 for a, n in zip(mesh.names, mesh.sizes, strict=True))
+    local = blocks.shape[len(present) :]
+    grid_shape = tuple(
+        n if a in present else 1 for a, n in zip(mesh.names, mesh.sizes, strict=True)
+    )
     grid = jnp.broadcast_to(blocks.reshape(grid_shape + local), mesh.sizes + local)
     return _from_grid(grid, mesh)
 
@@ -408,7 +453,7 @@ def _from_blocks(x: Stacked, spec: Any, mesh: Mesh, ndim: int) -> Any:
     ordered = jnp.transpose(picked, perm)
     shape, at = [], 0
     for names in axes:
-        shape.append(math.prod(ordered.shape[at:at + len(names) + 1]))
+        shape.append(math.prod(ordered.shape[at : at + len(names) + 1]))
         at += len(names) + 1
     return ordered.reshape(shape)
 
@@ -427,7 +472,10 @@ def global_function(params: dict[str, Any]) -> Callable[..., list[Any]]:
     def run(*xs: Any) -> list[Any]:
         blocks = [_to_blocks(x, spec, mesh) for x, spec in zip(xs, in_specs, strict=True)]
         outs = run_body(body, mesh, blocks)
-        return [_from_blocks(o, spec, mesh, nd) for o, spec, nd in zip(outs, out_specs, out_ndims, strict=True)]
+        return [
+            _from_blocks(o, spec, mesh, nd)
+            for o, spec, nd in zip(outs, out_specs, out_ndims, strict=True)
+        ]
 
     return run
 

@@ -63,7 +63,12 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
     def eliminate(i: Index, carry: tuple) -> tuple:
         # row i (its entries at i, i+1, and b) against row i+1 of the input
         cd, cdu, cb, diag, up, up2, rhs, failed = carry
-        low, nd, ndu, nb = at_index(dl, i + 1, -1), at_index(d, i + 1, -1), at_index(du, i + 1, -1), at_index(b, i + 1, -2)
+        low, nd, ndu, nb = (
+            at_index(dl, i + 1, -1),
+            at_index(d, i + 1, -1),
+            at_index(du, i + 1, -1),
+            at_index(b, i + 1, -2),
+        )
         keep = jnp.abs(cd) >= jnp.abs(low)  # gtsv's test: else rows i and i+1 swap
         fact = where(keep, low, cd) / where(keep, where(cd != 0, cd, jnp.ones((), d.dtype)), low)
         kept = (nd - fact * cdu, ndu, nb - fact[..., None] * cb)
@@ -77,7 +82,16 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
         cd, cdu = where(keep, kept[0], swapped[0]), where(keep, kept[1], swapped[1])
         return cd, cdu, where(keep[..., None], kept[2], swapped[2]), diag, up, up2, rhs, failed
 
-    start = (at_index(d, 0, -1), at_index(du, 0, -1), at_index(b, 0, -2), jnp.zeros_like(d), jnp.zeros_like(d), jnp.zeros_like(d), jnp.zeros_like(b), jnp.zeros(d.shape[:-1] + (1,), bool))
+    start = (
+        at_index(d, 0, -1),
+        at_index(du, 0, -1),
+        at_index(b, 0, -2),
+        jnp.zeros_like(d),
+        jnp.zeros_like(d),
+        jnp.zeros_like(d),
+        jnp.zeros_like(b),
+        jnp.zeros(d.shape[:-1] + (1,), bool),
+    )
     cd, cdu, cb, diag, up, up2, rhs, failed = iterate(m - 1, eliminate, start)
     last = ids == m - 1
     diag, up, rhs = where(last, cd, diag), where(last, cdu, up), where(last[:, None], cb, rhs)
@@ -85,7 +99,11 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
 
     def substitute(i: Index, carry: tuple) -> tuple:
         x, x1, x2 = carry  # x1, x2: the solution's rows i+1 and i+2 (0 past the end)
-        xi = (at_index(rhs, i, -2) - at_index(up, i, -1)[..., None] * x1 - at_index(up2, i, -1)[..., None] * x2) / at_index(diag, i, -1)[..., None]
+        xi = (
+            at_index(rhs, i, -2)
+            - at_index(up, i, -1)[..., None] * x1
+            - at_index(up2, i, -1)[..., None] * x2
+        ) / at_index(diag, i, -1)[..., None]
         return where((ids == i)[:, None], xi, x), xi, x1
 
     row0 = jnp.zeros_like(b[..., :1, :])
@@ -93,8 +111,48 @@ def tridiagonal_solve(dl: jax.Array, d: jax.Array, du: jax.Array, b: jax.Array) 
     return where(failed[..., None], jnp.asarray(np.nan, b.dtype), x)
 
 
-@lowering("tridiagonal_solve", onnx_ops=("Slice", "Abs", "Mul", "Sub", "Div", "Where", "Loop", "Add", "And", "Cast", "Concat", "ConstantOfShape", "Equal", "Expand", "Gather", "GreaterOrEqual", "Identity", "Less", "Max", "Min", "Neg", "Not", "Or", "Range", "Reshape", "Scan", "Squeeze", "Unsqueeze"))
-def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.Value, b: ir.Value, *, perturb_singular: bool) -> list[ir.Value]:
+@lowering(
+    "tridiagonal_solve",
+    onnx_ops=(
+        "Slice",
+        "Abs",
+        "Mul",
+        "Sub",
+        "Div",
+        "Where",
+        "Loop",
+        "Add",
+        "And",
+        "Cast",
+        "Concat",
+        "ConstantOfShape",
+        "Equal",
+        "Expand",
+        "Gather",
+        "GreaterOrEqual",
+        "Identity",
+        "Less",
+        "Max",
+        "Min",
+        "Neg",
+        "Not",
+        "Or",
+        "Range",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+        "Unsqueeze",
+    ),
+)
+def _tridiagonal_solve(
+    ctx: LoweringContext,
+    dl: ir.Value,
+    d: ir.Value,
+    du: ir.Value,
+    b: ir.Value,
+    *,
+    perturb_singular: bool,
+) -> list[ir.Value]:
     if perturb_singular:
         # JAX's CPU kernel replaces zero pivots by a perturbation of its own; not reproduced
         raise ConversionError(
@@ -103,28 +161,50 @@ def _tridiagonal_solve(ctx: LoweringContext, dl: ir.Value, d: ir.Value, du: ir.V
             "jnp.linalg.eigh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)) instead; a tridiagonal_solve "
             "of your own: perturb_singular=False (an exactly singular system then gives NaN)"
         )
-    refuse_half_precision(ctx, "tridiagonal_solve", "lax.linalg.tridiagonal_solve(*(a.astype(jnp.float32) for a in (dl, d, du, b)))")
+    refuse_half_precision(
+        ctx,
+        "tridiagonal_solve",
+        "lax.linalg.tridiagonal_solve(*(a.astype(jnp.float32) for a in (dl, d, du, b)))",
+    )
     return lower_as_jax(ctx, tridiagonal_solve, [dl, d, du, b])
 
 
 # -- custom_linear_solve -----------------------------------------------------------------------
 @lowering("custom_linear_solve", onnx_ops=("Concat", "ConstantOfShape"))
-def _custom_linear_solve(ctx: LoweringContext, *args: ir.Value, const_lengths: Any, jaxprs: Any) -> list[ir.Value]:
+def _custom_linear_solve(
+    ctx: LoweringContext, *args: ir.Value, const_lengths: Any, jaxprs: Any
+) -> list[ir.Value]:
     """The ``solve`` jaxpr on its constants and the right-hand side (what JAX's impl runs);
     ``matvec`` and the transposes only serve differentiation. ``jnp.linalg.solve`` (and
     ``inv``) of a small matrix is one elimination on [a | b] instead (``_lu_solve_of``)."""
-    counts = [const_lengths.matvec, const_lengths.vecmat, const_lengths.solve, const_lengths.transpose_solve]
+    counts = [
+        const_lengths.matvec,
+        const_lengths.vecmat,
+        const_lengths.solve,
+        const_lengths.transpose_solve,
+    ]
     start = sum(counts[:2])
     consts, b = args[start : start + counts[2]], args[sum(counts) :]
     fused = _lu_solve_of(jaxprs, args[: counts[0]], consts, b)
     if fused is not None:
         a, axes = fused
         avals = [jaxprs.matvec.jaxpr.invars[0].aval, ctx.avals_in[-1]]
-        return lower_as_jax(ctx, partial(_solve_along, axes=axes), [a, b[0]], avals=avals, cache_key=("solve_along", decompositions.UNROLL_LIMIT, axes))
+        return lower_as_jax(
+            ctx,
+            partial(_solve_along, axes=axes),
+            [a, b[0]],
+            avals=avals,
+            cache_key=("solve_along", decompositions.UNROLL_LIMIT, axes),
+        )
     return ctx.lower_sub(jaxprs.solve, [*consts, *b])
 
 
-def _lu_solve_of(jaxprs: Any, matvec_consts: Sequence[ir.Value], solve_consts: Sequence[ir.Value], b: Sequence[ir.Value]) -> tuple[ir.Value, tuple[int, ...]] | None:
+def _lu_solve_of(
+    jaxprs: Any,
+    matvec_consts: Sequence[ir.Value],
+    solve_consts: Sequence[ir.Value],
+    b: Sequence[ir.Value],
+) -> tuple[ir.Value, tuple[int, ...]] | None:
     """(a, the axes of b as (a's batch axes, a's row axis, b's other axes)) when this solve is
     ``jnp.linalg.solve``'s: the matvec is ``a`` applied along one axis of b (a dot_general and
     the transpose back to b's layout), the solve is ``lu_solve`` (P, then L's and U's
@@ -138,17 +218,28 @@ def _lu_solve_of(jaxprs: Any, matvec_consts: Sequence[ir.Value], solve_consts: S
     matvec = jaxprs.matvec.jaxpr
     a_aval, x_aval = (v.aval for v in matvec.invars)
     n = a_aval.shape[-1]
-    if jxi.is_symbolic_dim(n) or not 0 < n <= decompositions.UNROLL_LIMIT or not is_float(a_aval.dtype) or a_aval.dtype != x_aval.dtype:
+    if (
+        jxi.is_symbolic_dim(n)
+        or not 0 < n <= decompositions.UNROLL_LIMIT
+        or not is_float(a_aval.dtype)
+        or a_aval.dtype != x_aval.dtype
+    ):
         return None
     axes = _matvec_axes(matvec, a_aval.ndim, x_aval.ndim)
-    if axes is None or any(jxi.is_symbolic_dim(x_aval.shape[i]) or x_aval.shape[i] == 0 for i in axes[a_aval.ndim - 1 :]):
+    if axes is None or any(
+        jxi.is_symbolic_dim(x_aval.shape[i]) or x_aval.shape[i] == 0
+        for i in axes[a_aval.ndim - 1 :]
+    ):
         return None
     inner = _lu_solve_body(jaxprs.solve.jaxpr)
     if inner is None:
         return None
     solves = [e.params for e in inner.eqns if e.primitive.name == "triangular_solve"]
     plain = all(p["left_side"] and not p["transpose_a"] and not p["conjugate_a"] for p in solves)
-    if not plain or [(p["lower"], p["unit_diagonal"]) for p in solves] != [(True, True), (False, False)]:
+    if not plain or [(p["lower"], p["unit_diagonal"]) for p in solves] != [
+        (True, True),
+        (False, False),
+    ]:
         return None
     return made[0], axes
 
@@ -158,11 +249,19 @@ def _matvec_axes(matvec: Any, a_rank: int, x_rank: int) -> tuple[int, ...] | Non
     ``a`` (..., n, n) times x along one axis, batched over a's leading axes, with the result
     transposed back to x's layout."""
     eqns = matvec.eqns
-    if not 1 <= len(eqns) <= 2 or eqns[0].primitive.name != "dot_general" or list(eqns[0].invars) != list(matvec.invars):
+    if (
+        not 1 <= len(eqns) <= 2
+        or eqns[0].primitive.name != "dot_general"
+        or list(eqns[0].invars) != list(matvec.invars)
+    ):
         return None
     (contract_a, contract_x), (batch_a, batch_x) = eqns[0].params["dimension_numbers"]
     batch = a_rank - 2
-    if tuple(contract_a) != (a_rank - 1,) or tuple(batch_a) != tuple(range(batch)) or len(contract_x) != 1:
+    if (
+        tuple(contract_a) != (a_rank - 1,)
+        or tuple(batch_a) != tuple(range(batch))
+        or len(contract_x) != 1
+    ):
         return None
     row = int(contract_x[0])
     others = [i for i in range(x_rank) if i != row and i not in batch_x]
@@ -185,7 +284,19 @@ def _matvec_axes(matvec: Any, a_rank: int, x_rank: int) -> tuple[int, ...] | Non
 # what JAX's ``_lu_solve`` does besides its two triangular solves: the permutation of b (index
 # wrapping and a gather) and b's layout; an equation of any other kind is arithmetic of the
 # caller's own, which the elimination would drop
-_LU_SOLVE_PLUMBING = frozenset({"broadcast_in_dim", "lt", "add", "select_n", "gather", "transpose", "reshape", "squeeze", "triangular_solve"})
+_LU_SOLVE_PLUMBING = frozenset(
+    {
+        "broadcast_in_dim",
+        "lt",
+        "add",
+        "select_n",
+        "gather",
+        "transpose",
+        "reshape",
+        "squeeze",
+        "triangular_solve",
+    }
+)
 
 
 def _lu_solve_body(solve: Any) -> Any | None:
@@ -213,8 +324,12 @@ def _solve_along(a: jax.Array, b: jax.Array, *, axes: tuple[int, ...]) -> jax.Ar
 
 
 # -- symmetric_product -------------------------------------------------------------------------
-@lowering("symmetric_product", onnx_ops=("Transpose", "MatMul", "Mul", "Add", "Squeeze", "Unsqueeze"))
-def _symmetric_product(ctx: LoweringContext, a: ir.Value, c: ir.Value, *, alpha: float, beta: float) -> list[ir.Value]:
+@lowering(
+    "symmetric_product", onnx_ops=("Transpose", "MatMul", "Mul", "Add", "Squeeze", "Unsqueeze")
+)
+def _symmetric_product(
+    ctx: LoweringContext, a: ir.Value, c: ir.Value, *, alpha: float, beta: float
+) -> list[ir.Value]:
     return lower_as_jax(ctx, lambda a, c: alpha * (a @ mT(a)) + beta * c, [a, c])
 
 
@@ -241,6 +356,30 @@ def cholesky_update(r: jax.Array, w: jax.Array) -> jax.Array:
     return r
 
 
-@lowering("cholesky_update", onnx_ops=("Slice", "Abs", "Div", "Mul", "Sub", "Add", "Sqrt", "Where", "Loop", "Cast", "Equal", "Greater", "Less", "Max", "Min", "Neg", "Range", "Scan", "Squeeze", "Unsqueeze"))
+@lowering(
+    "cholesky_update",
+    onnx_ops=(
+        "Slice",
+        "Abs",
+        "Div",
+        "Mul",
+        "Sub",
+        "Add",
+        "Sqrt",
+        "Where",
+        "Loop",
+        "Cast",
+        "Equal",
+        "Greater",
+        "Less",
+        "Max",
+        "Min",
+        "Neg",
+        "Range",
+        "Scan",
+        "Squeeze",
+        "Unsqueeze",
+    ),
+)
 def _cholesky_update(ctx: LoweringContext, r: ir.Value, w: ir.Value) -> list[ir.Value]:
     return lower_as_jax(ctx, cholesky_update, [r, w])

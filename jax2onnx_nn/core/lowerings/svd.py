@@ -101,7 +101,13 @@ def reseat(even: jax.Array, odd: jax.Array, axis: int = -1) -> jax.Array:
     if h == 1:
         return jnp.concatenate([even, odd], axis=axis)
     cut = lambda x, lo, hi: lax.slice_in_dim(x, lo, hi, axis=axis)  # noqa: E731
-    parts = [cut(even, 0, 1), cut(odd, 0, 1), cut(even, 1, h - 1), cut(odd, 1, h), cut(even, h - 1, h)]
+    parts = [
+        cut(even, 0, 1),
+        cut(odd, 0, 1),
+        cut(even, 1, h - 1),
+        cut(odd, 1, h),
+        cut(even, h - 1, h),
+    ]
     return jnp.concatenate([p for p in parts if p.shape[axis]], axis=axis)
 
 
@@ -134,8 +140,10 @@ def _reseat_halves(even: jax.Array, odd: jax.Array) -> tuple[jax.Array, jax.Arra
         return rows[..., :h, :], rows[..., h:, :]
     if h == 1:
         return even, odd
-    return (jnp.concatenate([even[..., :1, :], odd[..., :1, :], even[..., 1 : h - 1, :]], axis=-2),
-            jnp.concatenate([odd[..., 1:, :], even[..., h - 1 :, :]], axis=-2))
+    return (
+        jnp.concatenate([even[..., :1, :], odd[..., :1, :], even[..., 1 : h - 1, :]], axis=-2),
+        jnp.concatenate([odd[..., 1:, :], even[..., h - 1 :, :]], axis=-2),
+    )
 
 
 def _rotation(app: jax.Array, aqq: jax.Array, apq: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -176,7 +184,11 @@ def _strided(flat: jax.Array, start: Any, step: Any, count: Any, axis: int = -1)
     """``flat[start::step][:count]`` along ``axis``: a strided Slice, or a Gather of ``count``
     entries when a size is symbolic (a slice's bounds must then be computed, its stride not)."""
     if any(jxi.is_symbolic_dim(d) for d in (start, step, count)):
-        return jnp.take(flat, index_range(count) * jnp.asarray(step, jnp.int32) + jnp.asarray(start, jnp.int32), axis=axis)
+        return jnp.take(
+            flat,
+            index_range(count) * jnp.asarray(step, jnp.int32) + jnp.asarray(start, jnp.int32),
+            axis=axis,
+        )
     axis = axis % flat.ndim
     return lax.slice_in_dim(flat, start, start + step * (count - 1) + 1, stride=step, axis=axis)
 
@@ -203,7 +215,9 @@ def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
         extra = 2 * ((n + 1) // 2) - n
         a = jnp.concatenate([a, jnp.zeros((*a.shape[:-1], extra), a.dtype)], axis=-1)
         if rows:
-            a = jnp.concatenate([a, jnp.zeros((*a.shape[:-2], extra, a.shape[-1]), a.dtype)], axis=-2)
+            a = jnp.concatenate(
+                [a, jnp.zeros((*a.shape[:-2], extra, a.shape[-1]), a.dtype)], axis=-2
+            )
         return a
     if n % 2 == 0:
         return a
@@ -211,13 +225,23 @@ def _pad_even(a: jax.Array, *, rows: bool) -> jax.Array:
     return jnp.pad(a, pad)
 
 
-def _lower_jacobi(ctx: LoweringContext, fn: Any, a: ir.Value, cache_key: tuple, *, narrow: bool = False, widen_small: bool = False) -> list[ir.Value]:
+def _lower_jacobi(
+    ctx: LoweringContext,
+    fn: Any,
+    a: ir.Value,
+    cache_key: tuple,
+    *,
+    narrow: bool = False,
+    widen_small: bool = False,
+) -> list[ir.Value]:
     """Lower ``fn`` (svd or eigh on the equation's matrix), in float64 for a large float32 one
     (and for a symbolic size, which may be large) unless ``narrow``; a small one too if
     ``widen_small``."""
     dtype = np.dtype(ctx.aval_in.dtype)
     dims = ctx.aval_in.shape[-2:]
-    small = not any(jxi.is_symbolic_dim(d) for d in dims) and max(int(d) for d in dims) <= WIDEN_ABOVE
+    small = (
+        not any(jxi.is_symbolic_dim(d) for d in dims) and max(int(d) for d in dims) <= WIDEN_ABOVE
+    )
     if dtype != np.float32 or (small and not widen_small) or narrow:
         return lower_as_jax(ctx, fn, [a], cache_key=cache_key)
 
@@ -277,7 +301,7 @@ def _orthogonal_columns(a: jax.Array, *, with_v: bool) -> jax.Array:
     if with_v:
         eye = jnp.eye(size, dtype=dtype)
         work = jnp.concatenate([work, jnp.broadcast_to(eye, (*a.shape[:-2], size, size))], axis=-1)
-    columns = (lambda w: w[..., :m]) if with_v else (lambda w: w)  # noqa: E731
+    columns = (lambda w: w[..., :m]) if with_v else (lambda w: w)
 
     def round_fn(carry: tuple) -> tuple:
         w_even, w_odd = carry  # the pairs' rows, (k, h + k) as row k of each
@@ -297,7 +321,9 @@ def _orthogonal_columns(a: jax.Array, *, with_v: bool) -> jax.Array:
         off = where(jnp.eye(size, dtype=bool), False, off)
         return jnp.logical_not(jnp.any(off))
 
-    work = jnp.concatenate(_sweeps(size, round_fn, converged, (work[..., :half, :], work[..., half:, :])), axis=-2)
+    work = jnp.concatenate(
+        _sweeps(size, round_fn, converged, (work[..., :half, :], work[..., half:, :])), axis=-2
+    )
     # [B; V]: the columns again; a sweep's reseating ends where it began, so the padding
     # column (if any) is column n again
     return jnp.swapaxes(work, -1, -2)
@@ -311,7 +337,12 @@ def _orthonormalized(x: jax.Array, *, full_matrices: bool, unroll: bool | None) 
     q, r = qr(x, full_matrices=full_matrices, unroll=unroll)
     one = jnp.ones((), x.dtype)
     sign = where(_diagonal(r[..., :n, :n]) < 0, -one, one)
-    return q * jnp.concatenate([sign, jnp.ones((*x.shape[:-2], q.shape[-1] - n), x.dtype)], axis=-1)[..., None, :]
+    return (
+        q
+        * jnp.concatenate([sign, jnp.ones((*x.shape[:-2], q.shape[-1] - n), x.dtype)], axis=-1)[
+            ..., None, :
+        ]
+    )
 
 
 def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[jax.Array, ...]:
@@ -333,24 +364,38 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     b = work[..., :m, :n]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
     if not compute_uv:
-        if dtype == jnp.float32 and not jxi.is_symbolic_dim(n) and n > 1:  # (one column: its norm is exact)
+        if (
+            dtype == jnp.float32 and not jxi.is_symbolic_dim(n) and n > 1
+        ):  # (one column: its norm is exact)
             norms = _values_from_columns(a, b, norms)
         return (-jnp.sort(-norms, axis=-1) * scale[..., 0],)
     order_desc = jnp.argsort(-norms, axis=-1)
     s = jnp.take_along_axis(norms, order_desc, axis=-1)
-    b = jnp.take_along_axis(b, jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], m, n)), axis=-1)
+    b = jnp.take_along_axis(
+        b, jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], m, n)), axis=-1
+    )
     # B's columns over their norms (the same Q): a column of a value far below the largest
     # (1e-22 of it in float32) has squares under the float range, on which the Householder
     # steps lose U's orthogonality (0.15 for columns scaled 1e-20..1e20, 8x8); one whose norm is
     # 0 there is zero (its U column: the completion)
     unit = where(s > 0, 1 / where(s > 0, s, jnp.ones((), dtype)), jnp.zeros((), dtype))
-    u = _orthonormalized(b * unit[..., None, :], full_matrices=full_matrices, unroll=None if not carry_v else False)  # a Loop: 6 nodes, not ~60 n
+    u = _orthonormalized(
+        b * unit[..., None, :], full_matrices=full_matrices, unroll=None if not carry_v else False
+    )  # a Loop: 6 nodes, not ~60 n
     if carry_v:
-        v = jnp.take_along_axis(work[..., m : m + n, :n], jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
+        v = jnp.take_along_axis(
+            work[..., m : m + n, :n],
+            jnp.broadcast_to(order_desc[..., None, :], (*a.shape[:-2], n, n)),
+            axis=-1,
+        )
     else:
         signal = s > jnp.finfo(dtype).eps * s[..., :1]
         inv_s = where(signal, 1 / where(signal, s, jnp.ones((), dtype)), jnp.zeros((), dtype))
-        v = _orthonormalized((jnp.swapaxes(a, -1, -2) @ u[..., :n]) * inv_s[..., None, :], full_matrices=False, unroll=None)
+        v = _orthonormalized(
+            (jnp.swapaxes(a, -1, -2) @ u[..., :n]) * inv_s[..., None, :],
+            full_matrices=False,
+            unroll=None,
+        )
         if dtype == jnp.float32:
             s, u, v = _values_from_vectors(a, u, v)
     return s * scale[..., 0], u, v
@@ -374,11 +419,15 @@ def _values_from_columns(a: jax.Array, b: jax.Array, norms: jax.Array) -> jax.Ar
     (rank 1 of ones, 17x17: a second value of 17 instead of 0; columns scaled 1e-20..1e20:
     errors of 10-50% of the largest); the quotient over-estimates there, the norm does not."""
     at_b = jnp.swapaxes(a, -1, -2) @ b
-    quotient = jnp.sqrt(jnp.sum(at_b * at_b, axis=-2)) / where(norms > 0, norms, jnp.ones((), a.dtype))
+    quotient = jnp.sqrt(jnp.sum(at_b * at_b, axis=-2)) / where(
+        norms > 0, norms, jnp.ones((), a.dtype)
+    )
     return jnp.minimum(quotient, norms)
 
 
-def _values_from_vectors(a: jax.Array, u: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _values_from_vectors(
+    a: jax.Array, u: jax.Array, v: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(s, U, V) with s = |u_k^T a v_k|, sorted descending, u_k's sign made s's: float32
     rotations leave the column norms ~5e-6 (of the largest) off at 64x64, rounding
     accumulated over ~500 rotations per column, while U and V (from a QR each) are ~6e-7
@@ -392,10 +441,16 @@ def _values_from_vectors(a: jax.Array, u: jax.Array, v: jax.Array) -> tuple[jax.
     s = jnp.abs(d)
     order = jnp.argsort(-s, axis=-1)
     pick = lambda x: jnp.take_along_axis(x, jnp.broadcast_to(order[..., None, :], x.shape), axis=-1)  # noqa: E731
-    return jnp.take_along_axis(s, order, axis=-1), jnp.concatenate([pick(u_n), u[..., n:]], axis=-1), pick(v)
+    return (
+        jnp.take_along_axis(s, order, axis=-1),
+        jnp.concatenate([pick(u_n), u[..., n:]], axis=-1),
+        pick(v),
+    )
 
 
-def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | None = None) -> tuple[jax.Array, ...]:
+def svd(
+    a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | None = None
+) -> tuple[jax.Array, ...]:
     """``lax.linalg.svd``: (s,) or (s, u, vh), s descending; u (..., m, m or k), vh (k or n, n);
     ``tall``: whether m >= n (given for symbolic sizes)."""
     m, n = a.shape[-2], a.shape[-1]
@@ -406,8 +461,14 @@ def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | Non
         s = jnp.zeros((*batch, 0), a.dtype)
         if not compute_uv:
             return (s,)
-        u = jnp.broadcast_to(jnp.eye(m, m if full_matrices else 0, dtype=a.dtype), (*batch, m, m if full_matrices else 0))
-        vh = jnp.broadcast_to(jnp.eye(n if full_matrices else 0, n, dtype=a.dtype), (*batch, n if full_matrices else 0, n))
+        u = jnp.broadcast_to(
+            jnp.eye(m, m if full_matrices else 0, dtype=a.dtype),
+            (*batch, m, m if full_matrices else 0),
+        )
+        vh = jnp.broadcast_to(
+            jnp.eye(n if full_matrices else 0, n, dtype=a.dtype),
+            (*batch, n if full_matrices else 0, n),
+        )
         return s, u, vh
     if tall:
         result = _svd_tall(a, compute_uv=compute_uv, full_matrices=full_matrices)
@@ -416,8 +477,65 @@ def svd(a: jax.Array, *, full_matrices: bool, compute_uv: bool, tall: bool | Non
     return result if not compute_uv else (result[0], result[2], jnp.swapaxes(result[1], -1, -2))
 
 
-@lowering("svd", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "ReduceSum", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "MatMul", "Abs", "And", "Cast", "ConstantOfShape", "CumSum", "Equal", "Expand", "GatherND", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Mod", "Neg", "Not", "Or", "Pad", "Range", "ReduceMax", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze", "Xor"))
-def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
+@lowering(
+    "svd",
+    onnx_ops=(
+        "Slice",
+        "Mul",
+        "Sub",
+        "Add",
+        "Div",
+        "Sqrt",
+        "ReduceSum",
+        "Concat",
+        "Gather",
+        "Where",
+        "Loop",
+        "TopK",
+        "GatherElements",
+        "MatMul",
+        "Abs",
+        "And",
+        "Cast",
+        "ConstantOfShape",
+        "CumSum",
+        "Equal",
+        "Expand",
+        "GatherND",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Max",
+        "Min",
+        "Mod",
+        "Neg",
+        "Not",
+        "Or",
+        "Pad",
+        "Range",
+        "ReduceMax",
+        "ReduceMin",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+        "Xor",
+    ),
+)
+def _svd(
+    ctx: LoweringContext,
+    a: ir.Value,
+    *,
+    full_matrices: bool,
+    compute_uv: bool,
+    subset_by_index: Any = None,
+    **params: Any,
+) -> list[ir.Value]:
     del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
     m, n = ctx.aval_in.shape[-2:]
     refuse_half_precision(ctx, "svd", "jnp.linalg.svd(a.astype(jnp.float32))")
@@ -429,7 +547,9 @@ def _svd(ctx: LoweringContext, a: ir.Value, *, full_matrices: bool, compute_uv: 
     # (64x8 as accurate as 8x8); above it the values come from U and V (with vectors) or from
     # the rotated columns' directions (without), see _svd_tall
     narrow = not jxi.is_symbolic_dim(short)
-    return _lower_jacobi(ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv), narrow=narrow)
+    return _lower_jacobi(
+        ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv), narrow=narrow
+    )
 
 
 # -- eigh: one-sided Jacobi -----------------------------------------------------------------------
@@ -480,18 +600,86 @@ def eigh(a: jax.Array, *, lower: bool, refine: bool = False) -> tuple[jax.Array,
     values = jnp.sum(vectors * (a @ vectors), axis=-2) * big[..., 0]
     ascending = jnp.argsort(values, axis=-1)
     values = jnp.take_along_axis(values, ascending, axis=-1)
-    vectors = jnp.take_along_axis(vectors, jnp.broadcast_to(ascending[..., None, :], (*a.shape[:-2], n, n)), axis=-1)
+    vectors = jnp.take_along_axis(
+        vectors, jnp.broadcast_to(ascending[..., None, :], (*a.shape[:-2], n, n)), axis=-1
+    )
     return vectors, values
 
 
-@lowering("eigh", onnx_ops=("Slice", "Mul", "Sub", "Add", "Div", "Sqrt", "Abs", "Max", "ReduceMax", "ReduceSum", "MatMul", "Concat", "Gather", "Where", "Loop", "TopK", "GatherElements", "And", "Cast", "ConstantOfShape", "CumSum", "Equal", "Expand", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less", "LessOrEqual", "Min", "Mod", "Neg", "Not", "Pad", "Range", "ReduceMin", "Reshape", "Scan", "Squeeze", "Transpose", "Unsqueeze"))
-def _eigh(ctx: LoweringContext, a: ir.Value, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any = None, **params: Any) -> list[ir.Value]:
-    del params, sort_eigenvalues  # algorithm: a backend choice; unsorted LAPACK values are ascending too
+@lowering(
+    "eigh",
+    onnx_ops=(
+        "Slice",
+        "Mul",
+        "Sub",
+        "Add",
+        "Div",
+        "Sqrt",
+        "Abs",
+        "Max",
+        "ReduceMax",
+        "ReduceSum",
+        "MatMul",
+        "Concat",
+        "Gather",
+        "Where",
+        "Loop",
+        "TopK",
+        "GatherElements",
+        "And",
+        "Cast",
+        "ConstantOfShape",
+        "CumSum",
+        "Equal",
+        "Expand",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Min",
+        "Mod",
+        "Neg",
+        "Not",
+        "Pad",
+        "Range",
+        "ReduceMin",
+        "Reshape",
+        "Scan",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+    ),
+)
+def _eigh(
+    ctx: LoweringContext,
+    a: ir.Value,
+    *,
+    lower: bool,
+    sort_eigenvalues: bool,
+    subset_by_index: Any = None,
+    **params: Any,
+) -> list[ir.Value]:
+    del (
+        params,
+        sort_eigenvalues,
+    )  # algorithm: a backend choice; unsorted LAPACK values are ascending too
     refuse_half_precision(ctx, "eigh", "jnp.linalg.eigh(a.astype(jnp.float32))")
     _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
     n = ctx.aval_in.shape[-1]
     # a large float32 matrix: float32 rotations refined (eigh's refine) where the static size
     # allows; a small one rotated in float64 (vectors of close eigenvalues, module docstring):
     # 16x16 batch of 8 ~1.5x the CPU time, 4x4 about the same, +9 to +13 nodes
-    refine = np.dtype(ctx.aval_in.dtype) == np.float32 and not jxi.is_symbolic_dim(n) and n > WIDEN_ABOVE
-    return _lower_jacobi(ctx, partial(eigh, lower=lower, refine=refine), a, ("eigh", lower), narrow=refine, widen_small=True)
+    refine = (
+        np.dtype(ctx.aval_in.dtype) == np.float32 and not jxi.is_symbolic_dim(n) and n > WIDEN_ABOVE
+    )
+    return _lower_jacobi(
+        ctx,
+        partial(eigh, lower=lower, refine=refine),
+        a,
+        ("eigh", lower),
+        narrow=refine,
+        widen_small=True,
+    )

@@ -34,6 +34,7 @@ from jax2onnx_nn.core.symbolic import has_zero
 
 # -- window reductions ------------------------------------------------------------------------
 
+
 def identity(op: str, dtype: np.dtype) -> Any:
     """The identity element of a reduction: what padding and dilation holes hold."""
     dtype = np.dtype(dtype)
@@ -44,7 +45,9 @@ def identity(op: str, dtype: np.dtype) -> Any:
     if op == "mul":
         return np.ones((), dtype)
     if op == "and":
-        return np.asarray(-1, dtype) if dtype.kind == "i" else np.asarray(np.iinfo(dtype).max, dtype)
+        return (
+            np.asarray(-1, dtype) if dtype.kind == "i" else np.asarray(np.iinfo(dtype).max, dtype)
+        )
     inexact = dtype.kind == "f" or dtype.name == "bfloat16"
     if op == "max":
         return np.asarray(-np.inf if inexact else np.iinfo(dtype).min, dtype)
@@ -62,7 +65,11 @@ def fold(ctx: LoweringContext, op: str, values: Sequence[ir.Value], dtype: np.dt
         return ctx.op.Sum(*values)  # ONNX Sum takes floats only
     op_type = {"add": "Add", "mul": "Mul"}.get(op)
     if op_type is None:
-        op_type = {"and": "And", "or": "Or"}[op] if dtype == np.bool_ else {"and": "BitwiseAnd", "or": "BitwiseOr"}[op]
+        op_type = (
+            {"and": "And", "or": "Or"}[op]
+            if dtype == np.bool_
+            else {"and": "BitwiseAnd", "or": "BitwiseOr"}[op]
+        )
     return reduce(getattr(ctx.op, op_type), values)
 
 
@@ -83,8 +90,14 @@ def reduce_by_slices(
         return ctx.full(ctx.aval_out, identity(op, dtype))  # no element reaches any window
     fill = ctx.const(identity(op, dtype))
     x = pad(ctx, dilate(ctx, x, dims, base_dilation, fill), padding, fill)
-    dims = [n + lo + hi for n, (lo, hi) in zip(dilated_dims(dims, base_dilation), padding, strict=True)]
-    axes = [a for a, (k, s) in enumerate(zip(window_dimensions, window_strides, strict=True)) if k != 1 or s != 1]
+    dims = [
+        n + lo + hi for n, (lo, hi) in zip(dilated_dims(dims, base_dilation), padding, strict=True)
+    ]
+    axes = [
+        a
+        for a, (k, s) in enumerate(zip(window_dimensions, window_strides, strict=True))
+        if k != 1 or s != 1
+    ]
     if not axes:
         return x
 
@@ -92,7 +105,14 @@ def reduce_by_slices(
         return [values[a] for a in axes]
 
     slices = window_slices(
-        ctx, x, dims, axes, pick(window_dimensions), pick(window_strides), pick(window_dilation), pick(out_dims)
+        ctx,
+        x,
+        dims,
+        axes,
+        pick(window_dimensions),
+        pick(window_strides),
+        pick(window_dilation),
+        pick(out_dims),
     )
     return fold(ctx, op, slices, dtype)
 
@@ -122,18 +142,31 @@ def sum_by_conv(
     perm = lead + spatial
     lead_dims = [dims[a] for a in lead]
     merged = len(lead) != 2 or jxi.is_symbolic_dim(lead_dims[1])
-    batch, channels = (reduce(operator.mul, lead_dims, 1), 1) if merged else (lead_dims[0], int(lead_dims[1]))
+    batch, channels = (
+        (reduce(operator.mul, lead_dims, 1), 1) if merged else (lead_dims[0], int(lead_dims[1]))
+    )
     y = permute(ctx, x, perm)
     if merged:
         y = ctx.reshape(y, [batch, channels, *(dims[a] for a in spatial)])
     zero = ctx.const(np.zeros((), dtype))
-    y = dilate(ctx, y, [batch, channels, *(dims[a] for a in spatial)], [1, 1, *(base_dilation[a] for a in spatial)], zero)
+    y = dilate(
+        ctx,
+        y,
+        [batch, channels, *(dims[a] for a in spatial)],
+        [1, 1, *(base_dilation[a] for a in spatial)],
+        zero,
+    )
     y, pads = conv_padding(ctx, y, [(0, 0), (0, 0), *(padding[a] for a in spatial)], zero)
     window = [window_dimensions[a] for a in spatial]
     ones = ctx.const(np.ones([channels, 1, *window], dtype))
     y = ctx.op.Conv(
-        y, ones, kernel_shape=window, strides=[window_strides[a] for a in spatial],
-        dilations=[window_dilation[a] for a in spatial], pads=pads, group=channels,
+        y,
+        ones,
+        kernel_shape=window,
+        strides=[window_strides[a] for a in spatial],
+        dilations=[window_dilation[a] for a in spatial],
+        pads=pads,
+        group=channels,
     )
     if merged:
         y = ctx.reshape(y, [*lead_dims, *(out_dims[a] for a in spatial)])
@@ -143,16 +176,38 @@ def sum_by_conv(
 def _window_reduction(op: str, ctx: LoweringContext, x: ir.Value, **params: Any) -> ir.Value:
     params = {k: params[k] for k in _WINDOW_PARAMS}
     dtype, dims = onnx_aval(ctx.aval_in)
-    empty = has_zero(dims) or has_zero(onnx_aval(ctx.aval_out)[1]) or not math.prod(params["window_dimensions"])
+    empty = (
+        has_zero(dims)
+        or has_zero(onnx_aval(ctx.aval_out)[1])
+        or not math.prod(params["window_dimensions"])
+    )
     if op == "add" and can_conv(dtype) and not empty:
         return sum_by_conv(ctx, x, **params)
     return reduce_by_slices(ctx, op, x, **params)
 
 
-_WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
-for _prim, _op in {"reduce_window_sum": "add", "reduce_window_max": "max", "reduce_window_min": "min"}.items():
-    _ops = ("Conv", "Slice", "Sum", "Add", "Transpose") if _op == "add" else ("Slice", _op.capitalize())  # Add: ints
-    register(_prim, partial(_window_reduction, _op), onnx_ops=(*_ops, "Concat", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze"))
+_WINDOW_PARAMS = (
+    "window_dimensions",
+    "window_strides",
+    "padding",
+    "base_dilation",
+    "window_dilation",
+)
+for _prim, _op in {
+    "reduce_window_sum": "add",
+    "reduce_window_max": "max",
+    "reduce_window_min": "min",
+}.items():
+    _ops = (
+        ("Conv", "Slice", "Sum", "Add", "Transpose")
+        if _op == "add"
+        else ("Slice", _op.capitalize())
+    )  # Add: ints
+    register(
+        _prim,
+        partial(_window_reduction, _op),
+        onnx_ops=(*_ops, "Concat", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze"),
+    )
 
 # The bodies of generic reduce_windows we lower: one of these primitives on the two inputs.
 _BODY_OPS = frozenset(["add", "mul", "max", "min", "and", "or"])
@@ -163,12 +218,16 @@ def _body_op(jaxpr: Any, consts: Sequence[Any]) -> str | None:
     if consts or len(body.eqns) != 1 or len(body.invars) != 2:
         return None
     (eqn,) = body.eqns
-    if list(eqn.invars) not in (list(body.invars), list(body.invars)[::-1]) or list(body.outvars) != list(eqn.outvars):
+    if list(eqn.invars) not in (list(body.invars), list(body.invars)[::-1]) or list(
+        body.outvars
+    ) != list(eqn.outvars):
         return None
     return eqn.primitive.name if eqn.primitive.name in _BODY_OPS else None
 
 
-def _reduce_window(ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts: Sequence[Any] = (), **params: Any) -> ir.Value:
+def _reduce_window(
+    ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts: Sequence[Any] = (), **params: Any
+) -> ir.Value:
     """A generic reduce_window whose body is one add/mul/max/min/and/or.
 
     XLA skips padding and dilation holes and applies the init value once per window, so the
@@ -178,7 +237,9 @@ def _reduce_window(ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts
         raise NotImplementedError("reduce_window over several operands")
     op = _body_op(jaxpr, consts)
     if op is None:
-        raise NotImplementedError(f"reduce_window with a body other than one of {sorted(_BODY_OPS)}: {jaxpr}")
+        raise NotImplementedError(
+            f"reduce_window with a body other than one of {sorted(_BODY_OPS)}: {jaxpr}"
+        )
     x, init = operands
     dtype = onnx_aval(ctx.aval_in)[0]
     folded = _window_reduction(op, ctx, x, **params)
@@ -188,4 +249,20 @@ def _reduce_window(ctx: LoweringContext, *operands: ir.Value, jaxpr: Any, consts
     return fold(ctx, op, [folded, init], dtype)
 
 
-register("reduce_window", _reduce_window, onnx_ops=("Slice", "Max", "Min", "Sum", "Mul", "Conv", "ConstantOfShape", "Pad", "Reshape", "Unsqueeze", "Or"))
+register(
+    "reduce_window",
+    _reduce_window,
+    onnx_ops=(
+        "Slice",
+        "Max",
+        "Min",
+        "Sum",
+        "Mul",
+        "Conv",
+        "ConstantOfShape",
+        "Pad",
+        "Reshape",
+        "Unsqueeze",
+        "Or",
+    ),
+)

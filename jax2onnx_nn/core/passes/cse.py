@@ -1,6 +1,5 @@
 """Common subexpressions merged, in every graph."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +9,16 @@ import onnx_ir as ir
 from jax2onnx_nn.core.ir.values import attributes_key
 from jax2onnx_nn.core.ir.walk import graphs
 
-_NON_DETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli"})
+_NON_DETERMINISTIC = frozenset(
+    {
+        "RandomUniform",
+        "RandomNormal",
+        "RandomUniformLike",
+        "RandomNormalLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
 
 
 def _node_key(node: ir.Node) -> tuple[Any, ...] | None:

@@ -1,6 +1,5 @@
 """Loop and Scan states and outputs that nothing reads removed."""
 
-
 from __future__ import annotations
 
 import onnx_ir as ir
@@ -29,14 +28,21 @@ def _loop_layout(loop: ir.Node) -> tuple[int, int, int, int] | None:
     inputs, among its body's outputs) of a ``Loop`` or ``Scan``; None for another node or a
     body that does not match the node."""
     body = loop.attributes.get("body")
-    if loop.domain != "" or loop.op_type not in ("Loop", "Scan") or not isinstance(body, ir.Attr) or body.is_ref():
+    if (
+        loop.domain != ""
+        or loop.op_type not in ("Loop", "Scan")
+        or not isinstance(body, ir.Attr)
+        or body.is_ref()
+    ):
         return None
     if loop.op_type == "Loop":
         layout = (len(loop.inputs) - 2, 2, 2, 1)
     else:
         layout = (len(loop.inputs) - loop.attributes["num_scan_inputs"].as_int(), 0, 0, 0)
     n_states, _, first_body_input, first_body_output = layout
-    if len(body.value.inputs) < first_body_input + n_states or len(body.value.outputs) != first_body_output + len(loop.outputs):
+    if len(body.value.inputs) < first_body_input + n_states or len(
+        body.value.outputs
+    ) != first_body_output + len(loop.outputs):
         return None
     return layout
 
@@ -75,8 +81,16 @@ def _needed_reads(node: ir.Node, needed: set[int]) -> set[int]:
         return {id(v) for v in _reads(node)}
     n_states, first_input, _, first_body_output = layout
     live, body_needs = _live_body_outputs(node, [id(o) in needed for o in node.outputs])
-    dead_input = lambda i: first_input <= i < first_input + n_states and not live[first_body_output + i - first_input]  # noqa: E731
-    return body_needs | {id(v) for i, v in enumerate(node.inputs) if v is not None and not dead_input(i)}
+
+    def dead_input(i):
+        return (
+            first_input <= i < first_input + n_states
+            and not live[first_body_output + i - first_input]
+        )
+
+    return body_needs | {
+        id(v) for i, v in enumerate(node.inputs) if v is not None and not dead_input(i)
+    }
 
 
 def _prune_loop(loop: ir.Node) -> int:
@@ -98,7 +112,9 @@ def _prune_loop(loop: ir.Node) -> int:
     for i in reversed(dead):
         body.outputs.pop(first_body_output + i)
     remove_unused_in(body, None)
-    removed = sum(_prune_loop(inner) for inner in reversed(list(body)) if _loop_layout(inner) is not None)
+    removed = sum(
+        _prune_loop(inner) for inner in reversed(list(body)) if _loop_layout(inner) is not None
+    )
     if removed:
         remove_unused_in(body, None)
     dead_states = [i for i in dead if i < n_states]
@@ -106,7 +122,11 @@ def _prune_loop(loop: ir.Node) -> int:
     for k in reversed(dead_states):
         body.inputs.pop(first_body_input + k)
     # the node: a new one without the dead inputs and outputs, its outputs taking the old ones' place
-    inputs = [v for i, v in enumerate(loop.inputs) if not (first_input <= i < first_input + n_states and i - first_input in dead_states)]
+    inputs = [
+        v
+        for i, v in enumerate(loop.inputs)
+        if not (first_input <= i < first_input + n_states and i - first_input in dead_states)
+    ]
     attributes = dict(loop.attributes)
     if not is_loop:
         for name in ("scan_output_axes", "scan_output_directions"):
@@ -115,8 +135,16 @@ def _prune_loop(loop: ir.Node) -> int:
                 attributes[name] = ir.AttrInt64s(name, kept)
     kept_outputs = [o for i, o in enumerate(loop.outputs) if i not in dead]
     graph = loop.graph
-    pruned = ir.Node(loop.domain, loop.op_type, inputs, attributes.values(), num_outputs=len(kept_outputs),
-                     version=loop.version, doc_string=loop.doc_string, metadata_props=dict(loop.metadata_props))
+    pruned = ir.Node(
+        loop.domain,
+        loop.op_type,
+        inputs,
+        attributes.values(),
+        num_outputs=len(kept_outputs),
+        version=loop.version,
+        doc_string=loop.doc_string,
+        metadata_props=dict(loop.metadata_props),
+    )
     pruned.meta.update(loop.meta)
     graph.insert_before(loop, pruned)
     names = []
@@ -146,7 +174,9 @@ def remove_dead_loop_state(model: ir.Model) -> int:
     nested loops, a few rounds. Returns the number of states and stacked outputs removed."""
     removed = 0
     for _round in range(_DEAD_STATE_ROUNDS):
-        loops = [n for n, _ in all_nodes(model) if n.op_type in _LOOP_OPS and _loop_layout(n) is not None]
+        loops = [
+            n for n, _ in all_nodes(model) if n.op_type in _LOOP_OPS and _loop_layout(n) is not None
+        ]
         found = sum(_prune_loop(loop) for loop in loops if loop.graph is not None)
         removed += found
         if not found or len(loops) == 1:

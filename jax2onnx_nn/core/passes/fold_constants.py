@@ -1,6 +1,5 @@
 """Exact constant folding: nodes of constant inputs become constants of their result."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -17,19 +16,53 @@ from jax2onnx_nn.core.ir.values import attributes_key, exact_dtype
 from jax2onnx_nn.core.memo import BoundedMemo
 
 # Ops whose result on constants is exact whatever the dtype (they move or select elements)...
-_MOVING_OPS = frozenset({
-    "Gather", "GatherElements", "GatherND", "Slice", "Reshape", "Unsqueeze", "Squeeze", "Expand",
-    "Concat", "Transpose", "Where", "Identity", "Flatten",
-})
+_MOVING_OPS = frozenset(
+    {
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Slice",
+        "Reshape",
+        "Unsqueeze",
+        "Squeeze",
+        "Expand",
+        "Concat",
+        "Transpose",
+        "Where",
+        "Identity",
+        "Flatten",
+    }
+)
 # ...and ops that are exact on integers and bools only (float arithmetic is left to the runtime:
 # its rounding is the runtime's, and folding must not change a number).
-_INTEGER_OPS = frozenset({
-    "Add", "Sub", "Mul", "Neg", "Abs", "Min", "Max", "Clip", "Less", "LessOrEqual", "Greater",
-    "GreaterOrEqual", "Equal", "And", "Or", "Xor", "Not", "Range", "Cast",
-})
+_INTEGER_OPS = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Neg",
+        "Abs",
+        "Min",
+        "Max",
+        "Clip",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "Equal",
+        "And",
+        "Or",
+        "Xor",
+        "Not",
+        "Range",
+        "Cast",
+    }
+)
 # Split: exact, and what a cell's weights go through to become a GRU's W / R (the gate order)
 _FOLDABLE = _MOVING_OPS | _INTEGER_OPS | {"Split"}
-_FOLD_GROWTH_BYTES = 1024  # a folded result may be larger than its inputs by this much (iota: a Range)
+_FOLD_GROWTH_BYTES = (
+    1024  # a folded result may be larger than its inputs by this much (iota: a Range)
+)
 _SHARED_WEIGHT_BYTES = 1 << 16  # above this, a weight also read elsewhere is not folded into a copy
 
 
@@ -80,9 +113,15 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         # a Cast of bools or integers to floats is exact when every value converts back (a mask
         # or an identity made of iota comparisons, as jnp.eye is)
         exact_cast = node.op_type == "Cast" and exact_dtype(inputs[0].dtype)
-        if node.op_type in _INTEGER_OPS and not exact_cast and not all(exact_dtype(v.dtype) for v in (*inputs, *node.outputs)):
+        if (
+            node.op_type in _INTEGER_OPS
+            and not exact_cast
+            and not all(exact_dtype(v.dtype) for v in (*inputs, *node.outputs))
+        ):
             continue
-        with np.errstate(over="ignore", invalid="ignore"):  # an int beyond the float: inf, which does not convert back
+        with np.errstate(
+            over="ignore", invalid="ignore"
+        ):  # an int beyond the float: inf, which does not convert back
             results = _evaluate(node, opset)
             if results is None or len(results) != len(node.outputs):
                 continue
@@ -93,13 +132,19 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         result_bytes = sum(r.nbytes for r in results)
         if result_bytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
             continue
-        if result_bytes > _SHARED_WEIGHT_BYTES and any(len(v.uses()) > 1 for v in inputs if v.const_value.nbytes > _SHARED_WEIGHT_BYTES):
+        if result_bytes > _SHARED_WEIGHT_BYTES and any(
+            len(v.uses()) > 1 for v in inputs if v.const_value.nbytes > _SHARED_WEIGHT_BYTES
+        ):
             continue  # a large weight read elsewhere too: folding would store it twice
         source = node.inputs[0]
         names = [out.name for out in node.outputs]
         renamed = (
-            not in_function and (node.op_type in _MOVING_OPS or exact_cast) and source is not None and len(source.uses()) == 1
-            and source.name and graph.initializers.get(source.name) is source
+            not in_function
+            and (node.op_type in _MOVING_OPS or exact_cast)
+            and source is not None
+            and len(source.uses()) == 1
+            and source.name
+            and graph.initializers.get(source.name) is source
         )
         if renamed and len(names) == 1:
             # a rearranged (or exactly converted) weight keeps the weight's name (``bn.mean``,
@@ -113,11 +158,21 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
                 constant = new_constant(model, node, result, True)
                 constant.type = out.type
             else:
-                constant = ir.Value(name=None, shape=ir.Shape(result.shape), type=out.type, const_value=numpy_tensor(result))
+                constant = ir.Value(
+                    name=None,
+                    shape=ir.Shape(result.shape),
+                    type=out.type,
+                    const_value=numpy_tensor(result),
+                )
             ir.convenience.replace_all_uses_with(out, constant)
             constants.append(constant)
         graph.remove(node, safe=True)
-        if not in_function and source is not None and graph.initializers.get(source.name) is source and not source.uses():
+        if (
+            not in_function
+            and source is not None
+            and graph.initializers.get(source.name) is source
+            and not source.uses()
+        ):
             graph.initializers.pop(source.name)
         for constant, name in zip(constants, names, strict=True):
             constant.name = name
@@ -136,15 +191,22 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
     the reference evaluator costs ~0.3 ms a node (the node is serialized only when it runs)."""
     try:
         arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
-    except Exception:  # noqa: BLE001 - an input that does not convert is not folded
+    except Exception:
         return None
     given = [a for a in arrays if a is not None]
     key = None
-    if sum(a.nbytes for a in given) <= _EVALUATED_INPUT_BYTES and all(a.dtype.kind != "O" for a in given):
+    if sum(a.nbytes for a in given) <= _EVALUATED_INPUT_BYTES and all(
+        a.dtype.kind != "O" for a in given
+    ):
         attributes = attributes_key(node)  # (strings: no bytes to compare)
         if attributes is not None:
-            key = (opset, node.op_identifier(), len(node.outputs), attributes,
-                   *(None if a is None else (a.dtype, a.shape, a.tobytes()) for a in arrays))
+            key = (
+                opset,
+                node.op_identifier(),
+                len(node.outputs),
+                attributes,
+                *(None if a is None else (a.dtype, a.shape, a.tobytes()) for a in arrays),
+            )
             known = _EVALUATED.get(key, _UNKNOWN)
             if known is not _UNKNOWN:
                 return None if known is None else [a.copy() for a in known]
@@ -155,7 +217,7 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
         proto.input.extend(names)
         del proto.output[:]
         proto.output.extend(f"out{i}" for i in range(len(node.outputs)))
-    except Exception:  # noqa: BLE001 - a node that does not convert is not folded
+    except Exception:
         return None
     feeds = {n: a for n, a in zip(names, arrays, strict=True) if a is not None}
     results = _reference_result(proto, feeds, opset)
@@ -169,16 +231,20 @@ _EVALUATED: BoundedMemo[list[np.ndarray] | None] = BoundedMemo(4096)  # ... this
 _UNKNOWN: Any = object()
 
 
-def _reference_result(proto: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
+def _reference_result(
+    proto: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int
+) -> list[np.ndarray] | None:
     try:
         inputs = [
-            onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            onnx.helper.make_tensor_value_info(
+                n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape
+            )
             for n, a in feeds.items()
         ]
         outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in proto.output]
         graph = onnx.helper.make_graph([proto], "fold", inputs, outputs)
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
         results = ReferenceEvaluator(model).run(None, feeds)
-    except Exception:  # noqa: BLE001 - the reference's coverage decides, not ours
+    except Exception:
         return None
     return [np.asarray(r) for r in results]

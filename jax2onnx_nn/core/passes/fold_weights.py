@@ -1,6 +1,5 @@
 """Per-channel scales and shifts folded into the weights of the op before them."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +9,12 @@ from jax2onnx_nn.core.graph import numpy_tensor
 
 
 def _initializer_array(v: ir.Value | None, graph: ir.Graph) -> np.ndarray | None:
-    if v is None or v.producer() is not None or v.name not in graph.initializers or v.const_value is None:
+    if (
+        v is None
+        or v.producer() is not None
+        or v.name not in graph.initializers
+        or v.const_value is None
+    ):
         return None
     return v.const_value.numpy()
 
@@ -30,14 +34,22 @@ def _foldable_producer(value: ir.Value, graph: ir.Graph) -> ir.Node | None:
     """The Conv or plain Gemm (alpha = beta = 1, A not transposed) making ``value``, when
     ``value`` has no other reader and the weight is an initializer read by that node alone."""
     node = value.producer()
-    if node is None or node.domain != "" or node.graph is not graph or len(value.uses()) != 1 or value.is_graph_output():
+    if (
+        node is None
+        or node.domain != ""
+        or node.graph is not graph
+        or len(value.uses()) != 1
+        or value.is_graph_output()
+    ):
         return None
     if node.op_type == "Conv":
         weight = node.inputs[1]
     elif node.op_type == "Gemm":
         attrs = node.attributes
-        if attrs.get("transA") is not None and attrs["transA"].value or any(
-            attrs.get(k) is not None and attrs[k].value != 1.0 for k in ("alpha", "beta")
+        if (
+            attrs.get("transA") is not None
+            and attrs["transA"].value
+            or any(attrs.get(k) is not None and attrs[k].value != 1.0 for k in ("alpha", "beta"))
         ):
             return None
         weight = node.inputs[1]
@@ -51,14 +63,20 @@ def _foldable_producer(value: ir.Value, graph: ir.Graph) -> ir.Node | None:
     return node
 
 
-def _scale_shift(node: ir.Node, graph: ir.Graph, rank: int | None) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+def _scale_shift(
+    node: ir.Node, graph: ir.Graph, rank: int | None
+) -> tuple[np.ndarray | None, np.ndarray | None] | None:
     """(scale, shift) per channel of an inference BatchNormalization, a Mul or an Add by a
     constant; None for anything else."""
     if node.domain != "":
         return None
     if node.op_type == "BatchNormalization" and len(node.outputs) == 1:
         arrays = [_initializer_array(v, graph) for v in node.inputs[1:5]]
-        if any(a is None for a in arrays) or node.attributes.get("training_mode") is not None and node.attributes["training_mode"].value:
+        if (
+            any(a is None for a in arrays)
+            or node.attributes.get("training_mode") is not None
+            and node.attributes["training_mode"].value
+        ):
             return None
         gamma, beta, mean, var = (a.astype(np.float64) for a in arrays)
         eps = node.attributes["epsilon"].value if "epsilon" in node.attributes else 1e-5
@@ -90,10 +108,17 @@ def fold_into_weights(model: ir.Model) -> int:
     for node in list(graph):
         if not node.inputs or node.inputs[0] is None or node.graph is not graph:
             continue
-        x = node.inputs[0] if node.op_type == "BatchNormalization" else next(
-            (v for v in node.inputs if v is not None and v.producer() is not None), None)
+        x = (
+            node.inputs[0]
+            if node.op_type == "BatchNormalization"
+            else next((v for v in node.inputs if v is not None and v.producer() is not None), None)
+        )
         producer = _foldable_producer(x, graph) if x is not None else None
-        if producer is None or node.outputs[0].dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
+        if producer is None or node.outputs[0].dtype not in (
+            ir.DataType.FLOAT,
+            ir.DataType.DOUBLE,
+            ir.DataType.FLOAT16,
+        ):
             continue
         rank = 2 if producer.op_type == "Gemm" else len(x.shape) if x.shape is not None else None
         affine = _scale_shift(node, graph, rank)
@@ -101,26 +126,44 @@ def fold_into_weights(model: ir.Model) -> int:
             continue
         weight = producer.inputs[1]
         w = weight.const_value.numpy()
-        channels = w.shape[0] if producer.op_type == "Conv" else w.shape[1] if not (
-            producer.attributes.get("transB") is not None and producer.attributes["transB"].value) else w.shape[0]
+        channels = (
+            w.shape[0]
+            if producer.op_type == "Conv"
+            else w.shape[1]
+            if not (
+                producer.attributes.get("transB") is not None
+                and producer.attributes["transB"].value
+            )
+            else w.shape[0]
+        )
         scale, shift = affine
         if any(v is not None and v.size not in (1, channels) for v in (scale, shift)):
             continue
         scale = np.ones(channels) if scale is None else np.broadcast_to(scale, (channels,))
         shift = np.zeros(channels) if shift is None else np.broadcast_to(shift, (channels,))
         bias_value = producer.inputs[2] if len(producer.inputs) > 2 else None
-        b = np.zeros(channels) if bias_value is None else bias_value.const_value.numpy().astype(np.float64)
+        b = (
+            np.zeros(channels)
+            if bias_value is None
+            else bias_value.const_value.numpy().astype(np.float64)
+        )
         if b.size not in (1, channels):
             continue
         # the scale rounded once to the weight's dtype: no float64 copy of a large weight
-        if producer.op_type == "Conv" or producer.attributes.get("transB") is not None and producer.attributes["transB"].value:
+        if (
+            producer.op_type == "Conv"
+            or producer.attributes.get("transB") is not None
+            and producer.attributes["transB"].value
+        ):
             w_new = w * scale.astype(w.dtype).reshape((-1,) + (1,) * (w.ndim - 1))
         else:
             w_new = w * scale.astype(w.dtype).reshape(1, -1)
         b_new = (np.broadcast_to(b, (channels,)) * scale + shift).astype(w.dtype)
         weight.const_value = numpy_tensor(w_new, name=weight.name)
         if bias_value is None:
-            bias_value = ir.Value(name=f"{weight.name}/folded_bias", shape=ir.Shape([channels]), type=weight.type)
+            bias_value = ir.Value(
+                name=f"{weight.name}/folded_bias", shape=ir.Shape([channels]), type=weight.type
+            )
             bias_value.const_value = numpy_tensor(b_new, name=bias_value.name)
             graph.register_initializer(bias_value)
             producer.resize_inputs(3)

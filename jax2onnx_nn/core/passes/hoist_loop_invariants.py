@@ -1,6 +1,5 @@
 """Loop/Scan body nodes that read nothing of the loop moved out of the body."""
 
-
 from __future__ import annotations
 
 import onnx_ir as ir
@@ -8,11 +7,42 @@ import onnx_ir as ir
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.walk import graph_nodes
 
-_HOISTABLE = frozenset({
-    "Constant", "Identity", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Concat", "Cast", "Shape",
-    "Add", "Sub", "Mul", "Neg", "Abs", "Min", "Max", "Exp", "Sqrt", "Reciprocal", "Not", "And", "Or",
-    "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Where", "Expand", "Range", "Slice",
-})
+_HOISTABLE = frozenset(
+    {
+        "Constant",
+        "Identity",
+        "Split",
+        "Unsqueeze",
+        "Squeeze",
+        "Reshape",
+        "Transpose",
+        "Concat",
+        "Cast",
+        "Shape",
+        "Add",
+        "Sub",
+        "Mul",
+        "Neg",
+        "Abs",
+        "Min",
+        "Max",
+        "Exp",
+        "Sqrt",
+        "Reciprocal",
+        "Not",
+        "And",
+        "Or",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "Where",
+        "Expand",
+        "Range",
+        "Slice",
+    }
+)
 
 
 @rewrite("Loop", "Scan")
@@ -30,14 +60,20 @@ def hoist_loop_invariants(model: ir.Model) -> int:
     for graph in graphs:
         # the traversal meets a loop before the loops in its body: reversed, inner ones first
         for loop in reversed(graph_nodes(graph)):
-            if loop.domain != "" or loop.op_type not in ("Loop", "Scan") or "body" not in loop.attributes:
+            if (
+                loop.domain != ""
+                or loop.op_type not in ("Loop", "Scan")
+                or "body" not in loop.attributes
+            ):
                 continue
             body = loop.attributes["body"].value
             outer = loop.graph
             inside: set[int] = {id(v) for v in body.inputs}
             for node in list(body):
                 if (
-                    node.domain != "" or node.op_type not in _HOISTABLE or any(a.type == ir.AttributeType.GRAPH for a in node.attributes.values())
+                    node.domain != ""
+                    or node.op_type not in _HOISTABLE
+                    or any(a.type == ir.AttributeType.GRAPH for a in node.attributes.values())
                     or any(v is not None and id(v) in inside for v in node.inputs)
                     or any(o.is_graph_output() for o in node.outputs)
                 ):

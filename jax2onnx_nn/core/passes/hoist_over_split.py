@@ -1,6 +1,5 @@
 """Layout ops after a Split of attention heads hoisted over it."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +12,9 @@ from jax2onnx_nn.core.ir.values import same_dim
 from jax2onnx_nn.core.ir.walk import all_nodes
 
 
-def _split_heads_reshape(split: ir.Node, readers: list[ir.Node]) -> tuple[list[int], list[int]] | None:
+def _split_heads_reshape(
+    split: ir.Node, readers: list[ir.Node]
+) -> tuple[list[int], list[int]] | None:
     """For Split outputs each reshaped to ``pre + [n_i] + tail`` (``pre`` the dims before the
     split axis, ``tail`` static and the same for all): the shape ``[0] * len(pre) + [sum n] +
     tail`` of one Reshape before the Split, and the split sizes ``n_i``. The row-major order
@@ -23,25 +24,36 @@ def _split_heads_reshape(split: ir.Node, readers: list[ir.Node]) -> tuple[list[i
     axis = _axis(split, x)
     if axis is None:
         return None
-    post = x.shape[axis + 1:]
+    post = x.shape[axis + 1 :]
     if not all(isinstance(d, int) for d in post):
         return None
     tail = None
     sizes = []
     for out, reader in zip(split.outputs, readers, strict=True):
         y = reader.outputs[0]
-        if y.shape is None or len(y.shape) < axis + 1 or out.shape is None or not isinstance(out.shape[axis], int):
+        if (
+            y.shape is None
+            or len(y.shape) < axis + 1
+            or out.shape is None
+            or not isinstance(out.shape[axis], int)
+        ):
             return None
         if not all(same_dim(a, b) for a, b in zip(x.shape[:axis], y.shape[:axis], strict=False)):
             return None
-        this_tail = list(y.shape[axis + 1:])
+        this_tail = list(y.shape[axis + 1 :])
         n = y.shape[axis]
-        if not isinstance(n, int) or n < 1 or not all(isinstance(d, int) and d >= 1 for d in this_tail):
+        if (
+            not isinstance(n, int)
+            or n < 1
+            or not all(isinstance(d, int) and d >= 1 for d in this_tail)
+        ):
             return None
         if tail is not None and this_tail != tail:
             return None
         tail = this_tail
-        if n * int(np.prod(tail, dtype=np.int64)) != out.shape[axis] * int(np.prod(post, dtype=np.int64)):
+        if n * int(np.prod(tail, dtype=np.int64)) != out.shape[axis] * int(
+            np.prod(post, dtype=np.int64)
+        ):
             return None
         sizes.append(n)
     return [0] * axis + [sum(sizes)] + list(tail or []), sizes
@@ -59,7 +71,11 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
     """Rewrite one Split whose every output is read once, by a Reshape (all of them) or a
     Transpose (most with the same perm): the layout op runs once on the Split's input. Returns
     the new Split, None when nothing was rewritten."""
-    if split.domain != "" or split.op_type != "Split" or any(o.is_graph_output() for o in split.outputs):
+    if (
+        split.domain != ""
+        or split.op_type != "Split"
+        or any(o.is_graph_output() for o in split.outputs)
+    ):
         return None
     readers = [one_reader(o) for o in split.outputs]
     if len(readers) < 2 or any(r is None or r.domain != "" or is_required(r) for r in readers):
@@ -67,7 +83,9 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
     kinds = {r.op_type for r in readers}
     x = split.inputs[0]
     axis = _axis(split, x)
-    if axis is None or any(o.shape is None or not isinstance(o.shape[axis], int) for o in split.outputs):
+    if axis is None or any(
+        o.shape is None or not isinstance(o.shape[axis], int) for o in split.outputs
+    ):
         return None
     graph = split.graph
     if kinds == {"Reshape"}:
@@ -77,9 +95,11 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
         shape, sizes = plan
         target = new_constant(model, split, np.asarray(shape, np.int64), in_function)
         moved = ir.Node("", "Reshape", [x, target], name=readers[0].name or None)
-        moved.outputs[0].name = f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
+        moved.outputs[0].name = (
+            f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
+        )
         moved.outputs[0].type = x.type
-        moved.outputs[0].shape = ir.Shape([*x.shape[:axis], int(sum(sizes)), *shape[axis + 1:]])
+        moved.outputs[0].shape = ir.Shape([*x.shape[:axis], int(sum(sizes)), *shape[axis + 1 :]])
         new_axis, finals = axis, [r.outputs[0] for r in readers]
         residual: list[list[int] | None] = [None] * len(readers)
     elif kinds == {"Transpose"}:
@@ -90,8 +110,16 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
         if perms.count(perm) < 2:
             return None
         inverse = [perm.index(i) for i in range(len(perm))]
-        moved = ir.Node("", "Transpose", [x], attributes=[ir.AttrInt64s("perm", perm)], name=readers[0].name or None)
-        moved.outputs[0].name = f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
+        moved = ir.Node(
+            "",
+            "Transpose",
+            [x],
+            attributes=[ir.AttrInt64s("perm", perm)],
+            name=readers[0].name or None,
+        )
+        moved.outputs[0].name = (
+            f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
+        )
         moved.outputs[0].type = x.type
         moved.outputs[0].shape = ir.Shape([x.shape[p] for p in perm])
         new_axis, finals = inverse[axis], [r.outputs[0] for r in readers]
@@ -101,10 +129,18 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
         return None
     graph.insert_before(split, moved)
     counts = new_constant(model, split, np.asarray(sizes, np.int64), in_function)
-    new_split = ir.Node("", "Split", [moved.outputs[0], counts], attributes=[ir.AttrInt64("axis", new_axis)],
-                        num_outputs=len(sizes), name=split.name or None)
+    new_split = ir.Node(
+        "",
+        "Split",
+        [moved.outputs[0], counts],
+        attributes=[ir.AttrInt64("axis", new_axis)],
+        num_outputs=len(sizes),
+        name=split.name or None,
+    )
     graph.insert_before(split, new_split)
-    for piece, final, rest, old in zip(new_split.outputs, finals, residual, split.outputs, strict=True):
+    for piece, final, rest, old in zip(
+        new_split.outputs, finals, residual, split.outputs, strict=True
+    ):
         piece.type = final.type
         if rest is None:
             piece.shape = final.shape

@@ -1,6 +1,5 @@
 """Model-local ONNX functions expanded into the graph."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -46,5 +45,7 @@ def _inlined_names(nodes: Any, functions: Any, prefix: str) -> list[str]:
     for node in nodes:
         function = functions.get(node.op_identifier())
         name = f"{prefix}{node.name}"
-        names.extend([name] if function is None else _inlined_names(function, functions, f"{name}/"))
+        names.extend(
+            [name] if function is None else _inlined_names(function, functions, f"{name}/")
+        )
     return names

@@ -1,6 +1,5 @@
 """Reductions followed by a Reshape that restores the reduced dims keep them instead."""
 
-
 from __future__ import annotations
 
 import onnx_ir as ir
@@ -11,13 +10,27 @@ from jax2onnx_nn.core.ir.edit import one_reader
 from jax2onnx_nn.core.ir.values import const_array
 from jax2onnx_nn.core.ir.walk import all_nodes
 
-_REDUCTIONS = frozenset(["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2",
-                         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"])
+_REDUCTIONS = frozenset(
+    [
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceMean",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+    ]
+)
 
 
 def _reduced_axes(node: ir.Node, rank: int) -> list[int] | None:
     """The axes ``node`` (a Reduce*) reduces, non-negative and sorted; None when unknown."""
-    if len(node.inputs) > 1 and node.inputs[1] is not None:  # axes as an input (ReduceSum 13, the rest 18)
+    if (
+        len(node.inputs) > 1 and node.inputs[1] is not None
+    ):  # axes as an input (ReduceSum 13, the rest 18)
         axes = const_array(node.inputs[1])
         if axes is None:
             return None
@@ -39,17 +52,33 @@ def keep_reduced_dims(model: ir.Model) -> int:
     (left unread for the clean-up)."""
     removed = 0
     for node, _ in all_nodes(model):
-        if node.domain != "" or node.op_type != "Unsqueeze" or len(node.inputs) < 2 or is_required(node):
+        if (
+            node.domain != ""
+            or node.op_type != "Unsqueeze"
+            or len(node.inputs) < 2
+            or is_required(node)
+        ):
             continue
         source, out = node.inputs[0], node.outputs[0]
         reduce = source.producer() if source is not None else None
-        if (reduce is None or reduce.domain != "" or reduce.op_type not in _REDUCTIONS or is_required(reduce)
-                or reduce.attributes.get_int("keepdims", 1) != 0 or one_reader(source) is not node
-                or out.shape is None or reduce.inputs[0] is None):
+        if (
+            reduce is None
+            or reduce.domain != ""
+            or reduce.op_type not in _REDUCTIONS
+            or is_required(reduce)
+            or reduce.attributes.get_int("keepdims", 1) != 0
+            or one_reader(source) is not node
+            or out.shape is None
+            or reduce.inputs[0] is None
+        ):
             continue
         rank = len(out.shape)
         unsqueezed = const_array(node.inputs[1])
-        if unsqueezed is None or reduce.inputs[0].shape is not None and len(reduce.inputs[0].shape) != rank:
+        if (
+            unsqueezed is None
+            or reduce.inputs[0].shape is not None
+            and len(reduce.inputs[0].shape) != rank
+        ):
             continue
         if sorted(a % rank for a in unsqueezed.reshape(-1).tolist()) != _reduced_axes(reduce, rank):
             continue

@@ -1,6 +1,5 @@
 """Chains of layout ops (Transpose, Reshape, Cast) cancelled or shortened."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -16,14 +15,44 @@ from jax2onnx_nn.core.ir.walk import graph_nodes
 
 # -- chains of layout ops -------------------------------------------------------------------
 
-_SHAPE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})  # move no element, keep order
+_SHAPE_OPS = frozenset(
+    {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+)  # move no element, keep order
 _D = ir.DataType
 # dtype -> the dtypes that hold each of its values exactly (a cast there and back is the identity)
 _WIDER: dict[ir.DataType, frozenset[ir.DataType]] = {
-    _D.BOOL: frozenset({_D.INT8, _D.UINT8, _D.INT16, _D.UINT16, _D.INT32, _D.UINT32, _D.INT64, _D.UINT64,
-                        _D.FLOAT16, _D.BFLOAT16, _D.FLOAT, _D.DOUBLE}),
-    _D.INT8: frozenset({_D.INT16, _D.INT32, _D.INT64, _D.FLOAT16, _D.BFLOAT16, _D.FLOAT, _D.DOUBLE}),
-    _D.UINT8: frozenset({_D.INT16, _D.UINT16, _D.INT32, _D.UINT32, _D.INT64, _D.UINT64, _D.FLOAT16, _D.FLOAT, _D.DOUBLE}),
+    _D.BOOL: frozenset(
+        {
+            _D.INT8,
+            _D.UINT8,
+            _D.INT16,
+            _D.UINT16,
+            _D.INT32,
+            _D.UINT32,
+            _D.INT64,
+            _D.UINT64,
+            _D.FLOAT16,
+            _D.BFLOAT16,
+            _D.FLOAT,
+            _D.DOUBLE,
+        }
+    ),
+    _D.INT8: frozenset(
+        {_D.INT16, _D.INT32, _D.INT64, _D.FLOAT16, _D.BFLOAT16, _D.FLOAT, _D.DOUBLE}
+    ),
+    _D.UINT8: frozenset(
+        {
+            _D.INT16,
+            _D.UINT16,
+            _D.INT32,
+            _D.UINT32,
+            _D.INT64,
+            _D.UINT64,
+            _D.FLOAT16,
+            _D.FLOAT,
+            _D.DOUBLE,
+        }
+    ),
     _D.INT16: frozenset({_D.INT32, _D.INT64, _D.FLOAT, _D.DOUBLE}),
     _D.UINT16: frozenset({_D.INT32, _D.UINT32, _D.INT64, _D.UINT64, _D.FLOAT, _D.DOUBLE}),
     _D.INT32: frozenset({_D.INT64, _D.DOUBLE}),
@@ -57,7 +86,11 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
         if producer is None or producer.op_type != "Cast" or producer.domain != "":
             return None
         x = producer.inputs[0]
-        if x is None or x.dtype is None or ir.DataType(producer.attributes["to"].value) not in _WIDER.get(x.dtype, ()):
+        if (
+            x is None
+            or x.dtype is None
+            or ir.DataType(producer.attributes["to"].value) not in _WIDER.get(x.dtype, ())
+        ):
             return None  # the first cast rounds or wraps: the pair is not one cast
         if x.dtype == to:
             return x
@@ -66,7 +99,12 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
         perm = list(node.attributes["perm"].value) if "perm" in node.attributes else None
         if perm is not None and perm == sorted(perm):
             return source_value
-        if producer is None or producer.op_type != "Transpose" or producer.domain != "" or perm is None:
+        if (
+            producer is None
+            or producer.op_type != "Transpose"
+            or producer.domain != ""
+            or perm is None
+        ):
             return None
         if "perm" not in producer.attributes:
             return None
@@ -90,14 +128,30 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
     if dims is None or 0 in dims:  # a 0 in a Reshape's shape reads as "copy the input dim"
         return None
     if model is not None:
-        return _insert_before(node, "Reshape", [x, new_constant(model, node, np.asarray(dims, np.int64), False)], {}, out)
-    shape = ir.Value(name=None, shape=ir.Shape([len(dims)]), type=ir.TensorType(ir.DataType.INT64),
-                     const_value=numpy_tensor(np.asarray(dims, np.int64)))
+        return _insert_before(
+            node,
+            "Reshape",
+            [x, new_constant(model, node, np.asarray(dims, np.int64), False)],
+            {},
+            out,
+        )
+    shape = ir.Value(
+        name=None,
+        shape=ir.Shape([len(dims)]),
+        type=ir.TensorType(ir.DataType.INT64),
+        const_value=numpy_tensor(np.asarray(dims, np.int64)),
+    )
     return _insert_before(node, "Reshape", [x, shape], {}, out, constant=shape)
 
 
-def _insert_before(node: ir.Node, op_type: str, inputs: list[ir.Value], attributes: dict[str, Any],
-                   like: ir.Value, constant: ir.Value | None = None) -> ir.Value:
+def _insert_before(
+    node: ir.Node,
+    op_type: str,
+    inputs: list[ir.Value],
+    attributes: dict[str, Any],
+    like: ir.Value,
+    constant: ir.Value | None = None,
+) -> ir.Value:
     """A new node computing ``like`` from ``inputs``, placed before ``node`` (a small constant
     operand becomes a Constant node: it works in functions and subgraphs alike). Its values
     are named after ``like``: onnx_ir would number unnamed ones per graph (``val_0``), and a
@@ -105,14 +159,22 @@ def _insert_before(node: ir.Node, op_type: str, inputs: list[ir.Value], attribut
     owner = node.graph
     new_inputs = list(inputs)
     if constant is not None:
-        const_node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", constant.const_value)],
-                             name=f"{node.name}/shape" if node.name else None)
+        const_node = ir.Node(
+            "",
+            "Constant",
+            [],
+            attributes=[ir.AttrTensor("value", constant.const_value)],
+            name=f"{node.name}/shape" if node.name else None,
+        )
         const_node.outputs[0].shape, const_node.outputs[0].type = constant.shape, constant.type
         const_node.outputs[0].const_value = constant.const_value
         const_node.outputs[0].name = f"{like.name}/shape" if like.name else None
         owner.insert_before(node, const_node)
         new_inputs[new_inputs.index(constant)] = const_node.outputs[0]
-    attrs = [ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, int(v)) for k, v in attributes.items()]
+    attrs = [
+        ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, int(v))
+        for k, v in attributes.items()
+    ]
     new = ir.Node("", op_type, new_inputs, attributes=attrs, name=node.name or None)
     new.outputs[0].shape, new.outputs[0].type = like.shape, like.type
     new.outputs[0].name = f"{like.name}/merged" if like.name else None
@@ -134,7 +196,11 @@ def cancel_layout_chains(model: ir.Model) -> int:
     graphs = [model.graph, *(f.graph for f in model.functions.values())]
     for graph in graphs:
         for node in graph_nodes(graph):
-            if node.domain != "" or node.op_type not in {"Transpose", "Cast", *_SHAPE_OPS} or len(node.outputs) != 1:
+            if (
+                node.domain != ""
+                or node.op_type not in {"Transpose", "Cast", *_SHAPE_OPS}
+                or len(node.outputs) != 1
+            ):
                 continue
             out = node.outputs[0]
             if not node.inputs or node.inputs[0] is None or is_required(node):

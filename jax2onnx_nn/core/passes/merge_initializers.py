@@ -1,6 +1,5 @@
 """Equal large initializers stored once."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -29,7 +28,9 @@ def merge_duplicate_initializers(model: ir.Model) -> int:
         if value.const_value is None or value.const_value.nbytes < _MERGE_MIN_BYTES:
             continue
         if not value.is_graph_input() and not value.is_graph_output():
-            groups.setdefault((value.const_value.dtype, tuple(value.const_value.shape.numpy())), []).append(value)
+            groups.setdefault(
+                (value.const_value.dtype, tuple(value.const_value.shape.numpy())), []
+            ).append(value)
     merged = 0
     for values in groups.values():
         if len(values) < 2:
@@ -38,7 +39,10 @@ def merge_duplicate_initializers(model: ir.Model) -> int:
         for value in values:
             data = tensor_bytes(value.const_value)
             first = kept.setdefault(_sample(data), value)  # distinct weights differ in a sample
-            if first is value or not np.array_equal(np.frombuffer(data, np.uint8), np.frombuffer(tensor_bytes(first.const_value), np.uint8)):
+            if first is value or not np.array_equal(
+                np.frombuffer(data, np.uint8),
+                np.frombuffer(tensor_bytes(first.const_value), np.uint8),
+            ):
                 continue
             value.replace_all_uses_with(first)
             graph.initializers.pop(value.name)
@@ -53,4 +57,4 @@ def _sample(data: memoryview | bytes, count: int = 64, width: int = 8) -> bytes:
     if view.nbytes <= count * width:
         return bytes(view)
     step = view.nbytes // count
-    return b"".join(bytes(view[i * step:i * step + width]) for i in range(count))
+    return b"".join(bytes(view[i * step : i * step + width]) for i in range(count))

@@ -1,6 +1,5 @@
 """Transposes that move only size-1 axes written as Reshapes."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +25,9 @@ def _relabelling_shape(node: ir.Node) -> list[int] | None:
     perm = list(node.attributes["perm"].value)
     if sorted(perm) != list(range(len(out.shape))):
         return None
-    dims = [None] * len(perm)  # the input's dims, from the output's (a rule may leave the input unshaped)
+    dims = [None] * len(
+        perm
+    )  # the input's dims, from the output's (a rule may leave the input unshaped)
     for i, p in enumerate(perm):
         dims[p] = out.shape[i]
     kept = [p for p in perm if dims[p] != 1]
@@ -56,7 +57,12 @@ def relabel_transposes(model: ir.Model) -> int:
     stays. Returns the number of Transposes replaced."""
     replaced = 0
     for node, in_function in all_nodes(model):
-        if node.domain != "" or node.op_type != "Transpose" or is_required(node) or node.inputs[0] is None:
+        if (
+            node.domain != ""
+            or node.op_type != "Transpose"
+            or is_required(node)
+            or node.inputs[0] is None
+        ):
             continue
         target = _relabelling_shape(node)
         if target is None:

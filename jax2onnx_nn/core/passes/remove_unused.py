@@ -1,6 +1,5 @@
 """Nodes whose results nothing reads removed (and unread optional outputs dropped)."""
 
-
 from __future__ import annotations
 
 import functools
@@ -71,13 +70,15 @@ def _drop_unread_optional_outputs(node: ir.Node, graph_outputs: set[int], opset:
         if opset < 14:  # before 14 the number of outputs selects the training mode
             return
         mode = node.attributes.get("training_mode")
-        if mode is not None and (mode.is_ref() or mode.type != ir.AttributeType.INT or mode.as_int() != 0):
+        if mode is not None and (
+            mode.is_ref() or mode.type != ir.AttributeType.INT or mode.as_int() != 0
+        ):
             return
         node.attributes.pop("training_mode", None)
     if optional is None:
         return
     outs = node.outputs
-    for i, out in enumerate(outs[:len(optional)]):
+    for i, out in enumerate(outs[: len(optional)]):
         if optional[i] and not out.uses() and id(out) not in graph_outputs:
             out.name = ""
     count = len(outs)

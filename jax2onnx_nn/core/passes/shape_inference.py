@@ -1,6 +1,5 @@
 """Types and shapes for every value: a table of ONNX's shape rules, onnx's inference for the rest."""
 
-
 from __future__ import annotations
 
 import math
@@ -36,24 +35,80 @@ def fill_missing_types(model: ir.Model) -> None:
     computed from another shape at run time, a node with a body graph, a function call) gets
     whole-graph inference with data propagation.
     """
-    missing = [v for v in _all_values(model.graph) if v.name and (v.type is None or v.shape is None)]
+    missing = [
+        v for v in _all_values(model.graph) if v.name and (v.type is None or v.shape is None)
+    ]
     if missing and not _infer_node_by_node(model, missing):
         _infer_whole_graph(model, [v for v in missing if v.type is None or v.shape is None])
 
 
 # ONNX ops whose outputs have the shape of their first input
-_SAME_SHAPE_OPS = frozenset({
-    "Abs", "Acos", "Asin", "Atan", "Ceil", "Cos", "Cosh", "Elu", "Erf", "Exp", "Floor", "Gelu",
-    "HardSigmoid", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "LogSoftmax", "Neg", "Not",
-    "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus",
-    "Softsign", "Sqrt", "Tan", "Tanh", "Cast",
-})
+_SAME_SHAPE_OPS = frozenset(
+    {
+        "Abs",
+        "Acos",
+        "Asin",
+        "Atan",
+        "Ceil",
+        "Cos",
+        "Cosh",
+        "Elu",
+        "Erf",
+        "Exp",
+        "Floor",
+        "Gelu",
+        "HardSigmoid",
+        "Identity",
+        "IsInf",
+        "IsNaN",
+        "LeakyRelu",
+        "Log",
+        "LogSoftmax",
+        "Neg",
+        "Not",
+        "Reciprocal",
+        "Relu",
+        "Round",
+        "Selu",
+        "Sigmoid",
+        "Sign",
+        "Sin",
+        "Sinh",
+        "Softmax",
+        "Softplus",
+        "Softsign",
+        "Sqrt",
+        "Tan",
+        "Tanh",
+        "Cast",
+    }
+)
 # ONNX ops with multidirectional (numpy) broadcasting of all their inputs
-_BROADCAST_OPS = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less", "LessOrEqual",
-    "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "BitwiseAnd",
-    "BitwiseOr", "BitwiseXor",
-})
+_BROADCAST_OPS = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Max",
+        "Min",
+        "Mod",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Where",
+        "BitShift",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+    }
+)
 
 
 def _broadcast(shapes: list[list[int | str]]) -> list[int | str | None]:
@@ -75,7 +130,13 @@ def _broadcast(shapes: list[list[int | str]]) -> list[int | str | None]:
                 if value not in (1, d):
                     return [None]  # incompatible: ONNX refuses; left to whole-graph inference
                 value = d
-        out.append(value if value != 1 or not symbols else next(iter(symbols)) if len(symbols) == 1 else None)
+        out.append(
+            value
+            if value != 1 or not symbols
+            else next(iter(symbols))
+            if len(symbols) == 1
+            else None
+        )
     return out
 
 
@@ -97,17 +158,20 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
         return [shapes[0][p] for p in order]
     if op == "Shape":
         rank = len(shapes[0])
-        start, end = (node.attributes.get_int(name, default) for name, default in (("start", 0), ("end", rank)))
+        start, end = (
+            node.attributes.get_int(name, default)
+            for name, default in (("start", 0), ("end", rank))
+        )
         start, end = (min(max(i + rank if i < 0 else i, 0), rank) for i in (start, end))
         return [max(end - start, 0)]
     if op == "Concat":
         axis = node.attributes.get_int("axis", 0)
         axis += len(shapes[0]) if axis < 0 else 0
         sizes = [shape[axis] for shape in shapes]
-        others = {(*shape[:axis], *shape[axis + 1:]) for shape in shapes}
+        others = {(*shape[:axis], *shape[axis + 1 :]) for shape in shapes}
         if not all(isinstance(size, int) for size in sizes) or len(others) != 1:
             return None  # ONNX merges unequal dims its own way: its per-node inference decides
-        return [*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1:]]  # type: ignore[arg-type]
+        return [*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1 :]]  # type: ignore[arg-type]
     if op == "Unsqueeze" and len(node.inputs) == 2 and node.inputs[1].const_value is not None:
         rank = len(shapes[0]) + node.inputs[1].const_value.size
         axes = sorted(int(a) % rank for a in node.inputs[1].const_value.numpy().reshape(-1))
@@ -121,7 +185,7 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
         if not -len(data) <= axis < len(data):
             return None
         axis %= len(data)
-        return [*data[:axis], *indices, *data[axis + 1:]]
+        return [*data[:axis], *indices, *data[axis + 1 :]]
     if op == "Reshape" and len(node.inputs) == 2:
         return _reshape_shape(node, shapes[0])
     if op == "Range":
@@ -134,7 +198,11 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
 def _split_shapes(node: ir.Node, shapes: list[list[int | str]]) -> list[list[int | str]] | None:
     """The shape of each output of a Split with constant sizes along ``axis`` (the input's
     size there static, and their sum); other Splits go to onnx's own inference."""
-    sizes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 else node.attributes.get_ints("split", None)
+    sizes = (
+        _const_ints(node.inputs[1])
+        if len(node.inputs) > 1
+        else node.attributes.get_ints("split", None)
+    )
     dims = shapes[0]
     axis = node.attributes.get_int("axis", 0)
     if sizes is None or len(sizes) != len(node.outputs) or not -len(dims) <= axis < len(dims):
@@ -142,7 +210,7 @@ def _split_shapes(node: ir.Node, shapes: list[list[int | str]]) -> list[list[int
     axis %= len(dims)
     if not isinstance(dims[axis], int) or sum(sizes) != dims[axis] or min(sizes) < 0:
         return None
-    return [[*dims[:axis], size, *dims[axis + 1:]] for size in sizes]
+    return [[*dims[:axis], size, *dims[axis + 1 :]] for size in sizes]
 
 
 def _recurrent_shapes(node: ir.Node, shapes: list[list[int | str]]) -> list[list[int | str]] | None:
@@ -155,13 +223,26 @@ def _recurrent_shapes(node: ir.Node, shapes: list[list[int | str]]) -> list[list
     directions = 2 if node.attributes.get_string("direction", "forward") == "bidirectional" else 1
     if node.attributes.get_int("layout", 0) == 0:
         seq, batch = shapes[0][:2]
-        return [[seq, directions, batch, hidden], [directions, batch, hidden], [directions, batch, hidden]][:len(node.outputs)]
+        return [
+            [seq, directions, batch, hidden],
+            [directions, batch, hidden],
+            [directions, batch, hidden],
+        ][: len(node.outputs)]
     batch, seq = shapes[0][:2]
-    return [[batch, seq, directions, hidden], [batch, directions, hidden], [batch, directions, hidden]][:len(node.outputs)]
+    return [
+        [batch, seq, directions, hidden],
+        [batch, directions, hidden],
+        [batch, directions, hidden],
+    ][: len(node.outputs)]
 
 
 # ops with several outputs whose shapes the table knows
-_MULTI_OUTPUT_SHAPES = {"Split": _split_shapes, "GRU": _recurrent_shapes, "LSTM": _recurrent_shapes, "RNN": _recurrent_shapes}
+_MULTI_OUTPUT_SHAPES = {
+    "Split": _split_shapes,
+    "GRU": _recurrent_shapes,
+    "LSTM": _recurrent_shapes,
+    "RNN": _recurrent_shapes,
+}
 
 
 def _const_ints(value: ir.Value | None) -> list[int] | None:
@@ -175,7 +256,11 @@ def _const_ints(value: ir.Value | None) -> list[int] | None:
 def _squeeze_shape(node: ir.Node, dims: list[int | str]) -> list[int | str] | None:
     """Squeeze with its axes given (an input from opset 13, an attribute before); without
     axes, or with an axis whose size is known not to be 1, onnx's own inference decides."""
-    axes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 else node.attributes.get_ints("axes", None)
+    axes = (
+        _const_ints(node.inputs[1])
+        if len(node.inputs) > 1
+        else node.attributes.get_ints("axes", None)
+    )
     if axes is None or not all(-len(dims) <= a < len(dims) for a in axes):
         return None
     drop = {a % len(dims) for a in axes}
@@ -241,7 +326,11 @@ def _window_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | st
     strides = attrs.get_ints("strides", None) or [1] * n
     dilations = attrs.get_ints("dilations", None) or [1] * n
     pads = attrs.get_ints("pads", None) or [0] * (2 * n)
-    if kernel is None or not len(kernel) == len(strides) == len(dilations) == n or len(pads) != 2 * n:
+    if (
+        kernel is None
+        or not len(kernel) == len(strides) == len(dilations) == n
+        or len(pads) != 2 * n
+    ):
         return None
     spatial: list[int | str] = []
     for i, (size, k) in enumerate(zip(x[2:], kernel, strict=True)):
@@ -260,8 +349,13 @@ def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
     inference gives)."""
     opset = model.opset_imports.get("", 1)
     for node in dict.fromkeys(v.producer() for v in missing):
-        if node is None or node.domain not in ("", "ai.onnx") or any(
-            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()
+        if (
+            node is None
+            or node.domain not in ("", "ai.onnx")
+            or any(
+                a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                for a in node.attributes.values()
+            )
         ):
             return False
         inputs = [v for v in node.inputs if v is not None]
@@ -271,7 +365,11 @@ def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
         known = all(d is not None for shape in shapes for d in shape)
         if node.op_type in _MULTI_OUTPUT_SHAPES:
             each = _MULTI_OUTPUT_SHAPES[node.op_type](node, shapes) if known else None
-            named = [(out, shape) for out, shape in zip(node.outputs, each or (), strict=False) if out.name]
+            named = [
+                (out, shape)
+                for out, shape in zip(node.outputs, each or (), strict=False)
+                if out.name
+            ]
             if each is not None and all(out.type is not None for out, _ in named):
                 for out, shape in named:
                     out.shape = out.shape or ir.Shape(shape)
@@ -303,9 +401,16 @@ def _infer_node(model: ir.Model, node: ir.Node, opset: int) -> bool:
     if op_schema is None:
         return False
     try:
-        opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
+        opsets = [
+            onnx.helper.make_opsetid(domain, version)
+            for domain, version in model.opset_imports.items()
+        ]
         inferred = onnx.shape_inference.infer_node_outputs(
-            op_schema, ir.serde.serialize_node(node), types, data, opset_imports=opsets,
+            op_schema,
+            ir.serde.serialize_node(node),
+            types,
+            data,
+            opset_imports=opsets,
             ir_version=model.ir_version,
         )
     except Exception:  # inference refused: whole-graph inference decides
@@ -330,7 +435,13 @@ def _type_of(t: onnx.TypeProto | None) -> tuple[ir.DataType | None, list[int | s
         return ir.DataType(t.tensor_type.elem_type), None
     dims: list[int | str | None] = []
     for d in t.tensor_type.shape.dim:
-        dims.append(d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None)
+        dims.append(
+            d.dim_value
+            if d.HasField("dim_value")
+            else d.dim_param
+            if d.HasField("dim_param")
+            else None
+        )
     return ir.DataType(t.tensor_type.elem_type), dims
 
 
@@ -340,7 +451,9 @@ def _infer_whole_graph(model: ir.Model, missing: list[ir.Value]) -> None:
     pads, shapes keep their data, which inference needs)."""
     graph = model.graph
     order = list(graph.initializers.values())
-    initializers = [v for v in order if v.const_value is None or v.const_value.size > _INFERENCE_CONST_SIZE]
+    initializers = [
+        v for v in order if v.const_value is None or v.const_value.size > _INFERENCE_CONST_SIZE
+    ]
     saved = [(v, v.const_value) for v in initializers]
     try:
         for v in initializers:
@@ -349,7 +462,7 @@ def _infer_whole_graph(model: ir.Model, missing: list[ir.Value]) -> None:
         graph.inputs.extend(initializers)
         proto = ir.serde.serialize_model(model)
     finally:
-        del graph.inputs[len(graph.inputs) - len(initializers):]
+        del graph.inputs[len(graph.inputs) - len(initializers) :]
         for v, tensor in saved:
             v.const_value = tensor
         graph.initializers.clear()

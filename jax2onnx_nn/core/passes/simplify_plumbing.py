@@ -1,6 +1,5 @@
 """Shape plumbing simplified: copied dims, identity arithmetic, broadcast Unsqueezes."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +24,12 @@ def _shape_of(v: ir.Value) -> ir.Shape | None:
     if len(shaped) != 1 or shaped[0].shape is None:
         return None
     rank = len(shaped[0].shape)
-    if any(c is not None and c is not shaped[0] and (const_array(c).size != 1 or const_array(c).ndim > rank) for c in node.inputs):
+    if any(
+        c is not None
+        and c is not shaped[0]
+        and (const_array(c).size != 1 or const_array(c).ndim > rank)
+        for c in node.inputs
+    ):
         return None
     return shaped[0].shape
 
@@ -35,13 +39,23 @@ def _identity_operand(node: ir.Node) -> ir.Value | None:
     constant that broadcasts to nothing new (all ones dims, rank at most ``x``'s). Exact only:
     for floats ``x + 0`` needs the constant ``-0.0`` (``-0.0 + 0.0`` is ``+0.0``) and ``x - 0``
     the constant ``+0.0``; integers any zero."""
-    if node.domain != "" or node.op_type not in ("Add", "Sub", "Mul", "Div") or len(node.inputs) != 2:
+    if (
+        node.domain != ""
+        or node.op_type not in ("Add", "Sub", "Mul", "Div")
+        or len(node.inputs) != 2
+    ):
         return None
     out = node.outputs[0]
     for i in (0, 1) if node.op_type in ("Add", "Mul") else (0,):
         x, c = node.inputs[i], node.inputs[1 - i]
         array = const_array(c)
-        if x is None or array is None or array.size != 1 or x.dtype != out.dtype or not same_shape(x, out):
+        if (
+            x is None
+            or array is None
+            or array.size != 1
+            or x.dtype != out.dtype
+            or not same_shape(x, out)
+        ):
             continue
         if x.shape is None or array.ndim > len(x.shape):
             continue
@@ -56,24 +70,52 @@ def _identity_operand(node: ir.Node) -> ir.Value | None:
     return None
 
 
-_BROADCASTING = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual",
-    "Greater", "GreaterOrEqual", "Max", "Min", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
-})
+_BROADCASTING = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Mod",
+        "Where",
+        "And",
+        "Or",
+        "Xor",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "Max",
+        "Min",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+    }
+)
 
 
 def _leading_unsqueeze_source(v: ir.Value | None) -> ir.Value | None:
     """The source of ``v = Unsqueeze(source, [0, ..., k-1])`` or of a Reshape that only puts
     size-1 axes in front (new leading axes only)."""
     node = v.producer() if v is not None else None
-    if node is None or node.domain != "" or len(node.inputs) != 2 or v.shape is None or is_required(node):
+    if (
+        node is None
+        or node.domain != ""
+        or len(node.inputs) != 2
+        or v.shape is None
+        or is_required(node)
+    ):
         return None
     source = node.inputs[0]
     if node.op_type == "Reshape":
         if source is None or source.shape is None or len(source.shape) > len(v.shape):
             return None
         k = len(v.shape) - len(source.shape)
-        fits = all(d == 1 for d in v.shape[:k]) and same_dims(ir.Shape(list(v.shape)[k:]), source.shape)
+        fits = all(d == 1 for d in v.shape[:k]) and same_dims(
+            ir.Shape(list(v.shape)[k:]), source.shape
+        )
         return source if fits else None
     if node.op_type != "Unsqueeze":
         return None
@@ -96,14 +138,32 @@ def _lower_bound(v: ir.Value | None) -> int | None:
         return None
     if node.op_type == "Cast" and exact_dtype(v.dtype) and v.dtype != ir.DataType.BOOL:
         source = node.inputs[0].producer() if node.inputs[0] is not None else None
-        limit = source.inputs[1].producer() if source is not None and source.op_type == "Range" and source.inputs[1] is not None else None
-        shape = limit.inputs[0].producer() if limit is not None and limit.op_type == "Squeeze" and limit.inputs[0] is not None else None
-        if shape is None or shape.op_type != "Shape" or ir.DataType(node.attributes["to"].value).itemsize < 4:
+        limit = (
+            source.inputs[1].producer()
+            if source is not None and source.op_type == "Range" and source.inputs[1] is not None
+            else None
+        )
+        shape = (
+            limit.inputs[0].producer()
+            if limit is not None and limit.op_type == "Squeeze" and limit.inputs[0] is not None
+            else None
+        )
+        if (
+            shape is None
+            or shape.op_type != "Shape"
+            or ir.DataType(node.attributes["to"].value).itemsize < 4
+        ):
             return None
         return _lower_bound(node.inputs[0])
     if node.op_type == "Range":
         start, step = (const_array(node.inputs[i]) for i in (0, 2))
-        if start is not None and step is not None and start.size == 1 and step.size == 1 and step.item() > 0:
+        if (
+            start is not None
+            and step is not None
+            and start.size == 1
+            and step.size == 1
+            and step.item() > 0
+        ):
             return int(start.item())
     return None
 
@@ -125,7 +185,13 @@ def _copied_dims_shape(node: ir.Node) -> np.ndarray | None:
         return None
     x, shape = node.inputs
     out = node.outputs[0]
-    if x is None or shape is None or shape.const_value is not None or x.shape is None or out.shape is None:
+    if (
+        x is None
+        or shape is None
+        or shape.const_value is not None
+        or x.shape is None
+        or out.shape is None
+    ):
         return None
     dims: list[int] = []
     for i, d in enumerate(out.shape):
@@ -164,12 +230,21 @@ def simplify_plumbing(model: ir.Model) -> int:
             rewritten += 1
             continue
         if node.domain == "" and node.op_type == "And" and not out.is_graph_output():
-            kept = [b for a, b in (node.inputs, node.inputs[::-1]) if _always_true(a) and same_dims(_shape_of(b), _shape_of(a))]
+            kept = [
+                b
+                for a, b in (node.inputs, node.inputs[::-1])
+                if _always_true(a) and same_dims(_shape_of(b), _shape_of(a))
+            ]
             if kept:
                 out.replace_all_uses_with(kept[0])
                 rewritten += 1
                 continue
-        if node.domain == "" and node.op_type in _BROADCASTING and out is not None and out.shape is not None:
+        if (
+            node.domain == ""
+            and node.op_type in _BROADCASTING
+            and out is not None
+            and out.shape is not None
+        ):
             for i, v in enumerate(node.inputs):
                 source = _leading_unsqueeze_source(v)
                 others = [u for j, u in enumerate(node.inputs) if j != i and u is not None]

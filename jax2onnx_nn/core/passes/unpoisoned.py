@@ -19,10 +19,15 @@ def warn_unpoisoned(model: ir.Model) -> None:
     are read: they cannot be NaN, so a loop that did not finish in ``loop_bound`` steps
     gives them silently (its float results are NaN)."""
     lines = dict.fromkeys(
-        value.meta[UNPOISONED] for node, _ in all_nodes(model) for value in node.outputs
-        if UNPOISONED in value.meta and (value.uses() or value.is_graph_output()))
+        value.meta[UNPOISONED]
+        for node, _ in all_nodes(model)
+        for value in node.outputs
+        if UNPOISONED in value.meta and (value.uses() or value.is_graph_output())
+    )
     for line in lines:
         warnings.warn(
             f"the integer or bool results of the while_loop at {line} are the values after the last of loop_bound "
             "steps if its condition still holds then (its float results are NaN); raise loop_bound "
-            "if the loop may need more steps", stacklevel=user_stacklevel())
+            "if the loop may need more steps",
+            stacklevel=user_stacklevel(),
+        )

@@ -1,6 +1,5 @@
 """MatMul(Transpose(x), v) written as MatMul(v, x)."""
 
-
 from __future__ import annotations
 
 import onnx_ir as ir

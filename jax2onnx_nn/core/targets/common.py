@@ -30,8 +30,12 @@ def nan_propagating_max_min(node: ir.Node, edit: Editor) -> Replacement:
     for other in node.inputs[1:]:
         assert other is not None
         plain = edit.op(node.op_type, result, other, dtype=dtype)
-        nan = edit.op("Or", edit.op("IsNaN", result), edit.op("IsNaN", other), dtype=ir.DataType.BOOL)
-        result = edit.op("Where", nan, edit.op("Add", result, other, dtype=dtype), plain, dtype=dtype)
+        nan = edit.op(
+            "Or", edit.op("IsNaN", result), edit.op("IsNaN", other), dtype=ir.DataType.BOOL
+        )
+        result = edit.op(
+            "Where", nan, edit.op("Add", result, other, dtype=dtype), plain, dtype=dtype
+        )
     return result
 
 
@@ -42,7 +46,12 @@ def reduce_extremes_of_infinities(node: ir.Node, edit: Editor) -> Replacement:
     opsets 13 and 18; ``jnp.max`` of a fully masked row). Where the result is that finite value
     and no element equals it, it is the infinity instead; a count of the elements equal to it
     (a ReduceSum over the same axes) tells."""
-    if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
+    if (
+        node.op_type not in ("ReduceMax", "ReduceMin")
+        or node.domain != ""
+        or not node.inputs
+        or node.inputs[0] is None
+    ):
         return None
     x, dtype = node.inputs[0], node.outputs[0].dtype
     if dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
@@ -55,11 +64,23 @@ def reduce_extremes_of_infinities(node: ir.Node, edit: Editor) -> Replacement:
     axes = node.inputs[1] if len(node.inputs) > 1 else None
     if axes is None and "axes" in attributes:
         axes = edit.const(np.asarray(attributes["axes"], np.int64))
-    count_attributes = {name: value for name, value in attributes.items() if name in ("keepdims", "noop_with_empty_axes")}
+    count_attributes = {
+        name: value
+        for name, value in attributes.items()
+        if name in ("keepdims", "noop_with_empty_axes")
+    }
     reached = edit.op("Cast", edit.op("Equal", x, finite, dtype=BOOL), to=I32, dtype=I32)
-    count = edit.op("ReduceSum", reached, axes, dtype=I32, **count_attributes) if axes is not None else edit.op("ReduceSum", reached, dtype=I32, **count_attributes)
-    clipped = edit.op("And", edit.op("Equal", result, finite, dtype=BOOL),
-                      edit.op("Equal", count, np.int32(0), dtype=BOOL), dtype=BOOL)
+    count = (
+        edit.op("ReduceSum", reached, axes, dtype=I32, **count_attributes)
+        if axes is not None
+        else edit.op("ReduceSum", reached, dtype=I32, **count_attributes)
+    )
+    clipped = edit.op(
+        "And",
+        edit.op("Equal", result, finite, dtype=BOOL),
+        edit.op("Equal", count, np.int32(0), dtype=BOOL),
+        dtype=BOOL,
+    )
     return edit.op("Where", clipped, infinite, result, dtype=dtype)
 
 
@@ -69,18 +90,33 @@ def extremes_on_halves(node: ir.Node, edit: Editor, types: tuple[ir.DataType, ..
     bits, whose 16-bit halves float32 holds exactly (``halves``): the extreme of the high halves,
     then of the low halves among the elements that have it; the bits put back together by int32
     arithmetic. An empty reduction gives the type's identity."""
-    if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain != "" or not node.inputs or node.inputs[0] is None:
+    if (
+        node.op_type not in ("ReduceMax", "ReduceMin")
+        or node.domain != ""
+        or not node.inputs
+        or node.inputs[0] is None
+    ):
         return False
     x = node.inputs[0]
     if x.dtype not in types:
         return False
     attributes = {name: attr.value for name, attr in node.attributes.items()}
-    axes_value = constant_array(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else attributes.get("axes")
+    axes_value = (
+        constant_array(node.inputs[1])
+        if len(node.inputs) > 1 and node.inputs[1] is not None
+        else attributes.get("axes")
+    )
     if len(node.inputs) > 1 and node.inputs[1] is not None and axes_value is None:
         return False  # axes computed at run time
-    if attributes.get("noop_with_empty_axes") and (axes_value is None or not len(np.asarray(axes_value).reshape(-1))):
+    if attributes.get("noop_with_empty_axes") and (
+        axes_value is None or not len(np.asarray(axes_value).reshape(-1))
+    ):
         return False
-    axes = None if axes_value is None or not len(np.asarray(axes_value).reshape(-1)) else np.asarray(axes_value, np.int64).reshape(-1)
+    axes = (
+        None
+        if axes_value is None or not len(np.asarray(axes_value).reshape(-1))
+        else np.asarray(axes_value, np.int64).reshape(-1)
+    )
     flip = np.int32(-(2**31))
 
     def flipped(v: ir.Value) -> ir.Value:  # (uint32: its bits' order already)
@@ -101,12 +137,22 @@ def extremes_on_halves(node: ir.Node, edit: Editor, types: tuple[ir.DataType, ..
 
     top = reduce(high)
     outside = np.float32(-1.0 if node.op_type == "ReduceMax" else 2.0**16)
-    bottom = reduce(edit.op("Where", edit.op("Equal", high, top, dtype=BOOL), low, outside, dtype=F32))
-    bits = edit.op("Add", edit.op("Mul", i32(edit, top), np.int32(2**16), dtype=I32), i32(edit, bottom), dtype=I32)
+    bottom = reduce(
+        edit.op("Where", edit.op("Equal", high, top, dtype=BOOL), low, outside, dtype=F32)
+    )
+    bits = edit.op(
+        "Add",
+        edit.op("Mul", i32(edit, top), np.int32(2**16), dtype=I32),
+        i32(edit, bottom),
+        dtype=I32,
+    )
     result = flipped(bits)
     if not attributes.get("keepdims", 1):
-        result = (edit.op("Reshape", result, np.zeros((0,), np.int64), dtype=I32) if axes is None
-                  else edit.op("Squeeze", result, axes, dtype=I32))
+        result = (
+            edit.op("Reshape", result, np.zeros((0,), np.int64), dtype=I32)
+            if axes is None
+            else edit.op("Squeeze", result, axes, dtype=I32)
+        )
     edit.replace(result if x.dtype == I32 else edit.op("Cast", result, to=U32, dtype=U32))
     return True
 
@@ -134,7 +180,12 @@ def empty_constants_as_constant_of_shape(node: ir.Node, edit: Editor) -> Replace
         if array.size or not _fills(array.dtype, edit.opset):
             continue
         node.replace_input_with(index, _constant_of_shape(edit, array))
-        if not value.uses() and not value.is_graph_output() and value.graph is not None and value.name in value.graph.initializers:
+        if (
+            not value.uses()
+            and not value.is_graph_output()
+            and value.graph is not None
+            and value.name in value.graph.initializers
+        ):
             value.graph.initializers.pop(value.name)
         changed = True
     return changed
@@ -147,28 +198,47 @@ def _fills(dtype: np.dtype, opset: int) -> bool:
 
 def _constant_of_shape(edit: Editor, array: np.ndarray) -> ir.Value:
     dtype = ir.DataType.from_numpy(array.dtype)
-    filled = edit.op("ConstantOfShape", np.array(array.shape, np.int64), value=ir.tensor(np.zeros((1,), array.dtype)), dtype=dtype)
+    filled = edit.op(
+        "ConstantOfShape",
+        np.array(array.shape, np.int64),
+        value=ir.tensor(np.zeros((1,), array.dtype)),
+        dtype=dtype,
+    )
     filled.shape = ir.Shape(list(array.shape))
     return filled
 
 
-def scan_with_states(node: ir.Node, edit: Editor, body: ir.Graph, n_state: int, states: Sequence[ir.Value]) -> ir.Node:
+def scan_with_states(
+    node: ir.Node, edit: Editor, body: ir.Graph, n_state: int, states: Sequence[ir.Value]
+) -> ir.Node:
     """``node`` (a Scan with ``n_state`` states) replaced by a Scan running ``body``, which has
     ``states`` as more states after those: the old outputs' users read the new Scan's, which
     takes their names; the final values of the added states are its outputs ``n_state...``."""
     attributes = [attr for name, attr in node.attributes.items() if name != "body"]
-    scan = ir.Node("", "Scan", [*node.inputs[:n_state], *states, *node.inputs[n_state:]],
-                   [*attributes, ir.AttrGraph("body", body)], num_outputs=len(node.outputs) + len(states),
-                   name=node.name, doc_string=node.doc_string)
+    scan = ir.Node(
+        "",
+        "Scan",
+        [*node.inputs[:n_state], *states, *node.inputs[n_state:]],
+        [*attributes, ir.AttrGraph("body", body)],
+        num_outputs=len(node.outputs) + len(states),
+        name=node.name,
+        doc_string=node.doc_string,
+    )
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
-    edit.replace(*(scan.outputs[i if i < n_state else i + len(states)] for i in range(len(node.outputs))))
+    edit.replace(
+        *(scan.outputs[i if i < n_state else i + len(states)] for i in range(len(node.outputs)))
+    )
     return scan
 
 
 def passed_through_as_states(
-    node: ir.Node, edit: Editor, body: ir.Graph, prefix: str,
-    read: Sequence[tuple[ir.Value, Sequence[tuple[ir.Node, int]]]], initial: Sequence[ir.Value],
+    node: ir.Node,
+    edit: Editor,
+    body: ir.Graph,
+    prefix: str,
+    read: Sequence[tuple[ir.Value, Sequence[tuple[ir.Node, int]]]],
+    initial: Sequence[ir.Value],
 ) -> None:
     """Makes each value of ``read`` a new state of the Scan ``node``: its readers in ``body``
     (node, input index) read a new body input instead, which the body passes on unchanged (an
@@ -210,13 +280,19 @@ def scan_inputs_read(node: ir.Node, edit: Editor) -> Replacement:
         return None
     body = node.attributes["body"].as_graph()
     n_scanned = node.attributes.get_int("num_scan_inputs", 0)
-    scanned = body.inputs[len(body.inputs) - n_scanned:]
+    scanned = body.inputs[len(body.inputs) - n_scanned :]
     if not scanned or not body.outputs or any(x.uses() for x in scanned):
         return None
     x, y = scanned[0], body.outputs[0]
     tag = f"{y.name}/reads_{x.name}"
 
-    def add(op_type: str, inputs: list[ir.Value], dtype: ir.DataType, shape: ir.Shape | None, **attrs: Any) -> ir.Value:
+    def add(
+        op_type: str,
+        inputs: list[ir.Value],
+        dtype: ir.DataType,
+        shape: ir.Shape | None,
+        **attrs: Any,
+    ) -> ir.Value:
         edit.counter[0] += 1
         name = f"{tag}/{op_type}{edit.counter[0]}"
         inner = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs), name=name)
@@ -227,12 +303,19 @@ def scan_inputs_read(node: ir.Node, edit: Editor) -> Replacement:
 
     # (each value declares its own shape: tract checks them, a Cast's rank is its input's)
     as_bool = add("Cast", [x], ir.DataType.BOOL, x.shape, to=ir.DataType.BOOL)
-    false = add("And", [as_bool, add("Not", [as_bool], ir.DataType.BOOL, x.shape)], ir.DataType.BOOL, x.shape)
+    false = add(
+        "And",
+        [as_bool, add("Not", [as_bool], ir.DataType.BOOL, x.shape)],
+        ir.DataType.BOOL,
+        x.shape,
+    )
     count = add("Cast", [false], ir.DataType.INT32, x.shape, to=ir.DataType.INT32)
     zero = add("ReduceSum", [count], ir.DataType.INT32, ir.Shape([]), keepdims=0)
     assert y.dtype is not None
     zero = add("Cast", [zero], y.dtype, ir.Shape([]), to=y.dtype)
-    body.outputs[0] = add("Or" if y.dtype == ir.DataType.BOOL else "Sub", [y, zero], y.dtype, y.shape)
+    body.outputs[0] = add(
+        "Or" if y.dtype == ir.DataType.BOOL else "Sub", [y, zero], y.dtype, y.shape
+    )
     return True
 
 
@@ -269,7 +352,12 @@ Halves = tuple[ir.Value, ir.Value]
 def as_int32(edit: Editor, x: ir.Value) -> ir.Value:
     """uint32 ``x`` on int32 bits: the int32 value a rewritten op cast to uint32, else a Cast."""
     producer = x.producer()
-    if producer is not None and producer.op_type == "Cast" and producer.inputs[0] is not None and producer.inputs[0].dtype == I32:
+    if (
+        producer is not None
+        and producer.op_type == "Cast"
+        and producer.inputs[0] is not None
+        and producer.inputs[0].dtype == I32
+    ):
         return producer.inputs[0]
     return i32(edit, x)
 
@@ -291,9 +379,15 @@ def halves(edit: Editor, x: ir.Value) -> Halves:
 
     ``x * 2**16`` wraps to ``low << 16`` and ``x - low`` is ``high << 16``: each has at most 16
     significant bits, so the casts to float32 are exact; a negative half is taken mod 2**16."""
+
     def unsigned(v: ir.Value) -> ir.Value:
         half = scaled(edit, _f32(edit, v), 2.0**-16)  # in [-2**15, 2**15)
-        return edit.op("Sub", half, scaled(edit, edit.op("Floor", scaled(edit, half, 2.0**-16), dtype=F32), 2.0**16), dtype=F32)
+        return edit.op(
+            "Sub",
+            half,
+            scaled(edit, edit.op("Floor", scaled(edit, half, 2.0**-16), dtype=F32), 2.0**16),
+            dtype=F32,
+        )
 
     low = unsigned(edit.op("Mul", x, np.array(2**16, np.int32), dtype=I32))
     high = unsigned(edit.op("Sub", x, i32(edit, low), dtype=I32))

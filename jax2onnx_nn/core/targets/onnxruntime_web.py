@@ -5,7 +5,8 @@ from __future__ import annotations
 from jax2onnx_nn.core.targets.profile import Target
 
 PROFILE = Target(
-    "onnxruntime-web", max_opset=26,  # 1.30 refuses 27 (and IR version 14, opset 28's)
+    "onnxruntime-web",
+    max_opset=26,  # 1.30 refuses 27 (and IR version 14, opset 28's)
     # its WASM build registers fewer type instances than onnxruntime CPU
     kernels={"Where": "i32 i64 u8 f16 f32 f64", "BitShift": "u8 u32 u64"},
 )

@@ -49,13 +49,22 @@ def integer_sum_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
     1, 5] came out -2147483648 where JAX wraps to -2147483643, of [16777217, 1, 1, 1]
     16777216), while its CumSum wraps exactly (int64 too, held in 32 bits). Per axis: a 0
     padded in front, the running sum, its last element (:func:`_wrapping_sum`)."""
-    if node.op_type != "ReduceSum" or node.domain != "" or not node.inputs or node.inputs[0] is None:
+    if (
+        node.op_type != "ReduceSum"
+        or node.domain != ""
+        or not node.inputs
+        or node.inputs[0] is None
+    ):
         return None
     x = node.inputs[0]
     rank = rank_of(x)
     if x.dtype is None or not x.dtype.is_integer() or rank is None:
         return None
-    axes_value = constant_array(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else np.zeros((0,), np.int64)
+    axes_value = (
+        constant_array(node.inputs[1])
+        if len(node.inputs) > 1 and node.inputs[1] is not None
+        else np.zeros((0,), np.int64)
+    )
     if axes_value is None:
         return False  # axes computed at run time
     axes = sorted({int(a) % rank for a in axes_value.reshape(-1)}) if rank else []
@@ -73,7 +82,12 @@ def integer_matmul_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
     formed by broadcasting (``(..., M, K, 1) * (..., 1, K, N)``, a vector operand without its
     extra axis) and summed over K by :func:`_wrapping_sum`. It holds M * K * N products: the
     price of exact integers there."""
-    if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2 or None in node.inputs:
+    if (
+        node.op_type != "MatMul"
+        or node.domain != ""
+        or len(node.inputs) != 2
+        or None in node.inputs
+    ):
         return None
     a, b = node.inputs
     dtype = node.outputs[0].dtype
@@ -84,17 +98,23 @@ def integer_matmul_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
         products = edit.op("Mul", a, b, dtype=dtype)
         rank = max(rank_a, 1)
     elif rank_a == 1:  # (K, 1) * (..., K, N), summed over K
-        products = edit.op("Mul", edit.op("Unsqueeze", a, np.array([1], np.int64), dtype=dtype), b, dtype=dtype)
+        products = edit.op(
+            "Mul", edit.op("Unsqueeze", a, np.array([1], np.int64), dtype=dtype), b, dtype=dtype
+        )
         rank = rank_b
     else:
         rows = edit.op("Unsqueeze", a, np.array([rank_a], np.int64), dtype=dtype)
         columns = edit.op("Unsqueeze", b, np.array([rank_b - 2], np.int64), dtype=dtype)
         products = edit.op("Mul", rows, columns, dtype=dtype)
         rank = max(rank_a, rank_b) + 1
-    return _wrapping_sum(edit, products, [rank - 1 if rank_b == 1 else rank - 2], rank, keepdims=False)
+    return _wrapping_sum(
+        edit, products, [rank - 1 if rank_b == 1 else rank - 2], rank, keepdims=False
+    )
 
 
-def _wrapping_sum(edit: Editor, x: ir.Value, axes: Sequence[int], rank: int, keepdims: bool) -> ir.Value:
+def _wrapping_sum(
+    edit: Editor, x: ir.Value, axes: Sequence[int], rank: int, keepdims: bool
+) -> ir.Value:
     """The sum of integer ``x`` (of rank ``rank``) over ``axes`` (non-negative) by CumSum, which
     wraps: per axis, from the last, a 0 padded in front (so an empty axis sums to 0), the
     running sum and its last element (kept as a dim of 1 with ``keepdims``)."""
@@ -103,7 +123,9 @@ def _wrapping_sum(edit: Editor, x: ir.Value, axes: Sequence[int], rank: int, kee
     for axis in sorted(axes, reverse=True):
         pads = np.zeros(2 * rank, np.int64)
         pads[axis] = 1
-        running = edit.op("CumSum", edit.op("Pad", x, pads, dtype=dtype), np.array(axis, np.int64), dtype=dtype)
+        running = edit.op(
+            "CumSum", edit.op("Pad", x, pads, dtype=dtype), np.array(axis, np.int64), dtype=dtype
+        )
         x = edit.op("Gather", running, last, axis=axis, dtype=dtype)
         rank -= 0 if keepdims else 1
     return x
@@ -139,7 +161,9 @@ def float_to_uint32_via_int32(node: ir.Node, edit: Editor) -> Replacement:
     high = edit.op("GreaterOrEqual", x, top, dtype=BOOL)
     low = edit.op("Where", high, edit.op("Sub", x, top, dtype=x.dtype), x, dtype=x.dtype)
     bits = i32(edit, low)
-    bits = edit.op("Where", high, edit.op("Add", bits, np.int32(-(2**31)), dtype=I32), bits, dtype=I32)
+    bits = edit.op(
+        "Where", high, edit.op("Add", bits, np.int32(-(2**31)), dtype=I32), bits, dtype=I32
+    )
     return edit.op("Cast", bits, to=U32, dtype=U32)
 
 
@@ -164,35 +188,81 @@ def scan_of_no_steps_runs_one(node: ir.Node, edit: Editor) -> Replacement:
     if not xs or None in xs or None in ranks or None in out_ranks or 0 in ranks:
         return None
     in_axes = [a % r for a, r in zip(_axes(node, "scan_input_axes", n_scanned), ranks, strict=True)]  # type: ignore[operator]
-    out_axes = [a % r for a, r in zip(_axes(node, "scan_output_axes", len(out_ranks)), out_ranks, strict=True)]  # type: ignore[operator]
+    out_axes = [
+        a % r
+        for a, r in zip(_axes(node, "scan_output_axes", len(out_ranks)), out_ranks, strict=True)
+    ]  # type: ignore[operator]
     length = xs[0].shape[in_axes[0]] if xs[0].shape is not None else None  # type: ignore[union-attr]
     if isinstance(length, int) and length > 0:
         return None
     i64 = ir.DataType.INT64
-    size = edit.op("Gather", edit.op("Shape", xs[0], dtype=i64), np.array([in_axes[0]], np.int64), axis=0, dtype=i64)  # (1,)
+    size = edit.op(
+        "Gather",
+        edit.op("Shape", xs[0], dtype=i64),
+        np.array([in_axes[0]], np.int64),
+        axis=0,
+        dtype=i64,
+    )  # (1,)
     ran = edit.op("Greater", size, np.array([0], np.int64), dtype=BOOL)  # (1,)
     padded = _padded_when_empty(edit, xs, in_axes, ranks, ran)
     attributes = [attr for name, attr in node.attributes.items()]
-    scan = ir.Node("", "Scan", [*node.inputs[:n_state], *padded], attributes, num_outputs=len(node.outputs), name=node.name, doc_string=node.doc_string)
+    scan = ir.Node(
+        "",
+        "Scan",
+        [*node.inputs[:n_state], *padded],
+        attributes,
+        num_outputs=len(node.outputs),
+        name=node.name,
+        doc_string=node.doc_string,
+    )
     scan.meta[_RUNS_ONE] = True
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
     results = []
-    for old, new, initial in zip(node.outputs[:n_state], scan.outputs[:n_state], node.inputs[:n_state], strict=True):
+    for old, new, initial in zip(
+        node.outputs[:n_state], scan.outputs[:n_state], node.inputs[:n_state], strict=True
+    ):
         new.type, new.shape, new.name = old.type, old.shape, f"{old.name}/ran"
-        results.append(edit.op("Where", edit.op("Reshape", ran, np.zeros((0,), np.int64), dtype=BOOL), new, initial, dtype=old.dtype))
-    for old, new, axis in zip(node.outputs[n_state:], scan.outputs[n_state:], out_axes, strict=True):
+        results.append(
+            edit.op(
+                "Where",
+                edit.op("Reshape", ran, np.zeros((0,), np.int64), dtype=BOOL),
+                new,
+                initial,
+                dtype=old.dtype,
+            )
+        )
+    for old, new, axis in zip(
+        node.outputs[n_state:], scan.outputs[n_state:], out_axes, strict=True
+    ):
         new.type, new.name = old.type, f"{old.name}/ran"
-        results.append(edit.op("Slice", new, np.array([0], np.int64), size, np.array([axis], np.int64), dtype=old.dtype))
+        results.append(
+            edit.op(
+                "Slice",
+                new,
+                np.array([0], np.int64),
+                size,
+                np.array([axis], np.int64),
+                dtype=old.dtype,
+            )
+        )
     return tuple(results)
 
 
-def _padded_when_empty(edit: Editor, xs: Sequence[ir.Value | None], axes: Sequence[int], ranks: Sequence[int | None], ran: ir.Value) -> list[ir.Value]:
+def _padded_when_empty(
+    edit: Editor,
+    xs: Sequence[ir.Value | None],
+    axes: Sequence[int],
+    ranks: Sequence[int | None],
+    ran: ir.Value,
+) -> list[ir.Value]:
     """The scanned inputs ``xs``, each with one row of zeros appended on its scan axis where
     ``ran`` (bool of shape (1,)) is false: a scan of no steps then runs one, whose results
     the caller drops."""
     i64 = ir.DataType.INT64
-    extra = edit.op("Cast", edit.op("Not", ran, dtype=BOOL), to=i64, dtype=i64)  # (1,): 1 where empty
+    extra = edit.op(
+        "Cast", edit.op("Not", ran, dtype=BOOL), to=i64, dtype=i64
+    )  # (1,): 1 where empty
     padded = []
     for x, axis, rank in zip(xs, axes, ranks, strict=True):
         assert x is not None and rank is not None
@@ -216,7 +286,11 @@ def nested_scans_as_loops(node: ir.Node, edit: Editor) -> Replacement:
     a static positive number, the Loop runs at least one trip and its results are dropped."""
     if node.op_type != "Scan" or node.domain != "":
         return None
-    inner = [n for n in graph_nodes(node.attributes["body"].as_graph()) if n.op_type == "Scan" and n.domain == ""]
+    inner = [
+        n
+        for n in graph_nodes(node.attributes["body"].as_graph())
+        if n.op_type == "Scan" and n.domain == ""
+    ]
     return sum(_scan_as_loop(n, edit) for n in inner) > 0
 
 
@@ -235,12 +309,19 @@ def _scan_as_loop(scan: ir.Node, outer: Editor) -> bool:
     n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
     n_state = len(scan.inputs) - n_scanned
     xs, slices, ys = scan.inputs[n_state:], list(body.inputs[n_state:]), scan.outputs[n_state:]
-    in_axes, out_axes = _axes(scan, "scan_input_axes", n_scanned), _axes(scan, "scan_output_axes", len(ys))
+    in_axes, out_axes = (
+        _axes(scan, "scan_input_axes", n_scanned),
+        _axes(scan, "scan_output_axes", len(ys)),
+    )
     in_reversed = _axes(scan, "scan_input_directions", n_scanned)
     out_reversed = _axes(scan, "scan_output_directions", len(ys))
     ranks = [rank_of(x) for x in xs]
     out_ranks = [rank_of(y) for y in ys]
-    if not xs or None in xs or any(a < 0 and r is None for a, r in zip(in_axes, ranks, strict=True)):
+    if (
+        not xs
+        or None in xs
+        or any(a < 0 and r is None for a, r in zip(in_axes, ranks, strict=True))
+    ):
         return False
     if any(a < 0 and r is None for a, r in zip(out_axes, out_ranks, strict=True)):
         return False
@@ -252,32 +333,60 @@ def _scan_as_loop(scan: ir.Node, outer: Editor) -> bool:
     if isinstance(length, int):
         trips = edit.const(np.array(length, np.int64))
     else:
-        trips = edit.op("Gather", edit.op("Shape", x0, dtype=ir.DataType.INT64), np.array(in_axes[0], np.int64), axis=0, dtype=ir.DataType.INT64)
-    last = edit.op("Sub", trips, np.array(1, np.int64), dtype=ir.DataType.INT64) if any(in_reversed) else None
+        trips = edit.op(
+            "Gather",
+            edit.op("Shape", x0, dtype=ir.DataType.INT64),
+            np.array(in_axes[0], np.int64),
+            axis=0,
+            dtype=ir.DataType.INT64,
+        )
+    last = (
+        edit.op("Sub", trips, np.array(1, np.int64), dtype=ir.DataType.INT64)
+        if any(in_reversed)
+        else None
+    )
     ran = size = None
-    if not (isinstance(length, int) and length > 0) and None not in ranks:  # (one trip at least; see above)
+    if (
+        not (isinstance(length, int) and length > 0) and None not in ranks
+    ):  # (one trip at least; see above)
         i64 = ir.DataType.INT64
         ran = edit.op("Greater", trips, np.array(0, np.int64), dtype=BOOL)
         size = edit.op("Reshape", trips, np.array([1], np.int64), dtype=i64)
-        xs = _padded_when_empty(edit, xs, in_axes, ranks, edit.op("Reshape", ran, np.array([1], np.int64), dtype=BOOL))
+        xs = _padded_when_empty(
+            edit, xs, in_axes, ranks, edit.op("Reshape", ran, np.array([1], np.int64), dtype=BOOL)
+        )
         trips = edit.op("Max", trips, np.array(1, np.int64), dtype=i64)
 
     tag = f"{scan.name}/as_loop"
-    iteration = ir.Value(name=f"{tag}/iteration", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
+    iteration = ir.Value(
+        name=f"{tag}/iteration", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([])
+    )
     cond = ir.Value(name=f"{tag}/cond", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([]))
     reads: list[ir.Node] = []
 
     def add(op_type: str, inputs: list[ir.Value], like: ir.Value, **attrs: Any) -> ir.Value:
         counter[0] += 1
-        inner = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs), name=f"{tag}/{op_type}{counter[0]}")
+        inner = ir.Node(
+            "",
+            op_type,
+            inputs,
+            ir.convenience.convert_attributes(attrs),
+            name=f"{tag}/{op_type}{counter[0]}",
+        )
         inner.outputs[0].name = f"{inner.name}_output"
         inner.outputs[0].type, inner.outputs[0].shape = like.type, like.shape
         reads.append(inner)
         return inner.outputs[0]
 
     for x, element, axis, backwards in zip(xs, slices, in_axes, in_reversed, strict=True):
-        position = add("Sub", [last, iteration], iteration) if backwards and last is not None else iteration
-        element.replace_all_uses_with(add("Gather", [x, position], element, axis=axis), replace_graph_outputs=True)  # type: ignore[list-item]
+        position = (
+            add("Sub", [last, iteration], iteration)
+            if backwards and last is not None
+            else iteration
+        )
+        element.replace_all_uses_with(
+            add("Gather", [x, position], element, axis=axis), replace_graph_outputs=True
+        )  # type: ignore[list-item]
     for element in slices:
         body.inputs.remove(element)
     body.inputs.insert(0, iteration)
@@ -288,22 +397,45 @@ def _scan_as_loop(scan: ir.Node, outer: Editor) -> bool:
     else:
         body.extend(reads)
     attributes = [ir.AttrGraph("body", body)]
-    loop = ir.Node("", "Loop", [trips, edit.const(np.array(True)), *scan.inputs[:n_state]], attributes,
-                   num_outputs=len(scan.outputs), name=scan.name, doc_string=scan.doc_string)
+    loop = ir.Node(
+        "",
+        "Loop",
+        [trips, edit.const(np.array(True)), *scan.inputs[:n_state]],
+        attributes,
+        num_outputs=len(scan.outputs),
+        name=scan.name,
+        doc_string=scan.doc_string,
+    )
     assert edit.graph is not None
     edit.graph.insert_before(scan, loop)
     results = list(loop.outputs[:n_state])
     if ran is not None:
-        for k, (out, initial) in enumerate(zip(loop.outputs[:n_state], scan.inputs[:n_state], strict=True)):
+        for k, (out, initial) in enumerate(
+            zip(loop.outputs[:n_state], scan.inputs[:n_state], strict=True)
+        ):
             out.type, out.shape = scan.outputs[k].type, scan.outputs[k].shape
             results[k] = edit.op("Where", ran, out, initial, dtype=scan.outputs[k].dtype)
     for k, (stacked, y) in enumerate(zip(loop.outputs[n_state:], ys, strict=True)):
         stacked.type = y.type
         if size is not None:
-            stacked = edit.op("Slice", stacked, np.array([0], np.int64), size, np.array([0], np.int64), dtype=y.dtype)
+            stacked = edit.op(
+                "Slice",
+                stacked,
+                np.array([0], np.int64),
+                size,
+                np.array([0], np.int64),
+                dtype=y.dtype,
+            )
         if out_reversed[k]:
-            stacked = edit.op("Slice", stacked, np.array([-1], np.int64), np.array([np.iinfo(np.int64).min], np.int64),
-                              np.array([0], np.int64), np.array([-1], np.int64), dtype=y.dtype)
+            stacked = edit.op(
+                "Slice",
+                stacked,
+                np.array([-1], np.int64),
+                np.array([np.iinfo(np.int64).min], np.int64),
+                np.array([0], np.int64),
+                np.array([-1], np.int64),
+                dtype=y.dtype,
+            )
         if out_axes[k]:
             rank = out_ranks[k]
             assert rank is not None
@@ -327,9 +459,19 @@ def real_dft_reshaped(node: ir.Node, edit: Editor) -> Replacement:
     x = node.inputs[0]
     producer = x.producer()
     real = x.shape is not None and len(x.shape) > 0 and x.shape[-1] == 1
-    if not real and producer is not None and producer.op_type == "Unsqueeze" and len(producer.inputs) == 2:
+    if (
+        not real
+        and producer is not None
+        and producer.op_type == "Unsqueeze"
+        and len(producer.inputs) == 2
+    ):
         axes, rank = constant_array(producer.inputs[1]), rank_of(x)
-        real = axes is not None and rank is not None and axes.size == 1 and int(axes.reshape(-1)[0]) % rank == rank - 1
+        real = (
+            axes is not None
+            and rank is not None
+            and axes.size == 1
+            and int(axes.reshape(-1)[0]) % rank == rank - 1
+        )
     rank = rank_of(x)
     if not real or rank is None:
         return None
@@ -354,12 +496,20 @@ def scan_captures_as_states(node: ir.Node, edit: Editor) -> Replacement:
     captured: list[ir.Value] = []
     for inner in graph_nodes(body):
         for value in inner.inputs:
-            if value is None or id(value) in own or constant_array(value) is not None or any(value is c for c in captured):
+            if (
+                value is None
+                or id(value) in own
+                or constant_array(value) is not None
+                or any(value is c for c in captured)
+            ):
                 continue
             captured.append(value)
     if not captured:
         return None
-    read = [(value, [(user, index) for user, index in list(value.uses()) if id(user) in inside]) for value in captured]
+    read = [
+        (value, [(user, index) for user, index in list(value.uses()) if id(user) in inside])
+        for value in captured
+    ]
     passed_through_as_states(node, edit, body, "scan", read, captured)
     return True
 
@@ -369,7 +519,12 @@ def dft_in_float32(node: ir.Node, edit: Editor) -> Replacement:
     """OpenVINO 2026.4 refuses a float64 DFT ("FFT op input element type must be f32, f16, or
     bf16"); it computes float64 in float32 anyway (its profile says ``float64=False``), so the
     DFT is computed in float32 between two Casts, as every other op there is."""
-    if node.op_type != "DFT" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.DOUBLE:
+    if (
+        node.op_type != "DFT"
+        or node.domain != ""
+        or node.inputs[0] is None
+        or node.inputs[0].dtype != ir.DataType.DOUBLE
+    ):
         return None
     attributes = {name: attr.value for name, attr in node.attributes.items()}
     narrow = edit.op("Cast", node.inputs[0], to=ir.DataType.FLOAT, dtype=ir.DataType.FLOAT)
@@ -400,14 +555,28 @@ def dft_on_axis_one(node: ir.Node, edit: Editor) -> Replacement:
     perm[1], perm[axis] = axis, 1
     attributes = {name: attr.value for name, attr in node.attributes.items()}
     moved = edit.op("Transpose", x, perm=perm, dtype=x.dtype)
-    spectrum = edit.op("DFT", moved, node.inputs[1], np.array(1, np.int64), dtype=node.outputs[0].dtype, **attributes)
+    spectrum = edit.op(
+        "DFT",
+        moved,
+        node.inputs[1],
+        np.array(1, np.int64),
+        dtype=node.outputs[0].dtype,
+        **attributes,
+    )
     return edit.op("Transpose", spectrum, perm=perm, dtype=node.outputs[0].dtype)
 
 
-_SAME_BITS = frozenset({"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "CumSum"})
+_SAME_BITS = frozenset(
+    {"Add", "Sub", "Mul", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "CumSum"}
+)
 
 
-_COMPARE = {"Less": (False, False), "Greater": (True, False), "LessOrEqual": (True, True), "GreaterOrEqual": (False, True)}
+_COMPARE = {
+    "Less": (False, False),
+    "Greater": (True, False),
+    "LessOrEqual": (True, True),
+    "GreaterOrEqual": (False, True),
+}
 
 
 _SMALL_DIVISOR = 2**15  # below: remainder by bytes in float32 (every partial value < 2**23)
@@ -422,12 +591,22 @@ def uint32_as_int32(node: ir.Node, edit: Editor) -> Replacement:
     amounts as a multiply; comparisons, Max/Min, right shifts by constant amounts and Mod on the
     value's two 16-bit halves, which float32 holds exactly (``halves``). No op used here needs
     opset 18, so this also covers the bitwise ops' decomposition below it."""
-    if node.op_type == "Where" and node.domain == "" and node.outputs[0].dtype == U32 and None not in node.inputs:
+    if (
+        node.op_type == "Where"
+        and node.domain == ""
+        and node.outputs[0].dtype == U32
+        and None not in node.inputs
+    ):
         # (its Where of uint32 goes through int32 too: 4294967295 came out as 2147483647)
         condition, a, b = node.inputs
         result = edit.op("Where", condition, as_int32(edit, a), as_int32(edit, b), dtype=I32)  # type: ignore[arg-type]
         return edit.op("Cast", result, to=U32, dtype=U32)
-    if node.domain != "" or not node.inputs or node.inputs[0] is None or node.inputs[0].dtype != U32:
+    if (
+        node.domain != ""
+        or not node.inputs
+        or node.inputs[0] is None
+        or node.inputs[0].dtype != U32
+    ):
         return None
     op = node.op_type
     args = [as_int32(edit, v) if v is not None and v.dtype == U32 else v for v in node.inputs]
@@ -448,7 +627,11 @@ def uint32_as_int32(node: ir.Node, edit: Editor) -> Replacement:
         constant = constant_array(node.inputs[1])
         # (a run-time amount: its clipped value indexes tables; OpenVINO's own BitShift of them
         # goes through float32 and makes a scalar rank 1, which a loop state cannot take)
-        amount = np.clip(constant.astype(np.int64), 0, _MAX_SHIFT) if constant is not None else _shift_index(edit, args[1])  # type: ignore[arg-type]
+        amount = (
+            np.clip(constant.astype(np.int64), 0, _MAX_SHIFT)
+            if constant is not None
+            else _shift_index(edit, args[1])
+        )  # type: ignore[arg-type]
         if node.attributes["direction"].as_string() == "LEFT":
             result = edit.op("Mul", args[0], _per_amount(edit, _LEFT_FACTORS, amount), dtype=I32)
         else:
@@ -481,13 +664,19 @@ _AMOUNTS = np.arange(_MAX_SHIFT + 1)
 
 # per shift amount: the left shift's int32 factor, and the right shift's high-half float scale and
 # int32 factor (``_shift_right``) and low-half float scale
-_LEFT_FACTORS = np.where(_AMOUNTS < 32, np.left_shift(1, np.clip(_AMOUNTS, 0, 31)), 0).astype(np.uint32).view(np.int32)
+_LEFT_FACTORS = (
+    np.where(_AMOUNTS < 32, np.left_shift(1, np.clip(_AMOUNTS, 0, 31)), 0)
+    .astype(np.uint32)
+    .view(np.int32)
+)
 
 
 _HIGH_SCALES = np.where(_AMOUNTS >= 16, np.ldexp(1.0, 16 - _AMOUNTS), 1.0).astype(np.float32)
 
 
-_HIGH_FACTORS = np.where(_AMOUNTS < 16, np.left_shift(1, np.clip(16 - _AMOUNTS, 0, 16)), 1).astype(np.int32)
+_HIGH_FACTORS = np.where(_AMOUNTS < 16, np.left_shift(1, np.clip(16 - _AMOUNTS, 0, 16)), 1).astype(
+    np.int32
+)
 
 
 _LOW_SCALES = np.ldexp(1.0, -_AMOUNTS).astype(np.float32)
@@ -497,10 +686,18 @@ def _shift_index(edit: Editor, amount: ir.Value) -> ir.Value:
     """Run-time shift amounts (int32 bits of uint32) as indices into the tables: clipped to
     ``_MAX_SHIFT``, those at or above 2**31 (negative as int32) too."""
     clipped = edit.op("Min", amount, np.int32(_MAX_SHIFT), dtype=I32)
-    return edit.op("Where", edit.op("Less", amount, np.int32(0), dtype=BOOL), np.int32(_MAX_SHIFT), clipped, dtype=I32)
+    return edit.op(
+        "Where",
+        edit.op("Less", amount, np.int32(0), dtype=BOOL),
+        np.int32(_MAX_SHIFT),
+        clipped,
+        dtype=I32,
+    )
 
 
-def _per_amount(edit: Editor, table: np.ndarray, amount: np.ndarray | ir.Value) -> np.ndarray | ir.Value:
+def _per_amount(
+    edit: Editor, table: np.ndarray, amount: np.ndarray | ir.Value
+) -> np.ndarray | ir.Value:
     """``table`` at each shift amount: constant amounts index it here, run-time ones by a Gather."""
     if isinstance(amount, np.ndarray):
         return table[amount]
@@ -513,18 +710,42 @@ def _shift_right(edit: Editor, x: Halves, amount: np.ndarray | ir.Value) -> ir.V
     s >= 16, an int32 multiply below, which wraps into the top bits) plus the low half's
     ``floor(low / 2**s)``; the two never overlap. Amounts of 32 and more give 0."""
     high_scale = _per_amount(edit, _HIGH_SCALES, amount)
-    high = edit.op("Mul", i32(edit, edit.op("Floor", edit.op("Mul", x[0], high_scale, dtype=F32), dtype=F32)),
-                   _per_amount(edit, _HIGH_FACTORS, amount), dtype=I32)
-    low = i32(edit, edit.op("Floor", edit.op("Mul", x[1], _per_amount(edit, _LOW_SCALES, amount), dtype=F32), dtype=F32))
+    high = edit.op(
+        "Mul",
+        i32(edit, edit.op("Floor", edit.op("Mul", x[0], high_scale, dtype=F32), dtype=F32)),
+        _per_amount(edit, _HIGH_FACTORS, amount),
+        dtype=I32,
+    )
+    low = i32(
+        edit,
+        edit.op(
+            "Floor",
+            edit.op("Mul", x[1], _per_amount(edit, _LOW_SCALES, amount), dtype=F32),
+            dtype=F32,
+        ),
+    )
     return edit.op("Add", high, low, dtype=I32)
 
 
 def _fmod_small(edit: Editor, t: ir.Value, c: ir.Value) -> ir.Value:
     """``t mod c`` for float32 integers ``0 <= t < 2**23``, ``c <= 2**15`` (every step exact; the
     corrections guard a Div that is not correctly rounded)."""
-    r = edit.op("Sub", t, edit.op("Mul", c, edit.op("Floor", edit.op("Div", t, c, dtype=F32), dtype=F32), dtype=F32), dtype=F32)
-    r = edit.op("Where", edit.op("Less", r, np.float32(0), dtype=BOOL), edit.op("Add", r, c, dtype=F32), r, dtype=F32)
-    return edit.op("Where", edit.op("Less", r, c, dtype=BOOL), r, edit.op("Sub", r, c, dtype=F32), dtype=F32)
+    r = edit.op(
+        "Sub",
+        t,
+        edit.op("Mul", c, edit.op("Floor", edit.op("Div", t, c, dtype=F32), dtype=F32), dtype=F32),
+        dtype=F32,
+    )
+    r = edit.op(
+        "Where",
+        edit.op("Less", r, np.float32(0), dtype=BOOL),
+        edit.op("Add", r, c, dtype=F32),
+        r,
+        dtype=F32,
+    )
+    return edit.op(
+        "Where", edit.op("Less", r, c, dtype=BOOL), r, edit.op("Sub", r, c, dtype=F32), dtype=F32
+    )
 
 
 def _remainder(edit: Editor, x: ir.Value, y: ir.Value, constant: np.ndarray | None) -> ir.Value:
@@ -547,12 +768,23 @@ def _remainder(edit: Editor, x: ir.Value, y: ir.Value, constant: np.ndarray | No
         for half in (xh, xl):
             top = edit.op("Floor", scaled(edit, half, 1 / 256), dtype=F32)
             for digit in (top, edit.op("Sub", half, scaled(edit, top, 256.0), dtype=F32)):
-                r = _fmod_small(edit, digit if r is None else edit.op("Add", scaled(edit, r, 256.0), digit, dtype=F32), yl)
+                r = _fmod_small(
+                    edit,
+                    digit
+                    if r is None
+                    else edit.op("Add", scaled(edit, r, 256.0), digit, dtype=F32),
+                    yl,
+                )
         small = i32(edit, r)
     if constant is None or np.any(constant > _SMALL_DIVISOR):
         xf = edit.op("Add", scaled(edit, xh, 2.0**16), xl, dtype=F32)
         estimate = edit.op("Floor", edit.op("Div", xf, yf, dtype=F32), dtype=F32)
-        quotient = i32(edit, edit.op("Max", edit.op("Sub", estimate, np.float32(1), dtype=F32), np.float32(0), dtype=F32))
+        quotient = i32(
+            edit,
+            edit.op(
+                "Max", edit.op("Sub", estimate, np.float32(1), dtype=F32), np.float32(0), dtype=F32
+            ),
+        )
         large = edit.op("Sub", x, edit.op("Mul", quotient, y, dtype=I32), dtype=I32)
         for _ in range(2):
             below = _less(edit, halves(edit, large), (yh, yl))
@@ -565,7 +797,9 @@ def _remainder(edit: Editor, x: ir.Value, y: ir.Value, constant: np.ndarray | No
     assert result is not None
     if constant is not None and np.all(constant != 0):
         return result
-    zero = edit.op("And", *(edit.op("Equal", h, np.float32(0), dtype=BOOL) for h in (yh, yl)), dtype=BOOL)
+    zero = edit.op(
+        "And", *(edit.op("Equal", h, np.float32(0), dtype=BOOL) for h in (yh, yl)), dtype=BOOL
+    )
     return edit.op("Where", zero, x, result, dtype=I32)
 
 
@@ -574,14 +808,23 @@ def uint32_bits(node: ir.Node, edit: Editor) -> Replacement:
     """``(x >> s) mod 2``, how the bitwise ops below opset 18 read bit ``s`` of uint32 ``x``, is
     the sign of ``x << (31 - s)``: an int32 multiply and a comparison with 0, both exact on
     OpenVINO (and ~20 ops fewer per bit than the shift and the remainder on 16-bit halves)."""
-    if node.op_type != "Mod" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != U32:
+    if (
+        node.op_type != "Mod"
+        or node.domain != ""
+        or node.inputs[0] is None
+        or node.inputs[0].dtype != U32
+    ):
         return None
     divisor = constant_array(node.inputs[1])
     shift = node.inputs[0].producer()
     if divisor is None or not np.all(divisor == 2) or shift is None or shift.op_type != "BitShift":
         return None
     amount = constant_array(shift.inputs[1])
-    if amount is None or shift.attributes["direction"].as_string() != "RIGHT" or np.any((amount < 0) | (amount > 31)):
+    if (
+        amount is None
+        or shift.attributes["direction"].as_string() != "RIGHT"
+        or np.any((amount < 0) | (amount > 31))
+    ):
         return None
     factor = np.left_shift(1, 31 - amount.astype(np.int64)).astype(np.uint32).view(np.int32)
     top = edit.op("Mul", as_int32(edit, shift.inputs[0]), factor, dtype=I32)
@@ -603,14 +846,21 @@ def expand_after_arithmetic(node: ir.Node, edit: Editor) -> Replacement:
     a, b = node.inputs
     for expanded, other in ((a, b), (b, a)):
         producer = expanded.producer() if expanded is not None else None
-        if producer is None or producer.op_type != "Expand" or producer.domain != "" or constant_array(other) is None:
+        if (
+            producer is None
+            or producer.op_type != "Expand"
+            or producer.domain != ""
+            or constant_array(other) is None
+        ):
             continue
         if len(expanded.uses()) != 1:
             continue
         data, shape = producer.inputs
         operands = (data, other) if expanded is a else (other, data)
         dtype = node.outputs[0].dtype
-        edit.replace(edit.op("Expand", edit.op(node.op_type, *operands, dtype=dtype), shape, dtype=dtype))
+        edit.replace(
+            edit.op("Expand", edit.op(node.op_type, *operands, dtype=dtype), shape, dtype=dtype)
+        )
         if not producer.outputs[0].uses() and producer.graph is not None:
             producer.graph.remove(producer, safe=True)
         return True
@@ -622,21 +872,47 @@ def expand_after_arithmetic(node: ir.Node, edit: Editor) -> Replacement:
 # float (7 // 2: 4); int16 and uint16 wrap, and its Cast from a wider int wraps (all measured
 # on every pair of 8-bit values): those ops compute in int32, and the Cast back wraps
 _NO_BYTES = "i16 i32 i64 u16 u32 u64 f16 f32 f64"
-_WRAPPING = {**dict.fromkeys(("Add", "Sub", "Mul", "Div"), _NO_BYTES),
-                      "Neg": "i16 i32 i64 f16 f32 f64", "Abs": "u8 " + _NO_BYTES}
+_WRAPPING = {
+    **dict.fromkeys(("Add", "Sub", "Mul", "Div"), _NO_BYTES),
+    "Neg": "i16 i32 i64 f16 f32 f64",
+    "Abs": "u8 " + _NO_BYTES,
+}
 
 PROFILE = Target(
-    "openvino", max_opset=25,  # 2026.4 has no BitCast (opset 26)
-    model_functions=False, scan_symbolic=True, scan_ticks=False,
+    "openvino",
+    max_opset=25,  # 2026.4 has no BitCast (opset 26)
+    model_functions=False,
+    scan_symbolic=True,
+    scan_ticks=False,
     # its CPU plugin computes uint32 arithmetic (and int32 comparisons, Mod, shifts) through
     # float32 and keeps int64 in 32 bits; int32 Add/Mul/CumSum/bitwise ops wrap as they should,
     # so uint32 is computed as int32 (CumSum too: not widened to int64)
-    kernels={"CumSum": CUMSUM_UINT32, **_WRAPPING, **dict.fromkeys(("ReduceMax", "ReduceMin"), REDUCE_EXTREMES_UINT32)},
-    rewrites=(nested_scans_as_loops, scan_of_no_steps_runs_one, integer_sum_as_cumsum, integer_matmul_as_cumsum,
-              uint32_bits, uint32_as_int32, float_to_uint32_via_int32, nan_propagating_max_min,
-              reduce_extremes_of_infinities, int32_extremes_on_halves, greater_as_less, dft_in_float32,
-              dft_on_axis_one, real_dft_reshaped),
-    late_rewrites=(scan_captures_as_states, scan_inputs_read, expand_after_arithmetic,
-                   empty_constants_as_constant_of_shape),
+    kernels={
+        "CumSum": CUMSUM_UINT32,
+        **_WRAPPING,
+        **dict.fromkeys(("ReduceMax", "ReduceMin"), REDUCE_EXTREMES_UINT32),
+    },
+    rewrites=(
+        nested_scans_as_loops,
+        scan_of_no_steps_runs_one,
+        integer_sum_as_cumsum,
+        integer_matmul_as_cumsum,
+        uint32_bits,
+        uint32_as_int32,
+        float_to_uint32_via_int32,
+        nan_propagating_max_min,
+        reduce_extremes_of_infinities,
+        int32_extremes_on_halves,
+        greater_as_less,
+        dft_in_float32,
+        dft_on_axis_one,
+        real_dft_reshaped,
+    ),
+    late_rewrites=(
+        scan_captures_as_states,
+        scan_inputs_read,
+        expand_after_arithmetic,
+        empty_constants_as_constant_of_shape,
+    ),
     float64=False,  # its CPU plugin has no float64 kernels: measured, x * x is float32's
 )

@@ -78,8 +78,10 @@ class Target:
     def without(self, *rewrites: Rewrite) -> Target:
         """This profile with ``rewrites`` left out (a test shows what each one is for)."""
         return replace(
-            self, rewrites=tuple(r for r in self.rewrites if r not in rewrites),
-            late_rewrites=tuple(r for r in self.late_rewrites if r not in rewrites))
+            self,
+            rewrites=tuple(r for r in self.rewrites if r not in rewrites),
+            late_rewrites=tuple(r for r in self.late_rewrites if r not in rewrites),
+        )
 
 
 # CumSum's types on a runtime that sums uint32 (the bitwise ops below opset 18 sum their bits

@@ -45,10 +45,21 @@ def float_sum_over_empty_last_axis(node: ir.Node, edit: Editor) -> Replacement:
     ReduceMax/Min/Prod run). Where the last axis is reduced and its size is not a static
     positive number, the input gets one zero appended along it (a Pad of constant amounts):
     the sum is the same (adding +0.0 is exact)."""
-    if node.op_type != "ReduceSum" or node.domain != "" or node.meta.get(_PADDED) or not node.inputs or node.inputs[0] is None:
+    if (
+        node.op_type != "ReduceSum"
+        or node.domain != ""
+        or node.meta.get(_PADDED)
+        or not node.inputs
+        or node.inputs[0] is None
+    ):
         return None
     x = node.inputs[0]
-    if node.outputs[0].dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+    if node.outputs[0].dtype not in (
+        ir.DataType.FLOAT,
+        ir.DataType.DOUBLE,
+        ir.DataType.FLOAT16,
+        ir.DataType.BFLOAT16,
+    ):
         return None
     rank = rank_of(x)
     if not rank:
@@ -61,14 +72,21 @@ def float_sum_over_empty_last_axis(node: ir.Node, edit: Editor) -> Replacement:
     if axes is None:
         return None
     axes = axes.reshape(-1)
-    if axes.size == 0 and node.attributes.get_int("noop_with_empty_axes", 0) or axes.size and rank - 1 not in {int(a) % rank for a in axes}:
+    if (
+        axes.size == 0
+        and node.attributes.get_int("noop_with_empty_axes", 0)
+        or axes.size
+        and rank - 1 not in {int(a) % rank for a in axes}
+    ):
         return None
     pads = np.zeros((2 * rank,), np.int64)
     pads[-1] = 1
     padded = edit.op("Pad", x, pads, dtype=x.dtype)
     padded.shape = ir.Shape([*x.shape[:-1], None]) if x.shape is not None else None
     attributes = {name: attr.value for name, attr in node.attributes.items()}
-    total = edit.op("ReduceSum", padded, *node.inputs[1:], dtype=node.outputs[0].dtype, **attributes)
+    total = edit.op(
+        "ReduceSum", padded, *node.inputs[1:], dtype=node.outputs[0].dtype, **attributes
+    )
     producer = total.producer()
     assert producer is not None
     producer.meta[_PADDED] = True
@@ -90,7 +108,12 @@ def uint32_matmul_as_int32(node: ir.Node, edit: Editor) -> Replacement:
     Rust panic in linalg/src/frame/weights.rs; int64 too, int32 runs). Products and sums modulo
     2**32 do not depend on the sign of the operands' bits, so the MatMul runs on int32 Casts of
     its operands (which wrap) and its result is cast back to uint32."""
-    if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2 or None in node.inputs:
+    if (
+        node.op_type != "MatMul"
+        or node.domain != ""
+        or len(node.inputs) != 2
+        or None in node.inputs
+    ):
         return None
     if node.outputs[0].dtype != U32:
         return None
@@ -105,7 +128,12 @@ def isnan_as_not_equal(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if node.op_type != "IsNaN" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.DOUBLE:
+    if (
+        node.op_type != "IsNaN"
+        or node.domain != ""
+        or node.inputs[0] is None
+        or node.inputs[0].dtype != ir.DataType.DOUBLE
+    ):
         return None
     x = node.inputs[0]
     return edit.op("Not", edit.op("Equal", x, x, dtype=BOOL), dtype=BOOL)
@@ -120,28 +148,47 @@ def int64_cast_as_castlike(node: ir.Node, edit: Editor) -> Replacement:
     a bool (``count_nonzero``'s, in slogdet's sign: a Pad of it failed, "Impossible to unify
     TDim with I64") is a Where of int64 1 and 0, which every opset has. Below opset 15 (no
     CastLike) a float's Cast stays: the jax.random family ran right so at opset 13."""
-    if node.op_type != "Cast" or node.domain != "" or node.attributes.get_int("to", 0) != ir.DataType.INT64:
+    if (
+        node.op_type != "Cast"
+        or node.domain != ""
+        or node.attributes.get_int("to", 0) != ir.DataType.INT64
+    ):
         return None
     x = node.inputs[0]
-    if x is None or x.dtype is None or not (x.dtype.is_floating_point() or x.dtype in _UNSIGNED or x.dtype == ir.DataType.BOOL):
+    if (
+        x is None
+        or x.dtype is None
+        or not (x.dtype.is_floating_point() or x.dtype in _UNSIGNED or x.dtype == ir.DataType.BOOL)
+    ):
         return None
     if x.dtype == ir.DataType.BOOL:
-        return edit.op("Where", x, np.ones((), np.int64), np.zeros((), np.int64), dtype=ir.DataType.INT64)
+        return edit.op(
+            "Where", x, np.ones((), np.int64), np.zeros((), np.int64), dtype=ir.DataType.INT64
+        )
     if edit.opset < 15:
         return None
     return edit.op("CastLike", x, np.zeros((), np.int64), dtype=ir.DataType.INT64)
 
 
-_UNSIGNED = frozenset({ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64})
+_UNSIGNED = frozenset(
+    {ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64}
+)
 
 
 @rewrite("Equal")
 def bool_equal_as_xor(node: ir.Node, edit: Editor) -> Replacement:
     """tract refuses Equal on bools ("Bool is not a number"; ``jnp.remainder`` compares signs
     that way): ``a == b`` is ``not (a xor b)``."""
-    if node.op_type != "Equal" or node.domain != "" or node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.BOOL:
+    if (
+        node.op_type != "Equal"
+        or node.domain != ""
+        or node.inputs[0] is None
+        or node.inputs[0].dtype != ir.DataType.BOOL
+    ):
         return None
-    return edit.op("Not", edit.op("Xor", *node.inputs, dtype=ir.DataType.BOOL), dtype=ir.DataType.BOOL)
+    return edit.op(
+        "Not", edit.op("Xor", *node.inputs, dtype=ir.DataType.BOOL), dtype=ir.DataType.BOOL
+    )
 
 
 @rewrite("Mul")
@@ -150,7 +197,12 @@ def integer_square_as_product(node: ir.Node, edit: Editor) -> Replacement:
     (int8 100 * 100: 127 where JAX wraps to 16) and has no int16, uint16, uint32 or int64
     kernel ("Square does not support U32"); a Mul of two different values wraps in every
     integer type. So the second operand is ``Max(x, x)``: the same number, another value."""
-    if node.op_type != "Mul" or node.domain != "" or len(node.inputs) != 2 or node.inputs[0] is not node.inputs[1]:
+    if (
+        node.op_type != "Mul"
+        or node.domain != ""
+        or len(node.inputs) != 2
+        or node.inputs[0] is not node.inputs[1]
+    ):
         return None
     x = node.inputs[0]
     if x is None or x.dtype is None or not x.dtype.is_integer():
@@ -171,7 +223,12 @@ def compress_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     if axis is None:
         x, axis = edit.op("Reshape", x, np.array([-1], np.int64), dtype=x.dtype), 0
     flat = edit.op("Reshape", condition, np.array([-1], np.int64), dtype=_BOOL_TYPE)
-    positions = edit.op("Squeeze", edit.op("NonZero", flat, dtype=ir.DataType.INT64), np.array([0], np.int64), dtype=ir.DataType.INT64)
+    positions = edit.op(
+        "Squeeze",
+        edit.op("NonZero", flat, dtype=ir.DataType.INT64),
+        np.array([0], np.int64),
+        dtype=ir.DataType.INT64,
+    )
     return edit.op("Gather", x, positions, axis=axis, dtype=x.dtype)
 
 
@@ -190,13 +247,23 @@ def range_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
         return None
     dtype = node.outputs[0].dtype
     start, limit, delta = node.inputs
-    if dtype not in (ir.DataType.INT64, ir.DataType.INT32) or start is None or limit is None or delta is None:
+    if (
+        dtype not in (ir.DataType.INT64, ir.DataType.INT32)
+        or start is None
+        or limit is None
+        or delta is None
+    ):
         return None
     step = constant_array(delta)
     if step is None or constant_array(limit) is not None and constant_array(start) is not None:
         return None
     plain = edit.op("Range", start, limit, delta, dtype=dtype)
-    ones = edit.op("Expand", np.ones((1,), step.dtype), edit.op("Shape", plain, dtype=ir.DataType.INT64), dtype=dtype)
+    ones = edit.op(
+        "Expand",
+        np.ones((1,), step.dtype),
+        edit.op("Shape", plain, dtype=ir.DataType.INT64),
+        dtype=dtype,
+    )
     index = edit.op("CumSum", ones, np.array(0, np.int64), exclusive=1, dtype=dtype)
     if int(step) != 1:
         index = edit.op("Mul", index, step, dtype=dtype)
@@ -208,12 +275,19 @@ def vector_dot_as_matrix_product(node: ir.Node, edit: Editor) -> Replacement:
     """tract 0.23 refuses a MatMul of two vectors (``y @ alpha``: "Condition failed: `a_rank >
     1 || b_rank > 1`"): the left one is made a row (``1 x n``), the product (of shape ``(1,)``)
     squeezed back to a scalar."""
-    if node.op_type != "MatMul" or node.domain != "" or rank_of(node.inputs[0]) != 1 or rank_of(node.inputs[1]) != 1:
+    if (
+        node.op_type != "MatMul"
+        or node.domain != ""
+        or rank_of(node.inputs[0]) != 1
+        or rank_of(node.inputs[1]) != 1
+    ):
         return None
     dtype = node.outputs[0].dtype
     axis = np.array([0], np.int64)
     row = edit.op("Unsqueeze", node.inputs[0], axis, dtype=dtype)
-    return edit.op("Squeeze", edit.op("MatMul", row, node.inputs[1], dtype=dtype), axis, dtype=dtype)
+    return edit.op(
+        "Squeeze", edit.op("MatMul", row, node.inputs[1], dtype=dtype), axis, dtype=dtype
+    )
 
 
 @rewrite("Slice")
@@ -222,11 +296,20 @@ def strided_slice_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     upper triangular solve's reversal; ``x[::2]``) over the Reshape before it ("Pulling ...
     Downsample over ... Reshape: Invalid axis"). A one-axis Slice of such a step over a static
     dim is a Gather of the positions it takes (computed here, as numpy slices them)."""
-    if node.op_type != "Slice" or node.domain != "" or len(node.inputs) != 5 or node.inputs[0] is None:
+    if (
+        node.op_type != "Slice"
+        or node.domain != ""
+        or len(node.inputs) != 5
+        or node.inputs[0] is None
+    ):
         return None
     starts, ends, axes, steps = (constant_array(v) for v in node.inputs[1:])
     shape = node.inputs[0].shape
-    if any(c is None or c.size != 1 for c in (starts, ends, axes, steps)) or shape is None or int(steps.reshape(-1)[0]) == 1:
+    if (
+        any(c is None or c.size != 1 for c in (starts, ends, axes, steps))
+        or shape is None
+        or int(steps.reshape(-1)[0]) == 1
+    ):
         return None
     axis = int(axes.reshape(-1)[0]) % len(shape)
     if not isinstance(shape[axis], int):
@@ -243,16 +326,40 @@ def runtime_slice_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     and its Where then fails on the mismatch ("Output mismatch after rewiring expansion ...
     expected 20,1,F32 got 20,<Sym0>,F32"). Such a Slice is a Gather of ``start + [0 .. size)``
     per axis (the starts are already clamped into range, as JAX clamps them)."""
-    if node.op_type != "Slice" or node.domain != "" or len(node.inputs) not in (4, 5) or node.inputs[0] is None:
+    if (
+        node.op_type != "Slice"
+        or node.domain != ""
+        or len(node.inputs) not in (4, 5)
+        or node.inputs[0] is None
+    ):
         return None
     x, starts, ends, axes = node.inputs[:4]
     steps = constant_array(node.inputs[4]) if len(node.inputs) == 5 else None
     producer = ends.producer() if ends is not None else None
-    if producer is None or producer.op_type != "Add" or producer.domain != "" or starts is None or constant_array(starts) is not None:
+    if (
+        producer is None
+        or producer.op_type != "Add"
+        or producer.domain != ""
+        or starts is None
+        or constant_array(starts) is not None
+    ):
         return None
-    sizes = constant_array(producer.inputs[1]) if producer.inputs[0] is starts else constant_array(producer.inputs[0]) if producer.inputs[1] is starts else None
+    sizes = (
+        constant_array(producer.inputs[1])
+        if producer.inputs[0] is starts
+        else constant_array(producer.inputs[0])
+        if producer.inputs[1] is starts
+        else None
+    )
     axes_value = constant_array(axes)
-    if sizes is None or axes_value is None or steps is not None and np.any(steps != 1) or sizes.ndim != 1 or sizes.size != axes_value.size:
+    if (
+        sizes is None
+        or axes_value is None
+        or steps is not None
+        and np.any(steps != 1)
+        or sizes.ndim != 1
+        or sizes.size != axes_value.size
+    ):
         return None
     result = x
     for i, (axis, size) in enumerate(zip(axes_value.tolist(), sizes.tolist(), strict=True)):
@@ -287,7 +394,9 @@ def gemm_as_matmul(node: ir.Node, edit: Editor) -> Replacement:
     if alpha != 1.0:
         result = edit.op("Mul", result, np.asarray(alpha, numpy_type), dtype=dtype)
     if c and c[0] is not None and beta != 0.0:
-        bias = c[0] if beta == 1.0 else edit.op("Mul", c[0], np.asarray(beta, numpy_type), dtype=dtype)
+        bias = (
+            c[0] if beta == 1.0 else edit.op("Mul", c[0], np.asarray(beta, numpy_type), dtype=dtype)
+        )
         result = edit.op("Add", result, bias, dtype=dtype)
     return result
 
@@ -304,7 +413,13 @@ def expand_full_rank(node: ir.Node, edit: Editor) -> Replacement:
         return None
     x, shape = node.inputs
     out = node.outputs[0].shape
-    rank = len(out) if out is not None else shape.shape[0] if shape is not None and shape.shape is not None else None
+    rank = (
+        len(out)
+        if out is not None
+        else shape.shape[0]
+        if shape is not None and shape.shape is not None
+        else None
+    )
     if x is None or x.shape is None or not isinstance(rank, int):
         return None
     missing = rank - len(x.shape)
@@ -315,26 +430,56 @@ def expand_full_rank(node: ir.Node, edit: Editor) -> Replacement:
     node.replace_input_with(0, padded)
     return True
 
+
 PROFILE = Target(
-    "tract", max_opset=25,  # 0.23 has no BitCast (opset 26)
-    model_functions=False, scan_symbolic=True, bounded_if=False,
+    "tract",
+    max_opset=25,  # 0.23 has no BitCast (opset 26)
+    model_functions=False,
+    scan_symbolic=True,
+    bounded_if=False,
     # it runs CumSum on uint32 (the bitwise ops below opset 18 sum their bits with it); a Cast
     # to int64 would sign-extend uint32 and make a value it cannot take a CumSum of. Its
     # ReduceMax/Min have no uint32 kernel, and below opset 15 a uint32 widened to int64 by a Cast
     # became its symbolic-dim type, wrong along an axis: uint32 is kept, reduced on halves.
-    kernels={"CumSum": CUMSUM_UINT32, **dict.fromkeys(("ReduceMax", "ReduceMin"), REDUCE_EXTREMES_UINT32)},
-    rewrites=(scatter_loop_as_one_hot, reduce_extremes_of_infinities, uint32_extremes_on_halves,
-              nan_propagating_max_min, isnan_as_not_equal, int64_cast_as_castlike, bool_equal_as_xor,
-              integer_square_as_product, compress_as_gather, range_as_cumsum, counted_loop_as_scan,
-              counter_scan_as_state, scan_int_factors_as_states, inner_scans_restarted,
-              scan_of_no_steps_keeps_states, scan_inputs_read, scan_outputs_unread, gemm_as_matmul,
-              vector_dot_as_matrix_product, strided_slice_as_gather, runtime_slice_as_gather, expand_full_rank,
-              float_sum_over_empty_last_axis, uint32_matmul_as_int32),
+    kernels={
+        "CumSum": CUMSUM_UINT32,
+        **dict.fromkeys(("ReduceMax", "ReduceMin"), REDUCE_EXTREMES_UINT32),
+    },
+    rewrites=(
+        scatter_loop_as_one_hot,
+        reduce_extremes_of_infinities,
+        uint32_extremes_on_halves,
+        nan_propagating_max_min,
+        isnan_as_not_equal,
+        int64_cast_as_castlike,
+        bool_equal_as_xor,
+        integer_square_as_product,
+        compress_as_gather,
+        range_as_cumsum,
+        counted_loop_as_scan,
+        counter_scan_as_state,
+        scan_int_factors_as_states,
+        inner_scans_restarted,
+        scan_of_no_steps_keeps_states,
+        scan_inputs_read,
+        scan_outputs_unread,
+        gemm_as_matmul,
+        vector_dot_as_matrix_product,
+        strided_slice_as_gather,
+        runtime_slice_as_gather,
+        expand_full_rank,
+        float_sum_over_empty_last_axis,
+        uint32_matmul_as_int32,
+    ),
     late_rewrites=(empty_constants_as_constant_of_shape, ranges_in_scan_bodies),
-    lacks_dtypes={"bfloat16": "tract 0.23 has no bfloat16 tensors: export with precision='float32' (CLI: --precision float32)"},
-    lacks={"Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
-                   "(not a fixed number of steps) has no exact Scan form: export with loop_bound=N "
-                   "(CLI: --loop-bound N) to write it as a Scan of at most N steps (float results NaN "
-                   "where N steps do not finish it), or write it as a fori_loop or scan (of static "
-                   "or traced length)"},
+    lacks_dtypes={
+        "bfloat16": "tract 0.23 has no bfloat16 tensors: export with precision='float32' (CLI: --precision float32)"
+    },
+    lacks={
+        "Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "
+        "(not a fixed number of steps) has no exact Scan form: export with loop_bound=N "
+        "(CLI: --loop-bound N) to write it as a Scan of at most N steps (float results NaN "
+        "where N steps do not finish it), or write it as a fori_loop or scan (of static "
+        "or traced length)"
+    },
 )

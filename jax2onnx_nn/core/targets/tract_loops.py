@@ -37,13 +37,27 @@ def counter_scan_as_state(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if node.op_type != "Scan" or node.domain != "" or node.attributes.get_int("num_scan_inputs", 0) != 1:
+    if (
+        node.op_type != "Scan"
+        or node.domain != ""
+        or node.attributes.get_int("num_scan_inputs", 0) != 1
+    ):
         return None
     ticks = constant_range(node.inputs[-1])
     directions = node.attributes.get_ints("scan_input_directions", None)
-    if ticks is None or ticks.ndim != 1 or not ticks.size or ticks.dtype.kind != "i" or directions and any(directions):
+    if (
+        ticks is None
+        or ticks.ndim != 1
+        or not ticks.size
+        or ticks.dtype.kind != "i"
+        or directions
+        and any(directions)
+    ):
         return None
-    if not np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype)) or ticks[0] == np.iinfo(ticks.dtype).min:
+    if (
+        not np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype))
+        or ticks[0] == np.iinfo(ticks.dtype).min
+    ):
         return None
     body = node.attributes["body"].as_graph()
     n_state = len(node.inputs) - 1
@@ -51,7 +65,13 @@ def counter_scan_as_state(node: ir.Node, edit: Editor) -> Replacement:
     dtype = ir.DataType.from_numpy(ticks.dtype)
     state = ir.Value(name=f"{tick.name}/state", type=ir.TensorType(dtype), shape=ir.Shape([]))
     body.inputs.insert(n_state, state)
-    one = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.ones((), ticks.dtype))}), name=f"{tick.name}/one")
+    one = ir.Node(
+        "",
+        "Constant",
+        [],
+        ir.convenience.convert_attributes({"value": ir.tensor(np.ones((), ticks.dtype))}),
+        name=f"{tick.name}/one",
+    )
     following = ir.Node("", "Add", [state, one.outputs[0]], name=f"{tick.name}/next")
     counter = ir.Node("", "Max", [following.outputs[0], tick], name=f"{tick.name}/counter")
     tick.replace_all_uses_with(counter.outputs[0])
@@ -89,7 +109,12 @@ def inner_scans_restarted(node: ir.Node, edit: Editor) -> Replacement:
     each state as ``Where(tick == first tick, initial value, state)``."""
     if node.op_type != "Scan" or node.domain != "":
         return None
-    return any([_restarted(_with_counter(inner, edit)) for inner in _scans_in(node.attributes["body"].as_graph())])
+    return any(
+        [
+            _restarted(_with_counter(inner, edit))
+            for inner in _scans_in(node.attributes["body"].as_graph())
+        ]
+    )
 
 
 def _with_counter(scan: ir.Node, edit: Editor) -> ir.Node:
@@ -99,7 +124,12 @@ def _with_counter(scan: ir.Node, edit: Editor) -> ir.Node:
     states, a known length of 0) ``scan`` itself."""
     n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
     n_state = len(scan.inputs) - n_scanned
-    if not n_state or not n_scanned or any(_range_start(x) is not None for x in scan.inputs[n_state:]) or scan.meta.get(_RESTARTED):
+    if (
+        not n_state
+        or not n_scanned
+        or any(_range_start(x) is not None for x in scan.inputs[n_state:])
+        or scan.meta.get(_RESTARTED)
+    ):
         return scan
     first = scan.inputs[n_state]
     axes = scan.attributes.get_ints("scan_input_axes", None) or [0] * n_scanned
@@ -114,19 +144,38 @@ def _with_counter(scan: ir.Node, edit: Editor) -> ir.Node:
     if isinstance(length, int):
         ticks = editor.const(np.arange(length, dtype=np.int64))
     else:  # (an exclusive CumSum of ones: tract follows a Range's length symbolically)
-        size = editor.op("Gather", editor.op("Shape", first, dtype=ir.DataType.INT64), np.array([axis], np.int64), axis=0, dtype=ir.DataType.INT64)
+        size = editor.op(
+            "Gather",
+            editor.op("Shape", first, dtype=ir.DataType.INT64),
+            np.array([axis], np.int64),
+            axis=0,
+            dtype=ir.DataType.INT64,
+        )
         ones = editor.op("Expand", np.ones((1,), np.int64), size, dtype=ir.DataType.INT64)
-        ticks = editor.op("CumSum", ones, np.array(0, np.int64), exclusive=1, dtype=ir.DataType.INT64)
+        ticks = editor.op(
+            "CumSum", ones, np.array(0, np.int64), exclusive=1, dtype=ir.DataType.INT64
+        )
         ticks.shape = ir.Shape([length])
     body = scan.attributes["body"].as_graph()
-    body.inputs.append(ir.Value(name=f"{scan.name}/tick", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([])))
+    body.inputs.append(
+        ir.Value(
+            name=f"{scan.name}/tick", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([])
+        )
+    )
     attributes = {name: attr for name, attr in scan.attributes.items() if name != "body"}
     attributes["num_scan_inputs"] = ir.AttrInt64("num_scan_inputs", n_scanned + 1)
     for name in ("scan_input_directions", "scan_input_axes"):
         if name in attributes:
             attributes[name] = ir.AttrInt64s(name, [*scan.attributes.get_ints(name), 0])
-    counted = ir.Node("", "Scan", [*scan.inputs, ticks], [*attributes.values(), ir.AttrGraph("body", body)],
-                      num_outputs=len(scan.outputs), name=scan.name, doc_string=scan.doc_string)
+    counted = ir.Node(
+        "",
+        "Scan",
+        [*scan.inputs, ticks],
+        [*attributes.values(), ir.AttrGraph("body", body)],
+        num_outputs=len(scan.outputs),
+        name=scan.name,
+        doc_string=scan.doc_string,
+    )
     assert editor.graph is not None
     editor.graph.insert_before(scan, counted)
     editor.replace(*counted.outputs)
@@ -139,12 +188,25 @@ def _range_start(value: ir.Value | None) -> Any:
     a constant start and step 1 (a fori_loop of run-time length); else None."""
     ticks = constant_range(value)
     if ticks is not None:
-        return ticks[0] if ticks.ndim == 1 and ticks.size and np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype)) else None
+        return (
+            ticks[0]
+            if ticks.ndim == 1
+            and ticks.size
+            and np.array_equal(ticks, ticks[0] + np.arange(ticks.size, dtype=ticks.dtype))
+            else None
+        )
     producer = value.producer() if value is not None else None
     if producer is None or producer.op_type != "Range" or producer.domain != "":
         return None
     start, delta = constant_array(producer.inputs[0]), constant_array(producer.inputs[2])
-    return start.reshape(()) if start is not None and delta is not None and delta.size == 1 and int(delta.reshape(-1)[0]) == 1 else None
+    return (
+        start.reshape(())
+        if start is not None
+        and delta is not None
+        and delta.size == 1
+        and int(delta.reshape(-1)[0]) == 1
+        else None
+    )
 
 
 def _scans_in(graph: ir.Graph) -> list[ir.Node]:
@@ -164,8 +226,11 @@ def _restarted(scan: ir.Node) -> bool:
     n_scanned = scan.attributes.get_int("num_scan_inputs", 0)
     n_state = len(scan.inputs) - n_scanned
     directions = scan.attributes.get_ints("scan_input_directions", None) or [0] * n_scanned
-    counters = [(k, start) for k, start in ((k, _range_start(x)) for k, x in enumerate(scan.inputs[n_state:]))
-                if start is not None and not directions[k]]
+    counters = [
+        (k, start)
+        for k, start in ((k, _range_start(x)) for k, x in enumerate(scan.inputs[n_state:]))
+        if start is not None and not directions[k]
+    ]
     if _FIRST_TICK in scan.meta:
         counters.append(scan.meta[_FIRST_TICK])
     if not n_state or not counters:
@@ -174,16 +239,32 @@ def _restarted(scan: ir.Node) -> bool:
     body = scan.attributes["body"].as_graph()
     tick = body.inputs[n_state + k]
     name = f"{tick.name}/restart"
-    start = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": ir.tensor(np.asarray(first_tick, tick.dtype.numpy()))}), name=f"{name}/start")
+    start = ir.Node(
+        "",
+        "Constant",
+        [],
+        ir.convenience.convert_attributes(
+            {"value": ir.tensor(np.asarray(first_tick, tick.dtype.numpy()))}
+        ),
+        name=f"{name}/start",
+    )
     first = ir.Node("", "Equal", [tick, start.outputs[0]], name=f"{name}/first")
     new_nodes = [start, first]
     for node_, dtype in ((start, tick.dtype), (first, ir.DataType.BOOL)):
-        node_.outputs[0].name, node_.outputs[0].type, node_.outputs[0].shape = f"{node_.name}_output", ir.TensorType(dtype), ir.Shape([])
+        node_.outputs[0].name, node_.outputs[0].type, node_.outputs[0].shape = (
+            f"{node_.name}_output",
+            ir.TensorType(dtype),
+            ir.Shape([]),
+        )
     for i, state in enumerate(body.inputs[:n_state]):
         initial = scan.inputs[i]
         assert initial is not None
         read = ir.Node("", "Where", [first.outputs[0], initial, state], name=f"{name}/state{i}")
-        read.outputs[0].name, read.outputs[0].type, read.outputs[0].shape = f"{read.name}_output", state.type, state.shape
+        read.outputs[0].name, read.outputs[0].type, read.outputs[0].shape = (
+            f"{read.name}_output",
+            state.type,
+            state.shape,
+        )
         state.replace_all_uses_with(read.outputs[0], replace_graph_outputs=True)
         read.replace_input_with(2, state)
         new_nodes.append(read)
@@ -214,15 +295,30 @@ def scan_of_no_steps_keeps_states(node: ir.Node, edit: Editor) -> Replacement:
         return None
     axis = (node.attributes.get_ints("scan_input_axes", None) or [0])[0] % rank
     length = first.shape[axis] if first.shape is not None else None
-    if isinstance(length, int) and length > 0 or not any(out.uses() or out.is_graph_output() for out in node.outputs[:n_state]):
+    if (
+        isinstance(length, int)
+        and length > 0
+        or not any(out.uses() or out.is_graph_output() for out in node.outputs[:n_state])
+    ):
         return None
-    size = edit.op("Gather", edit.op("Shape", first, dtype=ir.DataType.INT64), np.array(axis, np.int64), axis=0, dtype=ir.DataType.INT64)
+    size = edit.op(
+        "Gather",
+        edit.op("Shape", first, dtype=ir.DataType.INT64),
+        np.array(axis, np.int64),
+        axis=0,
+        dtype=ir.DataType.INT64,
+    )
     ran = edit.op("Greater", size, np.array(0, np.int64), dtype=BOOL)
     for out, initial in zip(node.outputs[:n_state], node.inputs[:n_state], strict=True):
         if initial is None or not (out.uses() or out.is_graph_output()):
             continue
         uses = list(out.uses())
-        kept = ir.Node("", "Where", [ran, out, initial], name=f"{node.name}/target{edit.counter[0]}/kept{len(uses)}")
+        kept = ir.Node(
+            "",
+            "Where",
+            [ran, out, initial],
+            name=f"{node.name}/target{edit.counter[0]}/kept{len(uses)}",
+        )
         edit.counter[0] += 1
         result = kept.outputs[0]
         result.type, result.shape = out.type, out.shape
@@ -254,10 +350,17 @@ def ranges_in_scan_bodies(node: ir.Node, edit: Editor) -> Replacement:
     copies = []
     for value in _read_from_outside(body):
         producer = value.producer()
-        if producer is None or producer.op_type != "Range" or producer.domain != "" or constant_range(value) is not None:
+        if (
+            producer is None
+            or producer.op_type != "Range"
+            or producer.domain != ""
+            or constant_range(value) is not None
+        ):
             continue
         edit.counter[0] += 1
-        copy = ir.Node("", "Range", list(producer.inputs), name=f"{producer.name}/in_body{edit.counter[0]}")
+        copy = ir.Node(
+            "", "Range", list(producer.inputs), name=f"{producer.name}/in_body{edit.counter[0]}"
+        )
         copy.outputs[0].name = f"{value.name}/in_body{edit.counter[0]}"
         copy.outputs[0].type, copy.outputs[0].shape = value.type, value.shape
         inside = {id(n) for n in graph_nodes(body)}
@@ -283,21 +386,36 @@ def counted_loop_as_scan(node: ir.Node, edit: Editor) -> Replacement:
     (a Loop with stacked outputs is left as it is). tract gives the states of a Scan of 0 steps
     shape ``()``: where ``M`` is 0 each result is the initial state, through a Where. A
     while_loop whose condition depends on the data stays a Loop."""
-    if node.op_type != "Loop" or node.domain != "" or len(node.inputs) < 2 or node.inputs[0] is None:
+    if (
+        node.op_type != "Loop"
+        or node.domain != ""
+        or len(node.inputs) < 2
+        or node.inputs[0] is None
+    ):
         return None
     if len(node.outputs) != len(node.inputs) - 2:
         return None
-    if any(_reshaped_at_run_time(v) for v in _read_from_outside(node.attributes["body"].as_graph())):
-        return False  # (tract finds no facts for them in a Scan body: ScatterND's rows below opset 18)
+    if any(
+        _reshaped_at_run_time(v) for v in _read_from_outside(node.attributes["body"].as_graph())
+    ):
+        return (
+            False  # (tract finds no facts for them in a Scan body: ScatterND's rows below opset 18)
+        )
     condition = constant_array(node.inputs[1])
     if node.inputs[1] is not None and (condition is None or not bool(condition)):
         return None
     body = node.attributes["body"].as_graph()
     iteration, cond_in = body.inputs[0], body.inputs[1]
     passed = body.outputs[0].producer()
-    if body.outputs[0] is not cond_in and (passed is None or passed.op_type != "Identity" or passed.inputs[0] is not cond_in):
+    if body.outputs[0] is not cond_in and (
+        passed is None or passed.op_type != "Identity" or passed.inputs[0] is not cond_in
+    ):
         return None
-    if any(user is not passed for user, _ in cond_in.uses()) or passed is not None and len(passed.outputs[0].uses()) > 0:
+    if (
+        any(user is not passed for user, _ in cond_in.uses())
+        or passed is not None
+        and len(passed.outputs[0].uses()) > 0
+    ):
         return None
     body.outputs.pop(0)
     if passed is not None:
@@ -306,17 +424,30 @@ def counted_loop_as_scan(node: ir.Node, edit: Editor) -> Replacement:
     body.inputs.remove(iteration)
     body.inputs.append(iteration)  # now the tick, the Scan's scanned input
     for state, init in zip(body.inputs, node.inputs[2:], strict=False):
-        if state.shape is None and init is not None:  # (a Scan's states keep their shape: tract wants it)
+        if (
+            state.shape is None and init is not None
+        ):  # (a Scan's states keep their shape: tract wants it)
             state.shape = init.shape
     count = node.inputs[0]
-    ticks = edit.op("Range", np.array(0, np.int64), count, np.array(1, np.int64), dtype=ir.DataType.INT64)
+    ticks = edit.op(
+        "Range", np.array(0, np.int64), count, np.array(1, np.int64), dtype=ir.DataType.INT64
+    )
     ticks.shape = ir.Shape([None])
-    scan = ir.Node("", "Scan", [*node.inputs[2:], ticks], [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", 1)],
-                   num_outputs=len(node.outputs), name=node.name, doc_string=node.doc_string)
+    scan = ir.Node(
+        "",
+        "Scan",
+        [*node.inputs[2:], ticks],
+        [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", 1)],
+        num_outputs=len(node.outputs),
+        name=node.name,
+        doc_string=node.doc_string,
+    )
     scan.meta[_KEEPS_STATES] = True
     assert edit.graph is not None
     edit.graph.insert_before(node, scan)
-    ran = edit.op("Greater", count, np.array(0, np.int64), dtype=ir.DataType.BOOL)  # (after the Scan, before the Loop)
+    ran = edit.op(
+        "Greater", count, np.array(0, np.int64), dtype=ir.DataType.BOOL
+    )  # (after the Scan, before the Loop)
     results = []
     for old, new, init in zip(node.outputs, scan.outputs, node.inputs[2:], strict=True):
         new.type, new.shape = old.type, old.shape
@@ -341,10 +472,20 @@ def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
     where it is set (the reduction's neutral element elsewhere) reduced over the rows, combined
     with the data where a row hit the cell. Repeated indices combine in another order than the
     Loop's (the same numbers for ints, float rounding otherwise)."""
-    if node.op_type != "Loop" or node.domain != "" or len(node.inputs) != 3 or len(node.outputs) != 1:
+    if (
+        node.op_type != "Loop"
+        or node.domain != ""
+        or len(node.inputs) != 3
+        or len(node.outputs) != 1
+    ):
         return None
     count, keep_going, data = node.inputs
-    if count is None or data is None or keep_going is not None and constant_array(keep_going) is None:
+    if (
+        count is None
+        or data is None
+        or keep_going is not None
+        and constant_array(keep_going) is None
+    ):
         return None
     body = node.attributes["body"].as_graph()
     if len(body.inputs) != 3 or len(body.outputs) != 2:
@@ -352,18 +493,35 @@ def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
     iteration, cond, acc = body.inputs
     passed = body.outputs[0]
     producer = passed.producer()
-    if passed is not cond and (producer is None or producer.op_type != "Identity" or producer.inputs[0] is not cond):
+    if passed is not cond and (
+        producer is None or producer.op_type != "Identity" or producer.inputs[0] is not cond
+    ):
         return None
     write = body.outputs[1].producer()
-    if write is None or write.op_type != "ScatterND" or write.attributes.get_string("reduction", "none") != "none" or write.inputs[0] is not acc:
+    if (
+        write is None
+        or write.op_type != "ScatterND"
+        or write.attributes.get_string("reduction", "none") != "none"
+        or write.inputs[0] is not acc
+    ):
         return None
     where, combined = write.inputs[1], write.inputs[2]
     combine = combined.producer() if combined is not None else None
-    if combine is None or combine.op_type not in _REDUCE_ROWS or combine.domain != "" or len(combine.inputs) != 2:
+    if (
+        combine is None
+        or combine.op_type not in _REDUCE_ROWS
+        or combine.domain != ""
+        or len(combine.inputs) != 2
+    ):
         return None
     old, value = combine.inputs
     read = old.producer() if old is not None else None
-    if read is None or read.op_type != "GatherND" or read.inputs[0] is not acc or read.inputs[1] is not where:
+    if (
+        read is None
+        or read.op_type != "GatherND"
+        or read.inputs[0] is not acc
+        or read.inputs[1] is not where
+    ):
         return None
     rows, values = _row_of(where, iteration), _row_of(value, iteration)
     dtype, shape = data.dtype, data.shape
@@ -376,7 +534,13 @@ def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
     zero, one = np.array([0], np.int64), np.array([1], np.int64)
 
     def dims(v: ir.Value, start: int, end: int) -> ir.Value:
-        return edit.op("Slice", edit.op("Shape", v, dtype=i64), np.array([start], np.int64), np.array([end], np.int64), dtype=i64)
+        return edit.op(
+            "Slice",
+            edit.op("Shape", v, dtype=i64),
+            np.array([start], np.int64),
+            np.array([end], np.int64),
+            dtype=i64,
+        )
 
     data_shape = edit.op("Shape", data, dtype=i64)
     size = edit.op("ReduceProd", data_shape, keepdims=1, dtype=i64)
@@ -384,24 +548,77 @@ def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
     lead = edit.op("Slice", data_shape, zero, depth, dtype=i64)
     cells = edit.op("ReduceProd", lead, keepdims=1, dtype=i64)  # (1,): M
     row_size = edit.op("Div", size, cells, dtype=i64)  # (1,): elements per cell
-    positions = edit.op("Range", np.array(0, np.int64), edit.op("Squeeze", cells, zero, dtype=i64), np.array(1, np.int64), dtype=i64)
-    cell = edit.op("GatherND", edit.op("Reshape", positions, lead, dtype=i64), rows, dtype=i64)  # (N,)
-    order = edit.op("Range", np.array(0, np.int64), edit.op("Squeeze", n, zero, dtype=i64), np.array(1, np.int64), dtype=i64)
+    positions = edit.op(
+        "Range",
+        np.array(0, np.int64),
+        edit.op("Squeeze", cells, zero, dtype=i64),
+        np.array(1, np.int64),
+        dtype=i64,
+    )
+    cell = edit.op(
+        "GatherND", edit.op("Reshape", positions, lead, dtype=i64), rows, dtype=i64
+    )  # (N,)
+    order = edit.op(
+        "Range",
+        np.array(0, np.int64),
+        edit.op("Squeeze", n, zero, dtype=i64),
+        np.array(1, np.int64),
+        dtype=i64,
+    )
     applied = edit.op("Less", order, count, dtype=BOOL)  # (the Loop's first `count` rows)
-    hits = edit.op("And", edit.op("Equal", edit.op("Unsqueeze", cell, one, dtype=i64), edit.op("Unsqueeze", positions, zero, dtype=i64), dtype=BOOL),
-                   edit.op("Unsqueeze", applied, one, dtype=BOOL), dtype=BOOL)  # (N, M)
+    hits = edit.op(
+        "And",
+        edit.op(
+            "Equal",
+            edit.op("Unsqueeze", cell, one, dtype=i64),
+            edit.op("Unsqueeze", positions, zero, dtype=i64),
+            dtype=BOOL,
+        ),
+        edit.op("Unsqueeze", applied, one, dtype=BOOL),
+        dtype=BOOL,
+    )  # (N, M)
     # a row that hits nothing, so that no reduction is over 0 rows
-    no_row = edit.op("ConstantOfShape", edit.op("Concat", one, cells, axis=0, dtype=i64), value=ir.tensor(np.zeros((1,), np.bool_)), dtype=BOOL)
+    no_row = edit.op(
+        "ConstantOfShape",
+        edit.op("Concat", one, cells, axis=0, dtype=i64),
+        value=ir.tensor(np.zeros((1,), np.bool_)),
+        dtype=BOOL,
+    )
     hits = edit.op("Concat", hits, no_row, axis=0, dtype=BOOL)
-    updates = edit.op("Reshape", values, edit.op("Concat", n, one, row_size, axis=0, dtype=i64), dtype=dtype)  # (N, 1, R)
-    padding = edit.op("Expand", neutral.reshape(1, 1, 1), edit.op("Concat", np.array([1, 1], np.int64), row_size, axis=0, dtype=i64), dtype=dtype)
-    spread = edit.op("Where", edit.op("Unsqueeze", hits, np.array([2], np.int64), dtype=BOOL),
-                     edit.op("Concat", updates, padding, axis=0, dtype=dtype), neutral, dtype=dtype)  # (N + 1, M, R)
+    updates = edit.op(
+        "Reshape", values, edit.op("Concat", n, one, row_size, axis=0, dtype=i64), dtype=dtype
+    )  # (N, 1, R)
+    padding = edit.op(
+        "Expand",
+        neutral.reshape(1, 1, 1),
+        edit.op("Concat", np.array([1, 1], np.int64), row_size, axis=0, dtype=i64),
+        dtype=dtype,
+    )
+    spread = edit.op(
+        "Where",
+        edit.op("Unsqueeze", hits, np.array([2], np.int64), dtype=BOOL),
+        edit.op("Concat", updates, padding, axis=0, dtype=dtype),
+        neutral,
+        dtype=dtype,
+    )  # (N + 1, M, R)
     reduced = _reduce_first_axis(edit, _REDUCE_ROWS[combine.op_type], spread, dtype)
     # (tract's float ReduceMax/Min of only infinities is corrected by reduce_extremes_of_infinities)
-    hit = edit.op("Greater", _reduce_first_axis(edit, "ReduceSum", edit.op("Cast", hits, to=I32, dtype=I32), I32), np.int32(0), dtype=BOOL)
-    flat = edit.op("Reshape", data, edit.op("Concat", cells, row_size, axis=0, dtype=i64), dtype=dtype)  # (M, R)
-    result = edit.op("Where", edit.op("Unsqueeze", hit, one, dtype=BOOL), edit.op(combine.op_type, flat, reduced, dtype=dtype), flat, dtype=dtype)
+    hit = edit.op(
+        "Greater",
+        _reduce_first_axis(edit, "ReduceSum", edit.op("Cast", hits, to=I32, dtype=I32), I32),
+        np.int32(0),
+        dtype=BOOL,
+    )
+    flat = edit.op(
+        "Reshape", data, edit.op("Concat", cells, row_size, axis=0, dtype=i64), dtype=dtype
+    )  # (M, R)
+    result = edit.op(
+        "Where",
+        edit.op("Unsqueeze", hit, one, dtype=BOOL),
+        edit.op(combine.op_type, flat, reduced, dtype=dtype),
+        flat,
+        dtype=dtype,
+    )
     return edit.op("Reshape", result, data_shape, dtype=dtype)
 
 
@@ -412,9 +629,18 @@ def _row_of(value: ir.Value | None, iteration: ir.Value) -> ir.Value | None:
         return None
     axes = constant_array(unsqueeze.inputs[1])
     gather = unsqueeze.inputs[0].producer() if unsqueeze.inputs[0] is not None else None
-    if axes is None or axes.reshape(-1).tolist() != [0] or gather is None or gather.op_type != "Gather":
+    if (
+        axes is None
+        or axes.reshape(-1).tolist() != [0]
+        or gather is None
+        or gather.op_type != "Gather"
+    ):
         return None
-    if gather.attributes.get_int("axis", 0) != 0 or gather.inputs[1] is not iteration or gather.inputs[0] is None:
+    if (
+        gather.attributes.get_int("axis", 0) != 0
+        or gather.inputs[1] is not iteration
+        or gather.inputs[0] is None
+    ):
         return None
     x = gather.inputs[0]
     return x if x.producer() is None or x.producer().graph is not gather.graph else None
@@ -477,14 +703,25 @@ def scan_int_factors_as_states(node: ir.Node, edit: Editor) -> Replacement:
 def _reshaped_at_run_time(value: ir.Value) -> bool:
     """``value`` has no shape and is a Reshape to a shape computed at run time."""
     producer = value.producer()
-    return value.shape is None and producer is not None and producer.op_type == "Reshape" and constant_array(producer.inputs[1]) is None
+    return (
+        value.shape is None
+        and producer is not None
+        and producer.op_type == "Reshape"
+        and constant_array(producer.inputs[1]) is None
+    )
 
 
 def _read_from_outside(body: ir.Graph) -> list[ir.Value]:
     """The values of enclosing graphs that ``body`` (or a graph inside it) reads."""
     nodes = graph_nodes(body)
-    own = {id(v) for n in nodes for v in n.outputs} | {id(v) for v in body.inputs} | {id(v) for g in subgraphs(body) for v in g.inputs}
-    return list({id(v): v for n in nodes for v in n.inputs if v is not None and id(v) not in own}.values())
+    own = (
+        {id(v) for n in nodes for v in n.outputs}
+        | {id(v) for v in body.inputs}
+        | {id(v) for g in subgraphs(body) for v in g.inputs}
+    )
+    return list(
+        {id(v): v for n in nodes for v in n.inputs if v is not None and id(v) not in own}.values()
+    )
 
 
 @rewrite("Scan")

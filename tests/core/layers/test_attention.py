@@ -26,7 +26,9 @@ def test_jax_nn_attention_masks_with_its_large_negative() -> None:
         return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0)
 
     # head size 2 (jax.nn takes values of the query's head size): logits 2 * 1e19 * -1.5e19
-    q, k, v = (np.repeat(a, 2, axis=1)[None, :, None, :] for a in (QUERY, KEY / 2, VALUE[:, :1]))  # B T N H
+    q, k, v = (
+        np.repeat(a, 2, axis=1)[None, :, None, :] for a in (QUERY, KEY / 2, VALUE[:, :1])
+    )  # B T N H
     expected = np.asarray(fn(q, k, v, MASK[None, None]))
     assert np.allclose(expected[0, 1, 0], VALUE[1, 0])  # the masked key wins
     assert np.allclose(expected[0, 0, 0], VALUE[:, 0].mean())  # a fully masked row: uniform
@@ -54,7 +56,9 @@ def test_onnx_attention_adds_the_masked_value_exactly_below_1e31() -> None:
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
         return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0)
 
-    q, k, v = (np.repeat(a, 2, axis=1)[None, :, None, :] for a in (QUERY / 1e4, KEY / 2e5, VALUE[:, :1]))  # logits -1.5e30
+    q, k, v = (
+        np.repeat(a, 2, axis=1)[None, :, None, :] for a in (QUERY / 1e4, KEY / 2e5, VALUE[:, :1])
+    )  # logits -1.5e30
     expected = np.asarray(fn(q, k, v, MASK[None, None]))
     assert np.allclose(expected[0, 0, 0], VALUE[:, 0].mean())  # a fully masked row: uniform
     model = assert_exports_match_on(fn, q, k, v, MASK[None, None], opset=23)

@@ -29,10 +29,20 @@ STRIDE, DILATION, KERNEL = 2, 3, 2
 @pytest.mark.parametrize("extra", [0, 1, 2])
 def test_lax_conv_transpose_output_padding_up_to_the_dilation(extra: int) -> None:
     rng = np.random.default_rng(extra)
-    x, w = rng.normal(size=(1, 2, 5)).astype(np.float32), rng.normal(size=(3, 2, KERNEL)).astype(np.float32)
+    x, w = (
+        rng.normal(size=(1, 2, 5)).astype(np.float32),
+        rng.normal(size=(3, 2, KERNEL)).astype(np.float32),
+    )
 
     def fn(a: jax.Array, b: jax.Array) -> jax.Array:
-        return lax.conv_transpose(a, b, (STRIDE,), [(0, 3 + extra)], rhs_dilation=(DILATION,), dimension_numbers=("NCH", "OIH", "NCH"))
+        return lax.conv_transpose(
+            a,
+            b,
+            (STRIDE,),
+            [(0, 3 + extra)],
+            rhs_dilation=(DILATION,),
+            dimension_numbers=("NCH", "OIH", "NCH"),
+        )
 
     model = assert_exports_match_on(fn, x, w)
     assert ("ConvTranspose" in op_types(model)) == (extra < STRIDE)
@@ -40,7 +50,15 @@ def test_lax_conv_transpose_output_padding_up_to_the_dilation(extra: int) -> Non
 
 @pytest.mark.parametrize("extra", [0, 1, 2])
 def test_flax_conv_transpose_output_padding_up_to_the_dilation(extra: int) -> None:
-    layer = nnx.ConvTranspose(2, 3, (KERNEL,), strides=STRIDE, kernel_dilation=DILATION, padding=((0, 3 + extra),), rngs=nnx.Rngs(0))
+    layer = nnx.ConvTranspose(
+        2,
+        3,
+        (KERNEL,),
+        strides=STRIDE,
+        kernel_dilation=DILATION,
+        padding=((0, 3 + extra),),
+        rngs=nnx.Rngs(0),
+    )
     model = assert_module_matches(layer, [(2, 5, 2)])
     assert ("ConvTranspose" in op_types(model)) == (extra < STRIDE)
 

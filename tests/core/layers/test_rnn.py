@@ -77,14 +77,24 @@ def _guarded_cells(nodes: Any, guarded: bool = False) -> list[bool]:
     return found
 
 
-CASES = [(module, lstm, functions) for module in (FlaxScan, EqxScan) for lstm in (False, True) for functions in ("keep", "inline")]
+CASES = [
+    (module, lstm, functions)
+    for module in (FlaxScan, EqxScan)
+    for lstm in (False, True)
+    for functions in ("keep", "inline")
+]
 
 
 FAST = {(FlaxScan, False, "keep"), (EqxScan, True, "inline")}
 
 
-@pytest.mark.parametrize("module, lstm, functions", [pytest.param(*c, marks=() if c in FAST else pytest.mark.slow) for c in CASES])
-def test_cells_in_kept_loops_and_functions_are_guarded_against_an_empty_batch(module: type, lstm: bool, functions: str) -> None:
+@pytest.mark.parametrize(
+    "module, lstm, functions",
+    [pytest.param(*c, marks=() if c in FAST else pytest.mark.slow) for c in CASES],
+)
+def test_cells_in_kept_loops_and_functions_are_guarded_against_an_empty_batch(
+    module: type, lstm: bool, functions: str
+) -> None:
     """A scan whose step is a user module kept as an ONNX function (or inlined into the loop
     body) stays a loop of single cell steps; with a symbolic batch each step sits in an If on
     the batch being empty (onnxruntime aborts the process on a GRU or LSTM of batch 0; the
@@ -92,7 +102,9 @@ def test_cells_in_kept_loops_and_functions_are_guarded_against_an_empty_batch(mo
     fn = module(lstm)
     model = to_onnx(fn, [("B", 5, 3)], auto_functions=True, functions=functions)
     verify(fn, model, [("B", 5, 3)], sizes={"B": [1, 3]}).raise_if_failed()
-    cells = _guarded_cells(model.graph.node) + [g for f in model.functions for g in _guarded_cells(f.node)]
+    cells = _guarded_cells(model.graph.node) + [
+        g for f in model.functions for g in _guarded_cells(f.node)
+    ]
     assert cells and all(cells)
     assert bool(model.functions) == (functions == "keep")
 
@@ -114,7 +126,9 @@ def test_cells_in_kept_loops_and_functions_run_an_empty_batch() -> None:
     """Batch 0 and 3 at run time against JAX, every case above (a process of its own: an
     unguarded GRU or LSTM of batch 0 aborts onnxruntime's process)."""
     root = pathlib.Path(__file__).resolve().parents[3]
-    proc = subprocess.run([sys.executable, "-c", _EMPTY_BATCH], capture_output=True, text=True, timeout=600, cwd=root)
+    proc = subprocess.run(
+        [sys.executable, "-c", _EMPTY_BATCH], capture_output=True, text=True, timeout=600, cwd=root
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
@@ -142,8 +156,14 @@ def test_an_inlined_cells_weight_layout_runs_before_the_loop(module: type) -> No
     verify(fn, model, [("B", 5, 3)], sizes={"B": [1, 3]}).raise_if_failed()
 
 
-@pytest.mark.parametrize("module, lstm", [pytest.param(m, lstm, marks=() if (m, lstm) == (FlaxScan, False) else pytest.mark.slow)
-                                          for m in (FlaxScan, EqxScan) for lstm in (False, True)])
+@pytest.mark.parametrize(
+    "module, lstm",
+    [
+        pytest.param(m, lstm, marks=() if (m, lstm) == (FlaxScan, False) else pytest.mark.slow)
+        for m in (FlaxScan, EqxScan)
+        for lstm in (False, True)
+    ],
+)
 def test_a_scan_of_cell_steps_runs_an_empty_batch_on_openvino(module: type, lstm: bool) -> None:
     """The step module inlined into a Scan for OpenVINO: batch 0 and 3 against JAX there and on
     onnxruntime (the Flax scan's initial carry ``zeros((B, 4)) + 0.5`` was (1, 4) on OpenVINO)."""

@@ -11,10 +11,17 @@ from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 
 
 def _body_nodes(model):
-    return [n for node in model.graph.node for a in node.attribute if a.HasField("g") for n in a.g.node]
+    return [
+        n for node in model.graph.node for a in node.attribute if a.HasField("g") for n in a.g.node
+    ]
 
 
-@given(steps=st.integers(0, 3), size=st.integers(2, 5), use_while=st.booleans(), seed=st.integers(0, 100))
+@given(
+    steps=st.integers(0, 3),
+    size=st.integers(2, 5),
+    use_while=st.booleans(),
+    seed=st.integers(0, 100),
+)
 def test_repeated_work_in_a_loop_body_runs_once(steps, size, use_while, seed):
     """A body reading ``u[1:]`` twice and taking its tanh twice does each once per iteration;
     values match JAX for every trip count, zero included (the count is a run-time input)."""
@@ -41,12 +48,15 @@ def test_repeated_work_in_a_function_body_runs_once():
     def block(x):
         return jnp.sin(x * 2) + jnp.sin(x * 2) * x
 
-    model = assert_exports_match(lambda x: block(block(x)), [(("B", 3), "float32")], sizes={"B": [1, 2]})
+    model = assert_exports_match(
+        lambda x: block(block(x)), [(("B", 3), "float32")], sizes={"B": [1, 2]}
+    )
     (function,) = model.functions
     assert [n.op_type for n in function.node].count("Sin") == 1, [n.op_type for n in function.node]
 
 
 # -- fill_missing_types: the table of shape rules agrees with onnx's own inference ----------
+
 
 def test_merging_leaves_no_unread_node():
     """Merging equal weights and duplicate nodes (main graph, loop body, function body) leaves

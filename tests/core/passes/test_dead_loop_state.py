@@ -30,8 +30,13 @@ def _loops(model):
     return found
 
 
-@given(kind=st.sampled_from(["scan", "fori", "while"]), used=st.lists(st.booleans(), min_size=3, max_size=3),
-       stacked=st.lists(st.booleans(), min_size=2, max_size=2), steps=st.integers(0, 3), size=st.integers(0, 2))
+@given(
+    kind=st.sampled_from(["scan", "fori", "while"]),
+    used=st.lists(st.booleans(), min_size=3, max_size=3),
+    stacked=st.lists(st.booleans(), min_size=2, max_size=2),
+    steps=st.integers(0, 3),
+    size=st.integers(0, 2),
+)
 def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
     """Carries and stacked outputs the caller does not read leave the Loop/Scan and its body,
     unless a kept one reads them (``a`` feeds ``b``, ``b`` feeds ``c``); what is read keeps
@@ -49,9 +54,15 @@ def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
             carry = lax.fori_loop(0, steps, lambda i, c: body(c, xs[i])[0], (x, x, x))
             ys = ()
         else:
-            carry = lax.while_loop(lambda s: s[0] < steps, lambda s: (s[0] + 1, *body(s[1:], xs[s[0]])[0]), (0, x, x, x))[1:]
+            carry = lax.while_loop(
+                lambda s: s[0] < steps,
+                lambda s: (s[0] + 1, *body(s[1:], xs[s[0]])[0]),
+                (0, x, x, x),
+            )[1:]
             ys = ()
-        picked = [v for v, keep in zip(carry, used, strict=True) if keep] + [v for v, keep in zip(ys, stacked, strict=False) if keep]
+        picked = [v for v, keep in zip(carry, used, strict=True) if keep] + [
+            v for v, keep in zip(ys, stacked, strict=False) if keep
+        ]
         return tuple(picked) or (carry[0] if kind != "scan" or not any(stacked) else ys[0],)
 
     model = assert_exports_match(f, [(size,), (max(steps, 1), size)])
@@ -60,7 +71,9 @@ def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
     if kind == "scan":
         reads += [i for i, keep in zip((0, 2), stacked, strict=True) if keep]
     kept = max(reads, default=0) + 1  # f returns a when it picks nothing
-    if not _loops(model):  # fori_loop(0, 0, ...) is no loop in the jaxpr; an empty result a constant
+    if not _loops(
+        model
+    ):  # fori_loop(0, 0, ...) is no loop in the jaxpr; an empty result a constant
         assert steps == 0 or size == 0
         return
     ((_op, _inputs, outputs),) = _loops(model)
@@ -78,7 +91,9 @@ def test_eigvalsh_loop_has_no_unread_state(n):
     of their own). Above the unroll limit (16) the rounds are an inner loop over the halves,
     and float32 runs the sweeps twice: the second refines the first's result (bf264bd)."""
     sym = lambda a: a + jnp.swapaxes(a, -1, -2)  # noqa: E731
-    model = assert_exports_match(lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, n, n)], rtol=1e-4, atol=1e-4)
+    model = assert_exports_match(
+        lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, n, n)], rtol=1e-4, atol=1e-4
+    )
     expected = [("Loop", 5, 3)] if n <= 16 else [("Loop", 5, 3), ("Scan", 3, 2)] * 2
     assert _loops(model) == expected, _loops(model)
     assert _loops(to_onnx(lambda a: jnp.linalg.eigh(sym(a)), [(2, n, n)])) == expected
@@ -121,7 +136,9 @@ def test_a_dropped_loop_leaves_nothing_its_body_read(trips, rows):
 
     model = assert_exports_match(f, [(rows, 4)])
     assert unread_initializers(model) == []
-    assert len(_loops(model)) <= 1 and not any(list(t.dims) == [3, 4] for t in model.graph.initializer), _loops(model)
+    assert len(_loops(model)) <= 1 and not any(
+        list(t.dims) == [3, 4] for t in model.graph.initializer
+    ), _loops(model)
 
 
 @given(outer=st.integers(1, 3), inner=st.integers(1, 3), rows=st.integers(1, 3))
@@ -145,4 +162,6 @@ def test_a_state_feeding_only_a_dropped_outer_state_is_dropped(outer, inner, row
     model = assert_exports_match(f, [(rows, rows)])
     both = to_onnx(lambda x: lax.fori_loop(0, outer, sweep, (x, jnp.ones_like(x))), [(rows, rows)])
     # each loop (the outer one and the rounds inside it) has one state fewer: the vectors
-    assert [(op, n_out + 1) for op, _n_in, n_out in _loops(model)] == [(op, n_out) for op, _n_in, n_out in _loops(both)], (_loops(model), _loops(both))
+    assert [(op, n_out + 1) for op, _n_in, n_out in _loops(model)] == [
+        (op, n_out) for op, _n_in, n_out in _loops(both)
+    ], (_loops(model), _loops(both))

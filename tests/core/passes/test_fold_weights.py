@@ -32,9 +32,13 @@ def test_affine_after_conv_folds_into_its_weights(channels, ops, seed):
             y = y * c if op == "mul" else y + c if op == "add" else y * 0.5
         return y
 
-    model = assert_exports_match(f, [("B", 2, 5, 5)], sizes={"B": [1, 2]}, rtol=1e-5, fold_weights=True)
+    model = assert_exports_match(
+        f, [("B", 2, 5, 5)], sizes={"B": [1, 2]}, rtol=1e-5, fold_weights=True
+    )
     assert op_types(model) == ["Conv"], op_types(model)
-    assert len(op_types(to_onnx(f, [("B", 2, 5, 5)]))) == 1 + len(ops)  # off by default: JAX's roundings
+    assert len(op_types(to_onnx(f, [("B", 2, 5, 5)]))) == 1 + len(
+        ops
+    )  # off by default: JAX's roundings
 
 
 @pytest.mark.parametrize("layer", ["conv", "linear"])
@@ -52,7 +56,9 @@ def test_batchnorm_after_conv_or_linear_is_one_node(layer):
     bn.bias.set_value(jnp.asarray(rng.standard_normal(4), jnp.float32))
     model = mode_copy(nnx.Sequential(first, bn))
     shape = ("B", 6, 6, 3) if layer == "conv" else ("B", 3)
-    onnx_model = assert_exports_match(model, [shape], sizes={"B": [1, 3]}, rtol=1e-5, fold_weights=True)
+    onnx_model = assert_exports_match(
+        model, [shape], sizes={"B": [1, 3]}, rtol=1e-5, fold_weights=True
+    )
     assert "BatchNormalization" not in op_types(onnx_model), op_types(onnx_model)
 
 

@@ -11,7 +11,9 @@ from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, o
 
 
 def _body_nodes(model):
-    return [n for node in model.graph.node for a in node.attribute if a.HasField("g") for n in a.g.node]
+    return [
+        n for node in model.graph.node for a in node.attribute if a.HasField("g") for n in a.g.node
+    ]
 
 
 @given(steps=st.integers(0, 4), size=st.integers(1, 4), use_while=st.booleans())
@@ -24,10 +26,15 @@ def test_loop_invariant_work_runs_before_the_loop(steps, size, use_while):
 
     def f(x, y):
         def body(i, u):
-            return u * jnp.exp(y) + jnp.concatenate([jnp.zeros((1,), u.dtype), jnp.asarray(w)[1:]]) * 2.0
+            return (
+                u * jnp.exp(y)
+                + jnp.concatenate([jnp.zeros((1,), u.dtype), jnp.asarray(w)[1:]]) * 2.0
+            )
 
         if use_while:
-            return lax.while_loop(lambda s: s[0] < steps, lambda s: (s[0] + 1, body(s[0], s[1])), (0, x))[1]
+            return lax.while_loop(
+                lambda s: s[0] < steps, lambda s: (s[0] + 1, body(s[0], s[1])), (0, x)
+            )[1]
         return lax.fori_loop(0, steps, body, x)
 
     model = assert_exports_match(f, [(size,), (size,)])
@@ -44,15 +51,21 @@ def test_loop_invariant_work_leaves_every_loop_around_it(steps, rows, seed):
 
     def f(xs, n, y):
         def row(x):
-            return lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * jnp.exp(y) + 1.0), (0, x))[1]
+            return lax.while_loop(
+                lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * jnp.exp(y) + 1.0), (0, x)
+            )[1]
 
         return lax.map(row, xs)
 
     xs = np.random.default_rng(seed).standard_normal(rows).astype(np.float32)
     model = assert_exports_match_on(f, xs, np.int32(steps), np.float32(-0.5))
     scan_body = _body_nodes(model)
-    loop_body = [n for scan in scan_body for a in scan.attribute if a.HasField("g") for n in a.g.node]
-    assert "Loop" in [n.op_type for n in scan_body] and "Exp" not in [n.op_type for n in scan_body + loop_body], loop_body
+    loop_body = [
+        n for scan in scan_body for a in scan.attribute if a.HasField("g") for n in a.g.node
+    ]
+    assert "Loop" in [n.op_type for n in scan_body] and "Exp" not in [
+        n.op_type for n in scan_body + loop_body
+    ], loop_body
     assert "Exp" in [n.op_type for n in model.graph.node]
 
 
@@ -73,6 +86,10 @@ def test_the_reshape_restoring_a_loops_stacked_outputs_stays(then, seed):
             return jnp.transpose(ys, (1, 0, 2))
         return ys
 
-    model = assert_exports_match(f, [("B", 2), ("T", "B", 2)], sizes={"T": [0, 1, 3], "B": [1, 2]}, seed=seed)
+    model = assert_exports_match(
+        f, [("B", 2), ("T", "B", 2)], sizes={"T": [0, 1, 3], "B": [1, 2]}, seed=seed
+    )
     producers = {out: node.op_type for node in model.graph.node for out in node.output}
-    assert any(n.op_type == "Reshape" and producers.get(n.input[0]) == "Loop" for n in model.graph.node), op_types(model)
+    assert any(
+        n.op_type == "Reshape" and producers.get(n.input[0]) == "Loop" for n in model.graph.node
+    ), op_types(model)

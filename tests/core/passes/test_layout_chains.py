@@ -21,7 +21,9 @@ def _layout_op_fed_by_same_kind(model) -> list[str]:
         source = producers.get(node.input[0]) if node.input else None
         if source is None:
             continue
-        if node.op_type == source.op_type == "Transpose" or (node.op_type in shape_ops and source.op_type in shape_ops):
+        if node.op_type == source.op_type == "Transpose" or (
+            node.op_type in shape_ops and source.op_type in shape_ops
+        ):
             found.append(f"{source.op_type}->{node.op_type}")
     return found
 
@@ -32,7 +34,13 @@ def _layout_chains(draw):
     flattening reshapes and casts (lossless and rounding ones)."""
     start = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
     shape, plan = list(start), []
-    for step in draw(st.lists(st.sampled_from(["transpose", "expand", "squeeze", "flatten", "f16", "f32", "i32"]), min_size=1, max_size=6)):
+    for step in draw(
+        st.lists(
+            st.sampled_from(["transpose", "expand", "squeeze", "flatten", "f16", "f32", "i32"]),
+            min_size=1,
+            max_size=6,
+        )
+    ):
         if step == "transpose":
             perm = draw(st.permutations(range(len(shape))))
             plan.append((step, tuple(perm)))
@@ -77,8 +85,12 @@ def test_layout_chains_cancel_and_match_jax(chain):
 
 
 def test_transpose_twice_and_wide_cast_back_are_no_nodes():
-    model = assert_exports_match(lambda x: jnp.transpose(x.T.astype(jnp.float64).astype(jnp.float32)).T * 2, [(("B", 3), "float32")],
-                                 sizes={"B": [1, 2]}, enable_double_precision=True)
+    model = assert_exports_match(
+        lambda x: jnp.transpose(x.T.astype(jnp.float64).astype(jnp.float32)).T * 2,
+        [(("B", 3), "float32")],
+        sizes={"B": [1, 2]},
+        enable_double_precision=True,
+    )
     assert op_types(model) == ["Transpose", "Mul"], op_types(model)
 
 
@@ -92,7 +104,11 @@ def test_a_rounding_cast_pair_stays():
 
 def _shape_step(draw: st.DrawFn, rank: int) -> tuple[str, object]:
     """One JAX shape operation for an array of ``rank``: its kind and parameters."""
-    kind = draw(st.sampled_from(["slice", "newaxis", "transpose", "reshape", "broadcast", "where", "squeeze"]))
+    kind = draw(
+        st.sampled_from(
+            ["slice", "newaxis", "transpose", "reshape", "broadcast", "where", "squeeze"]
+        )
+    )
     if kind == "slice":
         axis = draw(st.integers(0, rank - 1))
         start, stop = draw(st.integers(-3, 3)), draw(st.integers(-3, 3))
@@ -149,11 +165,15 @@ def test_shape_ops_on_size_zero_dims_match_jax(data, shape):
             x = _apply_shape_step(x, *step)
         return x
 
-    assert_exports_match_on(f, np.linspace(0, 1, int(np.prod(shape))).astype(np.float32).reshape(shape))
+    assert_exports_match_on(
+        f, np.linspace(0, 1, int(np.prod(shape))).astype(np.float32).reshape(shape)
+    )
 
 
 def test_an_empty_slice_under_a_new_axis_keeps_its_zero():
     """``x[:, :, -2:-2, 3]`` (size 0) through ``where`` and a new axis: Slice, Squeeze and
     Unsqueeze merged into one Reshape must not read the 0 as "copy the input dim"."""
-    assert_exports_match_on(lambda x: jnp.where(x[:, :, -2:-2, 3] > 0, x[:, :, -2:-2, 3], 0.0)[:, None],
-                            np.ones((2, 3, 4, 5), np.float32))
+    assert_exports_match_on(
+        lambda x: jnp.where(x[:, :, -2:-2, 3] > 0, x[:, :, -2:-2, 3], 0.0)[:, None],
+        np.ones((2, 3, 4, 5), np.float32),
+    )

@@ -18,7 +18,10 @@ def test_equal_weights_are_stored_once():
         return jnp.tanh(x @ w) @ copy + x @ other
 
     model = assert_exports_match(f, [("B", 128)], sizes={"B": [2]})
-    assert sorted(t.dims[0] * t.dims[1] for t in model.graph.initializer if len(t.dims) == 2) == [16384, 16384]
+    assert sorted(t.dims[0] * t.dims[1] for t in model.graph.initializer if len(t.dims) == 2) == [
+        16384,
+        16384,
+    ]
 
 
 def test_equal_small_weights_keep_their_names():

@@ -13,7 +13,9 @@ def test_the_op_census_sees_bodies_and_skips_passes_without_their_ops():
     from jax2onnx_nn.core.api import export_model
     from jax2onnx_nn.core.ir.census import op_census, rewrite, run_if_present
 
-    model = export_model(lambda x: jax.lax.fori_loop(0, 3, lambda i, u: jnp.sin(u) * 2.0, x), [(4,)])
+    model = export_model(
+        lambda x: jax.lax.fori_loop(0, 3, lambda i, u: jnp.sin(u) * 2.0, x), [(4,)]
+    )
     census = op_census(model)
     assert {"Scan", "Sin", "Mul"} <= census and "Transpose" not in census, census
     calls = []
@@ -40,7 +42,7 @@ def _stated_order(level: str) -> list[str]:
 
     text = (pathlib.Path(__file__).resolve().parents[3] / "ARCHITECTURE.md").read_text()
     start = text.index("5. The `ir.Model` gets the ONNX functions")
-    step = text[start:text.index("Then `api._check_target_ops`")]
+    step = text[start : text.index("Then `api._check_target_ops`")]
     return re.findall(rf"^{level}\d+\. `(\w+)`", step, flags=re.M)
 
 

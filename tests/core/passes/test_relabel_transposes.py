@@ -10,6 +10,7 @@ from jax2onnx_nn.testing import assert_exports_match, op_types, sizes_for
 
 # -- relabel_transposes: a Transpose that moves only size-1 axes is a Reshape -----------------
 
+
 def _relabels(shape, perm) -> bool:
     """Whether one Reshape states ``transpose(x, perm)`` for ``x`` of ``shape``: only size-1
     axes move, and at most one symbolic dim leaves its index (then every other dim is static)."""
@@ -20,7 +21,9 @@ def _relabels(shape, perm) -> bool:
     return kept == sorted(kept) and (not moved or len(moved) == 1 and len(symbolic) == 1)
 
 
-@given(data=st.data(), shape=st.lists(st.sampled_from([1, 1, 2, 3, "B", "T"]), min_size=1, max_size=5))
+@given(
+    data=st.data(), shape=st.lists(st.sampled_from([1, 1, 2, 3, "B", "T"]), min_size=1, max_size=5)
+)
 def test_a_transpose_of_size_one_axes_is_a_reshape(data, shape):
     """Values match JAX for any permutation (symbolic dims of size 1 and 3 included); a
     permutation moving only size-1 axes leaves no Transpose, and no graph grows."""
@@ -43,6 +46,7 @@ def test_swapped_vectors_cancel_against_their_reshapes(lead, n):
     """``x (..., n, 1)`` swapped to a row, expanded, swapped back and squeezed is ``x``: the
     relabelled Transposes merge with the shape ops around them into nothing (as at a graph
     output too)."""
+
     def f(x):
         row = jnp.swapaxes(x, -1, -2)[..., None]  # (..., 1, n, 1)
         return jnp.swapaxes(row[..., 0], -1, -2) + 1, jnp.moveaxis(row, -2, -1)[..., 0, :]

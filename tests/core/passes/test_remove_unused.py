@@ -15,4 +15,6 @@ def test_unused_weights_after_folding_are_dropped():
         return x + jnp.asarray(weights)[jnp.arange(3)]
 
     model = assert_exports_match(f, [("B", 3, 8)], sizes={"B": [2]})
-    assert [int(np.prod(i.dims)) for i in model.graph.initializer] == [3 * 8]  # the rows used, not the table
+    assert [int(np.prod(i.dims)) for i in model.graph.initializer] == [
+        3 * 8
+    ]  # the rows used, not the table

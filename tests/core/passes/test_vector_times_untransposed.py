@@ -14,5 +14,7 @@ def test_transposed_matrix_times_vector_matches_jax(batch, k, n):
     """``a.T @ v`` (and its batched form): onnxruntime's Transpose+MatMul fusion got this wrong
     (off by ~10 at 32x7); the export is one MatMul of the vector and the untransposed matrix."""
     specs = [(*batch, k, n), (k,)]
-    model = assert_exports_match(lambda a, v: jnp.swapaxes(a, -1, -2) @ v, specs, sizes=sizes_for(specs, {"B": [1, 3]}))
+    model = assert_exports_match(
+        lambda a, v: jnp.swapaxes(a, -1, -2) @ v, specs, sizes=sizes_for(specs, {"B": [1, 3]})
+    )
     assert op_types(model) == ["MatMul"]
