@@ -113,11 +113,9 @@ def recording(
             return older_form(self, *args)
 
     lower.lookup = lookup
-    GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = (
-        recorded_add_node,
-        recorded_dim,
-        recorded_var,
-    )  # type: ignore[method-assign]
+    GraphBuilder.add_node = recorded_add_node  # type: ignore[method-assign]
+    DimEvaluator.dim = recorded_dim  # type: ignore[method-assign]
+    DimEvaluator.var = recorded_var  # type: ignore[method-assign]
     GraphBuilder.older_form_of = unrecorded_older_form  # type: ignore[method-assign, assignment]
     try:
         yield
