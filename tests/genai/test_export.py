@@ -1,0 +1,143 @@
+"""export_decoder: the folder onnxruntime-genai opens, generating JAX's greedy tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+from flax import nnx
+
+from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.genai import (
+    CacheSpec,
+    export_decoder,
+    generate_genai,
+    generate_jax,
+    generate_onnx,
+)
+from tests.genai.models import Llama, scaled_init
+
+EOS, PAD = 96, 0
+LLAMA_CACHE = CacheSpec(num_layers=2, kv_heads=2, head_dim=16, max_length=64)
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[Llama, Path]:
+    model = Llama(rngs=nnx.Rngs(1))
+    scaled_init(model, 3.0)  # logits far from ties: 32 varied tokens, not one repeated
+    folder = tmp_path_factory.mktemp("llama")
+    export_decoder(
+        model, folder, cache=LLAMA_CACHE, num_heads=4, eos_token_id=EOS, pad_token_id=PAD
+    )
+    return model, folder
+
+
+def _generate(how: str, model: Llama, folder: Path, prompts: list[list[int]]) -> list[list[int]]:
+    ids = {"max_new_tokens": 32, "pad_token_id": PAD}
+    if how == "genai":
+        pytest.importorskip("onnxruntime_genai")
+        return generate_genai(folder, prompts, **ids)
+    if how == "onnxruntime":
+        return generate_onnx(folder, prompts, eos_token_id=EOS, **ids)
+    return generate_jax(model, LLAMA_CACHE, prompts, eos_token_id=EOS, **ids)
+
+
+@pytest.mark.parametrize("how", ["genai", "onnxruntime"])
+def test_llama_generates_jax_tokens(llama: tuple[Llama, Path], how: str) -> None:
+    model, folder = llama
+    expected = _generate("jax", model, folder, PROMPTS[:1])
+    assert len(expected[0]) == 32 and len(set(expected[0])) > 8
+    assert _generate(how, model, folder, PROMPTS[:1]) == expected
+
+
+def test_llama_batch_of_two_in_genai(llama: tuple[Llama, Path]) -> None:
+    """Two prompts of one length (onnxruntime-genai 0.18 feeds a left-padded batch with an
+    all-ones attention_mask and positions 0..S-1, so prompts of different lengths are checked
+    in the onnxruntime loop below)."""
+    model, folder = llama
+    prompts = [PROMPTS[0], [30, 31, 32, 33, 34, 35, 36]]
+    expected = [_generate("jax", model, folder, [p])[0] for p in prompts]
+    assert _generate("genai", model, folder, prompts) == expected
+
+
+@pytest.mark.parametrize("how", ["jax", "onnxruntime"])
+def test_padded_batch_generates_each_prompts_tokens(llama: tuple[Llama, Path], how: str) -> None:
+    """Prompts of different lengths, padded on the left and masked, in one batch, generate what
+    each prompt generates alone."""
+    model, folder = llama
+    alone = [_generate("jax", model, folder, [p])[0] for p in PROMPTS]
+    assert _generate(how, model, folder, PROMPTS) == alone
+
+
+def test_graph_speaks_genai_names_with_symbolic_dims(llama: tuple[Llama, Path]) -> None:
+    _, folder = llama
+    graph = onnx.load(str(folder / "model.onnx")).graph
+
+    def dims(value: onnx.ValueInfoProto) -> list[str | int]:
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    inputs = {v.name: dims(v) for v in graph.input}
+    outputs = {v.name: dims(v) for v in graph.output}
+    assert inputs["input_ids"] == ["batch_size", "sequence_length"]
+    assert inputs["position_ids"] == ["batch_size", "sequence_length"]
+    assert inputs["past_key_values.1.value"] == ["batch_size", 2, "past_sequence_length", 16]
+    assert set(inputs) == {"input_ids", "attention_mask", "position_ids"} | {
+        f"past_key_values.{i}.{kv}" for i in (0, 1) for kv in ("key", "value")
+    }
+    assert outputs["logits"] == ["batch_size", "sequence_length", 97]
+    assert set(outputs) == {"logits"} | {
+        f"present.{i}.{kv}" for i in (0, 1) for kv in ("key", "value")
+    }
+    assert outputs["present.0.key"][:2] == ["batch_size", 2]
+    assert isinstance(outputs["present.0.key"][2], str)  # past + sequence, symbolic
+
+
+def test_config_carries_the_sizes(llama: tuple[Llama, Path]) -> None:
+    import json
+
+    _, folder = llama
+    config = json.loads((folder / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    assert (decoder["num_hidden_layers"], decoder["num_key_value_heads"]) == (2, 2)
+    assert (decoder["num_attention_heads"], decoder["head_size"], decoder["hidden_size"]) == (
+        4,
+        16,
+        64,
+    )
+    assert config["model"]["vocab_size"] == 97 and config["model"]["context_length"] == 64
+    assert config["search"]["past_present_share_buffer"] is False
+
+
+def test_fixed_step_without_cache_index_is_refused(tmp_path: Path) -> None:
+    def step(input_ids, position_ids, cache):  # type: ignore[no-untyped-def]
+        return input_ids, cache
+
+    with pytest.raises(SpecError, match=r"takes no `cache_index`.*layout='growing'"):
+        export_decoder(
+            step, tmp_path, cache=LLAMA_CACHE, num_heads=4, eos_token_id=1, pad_token_id=0
+        )
+
+
+def test_cache_of_another_layout_is_refused(tmp_path: Path) -> None:
+    """A cache laid out [B, T, heads, head_dim] (nnx's own) is named, with what to change."""
+    model = Llama(rngs=nnx.Rngs(0))
+
+    def step(input_ids, position_ids, cache, *, cache_index, attention_mask):  # type: ignore[no-untyped-def]
+        logits, new = model(
+            input_ids, position_ids, cache, cache_index=cache_index, attention_mask=attention_mask
+        )
+        return logits, [(k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)) for k, v in new]
+
+    with pytest.raises(
+        SpecError, match=r"cache\[0\] key of shape \(1, 64, 2, 16\).*\[B, 2, 64, 16\].*transposed"
+    ):
+        export_decoder(
+            step, tmp_path, cache=LLAMA_CACHE, num_heads=4, eos_token_id=1, pad_token_id=0
+        )
+
+
+def test_unknown_layout_is_refused() -> None:
+    with pytest.raises(ValueError, match="'fixed' or 'growing'.*paged"):
+        CacheSpec(num_layers=1, kv_heads=1, head_dim=8, max_length=16, layout="paged")  # type: ignore[arg-type]
