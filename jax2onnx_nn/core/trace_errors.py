@@ -245,7 +245,8 @@ def _listed(names: Sequence[str]) -> str:
 def _shape_advice(first_line: str, dims: Sequence[str]) -> str:
     """For shapes that do not fit: the constraint ``N >= k`` under which the shapes JAX names
     agree (a slice of a symbolic dim is clamped at 0, ``max(0, N - 2)``, so its size equals
-    ``N - 2`` only for ``N >= 2``), else the specs to change."""
+    ``N - 2`` only for ``N >= 2``), or the comparison a ``min`` / ``max`` in them leaves open
+    (``min(48, S)`` is ``S`` for ``S <= 48``), else the specs to change."""
     names = _named(first_line, dims)
     if not names:
         return (
@@ -266,17 +267,43 @@ def _shape_advice(first_line: str, dims: Sequence[str]) -> str:
                 "the bounds the function assumes), or give "
                 f"{_listed(names)} a fixed size."
             )
+    for constraint in _bound_comparisons(" ".join(shapes)) if parsed else ():
+        if _agree(shapes, (constraint,), broadcast):
+            involved = _named(constraint, dims)
+            return (
+                f"The shapes agree for {constraint} and differ otherwise, which the specs allow "
+                f"(a slice or pad of a symbolic dim is bounded by min / max): add "
+                f"constraints={_written((constraint,))} if the function is for those sizes, or "
+                f"give {_listed(involved or names)} a fixed size."
+            )
     if parsed:
         return (
             f"No constraint on {_listed(names)} makes these "
             "shapes agree: change the specs (rank, sizes, "
             "dtypes, number of inputs) to what the function expects."
         )
+    example = (_bound_comparisons(first_line) or [f"{names[0]} >= 2"])[0]
     return (
         f"The shapes involve {_listed(names)}: if they differ only for some sizes, state the sizes "
-        f'the function is for with constraints (e.g. constraints=("{names[0]} >= 2",)); otherwise '
-        "change the specs (rank, sizes, dtypes, number of inputs) to what the function expects."
+        f"the function is for with constraints (e.g. constraints={_written((example,))}); "
+        "otherwise change the specs (rank, sizes, dtypes, number of inputs) to what the function "
+        "expects."
     )
+
+
+def _bound_comparisons(shapes: str) -> list[str]:
+    """The two ways each ``min(a, b)`` / ``max(a, b)`` of the shapes is decided, as constraints
+    (``min(48, S)``: ``48 >= S``, ``48 <= S``): the comparison a slice's clamp left open, over
+    the dims it involves."""
+    found = []
+    for a, b in _MIN_MAX.findall(shapes):
+        if re.fullmatch(r"\s*-?\d+\s*", a):  # the dim first: "S <= 48"
+            a, b = b, a
+        found += [f"{a} <= {b}", f"{a} >= {b}"]
+    return list(dict.fromkeys(found))
+
+
+_MIN_MAX = re.compile(r"\b(?:min|max)\(([^(),]+), ([^(),]+)\)")
 
 
 def _shapes_in(text: str) -> list[str]:

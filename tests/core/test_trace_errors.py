@@ -122,6 +122,24 @@ def test_shapes_that_differ_for_small_sizes_advise_the_constraint_that_makes_the
     ).graph.node
 
 
+def test_shapes_bounded_by_min_advise_the_comparison_over_its_dims():
+    """A cache of 48 slots cut to a symbolic length: (B, min(48, S), 4) and (B, S, 4) agree for
+    S <= 48. Before: 'No constraint on B and S makes these shapes agree' (and, where the shapes
+    did not parse, 'e.g. constraints=("B >= 2",)', a dim the comparison does not involve)."""
+
+    def first_slots(cache, new):
+        return cache[:, : new.shape[1]] + new
+
+    specs = [("B", 48, 4), ("B", "S", 4)]
+    with pytest.raises(SpecError) as info:
+        to_onnx(first_slots, specs)
+    advice = str(info.value).splitlines()[-1]
+    assert 'constraints=("S <= 48",)' in advice and "give S a fixed size" in advice, advice
+    assert "B" not in advice, advice
+    model = to_onnx(first_slots, specs, constraints=["S <= 48"])  # the advice is enough
+    assert [d.dim_param for d in model.graph.output[0].type.tensor_type.shape.dim[:2]] == ["B", "S"]
+
+
 def test_shapes_no_constraint_reconciles_say_to_change_the_specs():
     with pytest.raises(SpecError) as info:
         to_onnx(lambda x, y: x + y[1:], [("N",), ("N",)])
