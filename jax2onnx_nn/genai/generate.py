@@ -8,6 +8,7 @@ this onnxruntime loop, JAX) generate the same tokens when the graph computes JAX
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -128,13 +129,14 @@ def generate_jax(
     fed as the exported graph is fed: the reference the ONNX loops are compared with.
 
     Arguments as :func:`generate_onnx`, with the step and its :class:`CacheSpec` in place of
-    the model; ``jit`` compiles the step (once for the prompt, once for the decode shape).
+    the model; ``jit`` compiles the step: once for the prompt and once for decoding over a
+    fixed buffer, once per token over a growing cache (whose shapes change every step).
     """
     keywords = step_keywords(step, cache.layout)
     ids, mask, positions = padded_prompts(prompts, pad_token_id)
     batch = len(prompts)
     fixed = cache.layout == "fixed"
-    call = jax.jit(step) if jit else step
+    call = _jitted(step) if jit else step
     kv = cache.zeros(batch)
     greedy = _Greedy(batch, eos_token_id, pad_token_id)
     cached = 0
@@ -186,6 +188,26 @@ def generate_genai(
         ends = [i for i, t in enumerate(tokens) if t in eos]
         generated.append(tokens[: ends[0] + 1] if ends else tokens)
     return generated
+
+
+def _jitted(step: Callable[..., Any]) -> Callable[..., Any]:
+    """``step`` compiled: a hashable callable (a function, an nnx module) as it is; a pytree
+    module holding arrays (Equinox) with its arrays as arguments."""
+    try:
+        hash(step)
+        return jax.jit(step)
+    except TypeError:
+        pass
+    leaves, treedef = jax.tree.flatten(step)
+    is_array = [isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves]
+    arrays = [leaf for leaf, array in zip(leaves, is_array, strict=True) if array]
+
+    def pure(arrays: list[Any], *args: Any, **kwargs: Any) -> Any:
+        given = iter(arrays)
+        filled = [next(given) if a else leaf for leaf, a in zip(leaves, is_array, strict=True)]
+        return jax.tree.unflatten(treedef, filled)(*args, **kwargs)
+
+    return functools.partial(jax.jit(pure), arrays)
 
 
 def _numpy_dtype(onnx_type: str) -> np.dtype:

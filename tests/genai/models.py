@@ -147,3 +147,96 @@ def llama_kwargs(**overrides: Any) -> dict[str, Any]:
         "kv_heads": 2,
         "hidden": 128,
     } | overrides
+
+
+class Gemma(nnx.Module):
+    """A Gemma-style decoder (fixed-layout step): embeddings scaled by sqrt(dim) and tied to
+    the output, GeGLU, attention and final logits soft-capped."""
+
+    def __init__(self, vocab: int = 97, dim: int = 64, layers: int = 2, *, rngs: nnx.Rngs):
+        self.dim = dim
+        self.embed = nnx.Embed(vocab, dim, rngs=rngs)
+        self.blocks = nnx.List([LlamaBlock(dim, 4, 1, 128, rngs=rngs) for _ in range(layers)])
+        self.norm = nnx.RMSNorm(dim, rngs=rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        position_ids: jax.Array,
+        cache: Cache,
+        *,
+        cache_index: jax.Array,
+        attention_mask: jax.Array,
+    ) -> tuple[jax.Array, Cache]:
+        x = self.embed(input_ids) * jnp.sqrt(jnp.float32(self.dim))
+        new = []
+        for block, kv in zip(self.blocks, cache, strict=True):
+            x, kv = block(x, position_ids, kv, attention_mask, cache_index, softcap=50.0)
+            new.append(kv)
+        logits = self.embed.attend(self.norm(x))
+        return 30.0 * jnp.tanh(logits / 30.0), new
+
+
+class Gpt2Block(nnx.Module):
+    def __init__(self, dim: int, heads: int, *, rngs: nnx.Rngs):
+        self.heads, self.head_dim = heads, dim // heads
+        self.ln1, self.ln2 = nnx.LayerNorm(dim, rngs=rngs), nnx.LayerNorm(dim, rngs=rngs)
+        self.qkv = nnx.Linear(dim, 3 * dim, rngs=rngs)
+        self.proj = nnx.Linear(dim, dim, rngs=rngs)
+        self.fc = nnx.Linear(dim, 4 * dim, rngs=rngs)
+        self.out = nnx.Linear(4 * dim, dim, rngs=rngs)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        kv: tuple[jax.Array, jax.Array],
+        attention_mask: jax.Array,
+        cache_index: jax.Array | None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        batch, length = x.shape[:2]
+        q, k, v = jnp.split(self.qkv(self.ln1(x)), 3, axis=-1)
+        q, k, v = (
+            t.reshape(batch, length, self.heads, self.head_dim).transpose(0, 2, 1, 3)
+            for t in (q, k, v)
+        )
+        keys, values = write(kv[0], k, cache_index), write(kv[1], v, cache_index)
+        first = cache_index if cache_index is not None else keys.shape[2] - length
+        out = attend(q, keys, values, attention_mask, first)
+        x = x + self.proj(out.transpose(0, 2, 1, 3).reshape(batch, length, -1))
+        return x + self.out(jax.nn.gelu(self.fc(self.ln2(x)))), (keys, values)
+
+
+class Gpt2(nnx.Module):
+    """A GPT-2-style decoder (learned positions, MHA, LayerNorm, GELU, tied embeddings) whose
+    step grows its cache, or writes a fixed buffer when given ``cache_index``."""
+
+    def __init__(
+        self,
+        vocab: int = 97,
+        dim: int = 64,
+        layers: int = 2,
+        heads: int = 4,
+        context: int = 64,
+        *,
+        rngs: nnx.Rngs,
+    ):
+        self.wte = nnx.Embed(vocab, dim, rngs=rngs)
+        self.wpe = nnx.Embed(context, dim, rngs=rngs)
+        self.blocks = nnx.List([Gpt2Block(dim, heads, rngs=rngs) for _ in range(layers)])
+        self.ln_f = nnx.LayerNorm(dim, rngs=rngs)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        position_ids: jax.Array,
+        cache: Cache,
+        *,
+        attention_mask: jax.Array,
+        cache_index: jax.Array | None = None,
+    ) -> tuple[jax.Array, Cache]:
+        x = self.wte(input_ids) + self.wpe(position_ids)
+        new = []
+        for block, kv in zip(self.blocks, cache, strict=True):
+            x, kv = block(x, kv, attention_mask, cache_index)
+            new.append(kv)
+        return self.wte.attend(self.ln_f(x)), new
