@@ -1,0 +1,156 @@
+"""Tokens per second of a GPT-2 124M-sized decoder: onnxruntime-genai against a jax.jit loop.
+
+Exports the GPT-2-style decoder of ``tests/genai/models.py`` (growing cache) with
+``jax2onnx_nn.genai.export_decoder``, then generates greedily after a random prompt in
+onnxruntime-genai (prefill: the prompt's one call; decode: the tokens after it) and in a
+``jax.jit`` loop over the same model's fixed-buffer step (compiled before timing), and prints
+tokens/s of each phase, the graph's node count and its node count per layer (two small
+exports, 1 and 2 layers, differenced)::
+
+    python3 -m benchmarks.genai_bench                 # 12 layers, d=768, vocab 50257
+    python3 -m benchmarks.genai_bench --layers 2 --dim 256 --vocab 1000   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+
+# (beside each other, the test models are imported as tests.genai.models)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from flax import nnx  # noqa: E402
+
+from jax2onnx_nn.genai import CacheSpec, export_decoder, padded_prompts  # noqa: E402
+from tests.genai.models import Gpt2  # noqa: E402
+
+
+def _export(model: Gpt2, cache: CacheSpec, heads: int, folder: str, vocab: int) -> float:
+    started = time.perf_counter()
+    export_decoder(model, folder, cache=cache, num_heads=heads, eos_token_id=vocab - 1,
+                   pad_token_id=vocab - 1)  # fmt: skip
+    return time.perf_counter() - started
+
+
+def _nodes(folder: str) -> int:
+    return len(onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False).graph.node)
+
+
+def nodes_per_layer(dim: int, heads: int) -> tuple[int, int]:
+    """Nodes of a 1-layer and of a 2-layer export of the same widths (small vocabulary)."""
+    counts = []
+    for layers in (1, 2):
+        cache = CacheSpec(layers, heads, dim // heads, 64, layout="growing")
+        model = Gpt2(vocab=97, dim=dim, layers=layers, heads=heads, context=64, rngs=nnx.Rngs(0))
+        with tempfile.TemporaryDirectory() as folder:
+            _export(model, cache, heads, folder, 97)
+            counts.append(_nodes(folder))
+    return counts[0], counts[1]
+
+
+def bench_genai(folder: str, prompt: np.ndarray, new: int) -> tuple[float, float, list[int]]:
+    """(prefill s, decode s for ``new - 1`` tokens, tokens) in onnxruntime-genai."""
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    total = prompt.shape[1] + new
+    params.set_search_options(do_sample=False, max_length=total, min_length=total)
+    generator = og.Generator(model, params)
+    started = time.perf_counter()
+    generator.append_tokens(prompt)  # runs the prompt
+    generator.generate_next_token()
+    prefilled = time.perf_counter()
+    while not generator.is_done():
+        generator.generate_next_token()
+    done = time.perf_counter()
+    tokens = [int(t) for t in generator.get_sequence(0)[prompt.shape[1] :]]
+    return prefilled - started, done - prefilled, tokens
+
+
+def bench_jax(
+    model: Gpt2, cache: CacheSpec, prompt: np.ndarray, new: int
+) -> tuple[float, float, list[int]]:
+    """(prefill s, decode s for ``new - 1`` tokens, tokens) in a jax.jit loop over the fixed
+    buffer, each step compiled before timing."""
+    graphdef, state = nnx.split(model)
+
+    @functools.partial(jax.jit, donate_argnums=(3,))  # the cache is updated in place
+    def step(state: Any, ids: jax.Array, positions: jax.Array, kv: Any, index: jax.Array,
+             mask: jax.Array) -> tuple[jax.Array, Any]:  # fmt: skip
+        logits, kv = nnx.merge(graphdef, state)(
+            ids, positions, kv, attention_mask=mask, cache_index=index
+        )
+        return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32), kv
+
+    length = prompt.shape[1]
+    mask = jnp.asarray(np.arange(cache.max_length)[None] < length + new, jnp.int32)
+    positions = jnp.arange(length, dtype=jnp.int32)[None]
+
+    def run() -> tuple[float, float, list[int]]:
+        kv = cache.zeros(1)
+        started = time.perf_counter()
+        token, kv = step(state, jnp.asarray(prompt), positions, kv, jnp.int32(0), mask)
+        tokens = [int(token[0])]
+        prefilled = time.perf_counter()
+        for i in range(new - 1):
+            at = jnp.int32(length + i)
+            token, kv = step(state, token[:, None], at[None, None], kv, at, mask)
+            tokens.append(int(token[0]))
+        return prefilled - started, time.perf_counter() - prefilled, tokens
+
+    run()  # compiles the prefill and the decode step
+    return run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--vocab", type=int, default=50257)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=256)
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, devices {jax.devices()}, cpus {os.cpu_count()}")
+    heads, head_dim = args.heads, args.dim // args.heads
+    one, two = nodes_per_layer(args.dim, heads)
+    print(f"nodes: 1 layer {one}, 2 layers {two}: {two - one} per layer, {2 * one - two} outside")
+    model = Gpt2(args.vocab, args.dim, args.layers, heads, args.max_length, rngs=nnx.Rngs(0))
+    params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    cache = CacheSpec(args.layers, heads, head_dim, args.max_length, layout="growing")
+    prompt, _, _ = padded_prompts(
+        [list(np.random.default_rng(0).integers(0, args.vocab - 1, args.prompt))], args.vocab - 1
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        seconds = _export(model, cache, heads, folder, args.vocab)
+        print(f"model: {params / 1e6:.1f}M parameters, {args.layers} layers, d={args.dim}; "
+              f"export {seconds:.1f} s, {_nodes(folder)} nodes")  # fmt: skip
+        og_prefill, og_decode, og_tokens = bench_genai(folder, prompt, args.new)
+    fixed = CacheSpec(args.layers, heads, head_dim, args.max_length)
+    jx_prefill, jx_decode, jx_tokens = bench_jax(model, fixed, prompt, args.new)
+    decoded = args.new - 1
+    print(f"prompt {args.prompt} tokens, {args.new} generated, batch 1")
+    print(f"{'':24}{'prefill tok/s':>15}{'decode tok/s':>15}")
+    for name, prefill, decode in (
+        ("onnxruntime-genai", og_prefill, og_decode),
+        ("jax.jit loop", jx_prefill, jx_decode),
+    ):
+        print(f"{name:24}{args.prompt / prefill:15.1f}{decoded / decode:15.1f}")
+    same = sum(a == b for a, b in zip(og_tokens, jx_tokens, strict=False))
+    print(f"tokens equal: {same}/{len(jx_tokens)}")
+
+
+if __name__ == "__main__":
+    main()
