@@ -141,3 +141,42 @@ def test_cache_of_another_layout_is_refused(tmp_path: Path) -> None:
 def test_unknown_layout_is_refused() -> None:
     with pytest.raises(ValueError, match="'fixed' or 'growing'.*paged"):
         CacheSpec(num_layers=1, kv_heads=1, head_dim=8, max_length=16, layout="paged")  # type: ignore[arg-type]
+
+
+def test_logits_of_the_last_position_only_are_refused(tmp_path: Path) -> None:
+    model = Llama(rngs=nnx.Rngs(0))
+
+    def step(input_ids, position_ids, cache, *, cache_index, attention_mask):  # type: ignore[no-untyped-def]
+        logits, new = model(
+            input_ids, position_ids, cache, cache_index=cache_index, attention_mask=attention_mask
+        )
+        return logits[:, -1], new
+
+    with pytest.raises(
+        SpecError, match=r"logits must be float \[B, S, vocab\], got float32\(1, 97\)"
+    ):
+        export_decoder(
+            step, tmp_path, cache=LLAMA_CACHE, num_heads=4, eos_token_id=1, pad_token_id=0
+        )
+
+
+def test_tokenizer_files_are_copied_in(llama: tuple[Llama, Path], tmp_path: Path) -> None:
+    model, _ = llama
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text("{}")
+    (tokenizer / "unrelated.bin").write_text("")
+    export_decoder(
+        model,
+        tmp_path / "out",
+        cache=LLAMA_CACHE,
+        num_heads=4,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        tokenizer=tokenizer,
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "genai_config.json",
+        "model.onnx",
+        "tokenizer.json",
+    ]
