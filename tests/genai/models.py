@@ -56,8 +56,40 @@ def attend(
     return jnp.einsum("bhst,bhtd->bhsd", jax.nn.softmax(scores, axis=-1), v)
 
 
+def attend_with_jax_nn(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    attention_mask: jax.Array,
+    first_slot: jax.Array | int,
+    softcap: float | None = None,
+) -> jax.Array:
+    """:func:`attend` through ``jax.nn.dot_product_attention`` (GQA by its kv heads; ONNX
+    Attention from opset 23)."""
+    assert softcap is None, "jax.nn.dot_product_attention has no softcap"
+    slots = jnp.arange(k.shape[2])
+    query_slots = first_slot + jnp.arange(q.shape[2])
+    allowed = (slots[None, :] <= query_slots[:, None])[None, None] & (
+        attention_mask[:, None, None, :] > 0
+    )
+    out = jax.nn.dot_product_attention(
+        q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask=allowed
+    )
+    return out.transpose(0, 2, 1, 3)
+
+
 class LlamaBlock(nnx.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        kv_heads: int,
+        hidden: int,
+        *,
+        rngs: nnx.Rngs,
+        jax_nn_attention: bool = False,
+    ):
+        self.jax_nn_attention = jax_nn_attention
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.q = nnx.Linear(dim, heads * self.head_dim, use_bias=False, rngs=rngs)
         self.k = nnx.Linear(dim, kv_heads * self.head_dim, use_bias=False, rngs=rngs)
@@ -87,7 +119,8 @@ class LlamaBlock(nnx.Module):
         v = self.heads_of(self.v(h), self.kv_heads)
         keys, values = write(kv[0], k, cache_index), write(kv[1], v, cache_index)
         first = cache_index if cache_index is not None else keys.shape[2] - x.shape[1]
-        out = attend(q, keys, values, attention_mask, first, softcap)
+        attention = attend_with_jax_nn if self.jax_nn_attention else attend
+        out = attention(q, keys, values, attention_mask, first, softcap)
         x = x + self.o(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
         h = self.mlp_norm(x)
         return x + self.down(jax.nn.silu(self.gate(h)) * self.up(h)), (keys, values)
@@ -106,10 +139,16 @@ class Llama(nnx.Module):
         hidden: int = 128,
         *,
         rngs: nnx.Rngs,
+        jax_nn_attention: bool = False,
     ):
         self.embed = nnx.Embed(vocab, dim, rngs=rngs)
         self.blocks = nnx.List(
-            [LlamaBlock(dim, heads, kv_heads, hidden, rngs=rngs) for _ in range(layers)]
+            [
+                LlamaBlock(
+                    dim, heads, kv_heads, hidden, rngs=rngs, jax_nn_attention=jax_nn_attention
+                )
+                for _ in range(layers)
+            ]
         )
         self.norm = nnx.RMSNorm(dim, rngs=rngs)
         self.head = nnx.Linear(dim, vocab, use_bias=False, rngs=rngs)
