@@ -318,7 +318,7 @@ def _graph_function(
         if "attention_mask" in keywords:
             given["attention_mask"] = mask
         logits, new = step(input_ids, position_ids, pairs, **given)
-        new = _check_cache(new, cache, step)
+        new = _check_cache(new, cache, step, max_length if cache.layout == "fixed" else total)
         if cache.layout == "fixed":
             new = [(k[:, :, :total], v[:, :, :total]) for k, v in new]
         return logits, new
@@ -327,8 +327,9 @@ def _graph_function(
     return decoder
 
 
-def _check_cache(new: Any, cache: CacheSpec, step: Callable[..., Any]) -> list[Any]:
-    """The step's returned cache as a list of pairs, or a SpecError saying what it returned."""
+def _check_cache(new: Any, cache: CacheSpec, step: Callable[..., Any], length: Any) -> list[Any]:
+    """The step's returned cache as a list of pairs (each ``length`` slots long), or a
+    SpecError saying what it returned."""
     if not isinstance(new, (list, tuple)) or len(new) != cache.num_layers:
         raise SpecError(
             f"{_name(step)} must return (logits, cache) with cache a list of "
@@ -344,13 +345,13 @@ def _check_cache(new: Any, cache: CacheSpec, step: Callable[..., Any]) -> list[A
             )
         for kv, value in zip(("key", "value"), pair, strict=True):
             shape = getattr(value, "shape", None)
-            wanted = (cache.kv_heads, cache.max_length if cache.layout == "fixed" else None)
-            if not _cache_shape_fits(shape, *wanted, cache.head_dim):
+            if not _cache_shape_fits(shape, cache.kv_heads, length, cache.head_dim):
                 expected = (
                     f"[B, {cache.kv_heads}, {cache.max_length}, {cache.head_dim}] (the buffer "
                     "written in place, same shape as given)"
                     if cache.layout == "fixed"
-                    else f"[B, {cache.kv_heads}, past + S, {cache.head_dim}]"
+                    else f"[B, {cache.kv_heads}, past + S, {cache.head_dim}] (the past with the "
+                    "new keys concatenated)"
                 )
                 raise SpecError(
                     f"{_name(step)} returned cache[{i}] {kv} of shape {_shape_text(shape)}; "
@@ -362,10 +363,10 @@ def _check_cache(new: Any, cache: CacheSpec, step: Callable[..., Any]) -> list[A
     return pairs
 
 
-def _cache_shape_fits(shape: Any, heads: int, length: int | None, head_dim: int) -> bool:
+def _cache_shape_fits(shape: Any, heads: int, length: Any, head_dim: int) -> bool:
     if shape is None or len(shape) != 4 or shape[1] != heads or shape[3] != head_dim:
         return False
-    return length is None or shape[2] == length
+    return bool(shape[2] == length)
 
 
 def _shape_text(shape: Any) -> str:
@@ -383,7 +384,7 @@ def _input_specs(cache: CacheSpec) -> list[Any]:
 
 
 def _example_inputs(cache: CacheSpec) -> list[jax.ShapeDtypeStruct]:
-    """Concrete shapes (batch 1, 2 past, 3 new) to check the step's results before the export."""
+    """Concrete shapes (batch 1, 2 past, 1 new) to check the step's results before the export."""
     batch, past, new = 1, min(2, cache.max_length - 1), 1
     ids = jax.ShapeDtypeStruct((batch, new), jnp.int32)
     kv = jax.ShapeDtypeStruct((batch, cache.kv_heads, past, cache.head_dim), cache.dtype)

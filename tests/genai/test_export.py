@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax.numpy as jnp
 import onnx
 import pytest
 from flax import nnx
@@ -180,3 +181,20 @@ def test_tokenizer_files_are_copied_in(llama: tuple[Llama, Path], tmp_path: Path
         "model.onnx",
         "tokenizer.json",
     ]
+
+
+def test_growing_step_returning_only_the_new_keys_is_refused(tmp_path: Path) -> None:
+    model = Llama(rngs=nnx.Rngs(0))
+    growing = CacheSpec(num_layers=2, kv_heads=2, head_dim=16, max_length=64, layout="growing")
+
+    def step(input_ids, position_ids, cache, *, attention_mask):  # type: ignore[no-untyped-def]
+        batch, length = input_ids.shape
+        buffers = [(jnp.zeros((batch, 2, 64, 16)),) * 2] * 2
+        mask = jnp.pad(attention_mask, ((0, 0), (0, 64 - attention_mask.shape[1])))
+        logits, new = model(
+            input_ids, position_ids, buffers, cache_index=jnp.int32(0), attention_mask=mask
+        )
+        return logits, [(k[:, :, :length], v[:, :, :length]) for k, v in new]
+
+    with pytest.raises(SpecError, match=r"cache\[0\] key of shape \(1, 2, 1, 16\).*past \+ S"):
+        export_decoder(step, tmp_path, cache=growing, num_heads=4, eos_token_id=1, pad_token_id=0)
