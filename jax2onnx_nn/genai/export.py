@@ -31,6 +31,8 @@ from jax2onnx_nn.core.errors import SpecError
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
 PAST = "past_sequence_length"
+TOTAL = "total_sequence_length"  # the attention mask's length with a shared buffer
+BUFFER = "max_length"  # the shared buffer's length: the generation's max_length
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -92,12 +94,14 @@ class CacheSpec:
 @dataclass(frozen=True)
 class DecoderExport:
     """What :func:`export_decoder` wrote: the folder, the model file, the config and the
-    cache layout the step used (the graph's own cache always grows)."""
+    cache layout the step used, and whether the graph shares one buffer between past and
+    present (else its cache grows)."""
 
     folder: Path
     model_path: Path
     config: dict[str, Any]
     layout: str
+    share_buffer: bool = False
 
 
 def export_decoder(
@@ -112,6 +116,7 @@ def export_decoder(
     bos_token_id: int | None = None,
     tokenizer: str | os.PathLike[str] | None = None,
     model_type: str = "llama",
+    share_buffer: bool = False,
     **options: Any,
 ) -> DecoderExport:
     """Export a decode step with its KV cache to a folder ``onnxruntime_genai.Model`` opens.
@@ -133,6 +138,12 @@ def export_decoder(
             with (a prompt token equal to ``pad_token_id`` is taken for a pad).
         tokenizer: a folder holding ``tokenizer.json`` and the like, copied in.
         model_type: onnxruntime-genai's ``type`` (any decoder-only type it knows).
+        share_buffer: fixed layout only: the graph takes and returns the whole buffer
+            (``past_key_values`` ``[B, kv_heads, max_length, head_dim]``, its length the
+            generation's ``max_length`` up to ``cache.max_length``; ``attention_mask``
+            ``[B, total_sequence_length]``) and the config says
+            ``past_present_share_buffer: true``, so onnxruntime-genai keeps one buffer per
+            layer instead of a growing one.
         options: export options of :func:`~jax2onnx_nn.to_onnx` (``opset``, ``target``, ...).
 
     Returns:
@@ -152,24 +163,31 @@ def export_decoder(
     for name in ("input_names", "output_names"):
         if name in options:
             raise TypeError(f"export_decoder names the graph's values itself; drop {name}=")
+    if share_buffer and cache.layout != "fixed":
+        raise ValueError(
+            "share_buffer=True needs CacheSpec(layout='fixed'): a growing cache cannot share "
+            "one buffer between past and present"
+        )
     kwargs = step_keywords(step, cache.layout)
-    graph_fn = _graph_function(step, cache, kwargs)
+    graph_fn = _graph_function(step, cache, kwargs, share_buffer)
     layers = range(cache.num_layers)
-    specs = _input_specs(cache)
+    specs = _input_specs(cache, share_buffer)
     input_names = ["input_ids", "attention_mask", "position_ids"] + [
         f"past_key_values.{i}.{kv}" for i in layers for kv in ("key", "value")
     ]
     output_names = ["logits"] + [f"present.{i}.{kv}" for i in layers for kv in ("key", "value")]
-    out = jax.eval_shape(graph_fn, *_example_inputs(cache))
+    out = jax.eval_shape(graph_fn, *_example_inputs(cache, share_buffer))
     vocab = _check_outputs(out, cache)
     folder.mkdir(parents=True, exist_ok=True)
     model_path = folder / "model.onnx"
     options.setdefault("model_name", "decoder")
-    if cache.layout == "fixed":
-        options["constraints"] = (
-            *options.get("constraints", ()),
-            f"{PAST} + {SEQUENCE} <= {cache.max_length}",
+    if share_buffer:
+        bounds: tuple[str, ...] = tuple(
+            f"{dim} <= {cache.max_length}" for dim in (BUFFER, TOTAL, SEQUENCE)
         )
+    else:
+        bounds = (f"{PAST} + {SEQUENCE} <= {cache.max_length}",) if cache.layout == "fixed" else ()
+    options["constraints"] = (*options.get("constraints", ()), *bounds)
     to_onnx(
         graph_fn,
         specs,
@@ -189,13 +207,14 @@ def export_decoder(
         model_type=model_type,
         filename=model_path.name,
     )
+    config["search"]["past_present_share_buffer"] = share_buffer
     (folder / "genai_config.json").write_text(json.dumps(config, indent=4))
     if tokenizer is not None:
         for name in TOKENIZER_FILES:
             source = Path(tokenizer) / name
             if source.is_file():
                 shutil.copyfile(source, folder / name)
-    return DecoderExport(folder, model_path, config, cache.layout)
+    return DecoderExport(folder, model_path, config, cache.layout, share_buffer)
 
 
 def genai_config(
@@ -292,10 +311,12 @@ def _name(step: Callable[..., Any]) -> str:
 
 
 def _graph_function(
-    step: Callable[..., Any], cache: CacheSpec, keywords: tuple[str, ...]
+    step: Callable[..., Any], cache: CacheSpec, keywords: tuple[str, ...], share_buffer: bool
 ) -> Callable[..., Any]:
     """The exported function: the graph's inputs -> the step's arguments, its results -> the
-    graph's outputs (a fixed buffer padded from ``past`` and cut back to ``P + S`` slots)."""
+    graph's outputs. A fixed buffer is padded from ``past`` to ``cache.max_length`` and cut
+    back to what the graph returns: ``P + S`` slots (growing at the boundary), or the slots
+    it was given (a shared buffer)."""
     max_length = cache.max_length
 
     def decoder(
@@ -305,14 +326,14 @@ def _graph_function(
         *past: jax.Array,
     ) -> tuple[jax.Array, list[tuple[jax.Array, jax.Array]]]:
         pairs = [(past[2 * i], past[2 * i + 1]) for i in range(cache.num_layers)]
-        past_length = pairs[0][0].shape[2]
-        total = past_length + input_ids.shape[1]
+        given_slots = pairs[0][0].shape[2]
+        total = attention_mask.shape[1] if share_buffer else given_slots + input_ids.shape[1]
         given: dict[str, Any] = {}
         if cache.layout == "fixed":
-            grow = ((0, 0), (0, 0), (0, max_length - past_length), (0, 0))
+            grow = ((0, 0), (0, 0), (0, max_length - given_slots), (0, 0))
             pairs = [(jnp.pad(k, grow), jnp.pad(v, grow)) for k, v in pairs]
             mask = jnp.pad(attention_mask, ((0, 0), (0, max_length - total)))
-            given["cache_index"] = jnp.asarray(past_length, jnp.int32)
+            given["cache_index"] = jnp.asarray(total - input_ids.shape[1], jnp.int32)
         else:
             mask = attention_mask
         if "attention_mask" in keywords:
@@ -320,7 +341,8 @@ def _graph_function(
         logits, new = step(input_ids, position_ids, pairs, **given)
         new = _check_cache(new, cache, step, max_length if cache.layout == "fixed" else total)
         if cache.layout == "fixed":
-            new = [(k[:, :, :total], v[:, :, :total]) for k, v in new]
+            kept = given_slots if share_buffer else total
+            new = [(k[:, :, :kept], v[:, :, :kept]) for k, v in new]
         return logits, new
 
     decoder.__name__ = _name(step).rpartition(".")[2] or "decoder"
@@ -373,21 +395,24 @@ def _shape_text(shape: Any) -> str:
     return "None" if shape is None else f"({', '.join(str(d) for d in shape)})"
 
 
-def _input_specs(cache: CacheSpec) -> list[Any]:
-    kv = ((BATCH, cache.kv_heads, PAST, cache.head_dim), cache.dtype)
+def _input_specs(cache: CacheSpec, share_buffer: bool) -> list[Any]:
+    slots, total = (BUFFER, TOTAL) if share_buffer else (PAST, f"{PAST} + {SEQUENCE}")
+    kv = ((BATCH, cache.kv_heads, slots, cache.head_dim), cache.dtype)
     return [
         ((BATCH, SEQUENCE), jnp.int32),
-        ((BATCH, f"{PAST} + {SEQUENCE}"), jnp.int32),
+        ((BATCH, total), jnp.int32),
         ((BATCH, SEQUENCE), jnp.int32),
         *[kv] * (2 * cache.num_layers),
     ]
 
 
-def _example_inputs(cache: CacheSpec) -> list[jax.ShapeDtypeStruct]:
-    """Concrete shapes (batch 1, 2 past, 1 new) to check the step's results before the export."""
+def _example_inputs(cache: CacheSpec, share_buffer: bool) -> list[jax.ShapeDtypeStruct]:
+    """Concrete shapes (batch 1, 2 past, 1 new; a shared buffer of 3 slots) to check the
+    step's results before the export."""
     batch, past, new = 1, min(2, cache.max_length - 1), 1
+    slots = past + new if share_buffer else past
     ids = jax.ShapeDtypeStruct((batch, new), jnp.int32)
-    kv = jax.ShapeDtypeStruct((batch, cache.kv_heads, past, cache.head_dim), cache.dtype)
+    kv = jax.ShapeDtypeStruct((batch, cache.kv_heads, slots, cache.head_dim), cache.dtype)
     mask = jax.ShapeDtypeStruct((batch, past + new), jnp.int32)
     return [ids, mask, ids, *[kv] * (2 * cache.num_layers)]
 

@@ -97,8 +97,11 @@ def generate_onnx(
     output_names = [o.name for o in session.get_outputs()]
     ids, mask, positions = padded_prompts(prompts, pad_token_id)
     batch = len(prompts)
+    # a shared buffer (its length a named dim, not the past's) holds the whole generation
+    shared = bool(past_inputs) and past_inputs[0].shape[2] == "max_length"
+    slots = ids.shape[1] + max_new_tokens if shared else 0
     feeds: dict[str, np.ndarray] = {
-        i.name: np.zeros((batch, i.shape[1], 0, i.shape[3]), _numpy_dtype(i.type))
+        i.name: np.zeros((batch, i.shape[1], slots, i.shape[3]), _numpy_dtype(i.type))
         for i in past_inputs
     }
     greedy = _Greedy(batch, eos_token_id, pad_token_id)

@@ -198,3 +198,44 @@ def test_growing_step_returning_only_the_new_keys_is_refused(tmp_path: Path) -> 
 
     with pytest.raises(SpecError, match=r"cache\[0\] key of shape \(1, 2, 1, 16\).*past \+ S"):
         export_decoder(step, tmp_path, cache=growing, num_heads=4, eos_token_id=1, pad_token_id=0)
+
+
+def test_shared_buffer_generates_jax_tokens(llama: tuple[Llama, Path], tmp_path: Path) -> None:
+    """share_buffer=True: past and present are one [B, kv_heads, max_length, head_dim] buffer
+    (onnxruntime-genai binds both to it), the mask [B, total_sequence_length]."""
+    model, _ = llama
+    result = export_decoder(
+        model,
+        tmp_path,
+        cache=LLAMA_CACHE,
+        num_heads=4,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        share_buffer=True,
+    )
+    assert result.config["search"]["past_present_share_buffer"] is True
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    shapes = {
+        v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in [*graph.input, *graph.output]
+    }
+    assert shapes["past_key_values.0.key"] == ["batch_size", 2, "max_length", 16]
+    assert shapes["present.0.key"] == ["batch_size", 2, "max_length", 16]
+    assert shapes["attention_mask"] == ["batch_size", "total_sequence_length"]
+    alone = [_generate("jax", model, tmp_path, [p])[0] for p in PROMPTS]
+    assert _generate("onnxruntime", model, tmp_path, PROMPTS) == alone
+    assert _generate("genai", model, tmp_path, PROMPTS[:1]) == alone[:1]
+
+
+def test_shared_buffer_needs_the_fixed_layout(tmp_path: Path) -> None:
+    growing = CacheSpec(num_layers=1, kv_heads=1, head_dim=8, max_length=16, layout="growing")
+    with pytest.raises(ValueError, match=r"share_buffer=True needs CacheSpec\(layout='fixed'\)"):
+        export_decoder(
+            lambda *a, **k: None,
+            tmp_path,
+            cache=growing,
+            num_heads=1,
+            eos_token_id=1,
+            pad_token_id=0,
+            share_buffer=True,
+        )
