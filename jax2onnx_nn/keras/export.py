@@ -40,6 +40,10 @@ class InputLeaf:
     dims: tuple[int | str, ...]
     dtype: str
 
+    def shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The shape with every symbolic dim at its size in ``sizes``."""
+        return tuple(sizes[d] if isinstance(d, str) else d for d in self.dims)
+
     def spec(self, rename: dict[str, str]) -> jax.ShapeDtypeStruct:
         dims = tuple(rename.get(d, d) if isinstance(d, str) else d for d in self.dims)
         return jax.ShapeDtypeStruct(dims, np.dtype(self.dtype))  # type: ignore[arg-type]
@@ -356,6 +360,19 @@ def _upper_bounds(constraints: Sequence[str]) -> dict[str, int]:
     return uppers
 
 
+def _concrete_sizes(
+    signature: Signature, constraints: Sequence[str], sizes: dict[str, int]
+) -> dict[str, int]:
+    """A size for every dim name of the signature (unified ones included): ``sizes``, else 2 for
+    the batch and 8 (or the least upper bound below it) for the others."""
+    uppers = _upper_bounds((*constraints, *signature.constraints()))
+    chosen = {
+        d: sizes.get(d, 2 if d == _BATCH else min(8, uppers.get(d, 8)))
+        for d in signature.dim_names()
+    }
+    return {d: chosen[signature.rename.get(d, d)] for d in (*signature.rename, *chosen)}
+
+
 def _fits(
     fn: Callable[..., Any],
     signature: Signature,
@@ -364,17 +381,11 @@ def _fits(
 ) -> bool:
     """Whether ``fn`` traces with every symbolic dim at a concrete size: ``sizes``, else 2 for
     the batch and 8 (or the least upper bound below it) for the others."""
-    uppers = _upper_bounds((*constraints, *signature.constraints()))
-    concrete = {
-        d: sizes.get(d, 2 if d == _BATCH else min(8, uppers.get(d, 8)))
-        for d in signature.dim_names()
-    }
+    concrete = _concrete_sizes(signature, constraints, sizes)
 
     def spec(leaf: InputLeaf) -> jax.ShapeDtypeStruct:
-        dims = tuple(
-            concrete[signature.rename.get(d, d)] if isinstance(d, str) else d for d in leaf.dims
-        )
-        return jax.ShapeDtypeStruct(dims, np.dtype(leaf.dtype))  # type: ignore[arg-type]
+        dtype = np.dtype(leaf.dtype)
+        return jax.ShapeDtypeStruct(leaf.shape(concrete), dtype)  # type: ignore[arg-type]
 
     try:
         jax.eval_shape(fn, *[_map_leaves(spec, arg) for arg in signature.args])
@@ -384,6 +395,19 @@ def _fits(
 
 
 # -- the export --------------------------------------------------------------------------------
+
+
+def _build(model: Any, signature: Signature, constraints: Sequence[str]) -> None:
+    """Create the weights of a model never built: Keras creates them on the first call, which
+    must not be the trace (they would be values of the trace)."""
+    concrete = _concrete_sizes(signature, constraints, {})
+    model(
+        *[
+            _map_leaves(lambda leaf: np.zeros(leaf.shape(concrete), leaf.dtype), arg)
+            for arg in signature.args
+        ],
+        training=False,
+    )
 
 
 def _inference(model: Any) -> Callable[..., Any]:
@@ -400,10 +424,20 @@ def output_names(model: Any) -> list[str] | None:
     if isinstance(struct, dict):
         names = list(jax.tree_util.tree_leaves({k: k for k in struct}))
     else:
-        names = list(getattr(model, "output_names", None) or [])
+        names = list(getattr(model, "output_names", None) or _producers(model))
     if not names or len(set(names)) != len(names):
         return None
     return names
+
+
+def _producers(model: Any) -> list[str]:
+    """The names of the layers that make a model's outputs (a Sequential model's last layer)."""
+    try:
+        outputs = model.outputs or []
+    except (AttributeError, ValueError):
+        return []
+    history = [getattr(t, "_keras_history", None) for t in outputs]
+    return [h.operation.name for h in history if h is not None]
 
 
 @checked_options(to_onnx)
@@ -452,6 +486,8 @@ def export_onnx(
     """
     signature = model_signature(model, input_signature)
     fn = _inference(model)
+    if not getattr(model, "built", True):
+        _build(model, signature, options.get("constraints") or ())
     signature = infer_dims(fn, signature, tuple(options.get("constraints") or ()))
     options = {
         "model_name": getattr(model, "name", None) or type(model).__name__,
