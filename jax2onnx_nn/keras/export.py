@@ -488,7 +488,36 @@ def export_onnx(
     fn = _inference(model)
     if not getattr(model, "built", True):
         _build(model, signature, options.get("constraints") or ())
-    signature = infer_dims(fn, signature, tuple(options.get("constraints") or ()))
+    given = tuple(options.get("constraints") or ())
+    try:
+        exported = _export(fn, model, signature, path, options)
+    except SpecError as err:
+        if not hasattr(err, "jax_error"):  # (not a shape JAX rejected while tracing)
+            raise
+        # JAX's shape checks rejected the dims as named: those the model needs equal are
+        # unified, the bounds it assumes added (one extra trace each); else the error stands
+        inferred = infer_dims(fn, signature, given)
+        if inferred == signature:
+            raise
+        exported, signature = _export(fn, model, inferred, path, options), inferred
+    if verify:
+        checks = dict(verify) if isinstance(verify, Mapping) else {}
+        constraints = (*given, *signature.constraints())
+        checks.setdefault("sizes", _verify_sizes(signature, constraints))
+        checks.setdefault("enable_double_precision", options.get("enable_double_precision"))
+        report = verify_export(fn, exported, signature.specs(), **checks)
+        report.raise_if_failed()
+    return exported
+
+
+def _export(
+    fn: Callable[..., Any],
+    model: Any,
+    signature: Signature,
+    path: str | os.PathLike[str] | None,
+    options: dict[str, Any],
+) -> Any:
+    """``to_onnx`` over the signature: names from the model unless the options give them."""
     options = {
         "model_name": getattr(model, "name", None) or type(model).__name__,
         "input_names": signature.input_names(),
@@ -498,14 +527,7 @@ def export_onnx(
     }
     if options["output_names"] is None:
         del options["output_names"]
-    exported = to_onnx(fn, signature.specs(), path=path, **options)
-    if verify:
-        checks = dict(verify) if isinstance(verify, Mapping) else {}
-        checks.setdefault("sizes", _verify_sizes(signature, options["constraints"]))
-        checks.setdefault("enable_double_precision", options.get("enable_double_precision"))
-        report = verify_export(fn, exported, signature.specs(), **checks)
-        report.raise_if_failed()
-    return exported
+    return to_onnx(fn, signature.specs(), path=path, **options)
 
 
 def _verify_sizes(signature: Signature, constraints: Sequence[str]) -> dict[str, list[int]]:
