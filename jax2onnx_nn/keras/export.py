@@ -11,6 +11,7 @@ symbolic and no signature given.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -147,8 +148,20 @@ def _model_inputs(model: Any) -> tuple[Any, ...]:
     shapes = getattr(model, "_build_shapes_dict", None)
     if shapes:
         dtype = getattr(model, "input_dtype", None) or "float32"
+        required, params = _call_arguments(model)
+        if len(shapes) < len(required):
+            raise SpecError(
+                f"{type(model).__name__} {model.name!r} recorded the input shape of "
+                f"{len(shapes)} of the {len(required)} arguments of its call() "
+                f"({', '.join(required)}): Keras records the first argument only; pass "
+                f"input_signature with one spec per argument, e.g. "
+                f"[keras.InputSpec(shape=(None, 8), dtype='float32'), ...]"
+            )
+        keys = [key.removesuffix("_shape") for key in shapes]  # (input_shape: Keras's word)
+        names = [params[i] if i < len(params) else key for i, key in enumerate(keys)]
         return tuple(
-            _shape_specs(value, dtype, key.removesuffix("_shape")) for key, value in shapes.items()
+            _shape_specs(value, dtype, name)
+            for name, value in zip(names, shapes.values(), strict=True)
         )
     raise SpecError(
         f"{type(model).__name__} {getattr(model, 'name', '')!r} has no known inputs (a subclassed "
@@ -157,6 +170,18 @@ def _model_inputs(model: Any) -> tuple[Any, ...]:
         "input_signature=[keras.InputSpec(shape=(None, 8), dtype='float32')] with one spec per "
         "argument of its call()"
     )
+
+
+def _call_arguments(model: Any) -> tuple[list[str], list[str]]:
+    """The names of ``model.call``'s positional arguments without a default, and of all of
+    them (``training`` and ``mask`` left out: Keras passes them itself)."""
+    try:
+        parameters = inspect.signature(model.call).parameters.values()
+    except (TypeError, ValueError):
+        return [], []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in parameters if p.kind in kinds and p.name not in ("training", "mask")]
+    return [p.name for p in positional if p.default is p.empty], [p.name for p in positional]
 
 
 def _built_inputs(model: Any) -> bool:

@@ -130,10 +130,9 @@ def test_subclassed_model_after_its_first_call(batch):
     model = Net()
     model(np.ones((2, 5), "float32"))
     onnx_model = export_onnx(model)
-    (name,) = graph_dims(onnx_model)
-    assert graph_dims(onnx_model)[name] == ["batch", 5]
+    assert graph_dims(onnx_model) == {"x": ["batch", 5]}  # named after call's argument
     feeds = random_feeds(onnx_model, {"batch": batch})
-    assert_matches_keras(model, onnx_model, feeds, lambda f: model(f[name], training=False))
+    assert_matches_keras(model, onnx_model, feeds, lambda f: model(f["x"], training=False))
 
 
 def test_model_without_known_inputs_says_how_to_pass_a_signature():
@@ -244,3 +243,39 @@ def test_to_onnx_takes_a_keras_model_directly(batch):
     feeds = random_feeds(onnx_model, {"B": batch})
     (name,) = feeds
     assert_matches_keras(model, onnx_model, feeds, lambda f: model(f[name], training=False))
+
+
+class TwoInputs(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = layers.Dense(4)
+
+    def call(self, a, b):
+        return self.dense(a) * b
+
+
+def test_subclassed_model_with_two_arguments_names_its_inputs_after_them():
+    keras.utils.set_random_seed(0)
+    model = TwoInputs()
+    model(np.ones((2, 3), "float32"), np.ones((2, 4), "float32"))
+    # Keras records the shape of the first argument only
+    with pytest.raises(SpecError, match=r"1 of the 2 arguments of its call\(\) \(a, b\)"):
+        export_onnx(model)
+    onnx_model = export_onnx(
+        model,
+        input_signature=[
+            keras.InputSpec(shape=(None, 3), name="a"),
+            keras.InputSpec(shape=(None, 4), name="b"),
+        ],
+    )
+    assert graph_dims(onnx_model) == {"a": ["batch", 3], "b": ["batch", 4]}
+    for batch in (1, 3):
+        feeds = random_feeds(onnx_model, {"batch": batch}, seed=batch)
+        assert_matches_keras(model, onnx_model, feeds, lambda f: model(f["a"], f["b"]))
+
+
+def test_target_and_runtime_options_pass_through():
+    pytest.importorskip("openvino")
+    model = sequential()
+    onnx_model = export_onnx(model, target="openvino", verify={"runtime": "openvino"})
+    assert {p.key: p.value for p in onnx_model.metadata_props}["jax2onnx_nn.target"] == "openvino"
