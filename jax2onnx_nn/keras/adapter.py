@@ -48,12 +48,23 @@ def variable_names(layers: list[Any]) -> dict[int, str]:
     return names
 
 
+def in_mode(layer: Any, training: bool) -> Any:
+    """``layer`` called with ``training=`` (as Keras's own export calls a model: a model given
+    to ``to_onnx`` itself runs in inference mode even where its ``call`` defaults to training)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return layer(*args, training=training, **kwargs)
+
+    return call
+
+
 @contextlib.contextmanager
 def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepared]:
-    del options  # Keras layers take training= themselves; nothing is patched
+    # nothing is patched; a layer reached inside a function takes the training= it is given
+    fn = in_mode(prepared.fn, options.training) if _is_layer(prepared.fn) else prepared.fn
     _, roots = reach.retarget(prepared.fn, _holds, lambda value: value)
     layers = list({id(layer): layer for root in roots.values() for layer in _layers(root)}.values())
     if not layers:
-        yield prepared
+        yield Prepared(fn, prepared.const_names)
         return
-    yield Prepared(prepared.fn, {**variable_names(layers), **prepared.const_names})
+    yield Prepared(fn, {**variable_names(layers), **prepared.const_names})

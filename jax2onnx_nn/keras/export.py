@@ -28,6 +28,7 @@ from jax2onnx_nn.core.config import checked_options
 from jax2onnx_nn.core.errors import SpecError
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.verify import verify as verify_export
+from jax2onnx_nn.keras.adapter import in_mode
 
 _BATCH = "batch"
 _ROUNDS = 16  # dims unified or bounded before the remaining error is the user's to settle
@@ -435,13 +436,6 @@ def _build(model: Any, signature: Signature, constraints: Sequence[str]) -> None
     )
 
 
-def _inference(model: Any) -> Callable[..., Any]:
-    def call(*args: Any) -> Any:
-        return model(*args, training=False)
-
-    return call
-
-
 def output_names(model: Any) -> list[str] | None:
     """The names of the model's outputs in the order JAX flattens them: a dict's keys, else the
     names Keras gives them (``model.output_names``); None where they are not known."""
@@ -510,7 +504,7 @@ def export_onnx(
         path = export_onnx(backbone, "bert.onnx", verify=True)
     """
     signature = model_signature(model, input_signature)
-    fn = _inference(model)
+    fn = in_mode(model, bool(options.get("training", False)))
     if not getattr(model, "built", True):
         _build(model, signature, options.get("constraints") or ())
     given = tuple(options.get("constraints") or ())

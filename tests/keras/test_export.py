@@ -279,3 +279,32 @@ def test_target_and_runtime_options_pass_through():
     model = sequential()
     onnx_model = export_onnx(model, target="openvino", verify={"runtime": "openvino"})
     assert {p.key: p.value for p in onnx_model.metadata_props}["jax2onnx_nn.target"] == "openvino"
+
+
+class TrainsByDefault(keras.Model):
+    """A call whose training flag defaults to True: Dropout is active unless told otherwise."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = layers.Dense(4)
+        self.drop = layers.Dropout(0.5)
+
+    def call(self, x, training=True):
+        return self.drop(self.dense(x), training=training)
+
+
+@pytest.mark.parametrize("export", ["export_onnx", "to_onnx"])
+def test_a_model_is_exported_in_inference_mode(export):
+    keras.utils.set_random_seed(0)
+    model = TrainsByDefault()
+    model(np.ones((2, 3), "float32"), training=False)
+    if export == "export_onnx":
+        onnx_model = export_onnx(model)
+    else:  # the model itself given to to_onnx runs as Keras's export runs it: training=False
+        onnx_model = to_onnx(model, [jax.ShapeDtypeStruct(("batch", 3), "float32")])
+    assert not {"RandomUniform", "RandomUniformLike", "Bernoulli"} & {
+        n.op_type for n in onnx_model.graph.node
+    }
+    (name,) = graph_dims(onnx_model)
+    feeds = random_feeds(onnx_model, {"batch": 3})
+    assert_matches_keras(model, onnx_model, feeds, lambda f: model(f[name], training=False))
