@@ -164,3 +164,41 @@ def test_resnet_batch_height_and_width_symbolic():
     assert dims(image)[0] == "batch" and all(isinstance(d, str) for d in dims(image)[1:3])
     assert len(onnx_model.graph.node) <= NODES["resnet"]
     image_run(backbone, onnx_model, [(1, 32, 32, 3), (3, 40, 24, 3)])
+
+
+def test_encoder_decoder_lengths_stay_two_dims():
+    """BART's encoder and decoder inputs: each side's tokens and mask share a length, the two
+    lengths stay independent (nothing in the model makes them equal)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.BartBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        max_sequence_length=TABLE,
+    )
+    onnx_model = export_onnx(backbone)
+    inputs = {i.name: dims(i) for i in onnx_model.graph.input}
+    assert inputs == {
+        "decoder_padding_mask": ["batch", "decoder_token_ids_1"],
+        "decoder_token_ids": ["batch", "decoder_token_ids_1"],
+        "encoder_padding_mask": ["batch", "encoder_token_ids_1"],
+        "encoder_token_ids": ["batch", "encoder_token_ids_1"],
+    }
+    for seed, (batch, encoder, decoder) in enumerate([(1, 5, 3), (3, 12, 7)]):
+        rng = np.random.default_rng(seed)
+        lengths = {"encoder": encoder, "decoder": decoder}
+        feeds = {}
+        for side, length in lengths.items():
+            feeds.update(
+                {
+                    f"{side}_{key}": value
+                    for key, value in text_feeds(
+                        ["token_ids", "padding_mask"], batch, length, int(rng.integers(99))
+                    ).items()
+                }
+            )
+        matches_keras(backbone, onnx_model, feeds)
