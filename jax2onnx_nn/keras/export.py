@@ -31,6 +31,7 @@ from jax2onnx_nn.core.verify import verify as verify_export
 from jax2onnx_nn.keras.adapter import in_mode
 
 _BATCH = "batch"
+_MADE_UP = re.compile(r"keras_tensor(_\d+)?")
 _ROUNDS = 16  # dims unified or bounded before the remaining error is the user's to settle
 
 
@@ -215,6 +216,7 @@ def _named_leaves(args: tuple[Any, ...], model: Any) -> tuple[Any, ...]:
     position; ``None`` dims named ``batch`` (axis 0) or ``<input>_<axis>``."""
     used: set[str] = set()
     flat_index = 0
+    several = len(jax.tree_util.tree_leaves(args, is_leaf=_is_spec)) > 1
 
     def leaf(path: Any, spec: Any) -> InputLeaf:
         nonlocal flat_index
@@ -226,7 +228,7 @@ def _named_leaves(args: tuple[Any, ...], model: Any) -> tuple[Any, ...]:
         shape, dtype = getattr(spec, "shape", None), getattr(spec, "dtype", None)
         if shape is None:
             raise SpecError(f"input_signature{jax.tree_util.keystr(path)} {spec!r} has no shape")
-        name = _input_name(spec, path, flat_index, used)
+        name = _input_name(spec, path, flat_index if several else None, used)
         flat_index += 1
         dims = tuple(
             (_BATCH if axis == 0 else _dim_name(name, axis)) if d is None else d
@@ -253,12 +255,16 @@ def _named_leaves(args: tuple[Any, ...], model: Any) -> tuple[Any, ...]:
     return tuple(walk((jax.tree_util.SequenceKey(i),), arg) for i, arg in enumerate(args))
 
 
-def _input_name(spec: Any, path: Any, index: int, used: set[str]) -> str:
+def _input_name(spec: Any, path: Any, index: int | None, used: set[str]) -> str:
+    """A dict key, else the spec's own name, else ``input`` (``input_<index>`` among several):
+    the name Keras makes up for an unnamed ``keras.Input`` (``keras_tensor_156``) says nothing."""
     key = next((str(k.key) for k in reversed(path) if isinstance(k, jax.tree_util.DictKey)), None)
     name = getattr(spec, "name", None) if not isinstance(spec, jax.ShapeDtypeStruct) else None
-    name = key or name or f"input_{index}"
+    if name is not None and _MADE_UP.fullmatch(name):
+        name = None
+    name = key or name or ("input" if index is None else f"input_{index}")
     while name in used:
-        name = f"{name}_{index}"
+        name = f"{name}_{len(used)}"
     used.add(name)
     return name
 

@@ -167,7 +167,7 @@ def test_a_bound_the_model_assumes_becomes_a_constraint():
     signature = infer_dims(
         lambda x: model(x), model_signature(model, [keras.InputSpec(shape=(None, None, 4))])
     )
-    assert signature.constraints() == ("input_0_1 <= 16",)
+    assert signature.constraints() == ("input_1 <= 16",)
     onnx_model = export_onnx(
         model, input_signature=[keras.InputSpec(shape=(None, None, 4), name="x")]
     )
@@ -308,3 +308,21 @@ def test_a_model_is_exported_in_inference_mode(export):
     (name,) = graph_dims(onnx_model)
     feeds = random_feeds(onnx_model, {"batch": 3})
     assert_matches_keras(model, onnx_model, feeds, lambda f: model(f[name], training=False))
+
+
+def test_unnamed_inputs_are_input_not_the_name_keras_makes_up():
+    keras.utils.set_random_seed(0)
+    x, y = keras.Input((None, 3)), keras.Input((2,))  # keras_tensor_N, keras_tensor_M
+    model = keras.Model([x, y], layers.GlobalMaxPooling1D()(x) * layers.Dense(3)(y))
+    onnx_model = export_onnx(model)
+    assert graph_dims(onnx_model) == {
+        "input_0": ["batch", "input_0_1", 3],
+        "input_1": ["batch", 2],
+    }
+    for batch, length in [(1, 1), (3, 6)]:
+        feeds = random_feeds(onnx_model, {"batch": batch, "input_0_1": length})
+        assert_matches_keras(
+            model, onnx_model, feeds, lambda f: model([f["input_0"], f["input_1"]], training=False)
+        )
+    single = keras.Sequential([keras.Input((None, 3)), layers.GlobalMaxPooling1D()])
+    assert graph_dims(export_onnx(single)) == {"input": ["batch", "input_1", 3]}
