@@ -8,6 +8,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from keras import layers, ops
 
 from jax2onnx_nn import SpecError, to_onnx
@@ -326,3 +328,24 @@ def test_unnamed_inputs_are_input_not_the_name_keras_makes_up():
         )
     single = keras.Sequential([keras.Input((None, 3)), layers.GlobalMaxPooling1D()])
     assert graph_dims(export_onnx(single)) == {"input": ["batch", "input_1", 3]}
+
+
+@given(groups=st.lists(st.integers(0, 3), min_size=2, max_size=5))
+def test_infer_dims_unifies_exactly_the_lengths_the_function_adds(groups):
+    """Input i belongs to group groups[i]; the function adds the inputs of each group, so the
+    lengths within a group are one dim and lengths of different groups stay apart."""
+    import jax.numpy as jnp
+
+    def fn(*xs):
+        sums = {}
+        for g, x in zip(groups, xs, strict=True):
+            sums[g] = sums[g] + x if g in sums else x
+        return [jnp.sum(s, axis=1) for s in sums.values()]
+
+    specs = [keras.InputSpec(shape=(None, None), name=f"x{i}") for i in range(len(groups))]
+    signature = infer_dims(fn, model_signature(None, specs))
+    length = {f"x{i}": signature.rename.get(f"x{i}_1", f"x{i}_1") for i in range(len(groups))}
+    for i, g in enumerate(groups):
+        for j, h in enumerate(groups):
+            assert (length[f"x{i}"] == length[f"x{j}"]) == (g == h)
+    assert signature.constraints() == ()
