@@ -349,3 +349,18 @@ def test_infer_dims_unifies_exactly_the_lengths_the_function_adds(groups):
         for j, h in enumerate(groups):
             assert (length[f"x{i}"] == length[f"x{j}"]) == (g == h)
     assert signature.constraints() == ()
+
+
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize`")
+def test_int8_quantized_model():
+    model = sequential()
+    model.quantize("int8")
+    onnx_model = export_onnx(model)
+    assert {"dense.kernel_scale", "logits.kernel_scale"} <= {
+        i.name for i in onnx_model.graph.initializer
+    }
+    for batch in (1, 3):
+        feeds = random_feeds(onnx_model, {"batch": batch})
+        assert_matches_keras(
+            model, onnx_model, feeds, lambda f: model(f["features"], training=False)
+        )
