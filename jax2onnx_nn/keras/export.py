@@ -32,7 +32,7 @@ from jax2onnx_nn.keras.adapter import in_mode
 
 _BATCH = "batch"
 _MADE_UP = re.compile(r"keras_tensor(_\d+)?")
-_ROUNDS = 16  # dims unified or bounded before the remaining error is the user's to settle
+_BOUNDS_PER_DIM = 4  # bounds of one dim assumed before the remaining error is the user's
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,8 @@ def infer_dims(
     model assumes). A bound that only picks a branch is dropped, so the export's error names
     its dims and the ``constraints=`` that decide it. The user's ``constraints`` hold throughout.
     """
-    for _ in range(_ROUNDS):
+    # each round unifies two dims or adds a new bound, so this many rounds end it
+    for _ in range(len(signature.dim_names()) * (1 + _BOUNDS_PER_DIM)):
         try:
             _eval_shape(fn, signature, constraints)
             break
@@ -311,7 +312,7 @@ def infer_dims(
             keep, drop = pair
             rename = {k: (keep if v == drop else v) for k, v in signature.rename.items()}
             signature = replace(signature, rename={**rename, drop: keep})
-        elif bound is not None:
+        elif bound is not None and bound not in signature.bounds:
             signature = replace(signature, bounds=(*signature.bounds, bound))
         else:
             break
