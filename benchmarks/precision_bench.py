@@ -3,8 +3,9 @@
     python -m benchmarks.precision_bench                 # cnn, vit, gpt_4l, keras_mobilenet
     python -m benchmarks.precision_bench --models cnn vit --batch 4
 
-Each model of ``benchmarks/models.py`` is made bfloat16 (its float weights and inputs cast;
-Flax layers with ``dtype=None`` then compute in bfloat16); the Keras application is built
+Each model of ``benchmarks/models.py`` is made bfloat16 (its float weights and inputs cast, and
+a layer's fixed ``dtype`` float32 made bfloat16, as ``param_dtype=bfloat16`` would have set
+it: ``nnx.Embed`` keeps the dtype of the weights it was built with); the Keras application is built
 under ``keras.mixed_precision.set_dtype_policy("mixed_bfloat16")``. Its float32 twin holds
 the same (bfloat16-rounded) weights in float32: the float answer. Columns:
 
@@ -67,8 +68,12 @@ def _flax_pair(factory: Callable[[], Any]) -> tuple[Any, Any, list[Any], dict[st
         lambda a: a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a, low_state
     )
     graphdef = nnx.graphdef(model)
+    low = nnx.merge(graphdef, low_state)
+    for _, module in nnx.iter_graph(low):
+        if isinstance(module, nnx.Module) and getattr(module, "dtype", None) == jnp.float32:
+            module.dtype = jnp.bfloat16
     return (
-        nnx.merge(graphdef, low_state),
+        low,
         nnx.merge(graphdef, twin_state),
         [_low_spec(s) for s in specs],
         options,
