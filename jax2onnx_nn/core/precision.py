@@ -175,13 +175,20 @@ def _converted(policy: str) -> dict[ir.DataType, ir.DataType]:
     return {}
 
 
-def apply_precision(model: ir.Model, policy: str, io_dtype: str | None) -> None:
+def apply_precision(
+    model: ir.Model,
+    policy: str,
+    io_dtype: str | None,
+    float32_io: frozenset[ir.DataType] = frozenset(),
+) -> None:
     """Rewrite a lowered model to ``policy``: ``"float32"`` computes every bfloat16 / float16
     value in float32 (weights upcast once, exactly); ``"float16"`` computes bfloat16 and float32
     values in float16, except the :data:`ACCUMULATING` ops, which compute in float32.
     ``io_dtype`` is the graph's boundary: ``"model"`` keeps the dtypes the traced program takes
     and gives (a Cast at the boundary), ``"float32"`` makes every low-precision or converted
     float input and output float32; None: float32 under ``"float32"``, else the model's.
+    ``float32_io``: the types whose inputs and outputs are float32 whatever ``io_dtype`` says
+    (those the target cannot feed or read, :func:`float32_boundary`).
 
     A float16 weight that overflows (a finite value beyond 65504) is clipped to 65504, with a
     warning naming it. Runs before the clean-up, which drops the Casts this leaves identical.
@@ -199,20 +206,53 @@ def apply_precision(model: ir.Model, policy: str, io_dtype: str | None) -> None:
             for g in graphs(model):
                 _accumulate_in_float32(g)
     for value, was in zip(list(graph.inputs), boundary_in, strict=True):
-        want = _boundary_dtype(was, io)
+        want = _boundary_dtype(was, io, float32_io)
         if want is not None and value.dtype != want:
             _cast_input(graph, value, want)
     for i, was in enumerate(boundary_out):
-        want = _boundary_dtype(was, io)
+        want = _boundary_dtype(was, io, float32_io)
         if want is not None and graph.outputs[i].dtype != want:
             _cast_output(graph, i, want)
     model.metadata_props["jax2onnx_nn.precision"] = policy
 
 
-def _boundary_dtype(was: ir.DataType | None, io: str) -> ir.DataType | None:
+def _boundary_dtype(
+    was: ir.DataType | None, io: str, float32_io: frozenset[ir.DataType]
+) -> ir.DataType | None:
     if was is None or was not in (_F32_T, _F16_T, _BF16_T):
         return None
-    return _F32_T if io == "float32" else was
+    return _F32_T if io == "float32" or was in float32_io else was
+
+
+def float32_boundary(
+    model: ir.Model, lacks_io_dtypes: Mapping[str, str], target: str, io_dtype: str | None
+) -> frozenset[ir.DataType]:
+    """The types of the graph's inputs and outputs that the target cannot feed or read (its
+    profile's ``lacks_io_dtypes``: onnxruntime-web has no JavaScript array for bfloat16): they
+    become float32 at the boundary, one Cast each, the graph inside unchanged.
+
+    Raises:
+        ConversionError: ``io_dtype="model"`` asks to keep such an input or output; it names
+            them and the fix. Nothing is written.
+    """
+    if not lacks_io_dtypes:
+        return frozenset()
+    graph = model.graph
+    found: dict[str, list[str]] = {}
+    for value in [*graph.inputs, *graph.outputs]:
+        name = value.dtype.name.lower() if value.dtype is not None else None
+        if name in lacks_io_dtypes:
+            found.setdefault(name, []).append(value.name or "?")
+    if found and io_dtype == "model":
+        lines = [
+            f"target {target} cannot feed or read {', '.join(sorted(found))} inputs and "
+            "outputs, and io_dtype='model' keeps them; nothing was exported:"
+        ]
+        for dtype, names in sorted(found.items()):
+            lines.append(f"  {dtype}: {', '.join(names)} ({lacks_io_dtypes[dtype]})")
+        lines.append("  Leave io_dtype unset (they become float32) or pass io_dtype='float32'.")
+        raise ConversionError("\n".join(lines))
+    return frozenset(ir.DataType[name.upper()] for name in found)
 
 
 def _accumulating_weights(model: ir.Model) -> set[int]:
@@ -382,6 +422,7 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
 __all__ = [
     "ACCUMULATING",
     "check_target_dtypes",
+    "float32_boundary",
     "IO_DTYPES",
     "LOW_FLOATS",
     "POLICIES",

@@ -321,7 +321,9 @@ def _web(model: LoadedModel) -> Session:
             value = _contiguous(value)
             if value.dtype.name not in _WEB_DTYPES:
                 raise TypeError(
-                    f"onnxruntime-web has no tensor type for {value.dtype} (input {name})"
+                    f"onnxruntime-web has no tensor type for {value.dtype} (input {name}): "
+                    "export with target='onnxruntime-web' or io_dtype='float32' to take "
+                    "float32 there (one Cast in the graph)"
                 )
             file = out_dir / f"in_{i}.bin"
             value.tofile(file)

@@ -237,3 +237,35 @@ def test_bfloat16_mlp_on_other_runtimes(runtime):
     )
     report = verify(model, onnx_model, spec, sizes={"B": [8]}, runtime=runtime)
     assert report.ok, str(report)
+
+
+def test_onnxruntime_web_takes_bfloat16_models_through_a_float32_boundary():
+    from jax2onnx_nn import ConversionError
+    from jax2onnx_nn.core.runtimes import missing_reason
+
+    model = _mlp(jnp.bfloat16, jnp.bfloat16)
+    spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
+    # its JavaScript API has no bfloat16 array: the profile makes the boundary float32
+    onnx_model = to_onnx(model, spec, target="onnxruntime-web")
+    graph = onnx_model.graph
+    assert [v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]] == [1, 1]
+    assert _nodes(onnx_model) - Counter(Cast=99) == Counter(Gemm=2, BatchNormalization=1, Gelu=1)
+    # float16 has a JavaScript array (Uint16Array): kept
+    f16 = to_onnx(
+        _mlp(jnp.float16, jnp.float16),
+        [jax.ShapeDtypeStruct(("B", 16), jnp.float16)],
+        target="onnxruntime-web",
+    )
+    assert f16.graph.input[0].type.tensor_type.elem_type == 10
+    with pytest.raises(
+        ConversionError,
+        match=r"target onnxruntime-web cannot feed or read bfloat16 inputs and outputs(.|\n)*"
+        r"bfloat16: x, (.|\n)*io_dtype='float32'",
+    ):
+        to_onnx(model, spec, target="onnxruntime-web", io_dtype="model")
+    if missing_reason("onnxruntime-web"):
+        pytest.skip(missing_reason("onnxruntime-web"))
+    report = verify(model, onnx_model, spec, sizes={"B": [8]}, runtime="onnxruntime-web")
+    assert report.ok, str(report)
+    with pytest.raises(TypeError, match="no tensor type for bfloat16 .*target='onnxruntime-web'"):
+        verify(model, to_onnx(model, spec), spec, sizes={"B": [8]}, runtime="onnxruntime-web")

@@ -32,7 +32,7 @@ from jax2onnx_nn.core.passes.shape_inference import fill_missing_types
 from jax2onnx_nn.core.passes.simplify_plumbing import simplify_plumbing
 from jax2onnx_nn.core.passes.unpoisoned import warn_unpoisoned
 from jax2onnx_nn.core.passes.vector_times_untransposed import vector_times_untransposed
-from jax2onnx_nn.core.precision import apply_precision
+from jax2onnx_nn.core.precision import apply_precision, float32_boundary
 from jax2onnx_nn.core.targets import apply_rewrites
 
 if TYPE_CHECKING:
@@ -124,8 +124,10 @@ def _inline(e: Export) -> None:
 
 
 def _precision(e: Export) -> None:
-    if e.config.precision != "as-traced" or e.config.io_dtype is not None:
-        apply_precision(e.model, e.config.precision, e.config.io_dtype)
+    target = e.config.target
+    float32_io = float32_boundary(e.model, target.lacks_io_dtypes, target.name, e.config.io_dtype)
+    if e.config.precision != "as-traced" or e.config.io_dtype is not None or float32_io:
+        apply_precision(e.model, e.config.precision, e.config.io_dtype, float32_io)
 
 
 def _cleanup(e: Export) -> None:

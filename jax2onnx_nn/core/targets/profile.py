@@ -52,6 +52,10 @@ class Target:
             writing, naming the op, the source line and the advice).
         lacks_dtypes: ``{element type: what to do instead}`` for tensor types it cannot hold
             (tract has no bfloat16): the export fails before writing, naming the fix.
+        lacks_io_dtypes: ``{element type: why}`` for types its API cannot feed or read although
+            its kernels hold them (onnxruntime-web has no JavaScript array for bfloat16): such
+            graph inputs and outputs are float32, one Cast each (``io_dtype="model"`` fails
+            before writing, naming them).
         float64: it computes float64 in float64. OpenVINO's CPU plugin computes it in float32
             (float64 models then match JAX to float32 precision only); nothing in the graph
             can change that.
@@ -70,6 +74,7 @@ class Target:
     lacks: Mapping[str, str] = field(default_factory=dict)
     float64: bool = True
     lacks_dtypes: Mapping[str, str] = field(default_factory=dict)
+    lacks_io_dtypes: Mapping[str, str] = field(default_factory=dict)
 
     def runs(self, op: str) -> bool:
         """Whether this runtime runs ONNX op ``op`` (of the default domain)."""
