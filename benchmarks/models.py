@@ -214,3 +214,23 @@ def big_mlp(params_m: int) -> tuple[Any, list[Any], dict[str, Any]]:
             return x
 
     return BigMLP(rngs=nnx.Rngs(0)), [("B", width)], {}
+
+
+def in_dtype(model: Any, specs: list[Any], dtype: Any) -> tuple[Any, list[Any]]:
+    """A Flax NNX ``model`` and its input ``specs`` in ``dtype`` (bfloat16, float16): its float
+    weights and float inputs cast, and each layer's float32 ``dtype`` made ``dtype``, as building
+    it with ``dtype=param_dtype=dtype`` would have (``nnx.Embed`` fixes its ``dtype`` to its
+    weights' at construction, so casting the weights alone leaves it computing float32)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    state = jax.tree.map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+        nnx.state(model),
+    )
+    low = nnx.merge(nnx.graphdef(model), state)
+    for _, module in nnx.iter_graph(low):
+        if isinstance(module, nnx.Module) and getattr(module, "dtype", None) == jnp.float32:
+            module.dtype = dtype
+    name = jnp.dtype(dtype).name
+    return low, [spec if isinstance(spec[0], tuple) else (tuple(spec), name) for spec in specs]

@@ -3,11 +3,10 @@
     python -m benchmarks.precision_bench                 # cnn, vit, gpt_4l, keras_mobilenet
     python -m benchmarks.precision_bench --models cnn vit --batch 4
 
-Each model of ``benchmarks/models.py`` is made bfloat16 (its float weights and inputs cast, and
-a layer's fixed ``dtype`` float32 made bfloat16, as ``param_dtype=bfloat16`` would have set
-it: ``nnx.Embed`` keeps the dtype of the weights it was built with); the Keras application is built
-under ``keras.mixed_precision.set_dtype_policy("mixed_bfloat16")``. Its float32 twin holds
-the same (bfloat16-rounded) weights in float32: the float answer. Columns:
+Each model of ``benchmarks/models.py`` is made bfloat16 (``models.in_dtype``: its float
+weights and inputs cast, and a layer's fixed float32 ``dtype`` made bfloat16); the Keras
+application is built under ``keras.mixed_precision.set_dtype_policy("mixed_bfloat16")``. Its
+float32 twin holds the same (bfloat16-rounded) weights in float32: the float answer. Columns:
 
 - ``nodes``: nodes of the main graph and of function bodies; ``cast``: how many are Casts;
 - ``file_kb``: the serialized model; ``ort_ms``: onnxruntime CPU median latency at ``--batch``
@@ -48,36 +47,17 @@ def _concrete(spec: Any, batch: int, dtype: Any, rng: np.random.Generator) -> np
     return rng.standard_normal(sizes).astype(np.float32).astype(dtype)
 
 
-def _low_spec(spec: Any) -> Any:
-    if isinstance(spec[0], tuple):
-        return spec
-    return (tuple(spec), "bfloat16")
-
-
 def _flax_pair(factory: Callable[[], Any]) -> tuple[Any, Any, list[Any], dict[str, Any]]:
     """(bfloat16 model, float32 twin, bfloat16 specs, options) of a Flax NNX factory."""
     from flax import nnx
 
     model, specs, options = factory()
     options = {k: v for k, v in options.items() if k != "auto_functions"}
-    low_state = jax.tree.map(
-        lambda a: a.astype(jnp.bfloat16) if jnp.issubdtype(a.dtype, jnp.floating) else a,
-        nnx.state(model),
-    )
+    low, low_specs = models.in_dtype(model, specs, jnp.bfloat16)
     twin_state = jax.tree.map(
-        lambda a: a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a, low_state
+        lambda a: a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a, nnx.state(low)
     )
-    graphdef = nnx.graphdef(model)
-    low = nnx.merge(graphdef, low_state)
-    for _, module in nnx.iter_graph(low):
-        if isinstance(module, nnx.Module) and getattr(module, "dtype", None) == jnp.float32:
-            module.dtype = jnp.bfloat16
-    return (
-        low,
-        nnx.merge(graphdef, twin_state),
-        [_low_spec(s) for s in specs],
-        options,
-    )
+    return low, nnx.merge(nnx.graphdef(model), twin_state), low_specs, options
 
 
 def _keras_mobilenet() -> tuple[Any, Any, list[Any], dict[str, Any]]:
