@@ -329,7 +329,22 @@ EXAMPLES = {
         spectral_poisson,
     )
 }
-MODELS = BENCHMARKS + tuple(EXAMPLES)
+# bfloat16 / float16 variants (docs/precision.md): a benchmark NNX model in the dtype
+# (``models.in_dtype``), exported as traced or under a precision policy (float16 with
+# ``io_dtype="float32"``); a passing cell names the
+# float types its arithmetic nodes compute in on that target (float32 alone: the target has no
+# kernels for the dtype and each layer is widened; the dtype itself: its own kernels)
+LOW_PRECISION = {
+    f"{model}_{short}{'' if policy == 'as-traced' else '_as_' + policy}": (model, dtype, policy)
+    for model in ("flax_mlp", "gpt2_small")
+    for short, dtype, policy in (
+        ("bf16", "bfloat16", "as-traced"),
+        ("bf16", "bfloat16", "float32"),
+        ("bf16", "bfloat16", "float16"),
+        ("fp16", "float16", "as-traced"),
+    )
+}
+MODELS = BENCHMARKS + tuple(EXAMPLES) + tuple(LOW_PRECISION)
 # the example file of a model whose name is not the file's (the benchmark models that are an
 # example's model are exported as the example exports it)
 EXAMPLE_OF = {
@@ -345,8 +360,56 @@ EXAMPLE_OF = {
 }
 
 
+def _low_precision(name: str) -> Case:
+    import benchmarks.models as models
+    from jax2onnx_nn import to_onnx
+
+    model_name, dtype, policy = LOW_PRECISION[name]
+    fn, specs, options = getattr(models, model_name)()
+    low, low_specs = models.in_dtype(fn, specs, dtype)
+    # float16 as deployed to a GPU / WebGPU: float32 at the boundary (docs/precision.md)
+    io = {"io_dtype": "float32"} if policy == "float16" else {}
+    return Case(
+        "benchmarks/models.py",
+        low,
+        lambda target, **more: to_onnx(
+            low, low_specs, target=target, precision=policy, **{**options, **io, **more}
+        ),
+        low_specs,
+        # XLA:CPU compiles no float16 dot accumulating in float32 ("The precision
+        # 'F16_F16_F32' is not supported by dot_general on CPU"); run op by op it does
+        jit=dtype != "float16",
+    )
+
+
 def case(model_name: str) -> Case:
+    if model_name in LOW_PRECISION:
+        return _low_precision(model_name)
     return EXAMPLES[model_name]() if model_name in EXAMPLES else _benchmark(model_name)
+
+
+# nodes that move or retype values, not arithmetic (what a low-precision cell reports ignores them)
+_PLUMBING = frozenset(
+    "Cast Reshape Transpose Squeeze Unsqueeze Concat Split Slice Gather Identity Expand Shape "
+    "Flatten Constant ConstantOfShape".split()
+)
+
+
+def computes_in(model: Any) -> str:
+    """The float types the arithmetic nodes of ``model`` (main graph and functions) produce."""
+    import onnx_ir as ir
+
+    from jax2onnx_nn.core.ir.walk import graphs
+
+    found = {
+        out.dtype.numpy().name
+        for g in graphs(ir.from_proto(model))
+        for node in g
+        if node.op_type not in _PLUMBING and node.domain in ("", "ai.onnx")  # (not a call)
+        for out in node.outputs
+        if out.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    }
+    return ", ".join(sorted(found, key=["bfloat16", "float16", "float32"].index))
 
 
 def _gist(message: str) -> str:
@@ -386,7 +449,9 @@ def check_pair(model_name: str, runtime: str) -> str:
     except Exception as err:
         return f"fails{used}: {type(err).__name__}: {_gist(str(err))}"
     if all(report.ok for report in reports):
-        return f"ok{used}"
+        return (
+            f"ok{used}" if model_name not in LOW_PRECISION else f"ok; computes {computes_in(model)}"
+        )
     float64 = any(
         o.dtype == "float64" for report in reports for r in report.runs for o in r.outputs
     )
@@ -447,6 +512,8 @@ def render() -> str:
                 cells.append("yes")
             elif result.startswith("ok with "):
                 cells.append(f"yes, `{result.removeprefix('ok with ')}`")
+            elif result.startswith("ok; "):
+                cells.append(f"yes, {result.removeprefix('ok; ')}")
             else:
                 notes.append(f"{len(notes) + 1}. `{model}` on {runtime}: {result}")
                 cells.append(f"no ({len(notes)})")

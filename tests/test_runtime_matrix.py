@@ -38,8 +38,9 @@ def _pairs(models: tuple[str, ...]) -> list:
 
 
 # by default a few models that are quick and go through the profiles' rewrites: a plain MLP,
-# a fori_loop in float64 (tract's counter state; OpenVINO's float32), ONNX functions inlined
-DEFAULT = ("jax_mlp", "heat_fori", "flax_mlp_functions")
+# a fori_loop in float64 (tract's counter state; OpenVINO's float32), ONNX functions inlined,
+# a bfloat16 MLP (widened layers; tract's refusal, onnxruntime-web's float32 boundary)
+DEFAULT = ("jax_mlp", "heat_fori", "flax_mlp_functions", "flax_mlp_bf16")
 
 
 @pytest.mark.parametrize(("model", "runtime"), _pairs(DEFAULT))

@@ -285,7 +285,14 @@ def _convert_graph(
             continue
         if value.const_value is not None:
             value.const_value = _converted_tensor(value.const_value, target, value.name)
-        value.dtype = target
+        _retype(value, target)
+
+
+def _retype(value: ir.Value, dtype: ir.DataType) -> None:
+    """``value`` of type ``dtype``, on a type object of its own: passes that copy a value (the
+    inliner's copies of a function body) share the type object, and ``value.dtype = ...``
+    would retype every copy (a second block's Softmax then lost its Cast back to float16)."""
+    value.type = ir.TensorType(dtype)
 
 
 def _convert_attributes(node: ir.Node, converted: dict[ir.DataType, ir.DataType]) -> None:
@@ -331,8 +338,10 @@ def _accumulate_in_float32(graph: Any) -> None:
     for node in list(graph):
         if node.op_type not in ACCUMULATING or node.domain != "":
             continue
+        widened = False
         for i, value in enumerate(node.inputs):
             if value is not None and value.dtype == _F16_T:
+                widened = True
                 cast = ir.Node(
                     "", "Cast", [value], [ir.AttrInt64("to", int(_F32_T))], num_outputs=1
                 )
@@ -341,9 +350,10 @@ def _accumulate_in_float32(graph: Any) -> None:
                 graph.insert_before(node, cast)
                 node.replace_input_with(i, cast.outputs[0])
         for out in node.outputs:
-            if out.dtype != _F16_T:
+            # an untyped output (a value an inlined function body made) has its inputs' type
+            if not (out.dtype == _F16_T or (out.dtype is None and widened)):
                 continue
-            out.dtype = _F32_T
+            _retype(out, _F32_T)
             readers = list(out.uses())
             cast = ir.Node("", "Cast", [out], [ir.AttrInt64("to", int(_F16_T))], num_outputs=1)
             result = cast.outputs[0]
@@ -376,7 +386,7 @@ def _cast_input(graph: ir.Graph, value: ir.Value, want: ir.DataType) -> None:
         graph.insert_before(graph.node(0), cast)
     else:
         graph.append(cast)
-    value.dtype = want
+    _retype(value, want)
     graph.outputs[:] = [result if v is value else v for v in graph.outputs]
 
 
@@ -399,6 +409,8 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
     if not lacks_dtypes:
         return
     found: dict[str, list[str]] = {}
+    boundary = {id(v) for v in [*model.graph.inputs, *model.graph.outputs]}
+    inside = False
     for graph in graphs(model):
         values: list[Any] = list(graph.inputs) + [o for node in graph for o in node.outputs]
         if isinstance(graph, ir.Graph):
@@ -407,6 +419,7 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
             name = value.dtype.name.lower() if value.dtype is not None else None
             if name in lacks_dtypes:
                 found.setdefault(name, []).append(value.name or "?")
+                inside = inside or id(value) not in boundary
     if found:
         lines = [
             f"target {target} cannot hold {', '.join(sorted(found))} tensors; nothing was exported:"
@@ -416,6 +429,11 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
                 f"  {dtype}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)} values)"
             )
             lines.append(f"    ({lacks_dtypes[dtype]})")
+        if not inside:
+            lines.append(
+                "  Only the graph's inputs and outputs hold them: io_dtype='float32' (CLI: "
+                "--io-dtype float32) makes them float32."
+            )
         raise ConversionError("\n".join(lines))
 
 

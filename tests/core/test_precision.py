@@ -213,6 +213,11 @@ def test_a_target_without_bfloat16_names_the_tensors_and_the_policy_to_use():
         to_onnx(model, spec, target="tract")
     onnx_model = to_onnx(model, spec, target="tract", precision="float32")
     assert all(t.data_type == 1 for t in onnx_model.graph.initializer)
+    # float16 inside, bfloat16 only at the boundary: the message names io_dtype
+    with pytest.raises(
+        ConversionError, match=r"bfloat16: x, out_0 \(2 values\)(.|\n)*io_dtype='float32'"
+    ):
+        to_onnx(model, spec, target="tract", precision="float16")
 
 
 def test_bfloat16_clip_runs_on_onnxruntime():
@@ -269,3 +274,68 @@ def test_onnxruntime_web_takes_bfloat16_models_through_a_float32_boundary():
     assert report.ok, str(report)
     with pytest.raises(TypeError, match="no tensor type for bfloat16 .*target='onnxruntime-web'"):
         verify(model, to_onnx(model, spec), spec, sizes={"B": [8]}, runtime="onnxruntime-web")
+
+
+def _benchmark_in_bfloat16(name):
+    import benchmarks.models as models
+
+    fn, specs, options = getattr(models, name)()
+    low, low_specs = models.in_dtype(fn, specs, jnp.bfloat16)
+    return low, low_specs, {k: v for k, v in options.items() if k != "auto_functions"}
+
+
+REAL_WORLD = [
+    pytest.param(name, sizes, marks=[] if name == "gpt2_small" else [pytest.mark.slow])
+    for name, sizes in [
+        ("gpt2_small", {"B": [2], "T": [7]}),
+        ("vit", {"B": [2]}),
+        ("cnn", {"B": [2]}),
+    ]
+]
+
+
+@pytest.mark.parametrize(("name", "sizes"), REAL_WORLD)
+@pytest.mark.parametrize("policy", ["as-traced", "float32", "float16"])
+def test_real_world_models_verify_in_bfloat16(name, sizes, policy):
+    # before: a bfloat16 GPT's logits differ from JAX's by up to 0.03 (beyond two ulps of 1)
+    # under every policy, while as near the float answer as JAX's own bfloat16 (0.04)
+    model, specs, options = _benchmark_in_bfloat16(name)
+    io = {} if policy == "as-traced" else {"io_dtype": "float32"}
+    onnx_model = to_onnx(model, specs, precision=policy, **io, **options)
+    report = verify(model, onnx_model, specs, sizes=sizes, jit=True)
+    assert report.ok, str(report)
+    out = report.runs[0].outputs[0]
+    assert out.float32_abs <= out.jax_float32_abs + out.atol, str(report)
+    if policy == "float32":  # the float answer, up to JAX's bfloat16-rounded constants
+        assert out.float32_abs < out.jax_float32_abs / 4, str(report)
+
+
+def test_a_wrong_bfloat16_export_still_fails_verify():
+    model = _mlp(jnp.bfloat16, jnp.bfloat16)
+    spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
+    onnx_model = to_onnx(model, spec)
+    model.l2.bias.value = model.l2.bias.value + 0.25  # JAX's answer moves, the export does not
+    report = verify(model, onnx_model, spec, sizes={"B": [8]})
+    assert not report.ok and "as near JAX in float32" not in str(report), str(report)
+
+
+def test_float16_policy_retypes_each_inlined_copy_of_a_function_on_its_own():
+    # an inlined function body's copies shared their type objects: retyping the first GPT
+    # block's Softmax to float32 retyped the second's, whose MatMul then read float32 beside
+    # float16 (OpenVINO: "Arguments do not have the same element type", tract: "Failed analyse")
+    model, specs, _ = _benchmark_in_bfloat16("gpt2_small")
+    onnx_model = to_onnx(
+        model,
+        specs,
+        precision="float16",
+        io_dtype="float32",
+        auto_functions=True,
+        target="openvino",
+    )
+    graph = onnx_model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.input]}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    assert sum(n.op_type == "Softmax" for n in graph.node) == 2 and not onnx_model.functions
+    for node in graph.node:
+        if node.op_type in ("MatMul", "Gemm", "Add", "Mul"):
+            assert len({types.get(name) for name in node.input}) == 1, (node.name, node.input)
