@@ -339,3 +339,85 @@ def test_float16_policy_retypes_each_inlined_copy_of_a_function_on_its_own():
     for node in graph.node:
         if node.op_type in ("MatMul", "Gemm", "Add", "Mul"):
             assert len({types.get(name) for name in node.input}) == 1, (node.name, node.input)
+
+
+def _boundary_casts(onnx_model):
+    """(the Cast types the graph input is read through, the Cast types that make the output)."""
+    graph = onnx_model.graph
+    producers = {out: node for node in graph.node for out in node.output}
+
+    def to(node):
+        return next(a.i for a in node.attribute if a.name == "to")
+
+    reads = [to(n) for n in graph.node if n.op_type == "Cast" and graph.input[0].name in n.input]
+    chain, name = [], graph.output[0].name
+    while name in producers and producers[name].op_type == "Cast":
+        chain.append(to(producers[name]))
+        name = producers[name].input[0]
+    return reads, chain
+
+
+def test_jmp_policy_params_float32_compute_bfloat16():
+    jmp = pytest.importorskip("jmp")
+    policy = jmp.get_policy("params=float32,compute=bfloat16,output=float32")
+    k1, k2 = jax.random.split(jax.random.key(0))
+    params = {
+        "w1": jax.random.normal(k1, (16, 32)) * 0.3,
+        "b1": jnp.zeros(32),
+        "w2": jax.random.normal(k2, (32, 8)) * 0.3,
+        "b2": jnp.ones(8),
+    }
+
+    def mlp(x):  # jmp's pattern: float32 params cast to the compute dtype at call time
+        p, x = policy.cast_to_compute((params, x))
+        h = jax.nn.gelu(x @ p["w1"] + p["b1"])
+        return policy.cast_to_output(h @ p["w2"] + p["b2"])
+
+    onnx_model = to_onnx(mlp, [("B", 16)])
+    graph = onnx_model.graph
+    assert [v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]] == [1, 1]
+    # the input rounded to bfloat16 at the boundary, the result rounded to bfloat16 and given
+    # as float32, as JAX does; the arithmetic widened to float32 (onnxruntime has no bfloat16
+    # MatMul, Add or Gelu)
+    reads, chain = _boundary_casts(onnx_model)
+    assert reads == [16] and chain[:2] == [1, 16], (reads, chain)
+    assert _nodes(onnx_model) - Counter(Cast=99, Unsqueeze=99) == Counter(MatMul=2, Add=2, Gelu=1)
+    # the output is float32 but holds bfloat16 values: compared at bfloat16's tolerance
+    report = verify(mlp, onnx_model, [("B", 16)], sizes={"B": [1, 64]}, rtol=2**-6, atol=2**-6)
+    assert report.ok, str(report)
+
+
+def test_keras_mixed_float16_matches_keras_within_float16_epsilon():
+    keras = pytest.importorskip("keras")
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        net = keras.Sequential(
+            [
+                keras.Input((16,)),
+                keras.layers.Dense(32, activation="gelu"),
+                keras.layers.LayerNormalization(),
+                keras.layers.Dense(8),
+            ]
+        )
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+    def fn(x):
+        return net(x, training=False)
+
+    onnx_model = to_onnx(fn, [("B", 16)])
+    graph = onnx_model.graph
+    # a mixed policy takes float32 and gives the compute dtype; variables stay float32
+    assert [v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]] == [1, 10]
+    reads, _ = _boundary_casts(onnx_model)
+    assert reads and set(reads) == {10}, reads  # the input cast to float16 once, as Keras does
+    x = np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)
+    (y,) = run_model(onnx_model, [x])
+    expected = np.asarray(net(x, training=False))
+    assert y.dtype == expected.dtype == np.float16
+    eps = float(np.finfo(np.float16).eps)  # 2**-10
+    scale = np.maximum(1.0, np.abs(expected.astype(np.float32)))
+    assert (np.abs(y.astype(np.float32) - expected.astype(np.float32)) <= 2 * eps * scale).all()
+    report = verify(fn, onnx_model, [("B", 16)], sizes={"B": [1, 64]})
+    assert report.ok, str(report)
