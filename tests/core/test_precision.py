@@ -84,6 +84,31 @@ def test_layer_is_its_float32_ops_between_one_cast_in_and_out(layer, dtype):
     assert report.ok, str(report)
 
 
+@settings(max_examples=10, deadline=None)
+@given(
+    layer=st.sampled_from(sorted(LAYERS)),
+    dtype=st.sampled_from(LOW),
+    policy=st.sampled_from(["float32", "float16"]),
+)
+def test_layer_under_a_policy_verifies_and_keeps_its_op(layer, dtype, policy):
+    make, shape = LAYERS[layer]
+    float32 = to_onnx(make(jnp.float32), [jax.ShapeDtypeStruct(shape, jnp.float32)])
+    low = make(dtype)
+    spec = [jax.ShapeDtypeStruct(shape, dtype)]
+    model = to_onnx(low, spec, precision=policy, io_dtype="float32")
+    ops = _nodes(model) - Counter(Cast=99)
+    assert ops == _nodes(float32) - Counter(Cast=99), (ops, _nodes(float32))
+    low_types = {10, 16}  # float16, bfloat16
+    values = [*model.graph.input, *model.graph.output, *model.graph.value_info]
+    held = {v.type.tensor_type.elem_type for v in values} | {
+        t.data_type for t in model.graph.initializer
+    }
+    if policy == "float32":
+        assert not held & low_types, held
+    report = verify(low, model, spec, sizes={})
+    assert report.ok, str(report)
+
+
 @pytest.mark.parametrize("param_dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "mixed"])
 def test_bfloat16_mlp_is_lean_and_verifies(param_dtype):
     # before: 77 nodes (bf16) and 87 (mixed), 55 / 61 of them Casts, no Gemm or
