@@ -139,6 +139,9 @@ def _onnxruntime(model: LoadedModel) -> Session:
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    # DequantizeLinear -> MatMul fused into MatMulNBits computes in float32, as JAX does (its
+    # default, level 4, quantizes the activations to int8: core/quant/nbits.py)
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
     session = ort.InferenceSession(model.data, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     typed_outputs = any(o.type in _ORT_ONLY for o in session.get_outputs())

@@ -33,6 +33,7 @@ from jax2onnx_nn.core.passes.simplify_plumbing import simplify_plumbing
 from jax2onnx_nn.core.passes.unpoisoned import warn_unpoisoned
 from jax2onnx_nn.core.passes.vector_times_untransposed import vector_times_untransposed
 from jax2onnx_nn.core.precision import apply_precision, float32_boundary
+from jax2onnx_nn.core.quant.dequantize import write_dequantize_linear
 from jax2onnx_nn.core.targets import apply_rewrites
 
 if TYPE_CHECKING:
@@ -134,6 +135,11 @@ def _cleanup(e: Export) -> None:
     cleanup(e.model, fold_weights=e.config.fold_weights)
 
 
+def _dequantize_weights(e: Export) -> None:
+    if run_if_present(write_dequantize_linear, e.model, op_census(e.model)):
+        remove_unused_nodes(e.model)  # (the Cast / Mul chains it replaced)
+
+
 def _warn_unpoisoned(e: Export) -> None:
     warn_unpoisoned(e.model)  # (results nothing reads are gone now)
 
@@ -177,6 +183,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("inline_functions", _inline),
     Stage("apply_precision", _precision),
     Stage("cleanup", _cleanup),
+    Stage("dequantize_weights", _dequantize_weights),
     Stage("warn_unpoisoned", _warn_unpoisoned),
     Stage("target_rewrites", _target_rewrites),
     Stage("cleanup_after_rewrites", _cleanup_after_rewrites),

@@ -14,6 +14,7 @@ from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import new_constant, unused_name
 from jax2onnx_nn.core.ir.values import attributes_key, exact_dtype
 from jax2onnx_nn.core.memo import BoundedMemo
+from jax2onnx_nn.core.quant.dequantize import starts_dequantization
 
 # Ops whose result on constants is exact whatever the dtype (they move or select elements)...
 _MOVING_OPS = frozenset(
@@ -108,7 +109,7 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         inputs = [v for v in node.inputs if v is not None]
         if not all(_is_constant(v, graph, in_function) for v in inputs):
             continue
-        if any(id(out) in outputs for out in node.outputs):
+        if any(id(out) in outputs for out in node.outputs) or starts_dequantization(node):
             continue
         # a Cast of bools or integers to floats is exact when every value converts back (a mask
         # or an identity made of iota comparisons, as jnp.eye is)

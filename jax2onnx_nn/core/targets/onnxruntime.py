@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from jax2onnx_nn.core.quant.nbits import float_int8_matmul, matmul_nbits
 from jax2onnx_nn.core.targets.profile import Target
 
-PROFILE = Target("onnxruntime")
+# Quantized weights (core/quant/): a 4-bit weight's matmul is com.microsoft.MatMulNBits at
+# accuracy level 1 (weights 4-bit in the session); an 8-bit weight's is Cast -> Mul -> MatMul
+# (float in the session); other dequantizations stay DequantizeLinear.
+QUANTIZED_REWRITES = (matmul_nbits, float_int8_matmul)
+
+PROFILE = Target("onnxruntime", rewrites=QUANTIZED_REWRITES)

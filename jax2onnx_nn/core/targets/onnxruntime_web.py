@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jax2onnx_nn.core.targets.onnxruntime import QUANTIZED_REWRITES
 from jax2onnx_nn.core.targets.profile import Target
 
 PROFILE = Target(
@@ -11,4 +12,5 @@ PROFILE = Target(
     kernels={"Where": "i32 i64 u8 f16 f32 f64", "BitShift": "u8 u32 u64"},
     # its Tensor types have no bfloat16 (its Cast to and from bfloat16 runs, 1.30)
     lacks_io_dtypes={"bfloat16": "onnxruntime-web has no JavaScript tensor type for bfloat16"},
+    rewrites=QUANTIZED_REWRITES,  # (as onnxruntime's, core/targets/onnxruntime.py)
 )

@@ -1,0 +1,304 @@
+"""The dequantization of an integer weight as one ``DequantizeLinear``.
+
+JAX dequantizes a weight as ``convert(q) * scale``, with ``- zero_point`` before the
+multiply for an asymmetric scheme, and a tiled scale as ``reshape -> multiply -> reshape``
+(one scale per tile of ``block`` elements along one axis). Lowered, that is
+``Cast [-> Reshape] [-> Sub] -> Mul [-> Reshape] [-> Transpose]`` on constants, which the
+clean-up does not fold (a float result is larger than its integer input). This pass matches
+that chain on the main graph's integer initializers (int8, uint8, int4, uint4) and writes
+``DequantizeLinear(q, scale, zero_point)``: per tensor, per axis (``axis``), or blocked
+(``axis`` and ``block_size``, opset 21). Its numbers are JAX's bit for bit: ``(q - zp)`` is
+exact in float, and each weight is then one rounded product with its scale, as in JAX.
+
+The scale's granularity is read from its values over the whole weight, not from the shape the
+program gave it, so a scale broadcast along other axes, a per-tile scale of equal tiles and a
+hand-written ``(q - zp) * s`` all give the smallest form that holds the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core.graph import numpy_tensor
+from jax2onnx_nn.core.ir.census import rewrite
+from jax2onnx_nn.core.ir.edit import one_reader, take_place, unused_name
+from jax2onnx_nn.core.ir.values import constant_array
+
+QUANTIZED = frozenset({ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT4, ir.DataType.UINT4})
+"""The integer types a weight is kept in (DequantizeLinear's inputs; 4-bit from opset 21)."""
+
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
+_SUFFIXES = (".qvalue", ".array", ".value")  # qwix: "kernel.array.qvalue"
+
+
+@dataclass(frozen=True)
+class Dequantization:
+    """A weight's dequantization in DequantizeLinear's terms.
+
+    ``scale`` / ``zero_point``: a scalar (per tensor), a vector along ``axis`` (per axis), or
+    the weight's shape with ``axis`` divided into blocks of ``block_size`` (blocked).
+    """
+
+    q: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray | None
+    axis: int | None
+    block_size: int | None
+
+
+@rewrite("Cast", creates={"DequantizeLinear"})
+def write_dequantize_linear(model: ir.Model) -> int:
+    """Each ``Cast`` of an integer initializer that starts a dequantization chain (above)
+    becomes one ``DequantizeLinear`` of the integer weight; returns how many. The chain's
+    nodes are left unread (the clean-up after removes them). The integer initializer keeps
+    its values (named after the weight, ``layer.kernel``); its scale and zero point are
+    new initializers ``layer.kernel.scale`` and ``layer.kernel.zero_point``."""
+    opset = model.opset_imports.get("", 0)
+    if opset < 13:
+        return 0
+    graph = model.graph
+    count = 0
+    for node in list(graph):
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+            continue
+        found = _match(node, graph, opset)
+        if found is None:
+            continue
+        last, deq = found
+        _write(graph, node, last, deq)
+        count += 1
+    return count
+
+
+def starts_dequantization(node: ir.Node) -> bool:
+    """``node`` is a ``Cast`` of a quantized integer to a float that a ``Mul``, ``Sub`` or
+    ``Reshape`` reads: constant folding leaves it for :func:`write_dequantize_linear` (folded,
+    the weight would be stored as floats)."""
+    if node.op_type != "Cast" or not node.inputs or node.inputs[0] is None:
+        return False
+    out = node.outputs[0]
+    reader = one_reader(out)
+    return (
+        node.inputs[0].dtype in QUANTIZED
+        and out.dtype in _FLOATS
+        and reader is not None
+        and reader.op_type in ("Mul", "Sub", "Reshape")
+    )
+
+
+def _match(cast: ir.Node, graph: ir.Graph, opset: int) -> tuple[ir.Value, Dequantization] | None:
+    """The chain from ``cast`` and its dequantization, or None when it is not one."""
+    q_value = cast.inputs[0]
+    out = cast.outputs[0]
+    if (
+        q_value is None
+        or not q_value.is_initializer()
+        or q_value.const_value is None
+        or q_value.dtype not in QUANTIZED
+        or out.dtype not in _FLOATS
+    ):
+        return None
+    four_bit = q_value.dtype in (ir.DataType.INT4, ir.DataType.UINT4)
+    if (four_bit and opset < 21) or (out.dtype != ir.DataType.FLOAT and opset < 19):
+        return None
+    q = np.asarray(q_value.const_value.numpy())
+    shape = q.shape
+    cur, view = out, shape  # the chain's value and its shape (the weight's, or its tiles')
+    zero_point = scale = None
+    node = one_reader(cur)
+    if node is not None and node.op_type == "Reshape":
+        tiled = _static_shape(node.outputs[0])
+        if tiled is None or int(np.prod(tiled)) != q.size:
+            return None
+        view = tiled
+        cur, node = node.outputs[0], one_reader(node.outputs[0])
+    tiles = view
+    if node is not None and node.op_type == "Sub" and node.inputs[0] is cur:
+        zero_point = _operand(node, cur, q.size)
+        if zero_point is None:
+            return None
+        cur, node = node.outputs[0], one_reader(node.outputs[0])
+    if node is None or node.op_type != "Mul":
+        return None
+    scale = _operand(node, cur, q.size)
+    if scale is None:
+        return None
+    cur, node = node.outputs[0], one_reader(node.outputs[0])
+    view = _static_shape(cur) or ()
+    if view != shape:  # back to the weight's shape
+        if node is None or node.op_type != "Reshape" or _static_shape(node.outputs[0]) != shape:
+            return None
+        cur, node = node.outputs[0], one_reader(node.outputs[0])
+    # broadcasting that keeps the element count only adds leading 1s: the order is the weight's
+    full_scale = np.broadcast_to(scale, view).reshape(shape)
+    full_zp = None if zero_point is None else np.broadcast_to(zero_point, view).reshape(shape)
+    blocks = _block_candidates(shape, tiles)
+    if node is not None and node.op_type == "Transpose":  # a conv's kernel layout
+        perm = node.attributes["perm"].as_ints() if "perm" in node.attributes else None
+        order = list(perm) if perm is not None else list(reversed(range(q.ndim)))
+        q, full_scale = np.transpose(q, order), np.transpose(full_scale, order)
+        full_zp = None if full_zp is None else np.transpose(full_zp, order)
+        blocks = [(order.index(axis), block) for axis, block in blocks]
+        cur = node.outputs[0]
+    deq = _granularity(q, full_scale, full_zp, blocks, opset)
+    return None if deq is None else (cur, deq)
+
+
+def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    shape = value.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(d for d in shape if isinstance(d, int))
+
+
+def _operand(node: ir.Node, cur: ir.Value, size: int) -> np.ndarray | None:
+    """The constant other operand of the binary ``node`` reading ``cur``, if the result has
+    ``size`` elements as ``cur`` has (it broadcasts to ``cur`` without growing it)."""
+    others = [v for v in node.inputs if v is not cur]
+    if len(others) != 1 or len(node.inputs) != 2:
+        return None
+    array = constant_array(others[0])
+    out = _static_shape(node.outputs[0])
+    if array is None or out is None or int(np.prod(out)) != size:
+        return None
+    try:
+        np.broadcast_shapes(array.shape, out)
+    except ValueError:
+        return None
+    return np.asarray(array)
+
+
+def _block_candidates(shape: tuple[int, ...], view: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(axis, block) where ``view`` splits one axis of ``shape`` into (blocks, block)."""
+    found = []
+    for axis in range(len(shape)):
+        if len(view) != len(shape) + 1 or view[:axis] != shape[:axis]:
+            continue
+        if view[axis + 2 :] == shape[axis + 1 :] and view[axis] * view[axis + 1] == shape[axis]:
+            found.append((axis, view[axis + 1]))
+    return found
+
+
+def _granularity(
+    q: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray | None,
+    blocks: list[tuple[int, int]],
+    opset: int,
+) -> Dequantization | None:
+    """The smallest DequantizeLinear form whose scale and zero point give ``scale`` and
+    ``zero_point`` (the weight's shape) at every element; None when none does or the zero
+    point is not an integer of ``q``'s type."""
+    zp = None
+    if zero_point is not None:
+        info = ml_dtypes.iinfo(q.dtype)
+        whole = np.all(zero_point == np.round(zero_point))
+        if not (whole and info.min <= zero_point.min() and zero_point.max() <= info.max):
+            return None
+        zp = zero_point
+    fields = [scale] if zp is None else [scale, zp]
+    if all(np.all(f == f.flat[0]) for f in fields):
+        return _form(q, [f.flat[0] for f in fields], None, None)
+    for axis in range(q.ndim):
+        index = tuple(slice(None) if a == axis else 0 for a in range(q.ndim))
+        if all(
+            np.array_equal(np.broadcast_to(f[index][_keep(axis, q.ndim)], q.shape), f)
+            for f in fields
+        ):
+            return _form(q, [f[index] for f in fields], axis, None)
+    if opset < 21:
+        return None
+    for axis, block in blocks:
+        index = tuple(slice(None, None, block) if a == axis else slice(None) for a in range(q.ndim))
+        small = [f[index] for f in fields]
+        if all(
+            np.array_equal(np.repeat(s, block, axis=axis), f)
+            for s, f in zip(small, fields, strict=True)
+        ):
+            return _form(q, small, axis, block)
+    return None
+
+
+def _keep(axis: int, ndim: int) -> tuple[slice | None, ...]:
+    return tuple(slice(None) if a == axis else None for a in range(ndim))
+
+
+def _form(
+    q: np.ndarray, fields: list[np.ndarray], axis: int | None, block: int | None
+) -> Dequantization:
+    scale = np.asarray(fields[0])
+    zp = None if len(fields) == 1 else np.asarray(fields[1]).astype(q.dtype)
+    return Dequantization(q, scale, zp, axis, block)
+
+
+def weight_name(q_name: str | None) -> str:
+    """The weight's name from its integer initializer's (``l1.kernel.array.qvalue`` ->
+    ``l1.kernel``)."""
+    name = q_name or "weight"
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in _SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)], True
+    return name
+
+
+def _write(graph: ir.Graph, cast: ir.Node, last: ir.Value, deq: Dequantization) -> None:
+    q_value = cast.inputs[0]
+    assert q_value is not None
+    base = weight_name(q_value.name)
+    if deq.q.shape == tuple(q_value.shape or ()) and len(q_value.uses()) == 1:
+        if q_value.name != base:
+            q_value.name = unused_name(graph, base)
+        q_in = q_value
+    else:  # transposed for its reader (a conv's kernel layout), or read elsewhere too
+        q_in = _initializer(graph, base, deq.q, q_value.dtype)
+    inputs = [q_in, _initializer(graph, f"{base}.scale", deq.scale)]
+    if deq.zero_point is not None:
+        inputs.append(_initializer(graph, f"{base}.zero_point", deq.zero_point, q_value.dtype))
+    attrs = []
+    if deq.axis is not None:
+        attrs.append(ir.AttrInt64("axis", deq.axis))
+    if deq.block_size is not None:
+        attrs.append(ir.AttrInt64("block_size", deq.block_size))
+    node = ir.Node(
+        "",
+        "DequantizeLinear",
+        inputs,
+        attrs,
+        name=f"{base}/DequantizeLinear",
+        doc_string=cast.doc_string,
+    )
+    out = node.outputs[0]
+    out.type, out.shape = last.type, last.shape
+    out.name = f"{base}.dequantized"
+    graph.insert_before(cast, node)
+    take_place(last, out)
+
+
+def _initializer(
+    graph: ir.Graph, name: str, array: np.ndarray, dtype: ir.DataType | None = None
+) -> ir.Value:
+    tensor = numpy_tensor(np.ascontiguousarray(array))
+    value = ir.Value(
+        name=unused_name(graph, name),
+        shape=ir.Shape(array.shape),
+        type=ir.TensorType(dtype or tensor.dtype),
+        const_value=tensor,
+    )
+    graph.register_initializer(value)
+    return value
+
+
+__all__ = [
+    "QUANTIZED",
+    "Dequantization",
+    "starts_dequantization",
+    "weight_name",
+    "write_dequantize_linear",
+]
