@@ -25,7 +25,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import numpy_tensor
 from jax2onnx_nn.core.ir.census import rewrite
-from jax2onnx_nn.core.ir.edit import one_reader, take_place, unused_name
+from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader, take_place, unused_name
 from jax2onnx_nn.core.ir.values import constant_array
 
 QUANTIZED = frozenset({ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT4, ir.DataType.UINT4})
@@ -257,10 +257,10 @@ def _write(graph: ir.Graph, cast: ir.Node, last: ir.Value, deq: Dequantization) 
             q_value.name = unused_name(graph, base)
         q_in = q_value
     else:  # transposed for its reader (a conv's kernel layout), or read elsewhere too
-        q_in = _initializer(graph, base, deq.q, q_value.dtype)
-    inputs = [q_in, _initializer(graph, f"{base}.scale", deq.scale)]
+        q_in = add_initializer(graph, base, deq.q, q_value.dtype)
+    inputs = [q_in, add_initializer(graph, f"{base}.scale", deq.scale)]
     if deq.zero_point is not None:
-        inputs.append(_initializer(graph, f"{base}.zero_point", deq.zero_point, q_value.dtype))
+        inputs.append(add_initializer(graph, f"{base}.zero_point", deq.zero_point, q_value.dtype))
     attrs = []
     if deq.axis is not None:
         attrs.append(ir.AttrInt64("axis", deq.axis))
@@ -281,9 +281,11 @@ def _write(graph: ir.Graph, cast: ir.Node, last: ir.Value, deq: Dequantization) 
     take_place(last, out)
 
 
-def _initializer(
+def add_initializer(
     graph: ir.Graph, name: str, array: np.ndarray, dtype: ir.DataType | None = None
 ) -> ir.Value:
+    """``array`` as a new initializer of ``graph`` named ``name`` (or a free variant of it),
+    of ``dtype`` (default: the array's; int4 arrays are ml_dtypes')."""
     tensor = numpy_tensor(np.ascontiguousarray(array))
     value = ir.Value(
         name=unused_name(graph, name),
@@ -297,8 +299,98 @@ def _initializer(
 
 __all__ = [
     "QUANTIZED",
+    "add_initializer",
     "Dequantization",
+    "as_arithmetic",
+    "blocked_as_arithmetic",
+    "four_bit_as_eight_bit",
     "starts_dequantization",
     "weight_name",
     "write_dequantize_linear",
 ]
+
+
+@rewrite("DequantizeLinear", creates=("DequantizeLinear",))
+def four_bit_as_eight_bit(node: ir.Node, edit: Editor) -> Replacement:
+    """A ``DequantizeLinear`` of an int4 / uint4 weight reads the same values as int8 / uint8
+    (tract 0.23 has no 4-bit tensors: "Unknown DatumType Int4"); the file holds a byte each."""
+    q, graph = node.inputs[0], node.graph
+    wide = {ir.DataType.INT4: np.int8, ir.DataType.UINT4: np.uint8}
+    array = constant_array(q)
+    if q is None or q.dtype not in wide or array is None or graph is None or q.graph is not graph:
+        return None
+    dtype = wide[q.dtype]
+    inputs: list[ir.Value | None] = [_widened(graph, q, array.astype(dtype))]
+    inputs.append(node.inputs[1])
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        zero_point = constant_array(node.inputs[2])
+        if zero_point is None:
+            return None
+        inputs.append(_widened(graph, node.inputs[2], zero_point.astype(dtype)))
+    attrs = {name: attr.as_int() for name, attr in node.attributes.items()}
+    return edit.op("DequantizeLinear", *inputs, dtype=node.outputs[0].dtype, **attrs)
+
+
+def _widened(graph: ir.Graph, old: ir.Value, array: np.ndarray) -> ir.Value:
+    """``array`` as the initializer that replaces ``old`` under its name."""
+    name = old.name or "weight"
+    if len(old.uses()) == 1:
+        old.name = unused_name(graph, f"{name}/4bit")
+    return add_initializer(graph, name, array)
+
+
+def as_arithmetic(node: ir.Node, edit: Editor) -> ir.Value | None:
+    """The ``DequantizeLinear`` ``node`` as JAX wrote it: ``Cast [-> Reshape to tiles] [-> Sub]
+    -> Mul [-> Reshape]`` on its constants (reshaped to broadcast); None if they are not
+    constants of the main graph."""
+    q, graph = node.inputs[0], edit.graph
+    fields = [constant_array(v) for v in node.inputs[1:] if v is not None]
+    if q is None or q.shape is None or graph is None or any(f is None for f in fields):
+        return None
+    shape = _static_shape(q)
+    scale_value = node.inputs[1]
+    if shape is None or scale_value is None or scale_value.dtype is None:
+        return None
+    dtype = scale_value.dtype
+    rank = len(shape)
+    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else 1
+    axis = axis + rank if axis < 0 else axis
+    block = node.attributes["block_size"].as_int() if "block_size" in node.attributes else 0
+    if block and shape[axis] % block:
+        return None
+    view = shape[:axis] + (shape[axis] // block, block) + shape[axis + 1 :] if block else shape
+
+    def broadcast(array: np.ndarray, name: str, wanted: ir.DataType | None) -> ir.Value:
+        if array.ndim == 0:
+            shaped = array
+        elif block:  # one value per tile: (..., blocks, 1, ...)
+            shaped = np.expand_dims(array, axis + 1)
+        else:  # a vector along ``axis``
+            shaped = array.reshape([-1 if a == axis else 1 for a in range(rank)])
+        return add_initializer(graph, name, shaped, wanted)
+
+    base = weight_name(q.name)
+    for old in node.inputs[1:]:  # the reshaped scale and zero point take their names
+        if old is not None and old.is_initializer() and len(old.uses()) == 1:
+            old.name = unused_name(graph, f"{old.name}/dequantize")
+    value = edit.op("Cast", q, to=int(dtype), dtype=dtype)
+    if block:
+        value = edit.op("Reshape", value, np.array(view, np.int64), dtype=dtype)
+    if len(fields) > 1:
+        zp = broadcast(np.asarray(fields[1]), f"{base}.zero_point", None)
+        value = edit.op("Sub", value, edit.op("Cast", zp, to=int(dtype), dtype=dtype), dtype=dtype)
+    value = edit.op(
+        "Mul", value, broadcast(np.asarray(fields[0]), f"{base}.scale", None), dtype=dtype
+    )
+    if block:
+        value = edit.op("Reshape", value, np.array(shape, np.int64), dtype=dtype)
+    return value
+
+
+@rewrite("DequantizeLinear", creates=("Cast", "Reshape", "Sub", "Mul"))
+def blocked_as_arithmetic(node: ir.Node, edit: Editor) -> Replacement:
+    """A blocked ``DequantizeLinear`` (``block_size``) as JAX's arithmetic on the integer
+    weight (tract 0.23: "DequantizeLinear: blocked quantization is not supported")."""
+    if "block_size" not in node.attributes:
+        return None
+    return as_arithmetic(node, edit)

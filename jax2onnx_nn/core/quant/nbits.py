@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from jax2onnx_nn.core.graph import numpy_tensor
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader, unused_name
 from jax2onnx_nn.core.ir.values import constant_array
+from jax2onnx_nn.core.quant.dequantize import add_initializer, as_arithmetic
 
 ACCURACY_LEVEL = 1
 """MatMulNBits' ``accuracy_level``: 1 computes in float32, as JAX's dequantized matmul does."""
@@ -57,12 +57,18 @@ def matmul_nbits(node: ir.Node, edit: Editor) -> Replacement:
     q = dq.inputs[0]
     assert q is not None
     base = q.name or "weight"
-    if len(q.uses()) == 1 and b is not None and one_reader(b) is node:  # the dequantization goes: free its names
+    if (
+        len(q.uses()) == 1 and b is not None and one_reader(b) is node
+    ):  # the dequantization goes: free its names
         q.name = unused_name(graph, f"{base}/int4")
         for extra in dq.inputs[1:]:
             if extra is not None and extra.is_initializer():
                 extra.name = unused_name(graph, f"{extra.name}/dequantize")
-    inputs = [a, _initializer(graph, base, weights), _initializer(graph, f"{base}.scale", scales)]
+    inputs = [
+        a,
+        add_initializer(graph, base, weights),
+        add_initializer(graph, f"{base}.scale", scales),
+    ]
     out = ir.Node(
         "com.microsoft",
         "MatMulNBits",
@@ -144,45 +150,12 @@ def float_int8_matmul(node: ir.Node, edit: Editor) -> Replacement:
     (0.55 abs error on a 2048-wide matmul), and at level 1 that kernel runs at 35x the float
     MatMul's latency; the folded float weight gives JAX's numbers at the float speed."""
     q, scale = node.inputs[0], node.inputs[1]
-    zp = node.inputs[2] if len(node.inputs) > 2 else None
     readers = [use.node.op_type for use in node.outputs[0].uses()]
     if q is None or scale is None or q.dtype not in _EIGHT_BIT or "MatMul" not in readers:
         return None
-    if "block_size" in node.attributes or q.shape is None:
+    if "block_size" in node.attributes:
         return None
-    rank = len(q.shape)
-    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else 1
-    axis = axis + rank if axis < 0 else axis
-    dtype = scale.dtype
-    assert dtype is not None
-    shape = np.ones(rank, np.int64)
-    shape[axis] = -1
-
-    def along_axis(v: ir.Value) -> ir.Value:  # a per-axis vector broadcast along ``axis``
-        array = constant_array(v)
-        if array is None or array.ndim != 1 or rank == 1 or edit.graph is None:
-            return v
-        name = v.name or "scale"
-        if v.is_initializer() and len(v.uses()) == 1:
-            v.name = unused_name(edit.graph, f"{name}/per_axis")
-        return _initializer(edit.graph, name, array.reshape(shape))
-
-    value = edit.op("Cast", q, to=int(dtype), dtype=dtype)
-    if zp is not None:
-        zero = edit.op("Cast", along_axis(zp), to=int(dtype), dtype=dtype)
-        value = edit.op("Sub", value, zero, dtype=dtype)
-    return edit.op("Mul", value, along_axis(scale), dtype=dtype)
-
-
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    value = ir.Value(
-        name=unused_name(graph, name),
-        shape=ir.Shape(array.shape),
-        type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-        const_value=numpy_tensor(array),
-    )
-    graph.register_initializer(value)
-    return value
+    return as_arithmetic(node, edit)
 
 
 __all__ = ["ACCURACY_LEVEL", "float_int8_matmul", "matmul_nbits"]

@@ -10,6 +10,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import Editor, Replacement
 from jax2onnx_nn.core.ir.values import constant_array
+from jax2onnx_nn.core.quant.dequantize import blocked_as_arithmetic, four_bit_as_eight_bit
 from jax2onnx_nn.core.targets.common import (
     BOOL,
     I32,
@@ -470,6 +471,8 @@ PROFILE = Target(
         expand_full_rank,
         float_sum_over_empty_last_axis,
         uint32_matmul_as_int32,
+        four_bit_as_eight_bit,
+        blocked_as_arithmetic,
     ),
     late_rewrites=(empty_constants_as_constant_of_shape, ranges_in_scan_bodies),
     lacks_dtypes={
