@@ -878,6 +878,8 @@ _WRAPPING = {
     "Abs": "u8 " + _NO_BYTES,
 }
 
+# Quantized weights run in the QDQ form (DequantizeLinear, core/quant/); OpenVINO computes it
+# with JAX's numbers under DYNAMIC_QUANTIZATION_GROUP_SIZE=0 (core/runtimes.py OPENVINO_CONFIG).
 PROFILE = Target(
     "openvino",
     max_opset=25,  # 2026.4 has no BitCast (opset 26)

@@ -471,7 +471,7 @@ PROFILE = Target(
         expand_full_rank,
         float_sum_over_empty_last_axis,
         uint32_matmul_as_int32,
-        four_bit_as_eight_bit,
+        four_bit_as_eight_bit,  # quantized weights: the QDQ form (core/quant/), int4 as int8
         blocked_as_arithmetic,
     ),
     late_rewrites=(empty_constants_as_constant_of_shape, ranges_in_scan_bodies),
