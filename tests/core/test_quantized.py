@@ -230,3 +230,18 @@ def test_onnxruntime_rewrites_keep_jax_numbers_under_default_session_options(dty
         errors[name] = float(np.abs(got - want).max() / np.abs(want).max())
     assert errors["with"] < 1e-5, errors
     assert errors["without"] > 1e-4, errors
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype"), [("int8", "int8"), ("uint8", "int8")])
+def test_int8_times_int8_into_int32_is_matmul_integer(a_dtype, b_dtype):
+    b = jnp.asarray(RNG.integers(-128, 128, (48, 24)), getattr(jnp, b_dtype))
+
+    def product(a):
+        return jax.lax.dot(a, b, preferred_element_type=jnp.int32)
+
+    info = np.iinfo(a_dtype)
+    a = RNG.integers(info.min, info.max + 1, (3, 48)).astype(a_dtype)
+    model = to_onnx(product, [a])
+    assert [n.op_type for n in model.graph.node] == ["MatMulInteger"]
+    (got,) = run_model(model, [a])
+    np.testing.assert_array_equal(got, np.asarray(product(a)))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from jax2onnx_nn.core.quant.integer import matmul_integer
 from jax2onnx_nn.core.quant.nbits import float_int8_matmul, matmul_nbits
 from jax2onnx_nn.core.targets.profile import Target
 
 # Quantized weights (core/quant/): a 4-bit weight's matmul is com.microsoft.MatMulNBits at
 # accuracy level 1 (weights 4-bit in the session); an 8-bit weight's is Cast -> Mul -> MatMul
-# (float in the session); other dequantizations stay DequantizeLinear.
-QUANTIZED_REWRITES = (matmul_nbits, float_int8_matmul)
+# (float in the session); other dequantizations stay DequantizeLinear. An int8 x int8 -> int32
+# matmul (dynamic-range activation quantization) is MatMulInteger.
+QUANTIZED_REWRITES = (matmul_nbits, float_int8_matmul, matmul_integer)
 
 PROFILE = Target("onnxruntime", rewrites=QUANTIZED_REWRITES)
