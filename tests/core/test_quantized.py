@@ -245,3 +245,20 @@ def test_int8_times_int8_into_int32_is_matmul_integer(a_dtype, b_dtype):
     assert [n.op_type for n in model.graph.node] == ["MatMulInteger"]
     (got,) = run_model(model, [a])
     np.testing.assert_array_equal(got, np.asarray(product(a)))
+
+
+def test_matmul_nbits_runs_in_onnxruntime_web():
+    from jax2onnx_nn import verify
+    from jax2onnx_nn.core.runtimes import missing_reason
+
+    if missing_reason("onnxruntime-web"):
+        pytest.skip(missing_reason("onnxruntime-web"))
+    q, scale = _weights(128, 32, "int4", (2, 32))
+
+    def dense(x):
+        return x @ _blocked(q, scale, 64)
+
+    model = to_onnx(dense, [("B", 128)], target="onnxruntime-web")
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits"]
+    report = verify(dense, model, [("B", 128)], sizes={"B": [1, 3]}, runtime="onnxruntime-web")
+    report.raise_if_failed()
