@@ -234,3 +234,35 @@ def in_dtype(model: Any, specs: list[Any], dtype: Any) -> tuple[Any, list[Any]]:
             module.dtype = dtype
     name = jnp.dtype(dtype).name
     return low, [spec if isinstance(spec[0], tuple) else (tuple(spec), name) for spec in specs]
+
+
+def _qwix_mlp(weight_qtype: str, tile_size: int | None) -> tuple[Any, list[Any], dict[str, Any]]:
+    """flax_mlp's layout at width 256, 3 layers, quantized by qwix (PTQ, weight-only)."""
+    import jax.numpy as jnp
+    import qwix
+    from flax import nnx
+
+    class MLP(nnx.Module):
+        def __init__(self, *, rngs: nnx.Rngs) -> None:
+            self.layers = nnx.List([nnx.Linear(256, 256, rngs=rngs) for _ in range(3)])
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for layer in self.layers[:-1]:
+                x = nnx.relu(layer(x))
+            return self.layers[-1](x)
+
+    rules = [
+        qwix.QuantizationRule(module_path=".*", weight_qtype=weight_qtype, tile_size=tile_size)
+    ]
+    model = qwix.quantize_model(MLP(rngs=nnx.Rngs(0)), qwix.PtqProvider(rules), jnp.ones((1, 256)))
+    return model, [("B", 256)], {}
+
+
+def qwix_mlp_int8() -> tuple[Any, list[Any], dict[str, Any]]:
+    """A 3-layer 256-wide MLP, int8 weights per output channel (qwix PTQ)."""
+    return _qwix_mlp("int8", None)
+
+
+def qwix_mlp_int4() -> tuple[Any, list[Any], dict[str, Any]]:
+    """A 3-layer 256-wide MLP, int4 weights in tiles of 64 (qwix PTQ)."""
+    return _qwix_mlp("int4", 64)

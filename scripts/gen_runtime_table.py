@@ -50,6 +50,8 @@ BENCHMARKS = (
     "heat_fori",
     "heat_while",
     "gpt2_small",
+    "qwix_mlp_int8",
+    "qwix_mlp_int4",
 )
 RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
 
