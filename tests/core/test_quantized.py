@@ -262,3 +262,26 @@ def test_matmul_nbits_runs_in_onnxruntime_web():
     assert [n.op_type for n in model.graph.node] == ["MatMulNBits"]
     report = verify(dense, model, [("B", 128)], sizes={"B": [1, 3]}, runtime="onnxruntime-web")
     report.raise_if_failed()
+
+
+def test_a_transposed_square_weight_is_stored_transposed():
+    q, scale = _weights(32, 32, "int8", (1, 32))
+
+    def dense(x):
+        return x @ (q.astype(jnp.float32) * scale).T
+
+    model = assert_exports_match(dense, [(2, 32)], target=QDQ)
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "MatMul"]
+
+
+def test_a_weight_read_twice_is_stored_once():
+    q, scale = _weights(32, 16, "int8", (1, 16))
+    other = jnp.asarray(np.asarray(scale) * 2)
+
+    def two(x):
+        return x @ (q.astype(jnp.float32) * scale), x @ (q.astype(jnp.float32) * other)
+
+    model = assert_exports_match(two, [(2, 32)], target=QDQ)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("DequantizeLinear") == 2
+    assert [t.data_type for t in model.graph.initializer].count(onnx.TensorProto.INT8) == 1

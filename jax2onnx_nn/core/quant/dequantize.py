@@ -17,7 +17,7 @@ hand-written ``(q - zp) * s`` all give the smallest form that holds the same num
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
@@ -48,6 +48,7 @@ class Dequantization:
     zero_point: np.ndarray | None
     axis: int | None
     block_size: int | None
+    transposed: bool = False  # ``q`` is the initializer's values transposed
 
 
 @rewrite("Cast", creates={"DequantizeLinear"})
@@ -65,12 +66,13 @@ def write_dequantize_linear(model: ir.Model) -> int:
     for node in list(graph):
         if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
             continue
-        found = _match(node, graph, opset)
-        if found is None:
+        if _out_of_reach(node, opset):
             continue
-        last, deq = found
-        _write(graph, node, last, deq)
-        count += 1
+        for reader in [use.node for use in node.outputs[0].uses()]:
+            found = _match(node, reader, opset)
+            if found is not None:
+                _write(graph, node, *found)
+                count += 1
     return count
 
 
@@ -81,18 +83,19 @@ def starts_dequantization(node: ir.Node) -> bool:
     if node.op_type != "Cast" or not node.inputs or node.inputs[0] is None:
         return False
     out = node.outputs[0]
-    reader = one_reader(out)
+    readers = [use.node.op_type for use in out.uses()]
     return (
         node.inputs[0].dtype in QUANTIZED
         and out.dtype in _FLOATS
-        and reader is not None
-        and reader.op_type in ("Mul", "Sub", "Reshape")
+        and bool(readers)
+        and all(op in ("Mul", "Sub", "Reshape") for op in readers)
     )
 
 
-def _match(cast: ir.Node, graph: ir.Graph, opset: int) -> tuple[ir.Value, Dequantization] | None:
-    """The chain from ``cast`` and its dequantization, or None when it is not one."""
-    q_value = cast.inputs[0]
+def _out_of_reach(cast: ir.Node, opset: int) -> bool:
+    """``cast`` is no Cast of a quantized initializer to a float that ``opset``'s
+    DequantizeLinear can write (4-bit from opset 21, 16-bit float scales from 19)."""
+    q_value = cast.inputs[0] if cast.inputs else None
     out = cast.outputs[0]
     if (
         q_value is None
@@ -101,15 +104,21 @@ def _match(cast: ir.Node, graph: ir.Graph, opset: int) -> tuple[ir.Value, Dequan
         or q_value.dtype not in QUANTIZED
         or out.dtype not in _FLOATS
     ):
-        return None
+        return True
     four_bit = q_value.dtype in (ir.DataType.INT4, ir.DataType.UINT4)
-    if (four_bit and opset < 21) or (out.dtype != ir.DataType.FLOAT and opset < 19):
-        return None
+    return (four_bit and opset < 21) or (out.dtype != ir.DataType.FLOAT and opset < 19)
+
+
+def _match(cast: ir.Node, first: ir.Node, opset: int) -> tuple[ir.Value, Dequantization] | None:
+    """The chain from ``cast`` through its reader ``first`` and its dequantization, or None
+    when it is not one."""
+    q_value = cast.inputs[0]
+    assert q_value is not None and q_value.const_value is not None
     q = np.asarray(q_value.const_value.numpy())
     shape = q.shape
-    cur, view = out, shape  # the chain's value and its shape (the weight's, or its tiles')
+    cur, view = cast.outputs[0], shape  # the chain's value and its shape (the weight's, or tiles')
     zero_point = scale = None
-    node = one_reader(cur)
+    node: ir.Node | None = first
     if node is not None and node.op_type == "Reshape":
         tiled = _static_shape(node.outputs[0])
         if tiled is None or int(np.prod(tiled)) != q.size:
@@ -137,15 +146,18 @@ def _match(cast: ir.Node, graph: ir.Graph, opset: int) -> tuple[ir.Value, Dequan
     full_scale = np.broadcast_to(scale, view).reshape(shape)
     full_zp = None if zero_point is None else np.broadcast_to(zero_point, view).reshape(shape)
     blocks = _block_candidates(shape, tiles)
+    transposed = False
     if node is not None and node.op_type == "Transpose":  # a conv's kernel layout
         perm = node.attributes["perm"].as_ints() if "perm" in node.attributes else None
         order = list(perm) if perm is not None else list(reversed(range(q.ndim)))
         q, full_scale = np.transpose(q, order), np.transpose(full_scale, order)
         full_zp = None if full_zp is None else np.transpose(full_zp, order)
         blocks = [(order.index(axis), block) for axis, block in blocks]
-        cur = node.outputs[0]
+        cur, transposed = node.outputs[0], True
     deq = _granularity(q, full_scale, full_zp, blocks, opset)
-    return None if deq is None else (cur, deq)
+    if deq is None:
+        return None
+    return cur, replace(deq, transposed=transposed)
 
 
 def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
@@ -252,12 +264,12 @@ def _write(graph: ir.Graph, cast: ir.Node, last: ir.Value, deq: Dequantization) 
     q_value = cast.inputs[0]
     assert q_value is not None
     base = weight_name(q_value.name)
-    if deq.q.shape == tuple(q_value.shape or ()) and len(q_value.uses()) == 1:
-        if q_value.name != base:
+    if deq.transposed:  # for its reader (a conv's kernel layout)
+        q_in = add_initializer(graph, base, deq.q, q_value.dtype)
+    else:  # the weight as stored (read elsewhere too: it keeps its name)
+        if len(q_value.uses()) == 1 and q_value.name != base:
             q_value.name = unused_name(graph, base)
         q_in = q_value
-    else:  # transposed for its reader (a conv's kernel layout), or read elsewhere too
-        q_in = add_initializer(graph, base, deq.q, q_value.dtype)
     inputs = [q_in, add_initializer(graph, f"{base}.scale", deq.scale)]
     if deq.zero_point is not None:
         inputs.append(add_initializer(graph, f"{base}.zero_point", deq.zero_point, q_value.dtype))
@@ -271,12 +283,14 @@ def _write(graph: ir.Graph, cast: ir.Node, last: ir.Value, deq: Dequantization) 
         "DequantizeLinear",
         inputs,
         attrs,
-        name=f"{base}/DequantizeLinear",
+        name=f"{inputs[1].name}/DequantizeLinear",  # (unique: the scale is its own)
         doc_string=cast.doc_string,
     )
     out = node.outputs[0]
     out.type, out.shape = last.type, last.shape
-    out.name = f"{base}.dequantized"
+    # unique as its scale's name is ("w.scale_1" -> "w.dequantized_1")
+    head, _, tail = (inputs[1].name or f"{base}.scale").rpartition(".scale")
+    out.name = f"{head}.dequantized{tail}"
     graph.insert_before(cast, node)
     take_place(last, out)
 
