@@ -285,3 +285,24 @@ def test_a_weight_read_twice_is_stored_once():
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("DequantizeLinear") == 2
     assert [t.data_type for t in model.graph.initializer].count(onnx.TensorProto.INT8) == 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    k=st.sampled_from([16, 32, 48]),
+    n=st.integers(1, 9),
+    dtype=st.sampled_from(["int8", "uint8", "int4", "uint4"]),
+    granularity=st.sampled_from(["tensor", "rows", "columns", "blocks"]),
+)
+def test_every_granularity_is_one_dequantize_linear(k, n, dtype, granularity):
+    shapes = {"tensor": (), "rows": (k, 1), "columns": (1, n), "blocks": (k // 16, n)}
+    q, scale = _weights(k, n, dtype, shapes[granularity])
+
+    def dense(x):
+        if granularity == "blocks":
+            return x @ _blocked(q, scale, 16)
+        return x @ (q.astype(jnp.float32) * scale)
+
+    model = assert_exports_match(dense, [(2, k)], target=QDQ, rtol=1e-5)
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "MatMul"]
+    assert not _float_weights(model)
