@@ -11,8 +11,8 @@ for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LA
 A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that take one
 (svd, svdvals, qr). ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
 thread, so this is its own work, steady on a busy machine; jax.jit stays wall time).
-``--unroll-limit`` overrides ``decompositions.UNROLL_LIMIT`` (largest unrolled size) and
-``--block`` ``decompositions.BLOCK`` (columns per trip of the blocked cholesky, lu, qr and
+``--unroll-limit`` overrides ``steps.UNROLL_LIMIT`` (largest unrolled size) and
+``--block`` ``steps.BLOCK`` (columns per trip of the blocked cholesky, lu, qr and
 triangular_solve), which is how the defaults were chosen. Latencies are "median (min)": on a
 loaded machine the median moves with the load, the min much less.
 """
@@ -37,7 +37,7 @@ from jax import lax
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jax2onnx_nn import ConversionError, to_onnx
 from jax2onnx_nn.core.errors import SpecError
-from jax2onnx_nn.core.lowerings import decompositions
+from jax2onnx_nn.core.lowerings.lapack import steps
 
 BATCH = 8
 
@@ -249,12 +249,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(accuracy(n, dtype), flush=True)
         return 0
     if args.unroll_limit is not None:
-        decompositions.UNROLL_LIMIT = args.unroll_limit
+        steps.UNROLL_LIMIT = args.unroll_limit
     if args.block is not None:
-        decompositions.BLOCK = args.block
+        steps.BLOCK = args.block
     clock = time.process_time if args.cpu_time else time.perf_counter
     print(
-        f"batch {BATCH}, float32, unroll limit {decompositions.UNROLL_LIMIT}, block {decompositions.BLOCK}; "
+        f"batch {BATCH}, float32, unroll limit {steps.UNROLL_LIMIT}, block {steps.BLOCK}; "
         "latency: median (min) ms of --repeat runs, onnxruntime on 1 thread"
         + (" as CPU time" if args.cpu_time else "")
     )

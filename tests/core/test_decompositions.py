@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from jax import lax
 
 from jax2onnx_nn import to_onnx
-from jax2onnx_nn.core.lowerings import decompositions
+from jax2onnx_nn.core.lowerings.lapack import steps
 from jax2onnx_nn.core.verify import run_onnx
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
@@ -149,7 +149,7 @@ def check_triangular_solve(
 def test_blocked_triangular_solve(n, dtype, flags):
     """Above the unroll limit by blocks of rows (17: padded to 18; 40: to 42), every
     direction; a zero pivot (inf/NaN as JAX) and a symbolic batch."""
-    assert n > decompositions.UNROLL_LIMIT
+    assert n > steps.UNROLL_LIMIT
     check_triangular_solve(n, 2, (2,), dtype, 5, *flags)
     if flags[0] and not flags[2]:
         a, b = general(5, (2,), n, dtype=dtype), rhs(5, (2,), n, 2, dtype)
@@ -186,7 +186,7 @@ def test_blocked_lu(n, dtype):
     """Above the unroll limit a square lu runs by blocks of columns (17: padded to 18; 40: to
     42): Gaussian matrices (pivoting exercised), a zero column (getf2 skips the zero pivot,
     det 0), a symbolic batch, and solve/det on top."""
-    assert n > decompositions.UNROLL_LIMIT
+    assert n > steps.UNROLL_LIMIT
     a = general(4, (2,), n, dtype=dtype, shift=0.0)
     assert_exports_match_on(lax.linalg.lu, a, **_tol(dtype), jit=True)
     singular = a.copy()
@@ -297,7 +297,7 @@ def test_qr_property(shape, batch, dtype, seed, full_matrices):
 def test_blocked_qr(n, dtype):
     """Above the unroll limit a square qr runs by blocks of columns (17: padded to 18; 40: to
     42): Gaussian matrices, a zero column (no reflection, as dlarfg), a symbolic batch."""
-    assert n > decompositions.UNROLL_LIMIT
+    assert n > steps.UNROLL_LIMIT
     a = general(6, (2,), n, dtype=dtype, shift=0.0)
     a[1, :, n // 3] = 0.0
     model = assert_exports_match_on(lax.linalg.qr, a, **_tol(dtype), jit=True)
@@ -476,7 +476,7 @@ def test_ormqr_property(m, n, p, batch, dtype, seed, left, transpose, data):
 def test_ormqr_above_the_unroll_limit_is_one_loop():
     """More reflectors than UNROLL_LIMIT, or a symbolic count, are one Loop (or Scan) over
     them: the graph does not grow with k."""
-    k = decompositions.UNROLL_LIMIT + 4
+    k = steps.UNROLL_LIMIT + 4
     model = check_ormqr(k + 2, k, k, 3, (2,), np.float32, 1, True, False)
     assert (
         op_types(model).count("Loop") + op_types(model).count("Scan") == 1
@@ -751,7 +751,7 @@ def test_under_vmap():
 def test_looped_sizes(n):
     """Above the unroll limit the steps are one ONNX Loop (or Scan): the graph grows with n
     only by the few nodes that place each block of columns (cholesky)."""
-    assert n > decompositions.UNROLL_LIMIT
+    assert n > steps.UNROLL_LIMIT
     a, b = spd(0, (2,), n), rhs(0, (2,), n, 3)
     model = assert_exports_match_on(
         lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), a, b, rtol=1e-4, jit=True
@@ -769,7 +769,7 @@ def test_blocked_cholesky(n, dtype):
     """Above the unroll limit cholesky runs by blocks of columns (17: blocks of 9 padded to 18
     with I; 40: of 14 padded to 42): the factor, a pivot <= 0 in the last block (all NaN),
     a NaN entry (propagates), a symbolic batch."""
-    assert n > decompositions.UNROLL_LIMIT
+    assert n > steps.UNROLL_LIMIT
     a = spd(3, (2,), n, dtype) + np.triu(general(3, (2,), n, dtype=dtype), 1)
     cholesky = lambda a: lax.linalg.cholesky(a, symmetrize_input=False)  # noqa: E731
     model = assert_exports_match_on(cholesky, a, **_tol(dtype), jit=True)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from jax import lax
 
 from jax2onnx_nn import ConversionError, to_onnx
-from jax2onnx_nn.core.lowerings import decompositions
 from jax2onnx_nn.core.lowerings import svd as svd_module
+from jax2onnx_nn.core.lowerings.lapack import steps
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
 
@@ -512,7 +512,7 @@ def test_v_from_u_above_the_unroll_limit(dtype):
     the small ones from a division by them), values, reconstruction and orthogonality are
     LAPACK's to rounding, and a tall matrix's full U too. float32 is rotated in float32 (its
     values from U and V), no float64 in the graph."""
-    n = decompositions.UNROLL_LIMIT + 4
+    n = steps.UNROLL_LIMIT + 4
     rng = np.random.default_rng(0)
     q1, _ = np.linalg.qr(rng.normal(size=(n, n)))
     q2, _ = np.linalg.qr(rng.normal(size=(n, n)))

@@ -12,7 +12,7 @@ sizes come for free. What JAX's CPU path computes, and these rules compute the s
 - ``custom_linear_solve`` runs its ``solve`` jaxpr (the matvec only defines derivatives);
   ``jnp.linalg.solve``'s (lu_solve with the lu of the matvec's matrix, as ``inv`` calls it too)
   of a matrix up to ``UNROLL_LIMIT`` is getrf's elimination on [a | b] and U's substitution
-  (``decompositions.solve_by_elimination``): the same arithmetic without L or the permutation.
+  (``lu.solve_by_elimination``): the same arithmetic without L or the permutation.
 - ``symmetric_product`` is ``alpha * a @ a^T + beta * c``, both triangles (JAX's CPU rule).
 - ``cholesky_update`` is JAX's own Givens sweep (``drotg``/``drot``) over the rows of R.
 """
@@ -32,17 +32,16 @@ import onnx_ir as ir
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext, is_float
-from jax2onnx_nn.core.lowerings import decompositions
-from jax2onnx_nn.core.lowerings.decompositions import (
+from jax2onnx_nn.core.lowerings.lapack import steps
+from jax2onnx_nn.core.lowerings.lapack.lu import lu_of, solve_by_elimination
+from jax2onnx_nn.core.lowerings.lapack.steps import (
     Index,
     at_index,
     index_range,
     iterate,
     lower_as_jax,
-    lu_of,
     mT,
     refuse_half_precision,
-    solve_by_elimination,
     where,
 )
 from jax2onnx_nn.core.registry import lowering
@@ -156,9 +155,12 @@ def _tridiagonal_solve(
     if perturb_singular:
         # JAX's CPU kernel replaces zero pivots by a perturbation of its own; not reproduced
         raise ConversionError(
-            f"tridiagonal_solve(perturb_singular=True) at {ctx.source_line or '<unknown location>'} is not supported. "
-            "jax.scipy.linalg.eigh_tridiagonal(..., eigvals_only=False) calls it for the eigenvectors: use "
-            "jnp.linalg.eigh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)) instead; a tridiagonal_solve "
+            "tridiagonal_solve(perturb_singular=True) at "
+            f"{ctx.source_line or '<unknown location>'} is not supported. "
+            "jax.scipy.linalg.eigh_tridiagonal(..., eigvals_only=False) calls it for the "
+            "eigenvectors: use "
+            "jnp.linalg.eigh(jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)) instead; a "
+            "tridiagonal_solve "
             "of your own: perturb_singular=False (an exactly singular system then gives NaN)"
         )
     refuse_half_precision(
@@ -194,7 +196,7 @@ def _custom_linear_solve(
             partial(_solve_along, axes=axes),
             [a, b[0]],
             avals=avals,
-            cache_key=("solve_along", decompositions.UNROLL_LIMIT, axes),
+            cache_key=("solve_along", steps.UNROLL_LIMIT, axes),
         )
     return ctx.lower_sub(jaxprs.solve, [*consts, *b])
 
@@ -220,7 +222,7 @@ def _lu_solve_of(
     n = a_aval.shape[-1]
     if (
         jxi.is_symbolic_dim(n)
-        or not 0 < n <= decompositions.UNROLL_LIMIT
+        or not 0 < n <= steps.UNROLL_LIMIT
         or not is_float(a_aval.dtype)
         or a_aval.dtype != x_aval.dtype
     ):
@@ -320,7 +322,9 @@ def _solve_along(a: jax.Array, b: jax.Array, *, axes: tuple[int, ...]) -> jax.Ar
     x = jnp.transpose(b, axes)
     shape = x.shape
     x = x.reshape((*shape[: batch + 1], math.prod(shape[batch + 1 :])))
-    return jnp.transpose(solve_by_elimination(a, x).reshape(shape), np.argsort(axes))
+    return jnp.transpose(
+        solve_by_elimination(a, x).reshape(shape), tuple(int(i) for i in np.argsort(axes))
+    )
 
 
 # -- symmetric_product -------------------------------------------------------------------------

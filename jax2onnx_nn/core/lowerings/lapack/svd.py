@@ -1,38 +1,38 @@
 """lax.linalg ``svd`` and ``eigh``: parallel-order Jacobi, exported as ONNX arithmetic.
 
-Both are one-sided Jacobi iterations (``_orthogonal_columns``), written once here as *rounds*: a round rotates the n/2 disjoint
-pairs of lines (k, n/2 + k) all at once (elementwise on the two halves, O(n^2) per round, no
-matmul), then reseats the lines as a round-robin tournament does (one Concat of slices), so
-that n - 1 rounds (one sweep) meet every pair once. The lines are rows (a column of the
-matrix is rotated as a row of its transpose): each half and each reseated piece is then one
-contiguous block, 1.2x faster at 64x64 than rotating columns. A round is the same graph every
-time, so a sweep is a short unrolled chain (n up to ``UNROLL_LIMIT``) or one ONNX ``Loop`` over
-the rounds, and the sweeps are one ``Loop`` that stops when the matrix has converged (at most
-``MAX_SWEEPS``). svd carries the rows as the two halves (1.1x at 64x64: no slicing into
-halves each round). Grouping several rounds per Loop iteration measured no faster, nor did
-keeping svd's matrix and V^T as two tensors; the rotations' arithmetic, not the Loop, is the
-cost at 64x64.
+Both are one-sided Jacobi iterations (``_orthogonal_columns``), written once here as *rounds*: a
+round rotates the n/2 disjoint pairs of lines (k, n/2 + k) all at once (elementwise on the two
+halves, O(n^2) per round, no matmul), then reseats the lines as a round-robin tournament does (one
+Concat of slices), so that n - 1 rounds (one sweep) meet every pair once. The lines are rows (a
+column of the matrix is rotated as a row of its transpose): each half and each reseated piece is
+then one contiguous block, 1.2x faster at 64x64 than rotating columns. A round is the same graph
+every time, so a sweep is a short unrolled chain (n up to ``UNROLL_LIMIT``) or one ONNX ``Loop``
+over the rounds, and the sweeps are one ``Loop`` that stops when the matrix has converged (at most
+``MAX_SWEEPS``). svd carries the rows as the two halves (1.1x at 64x64: no slicing into halves each
+round). Grouping several rounds per Loop iteration measured no faster, nor did keeping svd's matrix
+and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 64x64.
 
 - ``svd`` is one-sided Jacobi (Hestenes): the columns of ``a`` (m >= n; ``a^T`` otherwise) are
   rotated until they are mutually orthogonal, ``a V = B`` (as rows of ``[a^T, V^T]`` up to
   ``UNROLL_LIMIT`` columns; above it V is ``a^T U / s`` orthonormalized, see ``_svd_tall``). The
   singular values are B's column norms (of ``a`` divided by a power of two, exactly, so that no
-  square leaves the float range; the norms multiplied back), high relative accuracy included (no ``a^T a`` is formed), sorted descending as
-  LAPACK's; in float32, where the norms' rounding accumulates, they are computed again from
-  B's directions (values only) or, above ``WIDEN_ABOVE`` columns, from U and V. ``U`` is the Householder QR of the sorted ``B`` with R's signs moved into Q: its
-  columns are ``B``'s over their norms, and for zero singular values (rank-deficient input)
+  square leaves the float range; the norms multiplied back), high relative accuracy included (no
+  ``a^T a`` is formed), sorted descending as LAPACK's; in float32, where the norms' rounding
+  accumulates, they are computed again from B's directions (values only) or, above ``WIDEN_ABOVE``
+  columns, from U and V. ``U`` is the Householder QR of the sorted ``B`` with R's signs moved into
+  Q: its columns are ``B``'s over their norms, and for zero singular values (rank-deficient input)
   and ``full_matrices`` it completes an orthonormal basis, where ``B / s`` would be NaN.
-- ``eigh`` is one-sided Jacobi on the symmetric matrix (scaled by a power of two, as svd's)
-  shifted positive definite, ``b = a + 2 max(min(|a|_F, max row sum of |a|), 1) I``: b's singular vectors are its
-  eigenvectors, a's, so the columns of ``b V`` over their norms are V, and no V is carried
-  (two-sided Jacobi, rotating a's rows, then its transpose's, and V^T's, measured 1.7x (64x64)
-  to 2x (16x16) slower). The values are the Rayleigh quotients ``v^T a v`` (accurate to
-  rounding of ``|a|``, not of the shift), ascending as LAPACK's; ``eigvalsh`` is the same
-  graph without the vectors' sort. A large float32 matrix is rotated in float32 and refined
-  by a second Jacobi on ``V^T a V`` (``eigh``'s ``refine``); a small one (up to
-  ``WIDEN_ABOVE``) is rotated in float64: the shifted matrix's columns in float32 left its
-  vectors up to ~40x further from LAPACK's than JAX's float32 syevd where two eigenvalues are
-  close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64 rotations: 3e-8).
+- ``eigh`` is one-sided Jacobi on the symmetric matrix (scaled by a power of two, as svd's) shifted
+  positive definite, ``b = a + 2 max(min(|a|_F, max row sum of |a|), 1) I``: b's singular vectors
+  are its eigenvectors, a's, so the columns of ``b V`` over their norms are V, and no V is carried
+  (two-sided Jacobi, rotating a's rows, then its transpose's, and V^T's, measured 1.7x (64x64) to 2x
+  (16x16) slower). The values are the Rayleigh quotients ``v^T a v`` (accurate to rounding of
+  ``|a|``, not of the shift), ascending as LAPACK's; ``eigvalsh`` is the same graph without the
+  vectors' sort. A large float32 matrix is rotated in float32 and refined by a second Jacobi on
+  ``V^T a V`` (``eigh``'s ``refine``); a small one (up to ``WIDEN_ABOVE``) is rotated in float64:
+  the shifted matrix's columns in float32 left its vectors up to ~40x further from LAPACK's than
+  JAX's float32 syevd where two eigenvalues are close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64
+  rotations: 3e-8).
 
 Signs of singular and eigen vectors are free, as in JAX/LAPACK (which documents none):
 ``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` and ``eigh`` the sign Jacobi's rotations leave.
@@ -61,12 +61,12 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.lowerings import decompositions
-from jax2onnx_nn.core.lowerings.decompositions import (
+from jax2onnx_nn.core.lowerings.lapack import steps
+from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
+from jax2onnx_nn.core.lowerings.lapack.qr import qr
+from jax2onnx_nn.core.lowerings.lapack.steps import (
     index_range,
     lower_as_jax,
-    power_of_two_scale,
-    qr,
     refuse_half_precision,
     where,
 )
@@ -75,13 +75,13 @@ from jax2onnx_nn.core.registry import lowering
 # Jacobi converges quadratically: random Gaussian 64x64 matrices converge in 7-9 sweeps in
 # float64; the cap only bounds the loop for inputs that never converge (NaN, inf).
 MAX_SWEEPS = 16
-# Every rotation rounds: in float32 a 64x64 matrix's column norms come out ~1e-6 of the largest
-# off (~500 rotations per column), so above this size (of the rotated side) a float32 eigh is
-# refined (eigh's refine; up to it, rotated in float64) and an svd with vectors takes its values from U and V
-# (_values_from_vectors); a float32 svdvals of any static size takes them from the rotated
-# columns' directions (_values_from_columns); a symbolic size is
-# rotated in float64 and the results rounded to float32. A tall or wide svd whose short side
-# is at most this is rotated in float32 as the square one is: a column meets as few rotations.
+# Every rotation rounds: in float32 a 64x64 matrix's column norms come out ~1e-6 of the largest off
+# (~500 rotations per column), so above this size (of the rotated side) a float32 eigh is refined
+# (eigh's refine; up to it, rotated in float64) and an svd with vectors takes its values from U and
+# V (_values_from_vectors); a float32 svdvals of any static size takes them from the rotated
+# columns' directions (_values_from_columns); a symbolic size is rotated in float64 and the results
+# rounded to float32. A tall or wide svd whose short side is at most this is rotated in float32 as
+# the square one is: a column meets as few rotations.
 WIDEN_ABOVE = 16
 
 
@@ -162,7 +162,7 @@ def _sweeps(n: int, round_fn: Any, converged: Any, carry: tuple) -> tuple:
     """Sweeps of ``n - 1`` rounds each until ``converged(carry)`` or ``MAX_SWEEPS``."""
 
     def sweep(carry: tuple) -> tuple:
-        if not jxi.is_symbolic_dim(n) and n <= decompositions.UNROLL_LIMIT:
+        if not jxi.is_symbolic_dim(n) and n <= steps.UNROLL_LIMIT:
             for _ in range(n - 1):
                 carry = round_fn(carry)
             return carry
@@ -266,8 +266,10 @@ def _tall(ctx: LoweringContext) -> bool:
         except jax.errors.InconclusiveDimensionOperation:
             pass
     raise ConversionError(
-        f"svd of a ({m}, {n}) matrix at {ctx.source_line or '<unknown location>'} is not supported: "
-        f"whether {m} >= {n} decides which side is rotated and cannot be proven; give one of the dims a static size, "
+        f"svd of a ({m}, {n}) matrix at {ctx.source_line or '<unknown location>'} is not "
+        "supported: "
+        f"whether {m} >= {n} decides which side is rotated and cannot be proven; give one of the "
+        "dims a static size, "
         "or the same name to both (a square matrix)"
     )
 
@@ -279,9 +281,12 @@ def _whole_range(ctx: LoweringContext, name: str, subset_by_index: Any, size: An
         return
     lo, hi = subset_by_index
     raise ConversionError(
-        f"{name}(subset_by_index={tuple(subset_by_index)}) at {ctx.source_line or '<unknown location>'} is not supported: "
-        f"JAX's CPU and GPU {name} refuse it too (only TPU computes a subset); compute them all and slice "
-        f"[..., {lo}:{hi}] (the {'eigenvalues ascend' if name == 'eigh' else 'singular values descend'})"
+        f"{name}(subset_by_index={tuple(subset_by_index)}) at "
+        f"{ctx.source_line or '<unknown location>'} is not supported: "
+        f"JAX's CPU and GPU {name} refuse it too (only TPU computes a subset); compute them all "
+        "and slice "
+        f"[..., {lo}:{hi}] (the "
+        f"{'eigenvalues ascend' if name == 'eigh' else 'singular values descend'})"
     )
 
 
@@ -359,7 +364,7 @@ def _svd_tall(a: jax.Array, *, compute_uv: bool, full_matrices: bool) -> tuple[j
     dtype = a.dtype
     scale = power_of_two_scale(a)
     a = a / scale
-    carry_v = compute_uv and (jxi.is_symbolic_dim(n) or n <= decompositions.UNROLL_LIMIT)
+    carry_v = compute_uv and (jxi.is_symbolic_dim(n) or n <= steps.UNROLL_LIMIT)
     work = _orthogonal_columns(a, with_v=carry_v)
     b = work[..., :m, :n]
     norms = jnp.sqrt(jnp.sum(b * b, axis=-2))
