@@ -3,10 +3,12 @@ it (``Target.without``), both run there against JAX."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import onnx
 import pytest
 
 from jax2onnx_nn import TARGETS, to_onnx, verify
@@ -63,3 +65,32 @@ def needs(runtime: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         missing_reason(runtime) is not None, reason=str(missing_reason(runtime))
     )
+
+
+def exported(
+    runtime: str,
+    rewrites_left_out: Sequence[Rewrite],
+    fn: Callable[..., Any],
+    specs: Sequence[Any],
+    **options: Any,
+) -> onnx.ModelProto:
+    """``fn`` exported for ``runtime``'s profile less ``rewrites_left_out``."""
+    target = TARGETS[runtime].without(*rewrites_left_out)
+    return to_onnx(fn, specs, target=target, **options)
+
+
+def op_counts(graph: onnx.GraphProto) -> Counter[str]:
+    """How many nodes of each op type ``graph`` holds, its Loop/Scan/If bodies included."""
+    counts: Counter[str] = Counter()
+    for node in graph.node:
+        counts[node.op_type] += 1
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                counts.update(op_counts(body))
+    return counts
+
+
+def scan_node(graph: onnx.GraphProto) -> onnx.NodeProto:
+    """The one Scan of ``graph``'s top level."""
+    (scan,) = [n for n in graph.node if n.op_type == "Scan"]
+    return scan

@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from jax2onnx_nn.core.targets import common, openvino
-from tests.core.targets.rewrite_check import assert_needed, needs
+from tests.core.targets.rewrite_check import assert_needed, exported, needs, scan_node
 
 pytestmark = needs("openvino")
 
@@ -138,3 +138,22 @@ def test_empty_constants_as_constant_of_shape() -> None:
         [(3,)],
         [np.ones(3, np.float32)],
     )
+
+
+def _scaled_rows(xs: jax.Array, y: jax.Array) -> jax.Array:
+    # a map whose body reads a model input (not a constant) of the enclosing graph
+    return lax.map(lambda r: r * y + jnp.sin(r), xs)
+
+
+def test_scan_captures_as_states() -> None:
+    specs = [(4, 3), (3,)]
+    left_out = (openvino.scan_captures_as_states,)
+    before = scan_node(exported("openvino", left_out, _scaled_rows, specs).graph)
+    after = scan_node(exported("openvino", (), _scaled_rows, specs).graph)
+    # y is a state of the Scan now, passed on by an Identity in the body
+    assert len(after.input) == len(before.input) + 1
+    body = next(a.g for a in after.attribute if a.name == "body")
+    assert [n.op_type for n in body.node].count("Identity") == 1
+    xs = np.linspace(-2.0, 2.0, 12, dtype=np.float32).reshape(4, 3)
+    y = np.array([0.5, -1.0, 2.0], np.float32)
+    assert_needed("openvino", left_out[0], _scaled_rows, specs, [xs, y])

@@ -7,13 +7,14 @@ here: tract aborts the process (a Rust panic Python cannot catch)."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 
 from jax2onnx_nn.core.targets import common, tract
-from tests.core.targets.rewrite_check import assert_needed, needs
+from tests.core.targets.rewrite_check import assert_needed, exported, needs, op_counts
 
 pytestmark = needs("tract")
 
@@ -147,3 +148,20 @@ def test_scan_of_no_steps_keeps_states() -> None:
         [("T",)],
         [np.zeros((0,), np.float32)],
     )
+
+
+def _dropped_rows(x: jax.Array, rows: jax.Array, values: jax.Array) -> jax.Array:
+    # the scatter drops out-of-bounds updates with a Compress of the rows in bounds
+    return x.at[rows].set(values, mode="drop")
+
+
+def test_compress_as_gather() -> None:
+    specs = [(5,), ((3,), "int32"), (3,)]
+    before = op_counts(exported("tract", (tract.compress_as_gather,), _dropped_rows, specs).graph)
+    after = op_counts(exported("tract", (), _dropped_rows, specs).graph)
+    assert before["Compress"] == 2 and after["Compress"] == 0, (before, after)
+    assert after["NonZero"] == 1 and after["Gather"] == before["Gather"] + 2
+    x = np.arange(5, dtype=np.float32)
+    rows = np.array([4, 9, -7], np.int32)  # in bounds, above, below (both dropped)
+    values = np.array([10.0, 20.0, 30.0], np.float32)
+    assert_needed("tract", tract.compress_as_gather, _dropped_rows, specs, [x, rows, values])
