@@ -46,13 +46,7 @@ def float_sum_over_empty_last_axis(node: ir.Node, edit: Editor) -> Replacement:
     ReduceMax/Min/Prod run). Where the last axis is reduced and its size is not a static
     positive number, the input gets one zero appended along it (a Pad of constant amounts):
     the sum is the same (adding +0.0 is exact)."""
-    if (
-        node.op_type != "ReduceSum"
-        or node.domain != ""
-        or node.meta.get(_PADDED)
-        or not node.inputs
-        or node.inputs[0] is None
-    ):
+    if node.meta.get(_PADDED) or not node.inputs or node.inputs[0] is None:
         return None
     x = node.inputs[0]
     if node.outputs[0].dtype not in (
@@ -109,12 +103,7 @@ def uint32_matmul_as_int32(node: ir.Node, edit: Editor) -> Replacement:
     Rust panic in linalg/src/frame/weights.rs; int64 too, int32 runs). Products and sums modulo
     2**32 do not depend on the sign of the operands' bits, so the MatMul runs on int32 Casts of
     its operands (which wrap) and its result is cast back to uint32."""
-    if (
-        node.op_type != "MatMul"
-        or node.domain != ""
-        or len(node.inputs) != 2
-        or None in node.inputs
-    ):
+    if len(node.inputs) != 2 or None in node.inputs:
         return None
     if node.outputs[0].dtype != U32:
         return None
@@ -129,12 +118,7 @@ def isnan_as_not_equal(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if (
-        node.op_type != "IsNaN"
-        or node.domain != ""
-        or node.inputs[0] is None
-        or node.inputs[0].dtype != ir.DataType.DOUBLE
-    ):
+    if node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.DOUBLE:
         return None
     x = node.inputs[0]
     return edit.op("Not", edit.op("Equal", x, x, dtype=BOOL), dtype=BOOL)
@@ -149,11 +133,7 @@ def int64_cast_as_castlike(node: ir.Node, edit: Editor) -> Replacement:
     a bool (``count_nonzero``'s, in slogdet's sign: a Pad of it failed, "Impossible to unify
     TDim with I64") is a Where of int64 1 and 0, which every opset has. Below opset 15 (no
     CastLike) a float's Cast stays: the jax.random family ran right so at opset 13."""
-    if (
-        node.op_type != "Cast"
-        or node.domain != ""
-        or node.attributes.get_int("to", 0) != ir.DataType.INT64
-    ):
+    if node.attributes.get_int("to", 0) != ir.DataType.INT64:
         return None
     x = node.inputs[0]
     if (
@@ -180,12 +160,7 @@ _UNSIGNED = frozenset(
 def bool_equal_as_xor(node: ir.Node, edit: Editor) -> Replacement:
     """tract refuses Equal on bools ("Bool is not a number"; ``jnp.remainder`` compares signs
     that way): ``a == b`` is ``not (a xor b)``."""
-    if (
-        node.op_type != "Equal"
-        or node.domain != ""
-        or node.inputs[0] is None
-        or node.inputs[0].dtype != ir.DataType.BOOL
-    ):
+    if node.inputs[0] is None or node.inputs[0].dtype != ir.DataType.BOOL:
         return None
     return edit.op(
         "Not", edit.op("Xor", *node.inputs, dtype=ir.DataType.BOOL), dtype=ir.DataType.BOOL
@@ -198,12 +173,7 @@ def integer_square_as_product(node: ir.Node, edit: Editor) -> Replacement:
     (int8 100 * 100: 127 where JAX wraps to 16) and has no int16, uint16, uint32 or int64
     kernel ("Square does not support U32"); a Mul of two different values wraps in every
     integer type. So the second operand is ``Max(x, x)``: the same number, another value."""
-    if (
-        node.op_type != "Mul"
-        or node.domain != ""
-        or len(node.inputs) != 2
-        or node.inputs[0] is not node.inputs[1]
-    ):
+    if len(node.inputs) != 2 or node.inputs[0] is not node.inputs[1]:
         return None
     x = node.inputs[0]
     if x is None or x.dtype is None or not x.dtype.is_integer():
@@ -216,7 +186,7 @@ def integer_square_as_product(node: ir.Node, edit: Editor) -> Replacement:
 def compress_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     """tract does not translate Compress (the scatters drop out-of-bounds updates with it):
     the same rows are a Gather of the positions NonZero finds (in order, as Compress keeps them)."""
-    if node.op_type != "Compress" or node.domain != "" or len(node.inputs) != 2:
+    if len(node.inputs) != 2:
         return None
     x, condition = node.inputs
     assert x is not None and condition is not None
@@ -244,7 +214,7 @@ def range_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
     as ``start + delta * k`` where ``k`` is an exclusive CumSum of ones shaped like the Range
     (the Range itself then gives only its length) are numbers it does not follow. A Range of
     constant operands is left as it is (it is folded), as is one of a run-time step."""
-    if node.op_type != "Range" or node.domain != "" or len(node.inputs) != 3:
+    if len(node.inputs) != 3:
         return None
     dtype = node.outputs[0].dtype
     start, limit, delta = node.inputs
@@ -276,12 +246,7 @@ def vector_dot_as_matrix_product(node: ir.Node, edit: Editor) -> Replacement:
     """tract 0.23 refuses a MatMul of two vectors (``y @ alpha``: "Condition failed: `a_rank >
     1 || b_rank > 1`"): the left one is made a row (``1 x n``), the product (of shape ``(1,)``)
     squeezed back to a scalar."""
-    if (
-        node.op_type != "MatMul"
-        or node.domain != ""
-        or rank_of(node.inputs[0]) != 1
-        or rank_of(node.inputs[1]) != 1
-    ):
+    if rank_of(node.inputs[0]) != 1 or rank_of(node.inputs[1]) != 1:
         return None
     dtype = node.outputs[0].dtype
     axis = np.array([0], np.int64)
@@ -297,12 +262,7 @@ def strided_slice_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     upper triangular solve's reversal; ``x[::2]``) over the Reshape before it ("Pulling ...
     Downsample over ... Reshape: Invalid axis"). A one-axis Slice of such a step over a static
     dim is a Gather of the positions it takes (computed here, as numpy slices them)."""
-    if (
-        node.op_type != "Slice"
-        or node.domain != ""
-        or len(node.inputs) != 5
-        or node.inputs[0] is None
-    ):
+    if len(node.inputs) != 5 or node.inputs[0] is None:
         return None
     starts, ends, axes, steps = (constant_array(v) for v in node.inputs[1:])
     shape = node.inputs[0].shape
@@ -327,12 +287,7 @@ def runtime_slice_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     and its Where then fails on the mismatch ("Output mismatch after rewiring expansion ...
     expected 20,1,F32 got 20,<Sym0>,F32"). Such a Slice is a Gather of ``start + [0 .. size)``
     per axis (the starts are already clamped into range, as JAX clamps them)."""
-    if (
-        node.op_type != "Slice"
-        or node.domain != ""
-        or len(node.inputs) not in (4, 5)
-        or node.inputs[0] is None
-    ):
+    if len(node.inputs) not in (4, 5) or node.inputs[0] is None:
         return None
     x, starts, ends, axes = node.inputs[:4]
     steps = constant_array(node.inputs[4]) if len(node.inputs) == 5 else None
@@ -378,8 +333,6 @@ def gemm_as_matmul(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if node.op_type != "Gemm" or node.domain != "":
-        return None
     dtype = node.outputs[0].dtype
     if dtype is None or dtype == ir.DataType.FLOAT:
         return None
@@ -410,7 +363,7 @@ def expand_full_rank(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if node.op_type != "Expand" or node.domain != "" or len(node.inputs) != 2:
+    if len(node.inputs) != 2:
         return None
     x, shape = node.inputs
     out = node.outputs[0].shape

@@ -37,11 +37,7 @@ def counter_scan_as_state(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if (
-        node.op_type != "Scan"
-        or node.domain != ""
-        or node.attributes.get_int("num_scan_inputs", 0) != 1
-    ):
+    if node.attributes.get_int("num_scan_inputs", 0) != 1:
         return None
     ticks = constant_range(node.inputs[-1])
     directions = node.attributes.get_ints("scan_input_directions", None)
@@ -107,8 +103,6 @@ def inner_scans_restarted(node: ir.Node, edit: Editor) -> Replacement:
     a scan without xs, a bounded ``while_loop``: constant, or a Range of run-time length; one over
     data is given a counter, computed at run time where the length is symbolic), the body reads
     each state as ``Where(tick == first tick, initial value, state)``."""
-    if node.op_type != "Scan" or node.domain != "":
-        return None
     return any(
         [
             _restarted(_with_counter(inner, edit))
@@ -285,8 +279,6 @@ def scan_of_no_steps_keeps_states(node: ir.Node, edit: Editor) -> Replacement:
     (a ``lax.scan`` over data of symbolic length 0: 0.0 where JAX returns the initial 1.0; at
     the top level and in a Scan body alike). Where the scanned length is not a static positive
     number, each final state is ``Where(length > 0, state, initial value)``."""
-    if node.op_type != "Scan" or node.domain != "":
-        return None
     n_scanned = node.attributes.get_int("num_scan_inputs", 0)
     n_state = len(node.inputs) - n_scanned
     first = node.inputs[n_state] if n_scanned else None
@@ -344,8 +336,6 @@ def ranges_in_scan_bodies(node: ir.Node, edit: Editor) -> Replacement:
     ``fori_loop`` of symbolic length in a ``lax.map``, hoisted out of the map's body as loop
     invariant). It runs the Range computed in the body: each body reading one gets its own copy
     (reading the Range's scalar operands from outside). A late rewrite: clean-up would hoist it."""
-    if node.op_type != "Scan" or node.domain != "":
-        return None
     body = node.attributes["body"].as_graph()
     copies = []
     for value in _read_from_outside(body):
@@ -386,12 +376,7 @@ def counted_loop_as_scan(node: ir.Node, edit: Editor) -> Replacement:
     (a Loop with stacked outputs is left as it is). tract gives the states of a Scan of 0 steps
     shape ``()``: where ``M`` is 0 each result is the initial state, through a Where. A
     while_loop whose condition depends on the data stays a Loop."""
-    if (
-        node.op_type != "Loop"
-        or node.domain != ""
-        or len(node.inputs) < 2
-        or node.inputs[0] is None
-    ):
+    if len(node.inputs) < 2 or node.inputs[0] is None:
         return None
     if len(node.outputs) != len(node.inputs) - 2:
         return None
@@ -472,12 +457,7 @@ def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
     where it is set (the reduction's neutral element elsewhere) reduced over the rows, combined
     with the data where a row hit the cell. Repeated indices combine in another order than the
     Loop's (the same numbers for ints, float rounding otherwise)."""
-    if (
-        node.op_type != "Loop"
-        or node.domain != ""
-        or len(node.inputs) != 3
-        or len(node.outputs) != 1
-    ):
+    if len(node.inputs) != 3 or len(node.outputs) != 1:
         return None
     count, keep_going, data = node.inputs
     if (
@@ -677,8 +657,6 @@ def scan_int_factors_as_states(node: ir.Node, edit: Editor) -> Replacement:
     ("inconsistent fact: body input 0 is 2,I32 🬳 3 and body output 0 is 2,I32"). Each such
     constant becomes a state of the Scan that the body passes on unchanged (not a constant
     there, so no mask): the same numbers."""
-    if node.op_type != "Scan" or node.domain != "":
-        return None
     body = node.attributes["body"].as_graph()
     found: dict[int, tuple[ir.Value, list[tuple[ir.Node, int]]]] = {}
     for inner in body:
@@ -734,8 +712,6 @@ def scan_outputs_unread(node: ir.Node, edit: Editor) -> Replacement:
 
     Not reproduced on tract 0.23 by the direct case tried (tests/core/targets/: the model
     matched JAX without this rewrite too); kept until the case that needs it is known."""
-    if node.op_type != "Scan" or node.domain != "":
-        return None
     body = node.attributes["body"].as_graph()
     n_state = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
     changed = False
