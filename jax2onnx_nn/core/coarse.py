@@ -120,7 +120,7 @@ def coarse_wrapper(handler: Handler) -> Callable[[Any], Any]:
                 spec = handler(*args, **kwargs)
             except Exception:  # a handler that cannot model a call must not break it
                 spec = NotApplicable
-            if spec is not NotApplicable:
+            if isinstance(spec, CoarseCall):
                 kwargs = {**kwargs, **spec.call_kwargs}
                 result = bind_coarse(spec, original, args, kwargs)
                 if result is not NotApplicable:

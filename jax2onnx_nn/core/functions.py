@@ -217,7 +217,7 @@ def _emit_function(
         dims.add_source(values[i], shape)
     outer_dims, lowerer.dims = lowerer.dims, dims
     try:
-        outs = lowerer.lower_jaxpr(body, values, fb)
+        outs = lowerer.lower_jaxpr(body, [v for v in values if v is not None], fb)
     finally:
         lowerer.dims = outer_dims
     fb.outputs.extend(_distinct_outputs(fb, outs, ctx.avals_out))

@@ -115,7 +115,7 @@ class GraphBuilder:
         self.name = name
         self.parent = parent
         # A function body sees no outer scope: its constants are Constant nodes of its own.
-        self.isolated = isolated or (parent is not None and parent.isolated)
+        self.isolated: bool = isolated or (parent is not None and parent.isolated)
         self.nodes: list[ir.Node] = []
         self.inputs: list[ir.Value] = []
         self.outputs: list[ir.Value] = []
@@ -197,12 +197,14 @@ class GraphBuilder:
         return result
 
     def _constant_node(self, value: ir.Value) -> ir.Value:
+        tensor = value.const_value
+        assert tensor is not None  # called for constants only
         node = ir.Node(
             "",
             "Constant",
             [],
-            [ir.AttrTensor("value", value.const_value)],
-            name=self.names.fresh(value.name + "/Constant"),
+            [ir.AttrTensor("value", tensor)],
+            name=self.names.fresh(f"{value.name}/Constant"),
         )
         out = node.outputs[0]
         out.name = value.name
@@ -505,5 +507,5 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> memoryview | bytes:
         array = np.asarray(tensor.numpy())
         if array.dtype.byteorder == ">":
             array = array.byteswap().view(array.dtype.newbyteorder("<"))
-        return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
     return tensor.tobytes()

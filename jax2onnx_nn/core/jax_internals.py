@@ -439,7 +439,7 @@ def held_off_host(value: Any) -> bool:
         devices = value.sharding.device_set
     except Exception:
         return False
-    return len(devices) > 1 or any(d.platform != "cpu" for d in devices)
+    return len(devices) > 1 or any(d.platform != "cpu" for d in devices)  # type: ignore[attr-defined]
 
 
 def fetched_data(array: Any) -> np.ndarray:
@@ -742,7 +742,7 @@ def _eval_widened(
 
     def read(atom: Any) -> Any:
         if isinstance(atom, Literal):
-            return _widen(np.asarray(atom.val, dtype=atom.aval.dtype), low)
+            return _widen(np.asarray(atom.val, dtype=atom.aval.dtype), low)  # type: ignore[attr-defined]
         return env[atom]
 
     for var, value in zip(jaxpr.constvars, consts, strict=True):

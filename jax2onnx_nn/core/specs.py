@@ -140,7 +140,7 @@ class _Parser:
 
     def dims(self, dims: Sequence[Any], where: str) -> tuple[Any, ...]:
         """Check each dim of a shape; names stay strings until the scope is known."""
-        out = []
+        out: list[Any] = []
         for i, d in enumerate(dims):
             here = f"{where}, dim {i}"
             if isinstance(d, str):
@@ -199,8 +199,8 @@ class InputSpecs:
     def flat(self) -> tuple[list[tuple[str, jax.ShapeDtypeStruct]], Any]:
         """(path name, leaf) pairs in flattening order, and the treedef of (args, kwargs)."""
         if self._flat is None:  # (once: each export of the same specs asks again)
-            pairs, treedef = jax.tree_util.tree_flatten_with_path((self.args, self.kwargs))
-            self._flat = [(_path_name(p), leaf) for p, leaf in pairs], treedef
+            leaves, treedef = jax.tree_util.tree_flatten_with_path((self.args, self.kwargs))
+            self._flat = [(_path_name(p), leaf) for p, leaf in leaves], treedef
         pairs, treedef = self._flat
         return list(pairs), treedef
 
@@ -355,7 +355,7 @@ def _parse_specs(
 
 def _common_scope(tree: Any, constraints: tuple[str, ...]) -> Any:
     """The scope of user-made symbolic dims if any (all must agree), else a new one."""
-    scopes = []
+    scopes: list[Any] = []
     for leaf in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, _ShapeSpec)):
         dims = leaf.dims if isinstance(leaf, _ShapeSpec) else leaf.shape
         scopes.extend(jxi.symbolic_scope(d) for d in dims if jxi.is_symbolic_dim(d))

@@ -220,7 +220,7 @@ def random_inputs(
             data = rng.integers(
                 0, 2**32, size=shape + jxi.key_data_shape(dtype), dtype=np.uint64
             ).astype(np.uint32)
-            values.append(jax.random.wrap_key_data(data, impl=jxi.key_impl(dtype)))
+            values.append(jax.random.wrap_key_data(jnp.asarray(data), impl=jxi.key_impl(dtype)))
             continue
         dtype = np.dtype(dtype)
         if dtype == np.bool_:
@@ -496,7 +496,7 @@ def verify(
         )
     report = VerifyReport(runtime)
     with jxi.x64(enable_double_precision):
-        parse_options = {
+        parse_options: dict[str, Any] = {
             "input_params": input_params,
             "enable_double_precision": enable_double_precision,
         }

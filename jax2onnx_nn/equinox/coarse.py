@@ -294,7 +294,7 @@ def _conv_transpose_handler(module: Any, x: Any, *, key: Any = None) -> Any:
         return NotApplicable
     # eqx runs a conv with padding_t over the stride-dilated input, as lax.conv_transpose does
     padding_t = [
-        tuple(int(v) for v in p) for p in np.asarray(module._padding_transpose()).reshape(-1, 2)
+        (int(lo), int(hi)) for lo, hi in np.asarray(module._padding_transpose()).reshape(-1, 2)
     ]
     pads = conv_transpose_pads(padding_t, module.kernel_size, module.stride, module.dilation)
     if pads is None:

@@ -33,6 +33,7 @@ def new_constant(
             ir.TensorType(tensor.dtype),
             tensor,
         )
+        assert before.graph is not None  # a node a rewrite edits is in a graph
         before.graph.insert_before(before, node)
         return out
     value = ir.Value(
@@ -66,7 +67,7 @@ def one_reader(v: ir.Value) -> ir.Node | None:
     uses = v.uses()
     if len(uses) != 1 or v.is_graph_output():
         return None
-    return uses[0].node
+    return next(iter(uses)).node
 
 
 # What a target rewrite returns: None (no match), the values that replace the node's outputs

@@ -33,6 +33,13 @@ def attributes_key(node: ir.Node) -> tuple[Any, ...] | None:
     return tuple(attrs)
 
 
+def numpy_dtype(value: ir.Value) -> np.dtype:
+    """The numpy dtype of a typed value (every value a rule or the builder made has one)."""
+    if value.dtype is None:
+        raise ValueError(f"value {value.name!r} has no dtype: it was made without a type")
+    return value.dtype.numpy()
+
+
 def exact_dtype(dtype: ir.DataType | None) -> bool:
     return dtype is not None and (dtype.is_integer() or dtype == ir.DataType.BOOL)
 
@@ -82,8 +89,7 @@ def constant_range(value: ir.Value | None) -> np.ndarray | None:
     """The values of a constant, or of a Range of constant operands (not folded when large)."""
     producer = value.producer() if value is not None else None
     if producer is not None and producer.op_type == "Range" and producer.domain == "":
-        operands = [constant_array(v) for v in producer.inputs]
-        if all(x is not None for x in operands):
-            start, limit, delta = operands
-            return np.arange(start, limit, delta, dtype=start.dtype)  # type: ignore[arg-type]
+        start, limit, delta = (constant_array(v) for v in producer.inputs)
+        if start is not None and limit is not None and delta is not None:
+            return np.arange(start, limit, delta, dtype=start.dtype)  # type: ignore[call-overload]
     return constant_array(value)

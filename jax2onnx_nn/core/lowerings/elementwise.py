@@ -363,7 +363,7 @@ def _is_finite(ctx: LoweringContext, x: ir.Value) -> ir.Value:
         "Where",
     ),
 )
-def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: object = 0) -> ir.Value:
+def _round(ctx: LoweringContext, x: ir.Value, *, rounding_method: int = 0) -> ir.Value:
     if int(rounding_method) == 1:  # TO_NEAREST_EVEN
         return ctx.op.Round(x)
     # AWAY_FROM_ZERO: floor(|x|) + (frac >= 0.5), exact (no x + 0.5 rounding error)
@@ -557,7 +557,7 @@ def _where(ctx: LoweringContext, which: ir.Value, x: ir.Value, y: ir.Value) -> i
     never ``Not``: onnxruntime rewrites ``Where(Not(c), a, b)`` to ``Where(c, b, a)``, which
     would swap the slots back; for the same reason a ``Not`` selector is taken apart here."""
     producer = which.producer()
-    if producer is not None and producer.op_type == "Not":
+    if producer is not None and producer.op_type == "Not" and producer.inputs[0] is not None:
         which, x, y = producer.inputs[0], y, x
     x_signed, y_signed = _may_be_negative_zero(x), _may_be_negative_zero(y)
     if not x_signed:
@@ -582,6 +582,7 @@ def _may_be_negative_zero(value: ir.Value) -> bool:
         value.const_value is None
         and (producer := value.producer()) is not None
         and producer.op_type in _SAME_VALUES
+        and producer.inputs[0] is not None
     ):
         value = producer.inputs[0]
     if value.const_value is not None:

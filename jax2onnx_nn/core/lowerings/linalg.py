@@ -232,7 +232,9 @@ def _conv_transpose(
     """A conv with lhs dilation s and stride 1 is a ConvTranspose with stride s (see
     ``core/layers/conv.py``)."""
     w = conv_transpose_kernel(ctx, rhs, rhs_spec, w_dims, conv.groups, weight=False)
-    pads, extra = conv.transpose_pads(w_dims)
+    transposed = conv.transpose_pads(w_dims)
+    assert transposed is not None  # the caller checked fits_conv_transpose
+    pads, extra = transposed
     return conv_transpose(
         ctx,
         x,

@@ -101,6 +101,7 @@ def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) 
                 term = ctx.op.Mul(term, ctx.dim_scalar(stride))
             counts = term if counts is None else ctx.op.Add(counts, term)
     # the words of the count as uint64 (tract 0.23 failed an int64 Div by 2**32: "Division by zero")
+    assert counts is not None  # a symbolic shape has an axis
     counts = ctx.cast(counts, np.uint64)
     high = ctx.op.BitShift(counts, ctx.const(32, dtype=np.uint64), direction="RIGHT")
     return [ctx.cast(high, np.uint32), ctx.cast(counts, np.uint32)]

@@ -249,9 +249,9 @@ def _clamped_starts(
 
     Returns static ints when every start and limit is static, else one int64 vector.
     """
-    static = [_static_int(s) for s in starts]
-    if all(v is not None for v in static) and not any(jxi.is_symbolic_dim(lim) for lim in limits):
-        return [min(max(int(v), 0), int(lim)) for v, lim in zip(static, limits, strict=True)]
+    static = [v for v in (_static_int(s) for s in starts) if v is not None]
+    if len(static) == len(starts) and not any(jxi.is_symbolic_dim(lim) for lim in limits):
+        return [min(max(v, 0), int(lim)) for v, lim in zip(static, limits, strict=True)]
     pieces = [_as_int64_vector(ctx, s, aval) for s, aval in zip(starts, avals, strict=True)]
     vector = pieces[0] if len(pieces) == 1 else ctx.op.Concat(*pieces, axis=0)
     upper = ctx.op.Min(vector, ctx.shape_tensor(list(limits)))
@@ -320,10 +320,10 @@ def _dynamic_update_slice(
         return update
     index_avals = ctx.avals_in[2:]
     # clamped one axis at a time: _splice wants each start on its own
-    begins = [
+    clamped = [
         _clamped_starts(ctx, [starts[a]], [index_avals[a]], [shape[a] - window[a]]) for a in axes
     ]
-    begins = [b[0] if isinstance(b, list) else b for b in begins]
+    begins = [b[0] if isinstance(b, list) else b for b in clamped]
     return _splice(ctx, x, update, axes, begins, [window[a] for a in axes])
 
 

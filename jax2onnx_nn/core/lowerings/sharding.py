@@ -416,7 +416,8 @@ def _to_blocks(x: Any, spec: Any, mesh: Mesh) -> Stacked:
     axes = _dim_axes(spec, x.ndim)
     if not any(axes) or mesh.devices == 1:
         return Stacked(x, False)
-    shape, labels = [], []
+    shape: list[int] = []
+    labels: list[str | None] = []
     for d, names in enumerate(axes):
         for name in names:
             shape.append(mesh.sizes[mesh.position(name)])

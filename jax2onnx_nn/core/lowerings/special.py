@@ -25,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.ir.values import numpy_dtype
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering, register
 
@@ -35,7 +36,7 @@ def _in_precision(
     ctx: LoweringContext, dtype: np.dtype, fn: Callable[..., ir.Value], *xs: ir.Value
 ) -> ir.Value:
     """``fn`` on ``xs`` computed in ``dtype`` (when the operands are narrower), rounded back."""
-    source = xs[0].dtype.numpy()
+    source = numpy_dtype(xs[0])
     if source.itemsize >= np.dtype(dtype).itemsize:
         return fn(*xs)
     return ctx.cast(fn(*[ctx.cast(x, dtype) for x in xs]), source)
@@ -409,7 +410,7 @@ _I1E_B = {np.dtype(np.float32): _I1E_B_F64[18:], np.dtype(np.float64): _I1E_B_F6
 
 def _bessel_i1e(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     op = ctx.op
-    dtype = x.dtype.numpy()
+    dtype = numpy_dtype(x)
 
     def c(value: float) -> ir.Value:
         return ctx.const(value, like=x)
@@ -518,7 +519,7 @@ _ERFC_F64_S = (
 
 def _erfc(ctx: LoweringContext, x: ir.Value) -> ir.Value:
     op = ctx.op
-    double = x.dtype.numpy() == np.float64
+    double = numpy_dtype(x) == np.float64
 
     def c(value: float) -> ir.Value:
         return ctx.const(value, like=x)

@@ -90,7 +90,7 @@ def reduce_by_slices(
         return ctx.full(ctx.aval_out, identity(op, dtype))  # no element reaches any window
     fill = ctx.const(identity(op, dtype))
     x = pad(ctx, dilate(ctx, x, dims, base_dilation, fill), padding, fill)
-    dims = [
+    padded_dims = [
         n + lo + hi for n, (lo, hi) in zip(dilated_dims(dims, base_dilation), padding, strict=True)
     ]
     axes = [
@@ -107,7 +107,7 @@ def reduce_by_slices(
     slices = window_slices(
         ctx,
         x,
-        dims,
+        padded_dims,
         axes,
         pick(window_dimensions),
         pick(window_strides),
