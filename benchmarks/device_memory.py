@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     extra = max(peak - before, 0)
     print(
-        f"platform={jax.default_backend()} devices={devices} weight_bytes={weight_bytes} file_bytes={size} "
-        f"host_extra_bytes={extra} ratio={extra / weight_bytes:.3f} seconds={seconds:.1f} exact_peak={exact}"
+        f"platform={jax.default_backend()} devices={devices} weight_bytes={weight_bytes} "
+        f"file_bytes={size} "
+        f"host_extra_bytes={extra} ratio={extra / weight_bytes:.3f} seconds={seconds:.1f} "
+        f"exact_peak={exact}"
     )
     return 0
 

@@ -409,7 +409,8 @@ def main() -> int:
         print("| " + " | ".join(str(row.get(c, "")) for c in COLUMNS) + " |")
     end = os.getloadavg()
     print(
-        f"\nload average (1 min) at start {load[0]:.1f}, at end {end[0]:.1f}, on {os.cpu_count()} cores"
+        f"\nload average (1 min) at start {load[0]:.1f}, at end {end[0]:.1f}, on {os.cpu_count()} "
+        "cores"
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -79,7 +79,8 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(
-        f"{'dtype':8} {'n':>5} {'kind':5} {'DFT err':>9} {'MatMul err':>10} {'DFT us':>8} {'MatMul us':>9}"
+        f"{'dtype':8} {'n':>5} {'kind':5} {'DFT err':>9} {'MatMul err':>10} {'DFT us':>8} "
+        f"{'MatMul us':>9}"
     )
     for dtype in (np.float32, np.float64):
         for n in (int(v) for v in args.lengths.split(",")):
@@ -90,7 +91,8 @@ def main() -> None:
                 e_mm, t_mm = measure(matmul_session(n, inverse, dtype), pairs, reference)
                 kind = "ifft" if inverse else "fft"
                 print(
-                    f"{np.dtype(dtype).name:8} {n:5d} {kind:5} {e_dft:9.1e} {e_mm:10.1e} {t_dft:8.0f} {t_mm:9.0f}"
+                    f"{np.dtype(dtype).name:8} {n:5d} {kind:5} {e_dft:9.1e} {e_mm:10.1e} "
+                    f"{t_dft:8.0f} {t_mm:9.0f}"
                 )
 
 

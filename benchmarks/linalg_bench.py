@@ -3,19 +3,18 @@
     python benchmarks/linalg_bench.py                      # 4x4, 16x16, 64x64, float32
     python benchmarks/linalg_bench.py --sizes 8 24 --unroll-limit 64   # force unrolling
 
-Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median
-latency of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned
-matrices (``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
+Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median latency
+of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned matrices
+(``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
 for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK,
-``--solve-accuracy`` for float32 solve/inv errors, onnxruntime's and jax.jit's).
-A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that take one
-(svd, svdvals, qr). ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one
-thread, so this is its own work, steady on a busy machine; jax.jit stays wall time).
-``--unroll-limit`` overrides ``steps.UNROLL_LIMIT`` (largest unrolled size) and
-``--block`` ``steps.BLOCK`` (columns per trip of the blocked cholesky, lu, qr and
-triangular_solve), which is how the defaults were chosen. Latencies are "median (min)": on a
-loaded machine the median moves with the load, the min much less.
-"""
+``--solve-accuracy`` for float32 solve/inv errors, onnxruntime's and jax.jit's). A size ``MxN``
+(``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that take one (svd, svdvals, qr).
+``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one thread,
+so this is its own work, steady on a busy machine; jax.jit stays wall time). ``--unroll-limit``
+overrides ``steps.UNROLL_LIMIT`` (largest unrolled size) and ``--block`` ``steps.BLOCK`` (columns
+per trip of the blocked cholesky, lu, qr and triangular_solve), which is how the defaults were
+chosen. Latencies are "median (min)": on a loaded machine the median moves with the load, the min
+much less."""
 
 from __future__ import annotations
 
@@ -231,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.solve_accuracy:
         print(
-            "float32 Gaussian matrices, error over max |x| against float64 LAPACK, per matrix: median / p90 / p99"
+            "float32 Gaussian matrices, error over max |x| against float64 LAPACK, per matrix: "
+            "median / p90 / p99"
         )
         print("| n | solve onnxruntime | solve jax.jit | inv onnxruntime | inv jax.jit |")
         print("|---|---|---|---|---|")
@@ -241,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.accuracy:
         print(f"batch {BATCH} random Gaussian matrices through onnxruntime vs float64 LAPACK")
         print(
-            "| n | dtype | svd values | svd U s Vh | svd orthogonality | svdvals | eigh values | eigh V w V^T | eigh orthogonality |"
+            "| n | dtype | svd values | svd U s Vh | svd orthogonality | svdvals | eigh values | "
+            "eigh V w V^T | eigh orthogonality |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for dtype in (np.float32, np.float64):

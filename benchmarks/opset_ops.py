@@ -76,7 +76,8 @@ def _pair(
     sessions = {form: _session(m) for form, m in models.items()}
     ms = _cpu_ms(sessions, feeds(sessions["older"]), rounds)
     print(
-        f"{name:<44} older {ms['older']:9.3f} ms   {op} ({count + nested} nodes) {ms['newer']:9.3f} ms   ratio {ms['newer'] / ms['older']:.2f}",
+        f"{name:<44} older {ms['older']:9.3f} ms   {op} ({count + nested} nodes) "
+        f"{ms['newer']:9.3f} ms   ratio {ms['newer'] / ms['older']:.2f}",
         flush=True,
     )
 

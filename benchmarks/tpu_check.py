@@ -117,8 +117,10 @@ def check_streaming(megabytes: float) -> bool:
         status,
         "-",
         "-",
-        f"host peak / weight bytes {ratio:.3f} ({int(figures['host_extra_bytes']) / 1e6:.0f} MB for "
-        f"{int(figures['weight_bytes']) / 1e6:.0f} MB on {figures['devices']} {figures['platform']} device(s), "
+        f"host peak / weight bytes {ratio:.3f} ({int(figures['host_extra_bytes']) / 1e6:.0f} MB "
+        "for "
+        f"{int(figures['weight_bytes']) / 1e6:.0f} MB on {figures['devices']} "
+        f"{figures['platform']} device(s), "
         f"export {figures['seconds']} s)",
     )
     return ratio <= 0.3

@@ -1,4 +1,5 @@
-"""Regenerate the "Runtime support" table (docs/runtimes.md): every example and benchmark model on every runtime.
+"""Regenerate the "Runtime support" table (docs/runtimes.md): every example and benchmark model on
+every runtime.
 
     python scripts/gen_runtime_table.py           # rewrite docs/runtimes.md from tests/runtime_matrix.txt
     python scripts/gen_runtime_table.py --check   # exit 1 if docs/runtimes.md is stale
@@ -485,7 +486,8 @@ def record(pairs: list[str] | None = None) -> None:
     unknown = (chosen or set()) - {(m, r) for m in MODELS for r in RUNTIMES}
     if unknown:
         raise SystemExit(
-            f"unknown pairs {sorted(unknown)}: give model/runtime, a model of {MODELS} and a runtime of {RUNTIMES}"
+            f"unknown pairs {sorted(unknown)}: give model/runtime, a model of {MODELS} and a "
+            f"runtime of {RUNTIMES}"
         )
     recorded = read_record() if chosen else {}
     lines = []

@@ -1,4 +1,5 @@
-"""The runtime table (docs/runtimes.md) is generated from tests/runtime_matrix.txt, and the record holds."""
+"""The runtime table (docs/runtimes.md) is generated from tests/runtime_matrix.txt, and the record
+holds."""
 
 from __future__ import annotations
 

@@ -193,11 +193,10 @@ def coarse_lowering(
 ) -> Callable[[Any], Any]:
     """Register ``rule(ctx, ops: Operands, **config)`` for a coarse primitive.
 
-    The rule returns the op's output value(s) or :data:`NotApplicable`, in which case the
-    body (the traced original call) is lowered in its place. Below ``min_opset`` the
-    interpreter does not call the rule and lowers the body too. ``covers`` names the modules and functions whose calls bind the primitive
-    (``"nnx.Linear"``), for the support table.
-    """
+    The rule returns the op's output value(s) or :data:`NotApplicable`, in which case the body (the
+    traced original call) is lowered in its place. Below ``min_opset`` the interpreter does not call
+    the rule and lowers the body too. ``covers`` names the modules and functions whose calls bind
+    the primitive (``"nnx.Linear"``), for the support table."""
     for target in covers:
         _MODULE_ROWS[target] = ModuleRow(target, ", ".join(onnx_ops), min_opset, primitive)
 

@@ -62,16 +62,20 @@ class ConversionError(Exception):
         if on_complex:
             # a rule registered without complex_pairs=True is never given a complex equation
             lines.append(
-                "Complex values are (real, imag) float pairs in the graph: a lowering of a primitive on "
+                "Complex values are (real, imag) float pairs in the graph: a lowering of a "
+                "primitive on "
                 "complex numbers takes and returns the pairs, registered with "
                 "@jax2onnx_nn.lowering(primitive, complex_pairs=True)."
             )
         factorizations = [name for name in on_complex if name in _LINALG]
         if factorizations:
             lines.append(
-                f"lax.linalg's {', '.join(factorizations)} of complex matrices {'is' if len(factorizations) == 1 else 'are'} "
-                "not lowered: solve a complex system A x = b as the real one [[A.real, -A.imag], [A.imag, A.real]] "
-                "[x.real; x.imag] = [b.real; b.imag] (jnp.block), or cast to a real dtype where the values are real."
+                f"lax.linalg's {', '.join(factorizations)} of complex matrices "
+                f"{'is' if len(factorizations) == 1 else 'are'} "
+                "not lowered: solve a complex system A x = b as the real one [[A.real, -A.imag], "
+                "[A.imag, A.real]] "
+                "[x.real; x.imag] = [b.real; b.imag] (jnp.block), or cast to a real dtype where "
+                "the values are real."
             )
         return cls("\n".join(lines), records)
 

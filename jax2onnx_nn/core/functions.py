@@ -229,8 +229,8 @@ def _emit_function(
 
 def _cleanup_body(graph: ir.Graph) -> None:
     """Common subexpressions and dead nodes of a body (the model passes see the main graph);
-    :func:`~jax2onnx_nn.core.passes.remove_unused.remove_unused_nodes` also drops what only the bodies of a
-    removed Loop/Scan/If in it read."""
+    :func:`~jax2onnx_nn.core.passes.remove_unused.remove_unused_nodes` also drops what only the
+    bodies of a removed Loop/Scan/If in it read."""
     model = ir.Model(graph, ir_version=10)
     common.CommonSubexpressionEliminationPass()(model)
     remove_unused_nodes(model)

@@ -275,7 +275,8 @@ class GraphBuilder:
         return None if write is None else write(self, op_type, values, dict(attrs), num_outputs)
 
     def _kernel_dtype(self, op_type: str, values: list[ir.Value | None]) -> tuple[Any, Any]:
-        """(input dtype, dtype to compute in) when onnxruntime lacks a kernel, else (dtype, None)."""
+        """(input dtype, dtype to compute in) when onnxruntime lacks a kernel, else (dtype,
+        None)."""
         t_inputs = kernels.T_INPUTS.get(op_type, range(len(values)))
         dtype = next(
             (
@@ -290,7 +291,8 @@ class GraphBuilder:
         wider = kernels.compute_dtype(op_type, dtype)
         if wider is None:
             raise NotImplementedError(
-                f"onnxruntime has no {op_type} kernel for {dtype} and no wider type keeps its values"
+                f"onnxruntime has no {op_type} kernel for {dtype} and no wider type keeps its "
+                "values"
             )
         return dtype, wider
 

@@ -270,7 +270,8 @@ _WIDER: dict[str, tuple[str, ...]] = {
 
 
 def kernel_key(op_type: str, attrs: Mapping[str, Any]) -> str:
-    """The table key of a node: scatters with a reduction have their own kernels ("ScatterND[min]")."""
+    """The table key of a node: scatters with a reduction have their own kernels
+    ("ScatterND[min]")."""
     reduction = attrs.get("reduction")
     return f"{op_type}[{reduction}]" if reduction not in (None, "none") else op_type
 

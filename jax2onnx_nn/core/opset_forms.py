@@ -187,10 +187,9 @@ def _bitwise(
 ) -> list[ir.Value]:
     """Bitwise ops (opset 18) in modular arithmetic on the unsigned type of the same width.
 
-    ``a & b`` is the sum of ``2**k * bit_k(a) * bit_k(b)`` (bits by BitShift, opset 11; summed by CumSum);
-    ``a | b = a + b - (a & b)`` and ``a ^ b = a + b - 2 (a & b)`` hold modulo ``2**n``;
-    ``~a = (2**n - 1) - a``. Casts between a signed type and its unsigned twin keep the bits.
-    """
+    ``a & b`` is the sum of ``2**k * bit_k(a) * bit_k(b)`` (bits by BitShift, opset 11; summed by
+    CumSum); ``a | b = a + b - (a & b)`` and ``a ^ b = a + b - 2 (a & b)`` hold modulo ``2**n``;
+    ``~a = (2**n - 1) - a``. Casts between a signed type and its unsigned twin keep the bits."""
     dtype = _dtype(inputs[0], op)
     unsigned = np.dtype(f"uint{dtype.itemsize * 8}")
     to_u = [

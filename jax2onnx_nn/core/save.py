@@ -44,7 +44,8 @@ def check_path(path: str | os.PathLike[str]) -> str:
         text = os.fsdecode(text)
     if text == "" or os.path.isdir(text):
         raise IsADirectoryError(
-            f"path {text!r} is a directory; give a file name, e.g. {os.path.join(text or '.', 'model.onnx')!r}"
+            f"path {text!r} is a directory; give a file name, e.g. "
+            f"{os.path.join(text or '.', 'model.onnx')!r}"
         )
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
@@ -87,7 +88,8 @@ def save_model(
     )
     if not external and weight_bytes > PROTOBUF_LIMIT:
         raise ValueError(
-            f"the model has {weight_bytes / 1e9:.2f} GB of weights, above protobuf's 2 GB limit for one file; "
+            f"the model has {weight_bytes / 1e9:.2f} GB of weights, above protobuf's 2 GB limit "
+            "for one file; "
             "save with external_data=True (or leave it at None to decide by size)"
         )
     progress = progress or Progress()

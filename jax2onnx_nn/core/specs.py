@@ -146,7 +146,8 @@ class _Parser:
             if isinstance(d, str):
                 if not d.strip():
                     raise SpecError(
-                        f"{here}: the empty string is not a dim name in {tuple(dims)!r}; {_DIM_HELP}"
+                        f"{here}: the empty string is not a dim name in {tuple(dims)!r}; "
+                        f"{_DIM_HELP}"
                     )
                 out.append(d.strip())
             elif isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
@@ -313,7 +314,8 @@ def _parse_specs(
     """:func:`parse_specs` without its memo: the specs and the 64-bit inputs narrowed."""
     if not isinstance(inputs, (list, tuple)):
         raise SpecError(
-            f"inputs must be a list with one spec per positional argument, got {type(inputs).__name__}"
+            "inputs must be a list with one spec per positional argument, got "
+            f"{type(inputs).__name__}"
         )
     if (
         isinstance(inputs, tuple)
@@ -326,7 +328,8 @@ def _parse_specs(
         )
     if isinstance(constraints, str):
         raise SpecError(
-            f"constraints must be a sequence of strings, got the string {constraints!r}: write ({constraints!r},)"
+            f"constraints must be a sequence of strings, got the string {constraints!r}: write "
+            f"({constraints!r},)"
         )
     parser = _Parser(enable_double_precision)
 
@@ -384,7 +387,8 @@ def _new_scope(constraints: tuple[str, ...]) -> Any:
             jxi.new_symbolic_scope((c,))
         except Exception as err:
             raise SpecError(
-                f"constraints[{i}] {c!r} is not a constraint: {str(err).rstrip('.')}. Write comparisons of dim "
+                f"constraints[{i}] {c!r} is not a constraint: {str(err).rstrip('.')}. Write "
+                "comparisons of dim "
                 "expressions such as 'B >= 2', 'T <= 512' or 'N == 2*B'"
             ) from None
     try:
@@ -422,11 +426,13 @@ class _Resolver:
                 parsed = _parsed_dims(d, self.scope)
             except Exception as err:
                 raise SpecError(
-                    f"{leaf.where}: cannot parse the symbolic dim {d!r} in {leaf.dims!r}: {err}; {_DIM_HELP}"
+                    f"{leaf.where}: cannot parse the symbolic dim {d!r} in {leaf.dims!r}: {err}; "
+                    f"{_DIM_HELP}"
                 ) from None
             if len(parsed) != 1:
                 raise SpecError(
-                    f"{leaf.where}: {d!r} holds {len(parsed)} dims; give one dim per entry, as in {tuple(p.strip() for p in d.split(','))!r}"
+                    f"{leaf.where}: {d!r} holds {len(parsed)} dims; give one dim per entry, as in "
+                    f"{tuple(p.strip() for p in d.split(','))!r}"
                 )
             (self._cache[d],) = parsed
         return self._cache[d]

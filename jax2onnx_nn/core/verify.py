@@ -1,4 +1,5 @@
-"""Run an exported model in a runtime (onnxruntime by default) and the callable in JAX on the same inputs."""
+"""Run an exported model in a runtime (onnxruntime by default) and the callable in JAX on the same
+inputs."""
 
 from __future__ import annotations
 
@@ -102,10 +103,11 @@ class VerifyReport:
         rel = max(o.max_rel for o in off)
         rtol, _ = default_tolerance(np.float32)
         return (
-            f"note: {self.runtime} computes float64 in float32 (no graph can change that), so float64 outputs "
-            f"match JAX to float32 precision at best: max rel error {rel:.3g} here "
+            f"note: {self.runtime} computes float64 in float32 (no graph can change that), so "
+            f"float64 outputs match JAX to float32 precision at best: max rel error {rel:.3g} here "
             f"({'within' if rel <= rtol else 'beyond'} float32's tolerance {rtol:g}); "
-            "pass rtol/atol to verify for float32 precision, or run float64 models on another runtime"
+            "pass rtol/atol to verify for float32 precision, or run float64 models on another "
+            "runtime"
         )
 
     def __str__(self) -> str:
@@ -118,7 +120,8 @@ class VerifyReport:
                 )
                 lines.append(
                     f"[{run.label}] {o.name} {o.dtype}{list(o.shape)}: max abs {o.max_abs:.3g}, "
-                    f"max rel {o.max_rel:.3g}{tolerance} {mark}{(' - ' + o.detail) if o.detail else ''}"
+                    f"max rel {o.max_rel:.3g}{tolerance} "
+                    f"{mark}{(' - ' + o.detail) if o.detail else ''}"
                 )
                 if o.float32_abs is not None:
                     lines.append(
@@ -391,7 +394,8 @@ def reference_outputs(
     out_tree = jax.tree_util.tree_structure(jax.eval_shape(flat_fn, *flat))
     return (
         jax.tree_util.tree_unflatten(out_tree, list(outs)),
-        f"cpu (the function's arrays copied from {platform}; reference_device='default' runs it there)",
+        f"cpu (the function's arrays copied from {platform}; reference_device='default' runs it "
+        "there)",
     )
 
 

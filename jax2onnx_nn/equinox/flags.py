@@ -37,9 +37,10 @@ def _dropout(original: Any) -> Any:
             return original(self, x, key=key, inference=inference, deterministic=deterministic)
         if key is None:
             raise ConversionError(
-                "eqx.nn.Dropout gets a runtime inference flag but no key: its training mode (the flag "
-                "false) draws a mask, as in JAX it needs key=...; pass key=jax.random.key(0) for one "
-                f"fixed mask, or take the key as an input of the exported function for a mask per run\n  at {calling_user_frame()}"
+                "eqx.nn.Dropout gets a runtime inference flag but no key: its training mode (the "
+                "flag false) draws a mask, as in JAX it needs key=...; pass key=jax.random.key(0) "
+                "for one fixed mask, or take the key as an input of the exported function for a "
+                f"mask per run\n  at {calling_user_frame()}"
             )
         return both_modes(flag, lambda mode: original(self, x, key=key, inference=mode))
 
@@ -53,7 +54,8 @@ def _batch_norm(original: Any) -> Any:
         flag = self.inference if inference is None else inference
         if not is_runtime(flag):
             return original(self, x, state, key=key, inference=inference)
-        # each mode gets a State of its own: a training call's state.set retires the one it was given
+        # each mode gets a State of its own: a training call's state.set retires the one it was
+        # given
         return both_modes(
             flag, lambda mode: original(self, x, _copy(state), key=key, inference=mode)
         )

@@ -198,7 +198,8 @@ class _Recorder:
         ]
         self.path.write_text("\n".join([*lines, *sorted(self.passed)]) + "\n")
         head = [
-            "# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py --record"
+            "# ONNX ops each rule emitted in passing tests; python scripts/gen_support_table.py "
+            "--record"
         ]
         pairs = [f"{name} {op_type}" for name, op_type in sorted(self.emitted)]
         emitted_path.write_text("\n".join([*head, *pairs]) + "\n")

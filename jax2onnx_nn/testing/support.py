@@ -123,7 +123,8 @@ def refresh_generated_block(
     readme: pathlib.Path, begin: str, end: str, body: str, *, check: bool, what: str, script: str
 ) -> int:
     """Put ``body`` between the ``begin``/``end`` markers of ``readme`` (or, with ``check``, only
-    say whether it is already there): the one writer of the generated tables (docs/support.md, docs/runtimes.md).
+    say whether it is already there): the one writer of the generated tables (docs/support.md,
+    docs/runtimes.md).
 
     Returns the exit code of the generating script: 1 when ``check`` finds the block stale.
     """

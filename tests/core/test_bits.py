@@ -265,7 +265,7 @@ def test_bitcast_uses_onnx_bitcast_from_opset_26(source: str, target: Any) -> No
         assert [n.op_type for n in model.graph.node] == ["BitCast"]
 
 
-# -- copysign and signbit: JAX's bitcast and select_n, -0.0 included ---------------------------------
+# -- copysign and signbit: JAX's bitcast and select_n, -0.0 included -------------------------------
 
 
 @given(data=st.data(), dtype=st.sampled_from(FLOATS))
@@ -296,7 +296,8 @@ def test_copysign_on_every_16_bit_pattern(dtype: Any) -> None:
 
 @pytest.mark.parametrize("where_x", ["x", "zero", "abs"])
 def test_where_keeps_negative_zero(where_x: str) -> None:
-    """onnxruntime's Where turns a -0.0 picked from its second input into +0.0; select_n keeps it."""
+    """onnxruntime's Where turns a -0.0 picked from its second input into +0.0; select_n keeps
+    it."""
     x = np.asarray([-0.0, 0.0, -1.0, np.inf, -0.0], np.float32)
     c = np.asarray([True, True, False, True, False])
     pick: dict[str, Callable[[Any], Any]] = {
@@ -320,7 +321,7 @@ def test_where_adds_nothing_when_no_negative_zero_can_be_picked() -> None:
     ]
 
 
-# -- nextafter, spacing, frexp, ldexp ----------------------------------------------------------------
+# -- nextafter, spacing, frexp, ldexp --------------------------------------------------------------
 # XLA on CPU flushes subnormals to zero (docs/limitations.md); onnxruntime and numpy do not, and
 # JAX >= 0.12's frexp flushes them by its own integer algorithm. So the reference is JAX, except
 # where an input or the IEEE result is subnormal: there the export may give JAX's value or
@@ -521,7 +522,7 @@ def test_float_power_matches_jax(data: st.DataObject, dtype: Any) -> None:
         assert_exports_match_on(jnp.float_power, x, y, enable_double_precision=True)
 
 
-# -- clz, population_count ---------------------------------------------------------------------------
+# -- clz, population_count -------------------------------------------------------------------------
 
 INTS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 

@@ -1,4 +1,5 @@
-"""trace_call: calls traced over their arrays, equal calls traced once, each with its own weights."""
+"""trace_call: calls traced over their arrays, equal calls traced once, each with its own
+weights."""
 
 from __future__ import annotations
 

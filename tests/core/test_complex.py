@@ -331,7 +331,8 @@ def assert_close_to_magnitude(fn, z, rtol):
     )
     bad = ~same | (error > rtol)
     assert not bad.any(), (
-        f"{fn.__name__}{z[bad.any(-1)][:4]}: onnxruntime {actual[bad.any(-1)][:4]}, JAX {expected[bad.any(-1)][:4]}"
+        f"{fn.__name__}{z[bad.any(-1)][:4]}: onnxruntime {actual[bad.any(-1)][:4]}, JAX "
+        f"{expected[bad.any(-1)][:4]}"
     )
     return float(error.max(initial=0.0))
 

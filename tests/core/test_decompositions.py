@@ -556,7 +556,8 @@ def test_complex_ormqr_is_refused_as_complex_geqrf():
 )
 @pytest.mark.parametrize("conjugate", [False, True])
 def test_qr_multiply_matches_jax(mode, shape, c_shape, conjugate):
-    """jax.scipy.linalg.qr_multiply: geqrf, then ormqr on the side ``mode`` and ``conjugate`` say."""
+    """jax.scipy.linalg.qr_multiply: geqrf, then ormqr on the side ``mode`` and ``conjugate``
+    say."""
     a = general(5, (), *shape, shift=0.0)
     c = np.random.default_rng(5).normal(size=c_shape).astype(np.float32)
     qr_multiply = lambda a, c: jsl.qr_multiply(a, c, mode=mode, conjugate=conjugate)  # noqa: E731
@@ -605,8 +606,8 @@ def test_qr_of_columns_already_zero():
 
 
 def _householder_reductions(a):
-    """qr (reduced and pivoted), geqrf, geqp3 and, of a small square matrix, hessenberg (at 20x20 JAX's
-    blocked gehrd rounds ~1e-5 differently): every reduction whose reflectors' norms square
+    """qr (reduced and pivoted), geqrf, geqp3 and, of a small square matrix, hessenberg (at 20x20
+    JAX's blocked gehrd rounds ~1e-5 differently): every reduction whose reflectors' norms square
     the entries."""
     from jax._src.lax import linalg as lax_linalg
 
@@ -856,10 +857,11 @@ HALF_PRECISION_REFUSED = [
     ids=[f"{name}-{i}" for i, (name, _) in enumerate(HALF_PRECISION_REFUSED)],
 )
 def test_half_precision_factorization_is_refused_with_the_fix(name, fn, dtype):
-    """JAX's CPU lu, cholesky, qr, svd, eigh, eig, hessenberg, tridiagonal, schur and tridiagonal_solve (LAPACK) refuse float16 / bfloat16
-    ("Unsupported dtype"); the export names the primitive, the dtype, the user's line and the
-    cast that fixes it. (JAX 0.12 refuses the dtype while tracing already: then it is the
-    SpecError of a call JAX rejects, naming the primitive, the dtype and the user's line.)"""
+    """JAX's CPU lu, cholesky, qr, svd, eigh, eig, hessenberg, tridiagonal, schur and
+    tridiagonal_solve (LAPACK) refuse float16 / bfloat16 ("Unsupported dtype"); the export names the
+    primitive, the dtype, the user's line and the cast that fixes it. (JAX 0.12 refuses the dtype
+    while tracing already: then it is the SpecError of a call JAX rejects, naming the primitive, the
+    dtype and the user's line.)"""
     from jax2onnx_nn import ConversionError, to_onnx
     from jax2onnx_nn.core.errors import SpecError
 

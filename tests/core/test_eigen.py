@@ -1,8 +1,8 @@
-"""hessenberg, tridiagonal, eig, schur (real and complex) and the functions on them (eigvals, roots, sqrtm):
-onnxruntime vs JAX on hypothesis-drawn sizes, batch dims and dtypes. The reductions use
-LAPACK's reflectors, so their packed results are compared entry by entry. eig and schur leave
-order and phase free: eigenpairs are compared in a fixed order (by a real key) with each
-vector's phase fixed, Schur forms by what defines them (reconstruction, unitarity, triangle)."""
+"""hessenberg, tridiagonal, eig, schur (real and complex) and the functions on them (eigvals, roots,
+sqrtm): onnxruntime vs JAX on hypothesis-drawn sizes, batch dims and dtypes. The reductions use
+LAPACK's reflectors, so their packed results are compared entry by entry. eig and schur leave order
+and phase free: eigenpairs are compared in a fixed order (by a real key) with each vector's phase
+fixed, Schur forms by what defines them (reconstruction, unitarity, triangle)."""
 
 import jax
 import jax.numpy as jnp
@@ -457,7 +457,7 @@ def test_float32_schur_of_entries_1e_minus_30_and_1e20(output):
     np.testing.assert_allclose(np.abs(zh @ z - np.eye(6)), 0, atol=1e-5)
 
 
-# -- balancing (gebal, gebak): eig as geev ----------------------------------------------------------
+# -- balancing (gebal, gebak): eig as geev ---------------------------------------------------------
 def _run_eig(fn, a: np.ndarray) -> list[np.ndarray]:
     """``fn`` exported on ``a`` and run in onnxruntime, complex results joined from their pairs."""
     model = to_onnx(fn, [a], enable_double_precision=a.dtype == np.float64)
@@ -525,7 +525,8 @@ def test_eig_of_badly_scaled_matrices(n, batch, dtype, seed):
 
 
 def test_eig_of_badly_scaled_matrix_matches_jax():
-    """float64: values and both vectors as JAX's (which balances too), in a fixed order and phase."""
+    """float64: values and both vectors as JAX's (which balances too), in a fixed order and
+    phase."""
     assert_exports_match_on(
         _eig(True, True), _badly_scaled(3, (2,), 6, np.float64), **_tol(np.float64)
     )

@@ -43,7 +43,8 @@ def _operand(data, dtype, shape) -> np.ndarray:
 
 
 def _index(data, n: int, shape, *, oob: bool = True, dtype=np.int32) -> np.ndarray:
-    """Index values for an axis of size ``n``: negative ones and (when ``oob``) out-of-bounds ones."""
+    """Index values for an axis of size ``n``: negative ones and (when ``oob``) out-of-bounds
+    ones."""
     lo, hi = (-2 * n - 2, 2 * n + 2) if oob else (-n, n - 1)
     return data.draw(hnp.arrays(dtype, shape, elements=st.integers(lo, hi)))
 
@@ -519,7 +520,8 @@ def test_scatter_add_uses_reduction():
 
 # -- errors ------------------------------------------------------------------------------------
 def test_scatter_min_below_opset_18_matches_jax():
-    # ScatterND's min reduction is opset 18: below it the builder writes a Loop (core/opset_forms.py)
+    # ScatterND's min reduction is opset 18: below it the builder writes a Loop
+    # (core/opset_forms.py)
     x, i = np.array([1.0, -0.0, np.nan, 3.0], np.float32), np.array([0, 0, 3], np.int32)
     model = assert_exports_match_on(lambda x, i: x.at[i].min(0.0), x, i, opset=17)
     assert "Loop" in {n.op_type for n in model.graph.node}

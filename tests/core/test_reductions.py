@@ -1,4 +1,5 @@
-"""Reductions, scans and sorts: onnxruntime vs JAX on hypothesis-drawn shapes, dtypes, axes, values."""
+"""Reductions, scans and sorts: onnxruntime vs JAX on hypothesis-drawn shapes, dtypes, axes,
+values."""
 
 import jax
 import jax.numpy as jnp

@@ -121,8 +121,10 @@ def test_loops_of_a_run_time_trip_count_over_symbolic_shapes(
             pytest.mark.xfail(
                 strict=True,
                 reason=(
-                    "tract 0.23 declutter: the inner Scan restarted at tick 0 of Range(0, i) gets region facts "
-                    "it finds inconsistent ('inconsistent fact: body input 0 is N,F32 ... 1+-1*(0==0)')"
+                    "tract 0.23 declutter: the inner Scan restarted at tick 0 of Range(0, i) gets "
+                    "region facts "
+                    "it finds inconsistent ('inconsistent fact: body input 0 is N,F32 ... "
+                    "1+-1*(0==0)')"
                 ),
             )
         )

@@ -1567,7 +1567,8 @@ def test_float_sums_over_an_empty_last_axis_run_on_tract(
     script = (
         "import sys, numpy as np, tract; d = sys.argv[1]; xs = np.load(d + '/inputs.npz');"
         "run = tract.onnx().load(d + '/model.onnx').into_model().into_runnable().run;"
-        "np.savez(d + '/outputs.npz', **{k: run([np.ascontiguousarray(xs[k])])[0].to_numpy() for k in xs.files})"
+        "np.savez(d + '/outputs.npz', "
+        "**{k: run([np.ascontiguousarray(xs[k])])[0].to_numpy() for k in xs.files})"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120

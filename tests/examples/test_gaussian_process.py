@@ -1,4 +1,5 @@
-"""The Gaussian-process example: cholesky, cho_solve and slogdet in float64, symbolic test points."""
+"""The Gaussian-process example: cholesky, cho_solve and slogdet in float64, symbolic test
+points."""
 
 import sys
 from pathlib import Path

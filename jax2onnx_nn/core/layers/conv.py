@@ -175,9 +175,9 @@ def conv_transpose_kernel(
     """A conv kernel (``to_oi`` permutes it to ``(O, I/g, *spatial)``, of sizes ``dims``) as
     ConvTranspose's ``(I, O/g, *spatial)`` weight: flipped spatially, in/out swapped per group.
 
-    ``weight=True`` rearranges an initializer at export time (:meth:`LoweringContext.derived_weight`:
-    no node, the weight keeps its name); otherwise, and for a runtime input, nodes do it.
-    """
+    ``weight=True`` rearranges an initializer at export time
+    (:meth:`LoweringContext.derived_weight`: no node, the weight keeps its name); otherwise, and for
+    a runtime input, nodes do it."""
     to_oi = [int(p) for p in to_oi]
     out_f, in_f, spatial = int(dims[0]), int(dims[1]), [int(k) for k in dims[2:]]
     n = len(spatial)

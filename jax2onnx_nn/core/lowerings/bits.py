@@ -63,7 +63,8 @@ def work_dtype(dtype: Any) -> np.dtype:
 
 @functools.cache
 def _exponent_thresholds(layout: FloatLayout, work: np.dtype) -> np.ndarray:
-    """table[e] = the smallest magnitude whose exponent field is e (0 for e = 0, inf for all ones)."""
+    """table[e] = the smallest magnitude whose exponent field is e (0 for e = 0, inf for all
+    ones)."""
     e = np.arange(1, layout.exp_all_ones)
     return np.concatenate([[0.0], np.ldexp(1.0, e - layout.bias), [np.inf]]).astype(work)
 
@@ -300,10 +301,10 @@ def _reduce_precision(
 
 
 def _nextafter_constants(dtype: np.dtype) -> dict[str, float]:
-    """Per precision (float32, float64): the step factor c (|x| * c lies strictly between half an ulp and 1.5
-    ulp of |x|, so |x| +- |x| * c rounds to the next float), the smallest subnormal, below
-    which (times two) the grid is uniform, and the scale that lifts small normals to where
-    |x| * c is still normal."""
+    """Per precision (float32, float64): the step factor c (|x| * c lies strictly between half an
+    ulp and 1.5 ulp of |x|, so |x| +- |x| * c rounds to the next float), the smallest subnormal,
+    below which (times two) the grid is uniform, and the scale that lifts small normals to where |x|
+    * c is still normal."""
     info = jnp.finfo(dtype)
     p = int(info.nmant) + 1
     return {

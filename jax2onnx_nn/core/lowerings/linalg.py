@@ -199,7 +199,8 @@ class _Conv:
     def transpose_pads(
         self, w_dims: Sequence[Any]
     ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """ConvTranspose ``pads`` and ``output_padding`` equal to this conv (see _conv_transpose)."""
+        """ConvTranspose ``pads`` and ``output_padding`` equal to this conv (see
+        _conv_transpose)."""
         if any(jxi.is_symbolic_dim(k) for k in w_dims):
             return None
         return conv_transpose_pads(self.padding, w_dims[2:], self.lhs_dilation, self.rhs_dilation)
@@ -213,7 +214,8 @@ class _Conv:
 def _batch_groups_to_features(
     ctx: LoweringContext, x: ir.Value, dims: list[Any], groups: int
 ) -> tuple[ir.Value, list[Any]]:
-    """[G*N, C, S..] -> [N, G*C, S..]: batch group g (a block of the batch) meets feature group g."""
+    """[G*N, C, S..] -> [N, G*C, S..]: batch group g (a block of the batch) meets feature group
+    g."""
     n, c, spatial = dims[0] // groups, dims[1], dims[2:]
     x = ctx.reshape(x, [groups, n, c, *spatial])
     x = ctx.op.Transpose(x, perm=[1, 0, *range(2, len(dims) + 1)])

@@ -27,11 +27,14 @@ def _pallas_call(ctx: LoweringContext, *args: ir.Value, **params: Any) -> list[i
     hardware = jxi.pallas_hardware_primitives(params)
     if hardware:
         raise ConversionError(
-            f"the Pallas kernel {jxi.pallas_kernel_name(params)}, called at {ctx.source_line or '<unknown location>'}, "
-            f"uses {', '.join(hardware)}: hardware-only operations (DMAs, semaphores, barriers) with no "
+            f"the Pallas kernel {jxi.pallas_kernel_name(params)}, called at "
+            f"{ctx.source_line or '<unknown location>'}, "
+            f"uses {', '.join(hardware)}: hardware-only operations (DMAs, semaphores, barriers) "
+            "with no "
             "meaning in ONNX; nothing was exported. Export the library's pure-JAX fallback of the "
             "kernel instead (most kernels have a reference implementation), or register a lowering "
-            "for the kernel's call (jax2onnx_nn.lowering('pallas_call') or lowerings={'pallas_call': ...}) "
+            "for the kernel's call (jax2onnx_nn.lowering('pallas_call') or "
+            "lowerings={'pallas_call': ...}) "
             "that computes it from JAX operations"
         )
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]

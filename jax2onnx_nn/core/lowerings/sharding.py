@@ -305,7 +305,8 @@ def _run_eqn(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     if jxi.is_body_primitive(eqn.primitive):  # a coarse op (core/coarse.py): its traced body
         return run_body(eqn.params["body"], mesh, args)
     raise NotImplementedError(
-        f"its body has collectives inside a {name} (at {jxi.source_line(eqn, library_ok=True)}); collectives can be exported inside scan, "
+        f"its body has collectives inside a {name} (at {jxi.source_line(eqn, library_ok=True)}); "
+        "collectives can be exported inside scan, "
         "cond, while_loop and calls (jit, checkpoint, custom_jvp/vjp): move them out of the "
         f"{name}, or register a lowering for shard_map (jax2onnx_nn.lowering) that computes it"
     )

@@ -121,7 +121,8 @@ def _prune_loop(loop: ir.Node) -> int:
     dead_scans = [i - n_states for i in dead if i >= n_states]
     for k in reversed(dead_states):
         body.inputs.pop(first_body_input + k)
-    # the node: a new one without the dead inputs and outputs, its outputs taking the old ones' place
+    # the node: a new one without the dead inputs and outputs, its outputs taking the old ones'
+    # place
     inputs = [
         v
         for i, v in enumerate(loop.inputs)

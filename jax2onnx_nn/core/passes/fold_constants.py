@@ -184,8 +184,8 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
 
 
 def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
-    """The node's results (one per output) on its constant inputs, by ONNX's reference implementation; None
-    for an op, dtype or case it does not cover (the node then stays).
+    """The node's results (one per output) on its constant inputs, by ONNX's reference
+    implementation; None for an op, dtype or case it does not cover (the node then stays).
 
     Folds of small inputs (index arithmetic, shapes, a loop's bounds) are remembered by the
     op, its attributes and the inputs' bytes: each export of a model makes the same ones, and

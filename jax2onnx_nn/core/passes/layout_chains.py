@@ -184,14 +184,14 @@ def _insert_before(
 
 @rewrite("Transpose", "Cast", *_SHAPE_OPS, creates={"Transpose", "Cast", "Reshape", "Constant"})
 def cancel_layout_chains(model: ir.Model) -> int:
-    """Back-to-back Transposes, Casts and shape ops (Reshape, Squeeze, Unsqueeze, Flatten)
-    become one node, or none when the pair is the identity (``x.T.T``, ``squeeze(expand_dims(x))``,
-    a cast to a wider dtype and back); a Transpose with the identity perm, a Cast to the dtype
-    it has and a reshape to the shape it has go too. A node marked with
-    :func:`~jax2onnx_nn.core.graph.mark_required` stays and is not looked through. Exact: a Cast pair is merged only when
-    the first cast is lossless. One walk over every node of the graph, its subgraphs and the
-    function bodies, each node looking at its producer only; the nodes left unused are removed
-    by the clean-up. Returns the number of nodes bypassed."""
+    """Back-to-back Transposes, Casts and shape ops (Reshape, Squeeze, Unsqueeze, Flatten) become
+    one node, or none when the pair is the identity (``x.T.T``, ``squeeze(expand_dims(x))``, a cast
+    to a wider dtype and back); a Transpose with the identity perm, a Cast to the dtype it has and a
+    reshape to the shape it has go too. A node marked with
+    :func:`~jax2onnx_nn.core.graph.mark_required` stays and is not looked through. Exact: a Cast
+    pair is merged only when the first cast is lossless. One walk over every node of the graph, its
+    subgraphs and the function bodies, each node looking at its producer only; the nodes left unused
+    are removed by the clean-up. Returns the number of nodes bypassed."""
     bypassed = 0
     graphs = [model.graph, *(f.graph for f in model.functions.values())]
     for graph in graphs:

@@ -1,4 +1,5 @@
-"""Types and shapes for every value: a table of ONNX's shape rules, onnx's inference for the rest."""
+"""Types and shapes for every value: a table of ONNX's shape rules, onnx's inference for the
+rest."""
 
 from __future__ import annotations
 
@@ -24,17 +25,16 @@ def _all_values(graph: ir.Graph) -> list[ir.Value]:
 def fill_missing_types(model: ir.Model) -> None:
     """Give every value without a full type a dtype and shape from ONNX shape inference.
 
-    Rules stamp each equation's outputs from the jaxpr; values made inside a rule are left to
-    this pass. Each node making such a value is inferred on its own first: the common ops from
-    a small table of ONNX's own shape rules (same shape, broadcasting, MatMul, Transpose,
-    Shape, Concat, (Un)Squeeze, Gather, Split, Reshape and Range on constants, Conv and
-    pools), the others by onnx's per-op inference over their inputs' types and small
-    constant inputs (a serialization of the node and its input types each: ~0.1 ms); so a
-    few such nodes cost a few node inferences, not a serialization of the whole graph. A result is kept only when every dim is known, which whole-graph inference could not
-    tell otherwise (it only adds data, which only refines unknown dims). What is left (a shape
-    computed from another shape at run time, a node with a body graph, a function call) gets
-    whole-graph inference with data propagation.
-    """
+    Rules stamp each equation's outputs from the jaxpr; values made inside a rule are left to this
+    pass. Each node making such a value is inferred on its own first: the common ops from a small
+    table of ONNX's own shape rules (same shape, broadcasting, MatMul, Transpose, Shape, Concat,
+    (Un)Squeeze, Gather, Split, Reshape and Range on constants, Conv and pools), the others by
+    onnx's per-op inference over their inputs' types and small constant inputs (a serialization of
+    the node and its input types each: ~0.1 ms); so a few such nodes cost a few node inferences, not
+    a serialization of the whole graph. A result is kept only when every dim is known, which
+    whole-graph inference could not tell otherwise (it only adds data, which only refines unknown
+    dims). What is left (a shape computed from another shape at run time, a node with a body graph,
+    a function call) gets whole-graph inference with data propagation."""
     missing = [
         v for v in _all_values(model.graph) if v.name and (v.type is None or v.shape is None)
     ]

@@ -26,7 +26,8 @@ def warn_unpoisoned(model: ir.Model) -> None:
     )
     for line in lines:
         warnings.warn(
-            f"the integer or bool results of the while_loop at {line} are the values after the last of loop_bound "
+            f"the integer or bool results of the while_loop at {line} are the values after the "
+            "last of loop_bound "
             "steps if its condition still holds then (its float results are NaN); raise loop_bound "
             "if the loop may need more steps",
             stacklevel=user_stacklevel(),

@@ -1,4 +1,5 @@
-"""OpenVINO 2026.4 (CPU plugin): its profile and the rewrites that make its ops compute JAX's numbers.
+"""OpenVINO 2026.4 (CPU plugin): its profile and the rewrites that make its ops compute JAX's
+numbers.
 
 Each rewrite's docstring says what the runtime does wrong and how the rewrite avoids it."""
 

@@ -93,5 +93,6 @@ class Target:
 # with it; onnxruntime has no uint32 CumSum, so the builder widens to int64 for it)
 CUMSUM_UINT32 = "i32 i64 u32 u64 f32 f64"
 
-# ReduceMax/Min's types on OpenVINO and tract: uint32 kept (rewritten on 16-bit halves), not widened to int64
+# ReduceMax/Min's types on OpenVINO and tract: uint32 kept (rewritten on 16-bit halves), not widened
+# to int64
 REDUCE_EXTREMES_UINT32 = "b i8 i32 i64 u8 u32 f16 f32 f64"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from jax2onnx_nn.core.targets.profile import Target
 
 # The ops onnx-tensorrt's TensorRT 10.0 importer supports (its docs/operators.md, opsets 9..20;
-# re-read at the 10.1-GA release, commit 96e7811 of June 2024: the same list and opsets).
-# It has no BitShift, Bitwise*, DFT, STFT or BitCast, so jax.random bit kernels cannot be exported
-# for it, nor an FFT along an axis longer than 4096 (shorter ones are MatMuls: core/lowerings/fft.py);
+# re-read at the 10.1-GA release, commit 96e7811 of June 2024: the same list and opsets). It has no
+# BitShift, Bitwise*, DFT, STFT or BitCast, so jax.random bit kernels cannot be exported for it, nor
+# an FFT along an axis longer than 4096 (shorter ones are MatMuls: core/lowerings/fft.py);
 # everything else this exporter emits is there.
 _OPS = frozenset(
     """

@@ -449,14 +449,15 @@ _ONE_HOT_LIMIT = 1 << 12  # elements of the data: the one-hot form holds (update
 
 @rewrite("Loop")
 def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
-    """Below their opset ScatterND's reductions are a Loop over the update rows (core/opset_forms.py);
-    tract 0.23 has no Loop, and a Scan body reading the rows finds no facts for them (their count
-    is data-dependent: out-of-bounds rows are dropped). For data of a static size up to
-    ``_ONE_HOT_LIMIT`` (or of a size known at run time only) the same result without a loop: each row's cell id (a GatherND of the ids
-    laid out like the data) compared with every id gives a one-hot ``(rows, cells)``; the updates
-    where it is set (the reduction's neutral element elsewhere) reduced over the rows, combined
-    with the data where a row hit the cell. Repeated indices combine in another order than the
-    Loop's (the same numbers for ints, float rounding otherwise)."""
+    """Below their opset ScatterND's reductions are a Loop over the update rows
+    (core/opset_forms.py); tract 0.23 has no Loop, and a Scan body reading the rows finds no facts
+    for them (their count is data-dependent: out-of-bounds rows are dropped). For data of a static
+    size up to ``_ONE_HOT_LIMIT`` (or of a size known at run time only) the same result without a
+    loop: each row's cell id (a GatherND of the ids laid out like the data) compared with every id
+    gives a one-hot ``(rows, cells)``; the updates where it is set (the reduction's neutral element
+    elsewhere) reduced over the rows, combined with the data where a row hit the cell. Repeated
+    indices combine in another order than the Loop's (the same numbers for ints, float rounding
+    otherwise)."""
     if len(node.inputs) != 3 or len(node.outputs) != 1:
         return None
     count, keep_going, data = node.inputs
@@ -603,7 +604,8 @@ def scatter_loop_as_one_hot(node: ir.Node, edit: Editor) -> Replacement:
 
 
 def _row_of(value: ir.Value | None, iteration: ir.Value) -> ir.Value | None:
-    """``x`` where ``value`` is ``Unsqueeze(Gather(x, iteration, axis=0), [0])``, x read from outside."""
+    """``x`` where ``value`` is ``Unsqueeze(Gather(x, iteration, axis=0), [0])``, x read from
+    outside."""
     unsqueeze = value.producer() if value is not None else None
     if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or len(unsqueeze.inputs) != 2:
         return None
@@ -627,7 +629,8 @@ def _row_of(value: ir.Value | None, iteration: ir.Value) -> ir.Value | None:
 
 
 def _neutral(op_type: str, numpy_type: np.dtype) -> Any:
-    """The element that ``op_type`` combines without change (-0.0 for a float sum: x + -0.0 is x)."""
+    """The element that ``op_type`` combines without change (-0.0 for a float sum: x + -0.0 is
+    x)."""
     if op_type == "Add":
         return -0.0 if numpy_type.kind == "f" else 0
     if op_type == "Mul":

@@ -40,7 +40,8 @@ def test_heads_after_a_split_are_one_reshape_and_one_transpose(
     model = assert_exports_match(f, specs, sizes=sizes_for(specs, {"B": [1, 2]}), seed=seed)
     ops = op_types(model)
     assert ops.count("Split") == 1, ops
-    # with two pieces: neither perm moves; a Transpose of size-1 heads is a Reshape (relabel_transposes)
+    # with two pieces: neither perm moves; a Transpose of size-1 heads is a Reshape
+    # (relabel_transposes)
     assert ops.count("Reshape") + ops.count("Transpose") <= 2 + keys_transposed, ops
     if heads > 1 and head_dim > 1:
         assert ops.count("Reshape") == 1 and ops.count("Transpose") == 1 + keys_transposed, ops

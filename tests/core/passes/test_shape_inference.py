@@ -138,7 +138,8 @@ _STATIC = st.integers(0, 6)
 
 @st.composite
 def _table_cases(draw, op):
-    """(shapes of the inputs, ir.Node) of ``op`` with constant operands where the table needs them."""
+    """(shapes of the inputs, ir.Node) of ``op`` with constant operands where the table needs
+    them."""
     import onnx_ir as ir
 
     def value(name, shape, const=None, dtype=ir.DataType.FLOAT):
