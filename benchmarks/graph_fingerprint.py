@@ -10,7 +10,10 @@ refactoring of the passes or the target rewrites) must print the same lines befo
     ... (the change)
     python3 -m benchmarks.graph_fingerprint | diff /tmp/fp_before.txt -
 
-``--models a,b`` and ``--targets x,y`` restrict the run.
+``--models a,b`` and ``--targets x,y`` restrict the run. ``--linalg`` prints instead the
+fingerprints of the lax.linalg routines (core/lowerings/lapack/) at sizes that unroll, loop and
+block, float64 and a symbolic batch included, with node doc strings left out (a move of the
+routines' code changes the source lines they name, not the graph).
 """
 
 from __future__ import annotations
@@ -66,15 +69,93 @@ def fingerprints(models: list[str] | None, targets: list[str] | None) -> list[st
     return lines
 
 
+def _without_doc_strings(graph: Any) -> None:
+    import onnx
+
+    for node in graph.node:
+        node.doc_string = ""
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                _without_doc_strings(body)
+
+
+def linalg_fingerprints() -> list[str]:
+    """``name size sha256`` of each linalg routine's export, node doc strings left out."""
+    import jax
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+    from jax import lax
+
+    from jax2onnx_nn import to_onnx
+
+    jax.config.update("jax_enable_x64", True)
+
+    def gram(f: Any) -> Any:
+        return lambda a: f(a @ jnp.swapaxes(a, -1, -2))
+
+    def rhs(a: Any) -> Any:
+        return a[..., :1]
+
+    routines = {
+        "cholesky": gram(jnp.linalg.cholesky),
+        "lu": jsl.lu_factor,
+        "qr": jnp.linalg.qr,
+        "qr_complete": lambda a: jnp.linalg.qr(a, mode="complete"),
+        "qr_pivoting": lambda a: jsl.qr(a, pivoting=True),
+        "solve": lambda a: jnp.linalg.solve(a, rhs(a)),
+        "inv": jnp.linalg.inv,
+        "det": jnp.linalg.det,
+        "slogdet": jnp.linalg.slogdet,
+        "triangular_solve": lambda a: lax.linalg.triangular_solve(a, a, left_side=True, lower=True),
+        "unit_triangular_solve": lambda a: lax.linalg.triangular_solve(
+            a, a, lower=False, unit_diagonal=True, transpose_a=True
+        ),
+        "lu_solve": lambda a: jsl.lu_solve(jsl.lu_factor(a), rhs(a)),
+        "eigh": gram(jnp.linalg.eigh),
+        "eigvalsh": gram(jnp.linalg.eigvalsh),
+        "eig": jnp.linalg.eig,
+        "eigvals": jnp.linalg.eigvals,
+        "schur": jsl.schur,
+        "hessenberg": jsl.hessenberg,
+        "svd": jnp.linalg.svd,
+        "svdvals": lambda a: jnp.linalg.svd(a, compute_uv=False),
+        "svd_wide": lambda a: jnp.linalg.svd(a[..., :2, :]),
+        "pinv": jnp.linalg.pinv,
+        "expm": jsl.expm,
+    }
+    sizes = [("3", (3, 3), "float32"), ("6", (6, 6), "float64"), ("20", (20, 20), "float32")]
+    sizes += [("40", (40, 40), "float32"), ("batch", ("B", 4, 4), "float32")]
+    lines = []
+    for name, fn in routines.items():
+        for tag, shape, dtype in sizes:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    model = to_onnx(fn, [(shape, dtype)])
+                _without_doc_strings(model.graph)
+                for function in model.functions:
+                    _without_doc_strings(function)
+                line = f"{name} {tag} {_digest(model)}"
+            except Exception as err:
+                line = f"{name} {tag} fails: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+            print(line, flush=True)
+            lines.append(line)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--models", help="comma-separated model names (default: all)")
     parser.add_argument("--targets", help="comma-separated target names (default: all)")
+    parser.add_argument("--linalg", action="store_true", help="the lax.linalg routines instead")
     args = parser.parse_args()
     split = lambda s: s.split(",") if s else None  # noqa: E731
-    fingerprints(split(args.models), split(args.targets))
+    if args.linalg:
+        linalg_fingerprints()
+    else:
+        fingerprints(split(args.models), split(args.targets))
     return 0
 
 
