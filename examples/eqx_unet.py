@@ -33,8 +33,7 @@ GROUPS = 4
 
 
 def sinusoidal_embedding(t: jax.Array, size: int) -> jax.Array:
-    """``[sin(t w_i), cos(t w_i)]`` for geometric frequencies ``w_i`` (a transformer's
-    positions)."""
+    """``[sin(t w_i), cos(t w_i)]`` for geometric frequencies ``w_i`` (transformer positions)."""
     frequencies = np.exp(-np.log(10_000.0) * np.arange(size // 2) / (size // 2 - 1)).astype(
         np.float32
     )
