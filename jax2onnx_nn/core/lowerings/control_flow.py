@@ -78,7 +78,7 @@ def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: obje
 
 @lowering("cond", onnx_ops=("If", "Equal", "Identity", "ConstantOfShape"), key_data=True)
 def _cond(
-    ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any], **_: object
+    ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any]
 ) -> list[ir.Value]:
     if not ctx.avals_out:
         return []
@@ -167,7 +167,6 @@ def _while(
     body_jaxpr: Any,
     cond_nconsts: int,
     body_nconsts: int,
-    **_: object,
 ) -> list[ir.Value]:
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts : cond_nconsts + body_nconsts]

@@ -261,8 +261,10 @@ def _gather(
     slice_sizes: Sequence[Dim],
     mode: Any,
     fill_value: Any = None,
-    **_: object,
+    indices_are_sorted: bool = False,
+    unique_indices: bool = False,
 ) -> ir.Value:
+    del indices_are_sorted, unique_indices  # hints for XLA; the result does not depend on them
     dn = dimension_numbers
     shape = onnx_aval(ctx.avals_in[0])[1]
     out_dtype, out_shape = onnx_aval(ctx.aval_out)
@@ -377,8 +379,13 @@ def _scatter(
     dimension_numbers: Any,
     mode: Any,
     update_jaxpr: Any = None,
-    **_: object,
+    update_consts: Any = (),
+    indices_are_sorted: bool = False,
+    unique_indices: bool = False,
 ) -> ir.Value:
+    # the update function is an overwrite or the primitive's own reduction (anything else is
+    # refused below), which read no constants; the rest are hints for XLA, not semantics
+    del update_consts, indices_are_sorted, unique_indices
     prim = ctx.eqn.primitive.name
     if prim == "scatter" and update_jaxpr is not None and not _is_overwrite(update_jaxpr):
         raise NotImplementedError("scatter with a custom update function (lax.scatter_apply)")

@@ -84,8 +84,19 @@ def _einsum_equation(lhs_rank: int, rhs_rank: int, dimension_numbers: tuple) -> 
     "dot_general", onnx_ops=("MatMul", "Einsum", "Transpose", "Cast", "ConstantOfShape", "Concat")
 )
 def _dot_general(
-    ctx: LoweringContext, lhs: ir.Value, rhs: ir.Value, *, dimension_numbers: tuple, **_: object
+    ctx: LoweringContext,
+    lhs: ir.Value,
+    rhs: ir.Value,
+    *,
+    dimension_numbers: tuple,
+    precision: object = None,
+    preferred_element_type: object = None,
+    out_sharding: object = None,
 ) -> ir.Value:
+    # the output aval's dtype is the preferred one; ONNX multiplies in the operands' own type,
+    # as Precision.HIGHEST (JAX's CPU computes so at every precision); a sharding places
+    # values on devices, a graph none
+    del precision, preferred_element_type, out_sharding
     out_dtype = onnx_aval(ctx.aval_out)[0]
     if has_zero([*ctx.avals_in[0].shape, *ctx.avals_in[1].shape]):
         # an empty result or an empty sum (onnxruntime's Einsum divides by zero on these)
@@ -135,9 +146,12 @@ def _conv_general_dilated(
     dimension_numbers: Any,
     feature_group_count: int,
     batch_group_count: int,
-    **_: object,
+    precision: object = None,
+    preferred_element_type: object = None,
+    out_sharding: object = None,
 ) -> ir.Value:
     """Transpose to NC<spatial> / OI<spatial>, convolve, transpose to the output layout."""
+    del precision, preferred_element_type, out_sharding  # as dot_general's
     lhs_spec, rhs_spec, out_spec = (tuple(s) for s in dimension_numbers)
     dtype, out_shape = onnx_aval(ctx.aval_out)
     x_dims = [ctx.avals_in[0].shape[a] for a in lhs_spec]

@@ -230,9 +230,7 @@ register(
 
 
 @lowering("cumsum", onnx_ops=("CumSum",))
-def _cumsum(
-    ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object
-) -> ir.Value:
+def _cumsum(ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool) -> ir.Value:
     return ctx.op.CumSum(x, ctx.ints(axis), reverse=int(reverse))
 
 
@@ -442,9 +440,13 @@ def _lex_order(
 
 @lowering("sort", onnx_ops=("TopK", "GatherElements", "Add", "Cast", "IsInf", "IsNaN", "Where"))
 def _sort(
-    ctx: LoweringContext, *operands: ir.Value, dimension: int, num_keys: int = 1, **_: object
+    ctx: LoweringContext,
+    *operands: ir.Value,
+    dimension: int,
+    num_keys: int = 1,
+    is_stable: bool = False,
 ) -> list[ir.Value]:
-    # JAX's sort is stable when asked, and any stable order is a valid unstable one
+    del is_stable  # this order is stable, and a stable order is a valid unstable one
     n = ctx.aval_in.shape[dimension]
     if not jxi.is_symbolic_dim(n) and n <= 1:
         return list(operands)
@@ -476,8 +478,9 @@ def _sort(
     ),
 )
 def _top_k(
-    ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, **_: object
+    ctx: LoweringContext, x: ir.Value, *, k: int, axis: int = -1, is_stable: bool = False
 ) -> list[ir.Value]:
+    del is_stable  # (JAX 0.12) ONNX TopK breaks ties by the lower index: stable either way
     # XLA's top_k uses the total order of floats: -0 < +0 and NaN above +inf
     shape = ctx.aval_in.shape
     axis %= len(shape)

@@ -55,8 +55,9 @@ def _reshape(
     *dyn: ir.Value,
     new_sizes: tuple,
     dimensions: Sequence[int] | None = None,
-    **_: object,
+    sharding: object = None,
 ) -> ir.Value:
+    del sharding  # placement on devices: one ONNX graph has none
     if dyn:
         raise NotImplementedError("reshape with dynamic (run-time) shape operands")
     in_shape = tuple(ctx.aval_in.shape)
@@ -75,8 +76,9 @@ def _broadcast_in_dim(
     *dyn: ir.Value,
     shape: tuple,
     broadcast_dimensions: Sequence[int],
-    **_: object,
+    sharding: object = None,
 ) -> ir.Value:
+    del sharding  # placement on devices: one ONNX graph has none
     if dyn:
         raise NotImplementedError("broadcast_in_dim with dynamic (run-time) shape operands")
     in_shape = tuple(ctx.aval_in.shape)
@@ -101,16 +103,12 @@ def _broadcast_in_dim(
 
 
 @lowering("transpose", onnx_ops=("Transpose",), key_data=True)
-def _transpose_rule(
-    ctx: LoweringContext, x: ir.Value, *, permutation: Sequence[int], **_: object
-) -> ir.Value:
+def _transpose_rule(ctx: LoweringContext, x: ir.Value, *, permutation: Sequence[int]) -> ir.Value:
     return _transpose(ctx, x, permutation, ctx.aval_in)
 
 
 @lowering("squeeze", onnx_ops=("Squeeze",), key_data=True)
-def _squeeze(
-    ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **_: object
-) -> ir.Value:
+def _squeeze(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int]) -> ir.Value:
     if not dimensions:
         return x
     rank = len(ctx.aval_in.shape)  # not the ONNX rank: key data dims trail
@@ -118,28 +116,28 @@ def _squeeze(
 
 
 @lowering("concatenate", onnx_ops=("Concat",), key_data=True)
-def _concatenate(ctx: LoweringContext, *xs: ir.Value, dimension: int, **_: object) -> ir.Value:
+def _concatenate(ctx: LoweringContext, *xs: ir.Value, dimension: int) -> ir.Value:
     if len(xs) == 1:
         return xs[0]
     return ctx.op.Concat(*xs, axis=dimension % len(ctx.aval_out.shape))
 
 
 @lowering("tile", onnx_ops=("Tile",), key_data=True)
-def _tile(ctx: LoweringContext, x: ir.Value, *, reps: Sequence[Any], **_: object) -> ir.Value:
+def _tile(ctx: LoweringContext, x: ir.Value, *, reps: Sequence[Any]) -> ir.Value:
     if all(same_dim(r, 1) for r in reps):
         return x
     return ctx.op.Tile(x, ctx.shape_tensor([*reps, *[1] * _key_rank(ctx.aval_in)]))
 
 
 @lowering("stack", onnx_ops=("Unsqueeze", "Concat"), key_data=True)
-def _stack(ctx: LoweringContext, *xs: ir.Value, axis: int, **_: object) -> ir.Value:
+def _stack(ctx: LoweringContext, *xs: ir.Value, axis: int) -> ir.Value:
     axis = axis % len(ctx.aval_out.shape)
     parts = [ctx.op.Unsqueeze(x, ctx.ints([axis])) for x in xs]
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=axis)
 
 
 @lowering("unstack", onnx_ops=("Split", "Squeeze"), key_data=True)
-def _unstack(ctx: LoweringContext, x: ir.Value, *, axis: int, **_: object) -> list[ir.Value]:
+def _unstack(ctx: LoweringContext, x: ir.Value, *, axis: int) -> list[ir.Value]:
     axis = axis % len(ctx.aval_in.shape)
     n = int(ctx.aval_in.shape[axis])
     if n == 0:
@@ -150,9 +148,7 @@ def _unstack(ctx: LoweringContext, x: ir.Value, *, axis: int, **_: object) -> li
 
 
 @lowering("split", onnx_ops=("Split", "Concat"), key_data=True)
-def _split(
-    ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int, **_: object
-) -> list[ir.Value]:
+def _split(ctx: LoweringContext, x: ir.Value, *, sizes: Sequence[Any], axis: int) -> list[ir.Value]:
     if len(sizes) == 1:
         return [x]
     axis = axis % len(ctx.aval_in.shape)
@@ -167,7 +163,6 @@ def _pad(
     value: ir.Value,
     *,
     padding_config: Sequence[tuple[int, int, int]],
-    **_: object,
 ) -> ir.Value:
     if _key_rank(ctx.aval_in):
         raise NotImplementedError("pad of an array of PRNG keys")
@@ -215,7 +210,6 @@ def _slice_rule(
     start_indices: Sequence[Any],
     limit_indices: Sequence[Any],
     strides: Sequence[int] | None = None,
-    **_: object,
 ) -> ir.Value:
     shape = tuple(ctx.aval_in.shape)
     strides = strides or (1,) * len(shape)
@@ -234,7 +228,7 @@ def _slice_rule(
 
 
 @lowering("rev", onnx_ops=("Slice",), key_data=True)
-def _rev(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int], **_: object) -> ir.Value:
+def _rev(ctx: LoweringContext, x: ir.Value, *, dimensions: Sequence[int]) -> ir.Value:
     if not dimensions:
         return x
     n = len(dimensions)
@@ -277,7 +271,7 @@ def _as_int64_vector(ctx: LoweringContext, index: ir.Value, aval: Any) -> ir.Val
     key_data=True,
 )
 def _dynamic_slice(
-    ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_sizes: Sequence[Any], **_: object
+    ctx: LoweringContext, x: ir.Value, *starts: ir.Value, slice_sizes: Sequence[Any]
 ) -> ir.Value:
     shape = tuple(ctx.aval_in.shape)
     if len(starts) != len(shape):
@@ -312,7 +306,7 @@ def _dynamic_slice(
     key_data=True,
 )
 def _dynamic_update_slice(
-    ctx: LoweringContext, x: ir.Value, update: ir.Value, *starts: ir.Value, **_: object
+    ctx: LoweringContext, x: ir.Value, update: ir.Value, *starts: ir.Value
 ) -> ir.Value:
     shape, window = tuple(ctx.aval_in.shape), tuple(ctx.avals_in[1].shape)
     axes = [a for a, (d, n) in enumerate(zip(shape, window, strict=True)) if not same_dim(d, n)]
@@ -351,9 +345,14 @@ def _splice(
 # -- iota / dim_as_value ----------------------------------------------------------------------
 @lowering("iota", onnx_ops=("Range", "Cast", "Unsqueeze", "Expand", "Concat", "Squeeze", "Slice"))
 def _iota(
-    ctx: LoweringContext, *dyn: ir.Value, dtype: Any, shape: tuple, dimension: int, **_: object
+    ctx: LoweringContext,
+    *dyn: ir.Value,
+    dtype: Any,
+    shape: tuple,
+    dimension: int,
+    sharding: object = None,
 ) -> ir.Value:
-    del dtype  # the output aval's
+    del dtype, sharding  # the output aval's dtype; a sharding places values, a graph none
     if dyn:
         raise NotImplementedError("iota with dynamic (run-time) shape operands")
     view = ctx.iota(shape[dimension], dimension, len(shape), onnx_aval(ctx.aval_out)[0])
