@@ -78,8 +78,15 @@ def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: obje
 
 @lowering("cond", onnx_ops=("If", "Equal", "Identity", "ConstantOfShape"), key_data=True)
 def _cond(
-    ctx: LoweringContext, index: ir.Value, *operands: ir.Value, branches: Sequence[Any]
+    ctx: LoweringContext,
+    index: ir.Value,
+    *operands: ir.Value,
+    branches: Sequence[Any],
+    branches_platforms: Any = None,
 ) -> list[ir.Value]:
+    # lax.platform_dependent's platforms per branch: its platform_index (the index here, a
+    # constant) has chosen the branch already
+    del branches_platforms
     if not ctx.avals_out:
         return []
     if len(branches) == 1:
