@@ -33,6 +33,16 @@ def _rule_opset(module: Any, name: str, opset: int) -> Iterator[None]:
         setattr(module, name, saved)
 
 
+def _attention_target(newer: bool) -> Any:
+    """onnxruntime's profile, without its Attention kernel unless ``newer``."""
+    from dataclasses import replace
+
+    from jax2onnx_nn.core.targets import get_target
+
+    profile = get_target("onnxruntime")
+    return profile if newer else replace(profile, kernel_opsets={"Attention": (0, 0)})
+
+
 def _session(model: Any) -> Any:
     import onnxruntime as ort
 
@@ -107,15 +117,13 @@ def _random_feeds(
 def attention_models(rounds: int) -> None:
     from benchmarks import models
     from benchmarks.export_bench import MODELS
-    from jax2onnx_nn.core import jax_nn
 
     for name in ("vit", "gpt_4l"):
         factory, args, batch, seq = MODELS[name]
         fn, inputs, options = getattr(models, factory)(*args)
 
         def export(newer: bool, fn: Any = fn, inputs: Any = inputs, options: Any = options) -> Any:
-            with _rule_opset(jax_nn, "ATTENTION_OPSET", 23 if newer else 99):
-                return to_onnx(fn, inputs, opset=23, **options)
+            return to_onnx(fn, inputs, opset=23, target=_attention_target(newer), **options)
 
         dims = {"B": batch, "T": seq}
         _pair(
@@ -130,8 +138,6 @@ def attention_models(rounds: int) -> None:
 def attention_alone(rounds: int) -> None:
     import jax
 
-    from jax2onnx_nn.core import jax_nn
-
     for b, t, n, h, causal in [
         (8, 17, 4, 16, False),
         (8, 64, 8, 32, True),
@@ -143,8 +149,7 @@ def attention_alone(rounds: int) -> None:
             return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
 
         def export(newer: bool, fn: Any = fn, shape: Any = (b, t, n, h)) -> Any:
-            with _rule_opset(jax_nn, "ATTENTION_OPSET", 23 if newer else 99):
-                return to_onnx(fn, [shape] * 3, opset=23)
+            return to_onnx(fn, [shape] * 3, opset=23, target=_attention_target(newer))
 
         _pair(
             f"attention B={b} T={t} N={n} H={h} causal={causal}",

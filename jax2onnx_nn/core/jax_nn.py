@@ -38,7 +38,6 @@ from jax2onnx_nn.core.coarse import (
 )
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.layers.attention import (
-    ATTENTION_OPSET,
     attention,
     attention_op,
     causal_keep,
@@ -164,41 +163,74 @@ def _without_extras(a: dict[str, Any]) -> bool:
     covers=("jax.nn.dot_product_attention",),
 )
 def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool) -> Any:
-    """ONNX Attention from opset 23 (:func:`attention_op`), else the attention core's ops; a
-    symbolic dim chooses at run time (onnxruntime's Attention refuses a batch of 0)."""
+    """ONNX Attention where the target has its kernel (:func:`attention_op`), else the attention
+    core's ops; a symbolic dim chooses at run time (onnxruntime's Attention refuses a batch of
+    0).
+
+    Attention takes JAX's ``[B, T, N, H]`` reshaped to ``[B, T, N*H]`` (no transposes; the
+    reshapes stay outside the run-time choice, where they cancel against the model's own),
+    or, with a symbolic head size, transposed to ``[B, N, T, H]``."""
     dims = [d for role in ("query", "key", "value") for d in ops.aval(role).shape]
-    if ctx.opset < ATTENTION_OPSET or has_zero(dims):
+    if not ctx.has_kernel("Attention") or has_zero(dims):
         return _attention_decomposed(ctx, ops, scale=scale, is_causal=is_causal)
-    if not any(map(jxi.is_symbolic_dim, dims)):
-        return _attention_op(ctx, ops, scale=scale, is_causal=is_causal)
+    (_, t, n, h), (_, _, kv, _) = ops.aval("query").shape, ops.aval("key").shape
+    hv = ops.aval("value").shape[3]
+    flat = not any(map(jxi.is_symbolic_dim, (h, hv)))
+    if flat:
+        # Reshape's 0 copies the batch and sequence dims
+        qkv = [
+            ctx.op.Reshape(ops[role], ctx.ints([0, 0, heads * size]))
+            for role, heads, size in (("query", n, h), ("key", kv, h), ("value", kv, hv))
+        ]
+    else:
+        qkv = [ctx.op.Transpose(ops[role], perm=[0, 2, 1, 3]) for role in ("query", "key", "value")]
+    b = ops.aval("query").shape[0]
+    y_type = onnx_aval(ctx.aval_out)
+    if flat:
+        y_type = (y_type[0], (b, t, n * hv))
+    symbolic = list({str(d): d for d in dims if jxi.is_symbolic_dim(d)}.values())
     (y,) = ctx.unless_empty(
-        [ops["query"], ops["key"], ops["value"]],
-        [onnx_aval(ctx.aval_out)],
-        lambda full: [_attention_op(full, ops, scale=scale, is_causal=is_causal)],
-        lambda empty: [_attention_decomposed(empty, ops, scale=scale, is_causal=is_causal)],
+        symbolic,
+        [y_type],
+        lambda full: [_attention_op(full, ops, qkv, scale=scale, is_causal=is_causal, flat=flat)],
+        lambda empty: [
+            _flat(
+                empty,
+                _attention_decomposed(empty, ops, scale=scale, is_causal=is_causal),
+                n * hv if flat else None,
+            )
+        ],
     )
-    return y
+    return ctx.op.Reshape(y, ctx.ints([0, 0, n, hv])) if flat else y
+
+
+def _flat(ctx: LoweringContext, y: ir.Value, width: int | None) -> ir.Value:
+    """``[B, T, N, H]`` as ``[B, T, N*H]`` (``width``) where the Attention op's result is flat."""
+    return y if width is None else ctx.op.Reshape(y, ctx.ints([0, 0, width]))
 
 
 def _attention_op(
-    ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: bool
+    ctx: LoweringContext,
+    ops: Operands,
+    qkv: list[ir.Value],
+    *,
+    scale: float,
+    is_causal: bool,
+    flat: bool,
 ) -> ir.Value:
+    """ONNX Attention on ``qkv``: ``[B, T, N*H]`` (``flat``) or ``[B, N, T, H]``; the result in
+    the same layout, ``[B, T, N, H]`` when not flat."""
     dtype = np.dtype(np.float32)
-    q, k, v = (
-        ctx.op.Transpose(ops[role], perm=[0, 2, 1, 3]) for role in ("query", "key", "value")
-    )  # B N T|S H
+    (b, t, n, _), (_, s, kv, _) = ops.aval("query").shape, ops.aval("key").shape
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     keep = ops["mask"] if "mask" in ops else None
-    (b, t, n, _), s = ops.aval("query").shape, ops.aval("key").shape[1]
     mask_shapes = [ops.aval(role).shape for role in ("mask", "bias") if role in ops]
     if is_causal and keep is not None:
         keep = ctx.op.And(keep, causal_keep(ctx, t, s))
         mask_shapes.append((1, 1, t, s))
     y = attention_op(
         ctx,
-        q,
-        k,
-        v,
+        *qkv,
         dtype=dtype,
         mask_value=jax_nn_mask_value(dtype),
         scale=scale,
@@ -207,8 +239,9 @@ def _attention_op(
         causal=is_causal and keep is None,
         logits_shape=(b, n, t, s),
         mask_shape=broadcast_dims(mask_shapes),
+        heads=(n, kv) if flat else None,
     )
-    return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
+    return y if flat else ctx.op.Transpose(y, perm=[0, 2, 1, 3])
 
 
 def _attention_decomposed(

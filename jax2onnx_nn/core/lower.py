@@ -33,6 +33,7 @@ from jax2onnx_nn.core.graph import (
     set_type,
 )
 from jax2onnx_nn.core.jax_types import Aval, ClosedJaxpr, Dim, Dims, Eqn
+from jax2onnx_nn.core.opset_forms import has_op
 from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
 from jax2onnx_nn.core.symbolic import DimEvaluator, is_positive, is_zero
@@ -406,6 +407,11 @@ class LoweringContext:
     def target(self) -> Target:
         """The deployment target's profile (core/targets/): how loops are written, ..."""
         return self.lowerer.config.target
+
+    def has_kernel(self, op: str) -> bool:
+        """Whether the opset defines ONNX op ``op`` and the target runs it with a kernel of its
+        own (not as the op's function body: a rule then writes its own decomposition)."""
+        return has_op(op, self.opset) and self.target.has_kernel(op, self.opset)
 
     @property
     def source_line(self) -> str:

@@ -12,4 +12,7 @@ from jax2onnx_nn.core.targets.profile import Target
 # matmul (dynamic-range activation quantization) is MatMulInteger.
 QUANTIZED_REWRITES = (matmul_nbits, float_int8_matmul, matmul_integer)
 
-PROFILE = Target("onnxruntime", rewrites=QUANTIZED_REWRITES)
+# 1.32 registers its CPU Attention kernel for opsets 23 and 24; from opset 25 (Attention-25)
+# it expands ONNX's function body: 71 small ops, 1.2x the decomposition's time on the ViT-tiny
+# of benchmarks/attention_bench.py
+PROFILE = Target("onnxruntime", rewrites=QUANTIZED_REWRITES, kernel_opsets={"Attention": (23, 24)})

@@ -13,4 +13,6 @@ PROFILE = Target(
     # its Tensor types have no bfloat16 (its Cast to and from bfloat16 runs, 1.30)
     lacks_io_dtypes={"bfloat16": "onnxruntime-web has no JavaScript tensor type for bfloat16"},
     rewrites=QUANTIZED_REWRITES,  # (as onnxruntime's, core/targets/onnxruntime.py)
+    # the CPU kernel registrations of onnxruntime's (not timed in the browser build)
+    kernel_opsets={"Attention": (23, 24)},
 )

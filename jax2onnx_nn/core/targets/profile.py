@@ -48,6 +48,10 @@ class Target:
             nodes (some written by ``rewrites``) makes the body read the enclosing graph again.
         ops: the ONNX ops it runs (None: every op this exporter emits); an export that needs
             another one fails before writing, naming the op and the source line.
+        kernel_opsets: ``{op: (first, last)}``: the opsets at which it runs ``op`` with a kernel
+            of its own; at the others it runs ONNX's function body of the op, expanded into
+            small ops (slower than the decomposition a rule writes itself), so rules that can
+            choose write their decomposition there (:meth:`has_kernel`).
         lacks: ``{op: what to do instead}`` for ops it does not run (the export fails before
             writing, naming the op, the source line and the advice).
         lacks_dtypes: ``{element type: what to do instead}`` for tensor types it cannot hold
@@ -72,6 +76,7 @@ class Target:
     late_rewrites: tuple[Rewrite, ...] = ()
     ops: frozenset[str] | None = None
     lacks: Mapping[str, str] = field(default_factory=dict)
+    kernel_opsets: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     float64: bool = True
     lacks_dtypes: Mapping[str, str] = field(default_factory=dict)
     lacks_io_dtypes: Mapping[str, str] = field(default_factory=dict)
@@ -79,6 +84,12 @@ class Target:
     def runs(self, op: str) -> bool:
         """Whether this runtime runs ONNX op ``op`` (of the default domain)."""
         return (self.ops is None or op in self.ops) and op not in self.lacks
+
+    def has_kernel(self, op: str, opset: int) -> bool:
+        """Whether it runs ONNX op ``op`` at ``opset`` with a kernel of its own (see
+        ``kernel_opsets``); the caller checks that the opset defines the op."""
+        first, last = self.kernel_opsets.get(op, (0, opset))
+        return self.runs(op) and first <= opset <= last
 
     def without(self, *rewrites: Rewrite) -> Target:
         """This profile with ``rewrites`` left out (a test shows what each one is for)."""
