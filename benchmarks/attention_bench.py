@@ -8,10 +8,15 @@ Models: ``vit`` a ViT-tiny encoder (examples/flax_vit.py: 4 blocks, d=192, 3 hea
 (examples/flax_gpt2.py: d=256, 8 heads, batch 8, 64 tokens, causal). Each is exported at each
 opset of ``--opsets`` (default: the default opset and the newest). Columns:
 
-- ``nodes``: nodes of the main graph and of function bodies; ``ops``: the op types that are
+- ``nodes``: nodes of the main graph (with the bodies of its If nodes: both branches count)
+  and of function bodies; ``ops``: the op types that are
   not elementwise plumbing (Attention, MatMul, Softmax, ...) with their counts;
 - ``ort_ms`` / ``jit_ms``: median latency, onnxruntime with its default session options and
   ``jax.jit``, runs taken in turn (both see the same machine load); ``ort/jit`` their ratio.
+  With ``--cpu``: the process's CPU time per run instead, onnxruntime with one intra-op thread
+  and XLA with one (``--xla_cpu_multi_thread_eigen=false``): the work each does, which a
+  shared machine's load leaves nearly alone (its wall-clock latencies vary by 2x between runs
+  there, spinning thread pools waiting for cores).
 
 ``--profile`` prints the onnxruntime time per op type (its session profiler).
 """
@@ -23,6 +28,7 @@ import collections
 import json
 import os
 import tempfile
+import time
 from typing import Any
 
 import numpy as np
@@ -64,9 +70,11 @@ PLUMBING = {
 
 
 def op_counts(model: Any) -> collections.Counter[str]:
-    """Op types of the main graph and the function bodies."""
-    nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
-    return collections.Counter(n.op_type for n in nodes)
+    """Op types of the main graph (with its If / Loop / Scan bodies) and the function bodies."""
+    from jax2onnx_nn.testing import op_types
+
+    functions = [n.op_type for f in model.functions for n in f.node]
+    return collections.Counter(op_types(model, nested=True) + functions)
 
 
 def profile_by_op(path: str, feeds: dict[str, np.ndarray], runs: int = 10) -> dict[str, float]:
@@ -88,7 +96,9 @@ def profile_by_op(path: str, feeds: dict[str, np.ndarray], runs: int = 10) -> di
     return dict(totals.most_common())
 
 
-def measure(name: str, opset: int, *, repeat: int, budget: float, profile: bool) -> dict[str, Any]:
+def measure(
+    name: str, opset: int, *, repeat: int, budget: float, profile: bool, cpu: bool = False
+) -> dict[str, Any]:
     """Export ``name`` at ``opset``; its node counts and latency ratio."""
     import jax
     import onnx
@@ -102,7 +112,10 @@ def measure(name: str, opset: int, *, repeat: int, budget: float, profile: bool)
         to_onnx(model, specs, path=path, opset=opset)
         proto = onnx.load(path)
         counts = op_counts(proto)
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        if cpu:
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         feeds = {i.name: v for i, v in zip(session.get_inputs(), values, strict=True)}
         expected = np.asarray(jax.jit(model)(*values))
         error = float(np.max(np.abs(session.run(None, feeds)[0] - expected)))
@@ -114,6 +127,7 @@ def measure(name: str, opset: int, *, repeat: int, budget: float, profile: bool)
             },
             repeat,
             budget,
+            clock=time.process_time if cpu else time.perf_counter,
         )
         row: dict[str, Any] = {
             "model": name,
@@ -139,10 +153,25 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30, help="latency runs at most")
     parser.add_argument("--budget", type=float, default=5.0, help="seconds of runs per model")
     parser.add_argument("--profile", action="store_true", help="onnxruntime time per op type")
+    parser.add_argument(
+        "--cpu", action="store_true", help="CPU time per run, one thread each (see the docstring)"
+    )
     args = parser.parse_args()
+    if args.cpu:  # read when jax is first imported (in measure)
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        )
     for name in args.models:
         for opset in args.opsets:
-            row = measure(name, opset, repeat=args.repeat, budget=args.budget, profile=args.profile)
+            row = measure(
+                name,
+                opset,
+                repeat=args.repeat,
+                budget=args.budget,
+                profile=args.profile,
+                cpu=args.cpu,
+            )
             profile = row.pop("profile_ms", None)
             print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
             if profile:

@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 # name -> (factory in benchmarks.models, its arguments, batch, sequence length)
@@ -105,11 +106,16 @@ COLUMNS = [
 
 
 def interleaved_median_ms(
-    runs: dict[str, Any], repeat: int, budget: float, warmup: int = 1
+    runs: dict[str, Any],
+    repeat: int,
+    budget: float,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """Median milliseconds of each of ``runs`` after ``warmup`` runs of each, the runs taken in
     turn (one of each per round) so that all of them see the same machine load: ``repeat``
-    rounds, fewer (at least 3) when they take more than ``budget`` seconds per run together."""
+    rounds, fewer (at least 3) when they take more than ``budget`` seconds per run together.
+    ``clock``: wall time, or ``time.process_time`` for the CPU time of the process."""
     for run in runs.values():
         for _ in range(warmup):
             run()
@@ -117,9 +123,9 @@ def interleaved_median_ms(
     rounds = 0
     while rounds < repeat and (rounds < 3 or max(sum(t) for t in times.values()) < budget):
         for name, run in runs.items():
-            t = time.perf_counter()
+            t = clock()
             run()
-            times[name].append(time.perf_counter() - t)
+            times[name].append(clock() - t)
         rounds += 1
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 

@@ -95,6 +95,19 @@ def _is_key(value: Any) -> bool:
     return hasattr(value, "dtype") and jxi.is_key_dtype(value.dtype)
 
 
-def op_types(model: onnx.ModelProto) -> list[str]:
-    """The op types of the main graph's nodes, in order."""
-    return [n.op_type for n in model.graph.node]
+def op_types(model: onnx.ModelProto, *, nested: bool = False) -> list[str]:
+    """The op types of the main graph's nodes, in order; with ``nested``, each followed by
+    those of its bodies (If branches, Loop and Scan bodies), depth first."""
+    if not nested:
+        return [n.op_type for n in model.graph.node]
+    ops: list[str] = []
+
+    def walk(nodes: Any) -> None:
+        for node in nodes:
+            ops.append(node.op_type)
+            for attr in node.attribute:
+                for graph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    walk(graph.node)
+
+    walk(model.graph.node)
+    return ops

@@ -17,6 +17,7 @@ from hypothesis.extra import numpy as hnp
 from jax2onnx_nn import TARGETS, ConversionError, inline_functions, onnx_function, to_onnx, verify
 from jax2onnx_nn.core.jax_internals import x64
 from jax2onnx_nn.core.runtimes import RUNTIMES, missing_reason
+from jax2onnx_nn.core.targets import get_target
 from jax2onnx_nn.testing import assert_exports_match, op_types
 
 
@@ -299,6 +300,31 @@ def test_causal_mask_of_symbolic_length_runs_on_every_runtime(runtime: str) -> N
         runtime=runtime,
     )
     assert ("CumSum" in op_types(model)) == (runtime == "tract")
+
+
+@pytest.mark.parametrize("opset", [23, 25])
+@pytest.mark.parametrize("runtime", runtime_params())
+def test_dot_product_attention_runs_on_every_runtime(runtime: str, opset: int) -> None:
+    # grouped heads, causal and a mask, symbolic batch and length: ONNX Attention on
+    # [B, T, N*H] where the target has its kernel (onnxruntime from 25: the decomposition)
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
+
+    specs = [("B", "T", 4, 8), ("B", "T", 2, 8), ("B", "T", 2, 8), (("B", 1, "T", "T"), "bool")]
+    if get_target(runtime).max_opset is not None and opset > get_target(runtime).max_opset:
+        pytest.skip(f"{runtime} loads opsets up to {get_target(runtime).max_opset}")
+    model = assert_exports_match(
+        attend,
+        specs,
+        sizes={"B": [0, 2], "T": [1, 5]},
+        opset=opset,
+        target=runtime,
+        runtime=runtime,
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    attention = "Attention" in op_types(model, nested=True)
+    assert attention == get_target(runtime).has_kernel("Attention", opset)
 
 
 def _spectra(x: jax.Array) -> tuple[jax.Array, ...]:
