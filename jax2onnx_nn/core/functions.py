@@ -221,7 +221,8 @@ def _emit_function(
     finally:
         lowerer.dims = outer_dims
     fb.outputs.extend(_distinct_outputs(fb, outs, ctx.avals_out))
-    opsets = {"": ctx.opset, DOMAIN: 1}
+    # (and the domains of other ops the body's rules wrote: onnxruntime's contrib ops)
+    opsets = {**fb.opset_imports, "": ctx.opset, DOMAIN: 1}
     graph = ir.Graph(fb.inputs, fb.outputs, nodes=fb.nodes, opset_imports=opsets, name=name)
     _cleanup_body(graph)
     return _Emitted(ir.Function(DOMAIN, name, graph=graph, attributes=[]), dims.passed)

@@ -408,9 +408,12 @@ class LoweringContext:
         """The deployment target's profile (core/targets/): how loops are written, ..."""
         return self.lowerer.config.target
 
-    def has_kernel(self, op: str) -> bool:
+    def has_kernel(self, op: str, domain: str = "") -> bool:
         """Whether the opset defines ONNX op ``op`` and the target runs it with a kernel of its
-        own (not as the op's function body: a rule then writes its own decomposition)."""
+        own (not as the op's function body: a rule then writes its own decomposition); for
+        another ``domain``, whether the target runs that domain's ``op``."""
+        if domain:
+            return f"{domain}.{op}" in self.target.domain_ops
         return has_op(op, self.opset) and self.target.has_kernel(op, self.opset)
 
     @property

@@ -64,9 +64,6 @@ def attention(
     return ctx.op.MatMul(ctx.op.Softmax(logits, axis=-1), v)
 
 
-ATTENTION_OPSET = 23  # ONNX Attention
-
-
 def attention_op(
     ctx: LoweringContext,
     q: ir.Value,
@@ -100,11 +97,85 @@ def attention_op(
     padded): a ``mask_shape`` (of ``keep`` and ``bias`` broadcast) whose last two dims are not
     those of ``logits_shape`` ``[B, N, T, S]`` is expanded to them.
     """
+    mask = additive_mask(
+        ctx,
+        dtype=dtype,
+        mask_value=mask_value,
+        bias=bias,
+        keep=keep,
+        logits_shape=logits_shape,
+        mask_shape=mask_shape,
+    )
+    attributes = {} if heads is None else {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
+    return ctx.op.Attention(q, k, v, mask, scale=float(scale), is_causal=int(causal), **attributes)
+
+
+def additive_mask(
+    ctx: LoweringContext,
+    *,
+    dtype: np.dtype,
+    mask_value: np.ndarray,
+    bias: ir.Value | None,
+    keep: ir.Value | None,
+    logits_shape: Sequence[Any],
+    mask_shape: Sequence[Any],
+) -> ir.Value | None:
+    """The bias (or 0) where ``keep``, ``mask_value`` elsewhere, as floats added to the logits
+    (see :func:`attention_op`), its last two dims those of the logits; None without either."""
     mask = bias
     if keep is not None:
         kept = bias if bias is not None else ctx.const(np.zeros((), dtype))
         mask = ctx.op.Where(keep, kept, ctx.const(np.asarray(mask_value, dtype=dtype)))
     if mask is not None and not same_shape(mask_shape[-2:], logits_shape[-2:]):
         mask = ctx.expand(mask, [1] * (len(mask_shape) - 2) + list(logits_shape[-2:]))
-    attributes = {} if heads is None else {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
-    return ctx.op.Attention(q, k, v, mask, scale=float(scale), is_causal=int(causal), **attributes)
+    return mask
+
+
+CONTRIB = "com.microsoft"  # onnxruntime's contrib ops
+
+
+def multi_head_attention_op(
+    ctx: LoweringContext,
+    q: ir.Value,
+    k: ir.Value,
+    v: ir.Value,
+    *,
+    heads: int,
+    dtype: np.dtype,
+    mask_value: np.ndarray,
+    scale: float,
+    bias: ir.Value | None = None,
+    keep: ir.Value | None = None,
+    causal: bool = False,
+    logits_shape: Sequence[Any] = (),
+    mask_shape: Sequence[Any] = (),
+) -> ir.Value:
+    """:func:`attention_op` as onnxruntime's ``com.microsoft.MultiHeadAttention`` on
+    ``[B, T, N*H]`` queries, keys and values (as many key as query heads), for the opsets
+    without ONNX ``Attention``: the mask as floats added to the logits (its
+    ``attention_bias``), ``causal`` (``unidirectional``: only for as many keys as queries,
+    where its alignment is JAX's) masking with ``mask_value`` too. It answers a row masked
+    everywhere with zeros (JAX: the mean of the values), so no row may be."""
+    mask = additive_mask(
+        ctx,
+        dtype=dtype,
+        mask_value=mask_value,
+        bias=bias,
+        keep=keep,
+        logits_shape=logits_shape,
+        mask_shape=mask_shape,
+    )
+    ctx.builder.opset_imports[CONTRIB] = 1
+    return ctx.op.MultiHeadAttention(
+        q,
+        k,
+        v,
+        None,
+        None,
+        mask,
+        _domain=CONTRIB,
+        num_heads=heads,
+        scale=float(scale),
+        unidirectional=int(causal),
+        mask_filter_value=float(mask_value),
+    )

@@ -52,6 +52,8 @@ class Target:
             of its own; at the others it runs ONNX's function body of the op, expanded into
             small ops (slower than the decomposition a rule writes itself), so rules that can
             choose write their decomposition there (:meth:`has_kernel`).
+        domain_ops: the ops of other domains it runs that rules may write where they are
+            faster than the standard ops (``"com.microsoft.MultiHeadAttention"``).
         lacks: ``{op: what to do instead}`` for ops it does not run (the export fails before
             writing, naming the op, the source line and the advice).
         lacks_dtypes: ``{element type: what to do instead}`` for tensor types it cannot hold
@@ -77,6 +79,7 @@ class Target:
     ops: frozenset[str] | None = None
     lacks: Mapping[str, str] = field(default_factory=dict)
     kernel_opsets: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    domain_ops: frozenset[str] = frozenset()
     float64: bool = True
     lacks_dtypes: Mapping[str, str] = field(default_factory=dict)
     lacks_io_dtypes: Mapping[str, str] = field(default_factory=dict)
