@@ -121,13 +121,12 @@ def export_session(
         previous = active_options()
         prepared = Prepared(fn)
         if previous is None:
+            # imported first: importing an adapter adds its session patches
+            active = [import_adapter(a) for a in adapters() if a.trigger in sys.modules]
             if options.coarse_ops:
                 stack.enter_context(patches(_SESSION_PATCHES))
-            for adapter in adapters():
-                if adapter.trigger in sys.modules:
-                    prepared = stack.enter_context(
-                        import_adapter(adapter).export_session(prepared, options)
-                    )
+            for adapter in active:
+                prepared = stack.enter_context(adapter.export_session(prepared, options))
         previous_memo = getattr(_STATE, "memo", None)
         _STATE.options, _STATE.memo = options, {}
         try:

@@ -5,6 +5,9 @@ model run by onnxruntime at two batch sizes against JAX."""
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -258,3 +261,23 @@ def test_embed_is_a_gather():
     model = assert_exports_match(lambda i: module.apply(variables, i), [ids], input_values=[ids])
     assert "Gather" in op_types(model) and len(op_types(model)) <= 8
     assert "Embed_0/" in next(n.name for n in model.graph.node if n.op_type == "Gather")
+
+
+def test_first_export_of_a_fresh_process_has_the_linen_layers():
+    """The adapter is imported by the first export (the user imported only ``flax.linen``
+    and ``to_onnx``): the session patches its import adds apply to that export too."""
+    script = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp
+        from flax import linen as nn
+        from jax2onnx_nn import to_onnx
+        module = nn.Dense(3)
+        variables = module.init(jax.random.key(0), jnp.ones((1, 4)))
+        model = to_onnx(lambda x: module.apply(variables, x), [("B", 4)])
+        print([n.op_type for n in model.graph.node])
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert result.stdout.strip().splitlines()[-1] == "['Gemm']", result.stdout
