@@ -724,6 +724,19 @@ def _patched_in_place(entries: list[_InPlace]) -> Iterator[None]:
             entry.function.__code__ = entry.code
 
 
+def patched_in_place(
+    function: types.FunctionType, handler_for: Callable[[Any], Handler]
+) -> contextlib.AbstractContextManager[None]:
+    """While the block runs, every reference to the plain Python ``function`` (a name bound
+    before the export, a module field holding it) calls the coarse wrapper of
+    ``handler_for(copy of function)``: what the activations get, for an adapter's function
+    (``flax.linen.dot_product_attention``)."""
+    if not _in_place_patchable(function):
+        return contextlib.nullcontext()
+    entry = _in_place_entry(function) or _make_in_place(function, handler_for)
+    return _patched_in_place([entry])
+
+
 _REFERENCE_TEXTS: dict[tuple[Any, ...], str | None] = {}
 
 
@@ -861,6 +874,7 @@ __all__ = [
     "Activation",
     "export_session",
     "namespace_patches",
+    "patched_in_place",
     "shared",
     "substitute",
 ]

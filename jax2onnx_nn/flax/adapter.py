@@ -176,6 +176,7 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
     with contextlib.ExitStack() as stack:
         if options.coarse_ops:
             stack.enter_context(patches(coarse.patches()))
+            stack.enter_context(linen_coarse.patched_functions())
         stack.enter_context(patches(flags.patches()))  # outside the coarse ops: runtime flags
         module = exported_module(prepared.fn)
         paths = ModulePaths()

@@ -1,5 +1,7 @@
-"""Linen layers as coarse ops: ``Dense``, ``Conv``, ``LayerNorm``, ``RMSNorm``, ``BatchNorm``
-(inference), ``Embed``.
+"""Linen layers as coarse ops: ``Dense``, ``Conv``, ``ConvTranspose``,
+``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``BatchNorm`` (inference),
+``Embed``, and ``flax.linen.dot_product_attention`` (what ``MultiHeadDotProductAttention`` and
+``SelfAttention`` call).
 
 A bound Linen layer reads its arrays from its variables (``module.variables["params"]``), so
 a handler finds them there and binds the primitive of the NNX layer of the same arithmetic
@@ -11,22 +13,32 @@ partitioned params) returns :data:`NotApplicable` and runs the original, lowered
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+import inspect
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
 import numpy as np
+import onnx_ir as ir
 from flax import linen
+from flax.linen import attention as linen_attention
 from flax.linen import dtypes as linen_dtypes
 
-from jax2onnx_nn.core.layers.conv import conv_pads
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core import jax_nn
+from jax2onnx_nn.core.layers.attention import attention, lowest_mask_value
+from jax2onnx_nn.core.layers.conv import conv_pads, conv_transpose_padding, conv_transpose_pads
+from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.patching import (
     CoarseCall,
     NotApplicable,
+    Operands,
     active_options,
     add_session_patch,
     also_covers,
+    coarse_lowering,
     coarse_wrapper,
     is_array,
     overrides_nothing,
@@ -288,6 +300,206 @@ def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
+def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
+    axes = (
+        (axes,)
+        if isinstance(axes, int)
+        else tuple(axes)
+        if isinstance(axes, (tuple, list))
+        else None
+    )
+    if axes is None or not all(isinstance(a, int) and -rank <= a < rank for a in axes):
+        return None
+    return tuple(sorted(a % rank for a in axes))
+
+
+def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _x(args, kwargs)
+    params = (
+        None
+        if x is NotApplicable
+        else _params(module, linen.ConvTranspose, {"kernel", "bias"}, {"kernel"})
+    )
+    if params is None or not _same_dtypes(module, x, params) or not _default_promote(module):
+        return NotApplicable
+    kernel_size = (
+        (module.kernel_size,) if isinstance(module.kernel_size, int) else tuple(module.kernel_size)
+    )
+    n = len(kernel_size)
+    if (
+        x.ndim != n + 2
+        or module.mask is not None
+        or module.precision is not None
+        or module.preferred_element_type is not None
+        or module.use_bias != ("bias" in params)
+        or params["kernel"].shape[:n] != kernel_size
+    ):
+        return NotApplicable
+    strides, dilation = _per_axis(module.strides, n), _per_axis(module.kernel_dilation, n)
+    if strides is None or dilation is None:
+        return NotApplicable
+    padding = module.padding
+    if isinstance(padding, str) and padding.upper() not in ("SAME", "VALID"):
+        return NotApplicable  # CIRCULAR: Linen pads the input itself
+    padding = conv_transpose_padding(padding, kernel_size, strides, dilation)
+    pads = None if padding is None else conv_transpose_pads(padding, kernel_size, strides, dilation)
+    if pads is None:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_conv_transpose",
+        inputs={"x": x},
+        weights={"kernel": params["kernel"], "bias": params.get("bias")},
+        params={
+            "strides": strides,
+            "dilations": dilation,
+            "pads": pads[0],
+            "output_padding": pads[1],
+            "transpose_kernel": bool(module.transpose_kernel),
+        },
+    )
+
+
+def _group_norm_call(module: Any, x: Any, params: Mapping[str, Any], num_groups: int) -> Any:
+    """GroupNormalization over every axis but the batch's, channels last (opset 21)."""
+    size = int(x.shape[-1])
+    if module.use_scale != ("scale" in params) or module.use_bias != ("bias" in params):
+        return NotApplicable
+    if getattr(module, "force_float32_reductions", True) is not True and x.dtype != np.float32:
+        return NotApplicable
+    return CoarseCall(
+        "nnx_group_norm",
+        inputs={"x": x},
+        weights={"scale": params.get("scale"), "bias": params.get("bias")},
+        params={"epsilon": float(module.epsilon), "num_groups": num_groups, "size": size},
+    )
+
+
+def _group_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _x(args, kwargs, {"mask": None})
+    if x is NotApplicable:
+        return NotApplicable
+    params = _params(module, linen.GroupNorm, {"scale", "bias"}, set())
+    if not _norm_ok(module, x, params) or x.ndim < 2 or jxi.is_symbolic_dim(x.shape[-1]):
+        return NotApplicable
+    channels = int(x.shape[-1])
+    num_groups = module.num_groups
+    if module.group_size is not None:
+        if num_groups is not None or channels % module.group_size:
+            return NotApplicable  # (Linen's own error)
+        num_groups = channels // module.group_size
+    if not isinstance(num_groups, int) or num_groups < 1 or channels % num_groups:
+        return NotApplicable
+    if module.reduction_axes is not None and _canonical_axes(
+        module.reduction_axes, x.ndim
+    ) != tuple(range(1, x.ndim)):
+        return NotApplicable
+    return _group_norm_call(module, x, params, num_groups)
+
+
+def _instance_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """Per channel over the spatial axes: GroupNormalization with one channel per group."""
+    x = _x(args, kwargs, {"mask": None})
+    if x is NotApplicable:
+        return NotApplicable
+    params = _params(module, linen.InstanceNorm, {"scale", "bias"}, set())
+    if not _norm_ok(module, x, params) or x.ndim < 3 or jxi.is_symbolic_dim(x.shape[-1]):
+        return NotApplicable
+    if not _last_axis(module.feature_axes, x.ndim):
+        return NotApplicable
+    return _group_norm_call(module, x, params, int(x.shape[-1]))
+
+
+# -- flax.linen.dot_product_attention: the attention core, the query divided first ---------
+
+
+def _linen_attention_handler(original: Any) -> Any:
+    """Linen's attention: ``softmax(where(mask, (q / sqrt(d)) @ k + bias, finfo.min)) @ v``
+    over ``[B, T, N, H]`` inputs, without dropout, sown weights or custom einsums."""
+    signature = inspect.signature(original)
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        try:
+            a = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return NotApplicable
+        q, k, v, bias, mask = (a.get(n) for n in ("query", "key", "value", "bias", "mask"))
+        if not all(is_array(t) and t.ndim == 4 and t.dtype == np.float32 for t in (q, k, v)):
+            return NotApplicable
+        if bias is not None and not (is_array(bias) and bias.ndim == 4 and bias.dtype == q.dtype):
+            return NotApplicable
+        if mask is not None and not (
+            is_array(mask) and mask.ndim == 4 and np.dtype(mask.dtype).kind in "biuf"
+        ):
+            return NotApplicable  # (a float mask keeps where it is not 0: nn.make_causal_mask's)
+        rate = a.get("dropout_rate", 0.0)
+        if (
+            not (isinstance(rate, (int, float)) and rate == 0.0)
+            and a.get("deterministic") is not True
+        ):
+            return NotApplicable  # attention dropout in training mode: JAX's body
+        dtype = a.get("dtype")
+        if dtype is not None and np.dtype(dtype) != np.float32:
+            return NotApplicable
+        for name in (
+            "precision",
+            "module",
+            "einsum_dot_general",
+            "qk_attn_weights_einsum",
+            "attn_weights_value_einsum",
+        ):
+            if a.get(name) is not None:
+                return NotApplicable
+        depth = q.shape[-1]
+        if jxi.is_symbolic_dim(depth) or k.shape[-1] != depth or q.shape[-2] != k.shape[-2]:
+            return NotApplicable
+        inputs = {"query": q, "key": k, "value": v}
+        if bias is not None:
+            inputs["bias"] = bias
+        if mask is not None:
+            inputs["mask"] = mask
+        return CoarseCall(
+            "linen_dot_product_attention",
+            inputs=inputs,
+            params={"query_divisor": float(np.sqrt(np.float32(depth)))},
+        )
+
+    return handler
+
+
+@coarse_lowering(
+    "linen_dot_product_attention",
+    onnx_ops=("Transpose", "Div", "MatMul", "Add", "Where", "Softmax", "Cast"),
+    covers=("flax.linen.dot_product_attention",),
+)
+def _linen_attention(ctx: LoweringContext, ops: Operands, *, query_divisor: float) -> Any:
+    dtype = onnx_aval(ctx.aval_out)[0]
+    if dtype != np.float32:
+        return NotApplicable
+    q = ctx.op.Transpose(ops["query"], perm=[0, 2, 1, 3])  # B N T H
+    k_t = ctx.op.Transpose(ops["key"], perm=[0, 2, 3, 1])  # B N H S
+    v = ctx.op.Transpose(ops["value"], perm=[0, 2, 1, 3])  # B N S H
+    y: ir.Value = attention(
+        ctx,
+        q,
+        k_t,
+        v,
+        dtype=dtype,
+        mask_value=lowest_mask_value(dtype),
+        query_divisor=query_divisor,
+        bias=ops["bias"] if "bias" in ops else None,
+        keep=None if "mask" not in ops else ctx.cast(ops["mask"], np.dtype(np.bool_)),
+    )
+    return ctx.op.Transpose(y, perm=[0, 2, 1, 3])
+
+
+@contextlib.contextmanager
+def patched_functions() -> Iterator[None]:
+    """For one export: ``flax.linen.dot_product_attention`` as its coarse op however it is
+    reached (a module's ``attention_fn`` field holds the function object itself)."""
+    with jax_nn.patched_in_place(linen_attention.dot_product_attention, _linen_attention_handler):
+        yield
+
+
 def _scoped(handler: Any) -> Any:
     """A ``make_wrapper``: the coarse wrapper of ``handler``, called in a name scope of the
     layer's name (``Conv_0``), so its nodes are named by module path (``M/Conv_0/Conv``)."""
@@ -315,8 +527,11 @@ for _cls, _handler, _primitive in (
     (linen.RMSNorm, _rms_norm_handler, "nnx_rms_norm"),
     (linen.BatchNorm, _batch_norm_handler, "nnx_batch_norm"),
     (linen.Embed, _embed_handler, "nnx_embed"),
+    (linen.ConvTranspose, _conv_transpose_handler, "nnx_conv_transpose"),
+    (linen.GroupNorm, _group_norm_handler, "nnx_group_norm"),
+    (linen.InstanceNorm, _instance_norm_handler, "nnx_group_norm"),
 ):
     add_session_patch(_cls, "__call__", _scoped(_handler))
     also_covers(_primitive, f"linen.{_cls.__name__}")
 
-__all__: list[str] = []
+__all__ = ["patched_functions"]

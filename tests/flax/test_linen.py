@@ -192,6 +192,41 @@ def _layer_model(layer, shape, seed=0):
         ),
         ("RMSNorm", lambda: nn.RMSNorm(), ("B", 6), ["RMSNormalization"], {"opset": 23}),
         (
+            "ConvTranspose strided",
+            lambda: nn.ConvTranspose(4, (3, 3), strides=(2, 2)),
+            ("B", 5, 5, 3),
+            ["Transpose", "ConvTranspose", "Transpose"],
+            {},
+        ),
+        (
+            "ConvTranspose VALID, transposed kernel",
+            lambda: nn.ConvTranspose(2, (3,), padding="VALID", transpose_kernel=True),
+            ("B", 4, 3),
+            ["Transpose", "ConvTranspose", "Transpose"],
+            {},
+        ),
+        (
+            "GroupNorm",
+            lambda: nn.GroupNorm(num_groups=2),
+            ("B", 4, 4, 6),
+            ["Transpose", "GroupNormalization", "Transpose"],
+            {"opset": 21},
+        ),
+        (
+            "GroupNorm by group size",
+            lambda: nn.GroupNorm(num_groups=None, group_size=3, use_bias=False),
+            ("B", 5, 6),
+            ["Transpose", "GroupNormalization", "Transpose"],
+            {"opset": 21},
+        ),
+        (
+            "InstanceNorm",
+            lambda: nn.InstanceNorm(epsilon=1e-3),
+            ("B", 4, 4, 6),
+            ["Transpose", "GroupNormalization", "Transpose"],
+            {"opset": 21},
+        ),
+        (
             "BatchNorm inference",
             lambda: nn.BatchNorm(use_running_average=True),
             ("B", 4, 3),
@@ -227,15 +262,39 @@ def test_layer_is_its_op(label, layer, shape, expected, options):
             lambda: nn.BatchNorm(use_running_average=True, axis=(-2, -1)),
             ("B", 3, 4),
         ),
+        (
+            "ConvTranspose CIRCULAR",
+            lambda: nn.ConvTranspose(2, (3,), padding="CIRCULAR"),
+            ("B", 5, 2),
+        ),
+        (
+            "ConvTranspose with precision",
+            lambda: nn.ConvTranspose(2, (3,), precision=jax.lax.Precision.HIGHEST),
+            ("B", 5, 2),
+        ),
+        (
+            "GroupNorm over the last axes only",
+            lambda: nn.GroupNorm(num_groups=2, reduction_axes=(-2, -1)),
+            ("B", 2, 3, 4),
+        ),
+        ("GroupNorm below opset 21", lambda: nn.GroupNorm(num_groups=2), ("B", 3, 4)),
+        (
+            "InstanceNorm over a middle feature axis",
+            lambda: nn.InstanceNorm(feature_axes=1),
+            ("B", 3, 4),
+        ),
     ],
 )
 def test_options_the_op_does_not_model_keep_jax_numbers(label, layer, shape):
     module, variables = _layer_model(layer, shape)
-    model = assert_exports_match(lambda x: module.apply(variables, x), [shape], sizes=SIZES)
-    assert not {"LayerNormalization", "BatchNormalization", "Gemm"} & set(op_types(model)), (
-        label,
-        op_types(model),
+    options = {"opset": 18} if "below opset 21" in label else {}
+    model = assert_exports_match(
+        lambda x: module.apply(variables, x), [shape], sizes=SIZES, **options
     )
+    coarse = {"LayerNormalization", "BatchNormalization", "Gemm", "GroupNormalization"}
+    assert not coarse & set(op_types(model)), (label, op_types(model))
+    if label.startswith("ConvTranspose"):
+        assert "ConvTranspose" not in op_types(model) or "Add" in op_types(model), label
 
 
 def test_batch_norm_in_training_mode_is_its_body():
@@ -281,3 +340,67 @@ def test_first_export_of_a_fresh_process_has_the_linen_layers():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
     )
     assert result.stdout.strip().splitlines()[-1] == "['Gemm']", result.stdout
+
+
+# -- attention: flax.linen.dot_product_attention (MultiHeadDotProductAttention, SelfAttention) --
+
+
+def _attention_model(mask: str, **options):
+    class Attend(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8, **options)
+            if mask == "causal":  # float32 ones and zeros
+                return layer(x, mask=nn.make_causal_mask(x[..., 0]))
+            if mask == "padding":  # bool; the rows of queries 3 and 4 masked everywhere
+                valid = jnp.arange(x.shape[1]) < 3
+                keep = nn.make_attention_mask(valid[None], valid[None]) > 0
+                return layer(x, mask=jnp.broadcast_to(keep, (x.shape[0], 1, *keep.shape[2:])))
+            return layer(x)
+
+    module = Attend()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 5, 8)))
+    return module, variables
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "padding"])
+def test_attention_is_the_attention_core(mask):
+    module, variables = _attention_model(mask)
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 5, 8)], sizes=SIZES)
+    ops = op_types(model)
+    assert ops.count("Softmax") == 1 and ops.count("MatMul") == 2, ops
+    assert "Sqrt" not in ops and "ReduceMax" not in ops, ops
+    if mask == "none":
+        assert len(ops) <= 16, ops  # 18 before (the query's Sqrt, the attention's Einsums)
+
+
+def test_self_attention_is_the_attention_core():
+    class Attend(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.SelfAttention(num_heads=2)(x)
+
+    module = Attend()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 5, 8)))
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 5, 8)], sizes=SIZES)
+    assert op_types(model).count("Softmax") == 1 and len(op_types(model)) <= 16
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"precision": jax.lax.Precision.HIGHEST},
+        {"dropout_rate": 0.5, "deterministic": False},
+        {"attention_fn": functools.partial(nn.dot_product_attention, force_fp32_for_softmax=True)},
+    ],
+    ids=["precision", "dropout", "partial"],
+)
+def test_attention_options_the_op_does_not_model_keep_jax_numbers(options):
+    module, variables = _attention_model("causal", **options)
+    rngs = {"dropout": jax.random.key(3)}
+    model = assert_exports_match(
+        lambda x: module.apply(variables, x, rngs=rngs), [("B", 5, 8)], sizes=SIZES
+    )
+    # JAX's body divides the query by a computed Sqrt; the coarse op by a constant (also
+    # through a partial: the function object itself is patched)
+    assert ("Sqrt" in op_types(model)) == ("attention_fn" not in options), op_types(model)
