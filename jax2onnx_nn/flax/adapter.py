@@ -25,7 +25,7 @@ from jax2onnx_nn.core import jax_nn, reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared, patches
 from jax2onnx_nn.flax import coarse, flags, linen, linen_coarse  # noqa: F401 (linen_coarse: its patches)
-from jax2onnx_nn.flax.functions import ModulePaths
+from jax2onnx_nn.flax.functions import ModulePaths, linen_functions
 
 
 def exported_module(fn: Any) -> nnx.Module | None:
@@ -178,6 +178,8 @@ def export_session(prepared: Prepared, options: ExportConfig) -> Iterator[Prepar
             stack.enter_context(patches(coarse.patches()))
             stack.enter_context(linen_coarse.patched_functions())
         stack.enter_context(patches(flags.patches()))  # outside the coarse ops: runtime flags
+        if options.auto_functions:
+            stack.enter_context(linen_functions())
         module = exported_module(prepared.fn)
         paths = ModulePaths()
         if module is not None:

@@ -9,12 +9,13 @@ function call (one FunctionProto per distinct class, config and input types), as
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from flax import nnx
+from flax import linen, nnx
 
-from jax2onnx_nn.core.functions import onnx_function
+from jax2onnx_nn.core.functions import call_function, onnx_function
 from jax2onnx_nn.core.patching import ModuleCallStack
 
 
@@ -84,4 +85,40 @@ def modules_in(root: nnx.Module) -> list[tuple[tuple[Any, ...], nnx.Module]]:
     return found
 
 
-__all__ = ["ModulePaths", "onnx_function"]
+def _linen_call_becomes_function(context: Any) -> bool:
+    """A call of a user's Linen class under ``auto_functions``: ``__call__`` of a module
+    below the root (the root's parent is its scope), not flax's own layers (coarse ops), not
+    while initializing, not a class ``@onnx_function`` handles already."""
+    module = context.module
+    return (
+        context.method_name == "__call__"
+        and isinstance(module.parent, linen.Module)
+        and not type(module).__module__.startswith("flax.")
+        and not module.is_initializing()
+        and not getattr(type(module).__call__, "__onnx_function__", False)
+    )
+
+
+@contextlib.contextmanager
+def linen_functions() -> Iterator[None]:
+    """While the block runs, each call of a user's Linen module class is an ONNX function
+    call (one FunctionProto per distinct class, config and input types), through Linen's
+    own method interception."""
+
+    def interceptor(next_fun: Callable[..., Any], args: Any, kwargs: Any, context: Any) -> Any:
+        if not _linen_call_becomes_function(context):
+            return next_fun(*args, **kwargs)
+        module = context.module
+        return call_function(
+            lambda _module, *a, **k: next_fun(*a, **k),
+            (module, *args),
+            kwargs,
+            name=type(module).__name__,
+            key=type(module),  # type: ignore[arg-type]
+        )
+
+    with linen.intercept_methods(interceptor):
+        yield
+
+
+__all__ = ["ModulePaths", "linen_functions", "onnx_function"]

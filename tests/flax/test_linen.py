@@ -15,7 +15,7 @@ import onnx
 import pytest
 from flax import linen as nn
 
-from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn import onnx_function, to_onnx, verify
 from jax2onnx_nn.flax.linen import export_onnx, variable_names
 from jax2onnx_nn.testing import assert_exports_match, op_types
 
@@ -404,3 +404,56 @@ def test_attention_options_the_op_does_not_model_keep_jax_numbers(options):
     # JAX's body divides the query by a computed Sqrt; the coarse op by a constant (also
     # through a partial: the function object itself is patched)
     assert ("Sqrt" in op_types(model)) == ("attention_fn" not in options), op_types(model)
+
+
+# -- ONNX functions for Linen module classes -------------------------------------------------
+
+
+class _Block(nn.Module):
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.gelu(nn.Dense(self.features)(nn.LayerNorm()(x))) + x
+
+
+@onnx_function
+class _FunctionBlock(_Block):
+    pass
+
+
+def _two_blocks(block):
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(2)(block(8)(block(8)(x)))
+
+    module = Model()
+    return module, module.init(jax.random.key(0), jnp.ones((1, 8)))
+
+
+@pytest.mark.parametrize("how", ["decorator", "auto_functions"])
+def test_linen_module_class_is_one_function(how):
+    """Two blocks: one FunctionProto (the blocks' coarse ops inside), two calls, weights named
+    by variable path in the main graph."""
+    module, variables = _two_blocks(_FunctionBlock if how == "decorator" else _Block)
+    options = {"auto_functions": True} if how == "auto_functions" else {}
+    model = assert_exports_match(
+        lambda x: module.apply(variables, x), [("B", 8)], sizes=SIZES, **options
+    )
+    name = "_FunctionBlock" if how == "decorator" else "_Block"
+    assert op_types(model) == [name, name, "Gemm"]
+    assert len(model.functions) == 1
+    assert [n.op_type for n in model.functions[0].node] == [
+        "LayerNormalization",
+        "Gemm",
+        "Gelu",
+        "Add",
+    ]
+    assert f"params/{name}_1/Dense_0/kernel" in _weights(model)
+
+
+def test_without_auto_functions_linen_blocks_are_inline():
+    module, variables = _two_blocks(_Block)
+    model = to_onnx(lambda x: module.apply(variables, x), [("B", 8)])
+    assert not model.functions and op_types(model).count("LayerNormalization") == 2
