@@ -876,10 +876,14 @@ def _stacked_gates(
         folded = first.meta.setdefault("jax2onnx_nn.folded", {})
         key = ("stacked", kernels, *(p.name if p is not None else None for p in parts))
         if key not in folded:
-            stem = first.name.rsplit(".", 2)[0] if first.name.count(".") >= 2 else first.name
+            # the cell's path: nnx's "cell.ii.kernel" -> "cell.W", Linen's variable path
+            # "params/LSTMCell_0/ii/kernel" -> "params/LSTMCell_0/W"
+            sep = "/" if "/" in first.name else "."
+            path = first.name.split(sep)
+            stem = sep.join(path[:-2]) if len(path) >= 3 else first.name
             folded[key] = ctx.builder.initializer(
                 np.ascontiguousarray(stack([p.const_value.numpy() for p in given])),
-                f"{stem}.{name}",
+                f"{stem}{sep}{name}",
             )
         return folded[key]
     if kernels:
