@@ -457,3 +457,127 @@ def test_without_auto_functions_linen_blocks_are_inline():
     module, variables = _two_blocks(_Block)
     model = to_onnx(lambda x: module.apply(variables, x), [("B", 8)])
     assert not model.functions and op_types(model).count("LayerNormalization") == 2
+
+
+# -- transforms: nn.scan, nn.remat, nn.Bidirectional ---------------------------------------
+
+
+class _ScanBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x, _):
+        return nn.gelu(nn.Dense(8)(nn.LayerNorm()(x))) + x, None
+
+
+def _walk_ops(graph, found):
+    for node in graph.node:
+        found.append(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _walk_ops(attr.g, found)
+    return found
+
+
+def test_scanned_blocks_are_one_scan_of_coarse_ops():
+    class Scanned(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            scan = nn.scan(
+                _ScanBlock, variable_axes={"params": 0}, split_rngs={"params": True}, length=3
+            )
+            return scan()(x, None)[0]
+
+    module = Scanned()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 8)))
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 8)], sizes=SIZES)
+    assert op_types(model) == ["Scan"]
+    assert _walk_ops(model.graph, []) == ["Scan", "LayerNormalization", "Gemm", "Gelu", "Add"]
+    assert "params/Scan_ScanBlock_0/Dense_0/kernel" in _weights(model)  # stacked over the layers
+
+
+def test_remat_blocks_are_their_coarse_ops():
+    class Remat(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.remat(_ScanBlock)()(x, None)[0]
+            return nn.remat(_ScanBlock)()(x, None)[0]
+
+    module = Remat()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 8)))
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 8)], sizes=SIZES)
+    assert op_types(model) == ["LayerNormalization", "Gemm", "Gelu", "Add"] * 2
+    assert "params/Checkpoint_ScanBlock_1/LayerNorm_0/scale" in _weights(model)
+
+
+@pytest.mark.parametrize("cell", [nn.LSTMCell, nn.GRUCell])
+def test_bidirectional_rnn_is_two_recurrent_ops(cell):
+    class Encoder(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Bidirectional(nn.RNN(cell(4)), nn.RNN(cell(4)))(x)
+
+    module = Encoder()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 3, 5)))
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 3, 5)], sizes=SIZES)
+    ops = _walk_ops(model.graph, [])
+    op = "LSTM" if cell is nn.LSTMCell else "GRU"
+    assert ops.count(op) == 2 and "Scan" not in ops and "Loop" not in ops, ops
+
+
+# -- export_onnx: bound modules, methods and mutable collections ---------------------------
+
+
+class _Sowing(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Dense(4)(x)
+        self.sow("intermediates", "hidden", h)
+        return nn.relu(h)
+
+    def encode(self, x):
+        return self(x) * 2.0
+
+
+def test_export_onnx_with_mutable_intermediates_returns_them():
+    module = _Sowing()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 3)))
+    model = export_onnx(module, variables, [("B", 3)], mutable=["intermediates"])
+    assert len(model.graph.output) == 2  # the output, then intermediates/_Sowing/hidden
+    verify(
+        lambda x: module.apply(variables, x, mutable=["intermediates"]),
+        model,
+        [("B", 3)],
+        sizes=SIZES,
+    ).raise_if_failed()
+
+
+def test_bound_module_method_names_weights_by_variable_path():
+    module = _Sowing()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 3)))
+    bound = module.bind(variables)
+    model = to_onnx(bound.encode, [("B", 3)])
+    assert _weights(model) == {"params/Dense_0/kernel", "params/Dense_0/bias"}
+    assert op_types(model)[0] == "Gemm"
+    verify(
+        lambda x: module.apply(variables, x, method=_Sowing.encode), model, [("B", 3)], sizes=SIZES
+    ).raise_if_failed()
+
+
+def test_export_onnx_in_training_mode_returns_the_batch_stats():
+    """``mutable=["batch_stats"]`` with the module's ``train=True``: batch statistics op by op
+    and the updated running statistics as outputs; ``train=False``: the coarse op."""
+    module = ConvNet()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 6, 6, 3)))
+
+    def train(m, x):
+        return m(x, train=True)
+
+    model = export_onnx(module, variables, [("B", 6, 6, 3)], method=train, mutable=["batch_stats"])
+    assert "BatchNormalization" not in op_types(model) and len(model.graph.output) == 3
+    verify(
+        lambda x: module.apply(variables, x, train=True, mutable=["batch_stats"]),
+        model,
+        [("B", 6, 6, 3)],
+        sizes={"B": [2, 3]},
+    ).raise_if_failed()
+    inference = export_onnx(module, variables, [("B", 6, 6, 3)])
+    assert "BatchNormalization" in op_types(inference)
