@@ -520,6 +520,26 @@ def _scoped(handler: Any) -> Any:
     return make
 
 
+def _weights_at_export_time(original: Any) -> Any:
+    """A ``make_wrapper`` for ``SpectralNorm`` / ``WeightNorm``: the normalized weights of the
+    inference call are computed by JAX while exporting (``jax.ensure_compile_time_eval``:
+    what reads only arrays known at export time runs eagerly), so the layer they wrap gets
+    constant weights and is its own coarse op; params given as graph inputs (``input_params``)
+    are traced and the normalization stays in the graph, op by op."""
+
+    @functools.wraps(original)
+    def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+        if active_options() is None:
+            return original(module, *args, **kwargs)
+        with jax.ensure_compile_time_eval():
+            return original(module, *args, **kwargs)
+
+    return call
+
+
+add_session_patch(linen.SpectralNorm, "__call__", _weights_at_export_time)
+add_session_patch(linen.WeightNorm, "__call__", _weights_at_export_time)
+
 for _cls, _handler, _primitive in (
     (linen.Dense, _dense_handler, "nnx_linear"),
     (linen.Conv, _conv_handler, "nnx_conv"),

@@ -581,3 +581,42 @@ def test_export_onnx_in_training_mode_returns_the_batch_stats():
     ).raise_if_failed()
     inference = export_onnx(module, variables, [("B", 6, 6, 3)])
     assert "BatchNormalization" in op_types(inference)
+
+
+# -- SpectralNorm / WeightNorm: weights normalized at export time -----------------------------
+
+
+@pytest.mark.parametrize(
+    "label, make, shape, expected",
+    [
+        ("SpectralNorm Dense", lambda: nn.SpectralNorm(nn.Dense(4)), ("B", 5), ["MatMul", "Add"]),
+        (
+            "SpectralNorm Conv",
+            lambda: nn.SpectralNorm(nn.Conv(3, (3,))),
+            ("B", 6, 2),
+            ["Transpose", "Conv", "Transpose", "Add"],
+        ),
+        ("WeightNorm Dense", lambda: nn.WeightNorm(nn.Dense(4)), ("B", 5), ["MatMul", "Add"]),
+        (
+            "WeightNorm Conv",
+            lambda: nn.WeightNorm(nn.Conv(3, (3,))),
+            ("B", 6, 2),
+            ["Transpose", "Conv", "Transpose", "Add"],
+        ),
+    ],
+)
+def test_weight_normalizations_are_the_layer_they_wrap(label, make, shape, expected):
+    """SpectralNorm (24 nodes for a Dense before: the power iteration and sigma) and
+    WeightNorm (8) in inference: the wrapped layer's lax ops with the normalized weights as
+    constants (computed by JAX at export time)."""
+
+    class Normed(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            layer = make()
+            return layer(x, update_stats=False) if label.startswith("Spectral") else layer(x)
+
+    module = Normed()
+    variables = module.init(jax.random.key(0), jnp.ones((1, *shape[1:])))
+    model = assert_exports_match(lambda x: module.apply(variables, x), [shape], sizes=SIZES)
+    assert op_types(model) == expected, (label, op_types(model))
