@@ -223,7 +223,7 @@ class Lowerer:
                 outs = [result] if isinstance(result, ir.Value) else list(result)
             elif name in CALL_BODIES or jxi.is_body_primitive(eqn.primitive):
                 # no rule, or the rule needs a newer opset: the body is what it computes
-                outs = self._lower_call(eqn, inputs, builder)
+                outs = self.lower_call(eqn, inputs, builder)
             else:
                 impl = jxi.primitive_impl_jaxpr(
                     eqn.primitive, eqn.params, [v.aval for v in eqn.invars]
@@ -279,9 +279,9 @@ class Lowerer:
             set_type(value, dtype, shape)
         return None
 
-    def _lower_call(
-        self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder
-    ) -> list[ir.Value]:
+    def lower_call(self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
+        """A call-like equation without a rule: its body inlined (or, for a named ``jit``, a
+        recognized library call's op); the coverage plugin records these nodes as no rule's."""
         keys = CALL_BODIES.get(eqn.primitive.name, ("body",))
         body = next((eqn.params[k] for k in keys if eqn.params.get(k) is not None), None)
         if body is None:

@@ -364,8 +364,6 @@ def _group_norm_call(module: Any, x: Any, params: Mapping[str, Any], num_groups:
     size = int(x.shape[-1])
     if module.use_scale != ("scale" in params) or module.use_bias != ("bias" in params):
         return NotApplicable
-    if getattr(module, "force_float32_reductions", True) is not True and x.dtype != np.float32:
-        return NotApplicable
     return CoarseCall(
         "nnx_group_norm",
         inputs={"x": x},

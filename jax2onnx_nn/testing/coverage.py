@@ -83,6 +83,14 @@ def recording(
             if owns:
                 owners.pop()
 
+    lower_call = lower.Lowerer.lower_call
+
+    def recorded_lower_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # an inlined call body (a jit, a recognized activation) is no rule's own: its nodes
+        # belong to the rules of its equations, not to a rule whose body holds the call
+        with _running(None):
+            return lower_call(self, *args, **kwargs)
+
     add_node, dim, var = GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var
     older_form = GraphBuilder.older_form_of
 
@@ -113,6 +121,7 @@ def recording(
             return older_form(self, *args)
 
     lower.lookup = lookup
+    lower.Lowerer.lower_call = recorded_lower_call  # type: ignore[method-assign]
     GraphBuilder.add_node = recorded_add_node  # type: ignore[method-assign]
     DimEvaluator.dim = recorded_dim  # type: ignore[method-assign]
     DimEvaluator.var = recorded_var  # type: ignore[method-assign]
@@ -121,6 +130,7 @@ def recording(
         yield
     finally:
         lower.lookup = original
+        lower.Lowerer.lower_call = lower_call  # type: ignore[method-assign]
         GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = add_node, dim, var  # type: ignore[method-assign]
         GraphBuilder.older_form_of = older_form  # type: ignore[method-assign]
 

@@ -220,6 +220,13 @@ def _layer_model(layer, shape, seed=0):
             {"opset": 21},
         ),
         (
+            "GroupNorm on features",
+            lambda: nn.GroupNorm(num_groups=2),
+            ("B", 6),
+            ["GroupNormalization"],
+            {"opset": 21},
+        ),
+        (
             "InstanceNorm",
             lambda: nn.InstanceNorm(epsilon=1e-3),
             ("B", 4, 4, 6),
