@@ -14,6 +14,7 @@ import keras
 from jax2onnx_nn.core import reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared
+from jax2onnx_nn.keras import coarse  # noqa: F401 (its patches: layers as coarse ops)
 
 
 def _is_layer(value: Any) -> bool:

@@ -19,7 +19,7 @@ from jax2onnx_nn.core.layout import apply_layout
 from jax2onnx_nn.core.passes.cse import eliminate_common_subexpressions
 from jax2onnx_nn.core.passes.dead_loop_state import remove_dead_loop_state
 from jax2onnx_nn.core.passes.fold_constants import fold_constants
-from jax2onnx_nn.core.passes.fold_weights import fold_into_weights
+from jax2onnx_nn.core.passes.fold_weights import fold_into_weights, fold_marked_into_weights
 from jax2onnx_nn.core.passes.hoist_loop_invariants import hoist_loop_invariants
 from jax2onnx_nn.core.passes.hoist_over_split import hoist_layout_over_split
 from jax2onnx_nn.core.passes.inline_functions import inline_functions
@@ -49,12 +49,14 @@ def remove_unused_functions(model: ir.Model) -> None:
 @dataclass(frozen=True)
 class Step:
     """One pass of :data:`CLEANUP`: ``option``, a keyword of :func:`cleanup` that turns it on
-    (``fold_weights``) or off (``loop_state``); ``sweep``: :func:`remove_unused_nodes` runs
-    after it when it changed something (it leaves what fed the nodes it dropped unread)."""
+    (``fold_weights``) or off (``loop_state``), ``otherwise`` what runs in its place when the
+    option is off; ``sweep``: :func:`remove_unused_nodes` runs after it when it changed
+    something (it leaves what fed the nodes it dropped unread)."""
 
     run: Callable[[ir.Model], object]
     option: str | None = None
     sweep: bool = False
+    otherwise: Callable[[ir.Model], object] | None = None
 
 
 # The clean-up, in order. The first passes rewrite; the removal of unused nodes then gives the
@@ -69,7 +71,7 @@ CLEANUP: tuple[Step, ...] = (
     Step(keep_reduced_dims),
     Step(remove_unused_nodes),
     Step(remove_dead_loop_state, option="loop_state", sweep=True),
-    Step(fold_into_weights, option="fold_weights", sweep=True),
+    Step(fold_into_weights, option="fold_weights", sweep=True, otherwise=fold_marked_into_weights),
     Step(merge_duplicate_initializers),
     Step(eliminate_common_subexpressions),
     Step(remove_unused_functions),
@@ -85,13 +87,12 @@ def cleanup(model: ir.Model, *, fold_weights: bool = False, loop_state: bool = T
     options = {"fold_weights": fold_weights, "loop_state": loop_state}
     census = op_census(model)
     for step in CLEANUP:
+        run = step.run
         if step.option is not None and not options[step.option]:
-            continue
-        changed = (
-            run_if_present(step.run, model, census)
-            if hasattr(step.run, "op_types")
-            else step.run(model)
-        )
+            if step.otherwise is None:
+                continue
+            run = step.otherwise
+        changed = run_if_present(run, model, census) if hasattr(run, "op_types") else run(model)
         if step.sweep and changed:
             remove_unused_nodes(model)
 

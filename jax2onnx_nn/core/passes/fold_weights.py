@@ -7,6 +7,10 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import numpy_tensor
 
+FOLD = "jax2onnx_nn.fold_into_weights"
+"""The meta key a rule sets on a BatchNormalization it writes for a layer that frameworks fold
+(Keras's BatchNormalization after a convolution): folded even without ``fold_weights=True``."""
+
 
 def _initializer_array(v: ir.Value | None, graph: ir.Graph) -> np.ndarray | None:
     if (
@@ -93,7 +97,12 @@ def _scale_shift(
     return None
 
 
-def fold_into_weights(model: ir.Model) -> int:
+def fold_marked_into_weights(model: ir.Model) -> int:
+    """:func:`fold_into_weights` of the nodes their rule marked with :data:`FOLD` only."""
+    return fold_into_weights(model, marked_only=True)
+
+
+def fold_into_weights(model: ir.Model, *, marked_only: bool = False) -> int:
     """A BatchNormalization in inference mode, or a Mul / Add by a per-channel constant, right
     after a Conv or Gemm with constant weights is folded into that node's weight and bias, so a
     convolution with its BatchNorm is one Conv and ``linear(x) * g + b`` one Gemm.
@@ -102,11 +111,14 @@ def fold_into_weights(model: ir.Model) -> int:
     where JAX rounds the convolution's result and then each affine step, so results differ
     from JAX by about one ulp of the result (checked at 1e-5 relative in float32). Only the
     main graph; a weight or result read by another node is left alone (folding would copy
-    the weight). Returns the number of nodes folded."""
+    the weight). ``marked_only``: only the nodes marked :data:`FOLD`. Returns the number of
+    nodes folded."""
     graph = model.graph
     folded = 0
     for node in list(graph):
         if not node.inputs or node.inputs[0] is None or node.graph is not graph:
+            continue
+        if marked_only and not node.meta.get(FOLD):
             continue
         x = (
             node.inputs[0]
