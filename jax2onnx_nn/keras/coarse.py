@@ -25,6 +25,7 @@ from typing import Any
 import keras
 import numpy as np
 import onnx_ir as ir
+from keras.src.backend import get_keras_mask
 from keras.src.backend.common.variables import AutocastScope
 
 from jax2onnx_nn.core import jax_nn, kernels
@@ -510,19 +511,24 @@ def _global_pool(
     if channels_last:
         x, axes = ctx.transpose(x, to_channels_first(rank)), list(range(2, rank))
     reduce = ctx.op.ReduceMax if kind == "max" else ctx.op.ReduceMean
-    y = reduce(x, ctx.ints(axes), keepdims=int(keepdims))
-    return ctx.op.Transpose(y, perm=to_channels_last(rank)) if channels_last and keepdims else y
+    if keepdims:
+        y = reduce(x, ctx.ints(axes), keepdims=1)
+        return ctx.op.Transpose(y, perm=to_channels_last(rank)) if channels_last else y
+    # the reduced dims kept and dropped by a Reshape: a Reshape back to an image (a
+    # squeeze-and-excite block's) then cancels it
+    return ctx.reshape(reduce(x, ctx.ints(axes), keepdims=1), ctx.aval_out.shape)
 
 
 # -- merges and padding: elementwise, in the layout of their inputs ----------------------------
 
 
 def _same_inputs(inputs: Any) -> bool:
+    """Two or more float arrays of one rank and dtype (broadcasting as numpy does)."""
     return (
         isinstance(inputs, (list, tuple))
         and len(inputs) >= 2
         and all(_float(v) for v in inputs)
-        and len({(tuple(v.shape), str(v.dtype)) for v in inputs}) == 1
+        and len({(v.ndim, str(v.dtype)) for v in inputs}) == 1
     )
 
 
@@ -531,6 +537,8 @@ def _merge_handler(cls: type, primitive: str, **params: Any) -> Any:
         inputs = args[0] if len(args) == 1 and not kwargs else None
         if not _same_inputs(inputs) or not _plain(layer, cls):
             return NotApplicable
+        if any(get_keras_mask(v) is not None for v in inputs):
+            return NotApplicable  # Multiply fills masked positions
         extra = {k: int(getattr(layer, k)) % inputs[0].ndim for k in params}
         return CoarseCall(primitive, inputs={str(i): v for i, v in enumerate(inputs)}, params=extra)
 
