@@ -137,7 +137,7 @@ def _activate(ctx: LoweringContext, y: ir.Value, name: str) -> Any:
     jax_name, config = _ACTIVATIONS[name]
     activation = jax_nn.ACTIVATIONS[jax_name]
     dtype = y.dtype.numpy() if y.dtype is not None else None
-    if dtype not in activation.dtypes or ctx.lowerer.config.opset < activation.min_opset:
+    if dtype not in activation.dtypes or ctx.opset < activation.min_opset:
         return NotApplicable
     return activation.rule(ctx, y, **dict(config))
 
@@ -230,9 +230,12 @@ def _depthwise_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     return _conv_call(layer, args, kwargs, depthwise=True)
 
 
-def _onnx_kernel(ctx: LoweringContext, kernel: ir.Value, rank: int, depthwise: bool) -> ir.Value:
+def _onnx_kernel(
+    ctx: LoweringContext, kernel: ir.Value, shape: tuple[int, ...], depthwise: bool
+) -> ir.Value:
     """Keras's ``(*spatial, in, out)`` kernel (depthwise: ``(*spatial, in, multiplier)``) as
     ONNX's ``(out, in / group, *spatial)``, rearranged at export time."""
+    rank = len(shape) - 2
     to_oi = [rank + 1, rank, *range(rank)]
     if not depthwise:
         return ctx.transposed_weight(kernel, to_oi)
@@ -242,8 +245,7 @@ def _onnx_kernel(ctx: LoweringContext, kernel: ir.Value, rank: int, depthwise: b
         return np.transpose(flat, to_oi)
 
     def nodes(v: ir.Value) -> ir.Value:
-        shape = kernel.shape
-        flat = ctx.reshape(v, [*shape[:rank], 1, int(shape[rank]) * int(shape[rank + 1])])
+        flat = ctx.reshape(v, [*shape[:rank], 1, shape[rank] * shape[rank + 1]])
         return ctx.transpose(flat, to_oi)
 
     return ctx.derived_weight(kernel, ("keras_depthwise", rank), array, nodes)
@@ -278,7 +280,8 @@ def _conv(
     x = ctx.cast(ops["x"], dtype)
     if channels_last:
         x = ctx.transpose(x, to_channels_first(rank))
-    kernel = _onnx_kernel(ctx, ctx.cast(ops["kernel"], dtype), rank - 2, depthwise)
+    shape = tuple(int(d) for d in ops.aval("kernel").shape)
+    kernel = _onnx_kernel(ctx, ctx.cast(ops["kernel"], dtype), shape, depthwise)
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
     y = conv(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, group=group)
     y = _activate(ctx, y, activation)
@@ -311,8 +314,8 @@ def _source(value: ir.Value, perm: list[int] | None) -> ir.Value:
     if perm is None:
         return value
     node = value.producer()
-    assert node is not None
-    return node.inputs[0]
+    source = None if node is None else node.inputs[0]
+    return value if source is None else source
 
 
 # -- BatchNormalization (inference) --------------------------------------------------------------
@@ -534,7 +537,7 @@ def _same_inputs(inputs: Any) -> bool:
 
 def _merge_handler(cls: type, primitive: str, **params: Any) -> Any:
     def handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-        inputs = args[0] if len(args) == 1 and not kwargs else None
+        inputs: Any = args[0] if len(args) == 1 and not kwargs else None
         if not _same_inputs(inputs) or not _plain(layer, cls):
             return NotApplicable
         if any(get_keras_mask(v) is not None for v in inputs):

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from keras import layers
 
-from jax2onnx_nn import to_onnx
 from jax2onnx_nn.testing import assert_exports_match
 
 BATCHES = {"batch": [1, 3]}
