@@ -179,24 +179,24 @@ def _dense(ctx: LoweringContext, ops: Operands, *, activation: str) -> Any:
 
 _CONVS = (L.Conv1D, L.Conv2D, L.Conv3D)
 _DEPTHWISE = tuple(c for c in (getattr(L, "DepthwiseConv1D", None), L.DepthwiseConv2D) if c)
+_SEPARABLE = (L.SeparableConv1D, L.SeparableConv2D)
+_KINDS = {"conv": _CONVS, "depthwise": _DEPTHWISE, "separable": _SEPARABLE}
 
 
-def _conv_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], depthwise: bool) -> Any:
+def _conv_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kind: str) -> Any:
+    """A convolution; ``kind``: ``"conv"``, ``"depthwise"`` or ``"separable"`` (a depthwise
+    conv, then a pointwise one with the bias)."""
     if len(args) != 1 or kwargs or not _float(args[0]):
         return NotApplicable
     x, last = args[0], _channels_last(layer)
     activation = _activation_name(layer)
-    if (
-        not _plain(layer, _DEPTHWISE if depthwise else _CONVS)
-        or activation is NotApplicable
-        or last is None
-    ):
+    if not _plain(layer, _KINDS[kind]) or activation is NotApplicable or last is None:
         return NotApplicable
     rank = int(layer.rank)
     padding = str(layer.padding).upper()
     if x.ndim != rank + 2 or padding not in ("SAME", "VALID"):
         return NotApplicable  # (Conv1D's "causal" pads the input itself)
-    kernel = _array(layer.kernel)
+    kernel = _array(layer.depthwise_kernel if kind == "separable" else layer.kernel)
     size = tuple(int(k) for k in kernel.shape[:rank])
     strides, dilation = tuple(layer.strides), tuple(layer.dilation_rate)
     spatial = x.shape[1:-1] if last else x.shape[2:]
@@ -207,13 +207,17 @@ def _conv_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], depthw
     return CoarseCall(
         "keras_conv",
         inputs={"x": x},
-        weights={"kernel": kernel, "bias": _array(layer.bias) if layer.use_bias else None},
+        weights={
+            "kernel": kernel,
+            "pointwise": _array(layer.pointwise_kernel) if kind == "separable" else None,
+            "bias": _array(layer.bias) if layer.use_bias else None,
+        },
         params={
             "strides": strides,
             "dilations": dilation,
             "pads": pads,
-            "group": channels if depthwise else int(getattr(layer, "groups", 1)),
-            "depthwise": depthwise,
+            "group": channels if kind != "conv" else int(getattr(layer, "groups", 1)),
+            "depthwise": kind != "conv",
             "channels_last": last,
             "activation": activation,
         },
@@ -222,12 +226,17 @@ def _conv_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], depthw
 
 @map_calls(L.Conv1D.__mro__[1], "call")  # BaseConv: Conv1D/2D/3D
 def _conv_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    return _conv_call(layer, args, kwargs, depthwise=False)
+    return _conv_call(layer, args, kwargs, "conv")
 
 
 @map_calls(L.DepthwiseConv2D.__mro__[1], "call")  # BaseDepthwiseConv
 def _depthwise_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    return _conv_call(layer, args, kwargs, depthwise=True)
+    return _conv_call(layer, args, kwargs, "depthwise")
+
+
+@map_calls(L.SeparableConv2D.__mro__[1], "call")  # BaseSeparableConv
+def _separable_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
+    return _conv_call(layer, args, kwargs, "separable")
 
 
 def _onnx_kernel(
@@ -254,7 +263,7 @@ def _onnx_kernel(
 @coarse_lowering(
     "keras_conv",
     onnx_ops=("Transpose", "Conv", *_ACTIVATION_OPS),
-    covers=tuple(f"keras.layers.{c.__name__}" for c in (*_CONVS, *_DEPTHWISE)),
+    covers=tuple(f"keras.layers.{c.__name__}" for c in (*_CONVS, *_DEPTHWISE, *_SEPARABLE)),
 )
 def _conv(
     ctx: LoweringContext,
@@ -283,6 +292,12 @@ def _conv(
     shape = tuple(int(d) for d in ops.aval("kernel").shape)
     kernel = _onnx_kernel(ctx, ctx.cast(ops["kernel"], dtype), shape, depthwise)
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
+    if "pointwise" in ops:  # separable: the depthwise conv, then the pointwise one
+        x = conv(ctx, x, kernel, None, strides=strides, dilations=dilations, pads=pads, group=group)
+        shape = tuple(int(d) for d in ops.aval("pointwise").shape)
+        kernel = _onnx_kernel(ctx, ctx.cast(ops["pointwise"], dtype), shape, False)
+        strides = dilations = (1,) * (rank - 2)
+        pads, group = (0,) * (2 * rank - 4), 1
     y = conv(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, group=group)
     y = _activate(ctx, y, activation)
     if y is NotApplicable or not channels_last:

@@ -216,3 +216,18 @@ def test_first_export_of_a_process_gets_the_coarse_ops():
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "['Gemm']"
+
+
+@pytest.mark.parametrize("strides", [1, 2])
+def test_separable_conv_is_two_convs(strides):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((9, 9, 3)),
+            layers.SeparableConv2D(
+                5, 3, strides=strides, padding="same", depth_multiplier=2, activation="relu"
+            ),
+        ]
+    )
+    onnx_model = _export(model, [S("batch", 9, 9, 3)])
+    assert _ops(onnx_model) == Counter({"Conv": 2, "Relu": 1, "Transpose": 2})
