@@ -31,7 +31,7 @@ from keras.src.backend.common.variables import AutocastScope
 from jax2onnx_nn.core import jax_nn, kernels
 from jax2onnx_nn.core.layers.conv import conv, conv_pads
 from jax2onnx_nn.core.layers.dense import dense
-from jax2onnx_nn.core.layers.norm import layer_norm, rms_norm, weight_or_fill
+from jax2onnx_nn.core.layers.norm import group_norm, layer_norm, rms_norm, weight_or_fill
 from jax2onnx_nn.core.layers.pool import fits_window, pool
 from jax2onnx_nn.core.layout import to_channels_first, to_channels_last
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
@@ -437,6 +437,56 @@ def _layer_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: floa
 @coarse_lowering("keras_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23)
 def _rms_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
     return _trailing_norm(rms_norm, ctx, ops, axis=axis, epsilon=epsilon)
+
+
+# -- GroupNormalization (opset 21: per-channel scale and bias) ---------------------------------
+
+
+@map_calls(L.GroupNormalization, "call")
+def _group_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
+    x = _one_input(args, kwargs)
+    if x is NotApplicable or not _plain(layer, L.GroupNormalization) or x.ndim < 2:
+        return NotApplicable
+    axis = int(layer.axis) % x.ndim
+    if axis == 0 or np.dtype(x.dtype) not in _FLOATS:
+        return NotApplicable  # (Keras computes bfloat16 / float16 groups in float32)
+    return CoarseCall(
+        "keras_group_norm",
+        inputs={"x": x},
+        weights={
+            "scale": _array(layer.gamma) if layer.scale else None,
+            "bias": _array(layer.beta) if layer.center else None,
+        },
+        params={
+            "axis": axis,
+            "groups": int(layer.groups),
+            "epsilon": float(layer.epsilon),
+            "size": int(x.shape[axis]),
+        },
+    )
+
+
+@coarse_lowering(
+    "keras_group_norm",
+    onnx_ops=("GroupNormalization", "Transpose"),
+    min_opset=21,
+    covers=("keras.layers.GroupNormalization",),
+)
+def _group_norm(
+    ctx: LoweringContext, ops: Operands, *, axis: int, groups: int, epsilon: float, size: int
+) -> Any:
+    dtype = _out_dtype(ctx)
+    if dtype not in _FLOATS or has_zero(ops.aval("x").shape):
+        return NotApplicable  # JAX gives NaN statistics for empty groups
+    rank = len(ops.aval("x").shape)
+    perm = None if axis == 1 else [0, axis, *[i for i in range(1, rank) if i != axis]]
+    x = ops["x"] if perm is None else ctx.transpose(ops["x"], perm)
+    scale, bias = (
+        weight_or_fill(ctx, ctx.cast(ops[r], dtype) if r in ops else None, (size,), dtype, fill)
+        for r, fill in (("scale", 1.0), ("bias", 0.0))
+    )
+    y = group_norm(ctx, x, scale, bias, num_groups=groups, epsilon=epsilon, dtype=dtype)
+    return y if perm is None else ctx.op.Transpose(y, perm=np.argsort(perm).tolist())
 
 
 # -- pooling -------------------------------------------------------------------------------------

@@ -231,3 +231,19 @@ def test_separable_conv_is_two_convs(strides):
     )
     onnx_model = _export(model, [S("batch", 9, 9, 3)])
     assert _ops(onnx_model) == Counter({"Conv": 2, "Relu": 1, "Transpose": 2})
+
+
+def test_group_normalization_channels_last_after_a_conv():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((6, 6, 4)),
+            layers.Conv2D(8, 3, padding="same"),
+            layers.GroupNormalization(groups=2, epsilon=1e-5),
+            layers.Activation("relu"),
+        ]
+    )
+    onnx_model = _export(model, [S("batch", 6, 6, 4)])
+    assert _ops(onnx_model) == Counter(
+        {"Conv": 1, "GroupNormalization": 1, "Relu": 1, "Transpose": 2}
+    )
