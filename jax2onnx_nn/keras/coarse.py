@@ -565,7 +565,7 @@ def _global_pool_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 
 @coarse_lowering(
     "keras_global_pool",
-    onnx_ops=("ReduceMean", "ReduceMax", "Transpose"),
+    onnx_ops=("ReduceMean", "ReduceMax", "Reshape", "Transpose"),
     covers=tuple(f"keras.layers.{c.__name__}" for c in _GLOBAL_POOLS),
 )
 def _global_pool(
