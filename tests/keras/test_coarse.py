@@ -247,3 +247,33 @@ def test_group_normalization_channels_last_after_a_conv():
     assert _ops(onnx_model) == Counter(
         {"Conv": 1, "GroupNormalization": 1, "Relu": 1, "Transpose": 2}
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["as-traced", "float32", "float16"])
+def test_mobilenet_v2_under_mixed_bfloat16_verifies_under_each_precision_policy(policy):
+    """Issue 29: a Keras application in bfloat16 (the mixed_bfloat16 policy: float32 weights
+    and inputs, bfloat16 compute) exports as traced and under both policies and verifies
+    against Keras in onnxruntime (verify's bfloat16 tolerance and its float32-answer check)."""
+    from jax2onnx_nn import to_onnx, verify
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    _randomize_statistics(model)
+
+    def fn(x):
+        return model(x, training=False)
+
+    specs = [S(2, 64, 64, 3)]
+    io = {} if policy == "as-traced" else {"io_dtype": "float32"}
+    onnx_model = to_onnx(fn, specs, precision=policy, **io)
+    report = verify(fn, onnx_model, specs)
+    assert report.ok, str(report)
+    ops = _ops(onnx_model)
+    assert ops["Conv"] == 52, ops  # the convolutions stay coarse ops at every precision
+    if policy == "float32":  # the float32 model's graph (its 150-node budget)
+        assert len(onnx_model.graph.node) <= 150 and "BatchNormalization" not in ops, ops
