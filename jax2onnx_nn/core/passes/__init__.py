@@ -30,6 +30,7 @@ from jax2onnx_nn.core.passes.relabel_transposes import relabel_transposes
 from jax2onnx_nn.core.passes.remove_unused import remove_unused_nodes
 from jax2onnx_nn.core.passes.shape_inference import fill_missing_types
 from jax2onnx_nn.core.passes.simplify_plumbing import simplify_plumbing
+from jax2onnx_nn.core.passes.unique_names import unique_value_names
 from jax2onnx_nn.core.passes.unpoisoned import warn_unpoisoned
 from jax2onnx_nn.core.passes.vector_times_untransposed import vector_times_untransposed
 from jax2onnx_nn.core.precision import apply_precision, float32_boundary
@@ -192,6 +193,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("fill_missing_types", _fill_missing_types),
     Stage("vector_times_untransposed", _vector_times_untransposed),
     Stage("relabel_transposes", _relabel_transposes),
+    Stage("unique_value_names", lambda e: unique_value_names(e.model)),
 )
 
 
