@@ -2,6 +2,8 @@
 would (signature from the model, ``None`` dims symbolic, inference mode, names from the
 model), checked against Keras's forward pass in onnxruntime at two sizes of every dim."""
 
+import os
+
 import jax
 import keras
 import numpy as np
@@ -365,3 +367,19 @@ def test_int8_quantized_model():
         assert_matches_keras(
             model, onnx_model, feeds, lambda f: model(f["features"], training=False)
         )
+
+
+def test_importing_the_keras_package_first_selects_the_jax_backend():
+    """Keras picks tensorflow unless told; without KERAS_BACKEND, `import jax2onnx_nn.keras`
+    before keras must give the JAX backend (before: keras tried to import tensorflow, and
+    without it the import failed with ModuleNotFoundError)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    code = "import jax2onnx_nn.keras, keras; print(keras.backend.backend())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "jax"
