@@ -263,8 +263,10 @@ def _gather(
     fill_value: Any = None,
     indices_are_sorted: bool = False,
     unique_indices: bool = False,
+    out_sharding: object = None,
 ) -> ir.Value:
-    del indices_are_sorted, unique_indices  # hints for XLA; the result does not depend on them
+    # hints for XLA and (JAX 0.12's out_sharding) device placement: the result is the same
+    del indices_are_sorted, unique_indices, out_sharding
     dn = dimension_numbers
     shape = onnx_aval(ctx.avals_in[0])[1]
     out_dtype, out_shape = onnx_aval(ctx.aval_out)
@@ -382,10 +384,12 @@ def _scatter(
     update_consts: Any = (),
     indices_are_sorted: bool = False,
     unique_indices: bool = False,
+    out_sharding: object = None,
 ) -> ir.Value:
     # the update function is an overwrite or the primitive's own reduction (anything else is
-    # refused below), which read no constants; the rest are hints for XLA, not semantics
-    del update_consts, indices_are_sorted, unique_indices
+    # refused below), which read no constants; the rest are hints for XLA (and JAX 0.12's
+    # out_sharding: device placement), not semantics
+    del update_consts, indices_are_sorted, unique_indices, out_sharding
     prim = ctx.eqn.primitive.name
     if prim == "scatter" and update_jaxpr is not None and not _is_overwrite(update_jaxpr):
         raise NotImplementedError("scatter with a custom update function (lax.scatter_apply)")
