@@ -239,7 +239,7 @@ def test_every_snippet_runs_alone(snippet_id, code, skip, snippet_failures):
     missing = _missing_modules(code)
     if missing:
         pytest.skip(
-            f'{snippet_id} needs {", ".join(missing)} (an optional extra: pip install -e ".[test]")'
+            f"{snippet_id} needs {', '.join(missing)} (an optional extra: the README's Install)"
         )
     failure = snippet_failures[snippet_id]
     assert failure is None, f"{snippet_id} fails when run alone:\n{failure}"
