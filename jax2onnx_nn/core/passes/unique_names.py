@@ -14,32 +14,20 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
-
-def _bodies(graph: ir.Graph | ir.Function) -> Iterator[ir.Graph]:
-    """The Loop/Scan/If bodies under ``graph``, depth first."""
-    for node in graph:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield attr.value
-                yield from _bodies(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for body in attr.value:
-                    yield body
-                    yield from _bodies(body)
+from jax2onnx_nn.core.ir.walk import subgraphs
 
 
-def _defined(graph: ir.Graph | ir.Function) -> Iterator[ir.Value]:
+def _defined(graph: ir.Graph) -> Iterator[ir.Value]:
     yield from graph.inputs
-    if isinstance(graph, ir.Graph):
-        yield from graph.initializers.values()
+    yield from graph.initializers.values()
     for node in graph:
         yield from node.outputs
 
 
-def _unique_in_scope(top: ir.Graph | ir.Function) -> int:
+def _unique_in_scope(top: ir.Graph) -> int:
     taken: set[str] = set()
     renamed = 0
-    for graph in (top, *_bodies(top)):
+    for graph in (top, *subgraphs(top)):
         for value in _defined(graph):
             name = value.name
             if not name:
@@ -59,5 +47,5 @@ def unique_value_names(model: ir.Model) -> int:
     many were renamed."""
     renamed = _unique_in_scope(model.graph)
     for function in model.functions.values():
-        renamed += _unique_in_scope(function)
+        renamed += _unique_in_scope(function.graph)
     return renamed
