@@ -25,7 +25,6 @@ from flax import linen, nnx
 from flax.nnx.nn import dtypes as nnx_dtypes
 
 from jax2onnx_nn.core import jax_nn, kernels
-from jax2onnx_nn.core.graph import ir_dtype
 from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.layers.conv import (
     conv,
@@ -36,6 +35,7 @@ from jax2onnx_nn.core.layers.conv import (
     conv_transpose_pads,
 )
 from jax2onnx_nn.core.layers.dense import dense
+from jax2onnx_nn.core.layers.embed import TAKE_ROWS_OPS, take_rows
 from jax2onnx_nn.core.layers.norm import (
     channels_first,
     group_norm,
@@ -363,7 +363,7 @@ def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
 
 @coarse_lowering(
     "nnx_embed",
-    onnx_ops=("Gather", "Where", "Cast", "Less", "GreaterOrEqual", "And", "Unsqueeze"),
+    onnx_ops=TAKE_ROWS_OPS,
     covers=("nnx.Embed",),
 )
 def _embed(ctx: LoweringContext, ops: Operands) -> Any:
@@ -371,19 +371,8 @@ def _embed(ctx: LoweringContext, ops: Operands) -> Any:
     if dtype.kind != "f":
         return NotApplicable
     n = int(ops.aval("embedding").shape[0])
-    index = ops["x"]
-    if onnx_aval(ops.aval("x"))[0] not in (np.dtype(np.int32), np.dtype(np.int64)):
-        index = ctx.op.Cast(index, to=ir_dtype(np.int64))
-    index_dtype = index.dtype.numpy() if index.dtype is not None else np.dtype(np.int64)
     # JAX wraps indices in [-n, 0) once and gives NaN rows for indices out of range.
-    valid = ctx.op.And(
-        ctx.op.GreaterOrEqual(index, ctx.const(-n, dtype=index_dtype)),
-        ctx.op.Less(index, ctx.const(n, dtype=index_dtype)),
-    )
-    safe = ctx.op.Where(valid, index, ctx.const(0, dtype=index_dtype))
-    rows = ctx.op.Gather(ctx.cast(ops["embedding"], dtype), safe, axis=0)
-    valid_rows = ctx.op.Unsqueeze(valid, ctx.ints([-1]))
-    return ctx.op.Where(valid_rows, rows, ctx.const(np.nan, dtype=dtype))
+    return take_rows(ctx, ctx.cast(ops["embedding"], dtype), ops["x"], n)
 
 
 def _attend_handler(module: Any, *args: Any, **kwargs: Any) -> Any:

@@ -397,14 +397,15 @@ def _layer_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     axes = sorted(int(a) % x.ndim for a in axes)
     if axes != list(range(axes[0], x.ndim)):
         return NotApplicable  # ONNX normalizes over the trailing axes only
-    rms = bool(getattr(layer, "rms_scaling", False))
+    if getattr(layer, "rms_scaling", False):
+        return NotApplicable  # Keras's rms_scaling divides x by its variance: no ONNX op's
     gamma, beta = _array(layer.gamma), _array(layer.beta)
     if gamma is not None and gamma.ndim != x.ndim - axes[0]:
         return NotApplicable
     return CoarseCall(
-        "keras_rms_norm" if rms else "keras_layer_norm",
+        "keras_layer_norm",
         inputs={"x": x},
-        weights={"scale": gamma} if rms else {"scale": gamma, "bias": beta},
+        weights={"scale": gamma, "bias": beta},
         params={"axis": axes[0], "epsilon": float(layer.epsilon)},
     )
 
@@ -434,7 +435,11 @@ def _layer_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: floa
     return _trailing_norm(layer_norm, ctx, ops, axis=axis, epsilon=epsilon)
 
 
-@coarse_lowering("keras_rms_norm", onnx_ops=("RMSNormalization",), min_opset=23)
+@coarse_lowering(
+    "keras_rms_norm",
+    onnx_ops=("RMSNormalization", "Mul", "ReduceMean", "Add", "Sqrt", "Div"),
+    covers=("keras.layers.RMSNormalization",),
+)
 def _rms_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
     return _trailing_norm(rms_norm, ctx, ops, axis=axis, epsilon=epsilon)
 

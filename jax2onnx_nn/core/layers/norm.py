@@ -66,8 +66,17 @@ def rms_norm(
     dtype: np.dtype,
 ) -> ir.Value:
     """RMSNormalization over the axes from ``axis`` on; ONNX's has no bias input, so a bias is
-    one Add after it (the signature is :func:`layer_norm`'s: adapters take either)."""
-    y = ctx.op.RMSNormalization(x, scale, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype))
+    one Add after it (the signature is :func:`layer_norm`'s: adapters take either). Below
+    opset 23 it is its definition, ``x / sqrt(mean(x * x) + epsilon) * scale``, in ``dtype``."""
+    if ctx.opset < 23:
+        rank = len(x.shape) if x.shape is not None else axis + 1
+        mean = ctx.op.ReduceMean(ctx.op.Mul(x, x), ctx.ints(list(range(axis, rank))), keepdims=1)
+        rms = ctx.op.Sqrt(ctx.op.Add(mean, ctx.const(np.asarray(epsilon, dtype=dtype))))
+        y = ctx.op.Mul(ctx.op.Div(x, rms), scale)
+    else:
+        y = ctx.op.RMSNormalization(
+            x, scale, axis=axis, epsilon=epsilon, stash_type=stash_type(dtype)
+        )
     return y if bias is None else ctx.op.Add(y, bias)
 
 
