@@ -14,7 +14,7 @@ import keras
 from jax2onnx_nn.core import reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared
-from jax2onnx_nn.keras import coarse, coarse_layers  # noqa: F401 (their patches: coarse ops)
+from jax2onnx_nn.keras import coarse, coarse_layers, coarse_rnn  # noqa: F401 (coarse ops)
 
 
 def _is_layer(value: Any) -> bool:
