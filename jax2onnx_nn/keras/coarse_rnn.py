@@ -104,9 +104,10 @@ def _bidirectional_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     if x is NotApplicable or not _plain(layer, L.Bidirectional) or layer.merge_mode != "concat":
         return NotApplicable
     forward, backward = layer.forward_layer, layer.backward_layer
-    specs = [_layer_spec(forward, x), _layer_spec(backward, x)]
-    if specs[0] is None or specs[1] is None or layer.return_state:
+    first, second = _layer_spec(forward, x), _layer_spec(backward, x)
+    if first is None or second is None or layer.return_state:
         return NotApplicable
+    specs = [first, second]
     same = ("op", "units", "reset_after")
     if any(specs[0][k] != specs[1][k] for k in same) or (specs[0]["bias"] is None) != (
         specs[1]["bias"] is None
@@ -183,9 +184,11 @@ def _recurrent(
     batch, steps = ops.aval("x").shape[:2]
     if dtype not in _FLOATS or has_zero(ops.aval("x").shape) or steps == 0:
         return NotApplicable  # (onnxruntime aborts on an empty batch)
-    options = dict(order=order, units=units, reset_after=reset_after, dtype=dtype)
     suffixes = ("0", "1") if bidirectional else ("",)
-    found = [_onnx_weights(ctx, ops, s, **options) for s in suffixes]
+    found = [
+        _onnx_weights(ctx, ops, s, order=order, units=units, reset_after=reset_after, dtype=dtype)
+        for s in suffixes
+    ]
     w, r, b = (
         found[0][i]
         if len(found) == 1 or found[0][i] is None
