@@ -47,14 +47,16 @@ def test_embedding_is_one_gather_named_by_the_layer():
     [
         ("ab,bc->ac", (8,), 6, "c", {"Gemm": 1}),
         ("abc,cd->abd", (5, 8), (None, 6), "d", {"MatMul": 1, "Add": 1}),
-        # MultiHeadAttention's projections: into heads, and out of them
-        ("abc,cde->abde", (5, 8), (None, 2, 3), "de", {"MatMul": 1, "Reshape": 1, "Add": 1}),
-        ("abcd,cde->abe", (5, 2, 3), (None, 8), "e", {"Reshape": 1, "MatMul": 1, "Add": 1}),
+        # MultiHeadAttention's projections, into heads and out of them: their one Einsum
+        ("abc,cde->abde", (5, 8), (None, 2, 3), "de", {"Einsum": 1, "Add": 1}),
+        ("abcd,cde->abe", (5, 2, 3), (None, 8), "e", {"Einsum": 1, "Add": 1}),
         ("...b,bc->...c", (5, 8), 6, None, {"MatMul": 1}),
         ("abc,dc->abd", (5, 8), (None, 6), None, {"MatMul": 1}),  # the kernel transposed
     ],
 )
-def test_einsum_dense_is_one_matrix_product(equation, shape, output_shape, bias_axes, expected):
+def test_einsum_dense_as_a_dense_layer_is_one_matrix_product(
+    equation, shape, output_shape, bias_axes, expected
+):
     keras.utils.set_random_seed(0)
     layer = layers.EinsumDense(equation, output_shape=output_shape, bias_axes=bias_axes)
     model = keras.Sequential([keras.Input(shape), layer])
