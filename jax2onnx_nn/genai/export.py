@@ -353,10 +353,19 @@ def _check_cache(new: Any, cache: CacheSpec, step: Callable[..., Any], length: A
     """The step's returned cache as a list of pairs (each ``length`` slots long), or a
     SpecError saying what it returned."""
     if not isinstance(new, (list, tuple)) or len(new) != cache.num_layers:
+        if isinstance(new, (list, tuple)):
+            got = f"{type(new).__name__} of {len(new)}"
+        elif getattr(new, "shape", None) is not None:
+            got = (
+                f"one array of shape {_shape_text(new.shape)}: a cache stacked into one array "
+                "(as keras-hub keeps [B, layers, 2, T, heads, head_dim]) is split into a "
+                "(key, value) pair per layer in the step, as jax2onnx_nn.genai.keras_hub does"
+            )
+        else:
+            got = type(new).__name__
         raise SpecError(
             f"{_name(step)} must return (logits, cache) with cache a list of "
-            f"{cache.num_layers} (key, value) pairs (CacheSpec.num_layers), got "
-            f"{type(new).__name__}{f' of {len(new)}' if isinstance(new, (list, tuple)) else ''}"
+            f"{cache.num_layers} (key, value) pairs (CacheSpec.num_layers), got {got}"
         )
     pairs = []
     for i, pair in enumerate(new):
@@ -377,12 +386,43 @@ def _check_cache(new: Any, cache: CacheSpec, step: Callable[..., Any], length: A
                 )
                 raise SpecError(
                     f"{_name(step)} returned cache[{i}] {kv} of shape {_shape_text(shape)}; "
-                    f"the {cache.layout} layout needs {expected}. A cache laid out "
-                    "[B, T, heads, head_dim] is transposed to [B, heads, T, head_dim] in the "
-                    "step; other layouts (paged, sliding window) are not expressible"
+                    f"the {cache.layout} layout needs {expected}. {_layout_advice(shape, cache)}"
                 )
         pairs.append(tuple(pair))
     return pairs
+
+
+def _layout_advice(shape: Any, cache: CacheSpec) -> str:
+    """What to change for a returned key/value of ``shape``, by the layout it looks like."""
+    if shape is not None and len(shape) == 4 and shape[3] == cache.head_dim:
+        heads, slots = shape[1], shape[2]
+        if slots == cache.kv_heads and heads != cache.kv_heads:
+            return (
+                "This is a cache laid out [B, T, heads, head_dim]: take and return it "
+                "transposed to [B, heads, T, head_dim] (k.transpose(0, 2, 1, 3)) in the step"
+            )
+        if isinstance(heads, int) and heads > cache.kv_heads and heads % cache.kv_heads == 0:
+            return (
+                f"This has {heads} heads, not CacheSpec.kv_heads={cache.kv_heads}: cache the "
+                "keys and values before repeating them for the query heads (grouped-query "
+                "attention), or give kv_heads the number the step caches"
+            )
+        if (
+            cache.layout == "fixed"
+            and heads == cache.kv_heads
+            and isinstance(slots, int)
+            and slots < cache.max_length
+        ):
+            return (
+                f"A buffer of {slots} slots (a sliding window's ring buffer) is not "
+                "expressible: onnxruntime-genai feeds every past token's keys. Keep "
+                "CacheSpec.max_length slots and mask the keys older than the window in the "
+                "attention instead"
+            )
+    return (
+        "A cache laid out [B, T, heads, head_dim] is transposed to [B, heads, T, head_dim] in "
+        "the step; other layouts (paged, a sliding window's ring buffer) are not expressible"
+    )
 
 
 def _cache_shape_fits(shape: Any, heads: int, length: Any, head_dim: int) -> bool:
