@@ -185,10 +185,15 @@ def generate_genai(
         generator.generate_next_token()
     eos = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["eos_token_id"]
     eos = {eos} if isinstance(eos, int) else set(eos)
+    last = [int(t) for t in generator.get_next_tokens()]
     generated = []
     for row in range(len(prompts)):
         tokens = [int(t) for t in generator.get_sequence(row)[ids.shape[1] :]]
         ends = [i for i, t in enumerate(tokens) if t in eos]
+        if not ends and len(tokens) < max_new_tokens and last[row] in eos:
+            # onnxruntime-genai 0.18 leaves the eos that ends the whole generation out of the
+            # sequence (a row that stops earlier, in a batch, keeps it)
+            tokens.append(last[row])
         generated.append(tokens[: ends[0] + 1] if ends else tokens)
     return generated
 

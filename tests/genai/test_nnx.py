@@ -3,6 +3,8 @@ greedy tokens in onnxruntime-genai and in the onnxruntime loop."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +122,23 @@ class _OwnCounter(nnx.Module):
 def test_a_model_the_contract_cannot_carry_is_refused(make: object, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         nnx_step(make(rngs=nnx.Rngs(0)), max_length=8)  # type: ignore[operator]
+
+
+def test_genai_keeps_the_eos_it_stops_at(
+    exported: tuple[NnxDecoder, Any, Any, Path], tmp_path: Path
+) -> None:
+    """With eos set to the model's 5th token, onnxruntime-genai stops there; generate_genai
+    returns the eos as the other loops do (onnxruntime-genai 0.18 leaves it out of a lone
+    sequence)."""
+    pytest.importorskip("onnxruntime_genai")
+    _, _, _, folder = exported
+    tokens = generate_onnx(folder, PROMPTS[:1], **TOKENS)[0]
+    eos = next(t for i, t in enumerate(tokens) if i >= 4 and t not in tokens[:i])
+    shutil.copytree(folder, tmp_path / "eos")
+    config = json.loads((tmp_path / "eos" / "genai_config.json").read_text())
+    config["model"]["eos_token_id"] = eos
+    (tmp_path / "eos" / "genai_config.json").write_text(json.dumps(config))
+    expected = generate_onnx(tmp_path / "eos", PROMPTS[:1], **(TOKENS | {"eos_token_id": eos}))
+    assert expected[0][-1] == eos and len(expected[0]) < 32
+    got = generate_genai(tmp_path / "eos", PROMPTS[:1], max_new_tokens=32, pad_token_id=PAD)
+    assert got == expected
