@@ -1,7 +1,7 @@
-"""Linen layers as coarse ops: ``Dense``, ``Conv``, ``ConvTranspose``,
-``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``BatchNorm`` (inference),
-``Embed``, and ``flax.linen.dot_product_attention`` (what ``MultiHeadDotProductAttention`` and
-``SelfAttention`` call).
+"""Linen layers as coarse ops: ``Dense``, ``DenseGeneral`` (Dense-shaped), ``Conv``,
+``ConvTranspose``, ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``BatchNorm``
+(inference), ``Embed`` and ``Embed.attend``, and ``flax.linen.dot_product_attention`` (what
+``MultiHeadDotProductAttention`` and ``SelfAttention`` call).
 
 A bound Linen layer reads its arrays from its variables (``module.variables["params"]``), so
 a handler finds them there and binds the primitive of the NNX layer of the same arithmetic
@@ -106,6 +106,41 @@ def _dense_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     ):
         return NotApplicable
     if module.use_bias != ("bias" in params):
+        return NotApplicable
+    return CoarseCall(
+        "nnx_linear",
+        inputs={"x": x},
+        weights={"kernel": params["kernel"], "bias": params.get("bias")},
+    )
+
+
+def _dense_general_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """A ``DenseGeneral`` that is a ``Dense`` (one feature axis, the input's last axis
+    contracted, no batch dims) as ``nnx_linear``; a multi-axis one keeps JAX's one
+    ``Einsum`` (+ ``Add``), in the layer's name scope."""
+    x = _x(args, kwargs)
+    params = (
+        None
+        if x is NotApplicable
+        else _params(module, linen.DenseGeneral, {"kernel", "bias"}, {"kernel"})
+    )
+    if params is None or not _same_dtypes(module, x, params) or not _default_promote(module):
+        return NotApplicable
+    features = module.features
+    features = (
+        features[0] if isinstance(features, (tuple, list)) and len(features) == 1 else features
+    )
+    if (
+        not isinstance(features, int)
+        or not x.ndim >= 1
+        or _canonical_axes(module.axis, x.ndim) != (x.ndim - 1,)
+        or _canonical_axes(module.batch_dims, x.ndim) != ()
+        or module.precision is not None
+        or module.dot_general is not None
+        or module.dot_general_cls is not None
+        or module.use_bias != ("bias" in params)
+        or params["kernel"].ndim != 2
+    ):
         return NotApplicable
     return CoarseCall(
         "nnx_linear",
@@ -297,6 +332,20 @@ def _embed_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
         return NotApplicable
     return CoarseCall(
         "nnx_embed", inputs={"x": args[0]}, weights={"embedding": params["embedding"]}
+    )
+
+
+def _attend_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Embed.attend``: ``query @ embedding.T``, the table read where the ``Gather`` reads
+    it (one initializer, transposed by a node where the query is not a matrix)."""
+    x = _x(args, kwargs)
+    params = (
+        None if x is NotApplicable else _params(module, linen.Embed, {"embedding"}, {"embedding"})
+    )
+    if params is None or not _same_dtypes(module, x, params) or not _default_promote(module):
+        return NotApplicable
+    return CoarseCall(
+        "nnx_embed_attend", inputs={"x": x}, weights={"embedding": params["embedding"]}
     )
 
 
@@ -540,6 +589,7 @@ add_session_patch(linen.WeightNorm, "__call__", _weights_at_export_time)
 
 for _cls, _handler, _primitive in (
     (linen.Dense, _dense_handler, "nnx_linear"),
+    (linen.DenseGeneral, _dense_general_handler, "nnx_linear"),
     (linen.Conv, _conv_handler, "nnx_conv"),
     (linen.LayerNorm, _layer_norm_handler, "nnx_layer_norm"),
     (linen.RMSNorm, _rms_norm_handler, "nnx_rms_norm"),
@@ -551,5 +601,7 @@ for _cls, _handler, _primitive in (
 ):
     add_session_patch(_cls, "__call__", _scoped(_handler))
     also_covers(_primitive, f"linen.{_cls.__name__}")
+add_session_patch(linen.Embed, "attend", _scoped(_attend_handler))
+also_covers("nnx_embed_attend", "linen.Embed.attend")
 
 __all__ = ["patched_functions"]

@@ -168,6 +168,22 @@ def _layer_model(layer, shape, seed=0):
     [
         ("Dense", lambda: nn.Dense(4), ("B", 5), ["Gemm"], {}),
         ("Dense 3-d", lambda: nn.Dense(4, use_bias=False), ("B", 3, 5), ["MatMul"], {}),
+        ("DenseGeneral", lambda: nn.DenseGeneral(4), ("B", 5), ["Gemm"], {}),
+        ("DenseGeneral 3-d", lambda: nn.DenseGeneral((4,)), ("B", 3, 5), ["MatMul", "Add"], {}),
+        (
+            "DenseGeneral to heads",  # JAX's one Einsum (a MatMul would need two Reshapes)
+            lambda: nn.DenseGeneral((2, 3)),
+            ("B", 3, 5),
+            ["Einsum", "Add"],
+            {},
+        ),
+        (
+            "DenseGeneral from heads",
+            lambda: nn.DenseGeneral(4, axis=(-2, -1), use_bias=False),
+            ("B", 3, 2, 5),
+            ["Einsum"],
+            {},
+        ),
         (
             "Conv SAME strided",
             lambda: nn.Conv(4, (3, 3), strides=2),
@@ -260,6 +276,17 @@ def test_layer_is_its_op(label, layer, shape, expected, options):
         ),
         ("Conv CIRCULAR", lambda: nn.Conv(4, (3,), padding="CIRCULAR"), ("B", 6, 2)),
         (
+            "DenseGeneral with precision",
+            lambda: nn.DenseGeneral(4, precision=jax.lax.Precision.HIGHEST),
+            ("B", 5),
+        ),
+        ("DenseGeneral over a middle axis", lambda: nn.DenseGeneral(4, axis=-2), ("B", 3, 5)),
+        (
+            "DenseGeneral with a custom dot_general",
+            lambda: nn.DenseGeneral(4, dot_general=jax.lax.dot_general),
+            ("B", 5),
+        ),
+        (
             "LayerNorm over two axes",
             lambda: nn.LayerNorm(reduction_axes=(-2, -1), feature_axes=-1),
             ("B", 3, 4),
@@ -327,6 +354,37 @@ def test_embed_is_a_gather():
     model = assert_exports_match(lambda i: module.apply(variables, i), [ids], input_values=[ids])
     assert "Gather" in op_types(model) and len(op_types(model)) <= 8
     assert "Embed_0/" in next(n.name for n in model.graph.node if n.op_type == "Gather")
+
+
+class _TiedEmbedding(nn.Module):
+    """Tokens -> Embed -> Dense -> ``Embed.attend`` (tied logits), the table 300 x 64: large
+    enough that the export keeps one copy of it."""
+
+    @nn.compact
+    def __call__(self, ids):
+        embed = nn.Embed(300, 64)
+        return embed.attend(nn.Dense(64)(embed(ids)))
+
+
+def test_embed_and_attend_share_one_table():
+    """A 2-d query: ``attend`` is one Gemm reading the table transposed (transB), the same
+    initializer as the Gather (it was a Transpose node and a MatMul)."""
+    module = _TiedEmbedding()
+    variables = module.init(jax.random.key(0), jnp.zeros((1,), jnp.int32))
+    spec = jax.ShapeDtypeStruct(("B",), jnp.int32)
+    ids = {b: jnp.arange(b, dtype=jnp.int32) * 37 for b in SIZES["B"]}
+    model = to_onnx(lambda i: module.apply(variables, i), [spec])
+    for b in SIZES["B"]:
+        verify(
+            lambda i: module.apply(variables, i), model, [spec], input_values=[ids[b]]
+        ).raise_if_failed()
+    ops = op_types(model)
+    assert ops.count("Gemm") == 2 and "Transpose" not in ops and "MatMul" not in ops, ops
+    assert [i.name for i in model.graph.initializer if i.name.endswith("embedding")] == [
+        "params/Embed_0/embedding"
+    ]
+    gemms = [n for n in model.graph.node if n.op_type == "Gemm"]
+    assert "Embed_0/" in gemms[-1].name and "params/Embed_0/embedding" in gemms[-1].input
 
 
 def test_first_export_of_a_fresh_process_has_the_linen_layers():
@@ -528,6 +586,28 @@ def test_bidirectional_rnn_is_two_recurrent_ops(cell):
     ops = _walk_ops(model.graph, [])
     op = "LSTM" if cell is nn.LSTMCell else "GRU"
     assert ops.count(op) == 2 and "Scan" not in ops and "Loop" not in ops, ops
+
+
+@pytest.mark.parametrize("cell", [nn.LSTMCell, nn.OptimizedLSTMCell, nn.GRUCell])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_rnn_is_one_recurrent_op(cell, reverse):
+    """``nn.RNN`` over a cell (forwards, or reversed with the outputs in order): one ONNX
+    LSTM / GRU over the whole sequence, its weights named by the cell's variable path."""
+
+    class Encoder(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.RNN(cell(4), reverse=reverse, keep_order=True)(x)
+
+    module = Encoder()
+    variables = module.init(jax.random.key(0), jnp.ones((1, 3, 5)))
+    model = assert_exports_match(lambda x: module.apply(variables, x), [("B", 3, 5)], sizes=SIZES)
+    ops = _walk_ops(model.graph, [])
+    op = "GRU" if cell is nn.GRUCell else "LSTM"
+    assert ops.count(op) == 1 and "Scan" not in ops and "Loop" not in ops, ops
+    # the op, its layout Transposes and Squeeze, the empty-batch guard (an If); reversed: 2 Slices
+    assert len(op_types(model)) <= 10, op_types(model)
+    assert f"params/{cell.__name__}_0/W" in _weights(model)  # the stacked gates
 
 
 # -- export_onnx: bound modules, methods and mutable collections ---------------------------
