@@ -10,7 +10,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core.graph import is_required, numpy_tensor
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import new_constant, renamable, take_place
-from jax2onnx_nn.core.ir.values import same_shape
+from jax2onnx_nn.core.ir.values import same_dim, same_shape
 from jax2onnx_nn.core.ir.walk import graph_nodes
 
 # -- chains of layout ops -------------------------------------------------------------------
@@ -63,10 +63,29 @@ _WIDER: dict[ir.DataType, frozenset[ir.DataType]] = {
 }
 
 
-def _static_dims(v: ir.Value) -> tuple[int, ...] | None:
-    if v.shape is None or not all(isinstance(d, int) for d in v.shape):
+def _merged_shape(x: ir.Value, out: ir.Value) -> tuple[int, ...] | None:
+    """The shape operand of one Reshape from ``x`` to ``out``: a static dim as it is, a
+    symbolic dim ``x`` has at the same position as 0 ("copy the input dim"), and where no dim is
+    copied, one other symbolic dim as -1. None for a static 0 in ``out`` (a 0 reads as "copy"),
+    two dims neither static nor copied, or a -1 beside a copied dim (a copied dim of size 0 at
+    run time leaves the -1 undefined)."""
+    if x.shape is None or out.shape is None:
         return None
-    return tuple(int(d) for d in v.shape)
+    dims: list[int] = []
+    for i, d in enumerate(out.shape):
+        if isinstance(d, int):
+            if d < 1:
+                return None
+            dims.append(d)
+        elif i < len(x.shape) and same_dim(x.shape[i], d):
+            dims.append(0)
+        elif -1 not in dims:
+            dims.append(-1)
+        else:
+            return None
+    if -1 in dims and 0 in dims:
+        return None
+    return tuple(dims)
 
 
 def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
@@ -124,8 +143,8 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
         return None
     if same_shape(x, out):
         return x
-    dims = _static_dims(out)
-    if dims is None or 0 in dims:  # a 0 in a Reshape's shape reads as "copy the input dim"
+    dims = _merged_shape(x, out)
+    if dims is None:
         return None
     if model is not None:
         return _insert_before(

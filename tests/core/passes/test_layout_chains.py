@@ -94,6 +94,15 @@ def test_transpose_twice_and_wide_cast_back_are_no_nodes():
     assert op_types(model) == ["Transpose", "Mul"], op_types(model)
 
 
+def test_a_merged_reshape_of_a_symbolic_dim_to_another_position_uses_minus_one():
+    model = assert_exports_match(
+        lambda x: jnp.expand_dims(x.reshape(-1), 0).reshape(1, -1, 2) * 2,
+        [(("B", 6), "float32")],
+        sizes={"B": [0, 1, 3]},
+    )
+    assert op_types(model).count("Reshape") <= 1, op_types(model)
+
+
 def test_a_rounding_cast_pair_stays():
     model = assert_exports_match(lambda x: x.astype(jnp.float16).astype(jnp.float32) * 2, [(4,)])
     assert op_types(model).count("Cast") == 2
