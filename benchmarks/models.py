@@ -266,3 +266,31 @@ def qwix_mlp_int8() -> tuple[Any, list[Any], dict[str, Any]]:
 def qwix_mlp_int4() -> tuple[Any, list[Any], dict[str, Any]]:
     """A 3-layer 256-wide MLP, int4 weights in tiles of 64 (qwix PTQ)."""
     return _qwix_mlp("int4", 64)
+
+
+def keras_mlp(mode: str | None = None, width: int = 256) -> Any:
+    """A 3-layer ``width``-wide relu MLP in Keras 3 (JAX backend), quantized by
+    ``model.quantize(mode)`` unless ``mode`` is None."""
+    import os
+
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((width,)),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(width),
+        ]
+    )
+    if mode is not None:
+        model.quantize(mode)
+    return model
+
+
+def keras_mlp_int8() -> tuple[Any, list[Any], dict[str, Any]]:
+    """A 3-layer 256-wide Keras MLP, ``model.quantize("int8")`` (int8 weights per output
+    channel, int8 activations per row at run time)."""
+    return keras_mlp("int8"), [("B", 256)], {}

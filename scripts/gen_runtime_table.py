@@ -53,6 +53,7 @@ BENCHMARKS = (
     "gpt2_small",
     "qwix_mlp_int8",
     "qwix_mlp_int4",
+    "keras_mlp_int8",
 )
 RUNTIMES = ("onnxruntime", "onnxruntime-web", "openvino", "tract")
 

@@ -458,7 +458,10 @@ _BOOL_OUT = frozenset(
     ]
 )
 _INT64_OUT = frozenset(["ArgMax", "ArgMin", "Shape", "Size", "NonZero"])
-_DTYPE_FROM_INPUT = {"Where": 1, "CastLike": 1}
+_INT32_OUT = frozenset(["MatMulInteger", "ConvInteger"])
+# the input whose element type the output takes: a (de)quantization's is its scale's or zero
+# point's, not its data's
+_DTYPE_FROM_INPUT = {"Where": 1, "CastLike": 1, "DequantizeLinear": 1, "QuantizeLinear": 2}
 _NO_INFERENCE = frozenset(["If", "Loop", "Scan"])
 
 
@@ -471,6 +474,8 @@ def _infer_dtypes(node: ir.Node, inputs: list[ir.Value | None], attrs: dict[str,
         dtype: Any = ir.DataType.BOOL
     elif op in _INT64_OUT:
         dtype = ir.DataType.INT64
+    elif op in _INT32_OUT:
+        dtype = ir.DataType.INT32
     elif op in ("Cast", "BitCast"):
         dtype = ir.DataType(int(attrs["to"]))
     elif op == "ConstantOfShape":

@@ -14,7 +14,12 @@ import keras
 from jax2onnx_nn.core import reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.patching import Prepared
-from jax2onnx_nn.keras import coarse, coarse_layers, coarse_rnn  # noqa: F401 (coarse ops)
+from jax2onnx_nn.keras import (  # noqa: F401 (coarse ops)
+    coarse,
+    coarse_layers,
+    coarse_rnn,
+    quant,
+)
 
 
 def _is_layer(value: Any) -> bool:

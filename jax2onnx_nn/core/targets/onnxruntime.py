@@ -21,5 +21,9 @@ PROFILE = Target(
     "onnxruntime",
     rewrites=QUANTIZED_REWRITES,
     kernel_opsets={"Attention": (23, 24)},
-    domain_ops=frozenset({"com.microsoft.MultiHeadAttention"}),
+    # MatMulIntegerToFloat: an int8 x int8 matmul and its per-column scale in one node
+    # (jax2onnx_nn/keras/quant.py; the same numbers as MatMulInteger -> DequantizeLinear)
+    domain_ops=frozenset(
+        {"com.microsoft.MultiHeadAttention", "com.microsoft.MatMulIntegerToFloat"}
+    ),
 )
