@@ -152,6 +152,28 @@ def test_per_column_int4_is_matmul_nbits_with_repeated_scales():
     assert {a.name: a.i for a in node.attribute}["block_size"] == 128
 
 
+@pytest.mark.parametrize(("dtype", "blocks"), [("int4", 3), ("uint4", 2)])
+def test_asymmetric_int4_is_matmul_nbits_with_zero_points(dtype, blocks):
+    """(q - zero point) outside a 4-bit value (Keras's asymmetric int4): MatMulNBits' own
+    zero points, packed two a byte per column (an odd count of blocks padded)."""
+    k, n = 32 * blocks, 8
+    q, scale = _weights(k, n, dtype, (blocks, n))
+    info = ml_dtypes.iinfo(getattr(ml_dtypes, dtype))
+    zero = jnp.asarray(RNG.integers(info.min, info.max + 1, (blocks, n)), jnp.float32)
+    zero = zero.at[0, 0].set(info.max)  # so that some q - zero point leaves the 4-bit range
+
+    def dense(x):
+        w = (q.astype(jnp.float32).reshape(blocks, 32, n) - zero[:, None]) * scale[:, None]
+        return x @ w.reshape(k, n)
+
+    model = assert_exports_match(dense, [(3, k)], target="onnxruntime", rtol=1e-5)
+    (node,) = model.graph.node
+    assert node.op_type == "MatMulNBits" and len(node.input) == 4
+    zero_points = next(t for t in model.graph.initializer if t.name == node.input[3])
+    assert list(zero_points.dims) == [n * ((blocks + 1) // 2)]
+    assert not _float_weights(model)
+
+
 def test_int8_weights_for_onnxruntime_are_a_float_matmul_of_the_int8_weight():
     q, scale = _weights(64, 32, "int8", (1, 32))
     model = assert_exports_match(

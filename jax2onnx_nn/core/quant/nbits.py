@@ -53,7 +53,7 @@ def matmul_nbits(node: ir.Node, edit: Editor) -> Replacement:
     packed = _packed(dq, a.dtype)
     if packed is None:
         return None
-    weights, scales, k, n, block = packed
+    weights, scales, zero_points, k, n, block = packed
     q = dq.inputs[0]
     assert q is not None
     base = q.name or "weight"
@@ -69,6 +69,8 @@ def matmul_nbits(node: ir.Node, edit: Editor) -> Replacement:
         add_initializer(graph, base, weights),
         add_initializer(graph, f"{base}.scale", scales),
     ]
+    if zero_points is not None:
+        inputs.append(add_initializer(graph, f"{base}.zero_point", zero_points))
     out = ir.Node(
         "com.microsoft",
         "MatMulNBits",
@@ -88,8 +90,11 @@ def matmul_nbits(node: ir.Node, edit: Editor) -> Replacement:
     return out.outputs[0]
 
 
-def _packed(dq: ir.Node, dtype: ir.DataType) -> tuple[np.ndarray, np.ndarray, int, int, int] | None:
-    """MatMulNBits' B (uint8 [N, blocks, block / 2]) and scales ([N, blocks]) for the
+def _packed(
+    dq: ir.Node, dtype: ir.DataType
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int, int] | None:
+    """MatMulNBits' B (uint8 [N, blocks, block / 2]), scales ([N, blocks]) and zero points
+    (None: its default, 8; else uint8 [N * ceil(blocks / 2)], two per byte) for the
     dequantization ``dq`` of a 4-bit weight [K, N], its K, N and block; None when
     MatMulNBits cannot hold the same numbers."""
     q_value, scale_value = dq.inputs[0], dq.inputs[1]
@@ -108,12 +113,20 @@ def _packed(dq: ir.Node, dtype: ir.DataType) -> tuple[np.ndarray, np.ndarray, in
     if block is None:
         return None
     values = q.astype(np.int16) - full_zp.astype(np.int16)
+    zero_points = None
     if values.min() < -8 or values.max() > 7:
-        return None  # (q - zero point) must be a 4-bit value; MatMulNBits' default zero point is 8
+        # (q - zero point) is not a 4-bit value: MatMulNBits' explicit zero points, q and zero
+        # point as unsigned nibbles (an asymmetric scheme, Keras's int4)
+        offset = 8 if q_value.dtype == ir.DataType.INT4 else 0
+        values = q.astype(np.int16) + offset - 8
+        zp_u = (full_zp[::block].astype(np.int16) + offset).astype(np.uint8).T  # [N, blocks]
+        if zp_u.shape[1] % 2:
+            zp_u = np.concatenate([zp_u, np.zeros((n, 1), np.uint8)], axis=1)
+        zero_points = (zp_u[:, 0::2] | (zp_u[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
     scales = full_scale[::block]  # [K / block, N]
     u = (values + 8).astype(np.uint8).T.reshape(n, k // block, block // 2, 2)
     weights = (u[..., 0] | (u[..., 1] << 4)).astype(np.uint8)
-    return weights, np.ascontiguousarray(scales.T), k, n, block
+    return weights, np.ascontiguousarray(scales.T), zero_points, k, n, block
 
 
 def _full(field: np.ndarray, dq: ir.Node, shape: tuple[int, int]) -> np.ndarray:
