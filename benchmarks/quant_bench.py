@@ -1,11 +1,14 @@
 """Quantized models (qwix PTQ, weight-only) against their float export: one row per model.
 
-    python -m benchmarks.quant_bench                       # mlp (3 x 2048, relu), gpt_4l
-    python -m benchmarks.quant_bench --models mlp --threads 1
+    python -m benchmarks.quant_bench                # mlp (3 x 2048, relu), gpt_4l, keras_mlp
+    python -m benchmarks.quant_bench --models mlp keras_mlp
 
 Each float model is quantized with qwix (``PtqProvider``): ``int8`` per output channel and
 ``int4`` in tiles of 64 along the input dim, then exported for onnxruntime (MatMulNBits for
-int4, a float MatMul of the int8 weight: docs/quantized.md). Columns:
+int4, a float MatMul of the int8 weight: docs/quantization.md). ``keras_mlp`` is the same MLP
+in Keras 3, quantized by ``model.quantize("int8")`` (int8 activations at run time:
+MatMulIntegerToFloat) and ``model.quantize("int4")`` (Keras's default, blocks of 128 with a
+zero point: MatMulNBits). Columns:
 
 - ``file_kb``: the serialized model; ``x_float``: that over the float export's;
 - ``rss_mb``: what creating the onnxruntime session adds to a fresh process's resident memory
@@ -80,9 +83,20 @@ def gpt_4l() -> tuple[Any, list[Any], Callable[[int], Any]]:
     return model, specs, sample
 
 
+def keras_mlp(width: int = 2048) -> tuple[Any, list[Any], Callable[[int], Any]]:
+    """``mlp``'s layout in Keras 3 (benchmarks/models.py's ``keras_mlp``), float."""
+    from benchmarks import models
+
+    def sample(batch: int) -> np.ndarray:
+        return np.random.default_rng(batch).standard_normal((batch, width)).astype(np.float32)
+
+    return models.keras_mlp(None, width), [("B", width)], sample
+
+
 MODELS: dict[str, Callable[[], tuple[Any, list[Any], Callable[[int], Any]]]] = {
     "mlp": mlp,
     "gpt_4l": gpt_4l,
+    "keras_mlp": keras_mlp,
 }
 
 
@@ -115,7 +129,12 @@ def bench(name: str, repeat: int) -> list[dict[str, Any]]:
     model, specs, sample = MODELS[name]()
     variants = {"float": model}
     for scheme in SCHEMES:
-        variants[scheme] = _quantize(model, scheme, sample(1), LAYERS[name])
+        if name == "keras_mlp":  # Keras's own quantization, on a copy of the float weights
+            from benchmarks import models
+
+            variants[scheme] = models.keras_mlp(scheme, specs[0][1])
+        else:
+            variants[scheme] = _quantize(model, scheme, sample(1), LAYERS[name])
     inputs = {b: sample(b) for b in (1, 8)}
     reference = {b: np.asarray(model(jnp.asarray(x))) for b, x in inputs.items()}
     rows: list[dict[str, Any]] = []

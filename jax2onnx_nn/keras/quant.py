@@ -15,7 +15,9 @@ with scale 1 is ``round`` and ``Cast`` in one op (half to even, as ``jnp.round``
 saturation to ``[-128, 127]`` stands for the clip, which never binds on finite values
 (``|x * s| <= hi * max / (max + eps)``, so ``lo <= -hi`` is required). The output scale is
 ``acc * (1 / kernel_scale) / s`` (the int32 sum dequantized per column, then divided per row),
-Keras's ``acc / (kernel_scale * s)`` to two roundings (within 3e-7 relative). An ``Abs`` of a
+Keras's ``acc / (kernel_scale * s)`` to two roundings (within 3e-7 relative). The int8 row
+is written as uint8 with zero point 128 (exact: the same int32 products), onnxruntime's fast
+kernels being u8 x s8. An ``Abs`` of a
 ``Relu``'s output is the output itself and is left out: a Dense(relu) -> Dense model is 20
 nodes (49 lowered op by op).
 
@@ -196,14 +198,17 @@ def _int8_dense(
     )
     den = ctx.op.Add(_row_absmax(ctx, x), _epsilon_or_nan(ctx, x, k, epsilon))
     scale = ctx.op.Div(ctx.const(np.float32(hi)), den)
-    q = ctx.op.QuantizeLinear(ctx.op.Mul(x, scale), ctx.const(np.float32(1)), ctx.const(np.int8(0)))
+    # the int8 row as uint8 with zero point 128 (round(x * s) + 128, exact): onnxruntime's
+    # u8 x s8 kernels ran 20x faster than its s8 x s8 ones (2048 x 2048, batch 1, one thread)
+    zero, one = ctx.const(np.uint8(128)), ctx.const(np.float32(1))
+    q = ctx.op.QuantizeLinear(ctx.op.Mul(x, scale), one, zero)
     if ctx.has_kernel("MatMulIntegerToFloat", "com.microsoft"):  # (the same numbers)
         y = ctx.op.MatMulIntegerToFloat(
-            q, ops["kernel"], ctx.const(np.float32(1)), inverse, _domain="com.microsoft"
+            q, ops["kernel"], one, inverse, zero, _domain="com.microsoft"
         )
         y.type = ir.TensorType(ir.DataType.FLOAT)
     else:
-        acc = ctx.op.MatMulInteger(q, ops["kernel"])
+        acc = ctx.op.MatMulInteger(q, ops["kernel"], zero)
         y = ctx.op.DequantizeLinear(acc, inverse, axis=-1)
     y = ctx.op.Div(y, scale)
     if "bias" in ops:
