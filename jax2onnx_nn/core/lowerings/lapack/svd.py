@@ -61,7 +61,7 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.lowerings.lapack import steps
+from jax2onnx_nn.core.lowerings.lapack import steps, syevd
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
 from jax2onnx_nn.core.lowerings.lapack.qr import qr
 from jax2onnx_nn.core.lowerings.lapack.steps import (
@@ -674,6 +674,13 @@ def _eigh(
     refuse_half_precision(ctx, "eigh", "jnp.linalg.eigh(a.astype(jnp.float32))")
     _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
     n = ctx.aval_in.shape[-1]
+    if (
+        not jxi.is_symbolic_dim(n)
+        and 2 <= n <= syevd.STEQR_LIMIT
+        and not jxi.is_complex_dtype(ctx.aval_in.dtype)
+    ):
+        # LAPACK's own path (sytd2, steqr, ormtr): the vectors carry syevd's signs
+        return lower_as_jax(ctx, partial(syevd.syevd, lower=lower), [a], cache_key=("syevd", lower))
     # a large float32 matrix: float32 rotations refined (eigh's refine) where the static size
     # allows; a small one rotated in float64 (vectors of close eigenvalues, module docstring):
     # 16x16 batch of 8 ~1.5x the CPU time, 4x4 about the same, +9 to +13 nodes
