@@ -150,15 +150,22 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     e_order = where(reverse & (ids < block_end), block_start + block_end - ids - 1, ids)
     e = where(split, zero, at(e, e_order))
     z = jnp.broadcast_to((ids[:, None] == order[..., None, :]).astype(dtype), (*batch, n, n))
+    # the loop's layout: scalars (..., 1, 1), d and e (..., 1, n), z's columns as rows (z^T),
+    # so each position's piece (one Split) broadcasts against the others without reshapes
+    col = lambda v: v[..., None, None]  # noqa: E731
     first_live = _first(live, jnp.full(batch, n, jnp.int32))
-    # the block being iterated: positions ell..lend (lend = its end), QL in stored order
-    ell = first_live
-    lend = jnp.where(first_live < n, at(block_end, jnp.minimum(first_live, n - 1)[..., None])[..., 0], -1)
-    state = (d, e, z, ell.astype(jnp.int32), lend.astype(jnp.int32), jnp.int32(0))
+    lend = at(block_end, jnp.minimum(first_live, n - 1)[..., None])[..., 0]
+    block_end, live, reverse = block_end[..., None, :], live[..., None, :], reverse[..., None, :]
+    z_rows = (order[..., :, None] == ids[None, :]).astype(dtype)  # z^T: row j is column j
+    state = (d[..., None, :], e[..., None, :], z_rows, col(first_live), col(lend), jnp.int32(0))
 
     def cond(state: tuple) -> jax.Array:
         ell, count = state[3], state[5]
         return jnp.any(ell < n) & (count < STEQR_MAXIT * n)
+
+    def pick(v: jax.Array, i: jax.Array) -> jax.Array:
+        """v[..., 0, i] for an index (..., 1, 1) below n, as (..., 1, 1)."""
+        return jnp.take_along_axis(v, jnp.minimum(i, n - 1), axis=-1)
 
     def body(state: tuple) -> tuple:
         d, e, z, ell, lend, count = state
@@ -167,38 +174,43 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         # every e[l..m-1] was negligible too: l moves to the first that is not
         d_next = jnp.concatenate([d[..., 1:], d[..., :1]], axis=-1)
         small = e * e <= (eps2 * jnp.abs(d)) * jnp.abs(d_next) + safmin
-        within = (ids >= ell[..., None]) & (ids < lend[..., None])
-        ell = where(running, _first(within & ~small, lend), ell)  # l after its deflations
-        m = _first((ids >= ell[..., None]) & (ids < lend[..., None]) & small, lend)
-        e = where((ids == m[..., None]) & (m < lend)[..., None], zero, e)
+        to_end = (ids >= ell) & (ids < lend)
+        ell = where(running, _first(to_end & ~small, lend[..., 0])[..., None], ell)
+        m = _first((ids >= ell) & (ids < lend) & small, lend[..., 0])[..., None]
+        e = where((ids == m) & (m < lend), zero, e)
         pair = running & (m == ell + 1)
         chase = running & (m > ell + 1)
         # the shift (QL: from d[l], d[l+1], e[l])
-        at1 = lambda v, i: jnp.take_along_axis(v, jnp.minimum(i, n - 1)[..., None], axis=-1)[..., 0]  # noqa: E731
-        p = at1(d, ell)
-        e_l = at1(e, ell)
-        g = (at1(d, ell + 1) - p) / (2 * where(e_l == 0, one, e_l))
+        p, e_l, d_l1 = pick(d, ell), pick(e, ell), pick(d, ell + 1)
+        g = (d_l1 - p) / (2 * where(e_l == 0, one, e_l))
         big, little = jnp.maximum(jnp.abs(g), one), jnp.minimum(jnp.abs(g), one)
         r = big * jnp.sqrt(1 + (little / big) ** 2)  # dlapy2(g, 1)
-        g = at1(d, m) - p + e_l / (g + _sign(r, g))
+        g = pick(d, m) - p + e_l / (g + _sign(r, g))
         # a 2x2 block: dlaev2 on rows l, l+1; of a reversed (QR) block on the mirrored rows,
         # its first value at l+1 and its rotation (c, -s)
-        flipped = at1(reverse, ell)
-        d_l1 = at1(d, ell + 1)
+        flipped = pick(reverse, ell)
         rt1, rt2, c2, s2 = _laev2(where(flipped, d_l1, p), e_l, where(flipped, p, d_l1))
         rt1, rt2, s2 = where(flipped, rt2, rt1), where(flipped, rt1, rt2), where(flipped, -s2, s2)
-        # the chase from m-1 down to l, one static position each (identity where inactive)
-        active = (ids >= ell[..., None]) & (ids < m[..., None]) & chase[..., None]
-        ds = [d[..., k] for k in range(n)]
-        es = [e[..., k] for k in range(n)]
-        zs = [z[..., :, k] for k in range(n)]
-        c, s, pp = jnp.ones(batch, dtype), jnp.ones(batch, dtype), jnp.zeros(batch, dtype)
+        # the chase from m-1 down to l, one static position each (identity where inactive);
+        # e[i+1] is written from the chase's second rotation on
+        active = (ids >= ell) & (ids < m) & chase
+        writes = active & (ids < m - 1)
+        at_pair = (ids == ell) & pair
+        pair_c, pair_s = where(at_pair, c2, one), where(at_pair, s2, zero)
+        ds, es, zs, ons, wrs, pcs, pss = (
+            jnp.split(x, n, axis=-2 if x is z else -1)
+            for x in (d, e, z, active, writes, pair_c, pair_s)
+        )
+        c, s, pp = one, one, zero
         for i in range(n - 2, -1, -1):
-            on = active[..., i]
+            on = ons[i]
             f, b = s * es[i], c * es[i]
-            c1, s1, r1 = _lartg(g, f)
-            if i + 1 < n - 1:
-                es[i + 1] = where(on & (i != m - 1), r1, es[i + 1])
+            # dlartg(g, f): f != 0 in the chase (e[i] is not negligible), so d > 0
+            norm = jnp.sqrt(g * g + f * f)
+            c1 = jnp.abs(g) / norm
+            r1 = where(g >= 0, norm, -norm)
+            s1 = f / r1
+            es[i + 1] = where(wrs[i], r1, es[i + 1])
             g1 = ds[i + 1] - pp
             r2 = (ds[i] - g1) * s1 + 2 * c1 * b
             p1 = s1 * r2
@@ -206,36 +218,26 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
             g2 = c1 * r2 - b
             c, s, pp, g = where(on, c1, c), where(on, s1, s), where(on, p1, pp), where(on, g2, g)
             # the rotation on z's columns i, i+1: the chase's (c, -s), the 2x2 block's (c, s)
-            at_pair = pair & (ell == i)
-            rc = where(on, c1, where(at_pair, c2, one))
-            rs = where(on, -s1, where(at_pair, s2, zero))
-            rc, rs = rc[..., None], rs[..., None]
+            rc, rs = where(on, c1, pcs[i]), where(on, -s1, pss[i])
             zs[i], zs[i + 1] = rs * zs[i + 1] + rc * zs[i], rc * zs[i + 1] - rs * zs[i]
-        d = jnp.stack(ds, axis=-1)
-        e = jnp.stack(es, axis=-1)
-        z = jnp.stack(zs, axis=-1)
-        at_l = ids == ell[..., None]
+        d, e, z = jnp.concatenate(ds, -1), jnp.concatenate(es, -1), jnp.concatenate(zs, -2)
+        at_l = ids == ell
         # after the chase: d[l] -= p, e[l] = g; a 2x2 block: its values, e[l] = 0
-        d = where(at_l & chase[..., None], d - pp[..., None], d)
-        e = where(at_l & chase[..., None], g[..., None], e)
-        d = where(at_l & pair[..., None], rt1[..., None], d)
-        d = where((ids == ell[..., None] + 1) & pair[..., None], rt2[..., None], d)
-        e = where(at_l & pair[..., None], zero, e)
+        d = where(at_l & chase, d - pp, where(at_l & pair, rt1, d))
+        d = where((ids == ell + 1) & pair, rt2, d)
+        e = where(at_l & chase, g, where(at_l & pair, zero, e))
         ell = where(pair, ell + 2, ell)
-        # the block is done when l passes its end: the next live block, or n
+        # the block is done when l reaches its end: the next live block, or n
         done = running & (ell >= lend)
-        after = live & (ids > lend[..., None])
-        following = _first(after, jnp.full(batch, n, jnp.int32))
+        following = _first(live & (ids > lend), jnp.full((*batch, 1), n, jnp.int32))[..., None]
         ell = where(done, following, ell)
-        lend = where(done, at1(block_end, following), lend)
+        lend = where(done, pick(block_end, following), lend)
         return d, e, z, ell, lend, count + 1
 
-    d, e, z, *_ = lax.while_loop(cond, body, state)
-    del e
-    # back to the original positions: position j holds original index order[j]
-    # (a block's reversal is its own inverse)
-    d = at(d, order)
-    z = jnp.take_along_axis(z, jnp.broadcast_to(order[..., None, :], z.shape), axis=-1)
+    d, _, z, *_ = lax.while_loop(cond, body, state)
+    # back to the original positions (a block's reversal is its own inverse)
+    d = at(d[..., 0, :], order)
+    z = jnp.take_along_axis(mT(z), jnp.broadcast_to(order[..., None, :], z.shape), axis=-1)
     return _selection_sort(d, z)
 
 
