@@ -41,7 +41,15 @@ from jax import lax
 
 from jax2onnx_nn.core.lowerings.lapack.hessenberg import tridiagonal
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
-from jax2onnx_nn.core.lowerings.lapack.steps import Index, index_range, iterate, mT, where
+from jax2onnx_nn.core.lowerings.lapack.steps import (
+    Index,
+    index_range,
+    iterate,
+    first_argmax,
+    mT,
+    pick_where,
+    where,
+)
 
 # LAPACK's stedc calls steqr up to this size (ilaenv's SMLSIZ); above it divide and conquer,
 # whose signs eigh does not follow.
@@ -136,7 +144,7 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     block_end = lax.cummin(ends, axis=ends.ndim - 1, reverse=True)
     starts = jnp.where(jnp.concatenate([jnp.ones((*batch, 1), bool), split[..., :-1]], -1), ids, -1)
     block_start = lax.cummax(starts, axis=starts.ndim - 1)
-    at = lambda v, i: jnp.take_along_axis(v, i, axis=-1)  # noqa: E731
+    at = lambda v, i: pick_where(v[..., None, :], i[..., :, None] == ids, -1)[..., 0]  # noqa: E731
     # QR (reversed) where the block's last diagonal entry is smaller than its first
     reverse = jnp.abs(at(d, block_end)) < jnp.abs(at(d, block_start))
     # a block of zeros is skipped (steqr: anorm = 0); a block of one row is done
@@ -154,8 +162,9 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     # so each position's piece (one Split) broadcasts against the others without reshapes
     col = lambda v: v[..., None, None]  # noqa: E731
     first_live = _first(live, jnp.full(batch, n, jnp.int32))
-    lend = at(block_end, jnp.minimum(first_live, n - 1)[..., None])[..., 0]
-    block_end, live, reverse = block_end[..., None, :], live[..., None, :], reverse[..., None, :]
+    lend = pick_where(block_end, ids == first_live[..., None], -1)[..., 0]
+    block_end, live = block_end[..., None, :], live[..., None, :]
+    reversed_at = reverse.astype(dtype)[..., None, :]  # picked as a number
     z_rows = (order[..., :, None] == ids[None, :]).astype(dtype)  # z^T: row j is column j
     state = (d[..., None, :], e[..., None, :], z_rows, col(first_live), col(lend), jnp.int32(0))
 
@@ -164,8 +173,8 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         return jnp.any(ell < n) & (count < STEQR_MAXIT * n)
 
     def pick(v: jax.Array, i: jax.Array) -> jax.Array:
-        """v[..., 0, i] for an index (..., 1, 1) below n, as (..., 1, 1)."""
-        return jnp.take_along_axis(v, jnp.minimum(i, n - 1), axis=-1)
+        """v[..., 0, i] for an index (..., 1, 1), as (..., 1, 1) (0 for i = n)."""
+        return pick_where(v, ids == i, -1)
 
     def body(state: tuple) -> tuple:
         d, e, z, ell, lend, count = state
@@ -188,7 +197,7 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         g = pick(d, m) - p + e_l / (g + _sign(r, g))
         # a 2x2 block: dlaev2 on rows l, l+1; of a reversed (QR) block on the mirrored rows,
         # its first value at l+1 and its rotation (c, -s)
-        flipped = pick(reverse, ell)
+        flipped = pick(reversed_at, ell) > 0
         rt1, rt2, c2, s2 = _laev2(where(flipped, d_l1, p), e_l, where(flipped, p, d_l1))
         rt1, rt2, s2 = where(flipped, rt2, rt1), where(flipped, rt1, rt2), where(flipped, -s2, s2)
         # the chase from m-1 down to l, one static position each (identity where inactive);
@@ -235,27 +244,26 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         return d, e, z, ell, lend, count + 1
 
     d, _, z, *_ = lax.while_loop(cond, body, state)
-    # back to the original positions (a block's reversal is its own inverse)
-    d = at(d[..., 0, :], order)
-    z = jnp.take_along_axis(mT(z), jnp.broadcast_to(order[..., None, :], z.shape), axis=-1)
-    return _selection_sort(d, z)
+    # back to the original positions (a block's reversal is its own inverse), then sorted:
+    # column k is the stored row order[perm[k]], one product with a permutation (exact)
+    d, perm = _selection_sort(at(d[..., 0, :], order))
+    source = at(order, perm)
+    return d, mT(z) @ (ids[:, None] == source[..., None, :]).astype(dtype)
 
 
-def _selection_sort(d: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _selection_sort(d: jax.Array) -> tuple[jax.Array, jax.Array]:
     """steqr's selection sort: for i = 0..n-2 the first smallest of d[i:] swapped with d[i]
-    (equal values keep LAPACK's order, not a stable sort's), as one permutation of z's
-    columns at the end."""
+    (equal values keep LAPACK's order, not a stable sort's): (sorted d, the permutation)."""
     n = d.shape[-1]
     ids = index_range(n)
     perm = jnp.broadcast_to(ids, d.shape)
     for i in range(n - 1):
-        rest = where(ids >= i, d, jnp.inf)
-        k = jnp.argmin(rest, axis=-1)[..., None]
+        k = first_argmax(where(ids >= i, -d, -jnp.inf), -1)
         hit_i, hit_k = ids == i, ids == k
-        dk, pk = jnp.take_along_axis(d, k, -1), jnp.take_along_axis(perm, k, -1)
+        dk, pk = pick_where(d, hit_k, -1), pick_where(perm, hit_k, -1)
         d = where(hit_i, dk, where(hit_k, d[..., i : i + 1], d))
         perm = where(hit_i, pk, where(hit_k, perm[..., i : i + 1], perm))
-    return d, jnp.take_along_axis(z, jnp.broadcast_to(perm[..., None, :], z.shape), axis=-1)
+    return d, perm
 
 
 def syevd(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
