@@ -479,7 +479,25 @@ def svd(
         result = _svd_tall(a, compute_uv=compute_uv, full_matrices=full_matrices)
         return result if not compute_uv else (result[0], result[1], jnp.swapaxes(result[2], -1, -2))
     result = _svd_tall(jnp.swapaxes(a, -1, -2), compute_uv=compute_uv, full_matrices=full_matrices)
-    return result if not compute_uv else (result[0], result[2], jnp.swapaxes(result[1], -1, -2))
+    if not compute_uv:
+        return result
+    s, u, vh = result[0], result[2], jnp.swapaxes(result[1], -1, -2)
+    if not jxi.is_symbolic_dim(m) and m == 1:
+        u, vh = _one_row_signs(a, u, vh)
+    return s, u, vh
+
+
+def _one_row_signs(a: jax.Array, u: jax.Array, vh: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """u and vh of a row ``a`` (..., 1, n) with gesdd's signs: its LQ (``dgelqf``: one
+    ``dlarfg`` on the row, beta = -sign(a_0) |a|, or a_0 itself when the rest is zero) leaves
+    the 1x1 bidiagonal beta, and ``dbdsdc`` puts its sign on u (u = sign(beta)), so vh's
+    first row is a / beta; vh's other rows are the reflector's, as ours."""
+    head = a[..., :1, :1]
+    rest = jnp.sum(jnp.abs(a[..., :, 1:]), axis=-1, keepdims=True) != 0
+    one = jnp.ones((), a.dtype)
+    sign = where(rest, where(head >= 0, -one, one), where(head >= 0, one, -one))  # sign(beta)
+    first = index_range(vh.shape[-2])[:, None] == 0
+    return u * sign, where(first, vh * sign, vh)
 
 
 @lowering(
