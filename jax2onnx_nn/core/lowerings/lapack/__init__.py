@@ -45,6 +45,7 @@ One module per routine: ``steps`` (the step machinery and the plain-ONNX step he
 routine uses), ``cholesky``, ``triangular`` (triangular_solve), ``lu``, ``householder`` (the
 reflectors and the power-of-two scaling), ``qr``, ``hessenberg`` (and tridiagonal),
 ``complex_schur``, ``schur`` (real), ``balance``, ``eig``, ``svd`` (Jacobi svd and eigh),
+``syevd`` (eigh up to 25x25 as LAPACK's own path, so its vectors carry JAX's signs),
 ``solves`` (tridiagonal_solve, custom_linear_solve, symmetric_product, cholesky_update).
 Importing a module registers its rules; ``core/lowerings/__init__.py`` imports them all.
 """

@@ -34,8 +34,10 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
   JAX's float32 syevd where two eigenvalues are close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64
   rotations: 3e-8).
 
-Signs of singular and eigen vectors are free, as in JAX/LAPACK (which documents none):
-``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` and ``eigh`` the sign Jacobi's rotations leave.
+An ``eigh`` of a static size 2..25 is not Jacobi: it is ``syevd.py``, LAPACK's own path, so
+its vectors carry JAX's signs. Signs of the Jacobi vectors are free (JAX's follow LAPACK's
+path, docs/linear-algebra.md): ``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` (a 1xN row:
+gesdd's sign, ``_one_row_signs``) and a larger ``eigh`` the sign Jacobi's rotations leave.
 An odd size is padded with one zero column (and row), which no rotation touches (its pair's
 inner product is exactly 0); a sweep's reseating returns every line to its seat, so the
 padding is line n when the sweeps stop, and is dropped before sorting.
@@ -650,6 +652,10 @@ def eigh(a: jax.Array, *, lower: bool, refine: bool = False) -> tuple[jax.Array,
         "TopK",
         "GatherElements",
         "And",
+        "ArgMax",
+        "Or",
+        "Split",
+        "Xor",
         "Cast",
         "ConstantOfShape",
         "CumSum",

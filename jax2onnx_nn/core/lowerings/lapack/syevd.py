@@ -43,9 +43,9 @@ from jax2onnx_nn.core.lowerings.lapack.hessenberg import tridiagonal
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
 from jax2onnx_nn.core.lowerings.lapack.steps import (
     Index,
+    first_argmax,
     index_range,
     iterate,
-    first_argmax,
     mT,
     pick_where,
     where,
@@ -92,9 +92,7 @@ def _laev2(a: jax.Array, b: jax.Array, c: jax.Array) -> tuple[jax.Array, ...]:
     rt = where(
         adf > ab,
         adf * jnp.sqrt(1 + (ab / where(adf == 0, one, adf)) ** 2),
-        where(
-            adf < ab, ab * jnp.sqrt(1 + (adf / where(ab == 0, one, ab)) ** 2), ab * np.sqrt(2.0)
-        ),
+        where(adf < ab, ab * jnp.sqrt(1 + (adf / where(ab == 0, one, ab)) ** 2), ab * np.sqrt(2.0)),
     )
     rt1 = where(sm < 0, 0.5 * (sm - rt), where(sm > 0, 0.5 * (sm + rt), 0.5 * rt))
     safe = where(rt1 == 0, one, rt1)
@@ -148,7 +146,9 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     # QR (reversed) where the block's last diagonal entry is smaller than its first
     reverse = jnp.abs(at(d, block_end)) < jnp.abs(at(d, block_start))
     # a block of zeros is skipped (steqr: anorm = 0); a block of one row is done
-    in_block = (ids[None, :] >= block_start[..., :, None]) & (ids[None, :] <= block_end[..., :, None])
+    in_block = (ids[None, :] >= block_start[..., :, None]) & (
+        ids[None, :] <= block_end[..., :, None]
+    )
     mag = jnp.maximum(jnp.abs(d), jnp.where(split, zero, jnp.abs(e)))
     anorm = jnp.max(where(in_block, mag[..., None, :], zero), axis=-1)
     live = (block_end > block_start) & (anorm > 0)
@@ -285,9 +285,17 @@ def syevd(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
         # column i+1's rows above
         col, pivot = (i, i + 1) if lower else (i + 1, i)
         tail = rows > pivot if lower else rows < pivot
-        column = lax.dynamic_slice_in_dim(packed, col, 1, axis=-1) if not isinstance(col, int) else packed[..., col : col + 1]
+        column = (
+            lax.dynamic_slice_in_dim(packed, col, 1, axis=-1)
+            if not isinstance(col, int)
+            else packed[..., col : col + 1]
+        )
         v = where(tail, column, where(rows == pivot, 1, 0).astype(a.dtype))
-        tau = lax.dynamic_slice_in_dim(taus, i, 1, axis=-1)[..., None] if not isinstance(i, int) else taus[..., None, i : i + 1]
+        tau = (
+            lax.dynamic_slice_in_dim(taus, i, 1, axis=-1)[..., None]
+            if not isinstance(i, int)
+            else taus[..., None, i : i + 1]
+        )
         return z - (tau * v) * (mT(v) @ z)
 
     # Q = H_0 ... H_{n-2} (lower) or H_{n-2} ... H_0 (upper): Q z applies the last factor first

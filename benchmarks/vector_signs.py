@@ -1,0 +1,243 @@
+"""Share of random well-conditioned matrices whose exported vectors match JAX's, sign included.
+
+    python -m benchmarks.vector_signs                       # every function, float32 and float64
+    python -m benchmarks.vector_signs --functions eigh_lower svd_full --batch 64
+
+Per function (eigh with the lower and the upper triangle, svd full / reduced, eig, schur, qr
+reduced / complete, hessenberg), dtype and shape (square 1..16, tall, wide, 1xN, Nx1, batched):
+one export of a batch of matrices, run in onnxruntime, each matrix's vectors compared with
+JAX's CPU result column by column, not up to sign. A column matches when it is within
+``TOLERANCE * eps * n / gap`` of JAX's (gap: the smallest distance of its value to another,
+relative to the largest value: the conditioning of the vector), and a matrix matches when all
+its vector columns do. Matrices are drawn as issue 34 describes: a small perturbation (a
+symmetric tanh/sin outer product, or tanh of a Gaussian / 5) plus a diagonal of distinct values
+3, 6, 9, ..., and Gaussian ones. Prints the share per function and dtype, and the two
+reproducers of issue 34 (a 2x2 eigh, a batch of 1x5 svds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jax import lax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from jax2onnx_nn import to_onnx  # noqa: E402
+from jax2onnx_nn.core.runtimes import open_session  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+TOLERANCE = 1000.0
+SQUARE = [(n, n) for n in (1, 2, 3, 4, 5, 8, 16)]
+RECTANGLES = [(5, 3), (8, 2), (3, 5), (2, 8), (1, 5), (5, 1)]
+
+# name -> (fn of a -> (vectors..., values or None), takes rectangles, symmetric input)
+FUNCTIONS: dict[str, tuple[Callable[[jax.Array], tuple], bool, bool]] = {
+    "eigh_lower": (lambda a: (*lax.linalg.eigh(a, lower=True),), False, True),
+    "eigh_upper": (lambda a: (*lax.linalg.eigh(a, lower=False),), False, True),
+    "svd_full": (lambda a: (*jnp.linalg.svd(a, full_matrices=True),), True, False),
+    "svd_reduced": (lambda a: (*jnp.linalg.svd(a, full_matrices=False),), True, False),
+    "eig": (lambda a: jnp.linalg.eig(a)[::-1], False, False),
+    "schur": (lambda a: jsl.schur(a)[::-1], False, False),
+    "qr_reduced": (lambda a: (*jnp.linalg.qr(a, mode="reduced"),), True, False),
+    "qr_complete": (lambda a: (*jnp.linalg.qr(a, mode="complete"),), True, False),
+    "hessenberg": (lambda a: jsl.hessenberg(a, calc_q=True)[::-1], False, False),
+}
+
+
+def draw(
+    rng: np.random.Generator, kind: str, batch: int, m: int, n: int, symmetric: bool, dtype: Any
+) -> np.ndarray:
+    """``batch`` matrices m x n of ``kind``: 'perturbed' (a small perturbation plus a diagonal
+    of distinct values 3, 6, ...) or 'gaussian'."""
+    x = rng.standard_normal((batch, m, n))
+    if kind == "gaussian":
+        a = (x + np.swapaxes(x, -1, -2)) / 2 if symmetric else x
+    else:
+        diagonal = np.eye(m, n) * (3.0 * np.arange(1, n + 1))[None, :]
+        if symmetric:
+            v = rng.standard_normal((batch, n))
+            t, s = np.tanh(v), np.sin(v)
+            a = (t[:, :, None] * s[:, None, :] + s[:, :, None] * t[:, None, :]) / 4 + diagonal
+        else:
+            a = np.tanh(x) / 5 + diagonal
+    return a.astype(dtype)
+
+
+def _gaps(values: np.ndarray) -> np.ndarray:
+    """Each value's distance to the nearest other one over the largest magnitude, (batch, k)."""
+    values = np.asarray(values)
+    if values.shape[-1] < 2:
+        return np.ones(values.shape)
+    d = np.abs(values[..., :, None] - values[..., None, :])
+    k = values.shape[-1]
+    d = np.where(np.eye(k, dtype=bool), np.inf, d)
+    scale = np.max(np.abs(values), axis=-1, keepdims=True)
+    return np.min(d, axis=-1) / np.where(scale == 0, 1, scale)
+
+
+def _values_of(name: str, outputs: tuple, a: np.ndarray) -> np.ndarray:
+    if name.startswith("eigh"):
+        return outputs[-1]
+    if name.startswith("svd"):
+        return outputs[1]
+    if name == "eig":
+        return outputs[-1]
+    if name == "schur":
+        return np.diagonal(outputs[-1], axis1=-2, axis2=-1)
+    return np.ones(a.shape[:-2] + (min(a.shape[-2:]),))  # qr, hessenberg: no values to separate
+
+
+def _vector_outputs(name: str, outputs: tuple) -> list[np.ndarray]:
+    """The outputs holding vectors (columns), and for svd's vh its rows as columns."""
+    if name.startswith("svd"):
+        return [outputs[0], np.swapaxes(outputs[2], -1, -2)]
+    if name.startswith("qr"):
+        return [outputs[0]]
+    return [outputs[0]]
+
+
+def matches(name: str, ours: tuple, ref: tuple, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sign agrees, exact within tolerance) per matrix of the batch."""
+    eps = float(np.finfo(a.dtype).eps)
+    gaps = _gaps(_values_of(name, ref, a))
+    n = max(a.shape[-2:])
+    sign_ok = np.ones(a.shape[0], bool)
+    exact_ok = np.ones(a.shape[0], bool)
+    for mine, theirs in zip(_vector_outputs(name, ours), _vector_outputs(name, ref), strict=True):
+        k = min(gaps.shape[-1], mine.shape[-1])
+        gap = np.ones(mine.shape[:-2] + (mine.shape[-1],))
+        gap[..., :k] = gaps[..., :k]
+        tol = TOLERANCE * eps * n / np.maximum(gap, 1e-300)
+        diff = np.max(np.abs(mine - theirs), axis=-2)
+        # a column's sign agrees when it is nearer JAX's than the negated one is
+        dot = np.real(np.sum(np.conj(theirs) * mine, axis=-2))
+        sign_ok &= np.all(dot > 0, axis=-1) | (mine.shape[-1] == 0)
+        exact_ok &= np.all(diff <= np.minimum(tol, 0.5), axis=-1)
+    return sign_ok, exact_ok
+
+
+def run_case(
+    name: str, dtype: Any, shape: tuple[int, int], kind: str, batch: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    fn, rectangles, symmetric = FUNCTIONS[name]
+    rng = np.random.default_rng(seed)
+    a = draw(rng, kind, batch, *shape, symmetric, dtype)
+    ref = tuple(np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a)))
+    model = to_onnx(
+        fn, [jax.ShapeDtypeStruct(a.shape, a.dtype)], enable_double_precision=a.dtype == np.float64
+    )
+    session = open_session(model)
+    ours = tuple(_as_complex(np.asarray(o), r) for o, r in zip(session([a]), ref, strict=True))
+    return matches(name, ours, ref, a)
+
+
+def _as_complex(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """A complex output as the model gives it, (real, imag) on a last axis of 2, as complex."""
+    if np.iscomplexobj(ref) and ours.shape == (*ref.shape, 2):
+        return ours[..., 0] + 1j * ours[..., 1]
+    return ours
+
+
+def nodes(name: str, n: int, dtype: Any = np.float32) -> int:
+    """Nodes of the exported graph, Loop/Scan/If bodies included, for one n x n matrix."""
+    fn = FUNCTIONS[name][0]
+    model = to_onnx(
+        fn, [jax.ShapeDtypeStruct((n, n), dtype)], enable_double_precision=dtype == np.float64
+    )
+
+    def count(graph: Any) -> int:
+        total = 0
+        for node in graph.node:
+            total += 1
+            for attr in node.attribute:
+                if attr.g is not None and attr.g.node:
+                    total += count(attr.g)
+        return total
+
+    return count(model.graph)
+
+
+def reproducers() -> list[str]:
+    """Issue 34's two reproducers: whether each output matches JAX's, sign included."""
+
+    def f(x0: jax.Array) -> Any:
+        a = (
+            jnp.outer(jnp.tanh(x0), jnp.sin(x0)) + jnp.outer(jnp.sin(x0), jnp.tanh(x0))
+        ) / 4 + jnp.diag(3.0 * jnp.arange(1, 3, dtype=x0.dtype))
+        return jnp.linalg.eigh(a)
+
+    def g(x0: jax.Array) -> Any:
+        a = jnp.tanh(x0) / 5 + jnp.eye(1, 5, dtype=x0.dtype) * (
+            3.0 * jnp.arange(1, 6, dtype=x0.dtype)
+        )
+        return jnp.linalg.svd(a, full_matrices=True)
+
+    lines = []
+    rng = np.random.default_rng(34)
+    for label, fn, shape in (("eigh 2x2 (f)", f, (2,)), ("svd 3x1x5 full (g)", g, (3, 1, 5))):
+        worst = []
+        for _ in range(20):
+            x = rng.standard_normal(shape).astype(np.float32)
+            ref = [np.asarray(r) for r in jax.tree_util.tree_leaves(jax.jit(fn)(x))]
+            model = to_onnx(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
+            ours = [np.asarray(o) for o in open_session(model)([x])]
+            worst.append(
+                max(float(np.max(np.abs(o - r), initial=0)) for o, r in zip(ours, ref, strict=True))
+            )
+        lines.append(
+            f"{label}: max abs error over 20 draws {max(worst):.2e}, "
+            f"draws above 1e-4: {sum(w > 1e-4 for w in worst)}"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--functions", nargs="*", default=list(FUNCTIONS))
+    parser.add_argument("--dtypes", nargs="*", default=["float32", "float64"])
+    parser.add_argument("--kinds", nargs="*", default=["perturbed", "gaussian"])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--nodes", action="store_true", help="print node counts for 4x4 and 16x16")
+    parser.add_argument("--no-reproducers", action="store_true")
+    args = parser.parse_args()
+    print(f"{'function':12} {'dtype':8} {'kind':10} {'sign':>12} {'exact':>12}  failing shapes")
+    for name in args.functions:
+        shapes = SQUARE + (RECTANGLES if FUNCTIONS[name][1] else [])
+        for dtype in args.dtypes:
+            for kind in args.kinds:
+                signs = exact = total = 0
+                failing = []
+                for i, shape in enumerate(shapes):
+                    s, e = run_case(
+                        name, np.dtype(dtype), shape, kind, args.batch, seed=1000 * i + 7
+                    )
+                    signs, exact, total = signs + int(s.sum()), exact + int(e.sum()), total + s.size
+                    if not e.all():
+                        failing.append(f"{shape[0]}x{shape[1]}:{int((~e).sum())}")
+                print(
+                    f"{name:12} {dtype:8} {kind:10} {signs:5}/{total:<4} "
+                    f"{100 * signs / total:5.1f}% "
+                    f"{exact:5}/{total:<4} {100 * exact / total:5.1f}%  {' '.join(failing)}",
+                    flush=True,
+                )
+    if args.nodes:
+        for name in args.functions:
+            print(f"nodes {name}: 4x4 {nodes(name, 4)}, 16x16 {nodes(name, 16)}", flush=True)
+    if not args.no_reproducers:
+        for line in reproducers():
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Vectors with the signs JAX gives (issue 34): eigh, qr, hessenberg and svd of a row or a
+column, compared with JAX's CPU result column by column, not up to sign.
+
+eigh up to ``syevd.STEQR_LIMIT`` follows syevd's own path (sytd2, steqr, ormtr); qr and
+hessenberg are geqrf / gehrd with dlarfg's reflectors; a 1xN svd takes gesdd's sign of its
+LQ (an Nx1 one has it already). svd of larger matrices, eig and schur are not in the
+property: their signs are not JAX's (docs/linear-algebra.md). Float64 is compared over
+Gaussian and diagonally dominant matrices; float32 over the draws whose signs do not hinge on
+rounding of the tridiagonal reduction (docs/linear-algebra.md: JAX's float32 sign follows
+OpenBLAS's summation order in ssymv, which no graph reproduces): diagonally dominant matrices
+up to 8x8 and Gaussian ones up to 4x4 (``python -m benchmarks.vector_signs``: 16x16 float32
+Gaussian ~90%).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+
+from jax2onnx_nn import to_onnx
+from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.runtimes import open_session
+
+# name -> (fn of a returning (vectors, ...), whether it takes rectangles, symmetric input)
+FUNCTIONS: dict[str, tuple[Callable[[jax.Array], Any], bool, bool]] = {
+    "eigh_lower": (lambda a: lax.linalg.eigh(a, lower=True), False, True),
+    "eigh_upper": (lambda a: jsl.eigh(a, lower=False)[::-1], False, True),
+    "jnp_eigh": (lambda a: jnp.linalg.eigh(a)[::-1], False, True),
+    "qr_reduced": (lambda a: jnp.linalg.qr(a, mode="reduced"), True, False),
+    "qr_complete": (lambda a: jnp.linalg.qr(a, mode="complete"), True, False),
+    "hessenberg": (lambda a: jsl.hessenberg(a, calc_q=True)[::-1], False, False),
+    "svd_row_full": (lambda a: jnp.linalg.svd(a, full_matrices=True), True, False),
+    "svd_row_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
+}
+GROUPS = {
+    "eigh": ["eigh_lower", "eigh_upper", "jnp_eigh"],
+    "qr": ["qr_reduced", "qr_complete"],
+    "hessenberg": ["hessenberg"],
+    "svd_row": ["svd_row_full", "svd_row_reduced"],
+}
+SQUARE = [1, 2, 3, 4, 5, 8, 16]
+RECTANGLES = [(5, 3), (8, 2), (3, 5), (2, 8), (1, 5), (5, 1)]
+BATCH = 3
+# an eigh export takes ~2-4 s: the default profile draws one shape per
+# function and dtype, one triangle per dtype; HYPOTHESIS_PROFILE=thorough draws them all
+THOROUGH = settings().max_examples >= 100
+
+
+def _variants(group: str, dtype: str) -> list[str]:
+    if group == "eigh" and not THOROUGH:
+        return ["eigh_lower" if dtype == "float32" else "eigh_upper"]
+    return GROUPS[group]
+
+
+def _shapes(group: str, dtype: str, kind: str) -> list[tuple[int, ...]]:
+    """The matrix shapes drawn: the float32 eigh draws whose signs are reproducible (module
+    docstring), a batch dim on some."""
+    if group == "svd_row":
+        rows = [(BATCH, 1, 5), (BATCH, 5, 1)]
+        return [*rows, (1, 2), (2, 1), (1, 1), (BATCH, 1, 1)] if THOROUGH else rows
+    limit = 16
+    if dtype == "float32" and group == "eigh":
+        limit = 8 if kind == "perturbed" else 4
+    if not THOROUGH:
+        return [(BATCH, 5, 3), (3, 5)] if group == "qr" else [(BATCH, 5, 5)]
+    square = [(n, n) for n in SQUARE if n <= limit]
+    shapes = square + (RECTANGLES if group == "qr" else [])
+    return shapes + [(BATCH, *s) for s in shapes[1:3]]
+
+
+def _draw(seed: int, kind: str, shape: tuple[int, ...], symmetric: bool, dtype: str) -> np.ndarray:
+    """A Gaussian matrix, or a small perturbation (tanh/sin outer products, tanh / 5) plus the
+    diagonal 3, 6, 9, ...: issue 34's well-conditioned draws."""
+    rng = np.random.default_rng(seed)
+    m, n = shape[-2:]
+    x = rng.standard_normal(shape)
+    if kind == "gaussian":
+        a = (x + np.swapaxes(x, -1, -2)) / 2 if symmetric else x
+    elif symmetric:
+        v = rng.standard_normal((*shape[:-2], n))
+        t, s = np.tanh(v), np.sin(v)
+        a = (t[..., :, None] * s[..., None, :] + s[..., :, None] * t[..., None, :]) / 4
+        a = a + np.eye(n) * 3.0 * np.arange(1, n + 1)
+    else:
+        a = np.tanh(x) / 5 + np.eye(m, n) * 3.0 * np.arange(1, n + 1)
+    return a.astype(dtype)
+
+
+@functools.cache
+def _session(name: str, shape: tuple[int, ...], dtype: str) -> Any:
+    with jxi.x64(dtype == "float64"):
+        model = to_onnx(
+            FUNCTIONS[name][0],
+            [jax.ShapeDtypeStruct(shape, np.dtype(dtype))],
+            enable_double_precision=dtype == "float64",
+        )
+    return open_session(model)
+
+
+def _gaps(name: str, outputs: list[np.ndarray], k: int) -> np.ndarray:
+    """Each vector's conditioning: its value's distance to the nearest other over the largest
+    magnitude (eigh, svd); 1 where no values separate the vectors (qr, hessenberg)."""
+    if "eigh" in name or name.startswith("svd"):
+        values = outputs[1]  # eigh's w, svd's s
+        if values.shape[-1] < 2:
+            return np.ones(values.shape)
+        d = np.abs(values[..., :, None] - values[..., None, :]) + np.where(
+            np.eye(values.shape[-1]), np.inf, 0
+        )
+        return np.min(d, axis=-1) / np.maximum(
+            np.max(np.abs(values), axis=-1, keepdims=True), 1e-30
+        )
+    return np.ones(outputs[0].shape[:-2] + (k,))
+
+
+def check_vectors(name: str, dtype: str, kind: str, shape: tuple[int, ...], seed: int) -> None:
+    fn, _, symmetric = FUNCTIONS[name]
+    a = _draw(seed, kind, shape, symmetric, dtype)
+    with jxi.x64(dtype == "float64"):
+        ref = [np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a))]
+    ours = [np.asarray(o) for o in _session(name, shape, dtype)([a])]
+    eps = float(np.finfo(dtype).eps)
+    n = max(shape[-2:])
+    # the vectors: eigh's, qr's q, hessenberg's q as columns; svd's u columns and vh rows
+    pairs = [(ours[0], ref[0])]
+    if name.startswith("svd"):
+        pairs = [(ours[0], ref[0]), (np.swapaxes(ours[2], -1, -2), np.swapaxes(ref[2], -1, -2))]
+    for mine, theirs in pairs:
+        k = mine.shape[-1]
+        gaps = np.ones(mine.shape[:-2] + (k,))
+        g = _gaps(name, ref, k)
+        j = min(k, g.shape[-1])
+        gaps[..., :j] = g[..., :j]
+        tolerance = 1000 * eps * n / np.maximum(gaps, 1e-30)
+        error = np.max(np.abs(mine - theirs), axis=-2)
+        assert np.all(error <= np.minimum(tolerance, 0.1)), (
+            f"{name} {dtype} {kind} {shape} seed {seed}: "
+            f"vector errors {error} (tolerance {tolerance})"
+        )
+
+
+@st.composite
+def _cases(draw: Any, group: str, dtype: str) -> tuple[str, str, tuple[int, ...], int]:
+    name = draw(st.sampled_from(_variants(group, dtype)))
+    kind = draw(st.sampled_from(["perturbed", "gaussian"]))
+    return (
+        name,
+        kind,
+        draw(st.sampled_from(_shapes(group, dtype, kind))),
+        draw(st.integers(0, 2**16)),
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("group", list(GROUPS))
+@given(data=st.data())
+def test_vectors_match_jax_with_signs(group: str, dtype: str, data: st.DataObject) -> None:
+    name, kind, shape, seed = data.draw(_cases(group, dtype))
+    check_vectors(name, dtype, kind, shape, seed)
+
+
+def test_issue_reproducers_match_jax_in_sign() -> None:
+    """Issue 34's eigh of a 2x2 and svd of a batch of 1x5 rows: the outputs as JAX's, signs too."""
+
+    def f(x0: jax.Array) -> Any:
+        a = (
+            jnp.outer(jnp.tanh(x0), jnp.sin(x0)) + jnp.outer(jnp.sin(x0), jnp.tanh(x0))
+        ) / 4 + jnp.diag(3.0 * jnp.arange(1, 3, dtype=x0.dtype))
+        return jnp.linalg.eigh(a)
+
+    def g(x0: jax.Array) -> Any:
+        a = jnp.tanh(x0) / 5 + jnp.eye(1, 5, dtype=x0.dtype) * (
+            3.0 * jnp.arange(1, 6, dtype=x0.dtype)
+        )
+        return jnp.linalg.svd(a, full_matrices=True)
+
+    rng = np.random.default_rng(34)
+    for fn, shape in ((f, (2,)), (g, (3, 1, 5))):
+        session = open_session(to_onnx(fn, [jax.ShapeDtypeStruct(shape, np.float32)]))
+        for _ in range(5):
+            x = rng.standard_normal(shape).astype(np.float32)
+            ref = jax.tree_util.tree_leaves(jax.jit(fn)(x))
+            for mine, theirs in zip(session([x]), ref, strict=True):
+                np.testing.assert_allclose(mine, np.asarray(theirs), atol=1e-5)
