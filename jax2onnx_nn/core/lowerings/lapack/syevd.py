@@ -92,7 +92,11 @@ def _laev2(a: jax.Array, b: jax.Array, c: jax.Array) -> tuple[jax.Array, ...]:
     rt = where(
         adf > ab,
         adf * jnp.sqrt(1 + (ab / where(adf == 0, one, adf)) ** 2),
-        where(adf < ab, ab * jnp.sqrt(1 + (adf / where(ab == 0, one, ab)) ** 2), ab * np.sqrt(2.0)),
+        where(
+            adf < ab,
+            ab * jnp.sqrt(1 + (adf / where(ab == 0, one, ab)) ** 2),
+            ab * float(np.sqrt(2.0)),
+        ),
     )
     rt1 = where(sm < 0, 0.5 * (sm - rt), where(sm > 0, 0.5 * (sm + rt), 0.5 * rt))
     safe = where(rt1 == 0, one, rt1)
