@@ -16,10 +16,13 @@ import onnx_ir.passes.common as common
 
 from jax2onnx_nn.core.ir.census import op_census, run_if_present
 from jax2onnx_nn.core.layout import apply_layout
+from jax2onnx_nn.core.opset_forms import has_op
 from jax2onnx_nn.core.passes.cse import eliminate_common_subexpressions
 from jax2onnx_nn.core.passes.dead_loop_state import remove_dead_loop_state
 from jax2onnx_nn.core.passes.fold_constants import fold_constants
 from jax2onnx_nn.core.passes.fold_weights import fold_into_weights, fold_marked_into_weights
+from jax2onnx_nn.core.passes.fuse_attention import attention
+from jax2onnx_nn.core.passes.fuse_rotary import rotary_embedding
 from jax2onnx_nn.core.passes.hoist_loop_invariants import hoist_loop_invariants
 from jax2onnx_nn.core.passes.hoist_over_split import hoist_layout_over_split
 from jax2onnx_nn.core.passes.inline_functions import inline_functions
@@ -146,8 +149,19 @@ def _warn_unpoisoned(e: Export) -> None:
     warn_unpoisoned(e.model)  # (results nothing reads are gone now)
 
 
+# Patterns a model writes out that one ONNX op computes with JAX's numbers, each with the op it
+# becomes: fused where the opset defines the op and the target runs it with a kernel of its own.
+FUSIONS = ((attention, "Attention"), (rotary_embedding, "RotaryEmbedding"))
+
+
+def _fuse_ops(e: Export) -> None:
+    opset, target = e.config.opset, e.config.target
+    fusions = [f for f, op in FUSIONS if has_op(op, opset) and target.has_kernel(op, opset)]
+    e.rewritten += apply_rewrites(e.model, fusions)
+
+
 def _target_rewrites(e: Export) -> None:
-    e.rewritten = apply_rewrites(
+    e.rewritten += apply_rewrites(
         e.model, e.config.target.rewrites
     )  # on folded constants (shift amounts)
 
@@ -187,6 +201,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("cleanup", _cleanup),
     Stage("dequantize_weights", _dequantize_weights),
     Stage("warn_unpoisoned", _warn_unpoisoned),
+    Stage("fuse_ops", _fuse_ops),
     Stage("target_rewrites", _target_rewrites),
     Stage("cleanup_after_rewrites", _cleanup_after_rewrites),
     Stage("late_rewrites", _late_rewrites),

@@ -1,0 +1,169 @@
+"""Attention written out by the model (``softmax(mask(q @ k.T * scale)) @ v``) -> ONNX
+``Attention``, grouped-query heads and a logit soft-cap included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from jax2onnx_nn.core.ir.census import rewrite
+from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader
+from jax2onnx_nn.core.ir.values import constant_array, same_dim
+
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16})
+# a fill below this is a mask (JAX writes finfo.min or -inf); a logit plus it rounds to it
+_MASK_FILL = -1e30
+
+
+def _only(v: ir.Value | None, op_type: str) -> ir.Node | None:
+    """The node of ``op_type`` (default domain) making ``v``, which nothing else reads."""
+    node = v.producer() if v is not None else None
+    if node is None or node.op_type != op_type or node.domain != "" or one_reader(v) is None:
+        return None
+    return node
+
+
+def _scalar(v: ir.Value | None) -> float | None:
+    """The value of a constant holding one number (any shape of size 1)."""
+    array = constant_array(v)
+    return None if array is None or array.size != 1 else float(array.reshape(()))
+
+
+def _fill(v: ir.Value | None) -> float | None:
+    """The fill of a masked logit: a constant scalar, or one expanded (JAX's ``where``)."""
+    node = v.producer() if v is not None else None
+    if node is not None and node.op_type == "Expand" and node.domain == "":
+        v = node.inputs[0]
+    value = _scalar(v)
+    return value if value is not None and value <= _MASK_FILL else None
+
+
+def _grouped(v: ir.Value | None) -> ir.Value | None:
+    """``[B, K, T, H]`` keys or values as Attention takes them: ``v`` itself, or the tensor
+    ``jnp.repeat(kv, N // K, axis=1)`` repeats (Unsqueeze at 2, Expand, Reshape), whose
+    head ``n`` reads kv head ``n // (N // K)``: ONNX's grouping."""
+    if v is None or v.shape is None or len(v.shape) != 4:
+        return None
+    reshape = _only(v, "Reshape")
+    expand = _only(reshape.inputs[0], "Expand") if reshape is not None else None
+    unsqueeze = _only(expand.inputs[0], "Unsqueeze") if expand is not None else None
+    if unsqueeze is None or expand is None:
+        return v
+    kv = unsqueeze.inputs[0]
+    axes, sizes = constant_array(unsqueeze.inputs[1]), constant_array(expand.inputs[1])
+    if kv is None or kv.shape is None or len(kv.shape) != 4 or axes is None or sizes is None:
+        return v
+    heads, kv_heads = v.shape[1], kv.shape[1]
+    if list(axes.reshape(-1)) != [2] or not isinstance(heads, int) or not isinstance(kv_heads, int):
+        return v
+    if sizes.size != 5 or any(s != 1 for i, s in enumerate(sizes) if i != 2):
+        return v
+    if heads != kv_heads * int(sizes[2]) or not all(
+        same_dim(kv.shape[i], v.shape[i]) for i in (0, 2, 3)
+    ):
+        return v
+    return kv
+
+
+def _scores(v: ir.Value | None) -> tuple[ir.Value, ir.Value, float, float | None] | None:
+    """``(q, k, scale, softcap)`` where ``v`` is ``q @ k.T`` scaled (``/ c`` or ``* c``), then
+    soft-capped (``cap * tanh(logits / cap)``) or not."""
+    softcap = None
+    outer = _only(v, "Mul")
+    if outer is not None:
+        for tanh_out, cap_in in (outer.inputs, outer.inputs[::-1]):
+            tanh = _only(tanh_out, "Tanh")
+            cap = _scalar(cap_in)
+            divide = _only(tanh.inputs[0], "Div") if tanh is not None else None
+            if divide is not None and cap is not None and _scalar(divide.inputs[1]) == cap:
+                softcap, v = cap, divide.inputs[0]
+                break
+    scale = 1.0
+    node = v.producer() if v is not None else None
+    if node is not None and node.domain == "" and node.op_type in ("Div", "Mul"):
+        factor = _scalar(node.inputs[1])
+        if factor is not None and factor != 0 and one_reader(v) is not None:
+            scale = 1.0 / factor if node.op_type == "Div" else factor
+            v = node.inputs[0]
+    product = _only(v, "MatMul")
+    transpose = _only(product.inputs[1], "Transpose") if product is not None else None
+    if product is None or transpose is None or product.inputs[0] is None:
+        return None
+    perm = transpose.attributes.get("perm")
+    if perm is None or list(perm.value) != [0, 1, 3, 2] or transpose.inputs[0] is None:
+        return None
+    return product.inputs[0], transpose.inputs[0], scale, softcap
+
+
+@rewrite("MatMul", creates=("Attention", "Where", "Expand", "Shape"))
+def attention(node: ir.Node, edit: Editor) -> Replacement:
+    """``softmax(where(keep, q @ k.T * scale, fill)) @ v`` over ``[B, N, T, H]`` queries and
+    ``[B, N, S, H]`` keys and values (those repeated from ``K`` kv heads by ``jnp.repeat``
+    read unrepeated: grouped-query attention), the logits soft-capped or not, the mask
+    optional -> ``Attention(q, k, v, mask, scale=, softcap=)``.
+
+    What JAX computes is kept exactly as :func:`~jax2onnx_nn.core.layers.attention.
+    attention_op` keeps it: the mask goes in as floats added to the logits, ``0`` where kept
+    and JAX's ``fill`` elsewhere (a logit plus ``fill`` rounds to ``fill``), so a row masked
+    everywhere averages the values as JAX's does (ONNX's boolean mask gives zeros there)."""
+    out = node.outputs[0]
+    if out.dtype not in _FLOATS or out.shape is None or len(out.shape) != 4:
+        return None
+    softmax = _only(node.inputs[0], "Softmax")
+    if softmax is None or int(softmax.attributes.get_int("axis", -1)) % 4 != 3:
+        return None
+    logits, mask = softmax.inputs[0], None
+    where = _only(logits, "Where")
+    if where is not None:
+        cond, a, b = where.inputs
+        fill_a, fill_b = _fill(a), _fill(b)
+        if cond is None or (fill_a is None) == (fill_b is None):
+            return None
+        logits = b if fill_a is not None else a
+        fill = np.asarray(fill_a if fill_a is not None else fill_b, out.dtype.numpy())
+        zero = np.zeros((), out.dtype.numpy())
+        mask_parts = (fill, zero) if fill_a is not None else (zero, fill)
+    scores = _scores(logits)
+    if scores is None:
+        return None
+    q, k_used, scale, softcap = scores
+    k, v = _grouped(k_used), _grouped(node.inputs[1])
+    if k is None or v is None or not _fits(q, k, v, out):
+        return None
+    if where is not None:
+        mask = edit.op("Where", cond, *(edit.const(p) for p in mask_parts))
+        if not _full_rows(cond, logits):
+            mask = edit.op("Expand", mask, edit.op("Shape", logits))
+    attrs: dict[str, Any] = {"scale": float(scale)}
+    if softcap is not None:
+        attrs["softcap"] = float(softcap)
+    return edit.op("Attention", q, k, v, mask, **attrs)
+
+
+def _fits(q: ir.Value, k: ir.Value, v: ir.Value, out: ir.Value) -> bool:
+    """Rank-4 ``q``, ``k``, ``v`` of one type, their heads grouping, batch and lengths agreeing."""
+    shapes = [t.shape for t in (q, k, v)]
+    if any(s is None or len(s) != 4 for s in shapes) or len({t.dtype for t in (q, k, v)}) != 1:
+        return False
+    (b, n, t, h), (_, kv, s, hk), (_, kv_v, s_v, _) = shapes  # type: ignore[misc]
+    return (
+        isinstance(n, int)
+        and isinstance(kv, int)
+        and kv > 0
+        and n % kv == 0
+        and same_dim(kv, kv_v)
+        and same_dim(h, hk)
+        and same_dim(s, s_v)
+        and all(same_dim(x, b) for x in (k.shape[0], v.shape[0]))  # type: ignore[index]
+        and same_dim(out.shape[2], t)  # type: ignore[index]
+    )
+
+
+def _full_rows(cond: ir.Value, logits: ir.Value) -> bool:
+    """Whether the mask's last two dims are the logits' (onnxruntime broadcasts a mask's
+    leading dims only)."""
+    if cond.shape is None or logits.shape is None or len(cond.shape) < 2:
+        return False
+    return all(same_dim(cond.shape[i], logits.shape[i]) for i in (-2, -1))
