@@ -6,6 +6,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from jax2onnx_nn.core.graph import tensor_bytes
 from jax2onnx_nn.core.ir.values import attributes_key
 from jax2onnx_nn.core.ir.walk import graphs
 
@@ -21,15 +22,36 @@ _NON_DETERMINISTIC = frozenset(
 )
 
 
-def _node_key(node: ir.Node) -> tuple[Any, ...] | None:
-    """What makes two nodes compute the same values: op, inputs (by identity) and
-    attributes; None for a node that is never merged (a body, randomness, a large tensor)."""
+_BY_VALUE_BYTES = 1 << 16  # initializers up to this size are told apart by their data
+
+
+def _input_key(v: ir.Value | None, constants: dict[int, Any]) -> Any:
+    """An input by identity, or, for a small initializer, by its data: two constants folded
+    apart from one computation (``jnp.arange(T)`` in each layer) read the same."""
+    if v is None or v.const_value is None or not v.is_initializer() or v.is_graph_input():
+        return id(v)
+    key = constants.get(id(v))
+    if key is None:
+        tensor = v.const_value
+        if tensor.nbytes > _BY_VALUE_BYTES:
+            key = id(v)
+        else:
+            key = (tensor.dtype, tuple(tensor.shape.numpy()), bytes(tensor_bytes(tensor)))
+        constants[id(v)] = key
+    return key
+
+
+def _node_key(node: ir.Node, constants: dict[int, Any]) -> tuple[Any, ...] | None:
+    """What makes two nodes compute the same values: op, inputs (by identity, small
+    initializers by value) and attributes; None for a node that is never merged (a body,
+    randomness, a large tensor)."""
     if node.op_type in _NON_DETERMINISTIC:
         return None
     attrs = attributes_key(node)
     if attrs is None:
         return None
-    return (node.op_identifier(), len(node.outputs), tuple(id(v) for v in node.inputs), attrs)
+    inputs = tuple(_input_key(v, constants) for v in node.inputs)
+    return (node.op_identifier(), len(node.outputs), inputs, attrs)
 
 
 def eliminate_common_subexpressions(model: ir.Model) -> int:
@@ -39,10 +61,11 @@ def eliminate_common_subexpressions(model: ir.Model) -> int:
     making a graph output stays (the output keeps its own value). One walk per graph, nodes in
     order, so a chain of duplicates merges at once. Returns the number of nodes merged."""
     merged = 0
+    constants: dict[int, Any] = {}
     for graph in graphs(model):
         seen: dict[tuple[Any, ...], ir.Node] = {}
         for node in list(graph):
-            key = _node_key(node)
+            key = _node_key(node, constants)
             if key is None:
                 continue
             first = seen.setdefault(key, node)

@@ -11,6 +11,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader
 from jax2onnx_nn.core.ir.values import constant_array, same_dim
+from jax2onnx_nn.core.layers.attention import jax_nn_mask_value
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16})
 # a fill below this is a mask (JAX writes finfo.min or -inf); a logit plus it rounds to it
@@ -32,12 +33,16 @@ def _scalar(v: ir.Value | None) -> float | None:
 
 
 def _fill(v: ir.Value | None) -> float | None:
-    """The fill of a masked logit: a constant scalar, or one expanded (JAX's ``where``)."""
+    """The fill of a masked logit: a constant of one value, expanded or not (JAX's ``where``)."""
     node = v.producer() if v is not None else None
     if node is not None and node.op_type == "Expand" and node.domain == "":
         v = node.inputs[0]
-    value = _scalar(v)
-    return value if value is not None and value <= _MASK_FILL else None
+    array = constant_array(v)
+    if array is None or array.size == 0 or not (array == array.flat[0]).all():
+        return None
+    value = float(array.flat[0])
+    # (-inf: JAX's row masked everywhere is NaN, onnxruntime's zeros: left written out)
+    return value if np.isfinite(value) and value <= _MASK_FILL else None
 
 
 def _grouped(v: ir.Value | None) -> ir.Value | None:
@@ -97,7 +102,7 @@ def _scores(v: ir.Value | None) -> tuple[ir.Value, ir.Value, float, float | None
     return product.inputs[0], transpose.inputs[0], scale, softcap
 
 
-@rewrite("MatMul", creates=("Attention", "Where", "Expand", "Shape"))
+@rewrite("MatMul", creates=("Attention", "Where", "Expand", "Shape", "Concat"))
 def attention(node: ir.Node, edit: Editor) -> Replacement:
     """``softmax(where(keep, q @ k.T * scale, fill)) @ v`` over ``[B, N, T, H]`` queries and
     ``[B, N, S, H]`` keys and values (those repeated from ``K`` kv heads by ``jnp.repeat``
@@ -114,28 +119,23 @@ def attention(node: ir.Node, edit: Editor) -> Replacement:
     softmax = _only(node.inputs[0], "Softmax")
     if softmax is None or int(softmax.attributes.get_int("axis", -1)) % 4 != 3:
         return None
-    logits, mask = softmax.inputs[0], None
-    where = _only(logits, "Where")
+    logits, where, fill = softmax.inputs[0], _only(softmax.inputs[0], "Where"), None
     if where is not None:
-        cond, a, b = where.inputs
-        fill_a, fill_b = _fill(a), _fill(b)
-        if cond is None or (fill_a is None) == (fill_b is None):
+        _, a, b = where.inputs
+        fills = _fill(a), _fill(b)
+        if where.inputs[0] is None or (fills[0] is None) == (fills[1] is None):
             return None
-        logits = b if fill_a is not None else a
-        fill = np.asarray(fill_a if fill_a is not None else fill_b, out.dtype.numpy())
-        zero = np.zeros((), out.dtype.numpy())
-        mask_parts = (fill, zero) if fill_a is not None else (zero, fill)
+        logits, fill = (b, fills[0]) if fills[0] is not None else (a, fills[1])
     scores = _scores(logits)
     if scores is None:
         return None
     q, k_used, scale, softcap = scores
     k, v = _grouped(k_used), _grouped(node.inputs[1])
-    if k is None or v is None or not _fits(q, k, v, out):
+    if k is None or v is None or logits is None or not _fits(q, k, v, out):
         return None
-    if where is not None:
-        mask = edit.op("Where", cond, *(edit.const(p) for p in mask_parts))
-        if not _full_rows(cond, logits):
-            mask = edit.op("Expand", mask, edit.op("Shape", logits))
+    mask = None
+    if where is not None and fill is not None:
+        mask = _additive_mask(edit, where, logits, np.asarray(fill, out.dtype.numpy()), q, k)
     attrs: dict[str, Any] = {"scale": float(scale)}
     if softcap is not None:
         attrs["softcap"] = float(softcap)
@@ -167,3 +167,40 @@ def _full_rows(cond: ir.Value, logits: ir.Value) -> bool:
     if cond.shape is None or logits.shape is None or len(cond.shape) < 2:
         return False
     return all(same_dim(cond.shape[i], logits.shape[i]) for i in (-2, -1))
+
+
+def _additive_mask(
+    edit: Editor, where: ir.Node, logits: ir.Value, fill: np.ndarray, q: ir.Value, k: ir.Value
+) -> ir.Value:
+    """The Where with the logits replaced by 0: 0 where kept, the fill elsewhere, its last two
+    dims the logits' (onnxruntime broadcasts a mask's leading dims only).
+
+    onnxruntime takes a mask of ``finfo.min`` for ``-inf`` (a row masked everywhere gives
+    zeros), so that fill becomes ``jax.nn``'s ``-0.7 * finfo.max``: a logit plus either
+    rounds to it, the same weights. A fill given as a full tensor stays one."""
+    cond, a, b = where.inputs
+    assert cond is not None and a is not None and b is not None  # (matched)
+    given = a if b is logits else b
+    value = fill if fill > np.finfo(fill.dtype).min else jax_nn_mask_value(fill.dtype)
+    full_cond, full_fill = _full_rows(cond, logits), _full_rows(given, logits)
+    filler = given if full_fill and value == fill else edit.const(value)
+    if full_fill and not full_cond and value != fill:
+        filler = _refilled(edit, given, value)
+    zero = edit.const(np.zeros((), fill.dtype))
+    mask = edit.op("Where", cond, *((filler, zero) if b is logits else (zero, filler)))
+    if full_cond or full_fill:
+        return mask
+    rows = [edit.op("Shape", t, start=2, end=3) for t in (q, k)]
+    return edit.op(
+        "Expand", mask, edit.op("Concat", edit.const(np.ones(2, np.int64)), *rows, axis=0)
+    )
+
+
+def _refilled(edit: Editor, given: ir.Value, value: np.ndarray) -> ir.Value:
+    """``given`` (a constant of one value, or one expanded) holding ``value`` instead."""
+    node = given.producer()
+    if node is not None and node.op_type == "Expand" and node.domain == "":
+        return edit.op("Expand", edit.const(value), node.inputs[1])
+    array = constant_array(given)
+    assert array is not None  # (_fill read it)
+    return edit.const(np.full(array.shape, value, array.dtype))

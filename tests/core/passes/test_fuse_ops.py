@@ -1,0 +1,116 @@
+"""fuse_ops: attention and the rotary embedding a model writes out become ONNX ``Attention`` and
+``RotaryEmbedding`` where the opset has them, with JAX's numbers."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jax2onnx_nn.testing import assert_exports_match_on
+from jax2onnx_nn.testing.assertions import op_types
+
+
+def _attend(q, k, v, keep, softcap):
+    """Attention as models write it: kv heads repeated, scores scaled, soft-capped, masked."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = jnp.repeat(k, groups, axis=1), jnp.repeat(v, groups, axis=1)
+    scores = jnp.einsum("bhsd,bhtd->bhst", q, k) / math.sqrt(q.shape[-1])
+    if softcap is not None:
+        scores = softcap * jnp.tanh(scores / softcap)
+    if keep is not None:
+        scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
+    return jnp.einsum("bhst,bhtd->bhsd", jax.nn.softmax(scores, axis=-1), v)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kv_heads=st.sampled_from([1, 2, 4]),
+    length=st.integers(1, 5),
+    slots=st.integers(1, 7),
+    head_dim=st.sampled_from([4, 6]),
+    softcap=st.sampled_from([None, 5.0]),
+    masked=st.sampled_from(["none", "keys", "full"]),
+    seed=st.integers(0, 100),
+)
+def test_written_out_attention_is_onnx_attention(
+    kv_heads, length, slots, head_dim, softcap, masked, seed
+):
+    """GQA heads read unrepeated, the scale, the soft-cap and a mask (broadcast over the
+    queries, or one per query; rows masked everywhere included: JAX averages the values);
+    compared with JAX at float32 tolerance."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((2, 4, length, head_dim), np.float32) * 3
+    k, v = (rng.standard_normal((2, kv_heads, slots, head_dim), np.float32) for _ in "kv")
+    shape = {"none": None, "keys": (2, 1, 1, slots), "full": (2, 4, length, slots)}[masked]
+    keep = None if shape is None else rng.random(shape) < 0.6
+
+    def f(q, k, v, *mask):
+        return _attend(q, k, v, mask[0] if mask else None, softcap)
+
+    model = assert_exports_match_on(f, q, k, v, *([] if keep is None else [keep]), opset=23)
+    ops = op_types(model)
+    if slots > 1:  # (one slot: the keys' transpose is a Reshape, left written out)
+        assert ops.count("Attention") == 1 and "Softmax" not in ops, ops
+
+
+def test_attention_is_left_written_out_below_opset_23():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 3, 4), np.float32) for _ in "qkv")
+    model = assert_exports_match_on(lambda q, k, v: _attend(q, k, v, None, None), q, k, v)
+    assert "Attention" not in op_types(model) and "Softmax" in op_types(model)
+
+
+def test_attention_weights_read_elsewhere_stay_written_out():
+    """The softmax is a result too: nothing is fused (the op does not return it)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 3, 4), np.float32) for _ in "qkv")
+
+    def f(q, k, v):
+        weights = jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) * 0.5, axis=-1)
+        return weights @ v, weights
+
+    assert "Attention" not in op_types(assert_exports_match_on(f, q, k, v, opset=23))
+
+
+def _rope(x, positions, theta=10000.0):
+    half = x.shape[-1] // 2
+    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions[:, None, :, None].astype(jnp.float32) * freqs
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+@pytest.mark.parametrize("head_dim", [2, 8])
+def test_rotate_half_is_rotary_embedding_from_opset_23(opset, head_dim):
+    rng = np.random.default_rng(head_dim)
+    x = rng.standard_normal((2, 3, 5, head_dim), np.float32)
+    positions = rng.integers(0, 50, (2, 5)).astype(np.int32)
+    model = assert_exports_match_on(_rope, x, positions, opset=opset)
+    ops = op_types(model)
+    assert ops.count("RotaryEmbedding") == (opset >= 23), ops
+    if opset >= 23:
+        assert "Concat" not in ops and "Sub" not in ops, ops
+
+
+def test_rotation_of_other_halves_is_left_written_out():
+    """``x2 * cos + x1 * sin`` first is another rotation (the sign flips): not fused."""
+
+    def f(x, positions):
+        half = x.shape[-1] // 2
+        angles = positions[:, None, :, None].astype(jnp.float32) * jnp.arange(1.0, half + 1)
+        cos, sin = jnp.cos(angles), jnp.sin(angles)
+        x1, x2 = x[..., :half], x[..., half:]
+        return jnp.concatenate([x2 * cos - x1 * sin, x1 * cos + x2 * sin], axis=-1)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 3, 4), np.float32)
+    positions = np.arange(3, dtype=np.int32)[None]
+    assert "RotaryEmbedding" not in op_types(assert_exports_match_on(f, x, positions, opset=23))
