@@ -27,6 +27,7 @@ import numpy as np
 
 from jax2onnx_nn.core.api import to_onnx
 from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.genai.opset import decoder_opset
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -144,7 +145,9 @@ def export_decoder(
             ``[B, total_sequence_length]``) and the config says
             ``past_present_share_buffer: true``, so onnxruntime-genai keeps one buffer per
             layer instead of a growing one.
-        options: export options of :func:`~jax2onnx_nn.to_onnx` (``opset``, ``target``, ...).
+        options: export options of :func:`~jax2onnx_nn.to_onnx` (``opset``, ``target``, ...);
+            ``opset`` defaults to the newest at which the target runs ONNX ``Attention`` with its
+            kernel (:func:`~jax2onnx_nn.genai.opset.decoder_opset`: 24 for onnxruntime).
 
     Returns:
         A :class:`DecoderExport` (folder, model path, the config written, the layout used).
@@ -181,6 +184,8 @@ def export_decoder(
     folder.mkdir(parents=True, exist_ok=True)
     model_path = folder / "model.onnx"
     options.setdefault("model_name", "decoder")
+    if options.get("opset") is None:
+        options["opset"] = decoder_opset(options.get("target"))
     if share_buffer:
         bounds: tuple[str, ...] = tuple(
             f"{dim} <= {cache.max_length}" for dim in (BUFFER, TOTAL, SEQUENCE)
