@@ -606,3 +606,29 @@ def test_empty_buffers_are_zeros_of_their_shape(dtype):
     )
     assert [n.op_type for n in model.graph.node][-1] == "ConstantOfShape"
     assert_exports_match(lambda x: x + jax.lax.empty((), np.float32), [(2,)])
+
+
+@given(
+    axis=st.integers(1, 3),
+    length=st.integers(1, 4),
+    start=st.integers(-6, 9),
+    batch=st.integers(1, 3),
+)
+def test_window_along_one_inner_axis_is_tensor_scatter_at_opset_24(axis, length, start, batch):
+    """A KV-cache write (``dynamic_update_slice`` of a window along one axis after the first)
+    is one TensorScatter from opset 24, its start clamped as JAX clamps it (out of range both
+    ways); a splice of Slices and a Concat below."""
+    shape = [batch, 2, 5, 3]
+    window = list(shape)
+    window[axis] = min(length, shape[axis])
+    rng = np.random.default_rng(axis * 100 + length)
+    x = rng.standard_normal(shape).astype(np.float32)
+    update = rng.standard_normal(window).astype(np.float32)
+
+    def f(x, update, i):
+        return lax.dynamic_update_slice(x, update, tuple(i if a == axis else 0 for a in range(4)))
+
+    for opset in (21, 24):
+        model = assert_exports_match_on(f, x, update, np.int32(start), opset=opset)
+        scattered = "TensorScatter" in op_types(model)
+        assert scattered == (opset >= 24 and window[axis] != shape[axis]), op_types(model)

@@ -302,7 +302,17 @@ def _dynamic_slice(
 
 @lowering(
     "dynamic_update_slice",
-    onnx_ops=("Slice", "Concat", "Min", "Max", "Add", "Cast", "Unsqueeze"),
+    onnx_ops=(
+        "Slice",
+        "Concat",
+        "Min",
+        "Max",
+        "Add",
+        "Cast",
+        "Unsqueeze",
+        "TensorScatter",
+        "Expand",
+    ),
     key_data=True,
 )
 def _dynamic_update_slice(
@@ -313,12 +323,27 @@ def _dynamic_update_slice(
     if not axes:  # the update covers the whole operand
         return update
     index_avals = ctx.avals_in[2:]
+    if len(axes) == 1 and axes[0] > 0 and ctx.has_kernel("TensorScatter"):
+        return _tensor_scatter(ctx, x, update, axes[0], starts[axes[0]], index_avals[axes[0]])
     # clamped one axis at a time: _splice wants each start on its own
     clamped = [
         _clamped_starts(ctx, [starts[a]], [index_avals[a]], [shape[a] - window[a]]) for a in axes
     ]
     begins = [b[0] if isinstance(b, list) else b for b in clamped]
     return _splice(ctx, x, update, axes, begins, [window[a] for a in axes])
+
+
+def _tensor_scatter(
+    ctx: LoweringContext, x: ir.Value, update: ir.Value, axis: int, start: ir.Value, aval: Any
+) -> ir.Value:
+    """A window along one axis after the first (a KV cache written at its slot): ONNX
+    ``TensorScatter`` (opset 24), one node where the splice is three, the clamped start
+    repeated for each row of the first axis (its ``write_indices``)."""
+    shape, window = ctx.aval_in.shape, ctx.avals_in[1].shape
+    begin = _clamped_starts(ctx, [start], [aval], [shape[axis] - window[axis]])
+    rows = ctx.ints(begin) if isinstance(begin, list) else begin
+    indices = ctx.expand(rows, [shape[0]])
+    return ctx.op.TensorScatter(x, update, indices, axis=axis)
 
 
 def _splice(

@@ -436,6 +436,8 @@ PROFILE = Target(
         "(not a fixed number of steps) has no exact Scan form: export with loop_bound=N "
         "(CLI: --loop-bound N) to write it as a Scan of at most N steps (float results NaN "
         "where N steps do not finish it), or write it as a fori_loop or scan (of static "
-        "or traced length)"
+        "or traced length)",
+        "TensorScatter": "tract 0.23 cannot translate TensorScatter (opset 24): 'Operator can "
+        "not be made a TypedOp'; export at opset 23 or below",
     },
 )
