@@ -341,7 +341,7 @@ def _tensor_scatter(
     repeated for each row of the first axis (its ``write_indices``)."""
     shape, window = ctx.aval_in.shape, ctx.avals_in[1].shape
     begin = _clamped_starts(ctx, [start], [aval], [shape[axis] - window[axis]])
-    rows = ctx.ints(begin) if isinstance(begin, list) else begin
+    rows = ctx.index_vector(begin) if isinstance(begin, list) else begin
     indices = ctx.expand(rows, [shape[0]])
     return ctx.op.TensorScatter(x, update, indices, axis=axis)
 
