@@ -112,7 +112,9 @@ def attention(node: ir.Node, edit: Editor) -> Replacement:
     What JAX computes is kept exactly as :func:`~jax2onnx_nn.core.layers.attention.
     attention_op` keeps it: the mask goes in as floats added to the logits, ``0`` where kept
     and JAX's ``fill`` elsewhere (a logit plus ``fill`` rounds to ``fill``), so a row masked
-    everywhere averages the values as JAX's does (ONNX's boolean mask gives zeros there)."""
+    everywhere averages the values as JAX's does (ONNX's boolean mask gives zeros there).
+    Where a batch or length may be 0 at run time the op sits in an ``If`` (onnxruntime refuses
+    it there), whose other branch gives JAX's zeros."""
     out = node.outputs[0]
     if out.dtype not in _FLOATS or out.shape is None or len(out.shape) != 4:
         return None
@@ -139,7 +141,24 @@ def attention(node: ir.Node, edit: Editor) -> Replacement:
     attrs: dict[str, Any] = {"scale": float(scale)}
     if softcap is not None:
         attrs["softcap"] = float(softcap)
-    return edit.op("Attention", q, k, v, mask, **attrs)
+    tests = _length_tests(edit, node, [(q, 0), (q, 2), (k, 2)])
+    if tests is None:
+        return None
+    if not tests:
+        return edit.op("Attention", q, k, v, mask, **attrs)
+    return _unless_empty(
+        edit,
+        tests,
+        q,
+        v,
+        ir.Node(
+            "",
+            "Attention",
+            [q, k, v, mask],
+            ir.convenience.convert_attributes(attrs),
+            name=f"{node.name}/Attention",
+        ),
+    )
 
 
 def _fits(q: ir.Value, k: ir.Value, v: ir.Value, out: ir.Value) -> bool:
@@ -204,3 +223,78 @@ def _refilled(edit: Editor, given: ir.Value, value: np.ndarray) -> ir.Value:
     array = constant_array(given)
     assert array is not None  # (_fill read it)
     return edit.const(np.full(array.shape, value, array.dtype))
+
+
+def _length_tests(
+    edit: Editor, node: ir.Node, dims: list[tuple[ir.Value, int]]
+) -> list[ir.Value] | None:
+    """The batch and lengths that may be 0 at run time, each as a 1-element tensor (read from
+    a graph input of that dim where there is one: one read for every layer); None where one is
+    0 (nothing to fuse). onnxruntime's Attention refuses a batch or a length of 0."""
+    inputs = node.graph.inputs if node.graph is not None else []
+    tests = []
+    for value, axis in dims:
+        assert value.shape is not None
+        dim = value.shape[axis]
+        if isinstance(dim, int):
+            if dim == 0:
+                return None
+            continue
+        source = next(
+            (
+                (given, i)
+                for given in inputs
+                if given.shape is not None
+                for i, d in enumerate(given.shape)
+                if same_dim(d, dim)
+            ),
+            (value, axis),
+        )
+        tests.append(edit.op("Shape", source[0], start=source[1], end=source[1] + 1))
+    return tests
+
+
+def _unless_empty(
+    edit: Editor, tests: list[ir.Value], q: ir.Value, v: ir.Value, attention: ir.Node
+) -> ir.Value:
+    """``attention``'s result, or zeros where a batch or length of ``tests`` is 0 (JAX's
+    result there: empty, or a sum over no keys), one ``If``."""
+    sizes = tests[0] if len(tests) == 1 else edit.op("Concat", *tests, axis=0)
+    least = edit.op("ReduceMin", sizes, keepdims=0)
+    full = edit.op("Greater", least, edit.const(np.zeros((), np.int64)))
+    (y,) = attention.outputs
+    then = ir.Graph([], [y], nodes=[attention], name=f"{attention.name}/then")
+    shape_nodes = [
+        ir.Node("", "Shape", [q], ir.convenience.convert_attributes({"start": 0, "end": 3})),
+        ir.Node("", "Shape", [v], ir.convenience.convert_attributes({"start": 3, "end": 4})),
+    ]
+    zero = ir.Node(
+        "",
+        "Constant",
+        [],
+        ir.convenience.convert_attributes(
+            {"value": ir.tensor(np.zeros((), v.dtype.numpy() if v.dtype else np.float32))}
+        ),
+    )
+    shape = ir.Node(
+        "",
+        "Concat",
+        [n.outputs[0] for n in shape_nodes],
+        ir.convenience.convert_attributes({"axis": 0}),
+    )
+    zeros = ir.Node("", "Expand", [zero.outputs[0], shape.outputs[0]])
+    otherwise = ir.Graph(
+        [],
+        [zeros.outputs[0]],
+        nodes=[*shape_nodes, zero, shape, zeros],
+        name=f"{attention.name}/else",
+    )
+    y.name, zeros.outputs[0].name = f"{attention.name}_output", f"{attention.name}_empty"
+    for name, value in (
+        (f"{attention.name}/Shape_q", shape_nodes[0].outputs[0]),
+        (f"{attention.name}/Shape_v", shape_nodes[1].outputs[0]),
+        (f"{attention.name}/zero", zero.outputs[0]),
+        (f"{attention.name}/shape", shape.outputs[0]),
+    ):
+        value.name = name
+    return edit.op("If", full, then_branch=then, else_branch=otherwise)

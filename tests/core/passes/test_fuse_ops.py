@@ -54,7 +54,7 @@ def test_written_out_attention_is_onnx_attention(
         return _attend(q, k, v, mask[0] if mask else None, softcap)
 
     model = assert_exports_match_on(f, q, k, v, *([] if keep is None else [keep]), opset=23)
-    ops = op_types(model)
+    ops = op_types(model, nested=True)
     if slots > 1:  # (one slot: the keys' transpose is a Reshape, left written out)
         assert ops.count("Attention") == 1 and "Softmax" not in ops, ops
 
@@ -114,3 +114,26 @@ def test_rotation_of_other_halves_is_left_written_out():
     x = rng.standard_normal((1, 2, 3, 4), np.float32)
     positions = np.arange(3, dtype=np.int32)[None]
     assert "RotaryEmbedding" not in op_types(assert_exports_match_on(f, x, positions, opset=23))
+
+
+@pytest.mark.parametrize("empty", ["batch", "queries", "keys", "none"])
+def test_fused_attention_of_symbolic_batch_or_length_0_gives_jax_zeros(empty):
+    """onnxruntime refuses an Attention of batch or length 0: an If gives JAX's result there
+    (empty, or a sum over no keys: zeros)."""
+    from jax2onnx_nn import to_onnx
+    from jax2onnx_nn.core.verify import run_onnx
+
+    def f(q, k, v):
+        return _attend(q, k, v, None, None)
+
+    specs = [(("B", 4, "T", 8), np.float32), *[(("B", 2, "S", 8), np.float32)] * 2]
+    model = to_onnx(f, specs, opset=23)
+    assert "Attention" in op_types(model, nested=True) and "Softmax" not in op_types(model)
+    b, t, s = {"batch": (0, 3, 5), "queries": (2, 0, 5), "keys": (2, 3, 0), "none": (2, 3, 5)}[
+        empty
+    ]
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((b, 4, t, 8), np.float32)
+    k, v = (rng.standard_normal((b, 2, s, 8), np.float32) for _ in "kv")
+    (got,) = run_onnx(model, [q, k, v])
+    np.testing.assert_allclose(got, np.asarray(f(q, k, v)), rtol=1e-5, atol=1e-6)
