@@ -143,3 +143,64 @@ def test_core_names_no_framework_adapter():
     graph = import_graph()
     core = [m for m in graph if m.startswith("jax2onnx_nn.core")]
     assert all(not t.startswith(tuple(adapters)) for m in core for t in graph[m])
+
+
+MAX_LINES = 800
+
+
+def long_modules(package: pathlib.Path = PACKAGE) -> list[str]:
+    """``path: lines`` for each module of ``package`` longer than :data:`MAX_LINES`."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES:
+            found.append(f"{path.relative_to(package.parent).as_posix()}: {lines}")
+    return found
+
+
+def test_no_module_is_longer_than_800_lines():
+    # a module that long holds more than one idea: split it along its seams (a package of
+    # one module per family, as equinox/coarse/ and core/jax_nn/ are)
+    assert long_modules() == []
+
+
+def test_a_long_module_would_be_found(tmp_path):
+    package = tmp_path / "jax2onnx_nn"
+    (package / "core").mkdir(parents=True)
+    (package / "core" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (package / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert long_modules(package) == [f"jax2onnx_nn/core/long.py: {MAX_LINES + 1}"]
+
+
+JAX_INTERNALS = "jax2onnx_nn.core.jax_internals"
+
+
+def jax_private_imports(tree: ast.AST, package: str) -> list[str]:
+    """What a module imports from JAX's private ``jax._src`` (imports anywhere in it)."""
+    found = []
+    for _, base, names in _imports(tree, package):
+        if base == "jax._src" or base.startswith("jax._src."):
+            found.append(base)
+        elif base == "jax" and "_src" in names:
+            found.append("jax._src")
+    return found
+
+
+def test_only_jax_internals_touches_jax_internals():
+    # every use of JAX internals lives in core/jax_internals.py (one module for JAX 0.10 and
+    # 0.12): a JAX upgrade touches that module only
+    users = {}
+    for name, path in _modules().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        users[name] = jax_private_imports(ast.parse(path.read_text()), package)
+    assert users.pop(JAX_INTERNALS)
+    assert {name: found for name, found in users.items() if found} == {}
+
+
+def test_an_import_of_jax_internals_would_be_found():
+    text = (
+        "from jax import _src\ndef f():\n    from jax._src.lax import lax\nimport jax._src.core\n"
+    )
+    found = jax_private_imports(ast.parse(text), "jax2onnx_nn")
+    assert sorted(found) == ["jax._src", "jax._src.core", "jax._src.lax"]
+    assert jax_private_imports(ast.parse("import jax.extend\nfrom jax import lax\n"), "x") == []

@@ -25,6 +25,7 @@ from jax2onnx_nn.core.runtimes import open_session
 from jax2onnx_nn.core.signature import LoadedModel, ModelLike, ModelSignature, load_model
 from jax2onnx_nn.core.specs import parse_specs
 from jax2onnx_nn.core.targets import TARGETS
+from jax2onnx_nn.core.widened import eval_widened
 
 DEFAULT_SIZE = 3
 
@@ -316,7 +317,7 @@ def _float32_reference(fn: Callable[..., Any], args: Any, kwargs: Any) -> list[A
         return fn(*a, **k)
 
     try:
-        return [np.asarray(v) for v in jxi.eval_widened(flat_fn, leaves, LOW_FLOATS)]
+        return [np.asarray(v) for v in eval_widened(flat_fn, leaves, LOW_FLOATS)]
     except Exception:  # the reference is extra information: never fail verify for it
         return None
 

@@ -1,6 +1,6 @@
 """The Equinox side of an export session (see ``core/patching.py``).
 
-For the duration of one export: the coarse-op patches of ``coarse.py`` are applied (each
+For the duration of one export: the coarse-op patches of ``coarse/`` are applied (each
 Equinox layer call becomes one coarse ONNX op where the call is modelled); the modules the
 exported callable holds are replaced by copies in inference mode (``eqx.nn.inference_mode``;
 training mode if asked), so the user's modules are never changed; their arrays are named by

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx_nn.core import jax_nn, reach
+from jax2onnx_nn.core import reach
+from jax2onnx_nn.core.jax_nn.namespaces import substitute
 
 Convert = Callable[[Any], Any]
 
@@ -45,7 +46,7 @@ def export_copy(tree: Any, training: bool) -> Any:
 def _for_export(leaf: Any) -> Any:
     if isinstance(leaf, np.ndarray):
         return jnp.asarray(leaf)
-    return jax_nn.substitute(leaf) if callable(leaf) else leaf
+    return substitute(leaf) if callable(leaf) else leaf
 
 
 def _holds(value: Any) -> bool:

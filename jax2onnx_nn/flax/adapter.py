@@ -1,7 +1,7 @@
 """The Flax side of an export session (see ``core/patching.py``), active once any part of
 Flax is imported.
 
-For the duration of one export: the coarse-op patches of ``coarse.py`` are applied, and the
+For the duration of one export: the coarse-op patches of ``coarse/`` are applied, and the
 wrappers of ``flags.py`` that let a Dropout / BatchNorm mode flag (nnx and Linen) be a graph
 input; when the
 exported callable is a module (or a bound method of one), or reaches modules (a lambda or
@@ -21,8 +21,9 @@ from typing import Any
 
 from flax import nnx
 
-from jax2onnx_nn.core import jax_nn, reach
+from jax2onnx_nn.core import reach
 from jax2onnx_nn.core.config import ExportConfig
+from jax2onnx_nn.core.jax_nn.namespaces import substitute
 from jax2onnx_nn.core.patching import Prepared, patches
 from jax2onnx_nn.flax import coarse, flags, linen, linen_coarse  # noqa: F401 (linen_coarse: its patches)
 from jax2onnx_nn.flax.functions import ModulePaths, linen_functions
@@ -146,7 +147,7 @@ def _for_export(training: bool) -> Callable[[nnx.Module], None]:
             if hasattr(module, name):
                 setattr(module, name, value)
         for name, value in list(vars(module).items()):
-            new = jax_nn.substitute(value) if callable(value) else value
+            new = substitute(value) if callable(value) else value
             if new is not value:
                 setattr(module, name, new)
 

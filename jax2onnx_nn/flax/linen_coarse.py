@@ -27,7 +27,7 @@ from flax.linen import attention as linen_attention
 from flax.linen import dtypes as linen_dtypes
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core import jax_nn
+from jax2onnx_nn.core.jax_nn.in_place import patched_in_place
 from jax2onnx_nn.core.layers.attention import attention, lowest_mask_value
 from jax2onnx_nn.core.layers.conv import conv_pads, conv_transpose_padding, conv_transpose_pads
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
@@ -543,7 +543,7 @@ def _linen_attention(ctx: LoweringContext, ops: Operands, *, query_divisor: floa
 def patched_functions() -> Iterator[None]:
     """For one export: ``flax.linen.dot_product_attention`` as its coarse op however it is
     reached (a module's ``attention_fn`` field holds the function object itself)."""
-    with jax_nn.patched_in_place(linen_attention.dot_product_attention, _linen_attention_handler):
+    with patched_in_place(linen_attention.dot_product_attention, _linen_attention_handler):
         yield
 
 

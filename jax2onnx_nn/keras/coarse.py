@@ -28,7 +28,8 @@ import onnx_ir as ir
 from keras.src.backend import get_keras_mask
 from keras.src.backend.common.variables import AutocastScope
 
-from jax2onnx_nn.core import jax_nn, kernels
+from jax2onnx_nn.core import kernels
+from jax2onnx_nn.core.jax_nn.activations import ACTIVATIONS
 from jax2onnx_nn.core.layers.conv import conv, conv_pads
 from jax2onnx_nn.core.layers.dense import dense
 from jax2onnx_nn.core.layers.norm import group_norm, layer_norm, rms_norm, weight_or_fill
@@ -113,9 +114,7 @@ _ACTIVATIONS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
     "softplus": ("softplus", ()),
 }
 _ACTIVATION_OPS = tuple(
-    dict.fromkeys(
-        op for name, _ in _ACTIVATIONS.values() for op in jax_nn.ACTIVATIONS[name].onnx_ops
-    )
+    dict.fromkeys(op for name, _ in _ACTIVATIONS.values() for op in ACTIVATIONS[name].onnx_ops)
 )
 
 
@@ -135,7 +134,7 @@ def _activate(ctx: LoweringContext, y: ir.Value, name: str) -> Any:
     if not name:
         return y
     jax_name, config = _ACTIVATIONS[name]
-    activation = jax_nn.ACTIVATIONS[jax_name]
+    activation = ACTIVATIONS[jax_name]
     dtype = y.dtype.numpy() if y.dtype is not None else None
     if dtype not in activation.dtypes or ctx.opset < activation.min_opset:
         return NotApplicable

@@ -1,4 +1,4 @@
-"""``jax.nn`` activations and attention as coarse ops in plain JAX exports (core/jax_nn.py):
+"""``jax.nn`` activations and attention as coarse ops in plain JAX exports (core/jax_nn/):
 one ONNX op per call, under ``jax.vmap`` too, and the lax path for what the op does not model."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from jax2onnx_nn import to_onnx
-from jax2onnx_nn.core.jax_nn import ACTIVATIONS, substitute
+from jax2onnx_nn.core.jax_nn.activations import ACTIVATIONS
+from jax2onnx_nn.core.jax_nn.namespaces import substitute
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on, op_types
 
 ELEMENTWISE = sorted(name for name, a in ACTIVATIONS.items() if "axis" not in a.config)

@@ -13,7 +13,7 @@ from flax import nnx
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from jax2onnx_nn.core.jax_nn import ACTIVATIONS
+from jax2onnx_nn.core.jax_nn.activations import ACTIVATIONS
 from jax2onnx_nn.testing import op_types, sizes_for
 from tests.flax.helpers import assert_module_matches, node_ops
 from tests.jax_facts import conv_crop_wrong

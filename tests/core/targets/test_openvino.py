@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx_nn.core.targets import common, openvino
+from jax2onnx_nn.core.targets import common, openvino, openvino_loops, openvino_uint32
 from tests.core.targets.rewrite_check import assert_needed, exported, needs, scan_node
 
 pytestmark = needs("openvino")
@@ -63,7 +63,7 @@ def test_reduce_extremes_of_infinities() -> None:
 def test_uint32_as_int32() -> None:
     assert_needed(
         "openvino",
-        openvino.uint32_as_int32,
+        openvino_uint32.uint32_as_int32,
         lambda a, b: (a + b, a > b, a % b),
         [((4,), "uint32"), ((4,), "uint32")],
         [U32_A, U32_B],
@@ -127,7 +127,7 @@ def _nested(x: jax.Array) -> jax.Array:
 
 def test_nested_scans_as_loops() -> None:
     x = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
-    assert_needed("openvino", openvino.nested_scans_as_loops, _nested, [(3, 4)], [x])
+    assert_needed("openvino", openvino_loops.nested_scans_as_loops, _nested, [(3, 4)], [x])
 
 
 def test_empty_constants_as_constant_of_shape() -> None:
@@ -147,7 +147,7 @@ def _scaled_rows(xs: jax.Array, y: jax.Array) -> jax.Array:
 
 def test_scan_captures_as_states() -> None:
     specs = [(4, 3), (3,)]
-    left_out = (openvino.scan_captures_as_states,)
+    left_out = (openvino_loops.scan_captures_as_states,)
     before = scan_node(exported("openvino", left_out, _scaled_rows, specs).graph)
     after = scan_node(exported("openvino", (), _scaled_rows, specs).graph)
     # y is a state of the Scan now, passed on by an Identity in the body
