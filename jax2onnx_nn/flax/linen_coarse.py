@@ -17,6 +17,7 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -44,6 +45,7 @@ from jax2onnx_nn.core.patching import (
     overrides_nothing,
 )
 from jax2onnx_nn.flax import coarse  # noqa: F401 (the rules of the primitives bound here)
+from jax2onnx_nn.flax.coarse.common import canonical_axes
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _ALLOWED_OVERRIDES = frozenset({"__init__", "__init_subclass__", "__call__", "__post_init__"})
@@ -133,8 +135,8 @@ def _dense_general_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if (
         not isinstance(features, int)
         or not x.ndim >= 1
-        or _canonical_axes(module.axis, x.ndim) != (x.ndim - 1,)
-        or _canonical_axes(module.batch_dims, x.ndim) != ()
+        or canonical_axes(module.axis, x.ndim) != (x.ndim - 1,)
+        or canonical_axes(module.batch_dims, x.ndim) != ()
         or module.precision is not None
         or module.dot_general is not None
         or module.dot_general_cls is not None
@@ -155,41 +157,68 @@ def _per_axis(v: Any, n: int) -> tuple[int, ...] | None:
     return v if len(v) == n and all(isinstance(i, int) and i >= 1 for i in v) else None
 
 
-def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+@dataclass(frozen=True)
+class _ConvCall:
+    """What a call of Linen's Conv or ConvTranspose gives both coarse ops."""
+
+    x: Any
+    params: Mapping[str, Any]
+    kernel_size: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilation: tuple[int, ...]
+    padding: Any  # "SAME", "VALID" or explicit pads
+
+
+def _conv_call(module: Any, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The :class:`_ConvCall` of a plain ``cls`` (``linen.Conv`` / ``linen.ConvTranspose``)
+    call; ``NotApplicable`` for what the coarse ops do not model (an unbatched input, a mask,
+    a precision, custom promotion, CIRCULAR padding...: the body)."""
     x = _x(args, kwargs)
-    params = (
-        None if x is NotApplicable else _params(module, linen.Conv, {"kernel", "bias"}, {"kernel"})
-    )
+    params = None if x is NotApplicable else _params(module, cls, {"kernel", "bias"}, {"kernel"})
     if params is None or not _same_dtypes(module, x, params) or not _default_promote(module):
         return NotApplicable
     kernel_size = (
         (module.kernel_size,) if isinstance(module.kernel_size, int) else tuple(module.kernel_size)
     )
     n = len(kernel_size)
-    if x.ndim != n + 2 or module.mask is not None or module.precision is not None:
-        return NotApplicable  # (an unbatched input: the body)
-    if module.conv_general_dilated is not None or module.conv_general_dilated_cls is not None:
+    if (
+        x.ndim != n + 2
+        or module.mask is not None
+        or module.precision is not None
+        or module.use_bias != ("bias" in params)
+        or params["kernel"].shape[:n] != kernel_size
+    ):
         return NotApplicable
-    if module.use_bias != ("bias" in params) or params["kernel"].shape[:n] != kernel_size:
-        return NotApplicable
-    strides, input_dilation, dilation = (
-        _per_axis(v, n) for v in (module.strides, module.input_dilation, module.kernel_dilation)
-    )
-    if strides is None or dilation is None or input_dilation != (1,) * n:
+    strides, dilation = _per_axis(module.strides, n), _per_axis(module.kernel_dilation, n)
+    if strides is None or dilation is None:
         return NotApplicable
     padding = module.padding
     if isinstance(padding, str) and padding.upper() not in ("SAME", "VALID"):
         return NotApplicable  # CIRCULAR, CAUSAL, REFLECT...: Linen pads the input itself
-    pads = conv_pads(padding, x.shape[1:-1], kernel_size, strides, dilation)
+    return _ConvCall(x, params, kernel_size, strides, dilation, padding)
+
+
+def _conv_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
+    call = _conv_call(module, linen.Conv, args, kwargs)
+    if call is NotApplicable:
+        return NotApplicable
+    n = len(call.kernel_size)
+    if module.conv_general_dilated is not None or module.conv_general_dilated_cls is not None:
+        return NotApplicable
+    if _per_axis(module.input_dilation, n) != (1,) * n:
+        return NotApplicable
+    pads = conv_pads(
+        call.padding, call.x.shape[1:-1], call.kernel_size, call.strides, call.dilation
+    )
     if pads is None:
         return NotApplicable
     return CoarseCall(
         "nnx_conv",
-        inputs={"x": x},
-        weights={"kernel": params["kernel"], "bias": params.get("bias")},
+        inputs={"x": call.x},
+        weights={"kernel": call.params["kernel"], "bias": call.params.get("bias")},
         params={
-            "strides": strides,
-            "dilations": dilation,
+            "strides": call.strides,
+            "dilations": call.dilation,
             "pads": pads,
             "group": int(module.feature_group_count),
         },
@@ -349,55 +378,19 @@ def _attend_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-def _canonical_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
-    axes = (
-        (axes,)
-        if isinstance(axes, int)
-        else tuple(axes)
-        if isinstance(axes, (tuple, list))
-        else None
-    )
-    if axes is None or not all(isinstance(a, int) and -rank <= a < rank for a in axes):
-        return None
-    return tuple(sorted(a % rank for a in axes))
-
-
 def _conv_transpose_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _x(args, kwargs)
-    params = (
-        None
-        if x is NotApplicable
-        else _params(module, linen.ConvTranspose, {"kernel", "bias"}, {"kernel"})
-    )
-    if params is None or not _same_dtypes(module, x, params) or not _default_promote(module):
+    call = _conv_call(module, linen.ConvTranspose, args, kwargs)
+    if call is NotApplicable or module.preferred_element_type is not None:
         return NotApplicable
-    kernel_size = (
-        (module.kernel_size,) if isinstance(module.kernel_size, int) else tuple(module.kernel_size)
-    )
-    n = len(kernel_size)
-    if (
-        x.ndim != n + 2
-        or module.mask is not None
-        or module.precision is not None
-        or module.preferred_element_type is not None
-        or module.use_bias != ("bias" in params)
-        or params["kernel"].shape[:n] != kernel_size
-    ):
-        return NotApplicable
-    strides, dilation = _per_axis(module.strides, n), _per_axis(module.kernel_dilation, n)
-    if strides is None or dilation is None:
-        return NotApplicable
-    padding = module.padding
-    if isinstance(padding, str) and padding.upper() not in ("SAME", "VALID"):
-        return NotApplicable  # CIRCULAR: Linen pads the input itself
-    padding = conv_transpose_padding(padding, kernel_size, strides, dilation)
+    kernel_size, strides, dilation = call.kernel_size, call.strides, call.dilation
+    padding = conv_transpose_padding(call.padding, kernel_size, strides, dilation)
     pads = None if padding is None else conv_transpose_pads(padding, kernel_size, strides, dilation)
     if pads is None:
         return NotApplicable
     return CoarseCall(
         "nnx_conv_transpose",
-        inputs={"x": x},
-        weights={"kernel": params["kernel"], "bias": params.get("bias")},
+        inputs={"x": call.x},
+        weights={"kernel": call.params["kernel"], "bias": call.params.get("bias")},
         params={
             "strides": strides,
             "dilations": dilation,
@@ -436,9 +429,9 @@ def _group_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
         num_groups = channels // module.group_size
     if not isinstance(num_groups, int) or num_groups < 1 or channels % num_groups:
         return NotApplicable
-    if module.reduction_axes is not None and _canonical_axes(
-        module.reduction_axes, x.ndim
-    ) != tuple(range(1, x.ndim)):
+    if module.reduction_axes is not None and canonical_axes(module.reduction_axes, x.ndim) != tuple(
+        range(1, x.ndim)
+    ):
         return NotApplicable
     return _group_norm_call(module, x, params, num_groups)
 
