@@ -158,7 +158,7 @@ def export_model(
         jxi.quick_function_names(),
         export_session(fn, config) as prepared,
         kernels.target_kernels(
-            config.target.kernels, missing_types(config.opset, tuple(kernels.SUPPORTED))
+            config.profile.kernels, missing_types(config.opset_version, tuple(kernels.SUPPORTED))
         ),
     ):
         arg_names = _positional_names(fn)
@@ -174,7 +174,7 @@ def export_model(
         traced_at = time.perf_counter()
         names = _input_names(arg_names, traced.in_names, config.input_names)
         builder = GraphBuilder(config.model_name or _callable_name(fn))
-        builder.opset_imports[""] = config.opset
+        builder.opset_imports[""] = config.opset_version
         lowerer = Lowerer(builder, config)
         lowerer.const_names.update(prepared.const_names)
         lowerer.const_names.update(const_names or {})
@@ -193,7 +193,7 @@ def export_model(
     _set_outputs(builder, outs, traced.out_avals, config.output_names)
     model = ir.Model(
         builder.build_graph(),
-        ir_version=ir_version(config.opset),
+        ir_version=ir_version(config.opset_version),
         producer_name="jax2onnx_nn",
         producer_version=_version(),
         functions=[f.function for f in lowerer.functions.values()],
@@ -201,9 +201,9 @@ def export_model(
     model.metadata_props.update(
         {
             "jax2onnx_nn.jax_version": jax.__version__,
-            "jax2onnx_nn.opset": str(config.opset),
+            "jax2onnx_nn.opset": str(config.opset_version),
             "jax2onnx_nn.enable_double_precision": str(config.enable_double_precision),
-            "jax2onnx_nn.target": config.target.name,
+            "jax2onnx_nn.target": config.profile.name,
         }
     )
     lowered_at = time.perf_counter()
@@ -213,11 +213,14 @@ def export_model(
         "inline_functions": 1,
         "fill_missing_types": 2,
     }  # (after the layout, after the rewrites)
-    census = run_pipeline(
-        model, config, lambda stage: stage in marks and progress.update("passes", marks[stage], 3)
-    )
-    _check_target_ops(model, census, config.target, config.opset)
-    check_target_dtypes(model, config.target.lacks_dtypes, config.target.name)
+
+    def on_stage(stage: str) -> None:
+        if stage in marks:
+            progress.update("passes", marks[stage], 3)
+
+    census = run_pipeline(model, config, on_stage)
+    _check_target_ops(model, census, config.profile, config.opset_version)
+    check_target_dtypes(model, config.profile.lacks_dtypes, config.profile.name)
     set_source_locations(model, config.source_locations)  # errors above name absolute paths
     progress.finish()
     model.meta["jax2onnx_nn.progress"] = progress
@@ -247,17 +250,20 @@ def _check_target_ops(model: ir.Model, census: set[str], profile: Target, opset:
             f"target {profile.name} cannot run" if by_target else f"opset {opset} does not define"
         )
         lines = [
-            f"{lacks} {', '.join(sorted(missing))} ({len(missing)} ONNX op(s) this model needs, at opset {opset}); nothing was exported:"
+            f"{lacks} {', '.join(sorted(missing))} ({len(missing)} ONNX op(s) this model needs, at "
+            f"opset {opset}); nothing was exported:"
         ]
         for op, where in sorted(missing.items()):
             places = list(dict.fromkeys(where))
             lines.append(
-                f"  {op} (used {len(where)}x) at {', '.join(places[:5])}{' ...' if len(places) > 5 else ''}"
+                f"  {op} (used {len(where)}x) at "
+                f"{', '.join(places[:5])}{' ...' if len(places) > 5 else ''}"
             )
             if op in profile.lacks:
                 lines.append(f"    ({profile.lacks[op]})")
         lines.append(
-            "Export at a newer opset or for another target, or avoid the JAX operations these lines use."
+            "Export at a newer opset or for another target, or avoid the JAX operations these "
+            "lines use."
         )
         raise ConversionError("\n".join(lines))
 

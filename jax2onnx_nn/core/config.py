@@ -21,7 +21,7 @@ import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -117,7 +117,8 @@ class ExportConfig:
     inputs_as_nchw: tuple[str | int, ...] | None = _option(
         None,
         "graph inputs (names or flat indices) of a channels-last (NHWC) callable to expose "
-        "channels-first (NCHW); the boundary Transposes fold into the first Conv's own where possible.",
+        "channels-first (NCHW); the boundary Transposes fold into the first Conv's own where "
+        "possible.",
     )
     outputs_as_nchw: tuple[str | int, ...] | None = _option(None, "the same for graph outputs.")
     target: str | Target | None = _option(
@@ -143,7 +144,8 @@ class ExportConfig:
         "most this many steps (for runtimes without ONNX ``Loop``: tract). Steps after the "
         "condition turns false change nothing; where it still holds after the last step the "
         "loop's float results are NaN, its integer and bool results the values after the last "
-        "step (a warning names the loop). Loops of a fixed or traced number of steps are unchanged.",
+        "step (a warning names the loop). Loops of a fixed or traced number of steps are "
+        "unchanged.",
     )
     source_locations: bool = _option(
         True,
@@ -193,11 +195,13 @@ class ExportConfig:
             or self.loop_bound < 1
         ):
             raise ValueError(
-                f"loop_bound must be a positive int (the most steps a data-dependent while_loop takes), got {self.loop_bound!r}"
+                "loop_bound must be a positive int (the most steps a data-dependent while_loop "
+                f"takes), got {self.loop_bound!r}"
             )
         if isinstance(self.constraints, str):
             raise SpecError(
-                f"constraints must be a sequence of strings, got the string {self.constraints!r}: write ({self.constraints!r},)"
+                f"constraints must be a sequence of strings, got the string {self.constraints!r}: "
+                f"write ({self.constraints!r},)"
             )
         if self.precision not in ("as-traced", "float32", "float16"):
             raise ValueError(
@@ -205,7 +209,8 @@ class ExportConfig:
             )
         if self.io_dtype not in (None, "model", "float32"):
             raise ValueError(
-                f"io_dtype must be 'model' or 'float32' (or None: the policy's), got {self.io_dtype!r}"
+                "io_dtype must be 'model' or 'float32' (or None: the policy's), got "
+                f"{self.io_dtype!r}"
             )
         normalized = {
             "opset": opset,
@@ -224,6 +229,18 @@ class ExportConfig:
         }
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def profile(self) -> Target:
+        """The target's profile: ``target`` as ``__post_init__`` resolved it (a name, or None
+        for the default, becomes its :class:`Target`)."""
+        return get_target(self.target)
+
+    @property
+    def opset_version(self) -> int:
+        """The ONNX opset the export writes: ``opset`` as ``__post_init__`` resolved it (None
+        becomes the default, or the target's newest if older)."""
+        return cast(int, self.opset)  # __post_init__ stored an int
 
     def replace(self, **changes: Any) -> ExportConfig:
         """A copy with some options changed (validated again)."""

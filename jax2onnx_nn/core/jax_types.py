@@ -9,13 +9,26 @@ holds such dims, or an ``AbstractToken``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeAlias
 
-from jax.extend.core import ClosedJaxpr, JaxprEqn
+from jax.extend.core import ClosedJaxpr, JaxprEqn, Literal, Var
 
 Eqn: TypeAlias = JaxprEqn  # primitive, params, invars, outvars, source_info
 Aval: TypeAlias = Any  # ShapedArray (shape, dtype, weak_type) or AbstractToken
 Dim: TypeAlias = Any  # int, or a symbolic dim expression (jax.export.symbolic_shape)
 Dims: TypeAlias = tuple[Dim, ...]  # an aval's shape
 
-__all__ = ["Aval", "ClosedJaxpr", "Dim", "Dims", "Eqn"]
+
+def aval(atom: Var | Literal) -> Aval:
+    """``atom.aval`` as an :data:`Aval`: JAX annotates it as the abstract base class, which
+    declares neither shape nor dtype."""
+    return atom.aval
+
+
+def avals(atoms: Iterable[Var | Literal]) -> list[Aval]:
+    """The avals of ``atoms`` (an equation's invars or outvars), as :func:`aval`."""
+    return [atom.aval for atom in atoms]
+
+
+__all__ = ["Aval", "ClosedJaxpr", "Dim", "Dims", "Eqn", "aval", "avals"]

@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.core.ir.edit import graph_of
 from jax2onnx_nn.core.ir.walk import all_nodes, graph_nodes
 from jax2onnx_nn.core.signature import model_signature
 
@@ -139,12 +140,16 @@ def fold_transposes(model: ir.Model) -> int:
     folded = 0
     names: _Names | None = None
     for node, in_function in list(all_nodes(model)):
-        if node.graph is None or not _is_transpose(node):
+        graph = node.graph
+        if graph is None or not _is_transpose(node):
             continue
         chain = _elementwise_chain(node.inputs[0])
         if chain is None:
             continue
         first, ops = chain
+        data = first.inputs[0]
+        if data is None:
+            continue
         p1 = _perm(first)
         if not all(_can_permute(op, len(p1), not in_function) for op in ops):
             continue
@@ -152,16 +157,16 @@ def fold_transposes(model: ir.Model) -> int:
         tail = ops[-1].outputs[0] if ops else None
         tail_shape = None if tail is None else tail.shape
         for op in ops:
-            _permute_operands(op, first.outputs[0], first.inputs[0], inverse, model.graph)
+            _permute_operands(op, first.outputs[0], data, inverse, model.graph)
         if tail is not None and (
             tail.is_graph_output() or any(use.node is not node for use in tail.uses())
         ):
             names = names or _Names(model)
-            _restore_layout(tail, tail_shape, p1, node, names)
-        source = ops[-1].outputs[0] if ops else first.inputs[0]
+            _restore_layout(tail, ops[-1], tail_shape, p1, node, names)
+        source = ops[-1].outputs[0] if ops else data
         composed = [p1[p] for p in _perm(node)]
         folded += 1
-        if composed == sorted(composed) and _bypass(node, source):
+        if composed == sorted(composed) and _bypass(node, graph, source):
             continue
         node.replace_input_with(0, source)
         node.attributes["perm"] = ir.AttrInt64s("perm", composed)
@@ -169,14 +174,18 @@ def fold_transposes(model: ir.Model) -> int:
 
 
 def _restore_layout(
-    value: ir.Value, shape: ir.Shape | None, perm: list[int], folded: ir.Node, names: _Names
+    value: ir.Value,
+    producer: ir.Node,
+    shape: ir.Shape | None,
+    perm: list[int],
+    folded: ir.Node,
+    names: _Names,
 ) -> None:
-    """Give every consumer of ``value`` except ``folded`` (other nodes, the graph's or the
-    function's outputs) the layout it had before its producer was rewritten to work on
-    un-transposed data: a ``Transpose(value, perm)`` in front of them. A graph output keeps its
-    name on the restored value."""
-    producer = value.producer()
-    graph = producer.graph
+    """Give every consumer of ``value`` (an output of ``producer``) except ``folded`` (other
+    nodes, the graph's or the function's outputs) the layout it had before its producer was
+    rewritten to work on un-transposed data: a ``Transpose(value, perm)`` in front of them. A
+    graph output keeps its name on the restored value."""
+    graph = graph_of(producer)
     node = ir.Node(
         "",
         "Transpose",
@@ -200,11 +209,11 @@ def _restore_layout(
         restored.name = names.fresh(f"{value.name or 'value'}_restored")
 
 
-def _bypass(node: ir.Node, source: ir.Value) -> bool:
-    """Remove a node computing the identity of ``source``; a graph output it produces is then
-    ``source`` itself, renamed (unless ``source`` is an input or output already)."""
+def _bypass(node: ir.Node, graph: ir.Graph, source: ir.Value) -> bool:
+    """Remove a node of ``graph`` computing the identity of ``source``; a graph output it
+    produces is then ``source`` itself, renamed (unless ``source`` is an input or output
+    already)."""
     output = node.outputs[0]
-    graph = node.graph
     if output.is_graph_output():
         if source.producer() is None or source.is_graph_output() or source.graph is not graph:
             return False
@@ -286,15 +295,21 @@ def _permute_operands(
     constants are permuted by ``inverse`` (new initializers of ``main``), and so is the
     output's shape."""
     for i, value in enumerate(op.inputs):
+        if value is None:
+            continue
         if value is old:
             op.replace_input_with(i, new)
             continue
-        array = None if value is None else _constant(value)
+        array = _constant(value)
         if array is not None and any(d != 1 for d in array.shape):
             full = array.reshape((1,) * (len(inverse) - array.ndim) + array.shape)
             root = value
-            while root.producer() is not None:  # name it after the constant, not the Unsqueeze
-                root = root.producer().inputs[0]
+            # name it after the constant, not the Unsqueeze (whose inputs _constant checked)
+            while (producer := root.producer()) is not None:
+                data = producer.inputs[0]
+                if data is None:
+                    break
+                root = data
             op.replace_input_with(
                 i,
                 _initializer(

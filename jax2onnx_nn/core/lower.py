@@ -32,7 +32,8 @@ from jax2onnx_nn.core.graph import (
     numpy_tensor,
     set_type,
 )
-from jax2onnx_nn.core.jax_types import Aval, ClosedJaxpr, Dim, Dims, Eqn
+from jax2onnx_nn.core.ir.values import numpy_dtype
+from jax2onnx_nn.core.jax_types import Aval, ClosedJaxpr, Dim, Dims, Eqn, avals
 from jax2onnx_nn.core.opset_forms import has_op
 from jax2onnx_nn.core.progress import Progress
 from jax2onnx_nn.core.registry import Registration, lookup
@@ -218,7 +219,7 @@ class Lowerer:
                 ]
             elif data_jaxpr is not None:
                 outs = self.lower_jaxpr(data_jaxpr, inputs, builder)
-            elif registration is not None and registration.min_opset <= self.config.opset:
+            elif registration is not None and registration.min_opset <= self.config.opset_version:
                 result = registration.rule(ctx, *inputs, **eqn.params)
                 outs = [result] if isinstance(result, ir.Value) else list(result)
             elif name in CALL_BODIES or jxi.is_body_primitive(eqn.primitive):
@@ -260,7 +261,7 @@ class Lowerer:
             return None
         if eqn.primitive.name in CALL_BODIES or jxi.subjaxprs_of(eqn.params):
             return None
-        if any(jxi.is_key_dtype(v.aval.dtype) for v in eqn.outvars):
+        if any(jxi.is_key_dtype(aval.dtype) for aval in avals(eqn.outvars)):
             return jxi.data_jaxpr(eqn)
         if complex_pairs.touches_complex(eqn):
             jaxpr = complex_pairs.pairs_jaxpr(eqn)
@@ -401,12 +402,12 @@ class LoweringContext:
 
     @property
     def opset(self) -> int:
-        return self.lowerer.config.opset
+        return self.lowerer.config.opset_version
 
     @property
     def target(self) -> Target:
         """The deployment target's profile (core/targets/): how loops are written, ..."""
-        return self.lowerer.config.target
+        return self.lowerer.config.profile
 
     def has_kernel(self, op: str, domain: str = "") -> bool:
         """Whether the opset defines ONNX op ``op`` and the target runs it with a kernel of its
@@ -425,7 +426,7 @@ class LoweringContext:
     def const(self, value: Any, *, like: Any = None, dtype: Any = None) -> ir.Value:
         """A constant; ``like`` (an ir.Value or aval) gives its dtype."""
         if dtype is None and like is not None:
-            dtype = like.dtype.numpy() if isinstance(like, ir.Value) else onnx_aval(like)[0]
+            dtype = numpy_dtype(like) if isinstance(like, ir.Value) else onnx_aval(like)[0]
         return self.builder.const(np.asarray(value, dtype=dtype))
 
     def dim(self, d: Dim) -> ir.Value:
@@ -460,7 +461,7 @@ class LoweringContext:
         return self.full(aval, 0)
 
     # -- the rule toolkit -----------------------------------------------------------------
-    def ints(self, values: int | Sequence[int]) -> ir.Value:
+    def ints(self, values: int | Sequence[int] | np.ndarray) -> ir.Value:
         """An int64 constant (axes, starts, pads, shapes): a scalar for an int, 1-D for a
         sequence."""
         return self.builder.const(np.asarray(values, dtype=np.int64))
@@ -472,8 +473,9 @@ class LoweringContext:
     def index_vector(self, items: Sequence[Index]) -> ir.Value:
         """A 1-D int64 tensor of indices (static ints and [1]-shaped values); a constant when
         all are static."""
-        if all(not isinstance(i, ir.Value) for i in items):
-            return self.ints([int(i) for i in items])
+        static = [i for i in items if not isinstance(i, ir.Value)]
+        if len(static) == len(items):
+            return self.ints([int(i) for i in static])
         parts = [i if isinstance(i, ir.Value) else self.ints([i]) for i in items]
         return parts[0] if len(parts) == 1 else self.op.Concat(*parts, axis=0)
 
@@ -666,8 +668,10 @@ class LoweringContext:
             and "perm" in producer.attributes
         ):
             inner = list(producer.attributes["perm"].value)
-            if len(inner) == len(perm) and [inner[p] for p in perm] == list(range(len(perm))):
-                return producer.inputs[0]
+            source = producer.inputs[0]
+            undone = len(inner) == len(perm) and [inner[p] for p in perm] == list(range(len(perm)))
+            if undone and source is not None:
+                return source
         return self.op.Transpose(x, perm=perm)
 
     def lower_sub(
@@ -694,7 +698,8 @@ def _rule_bug(eqn: Eqn, what: str) -> ConversionError:
     registered lowering), reported as what, where and what to do, not as an assertion."""
     where = jxi.source_line(eqn) or jxi.source_line(eqn, library_ok=True) or "<unknown location>"
     return ConversionError(
-        f"internal error: the lowering of {eqn.primitive.name} at {where} {what}; nothing was exported. "
-        "This is a bug in jax2onnx_nn (or in a lowering passed with lowerings=): please report it with "
-        "this message. Casting that operation's inputs to another dtype may avoid it meanwhile"
+        f"internal error: the lowering of {eqn.primitive.name} at {where} {what}; nothing was "
+        "exported. This is a bug in jax2onnx_nn (or in a lowering passed with lowerings=): "
+        "please report it with this message. Casting that operation's inputs to another dtype "
+        "may avoid it meanwhile"
     )

@@ -25,6 +25,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import kernels
 from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.core.ir.values import dtype_of
 from jax2onnx_nn.core.ir.walk import graphs
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 
@@ -111,7 +112,7 @@ def widen_operand(
         return value
     if not weight:
         return ctx.cast(value, _F32)
-    low = dtype if is_low_float(dtype) else call_dtype
+    low = call_dtype if call_dtype is not None and not is_low_float(dtype) else dtype
     return ctx.derived_weight(
         value,
         ("float32 via", low.name),
@@ -241,7 +242,7 @@ def float32_boundary(
     found: dict[str, list[str]] = {}
     for value in [*graph.inputs, *graph.outputs]:
         name = value.dtype.name.lower() if value.dtype is not None else None
-        if name in lacks_io_dtypes:
+        if name is not None and name in lacks_io_dtypes:
             found.setdefault(name, []).append(value.name or "?")
     if found and io_dtype == "model":
         lines = [
@@ -323,9 +324,10 @@ def _converted_tensor(tensor: Any, target: ir.DataType, name: str | None) -> ir.
                 import warnings
 
                 warnings.warn(
-                    f"precision='float16': weight {name!r} has {int(over.sum())} values beyond float16's "
-                    f"range (max |value| {float(np.abs(array[finite]).max()):.4g} > 65504); they are clipped "
-                    "to +-65504. Export with precision='float32' to keep them.",
+                    f"precision='float16': weight {name!r} has {int(over.sum())} values beyond "
+                    "float16's range (max |value| "
+                    f"{float(np.abs(array[finite]).max()):.4g} > 65504); they are clipped to "
+                    "+-65504. Export with precision='float32' to keep them.",
                     UserWarning,
                     stacklevel=2,
                 )
@@ -375,7 +377,7 @@ def _swap_graph_output(graph: Any, old: ir.Value, new: ir.Value) -> None:
 
 def _cast_input(graph: ir.Graph, value: ir.Value, want: ir.DataType) -> None:
     """The graph input ``value`` takes ``want``; one Cast gives its readers the type they had."""
-    had = value.dtype
+    had = dtype_of(value)
     readers = list(value.uses())
     cast = ir.Node("", "Cast", [value], [ir.AttrInt64("to", int(had))], num_outputs=1)
     result = cast.outputs[0]
@@ -398,7 +400,7 @@ def _cast_output(graph: ir.Graph, i: int, want: ir.DataType) -> None:
     result.dtype, result.shape = want, value.shape
     graph.append(cast)
     name = value.name
-    value.name = f"{name}/{value.dtype.name.lower()}"
+    value.name = f"{name}/{dtype_of(value).name.lower()}"
     result.name = name
     graph.outputs[i] = result
 
@@ -417,7 +419,7 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
             values += list(graph.initializers.values())
         for value in values:
             name = value.dtype.name.lower() if value.dtype is not None else None
-            if name in lacks_dtypes:
+            if name is not None and name in lacks_dtypes:
                 found.setdefault(name, []).append(value.name or "?")
                 inside = inside or id(value) not in boundary
     if found:
@@ -426,7 +428,8 @@ def check_target_dtypes(model: ir.Model, lacks_dtypes: Mapping[str, str], target
         ]
         for dtype, names in sorted(found.items()):
             lines.append(
-                f"  {dtype}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)} values)"
+                f"  {dtype}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} "
+                f"({len(names)} values)"
             )
             lines.append(f"    ({lacks_dtypes[dtype]})")
         if not inside:

@@ -21,7 +21,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 import onnx
 import onnx_ir as ir
@@ -33,6 +33,9 @@ EXTERNAL_DATA_THRESHOLD = 1_800_000_000  # bytes of weights above which files ge
 PROTOBUF_LIMIT = 2**31 - 1  # a serialized protobuf message is at most this long
 _STREAMED_MIN_BYTES = 1024  # tensors at least this large are written on their own
 _ALIGNMENT = 64  # external data offsets are multiples of this (aligned memory maps)
+
+# the initializers written on their own, each with its tensor (its const_value)
+Streamed: TypeAlias = list[tuple[ir.Value, ir.TensorProtocol]]
 
 
 def check_path(path: str | os.PathLike[str]) -> str:
@@ -81,8 +84,8 @@ def save_model(
         ValueError: ``external_data=False`` for a model above 2 GB.
     """
     path = check_path(path)
-    streamed = [v for v in model.graph.initializers.values() if _streamable(v)]
-    weight_bytes = sum(v.const_value.nbytes for v in streamed)
+    streamed = _streamed(model)
+    weight_bytes = sum(tensor.nbytes for _, tensor in streamed)
     external = (
         weight_bytes > EXTERNAL_DATA_THRESHOLD if external_data is None else bool(external_data)
     )
@@ -101,25 +104,23 @@ def save_model(
         progress.close()
 
 
-def _save_single(model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress) -> None:
+def _save_single(model: ir.Model, path: str, streamed: Streamed, progress: Progress) -> None:
     """One file: the model without the streamed initializers, then one fragment per tensor."""
-    header = _without_initializers(model, streamed).SerializeToString()
+    header = _without_initializers(model, [value for value, _ in streamed]).SerializeToString()
     with _replacing(path) as out:
         out.write(header)
-        written, total = 0, sum(v.const_value.nbytes for v in streamed)
-        for value in streamed:
+        written, total = 0, sum(tensor.nbytes for _, tensor in streamed)
+        for value, tensor in streamed:
             progress.update("writing weights", written, total, "B")
-            _write_initializer_fragment(out, value)
-            written += value.const_value.nbytes
+            _write_initializer_fragment(out, value, tensor)
+            written += tensor.nbytes
 
 
-def _save_external(
-    model: ir.Model, path: str, streamed: list[ir.Value], progress: Progress
-) -> None:
+def _save_external(model: ir.Model, path: str, streamed: Streamed, progress: Progress) -> None:
     """The raw bytes of each streamed tensor in ``<path>.data``; the model references them."""
     location = os.path.basename(path) + ".data"
     base_dir = os.path.dirname(os.path.abspath(path))
-    saved = [(value, value.const_value) for value in streamed]
+    saved = list(streamed)
     references = []
     total = sum(tensor.nbytes for _, tensor in saved)
     with _replacing(os.path.join(base_dir, location)) as data:
@@ -134,7 +135,7 @@ def _save_external(
                     offset,
                     length,
                     tensor.dtype,
-                    shape=tensor.shape,
+                    shape=ir.Shape(tensor.shape.numpy()),
                     name=value.name or "",
                     base_dir=base_dir,
                 )
@@ -151,15 +152,18 @@ def _save_external(
         out.write(header)
 
 
-def _streamable(value: ir.Value) -> bool:
-    tensor = value.const_value
-    return (
-        tensor is not None
+def _streamed(model: ir.Model) -> Streamed:
+    """The initializers written on their own, each with its tensor: the named ones of at least
+    ``_STREAMED_MIN_BYTES`` whose elements are whole bytes (not strings)."""
+    return [
+        (value, tensor)
+        for value in model.graph.initializers.values()
+        if (tensor := value.const_value) is not None
         and tensor.nbytes >= _STREAMED_MIN_BYTES
         and value.name is not None
         and tensor.dtype != ir.DataType.STRING
         and tensor.dtype.bitwidth % 8 == 0
-    )
+    ]
 
 
 def _without_initializers(model: ir.Model, values: list[ir.Value]) -> onnx.ModelProto:
@@ -180,9 +184,9 @@ def _without_initializers(model: ir.Model, values: list[ir.Value]) -> onnx.Model
             graph.register_initializer(value)
 
 
-def _write_initializer_fragment(out: BinaryIO, value: ir.Value) -> None:
-    """``ModelProto{graph{initializer{tensor}}}`` with the raw bytes written from the buffer."""
-    tensor = value.const_value
+def _write_initializer_fragment(out: BinaryIO, value: ir.Value, tensor: ir.TensorProtocol) -> None:
+    """``ModelProto{graph{initializer{tensor}}}`` (``value``'s name, ``tensor`` its constant) with
+    the raw bytes written from the buffer."""
     head = onnx.TensorProto(
         name=value.name, dims=list(tensor.shape.numpy()), data_type=tensor.dtype.value
     ).SerializeToString()

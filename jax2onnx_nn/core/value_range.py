@@ -26,15 +26,18 @@ A bound is an int or None (unknown: a symbolic size, or no fact).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.jax_types import Aval, Dim, Eqn, aval
 
 RANGE = "jax2onnx_nn.range"
-Range = tuple[int | None, int | None]
+Range: TypeAlias = tuple[int | None, int | None]
+# the ranges of an equation's results from those of its inputs
+RangeRule: TypeAlias = Callable[[list[Range | None], Eqn], list[Range | None]]
 
 
 def value_range(value: ir.Value) -> Range | None:
@@ -45,7 +48,8 @@ def value_range(value: ir.Value) -> Range | None:
     tensor = value.const_value
     if tensor is None and value.dtype == ir.DataType.BOOL:
         return 0, 1
-    if tensor is None or value.producer() is not None and value.producer().op_type != "Constant":
+    producer = value.producer()
+    if tensor is None or producer is not None and producer.op_type != "Constant":
         return None
     array = tensor.numpy()
     if array.size == 0 or array.size > 1024 or array.dtype.kind not in "biu":
@@ -53,7 +57,7 @@ def value_range(value: ir.Value) -> Range | None:
     return int(array.min()), int(array.max())
 
 
-def within(value: ir.Value, lo: int, hi: Any) -> tuple[bool, bool]:
+def within(value: ir.Value, lo: int, hi: Dim) -> tuple[bool, bool]:
     """Whether ``value`` is provably ``>= lo``, and provably ``<= hi`` (an int; a symbolic
     ``hi`` is never proven)."""
     fact = value_range(value)
@@ -64,20 +68,34 @@ def within(value: ir.Value, lo: int, hi: Any) -> tuple[bool, bool]:
     return above, below
 
 
-def _last_index(n: Any) -> int | None:
+def _last_index(n: Dim) -> int | None:
     return None if jxi.is_symbolic_dim(n) else max(int(n) - 1, 0)
 
 
-def _same(ranges: Sequence[Range | None], eqn: Any) -> list[Range | None]:
+def _same(ranges: Sequence[Range | None], eqn: Eqn) -> list[Range | None]:
     return [ranges[0]] * len(eqn.outvars)
 
 
+def _known(ranges: Sequence[Range | None]) -> list[Range] | None:
+    """``ranges`` when each is known (not None), else None."""
+    known = [r for r in ranges if r is not None]
+    return known if len(known) == len(ranges) else None
+
+
+def _bounded(ranges: Sequence[Range | None]) -> list[tuple[int, int]] | None:
+    """``ranges`` when each is known with both bounds, else None."""
+    bounded = [(lo, hi) for lo, hi in _known(ranges) or [] if lo is not None and hi is not None]
+    return bounded if len(bounded) == len(ranges) else None
+
+
 def _union(ranges: Sequence[Range | None]) -> Range | None:
-    if not ranges or any(r is None for r in ranges):
+    known = _known(ranges)
+    if not known:
         return None
-    los, his = [r[0] for r in ranges], [r[1] for r in ranges]
-    lo = None if None in los else min(los)
-    hi = None if None in his else max(his)
+    los = [lo for lo, _ in known if lo is not None]
+    his = [hi for _, hi in known if hi is not None]
+    lo = min(los) if len(los) == len(known) else None
+    hi = max(his) if len(his) == len(known) else None
     return None if lo is None and hi is None else (lo, hi)
 
 
@@ -115,73 +133,86 @@ def _fits(fact: Range | None, dtype: Any) -> Range | None:
         return None
     dtype = np.dtype(dtype)
     info = np.iinfo(dtype)
-    if None in fact:  # an index into a symbolic size (far below 2**31): a lower bound of 0 or more
-        wide = (
-            dtype.itemsize >= 4
-            and fact[0] is not None
-            and 0 <= fact[0] <= info.max
-            and fact[1] is None
-        )
+    lo, hi = fact
+    if lo is None or hi is None:  # an index into a symbolic size (far below 2**31): >= 0
+        wide = dtype.itemsize >= 4 and lo is not None and 0 <= lo <= info.max and hi is None
         return fact if wide else None
-    return fact if info.min <= fact[0] and fact[1] <= info.max else None
+    return fact if info.min <= lo and hi <= info.max else None
 
 
-def _reduce_sum(r: list[Range | None], eqn: Any) -> list[Range | None]:
-    shape, fact = eqn.invars[0].aval.shape, r[0]
+def _reduce_sum(r: list[Range | None], eqn: Eqn) -> list[Range | None]:
+    shape = aval(eqn.invars[0]).shape
     dims = [shape[a] for a in eqn.params["axes"]]
-    if fact is None or None in fact or any(jxi.is_symbolic_dim(d) for d in dims):
+    bounds = _bounded(r[:1])
+    if bounds is None or any(jxi.is_symbolic_dim(d) for d in dims):
         return [None]
+    ((lo, hi),) = bounds
     count = int(np.prod(dims, dtype=np.int64))
-    return [_fits((count * fact[0], count * fact[1]), eqn.outvars[0].aval.dtype)]
+    return [_fits((count * lo, count * hi), aval(eqn.outvars[0]).dtype)]
 
 
-def _rem(r: list[Range | None], eqn: Any) -> list[Range | None]:
+def _rem(r: list[Range | None], eqn: Eqn) -> list[Range | None]:
     """x % y with x >= 0 and y > 0 (C remainder: the sign of x) is in [0, min(x, y - 1)]."""
-    x, y = r
-    if x is None or y is None or x[0] is None or x[0] < 0 or y[0] is None or y[0] <= 0:
+    known = _known(r)
+    if known is None:
         return [None]
-    highs = [h for h in (x[1], None if y[1] is None else y[1] - 1) if h is not None]
+    (x_lo, x_hi), (y_lo, y_hi) = known
+    if x_lo is None or x_lo < 0 or y_lo is None or y_lo <= 0:
+        return [None]
+    highs = [h for h in (x_hi, None if y_hi is None else y_hi - 1) if h is not None]
     return [(0, min(highs) if highs else None)]
 
 
-def _logical(op: str) -> Callable[[list[Range | None], Any], list[Range | None]]:
+def _logical(op: str) -> RangeRule:
     """and / or / not on bools, as 0/1 ranges."""
 
-    def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
-        if (
-            any(_kind(v.aval.dtype) != "b" for v in eqn.invars)
-            or None in r
-            or any(None in f for f in r)
-        ):
+    def rule(r: list[Range | None], eqn: Eqn) -> list[Range | None]:
+        bounds = _bounded(r)
+        if any(_kind(aval(v).dtype) != "b" for v in eqn.invars) or bounds is None:
             return [None]
         if op == "not":
-            return [(1 - r[0][1], 1 - r[0][0])]
+            ((lo, hi),) = bounds
+            return [(1 - hi, 1 - lo)]
         pick = min if op == "and" else max
-        return [(pick(r[0][0], r[1][0]), pick(r[0][1], r[1][1]))]
+        (a_lo, a_hi), (b_lo, b_hi) = bounds
+        return [(pick(a_lo, b_lo), pick(a_hi, b_hi))]
 
     return rule
 
 
-def _compare(name: str) -> Callable[[list[Range | None], Any], list[Range | None]]:
-    def rule(r: list[Range | None], eqn: Any) -> list[Range | None]:
+def _compare(name: str) -> RangeRule:
+    def rule(r: list[Range | None], eqn: Eqn) -> list[Range | None]:
         result = _decided(name, r[0], r[1])
         return [(0, 1) if result is None else (int(result), int(result))]
 
     return rule
 
 
+def _extreme(choose: Callable[[int, int], int]) -> RangeRule:
+    """max / min: the bound-wise max / min of the two ranges."""
+
+    def rule(r: list[Range | None], eqn: Eqn) -> list[Range | None]:
+        known = _known(r)
+        if known is None:
+            return [None]
+        (a_lo, a_hi), (b_lo, b_hi) = known
+        return [(_pick(choose, a_lo, b_lo), _pick(choose, a_hi, b_hi))]
+
+    return rule
+
+
 # primitive -> (input ranges, eqn) -> output ranges
-_RULES: dict[str, Callable[[list[Range | None], Any], list[Range | None]]] = {
+_RULES: dict[str, RangeRule] = {
     "iota": lambda r, e: [
         _fits((0, _last_index(e.params["shape"][e.params["dimension"]])), e.params["dtype"])
     ],
-    "argmax": lambda r, e: [(0, _last_index(e.invars[0].aval.shape[e.params["axes"][0]]))],
-    "argmin": lambda r, e: [(0, _last_index(e.invars[0].aval.shape[e.params["axes"][0]]))],
+    "argmax": lambda r, e: [(0, _last_index(aval(e.invars[0]).shape[e.params["axes"][0]]))],
+    "argmin": lambda r, e: [(0, _last_index(aval(e.invars[0]).shape[e.params["axes"][0]]))],
     # getrf: pivots[j] and the permutation are rows of the (..., m, n) operand
     "lu": lambda r, e: [
         None,
-        (0, _last_index(e.invars[0].aval.shape[-2])),
-        (0, _last_index(e.invars[0].aval.shape[-2])),
+        (0, _last_index(aval(e.invars[0]).shape[-2])),
+        (0, _last_index(aval(e.invars[0]).shape[-2])),
     ],
     "lu_pivots_to_permutation": lambda r, e: [(0, _last_index(e.params["permutation_size"]))],
     "sort": lambda r, e: list(r),
@@ -192,12 +223,8 @@ _RULES: dict[str, Callable[[list[Range | None], Any], list[Range | None]]] = {
     "convert_element_type": lambda r, e: [_fits(r[0], e.params["new_dtype"])],
     "reduce_sum": _reduce_sum,
     "rem": _rem,
-    "max": lambda r, e: [
-        None if None in r else (_pick(max, r[0][0], r[1][0]), _pick(max, r[0][1], r[1][1]))
-    ],
-    "min": lambda r, e: [
-        None if None in r else (_pick(min, r[0][0], r[1][0]), _pick(min, r[0][1], r[1][1]))
-    ],
+    "max": _extreme(max),
+    "min": _extreme(min),
     **{name: _logical(name) for name in ("and", "or", "not")},
     **{name: _compare(name) for name in ("lt", "le", "gt", "ge", "eq", "ne")},
     **{
@@ -252,21 +279,21 @@ def _decided(name: str, a: Range | None, b: Range | None) -> bool | None:
 _NEUTRAL = {"ne": 0, "eq": 1, "and": 1, "or": 0}
 
 
-def facts(eqn: Any, inputs: Sequence[ir.Value]) -> list[Range | None] | None:
+def facts(eqn: Eqn, inputs: Sequence[ir.Value]) -> list[Range | None] | None:
     """The ranges of the equation's results from those of its inputs (its rule, run once per
     equation for ``fold`` and ``propagate``); None where no rule applies or no result is an
     integer or bool."""
     rule = _RULES.get(eqn.primitive.name)
-    if rule is None or not any(_kind(v.aval.dtype) in ("b", "i", "u") for v in eqn.outvars):
+    if rule is None or not any(_kind(aval(v).dtype) in ("b", "i", "u") for v in eqn.outvars):
         return None
     return rule([value_range(v) for v in inputs], eqn)
 
 
 def fold(
-    eqn: Any,
+    eqn: Eqn,
     inputs: Sequence[ir.Value],
     ranges: list[Range | None] | None,
-    full: Callable[[Any, Any], ir.Value],
+    full: Callable[[Aval, int], ir.Value],
 ) -> list[ir.Value] | None:
     """The equation's results when the facts about its inputs settle them: an integer or bool
     result of one value (a decided comparison, ``x & False``; ``full(aval, value)`` makes the
@@ -275,17 +302,17 @@ def fold(
     if len(eqn.outvars) != 1:
         return None
     name = eqn.primitive.name
-    out_aval = eqn.outvars[0].aval
+    out_aval = aval(eqn.outvars[0])
     if ranges is not None:
         (fact,) = ranges
         if fact is not None and fact[0] is not None and fact[0] == fact[1]:
             out = full(out_aval, fact[0])
             out.meta[RANGE] = fact
             return [out]
-    if name in _NEUTRAL and all(_kind(v.aval.dtype) == "b" for v in eqn.invars):
+    if name in _NEUTRAL and all(_kind(aval(v).dtype) == "b" for v in eqn.invars):
         for keep, other in ((0, 1), (1, 0)):
             if value_range(inputs[other]) == (_NEUTRAL[name],) * 2 and _same_shape(
-                eqn.invars[keep].aval, out_aval
+                aval(eqn.invars[keep]), out_aval
             ):
                 return [inputs[keep]]
     if name == "select_n":
@@ -296,23 +323,23 @@ def fold(
             and fact[0] == fact[1]
             and 0 <= fact[0] < len(inputs) - 1
         ):
-            if _same_shape(eqn.invars[1 + fact[0]].aval, out_aval):
+            if _same_shape(aval(eqn.invars[1 + fact[0]]), out_aval):
                 return [inputs[1 + fact[0]]]
     return None
 
 
-def _same_shape(a: Any, b: Any) -> bool:
+def _same_shape(a: Aval, b: Aval) -> bool:
     return tuple(a.shape) == tuple(b.shape)
 
 
-def propagate(eqn: Any, outputs: Sequence[ir.Value], ranges: list[Range | None] | None) -> None:
+def propagate(eqn: Eqn, outputs: Sequence[ir.Value], ranges: list[Range | None] | None) -> None:
     """Record ``ranges`` (``facts(eqn, inputs)``) on the equation's results that hold none yet."""
     if ranges is None:
         return
     for value, var, fact in zip(outputs, eqn.outvars, ranges, strict=False):
         if fact is None or fact == (None, None) or RANGE in value.meta:
             continue
-        if _kind(var.aval.dtype) not in ("b", "i", "u"):
+        if _kind(aval(var).dtype) not in ("b", "i", "u"):
             continue
         if value.const_value is None:
             value.meta[RANGE] = fact

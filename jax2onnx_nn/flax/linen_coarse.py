@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -241,10 +242,9 @@ def _last_axis(axes: Any, rank: int) -> bool:
     )
 
 
-def _norm_ok(module: Any, x: Any, params: Mapping[str, Any] | None) -> bool:
+def _norm_ok(module: Any, x: Any, params: Mapping[str, Any]) -> bool:
     return (
-        params is not None
-        and x.ndim >= 1
+        x.ndim >= 1
         and _same_dtypes(module, x, params)
         and module.axis_name is None
         and module.axis_index_groups is None
@@ -257,7 +257,8 @@ def _layer_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
         return NotApplicable
     params = _params(module, linen.LayerNorm, {"scale", "bias"}, set())
     if (
-        not _norm_ok(module, x, params)
+        params is None
+        or not _norm_ok(module, x, params)
         or not _last_axis(module.reduction_axes, x.ndim)
         or not _last_axis(module.feature_axes, x.ndim)
     ):
@@ -278,7 +279,8 @@ def _rms_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
         return NotApplicable
     params = _params(module, linen.RMSNorm, {"scale"}, set())
     if (
-        not _norm_ok(module, x, params)
+        params is None
+        or not _norm_ok(module, x, params)
         or not _last_axis(module.reduction_axes, x.ndim)
         or not _last_axis(module.feature_axes, x.ndim)
     ):
@@ -312,7 +314,8 @@ def _batch_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     params = _params(module, linen.BatchNorm, {"scale", "bias"}, set())
     stats = module.variables.get("batch_stats") if params is not None else None
     if (
-        not _norm_ok(module, x, params)
+        params is None
+        or not _norm_ok(module, x, params)
         or not isinstance(stats, Mapping)
         or set(stats) != {"mean", "var"}
     ):
@@ -419,7 +422,12 @@ def _group_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if x is NotApplicable:
         return NotApplicable
     params = _params(module, linen.GroupNorm, {"scale", "bias"}, set())
-    if not _norm_ok(module, x, params) or x.ndim < 2 or jxi.is_symbolic_dim(x.shape[-1]):
+    if (
+        params is None
+        or not _norm_ok(module, x, params)
+        or x.ndim < 2
+        or jxi.is_symbolic_dim(x.shape[-1])
+    ):
         return NotApplicable
     channels = int(x.shape[-1])
     num_groups = module.num_groups
@@ -442,7 +450,12 @@ def _instance_norm_handler(module: Any, *args: Any, **kwargs: Any) -> Any:
     if x is NotApplicable:
         return NotApplicable
     params = _params(module, linen.InstanceNorm, {"scale", "bias"}, set())
-    if not _norm_ok(module, x, params) or x.ndim < 3 or jxi.is_symbolic_dim(x.shape[-1]):
+    if (
+        params is None
+        or not _norm_ok(module, x, params)
+        or x.ndim < 3
+        or jxi.is_symbolic_dim(x.shape[-1])
+    ):
         return NotApplicable
     if not _last_axis(module.feature_axes, x.ndim):
         return NotApplicable
@@ -463,6 +476,8 @@ def _linen_attention_handler(original: Any) -> Any:
         except TypeError:
             return NotApplicable
         q, k, v, bias, mask = (a.get(n) for n in ("query", "key", "value", "bias", "mask"))
+        if q is None or k is None or v is None:  # (required: bind checked them)
+            return NotApplicable
         if not all(is_array(t) and t.ndim == 4 and t.dtype == np.float32 for t in (q, k, v)):
             return NotApplicable
         if bias is not None and not (is_array(bias) and bias.ndim == 4 and bias.dtype == q.dtype):
@@ -536,7 +551,9 @@ def _linen_attention(ctx: LoweringContext, ops: Operands, *, query_divisor: floa
 def patched_functions() -> Iterator[None]:
     """For one export: ``flax.linen.dot_product_attention`` as its coarse op however it is
     reached (a module's ``attention_fn`` field holds the function object itself)."""
-    with patched_in_place(linen_attention.dot_product_attention, _linen_attention_handler):
+    # (a plain Python function, whose code is what is patched)
+    function = cast(types.FunctionType, linen_attention.dot_product_attention)
+    with patched_in_place(function, _linen_attention_handler):
         yield
 
 

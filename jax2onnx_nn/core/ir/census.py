@@ -38,6 +38,12 @@ def acts_on(fn: Any, node: ir.Node) -> bool:
     return domain == fn.domain and (not fn.op_types or node.op_type in fn.op_types)
 
 
+def may_act(fn: Any, census: set[str]) -> bool:
+    """Whether a rewrite declared with :func:`rewrite` may find a node to act on in a model of
+    op ``census``: one of its op types is there (always, for none declared or another domain)."""
+    return not (fn.op_types and fn.domain == "" and census.isdisjoint(fn.op_types))
+
+
 def op_census(model: ir.Model) -> set[str]:
     """The op types of the default domain anywhere in ``model`` (main graph, bodies, function
     bodies), in one walk: what the rewrites declared with :func:`rewrite` are asked against,

@@ -11,6 +11,13 @@ import onnx_ir as ir
 from jax2onnx_nn.core.graph import dtype_name, numpy_tensor
 
 
+def graph_of(node: ir.Node) -> ir.Graph:
+    """The graph ``node`` is in (a node a pass or a rewrite edits is in one)."""
+    if node.graph is None:
+        raise ValueError(f"node {node.name!r} ({node.op_type}) is in no graph")
+    return node.graph
+
+
 def unused_name(graph: ir.Graph, name: str) -> str:
     candidate, i = name, 0
     while candidate in graph.initializers:
@@ -33,8 +40,7 @@ def new_constant(
             ir.TensorType(tensor.dtype),
             tensor,
         )
-        assert before.graph is not None  # a node a rewrite edits is in a graph
-        before.graph.insert_before(before, node)
+        graph_of(before).insert_before(before, node)
         return out
     value = ir.Value(
         name=unused_name(model.graph, f"const_{dtype_name(array.dtype)}"),
@@ -88,7 +94,7 @@ class Editor:
     def op(
         self,
         op_type: str,
-        *inputs: ir.Value | np.ndarray | None,
+        *inputs: ir.Value | np.ndarray | np.generic | None,
         dtype: ir.DataType | None = None,
         **attrs: Any,
     ) -> ir.Value:
@@ -113,7 +119,7 @@ class Editor:
         self.graph.insert_before(self.anchor, node)
         return out
 
-    def const(self, array: np.ndarray) -> ir.Value:
+    def const(self, array: np.ndarray | np.generic) -> ir.Value:
         return self.op(
             "Constant",
             value=ir.tensor(np.asarray(array)),

@@ -33,11 +33,23 @@ def attributes_key(node: ir.Node) -> tuple[Any, ...] | None:
     return tuple(attrs)
 
 
-def numpy_dtype(value: ir.Value) -> np.dtype:
-    """The numpy dtype of a typed value (every value a rule or the builder made has one)."""
+def dtype_of(value: ir.Value) -> ir.DataType:
+    """The dtype of a typed value (every value a rule or the builder made has one)."""
     if value.dtype is None:
         raise ValueError(f"value {value.name!r} has no dtype: it was made without a type")
-    return value.dtype.numpy()
+    return value.dtype
+
+
+def shape_of(value: ir.Value) -> ir.Shape:
+    """The shape of a value whose rank is known (every value a rule or the builder made)."""
+    if value.shape is None:
+        raise ValueError(f"value {value.name!r} has no shape: it was made without one")
+    return value.shape
+
+
+def numpy_dtype(value: ir.Value) -> np.dtype:
+    """The numpy dtype of a typed value (every value a rule or the builder made has one)."""
+    return dtype_of(value).numpy()
 
 
 def exact_dtype(dtype: ir.DataType | None) -> bool:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
+from jax2onnx_nn.core.ir.values import numpy_dtype
 from jax2onnx_nn.core.lower import LoweringContext
 
 
@@ -81,7 +82,7 @@ def gate_biases(
     known = None if candidate is None else candidate.const_value
 
     def array(b: np.ndarray) -> np.ndarray:
-        tail = [] if candidate is None else [known.numpy()]
+        tail = [] if known is None else [known.numpy()]
         return np.concatenate([*_reordered(np.split(b, n), order), zeros, *tail])[None]
 
     def nodes(v: ir.Value) -> ir.Value:
@@ -146,7 +147,7 @@ def step(
     batch = (
         x.shape[1] if x.shape is not None and len(x.shape) == 3 and x.shape[1] is not None else None
     )
-    types = [(x.dtype.numpy(), None if batch is None else [1, batch, hidden]) for _ in states]
+    types = [(numpy_dtype(x), None if batch is None else [1, batch, hidden]) for _ in states]
     new = ctx.unless_empty([x], types, run, lambda empty: states)
     guard = new[0].producer()
     if guard is not None and guard.op_type == "If":
@@ -188,6 +189,10 @@ def library_step(
 _STATES = {"GRU": 1, "RNN": 1, "LSTM": 2}
 """The recurrent ONNX ops and how many states each carries (outputs 1.. of the op)."""
 
+StackResult: TypeAlias = tuple[int, int | None] | tuple[None, int]
+"""Where a scan result of a :class:`Stack` comes from: ``(cell, state)``, ``(cell, None)``
+or ``(None, carry)`` (see :class:`Stack`)."""
+
 
 @dataclass(frozen=True)
 class Stack:
@@ -204,7 +209,7 @@ class Stack:
     cells: tuple[ir.Node, ...]
     sources: tuple[ir.Value | int, ...]
     states: tuple[tuple[int, ...], ...]
-    results: tuple[tuple[int | None, int | None], ...]
+    results: tuple[StackResult, ...]
     axes: tuple[int, ...] = (0,)
     """The axes that make a step's ``[N, features]`` (or ``[features]``) the ONNX op's
     ``[1, N, features]``."""
@@ -261,15 +266,16 @@ def stacked_cells(
         seen_axes.add(_axes(node))
         out = node.inputs[0]
         cell = out.producer() if out is not None else None
-        if cell is None or id(cell) not in own:
+        index = out.index() if out is not None else None
+        if cell is None or index is None or id(cell) not in own:
             return None
         if _GUARDED in cell.meta:  # the guard's outputs are the op's states
             guard, cell = cell, cell.meta[_GUARDED]
             own.setdefault(id(cell), own[id(guard)])
-            return cell, out.index()
-        if cell.domain != "" or cell.op_type not in _STATES or out.index() == 0:
+            return cell, index
+        if cell.domain != "" or cell.op_type not in _STATES or index == 0:
             return None
-        return cell, out.index() - 1
+        return cell, index - 1
 
     def outside(value: ir.Value | None) -> bool:
         producer = None if value is None else value.producer()
@@ -319,7 +325,7 @@ def stacked_cells(
         pending.append(feed[0])
     cells = sorted(found.values(), key=lambda c: own[id(c)])
     index = {id(c): i for i, c in enumerate(cells)}
-    results: list[tuple[int | None, int | None]] = []
+    results: list[StackResult] = []
     for k, out in enumerate(outs):
         state = state_of(out)
         if k < len(carries):
@@ -338,7 +344,7 @@ def stacked_cells(
     written = [
         k
         for cell, s in results[: len(carries)]
-        if cell is not None
+        if cell is not None and s is not None
         for k in [states[id(cells[cell])][s]]
     ]
     used = [k for c in cells for k in states[id(c)]]
@@ -346,7 +352,8 @@ def stacked_cells(
         return (
             None  # a cell's state that is not carried to the next step (or two cells' in one carry)
         )
-    if len(seen_axes) != 1 or None in seen_axes:
+    axes = seen_axes.pop() if len(seen_axes) == 1 else None
+    if axes is None:
         return None
     return Stack(
         tuple(cells),
@@ -355,7 +362,7 @@ def stacked_cells(
         ),
         tuple(states[id(c)] for c in cells),
         tuple(results),
-        seen_axes.pop(),
+        axes,
     )
 
 
@@ -390,6 +397,6 @@ def run_stack(
         finals.append([ctx.op.Squeeze(v, axes) for v in outputs[1:]])
     per_step = hs if batched else [ctx.op.Squeeze(h, one) for h in hs]
     return [
-        init[state] if cell is None else per_step[cell] if state is None else finals[cell][state]
-        for cell, state in stack.results
+        init[r[1]] if r[0] is None else per_step[r[0]] if r[1] is None else finals[r[0]][r[1]]
+        for r in stack.results
     ]

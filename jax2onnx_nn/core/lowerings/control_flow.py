@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.graph import mark_required
+from jax2onnx_nn.core.ir.values import dtype_of, shape_of
 from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.lower import LoweringContext, OnnxType, onnx_aval
 from jax2onnx_nn.core.passes.unpoisoned import UNPOISONED
@@ -204,7 +205,7 @@ def _while(
         # a fixed number of steps (> 0: Scan fails on an empty sequence in onnxruntime): a
         # Scan over the counter's values, as a fori_loop, without the counter's Add and the
         # Loop's condition in the body (a body of carries only is a scan body without xs)
-        if np.dtype(carry_avals[counter].dtype) in _RANGE_DTYPES:
+        if counter is not None and np.dtype(carry_avals[counter].dtype) in _RANGE_DTYPES:
             return _scan_over_counter(ctx, body_jaxpr, body_consts, init, counter, trips)
         return _scan_over_ticks(ctx, body_jaxpr, body_consts, init, trips, False)
     bound = ctx.lowerer.config.loop_bound
@@ -229,7 +230,7 @@ def _while(
     graph = body.graph_returning(
         [again, *state, *new], [_BOOL_SCALAR, *state_types, *_types(carry_avals)]
     )
-    first = ctx.any(pred) if batched else pred
+    first = ctx.any(pred) if batched and pred is not None else pred
     loop_in = [trip_count, first, *([pred] if batched else []), *init]
     outs = _node(ctx, "Loop", loop_in, [*[pred_aval] * len(state), *carry_avals], body=graph)
     return outs[len(state) :]
@@ -294,7 +295,7 @@ def _bounded_while(
     )
     line = ctx.source_line
     for k, value in enumerate(results):
-        if value.dtype.is_floating_point():
+        if dtype_of(value).is_floating_point():
             poisoned = _select_batch(ctx, unfinished, ctx.const(np.nan, like=value), value)
             results[k] = ctx.typed(poisoned, carry_avals[k])
         else:
@@ -304,8 +305,9 @@ def _bounded_while(
 
 def _select_batch(body: LoweringContext, pred: ir.Value, new: ir.Value, old: ir.Value) -> ir.Value:
     """``where(pred, new, old)`` with ``pred`` over the leading (batch) dims of the carry."""
-    trailing = list(range(len(pred.shape), len(old.shape)))
-    if trailing and len(pred.shape):  # (a scalar broadcasts as it is)
+    rank = len(shape_of(pred))
+    trailing = list(range(rank, len(shape_of(old))))
+    if trailing and rank:  # (a scalar broadcasts as it is)
         pred = body.op.Unsqueeze(pred, body.ints(trailing))
     return body.op.Where(pred, new, old)
 
@@ -350,8 +352,9 @@ def _counted_trips(
         hi = cond_consts[list(cond.invars).index(bound)]
     else:
         return None
-    if hi.const_value is not None and init[k].const_value is not None:  # known bounds: a constant
-        return ctx.ints(max(int(hi.const_value.numpy()) - int(init[k].const_value.numpy()), 0)), k
+    hi_known, lo_known = hi.const_value, init[k].const_value
+    if hi_known is not None and lo_known is not None:  # known bounds: a constant
+        return ctx.ints(max(int(hi_known.numpy()) - int(lo_known.numpy()), 0)), k
     trips = ctx.op.Sub(ctx.cast(hi, np.int64), ctx.cast(init[k], np.int64))
     return ctx.op.Max(trips, ctx.ints(0)), k
 

@@ -29,6 +29,8 @@ _U8 = np.dtype(np.uint8)
 _F64 = np.dtype(np.float64)
 _I64_MIN = np.iinfo(np.int64).min
 _I64_MAX = np.iinfo(np.int64).max
+# the dtype an order key is reduced in, where not the operand's own
+_KEY_DTYPES: dict[np.dtype, np.dtype] = {np.dtype(np.uint64): _I64, np.dtype(np.bool_): _U8}
 
 
 def _dtype(aval: Any) -> np.dtype:
@@ -109,7 +111,7 @@ def _reduce_extremum(
         return x
     dtype = _dtype(ctx.aval_in)
     key = _order_key(ctx, x, dtype)
-    key_dtype = {np.dtype(np.uint64): _I64, np.dtype(np.bool_): _U8}.get(dtype, dtype)
+    key_dtype = _KEY_DTYPES.get(dtype, dtype)
     wide = compute_dtype(op_type, key_dtype)
     if wide is None:
         raise NotImplementedError(f"{op_type} of {dtype}: no onnxruntime kernel keeps its values")

@@ -130,7 +130,7 @@ def _inline(e: Export) -> None:
 
 
 def _precision(e: Export) -> None:
-    target = e.config.target
+    target = e.config.profile
     float32_io = float32_boundary(e.model, target.lacks_io_dtypes, target.name, e.config.io_dtype)
     if e.config.precision != "as-traced" or e.config.io_dtype is not None or float32_io:
         apply_precision(e.model, e.config.precision, e.config.io_dtype, float32_io)
@@ -164,7 +164,7 @@ def _fuse_ops(e: Export) -> None:
 
 def _target_rewrites(e: Export) -> None:
     e.rewritten += apply_rewrites(
-        e.model, e.config.target.rewrites
+        e.model, e.config.profile.rewrites
     )  # on folded constants (shift amounts)
 
 
@@ -175,7 +175,7 @@ def _cleanup_after_rewrites(e: Export) -> None:
 
 def _late_rewrites(e: Export) -> None:
     apply_rewrites(
-        e.model, e.config.target.late_rewrites
+        e.model, e.config.profile.late_rewrites
     )  # after the clean-up, which would undo them
 
 
@@ -196,6 +196,10 @@ def _relabel_transposes(e: Export) -> None:
     )  # shapes known now (a rule's own Transposes)
 
 
+def _unique_value_names(e: Export) -> None:
+    unique_value_names(e.model)
+
+
 PIPELINE: tuple[Stage, ...] = (
     Stage("apply_layout", _layout),
     Stage("inline_functions", _inline),
@@ -210,7 +214,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("fill_missing_types", _fill_missing_types),
     Stage("vector_times_untransposed", _vector_times_untransposed),
     Stage("relabel_transposes", _relabel_transposes),
-    Stage("unique_value_names", lambda e: unique_value_names(e.model)),
+    Stage("unique_value_names", _unique_value_names),
 )
 
 

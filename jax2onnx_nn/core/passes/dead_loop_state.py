@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from jax2onnx_nn.core.ir.census import rewrite
+from jax2onnx_nn.core.ir.edit import graph_of
 from jax2onnx_nn.core.ir.walk import all_nodes, graph_nodes, node_bodies
 from jax2onnx_nn.core.passes.remove_unused import remove_unused_in
 
@@ -82,7 +83,7 @@ def _needed_reads(node: ir.Node, needed: set[int]) -> set[int]:
     n_states, first_input, _, first_body_output = layout
     live, body_needs = _live_body_outputs(node, [id(o) in needed for o in node.outputs])
 
-    def dead_input(i):
+    def dead_input(i: int) -> bool:
         return (
             first_input <= i < first_input + n_states
             and not live[first_body_output + i - first_input]
@@ -135,7 +136,7 @@ def _prune_loop(loop: ir.Node) -> int:
                 kept = [x for j, x in enumerate(attributes[name].as_ints()) if j not in dead_scans]
                 attributes[name] = ir.AttrInt64s(name, kept)
     kept_outputs = [o for i, o in enumerate(loop.outputs) if i not in dead]
-    graph = loop.graph
+    graph = graph_of(loop)
     pruned = ir.Node(
         loop.domain,
         loop.op_type,
@@ -148,16 +149,16 @@ def _prune_loop(loop: ir.Node) -> int:
     )
     pruned.meta.update(loop.meta)
     graph.insert_before(loop, pruned)
-    names = []
+    output_names = []
     for old, new in zip(kept_outputs, pruned.outputs, strict=True):
         new.type, new.shape = old.type, old.shape
         new.meta.update(old.meta)
-        names.append(old.name)
+        output_names.append(old.name)
         old.replace_all_uses_with(new, replace_graph_outputs=True)
     graph.remove(loop, safe=True)
     pruned.name = loop.name
-    for name, new in zip(names, pruned.outputs, strict=True):
-        new.name = name
+    for output_name, new in zip(output_names, pruned.outputs, strict=True):
+        new.name = output_name
     return len(dead) + removed
 
 

@@ -88,16 +88,19 @@ def fold_constants(model: ir.Model) -> int:
     return folded
 
 
-def _is_constant(v: ir.Value, graph: ir.Graph, in_function: bool) -> bool:
-    """Whether ``v`` is a constant of ``graph`` itself: an initializer of the main graph, or
-    the output of a Constant node of the graph (a function body's own, or one hoisted out of
-    a loop body into the main graph)."""
-    if v.const_value is None:
-        return False
+def _own_constant(v: ir.Value, graph: ir.Graph, in_function: bool) -> ir.TensorProtocol | None:
+    """``v``'s tensor when it is a constant of ``graph`` itself: an initializer of the main
+    graph, or the output of a Constant node of the graph (a function body's own, or one hoisted
+    out of a loop body into the main graph); else None."""
+    tensor = v.const_value
+    if tensor is None:
+        return None
     producer = v.producer()
     if producer is None:
-        return not in_function and graph.initializers.get(v.name) is v
-    return producer.op_type == "Constant" and producer.domain == "" and producer.graph is graph
+        initializer = not in_function and v.name is not None and graph.initializers.get(v.name) is v
+        return tensor if initializer else None
+    own = producer.op_type == "Constant" and producer.domain == "" and producer.graph is graph
+    return tensor if own else None
 
 
 def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int) -> int:
@@ -107,7 +110,9 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         if node.domain != "" or node.op_type not in _FOLDABLE or not node.inputs:
             continue
         inputs = [v for v in node.inputs if v is not None]
-        if not all(_is_constant(v, graph, in_function) for v in inputs):
+        found = [_own_constant(v, graph, in_function) for v in inputs]
+        tensors = [t for t in found if t is not None]
+        if len(tensors) != len(inputs):
             continue
         if any(id(out) in outputs for out in node.outputs) or starts_dequantization(node):
             continue
@@ -127,32 +132,34 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
             if results is None or len(results) != len(node.outputs):
                 continue
             if exact_cast:
-                source = inputs[0].const_value.numpy()
-                if not np.array_equal(results[0].astype(source.dtype), source):
+                original = tensors[0].numpy()
+                if not np.array_equal(results[0].astype(original.dtype), original):
                     continue
         result_bytes = sum(r.nbytes for r in results)
-        if result_bytes > sum(v.const_value.nbytes for v in inputs) + _FOLD_GROWTH_BYTES:
+        if result_bytes > sum(t.nbytes for t in tensors) + _FOLD_GROWTH_BYTES:
             continue
         if result_bytes > _SHARED_WEIGHT_BYTES and any(
-            len(v.uses()) > 1 for v in inputs if v.const_value.nbytes > _SHARED_WEIGHT_BYTES
+            len(v.uses()) > 1
+            for v, t in zip(inputs, tensors, strict=True)
+            if t.nbytes > _SHARED_WEIGHT_BYTES
         ):
             continue  # a large weight read elsewhere too: folding would store it twice
         source = node.inputs[0]
         names = [out.name for out in node.outputs]
-        renamed = (
+        if (
             not in_function
             and (node.op_type in _MOVING_OPS or exact_cast)
             and source is not None
             and len(source.uses()) == 1
             and source.name
             and graph.initializers.get(source.name) is source
-        )
-        if renamed and len(names) == 1:
-            # a rearranged (or exactly converted) weight keeps the weight's name (``bn.mean``,
-            # an integer counter read as a float); the original is dropped
-            names[0], source.name = source.name, unused_name(graph, f"{source.name}/original")
-        elif renamed:  # the parts of a split weight are named after it
-            names = [unused_name(graph, f"{source.name}_{i}") for i in range(len(names))]
+        ):
+            if len(names) == 1:
+                # a rearranged (or exactly converted) weight keeps the weight's name
+                # (``bn.mean``, an integer counter read as a float); the original is dropped
+                names[0], source.name = source.name, unused_name(graph, f"{source.name}/original")
+            else:  # the parts of a split weight are named after it
+                names = [unused_name(graph, f"{source.name}_{i}") for i in range(len(names))]
         constants = []
         for out, result in zip(node.outputs, results, strict=True):
             if in_function:
@@ -171,6 +178,7 @@ def _fold_graph(model: ir.Model, graph: ir.Graph, in_function: bool, opset: int)
         if (
             not in_function
             and source is not None
+            and source.name is not None
             and graph.initializers.get(source.name) is source
             and not source.uses()
         ):
@@ -190,8 +198,13 @@ def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
     Folds of small inputs (index arithmetic, shapes, a loop's bounds) are remembered by the
     op, its attributes and the inputs' bytes: each export of a model makes the same ones, and
     the reference evaluator costs ~0.3 ms a node (the node is serialized only when it runs)."""
+    if any(v is not None and v.const_value is None for v in node.inputs):
+        return None
     try:
-        arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
+        arrays = [
+            None if v is None or v.const_value is None else v.const_value.numpy()
+            for v in node.inputs
+        ]
     except Exception:
         return None
     given = [a for a in arrays if a is not None]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import onnx_ir as ir
 
@@ -34,7 +36,18 @@ def _per_channel(c: np.ndarray, rank: int) -> np.ndarray | None:
     return full.reshape(-1)
 
 
-def _foldable_producer(value: ir.Value, graph: ir.Graph) -> ir.Node | None:
+class _Foldable(NamedTuple):
+    """A Conv or Gemm a per-channel step after it folds into, with its weight and bias
+    initializers and their data (``bias`` and ``b`` None when it has no bias)."""
+
+    node: ir.Node
+    weight: ir.Value
+    w: np.ndarray
+    bias: ir.Value | None
+    b: np.ndarray | None
+
+
+def _foldable_producer(value: ir.Value, graph: ir.Graph) -> _Foldable | None:
     """The Conv or plain Gemm (alpha = beta = 1, A not transposed) making ``value``, when
     ``value`` has no other reader and the weight is an initializer read by that node alone."""
     node = value.producer()
@@ -59,12 +72,14 @@ def _foldable_producer(value: ir.Value, graph: ir.Graph) -> ir.Node | None:
         weight = node.inputs[1]
     else:
         return None
-    if _initializer_array(weight, graph) is None or len(weight.uses()) != 1:
+    w = _initializer_array(weight, graph)
+    if weight is None or w is None or len(weight.uses()) != 1:
         return None
     bias = node.inputs[2] if len(node.inputs) > 2 else None
-    if bias is not None and (_initializer_array(bias, graph) is None or len(bias.uses()) != 1):
+    b = _initializer_array(bias, graph)
+    if bias is not None and (b is None or len(bias.uses()) != 1):
         return None
-    return node
+    return _Foldable(node, weight, w, bias, b)
 
 
 def _scale_shift(
@@ -75,9 +90,10 @@ def _scale_shift(
     if node.domain != "":
         return None
     if node.op_type == "BatchNormalization" and len(node.outputs) == 1:
-        arrays = [_initializer_array(v, graph) for v in node.inputs[1:5]]
+        found = [_initializer_array(v, graph) for v in node.inputs[1:5]]
+        arrays = [a for a in found if a is not None]
         if (
-            any(a is None for a in arrays)
+            len(arrays) != len(found)
             or node.attributes.get("training_mode") is not None
             and node.attributes["training_mode"].value
         ):
@@ -125,19 +141,24 @@ def fold_into_weights(model: ir.Model, *, marked_only: bool = False) -> int:
             if node.op_type == "BatchNormalization"
             else next((v for v in node.inputs if v is not None and v.producer() is not None), None)
         )
-        producer = _foldable_producer(x, graph) if x is not None else None
-        if producer is None or node.outputs[0].dtype not in (
-            ir.DataType.FLOAT,
-            ir.DataType.DOUBLE,
-            ir.DataType.FLOAT16,
+        foldable = _foldable_producer(x, graph) if x is not None else None
+        if (
+            x is None
+            or foldable is None
+            or node.outputs[0].dtype
+            not in (
+                ir.DataType.FLOAT,
+                ir.DataType.DOUBLE,
+                ir.DataType.FLOAT16,
+            )
         ):
             continue
+        producer = foldable.node
         rank = 2 if producer.op_type == "Gemm" else len(x.shape) if x.shape is not None else None
         affine = _scale_shift(node, graph, rank)
         if affine is None:
             continue
-        weight = producer.inputs[1]
-        w = weight.const_value.numpy()
+        weight, w = foldable.weight, foldable.w
         channels = (
             w.shape[0]
             if producer.op_type == "Conv"
@@ -153,12 +174,8 @@ def fold_into_weights(model: ir.Model, *, marked_only: bool = False) -> int:
             continue
         scale = np.ones(channels) if scale is None else np.broadcast_to(scale, (channels,))
         shift = np.zeros(channels) if shift is None else np.broadcast_to(shift, (channels,))
-        bias_value = producer.inputs[2] if len(producer.inputs) > 2 else None
-        b = (
-            np.zeros(channels)
-            if bias_value is None
-            else bias_value.const_value.numpy().astype(np.float64)
-        )
+        bias_value = foldable.bias
+        b = np.zeros(channels) if foldable.b is None else foldable.b.astype(np.float64)
         if b.size not in (1, channels):
             continue
         # the scale rounded once to the weight's dtype: no float64 copy of a large weight

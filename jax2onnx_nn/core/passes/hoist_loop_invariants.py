@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from jax2onnx_nn.core.ir.census import rewrite
+from jax2onnx_nn.core.ir.edit import graph_of
 from jax2onnx_nn.core.ir.walk import graph_nodes
 
 _HOISTABLE = frozenset(
@@ -67,7 +68,7 @@ def hoist_loop_invariants(model: ir.Model) -> int:
             ):
                 continue
             body = loop.attributes["body"].value
-            outer = loop.graph
+            outer = graph_of(loop)
             inside: set[int] = {id(v) for v in body.inputs}
             for node in list(body):
                 if (

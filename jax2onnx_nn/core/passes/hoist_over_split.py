@@ -7,8 +7,8 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import is_required
 from jax2onnx_nn.core.ir.census import rewrite
-from jax2onnx_nn.core.ir.edit import new_constant, one_reader
-from jax2onnx_nn.core.ir.values import same_dim
+from jax2onnx_nn.core.ir.edit import graph_of, new_constant, one_reader
+from jax2onnx_nn.core.ir.values import same_dim, shape_of
 from jax2onnx_nn.core.ir.walk import all_nodes
 
 
@@ -20,51 +20,44 @@ def _split_heads_reshape(
     tail`` of one Reshape before the Split, and the split sizes ``n_i``. The row-major order
     makes this the same: each output is a contiguous block of the flattened axis and what
     follows it."""
-    x = split.inputs[0]
-    axis = _axis(split, x)
-    if axis is None:
+    split_input = _split_input(split)
+    if split_input is None:
         return None
-    post = x.shape[axis + 1 :]
-    if not all(isinstance(d, int) for d in post):
+    _, x_shape, axis = split_input
+    post = [d for d in x_shape[axis + 1 :] if isinstance(d, int)]
+    if len(post) != len(x_shape) - axis - 1:
         return None
-    tail = None
-    sizes = []
+    tail: list[int] | None = None
+    sizes: list[int] = []
     for out, reader in zip(split.outputs, readers, strict=True):
         y = reader.outputs[0]
-        if (
-            y.shape is None
-            or len(y.shape) < axis + 1
-            or out.shape is None
-            or not isinstance(out.shape[axis], int)
-        ):
+        out_n = None if out.shape is None else out.shape[axis]
+        if y.shape is None or len(y.shape) < axis + 1 or not isinstance(out_n, int):
             return None
-        if not all(same_dim(a, b) for a, b in zip(x.shape[:axis], y.shape[:axis], strict=False)):
+        if not all(same_dim(a, b) for a, b in zip(x_shape[:axis], y.shape[:axis], strict=False)):
             return None
-        this_tail = list(y.shape[axis + 1 :])
+        this_tail = [d for d in y.shape[axis + 1 :] if isinstance(d, int) and d >= 1]
         n = y.shape[axis]
-        if (
-            not isinstance(n, int)
-            or n < 1
-            or not all(isinstance(d, int) and d >= 1 for d in this_tail)
-        ):
+        if not isinstance(n, int) or n < 1 or len(this_tail) != len(y.shape) - axis - 1:
             return None
         if tail is not None and this_tail != tail:
             return None
         tail = this_tail
-        if n * int(np.prod(tail, dtype=np.int64)) != out.shape[axis] * int(
-            np.prod(post, dtype=np.int64)
-        ):
+        if n * int(np.prod(tail, dtype=np.int64)) != out_n * int(np.prod(post, dtype=np.int64)):
             return None
         sizes.append(n)
     return [0] * axis + [sum(sizes)] + list(tail or []), sizes
 
 
-def _axis(split: ir.Node, x: ir.Value | None) -> int | None:
+def _split_input(split: ir.Node) -> tuple[ir.Value, ir.Shape, int] | None:
+    """The Split's input, its shape, and the axis it splits (non-negative); None when the
+    input or its shape is unknown."""
+    x = split.inputs[0]
     if x is None or x.shape is None:
         return None
     axis = split.attributes["axis"].value if "axis" in split.attributes else 0
     rank = len(x.shape)
-    return axis % rank if -rank <= axis < rank else None
+    return (x, x.shape, axis % rank) if -rank <= axis < rank else None
 
 
 def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.Node | None:
@@ -77,17 +70,24 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
         or any(o.is_graph_output() for o in split.outputs)
     ):
         return None
-    readers = [one_reader(o) for o in split.outputs]
-    if len(readers) < 2 or any(r is None or r.domain != "" or is_required(r) for r in readers):
-        return None
-    kinds = {r.op_type for r in readers}
-    x = split.inputs[0]
-    axis = _axis(split, x)
-    if axis is None or any(
-        o.shape is None or not isinstance(o.shape[axis], int) for o in split.outputs
+    found = [one_reader(o) for o in split.outputs]
+    readers = [r for r in found if r is not None]
+    if (
+        len(found) < 2
+        or len(readers) != len(found)
+        or any(r.domain != "" or is_required(r) for r in readers)
     ):
         return None
-    graph = split.graph
+    kinds = {r.op_type for r in readers}
+    split_input = _split_input(split)
+    if split_input is None:
+        return None
+    x, x_shape, axis = split_input
+    out_sizes = [d for o in split.outputs if o.shape is not None for d in [o.shape[axis]]]
+    sizes = [d for d in out_sizes if isinstance(d, int)]
+    if len(sizes) != len(split.outputs):
+        return None
+    graph = graph_of(split)
     if kinds == {"Reshape"}:
         plan = _split_heads_reshape(split, readers)
         if plan is None:
@@ -99,7 +99,7 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
             f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
         )
         moved.outputs[0].type = x.type
-        moved.outputs[0].shape = ir.Shape([*x.shape[:axis], int(sum(sizes)), *shape[axis + 1 :]])
+        moved.outputs[0].shape = ir.Shape([*x_shape[:axis], int(sum(sizes)), *shape[axis + 1 :]])
         new_axis, finals = axis, [r.outputs[0] for r in readers]
         residual: list[list[int] | None] = [None] * len(readers)
     elif kinds == {"Transpose"}:
@@ -121,9 +121,8 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
             f"{readers[0].outputs[0].name}/before_split" if readers[0].outputs[0].name else None
         )
         moved.outputs[0].type = x.type
-        moved.outputs[0].shape = ir.Shape([x.shape[p] for p in perm])
+        moved.outputs[0].shape = ir.Shape([x_shape[p] for p in perm])
         new_axis, finals = inverse[axis], [r.outputs[0] for r in readers]
-        sizes = [o.shape[axis] for o in split.outputs]
         residual = [None if p == perm else [inverse[q] for q in p] for p in perms]
     else:
         return None
@@ -148,7 +147,7 @@ def _hoist_over_split(model: ir.Model, split: ir.Node, in_function: bool) -> ir.
             if final.name:  # the value a reader sees keeps its name
                 piece.name, final.name = final.name, f"{final.name}/replaced"
             continue
-        piece.shape = ir.Shape([old.shape[p] for p in perm])
+        piece.shape = ir.Shape([shape_of(old)[p] for p in perm])
         fix = ir.Node("", "Transpose", [piece], attributes=[ir.AttrInt64s("perm", rest)])
         fix.outputs[0].type, fix.outputs[0].shape = final.type, final.shape
         graph.insert_before(split, fix)

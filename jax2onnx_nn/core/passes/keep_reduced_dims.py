@@ -28,13 +28,12 @@ _REDUCTIONS = frozenset(
 
 def _reduced_axes(node: ir.Node, rank: int) -> list[int] | None:
     """The axes ``node`` (a Reduce*) reduces, non-negative and sorted; None when unknown."""
-    if (
-        len(node.inputs) > 1 and node.inputs[1] is not None
-    ):  # axes as an input (ReduceSum 13, the rest 18)
-        axes = const_array(node.inputs[1])
-        if axes is None:
+    axes: list[int]
+    if len(node.inputs) > 1 and node.inputs[1] is not None:  # an input (ReduceSum 13, others 18)
+        array = const_array(node.inputs[1])
+        if array is None:
             return None
-        axes = axes.reshape(-1).tolist()
+        axes = array.reshape(-1).tolist()
     elif (attr := node.attributes.get("axes")) is not None:
         axes = list(attr.as_ints())
     else:
@@ -62,23 +61,20 @@ def keep_reduced_dims(model: ir.Model) -> int:
         source, out = node.inputs[0], node.outputs[0]
         reduce = source.producer() if source is not None else None
         if (
-            reduce is None
+            source is None
+            or reduce is None
             or reduce.domain != ""
             or reduce.op_type not in _REDUCTIONS
             or is_required(reduce)
             or reduce.attributes.get_int("keepdims", 1) != 0
             or one_reader(source) is not node
             or out.shape is None
-            or reduce.inputs[0] is None
+            or (data := reduce.inputs[0]) is None
         ):
             continue
         rank = len(out.shape)
         unsqueezed = const_array(node.inputs[1])
-        if (
-            unsqueezed is None
-            or reduce.inputs[0].shape is not None
-            and len(reduce.inputs[0].shape) != rank
-        ):
+        if unsqueezed is None or data.shape is not None and len(data.shape) != rank:
             continue
         if sorted(a % rank for a in unsqueezed.reshape(-1).tolist()) != _reduced_axes(reduce, rank):
             continue

@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import is_required, numpy_tensor
 from jax2onnx_nn.core.ir.census import rewrite
-from jax2onnx_nn.core.ir.edit import new_constant, renamable, take_place
+from jax2onnx_nn.core.ir.edit import graph_of, new_constant, renamable, take_place
 from jax2onnx_nn.core.ir.values import same_dim, same_shape
 from jax2onnx_nn.core.ir.walk import graph_nodes
 
@@ -130,7 +130,7 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
         first = list(producer.attributes["perm"].value)
         combined = [first[p] for p in perm]
         x = producer.inputs[0]
-        if combined == sorted(combined):
+        if x is None or combined == sorted(combined):
             return x
         return _insert_before(node, "Transpose", [x], {"perm": combined}, out)
     # Reshape / Squeeze / Unsqueeze / Flatten
@@ -175,14 +175,16 @@ def _insert_before(
     operand becomes a Constant node: it works in functions and subgraphs alike). Its values
     are named after ``like``: onnx_ir would number unnamed ones per graph (``val_0``), and a
     Loop body's names must differ from the outer graph's."""
-    owner = node.graph
+    owner = graph_of(node)
     new_inputs = list(inputs)
     if constant is not None:
+        tensor = constant.const_value
+        assert tensor is not None  # the caller made it a constant
         const_node = ir.Node(
             "",
             "Constant",
             [],
-            attributes=[ir.AttrTensor("value", constant.const_value)],
+            attributes=[ir.AttrTensor("value", tensor)],
             name=f"{node.name}/shape" if node.name else None,
         )
         const_node.outputs[0].shape, const_node.outputs[0].type = constant.shape, constant.type

@@ -23,29 +23,32 @@ def merge_duplicate_initializers(model: ir.Model) -> int:
     mostly fresh zeros and ones (a BatchNorm mean and a Linear bias), distinct parameters whose
     module-path names a reader needs, and merging them would save next to nothing."""
     graph = model.graph
-    groups: dict[tuple[Any, tuple[int, ...]], list[ir.Value]] = {}
-    for value in graph.initializers.values():
-        if value.const_value is None or value.const_value.nbytes < _MERGE_MIN_BYTES:
+    # (dtype, shape) -> the initializers of that type: (name, value, its tensor) each
+    groups: dict[tuple[Any, tuple[int, ...]], list[tuple[str, ir.Value, ir.TensorProtocol]]] = {}
+    for name, value in graph.initializers.items():
+        tensor = value.const_value
+        if tensor is None or tensor.nbytes < _MERGE_MIN_BYTES:
             continue
         if not value.is_graph_input() and not value.is_graph_output():
-            groups.setdefault(
-                (value.const_value.dtype, tuple(value.const_value.shape.numpy())), []
-            ).append(value)
+            groups.setdefault((tensor.dtype, tuple(tensor.shape.numpy())), []).append(
+                (name, value, tensor)
+            )
     merged = 0
-    for values in groups.values():
-        if len(values) < 2:
+    for group in groups.values():
+        if len(group) < 2:
             continue
-        kept: dict[bytes, ir.Value] = {}
-        for value in values:
-            data = tensor_bytes(value.const_value)
-            first = kept.setdefault(_sample(data), value)  # distinct weights differ in a sample
+        kept: dict[bytes, tuple[ir.Value, ir.TensorProtocol]] = {}
+        for name, value, tensor in group:
+            data = tensor_bytes(tensor)
+            # distinct weights differ in a sample
+            first, first_tensor = kept.setdefault(_sample(data), (value, tensor))
             if first is value or not np.array_equal(
                 np.frombuffer(data, np.uint8),
-                np.frombuffer(tensor_bytes(first.const_value), np.uint8),
+                np.frombuffer(tensor_bytes(first_tensor), np.uint8),
             ):
                 continue
             value.replace_all_uses_with(first)
-            graph.initializers.pop(value.name)
+            graph.initializers.pop(name)
             merged += 1
     return merged
 

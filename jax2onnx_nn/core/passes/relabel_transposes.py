@@ -7,7 +7,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import is_required
 from jax2onnx_nn.core.ir.census import rewrite
-from jax2onnx_nn.core.ir.edit import new_constant, take_place
+from jax2onnx_nn.core.ir.edit import graph_of, new_constant, take_place
 from jax2onnx_nn.core.ir.values import same_dim
 from jax2onnx_nn.core.ir.walk import all_nodes
 from jax2onnx_nn.core.passes.layout_chains import cancel_layout_chains
@@ -25,9 +25,8 @@ def _relabelling_shape(node: ir.Node) -> list[int] | None:
     perm = list(node.attributes["perm"].value)
     if sorted(perm) != list(range(len(out.shape))):
         return None
-    dims = [None] * len(
-        perm
-    )  # the input's dims, from the output's (a rule may leave the input unshaped)
+    # the input's dims, from the output's (a rule may leave the input unshaped)
+    dims: list[int | ir.SymbolicDim | None] = [None] * len(perm)
     for i, p in enumerate(perm):
         dims[p] = out.shape[i]
     kept = [p for p in perm if dims[p] != 1]
@@ -72,7 +71,7 @@ def relabel_transposes(model: ir.Model) -> int:
         reshape = ir.Node("", "Reshape", [node.inputs[0], shape], name=node.name or None)
         reshape.outputs[0].shape, reshape.outputs[0].type = out.shape, out.type
         reshape.outputs[0].name = f"{out.name}/relabelled" if out.name else None
-        node.graph.insert_before(node, reshape)
+        graph_of(node).insert_before(node, reshape)
         take_place(out, reshape.outputs[0])
         replaced += 1
     if replaced:

@@ -26,15 +26,15 @@ def remove_unused_nodes(model: ir.Model) -> None:
     graph = model.graph
     remove_unused_in(graph, graph.opset_imports.get(""))
     kept = {id(v) for v in (*graph.outputs, *graph.inputs)}
-    for value in list(graph.initializers.values()):
+    for name, value in list(graph.initializers.items()):
         if not value.uses() and id(value) not in kept:
-            graph.initializers.pop(value.name)
+            graph.initializers.pop(name)
     for function in model.functions.values():
         remove_unused_in(function, function.opset_imports.get(""))
     for body in graphs(model)[1:]:
-        for value in list(body.initializers.values()):
+        for name, value in list(body.initializers.items()):
             if not value.uses() and not value.is_graph_output():
-                body.initializers.pop(value.name)
+                body.initializers.pop(name)
 
 
 def _drop_reads(body: ir.Graph) -> None:

@@ -4,6 +4,7 @@ rest."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -140,7 +141,7 @@ def _broadcast(shapes: list[list[int | str]]) -> list[int | str | None]:
     return out
 
 
-def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str | None] | None:
+def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> Sequence[int | str | None] | None:
     """The first output's shape from the table above, ``None`` for an op it does not hold."""
     op = node.op_type
     if op in _SAME_SHAPE_OPS and len(node.outputs) == 1:
@@ -167,14 +168,18 @@ def _table_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | str
     if op == "Concat":
         axis = node.attributes.get_int("axis", 0)
         axis += len(shapes[0]) if axis < 0 else 0
-        sizes = [shape[axis] for shape in shapes]
+        sizes = [size for shape in shapes if isinstance(size := shape[axis], int)]
         others = {(*shape[:axis], *shape[axis + 1 :]) for shape in shapes}
-        if not all(isinstance(size, int) for size in sizes) or len(others) != 1:
+        if len(sizes) != len(shapes) or len(others) != 1:
             return None  # ONNX merges unequal dims its own way: its per-node inference decides
-        return [*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1 :]]  # type: ignore[arg-type]
-    if op == "Unsqueeze" and len(node.inputs) == 2 and node.inputs[1].const_value is not None:
-        rank = len(shapes[0]) + node.inputs[1].const_value.size
-        axes = sorted(int(a) % rank for a in node.inputs[1].const_value.numpy().reshape(-1))
+        return [*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1 :]]
+    if (
+        op == "Unsqueeze"
+        and len(node.inputs) == 2
+        and (added := _const_ints(node.inputs[1])) is not None
+    ):
+        rank = len(shapes[0]) + len(added)
+        axes = sorted(a % rank for a in added)
         dims = iter(shapes[0])
         return [1 if i in axes else next(dims) for i in range(rank)]
     if op == "Squeeze":
@@ -286,13 +291,16 @@ def _reshape_shape(node: ir.Node, dims: list[int | str]) -> list[int | str] | No
             out.append(t)
         else:
             return None
-    static = all(isinstance(d, int) for d in (*dims, *out))
+    static_dims = [d for d in dims if isinstance(d, int)]
+    static_out = [d for d in out if isinstance(d, int)]
+    static = len(static_dims) == len(dims) and len(static_out) == len(out)
+    size = math.prod(static_dims)
     if -1 in out:
-        rest = [d for d in out if d != -1]
-        if out.count(-1) > 1 or not static or 0 in rest or math.prod(dims) % math.prod(rest):
+        rest = [d for d in static_out if d != -1]
+        if out.count(-1) > 1 or not static or 0 in rest or size % math.prod(rest):
             return None
-        out[out.index(-1)] = math.prod(dims) // math.prod(rest)
-    elif static and math.prod(dims) != math.prod(out):  # type: ignore[arg-type]
+        out[out.index(-1)] = size // math.prod(rest)
+    elif static and size != math.prod(static_out):
         return None
     return out
 
@@ -300,9 +308,10 @@ def _reshape_shape(node: ir.Node, dims: list[int | str]) -> list[int | str] | No
 def _range_shape(node: ir.Node) -> list[int | str] | None:
     """Range over constant integer scalars: ``max(ceil((limit - start) / delta), 0)`` elements."""
     bounds = [_const_ints(v) for v in node.inputs]
-    if len(bounds) != 3 or any(b is None or len(b) != 1 for b in bounds):
+    scalars = [b[0] for b in bounds if b is not None and len(b) == 1]
+    if len(bounds) != 3 or len(scalars) != 3:
         return None
-    (start,), (limit,), (delta,) = bounds  # type: ignore[misc]
+    start, limit, delta = scalars
     if delta == 0:
         return None
     return [max(-((start - limit) // delta), 0)]
@@ -315,8 +324,13 @@ def _window_shape(node: ir.Node, shapes: list[list[int | str]]) -> list[int | st
     x = shapes[0]
     n = len(x) - 2
     attrs = node.attributes
-    if n < 1 or attrs.get_string("auto_pad", "NOTSET") != "NOTSET" or attrs.get_int("ceil_mode", 0):
+    if (
+        n < 1
+        or attrs.get_string("auto_pad", "NOTSET") != "NOTSET"
+        or attrs.get_int("ceil_mode", 0) != 0
+    ):
         return None
+    kernel: Sequence[int | str] | None
     if node.op_type == "Conv":
         if len(shapes) < 2 or len(shapes[1]) != n + 2:
             return None
@@ -359,20 +373,23 @@ def _infer_node_by_node(model: ir.Model, missing: list[ir.Value]) -> bool:
         ):
             return False
         inputs = [v for v in node.inputs if v is not None]
-        if any(v.type is None or v.shape is None for v in inputs):
+        typed = [v.shape for v in inputs if v.type is not None and v.shape is not None]
+        if len(typed) != len(inputs):
             return False
-        shapes = [[d if isinstance(d, int) else d.value for d in v.shape] for v in inputs]
-        known = all(d is not None for shape in shapes for d in shape)
+        # the dims of each input: a static size or a symbolic dim's name (known: no dim unnamed)
+        named = [[d if isinstance(d, int) else d.value for d in shape] for shape in typed]
+        shapes = [[d for d in dims if d is not None] for dims in named]
+        known = all(len(s) == len(dims) for s, dims in zip(shapes, named, strict=True))
         if node.op_type in _MULTI_OUTPUT_SHAPES:
             each = _MULTI_OUTPUT_SHAPES[node.op_type](node, shapes) if known else None
-            named = [
-                (out, shape)
-                for out, shape in zip(node.outputs, each or (), strict=False)
+            outputs = [
+                (out, out_shape)
+                for out, out_shape in zip(node.outputs, each or (), strict=False)
                 if out.name
             ]
-            if each is not None and all(out.type is not None for out, _ in named):
-                for out, shape in named:
-                    out.shape = out.shape or ir.Shape(shape)
+            if each is not None and all(out.type is not None for out, _ in outputs):
+                for out, out_shape in outputs:
+                    out.shape = out.shape or ir.Shape(out_shape)
                 continue
         shape = _table_shape(node, shapes) if known and inputs else None
         if shape is not None and node.outputs[0].type is not None:
@@ -393,6 +410,8 @@ def _infer_node(model: ir.Model, node: ir.Node, opset: int) -> bool:
     for value in node.inputs:
         if value is None:
             continue
+        if value.name is None:  # onnx's inference reads the inputs' types by name
+            return False
         types[value.name] = ir.serde.serialize_value(value).type
         tensor = value.const_value
         if value.is_initializer() and tensor is not None and tensor.size <= _INFERENCE_CONST_SIZE:
@@ -451,14 +470,17 @@ def _infer_whole_graph(model: ir.Model, missing: list[ir.Value]) -> None:
     pads, shapes keep their data, which inference needs)."""
     graph = model.graph
     order = list(graph.initializers.values())
-    initializers = [
-        v for v in order if v.const_value is None or v.const_value.size > _INFERENCE_CONST_SIZE
-    ]
+    large = {
+        name: v
+        for name, v in graph.initializers.items()
+        if v.const_value is None or v.const_value.size > _INFERENCE_CONST_SIZE
+    }
+    initializers = list(large.values())
     saved = [(v, v.const_value) for v in initializers]
     try:
-        for v in initializers:
+        for name, v in large.items():
             v.const_value = None
-            graph.initializers.pop(v.name)
+            graph.initializers.pop(name)
         graph.inputs.extend(initializers)
         proto = ir.serde.serialize_model(model)
     finally:
@@ -487,7 +509,7 @@ def _infer_whole_graph(model: ir.Model, missing: list[ir.Value]) -> None:
 
     collect(inferred.graph)
     for v in missing:
-        dtype, dims = _type_of(known.get(v.name))
+        dtype, dims = _type_of(known.get(v.name) if v.name is not None else None)
         if dtype is None:
             continue
         if v.type is None:

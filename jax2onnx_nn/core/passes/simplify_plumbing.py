@@ -24,12 +24,8 @@ def _shape_of(v: ir.Value) -> ir.Shape | None:
     if len(shaped) != 1 or shaped[0].shape is None:
         return None
     rank = len(shaped[0].shape)
-    if any(
-        c is not None
-        and c is not shaped[0]
-        and (const_array(c).size != 1 or const_array(c).ndim > rank)
-        for c in node.inputs
-    ):
+    constants = [const_array(c) for c in node.inputs if c is not None and c is not shaped[0]]
+    if any(c is None or c.size != 1 or c.ndim > rank for c in constants):
         return None
     return shaped[0].shape
 
@@ -101,7 +97,8 @@ def _leading_unsqueeze_source(v: ir.Value | None) -> ir.Value | None:
     size-1 axes in front (new leading axes only)."""
     node = v.producer() if v is not None else None
     if (
-        node is None
+        v is None
+        or node is None
         or node.domain != ""
         or len(node.inputs) != 2
         or v.shape is None
@@ -134,7 +131,7 @@ def _lower_bound(v: ir.Value | None) -> int | None:
     too when ``n`` is a dim (``Squeeze(Shape(..))``: a dim is below 2**31, so an int32 cast of
     a count up to it does not wrap)."""
     node = v.producer() if v is not None else None
-    if node is None or node.domain != "":
+    if v is None or node is None or node.domain != "":
         return None
     if node.op_type == "Cast" and exact_dtype(v.dtype) and v.dtype != ir.DataType.BOOL:
         source = node.inputs[0].producer() if node.inputs[0] is not None else None
@@ -221,9 +218,9 @@ def simplify_plumbing(model: ir.Model) -> int:
     of rewrites; the nodes left unused are removed by the clean-up."""
     rewritten = 0
     for node, in_function in all_nodes(model):
-        if node.graph is None:
+        if node.graph is None or not node.outputs:
             continue
-        out = node.outputs[0] if node.outputs else None
+        out = node.outputs[0]
         x = _identity_operand(node)
         if x is not None and not out.is_graph_output():
             out.replace_all_uses_with(x)
@@ -233,24 +230,23 @@ def simplify_plumbing(model: ir.Model) -> int:
             kept = [
                 b
                 for a, b in (node.inputs, node.inputs[::-1])
-                if _always_true(a) and same_dims(_shape_of(b), _shape_of(a))
+                if a is not None
+                and b is not None
+                and _always_true(a)
+                and same_dims(_shape_of(b), _shape_of(a))
             ]
             if kept:
                 out.replace_all_uses_with(kept[0])
                 rewritten += 1
                 continue
-        if (
-            node.domain == ""
-            and node.op_type in _BROADCASTING
-            and out is not None
-            and out.shape is not None
-        ):
+        if node.domain == "" and node.op_type in _BROADCASTING and out.shape is not None:
             for i, v in enumerate(node.inputs):
                 source = _leading_unsqueeze_source(v)
-                others = [u for j, u in enumerate(node.inputs) if j != i and u is not None]
-                if source is None or not all(u.shape is not None for u in others):
+                others = [u.shape for j, u in enumerate(node.inputs) if j != i and u is not None]
+                ranks = [len(shape) for shape in others if shape is not None]
+                if source is None or v is None or v.shape is None or len(ranks) != len(others):
                     continue
-                if max((len(u.shape) for u in others), default=0) >= len(v.shape):
+                if max(ranks, default=0) >= len(v.shape):
                     node.replace_input_with(i, source)
                     rewritten += 1
         dims = _copied_dims_shape(node)

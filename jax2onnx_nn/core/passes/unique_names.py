@@ -36,9 +36,10 @@ def _unique_in_scope(top: ir.Graph) -> int:
                 i = 1
                 while f"{name}_{i}" in taken:
                     i += 1
-                value.name = f"{name}_{i}"
+                name = f"{name}_{i}"
+                value.name = name
                 renamed += 1
-            taken.add(value.name)
+            taken.add(name)
     return renamed
 
 

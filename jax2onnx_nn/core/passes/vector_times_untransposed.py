@@ -19,7 +19,7 @@ def vector_times_untransposed(model: ir.Model) -> int:
     with graph optimizations on). Needs ranks, so it runs after :func:`fill_missing_types`.
     Returns the number of MatMuls rewritten; a Transpose left unused is removed.
     """
-    graphs = [model.graph, *(f for f in model.functions.values())]
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     rewritten = 0
     for graph in graphs:
         for node in graph_nodes(graph):

@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 import onnx_ir as ir
 
-from jax2onnx_nn.core.ir.census import acts_on, op_census
+from jax2onnx_nn.core.ir.census import acts_on, may_act, op_census
 from jax2onnx_nn.core.ir.edit import Editor
 from jax2onnx_nn.core.ir.walk import graph_nodes
 from jax2onnx_nn.core.targets import onnxruntime, onnxruntime_web, openvino, tensorrt, tract
@@ -59,7 +59,7 @@ def apply_rewrites(model: ir.Model, rewrites: Sequence[Rewrite]) -> int:
     for rule in rewrites:
         if census is None:
             census = op_census(model)
-        if rule.op_types and rule.domain == "" and census.isdisjoint(rule.op_types):
+        if not may_act(rule, census):
             continue
         changed_before = changed
         for node in graph_nodes(model.graph):

@@ -59,8 +59,8 @@ def reduce_extremes_of_infinities(node: ir.Node, edit: Editor) -> Replacement:
     attributes = {name: attr.value for name, attr in node.attributes.items()}
     result = edit.op(node.op_type, *node.inputs, dtype=dtype, **attributes)
     info = np.finfo(dtype.numpy())
-    finite, infinite = (info.min, -np.inf) if node.op_type == "ReduceMax" else (info.max, np.inf)
-    finite, infinite = np.asarray(finite, dtype.numpy()), np.asarray(infinite, dtype.numpy())
+    extremes = (info.min, -np.inf) if node.op_type == "ReduceMax" else (info.max, np.inf)
+    finite, infinite = (np.asarray(e, dtype.numpy()) for e in extremes)
     axes = node.inputs[1] if len(node.inputs) > 1 else None
     if axes is None and "axes" in attributes:
         axes = edit.const(np.asarray(attributes["axes"], np.int64))
@@ -184,6 +184,7 @@ def empty_constants_as_constant_of_shape(node: ir.Node, edit: Editor) -> Replace
             not value.uses()
             and not value.is_graph_output()
             and value.graph is not None
+            and value.name is not None
             and value.name in value.graph.initializers
         ):
             value.graph.initializers.pop(value.name)

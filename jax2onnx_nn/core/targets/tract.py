@@ -69,7 +69,7 @@ def float_sum_over_empty_last_axis(node: ir.Node, edit: Editor) -> Replacement:
     axes = axes.reshape(-1)
     if (
         axes.size == 0
-        and node.attributes.get_int("noop_with_empty_axes", 0)
+        and node.attributes.get_int("noop_with_empty_axes", 0) != 0
         or axes.size
         and rank - 1 not in {int(a) % rank for a in axes}
     ):
@@ -264,19 +264,18 @@ def strided_slice_as_gather(node: ir.Node, edit: Editor) -> Replacement:
     dim is a Gather of the positions it takes (computed here, as numpy slices them)."""
     if len(node.inputs) != 5 or node.inputs[0] is None:
         return None
-    starts, ends, axes, steps = (constant_array(v) for v in node.inputs[1:])
+    # starts, ends, axes, steps: one constant each
+    found = [constant_array(v) for v in node.inputs[1:]]
+    scalars = [int(c.reshape(-1)[0]) for c in found if c is not None and c.size == 1]
     shape = node.inputs[0].shape
-    if (
-        any(c is None or c.size != 1 for c in (starts, ends, axes, steps))
-        or shape is None
-        or int(steps.reshape(-1)[0]) == 1
-    ):
+    if len(scalars) != 4 or shape is None or scalars[3] == 1:
         return None
-    axis = int(axes.reshape(-1)[0]) % len(shape)
-    if not isinstance(shape[axis], int):
+    start, end, axis, step = scalars
+    axis %= len(shape)
+    size = shape[axis]
+    if not isinstance(size, int):
         return None
-    start, end, step = (int(c.reshape(-1)[0]) for c in (starts, ends, steps))
-    positions = np.arange(shape[axis], dtype=np.int64)[start:end:step]
+    positions = np.arange(size, dtype=np.int64)[start:end:step]
     return edit.op("Gather", node.inputs[0], positions, axis=axis, dtype=node.outputs[0].dtype)
 
 
@@ -429,7 +428,8 @@ PROFILE = Target(
     ),
     late_rewrites=(empty_constants_as_constant_of_shape, ranges_in_scan_bodies),
     lacks_dtypes={
-        "bfloat16": "tract 0.23 has no bfloat16 tensors: export with precision='float32' (CLI: --precision float32)"
+        "bfloat16": "tract 0.23 has no bfloat16 tensors: export with precision='float32' (CLI: "
+        "--precision float32)"
     },
     lacks={
         "Loop": "tract 0.23 has no Loop, and a while_loop whose condition depends on the data "

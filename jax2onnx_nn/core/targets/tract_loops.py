@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import Editor, Replacement
-from jax2onnx_nn.core.ir.values import constant_array, constant_range
+from jax2onnx_nn.core.ir.values import constant_array, constant_range, dtype_of
 from jax2onnx_nn.core.ir.walk import graph_nodes, node_bodies, subgraphs
 from jax2onnx_nn.core.targets.common import (
     BOOL,
@@ -232,19 +232,20 @@ def _restarted(scan: ir.Node) -> bool:
     k, first_tick = counters[0]
     body = scan.attributes["body"].as_graph()
     tick = body.inputs[n_state + k]
+    tick_dtype = dtype_of(tick)
     name = f"{tick.name}/restart"
     start = ir.Node(
         "",
         "Constant",
         [],
         ir.convenience.convert_attributes(
-            {"value": ir.tensor(np.asarray(first_tick, tick.dtype.numpy()))}
+            {"value": ir.tensor(np.asarray(first_tick, tick_dtype.numpy()))}
         ),
         name=f"{name}/start",
     )
     first = ir.Node("", "Equal", [tick, start.outputs[0]], name=f"{name}/first")
     new_nodes = [start, first]
-    for node_, dtype in ((start, tick.dtype), (first, ir.DataType.BOOL)):
+    for node_, dtype in ((start, tick_dtype), (first, ir.DataType.BOOL)):
         node_.outputs[0].name, node_.outputs[0].type, node_.outputs[0].shape = (
             f"{node_.name}_output",
             ir.TensorType(dtype),
@@ -625,7 +626,8 @@ def _row_of(value: ir.Value | None, iteration: ir.Value) -> ir.Value | None:
     ):
         return None
     x = gather.inputs[0]
-    return x if x.producer() is None or x.producer().graph is not gather.graph else None
+    producer = x.producer()
+    return x if producer is None or producer.graph is not gather.graph else None
 
 
 def _neutral(op_type: str, numpy_type: np.dtype) -> Any:
@@ -662,6 +664,7 @@ def scan_int_factors_as_states(node: ir.Node, edit: Editor) -> Replacement:
     there, so no mask): the same numbers."""
     body = node.attributes["body"].as_graph()
     found: dict[int, tuple[ir.Value, list[tuple[ir.Node, int]]]] = {}
+    arrays: dict[int, np.ndarray] = {}  # the data of each constant found
     for inner in body:
         if inner.op_type not in _MASKING or inner.domain != "" or len(inner.inputs) != 2:
             continue
@@ -673,10 +676,11 @@ def scan_int_factors_as_states(node: ir.Node, edit: Editor) -> Replacement:
             if other is None or constant_array(other) is not None:
                 continue
             found.setdefault(id(value), (value, []))[1].append((inner, index))
+            arrays[id(value)] = array
     if not found:
         return None
     read = list(found.values())
-    constants = [edit.const(constant_array(value)) for value, _ in read]
+    constants = [edit.const(arrays[id(value)]) for value, _ in read]
     passed_through_as_states(node, edit, body, "factor", read, constants)
     return True
 
