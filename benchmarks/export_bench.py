@@ -375,8 +375,8 @@ def main() -> int:
     parser.add_argument(
         "--ort-no-spinning",
         action="store_true",
-        help="onnxruntime's idle intra-op threads sleep (session.intra_op.allow_spinning=0): on a loaded machine its "
-        "default spin-waiting takes the cores from the work",
+        help="onnxruntime's idle intra-op threads sleep (session.intra_op.allow_spinning=0): on a "
+        "loaded machine its default spin-waiting takes the cores from the work",
     )
     parser.add_argument("--json", help="also write the rows there")
     parser.add_argument("--one", help=argparse.SUPPRESS)

@@ -120,7 +120,10 @@ def bench(name: str, size: str, repeat: int, clock: Callable[[], float] = time.p
     ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat, clock)
     jitted = jax.jit(fn)
     jax_ms = _latency_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)
-    return f"| {name} | {size} | {len(model.graph.node)} | {_all_nodes(model.graph)} | {export_s:.1f} | {ort_ms} | {jax_ms} |"
+    return (
+        f"| {name} | {size} | {len(model.graph.node)} | {_all_nodes(model.graph)} | "
+        f"{export_s:.1f} | {ort_ms} | {jax_ms} |"
+    )
 
 
 def accuracy(size: str, dtype: type) -> str:

@@ -2,8 +2,8 @@
 
 The scan of the two cell steps is one ONNX ``GRU`` and one ``LSTM`` node, each run over the
 whole sequence (the LSTM reads the GRU's output at every step); the cells' weights are
-stored once, in ONNX's gate order. Exported for a symbolic batch of sequences. Run ``python -m examples.eqx_rnn [out.onnx]``.
-"""
+stored once, in ONNX's gate order. Exported for a symbolic batch of sequences.
+Run ``python -m examples.eqx_rnn [out.onnx]``."""
 
 from __future__ import annotations
 

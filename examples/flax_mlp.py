@@ -1,4 +1,4 @@
-"""The README MLP (Linear -> Dropout -> BatchNorm -> gelu -> Linear), exported with a symbolic batch.
+"""The README MLP (Linear, Dropout, BatchNorm, gelu, Linear), exported with a symbolic batch.
 
 Run ``python -m examples.flax_mlp [out.onnx]``: exports, checks onnxruntime against JAX for a few
 batch sizes and prints the graph's nodes.

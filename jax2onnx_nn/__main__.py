@@ -95,7 +95,8 @@ def _import(module_name: str) -> Any:
     except ModuleNotFoundError as err:
         if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
             raise UsageError(
-                f"cannot import {module_name!r}: no module named {err.name!r} (run from the folder that contains it, or install it)"
+                f"cannot import {module_name!r}: no module named {err.name!r} (run from the folder "
+                "that contains it, or install it)"
             ) from err
         raise
 
@@ -159,7 +160,8 @@ def exportable(target: Any, name: str, debug: bool = False) -> Any:
             ) from err
     if not callable(target):
         raise UsageError(
-            f"{name} is a {type(target).__name__}: expected a function, a module instance, or a class / zero-argument factory returning one"
+            f"{name} is a {type(target).__name__}: expected a function, a module instance, or a "
+            "class / zero-argument factory returning one"
         )
     return target
 
@@ -224,7 +226,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except ValueError as err:
         if args.loop_bound is not None and args.loop_bound < 1:
             raise UsageError(
-                f"--loop-bound {args.loop_bound}: give the most steps a data-dependent while_loop may take (>= 1)"
+                f"--loop-bound {args.loop_bound}: give the most steps a data-dependent while_loop "
+                "may take (>= 1)"
             ) from err
         raise UsageError(
             f"--opset {args.opset}: supported opsets are {MIN_OPSET} ... {MAX_OPSET}"
@@ -281,7 +284,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             raise
         written = os.path.abspath(args.output)
         print(
-            f"jax2onnx-nn: error: --verify runs the model in {runtime}: {err}; {written} was written",
+            f"jax2onnx-nn: error: --verify runs the model in {runtime}: {err}; "
+            f"{written} was written",
             file=sys.stderr,
         )
         return MISSING_EXTRA
@@ -324,7 +328,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             raise
         raise UsageError(f"{args.model} is not an ONNX model: {type(err).__name__}: {err}") from err
     print(
-        f"{args.model}: {model.graph.name or '(unnamed graph)'}, produced by {model.producer_name or '?'} {model.producer_version}"
+        f"{args.model}: {model.graph.name or '(unnamed graph)'}, produced by "
+        f"{model.producer_name or '?'} {model.producer_version}"
     )
     print(model_summary(model, os.path.dirname(os.path.abspath(args.model))))
     return OK
@@ -393,14 +398,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jax2onnx-nn",
         description="Export JAX programs (functions, Flax NNX and Equinox modules) to ONNX.",
-        epilog="exit codes: 0 ok, 1 verification mismatch (ops: nothing matches), 2 bad arguments, 3 export failed, 4 onnxruntime missing, 130 interrupted",
+        epilog="exit codes: 0 ok, 1 verification mismatch (ops: nothing matches), 2 bad arguments, "
+        "3 export failed, 4 onnxruntime missing, 130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{export,demo,inspect,ops}")
     export = sub.add_parser(
         "export",
         parents=[common],
         help="export MODULE:ATTR to an .onnx file",
-        description="ATTR: a function, a module instance, or a class / zero-argument factory returning one.",
+        description="ATTR: a function, a module instance, or a class / zero-argument factory "
+        "returning one.",
     )
     export.add_argument(
         "target",
@@ -412,7 +419,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="one per positional argument: B,30 (float32, symbolic B) or B,T:int32; :float32 is a scalar",
+        help="one per positional argument: B,30 (float32, symbolic B) or B,T:int32; :float32 is a "
+        "scalar",
     )
     export.add_argument("-o", "--output", required=True, metavar="PATH")
     export.add_argument(
@@ -434,20 +442,22 @@ def _parser() -> argparse.ArgumentParser:
         dest="deploy_target",
         default=None,
         choices=["onnxruntime", "onnxruntime-web", "openvino", "tract", "tensorrt"],
-        help="the runtime the model is for (default onnxruntime): kernel types, loop forms, NaN and integer semantics",
+        help="the runtime the model is for (default onnxruntime): kernel types, loop forms, NaN "
+        "and integer semantics",
     )
     export.add_argument(
         "--fold-weights",
         action="store_true",
-        help="fold BatchNorm / per-channel Mul+Add after Conv or Gemm into its weights (~1 ulp from JAX)",
+        help="fold BatchNorm / per-channel Mul+Add after Conv or Gemm into its weights (~1 ulp "
+        "from JAX)",
     )
     export.add_argument(
         "--loop-bound",
         type=int,
         default=None,
         metavar="N",
-        help="loop_bound: a while_loop whose condition depends on the data becomes a Scan of at most N steps "
-        "(tract has no Loop); float results NaN where N steps do not finish it",
+        help="loop_bound: a while_loop whose condition depends on the data becomes a Scan of at "
+        "most N steps (tract has no Loop); float results NaN where N steps do not finish it",
     )
     export.add_argument(
         "--no-source-locations",
@@ -466,7 +476,8 @@ def _parser() -> argparse.ArgumentParser:
         "--io-dtype",
         default=None,
         choices=["model", "float32"],
-        help="graph input/output dtype: the model's, or float32 (default: float32 under --precision float32)",
+        help="graph input/output dtype: the model's, or float32 (default: float32 under "
+        "--precision float32)",
     )
     export.add_argument(
         "--inline-functions",

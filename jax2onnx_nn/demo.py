@@ -88,7 +88,8 @@ def demo_models() -> list[DemoModel]:
         models.append(
             DemoModel(
                 "toy_gpt",
-                "a toy GPT: GPT-2's architecture at 2 layers, 2 heads, width 32, vocabulary 97 (not the 124M GPT-2); one ONNX function per block",
+                "a toy GPT: GPT-2's architecture at 2 layers, 2 heads, width 32, vocabulary 97 "
+                "(not the 124M GPT-2); one ONNX function per block",
                 _toy_gpt,
                 [(("B", "T"), "int32")],
                 {"B": [1, 2], "T": [8, 32]},
@@ -143,21 +144,24 @@ def run_demo(out_dir: str = "out") -> int:
             report = verify(model_fn, model, demo.inputs, sizes=demo.sizes, jit=True)
         except RuntimeUnavailable as err:
             print(
-                f"jax2onnx-nn: error: the demo verifies in onnxruntime: {err}; written so far: {', '.join(written)}",
+                f"jax2onnx-nn: error: the demo verifies in onnxruntime: {err}; written so far: "
+                f"{', '.join(written)}",
                 file=sys.stderr,
             )
             return MISSING_EXTRA
         status = "verified" if report.ok else "MISMATCH"
         print(f"== {demo.name}: {demo.what}")
         print(
-            f"   {path} (exported in {seconds:.2f}s); {status} vs JAX in onnxruntime at {_sizes_text(report)}: "
-            f"max abs err {report.max_abs:.2g}, max rel err {report.max_rel:.2g} (tolerance {_tolerance_text(report)})"
+            f"   {path} (exported in {seconds:.2f}s); {status} vs JAX in onnxruntime at "
+            f"{_sizes_text(report)}: max abs err {report.max_abs:.2g}, max rel err "
+            f"{report.max_rel:.2g} (tolerance {_tolerance_text(report)})"
         )
         print(model_summary(model))
         if not report.ok:
             print(report)
             failures += 1
     print(
-        f"\n{'all models verified' if not failures else f'{failures} model(s) failed'}; files in {os.path.abspath(out_dir)}"
+        f"\n{'all models verified' if not failures else f'{failures} model(s) failed'}; files in "
+        f"{os.path.abspath(out_dir)}"
     )
     return 1 if failures else 0

@@ -141,7 +141,8 @@ def model_summary(model: Any, base_dir: str | None = None) -> str:
                 else ""
             )
             lines.append(
-                f"  {f.domain}.{f.name}: called {runs[key]}x{where}, {len(f.node)} nodes ({_histogram(Counter(n.op_type for n in f.node))})"
+                f"  {f.domain}.{f.name}: called {runs[key]}x{where}, {len(f.node)} nodes "
+                f"({_histogram(Counter(n.op_type for n in f.node))})"
             )
     sizes = [tensor_bytes(t, base_dir) for t in g.initializer]
     total = sum(b for b, _ in sizes)

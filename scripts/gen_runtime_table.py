@@ -1,7 +1,8 @@
 """Regenerate the "Runtime support" table (docs/runtimes.md): every example and benchmark model on
 every runtime.
 
-    python scripts/gen_runtime_table.py           # rewrite docs/runtimes.md from tests/runtime_matrix.txt
+    python scripts/gen_runtime_table.py           # rewrite docs/runtimes.md from the record,
+                                                  # tests/runtime_matrix.txt
     python scripts/gen_runtime_table.py --check   # exit 1 if docs/runtimes.md is stale
     python scripts/gen_runtime_table.py --record  # export and verify every (model, runtime) pair
                                                   # with that runtime's target profile, rewrite the
@@ -434,7 +435,8 @@ def _gist(message: str) -> str:
 
 def check_pair(model_name: str, runtime: str) -> str:
     """``ok`` or ``fails: <first line of the error>`` for one (model, runtime) pair (``ok with
-    loop_bound=64``, ``fails with ...: ...`` where the case exports with options for the runtime)."""
+    loop_bound=64``, ``fails with ...: ...`` where the case exports with options for the
+    runtime)."""
     from jax2onnx_nn import verify
     from jax2onnx_nn.core.targets import get_target
 

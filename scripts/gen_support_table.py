@@ -4,7 +4,8 @@ by hand).
     python scripts/gen_support_table.py           # rewrite docs/support.md in place
     python scripts/gen_support_table.py --check   # exit 1 if docs/support.md is stale
     python scripts/gen_support_table.py --record  # rerun the tests, rewrite the records
-                                                  # (tests/lowered_primitives.txt, tests/emitted_ops.txt), then docs/support.md
+                                                  # (tests/lowered_primitives.txt,
+                                                  # tests/emitted_ops.txt), then docs/support.md
     python scripts/gen_support_table.py --record tests/core/test_svd.py   # add to the records
 
 The "tested" column says whether a passing test of the suite lowers the primitive with its

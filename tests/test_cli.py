@@ -87,7 +87,9 @@ USER_MODULE = textwrap.dedent(
 
     def counted_doublings(x):
         # the same, counting the steps: an integer result a bounded loop cannot make NaN
-        return jax.lax.while_loop(lambda c: jnp.abs(c[0]).sum() < 100.0, lambda c: (c[0] * 2.0, c[1] + 1), (x, 0))
+        return jax.lax.while_loop(
+            lambda c: jnp.abs(c[0]).sum() < 100.0, lambda c: (c[0] * 2.0, c[1] + 1), (x, 0)
+        )
     """
 )
 
@@ -344,7 +346,10 @@ def test_verify_falls_back_to_onnxruntime_with_a_note(monkeypatch):
     monkeypatch.setattr(
         runtimes, "missing_reason", lambda r: f"{r} is not installed (pip install {r})"
     )
-    note = "note: --verify runs the model in onnxruntime, not tract: tract is not installed (pip install tract)"
+    note = (
+        "note: --verify runs the model in onnxruntime, not tract: tract is not installed "
+        "(pip install tract)"
+    )
     assert verify_runtime("tract") == ("onnxruntime", note)
 
 

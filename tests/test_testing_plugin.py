@@ -54,7 +54,8 @@ USER_TESTS = textwrap.dedent(
         assert result.model.graph.input[0].name == "x"
 
     def test_roundtrip_of_a_wrong_rule_does_not_fail_by_itself(onnx_roundtrip):
-        result = onnx_roundtrip(jnp.sin, [(4,)], lowerings={"sin": lambda ctx, x, **_: ctx.op.Cos(x)})
+        wrong_sin = lambda ctx, x, **_: ctx.op.Cos(x)
+        result = onnx_roundtrip(jnp.sin, [(4,)], lowerings={"sin": wrong_sin})
         assert not result.ok and "MISMATCH" in str(result)
 
     @settings(max_examples=5, deadline=None)
@@ -74,7 +75,9 @@ WRONG_LOWERING = textwrap.dedent(
         return ctx.op.Add(x, ctx.const(1.0, like=x))  # exp(x) is not 1 + x
 
     def test_wrong_exp(assert_onnx_matches):
-        assert_onnx_matches(lambda x: jnp.exp(x) * 2.0, [("B", 3)], sizes={"B": [2]}, lowerings={"exp": wrong_exp})
+        assert_onnx_matches(
+            lambda x: jnp.exp(x) * 2.0, [("B", 3)], sizes={"B": [2]}, lowerings={"exp": wrong_exp}
+        )
     """
 )
 

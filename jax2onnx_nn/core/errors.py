@@ -52,8 +52,9 @@ class ConversionError(Exception):
             lines.append(
                 f"{' and '.join(callbacks)} {verb} Python when the model runs, which an ONNX graph "
                 "cannot: compute the callback's result with jax.numpy in the exported function, or "
-                f'register a lowering that writes it as ONNX ops: @jax2onnx_nn.lowering("{callbacks[0]}") '
-                "(the rule gets the callback as its callback= parameter)."
+                "register a lowering that writes it as ONNX ops: "
+                f'@jax2onnx_nn.lowering("{callbacks[0]}") (the rule gets the callback as its '
+                "callback= parameter)."
             )
         if len(on_complex) + len(callbacks) < len(records):
             lines.append(

@@ -57,7 +57,10 @@ class Progress:
     def _write(self, stage: str, done: int, total: int, unit: str, now: float) -> None:
         self._last = now
         self._shown = True
-        text = f"jax2onnx_nn: {stage} {_amount(done, unit)}/{_amount(total, unit)} ({now - self.started:.1f} s)"
+        text = (
+            f"jax2onnx_nn: {stage} {_amount(done, unit)}/{_amount(total, unit)} "
+            f"({now - self.started:.1f} s)"
+        )
         sys.stderr.write(f"\r{text}\x1b[K" if self.terminal else text + "\n")
         sys.stderr.flush()
 

@@ -1,14 +1,14 @@
 """The Flax side of an export session (see ``core/patching.py``), active once any part of
 Flax is imported.
 
-For the duration of one export: the coarse-op patches of ``coarse/`` are applied, and the
-wrappers of ``flags.py`` that let a Dropout / BatchNorm mode flag (nnx and Linen) be a graph
-input; when the
-exported callable is a module (or a bound method of one), or reaches modules (a lambda or
-function closing over one, a global or default it names, a partial's argument, a dict / list
-of them: ``core/reach.py``), it is traced on copies made inside the trace and set to inference mode (or training mode if asked), so the user's module is never
-changed; its arrays are named by attribute path (``block1.linear1.kernel``); and module calls
-get name scopes (and ONNX functions with ``auto_functions``).
+For the duration of one export: the coarse-op patches of ``coarse/`` are applied, and the wrappers
+of ``flags.py`` that let a Dropout / BatchNorm mode flag (nnx and Linen) be a graph input; when the
+exported callable is a module (or a bound method of one), or reaches modules (a lambda or function
+closing over one, a global or default it names, a partial's argument, a dict / list of them:
+``core/reach.py``), it is traced on copies made inside the trace and set to inference mode (or
+training mode if asked), so the user's module is never changed; its arrays are named by attribute
+path (``block1.linear1.kernel``); and module calls get name scopes (and ONNX functions with
+``auto_functions``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from jax2onnx_nn.core import reach
 from jax2onnx_nn.core.config import ExportConfig
 from jax2onnx_nn.core.jax_nn.namespaces import substitute
 from jax2onnx_nn.core.patching import Prepared, patches
-from jax2onnx_nn.flax import coarse, flags, linen, linen_coarse  # noqa: F401 (linen_coarse: its patches)
+from jax2onnx_nn.flax import coarse, flags, linen, linen_coarse  # noqa: F401 (linen_coarse: patches)
 from jax2onnx_nn.flax.functions import ModulePaths, linen_functions
 
 

@@ -1,15 +1,15 @@
 """Flax layers whose mode flag is a graph input (see ``core/flags.py``).
 
-``nnx.Dropout(deterministic=...)``, ``nnx.BatchNorm(use_running_average=...)``, their Linen
-twins and Linen's ``MultiHeadDotProductAttention(deterministic=...)`` branch in Python on the
-flag (``nnx.MultiHeadAttention`` is not wrapped: its training-mode export drops the attention
-dropout today, and an error is better than a wrong branch). While an export runs they are wrapped: a traced flag (from ``input_params``, or computed
-from one) runs the layer in both modes and selects by the flag; a Python bool runs it
-unchanged. The training-mode call draws its Dropout key as JAX does (from the module's RNG
-stream: a constant of the graph, or a graph input when the stream was reseeded with a key that
-is one) and updates the running statistics; the state the call leaves (nnx RNG counts and
-batch statistics, Linen ``batch_stats``) is selected by the flag too, so that later layers and
-returned state see what JAX would.
+``nnx.Dropout(deterministic=...)``, ``nnx.BatchNorm(use_running_average=...)``, their Linen twins
+and Linen's ``MultiHeadDotProductAttention(deterministic=...)`` branch in Python on the flag
+(``nnx.MultiHeadAttention`` is not wrapped: its training-mode export drops the attention dropout
+today, and an error is better than a wrong branch). While an export runs they are wrapped: a traced
+flag (from ``input_params``, or computed from one) runs the layer in both modes and selects by the
+flag; a Python bool runs it unchanged. The training-mode call draws its Dropout key as JAX does
+(from the module's RNG stream: a constant of the graph, or a graph input when the stream was
+reseeded with a key that is one) and updates the running statistics; the state the call leaves (nnx
+RNG counts and batch statistics, Linen ``batch_stats``) is selected by the flag too, so that later
+layers and returned state see what JAX would.
 """
 
 from __future__ import annotations

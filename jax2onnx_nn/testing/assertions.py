@@ -32,13 +32,15 @@ def assert_exports_match(
 
     ``input_values`` (flat, in input order) are used as given; otherwise random inputs are drawn
     for every size in ``sizes``. Raises AssertionError with a per-output table and the largest
-    element differences on mismatch. JAX's reference is computed on the CPU (``reference_device
-    ="default"``: on JAX's default device; see :func:`jax2onnx_nn.verify`). Returns the model so tests can assert properties of the
-    graph too.
+    element differences on mismatch. JAX's reference is computed on the CPU
+    (``reference_device="default"``: on JAX's default device; see :func:`jax2onnx_nn.verify`).
+    Returns the model so tests can assert properties of the graph too.
 
     Example::
 
-        model = assert_exports_match(lambda x: jnp.cumsum(x, axis=1), [("B", 5)], sizes={"B": [1, 4]})
+        model = assert_exports_match(
+            lambda x: jnp.cumsum(x, axis=1), [("B", 5)], sizes={"B": [1, 4]}
+        )
         assert op_types(model) == ["CumSum"]
     """
     __tracebackhide__ = True

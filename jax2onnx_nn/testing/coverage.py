@@ -1,19 +1,19 @@
 """Record which primitives the test suite lowers and which ONNX ops their rules emit.
 
 A primitive counts as tested when a passing test ran its built-in lowering rule (per-call
-``lowerings=`` overrides, plugins and rules registered by tests do not count): the "tested" column of the support table. The ONNX
-ops each rule emitted (one ``primitive op_type`` line per pair, the nodes of Loop, Scan and
-If bodies included) are the check on the declared ``onnx_ops=``: ``tests/test_readme.py``
-asserts that every recorded op is declared, so the support table cannot lie. The nodes of
-the rules a rule lowers in turn are its own too when its equation carries no code (no jaxpr,
-no Python function among its params): then what it lowers is its own algorithm (svd's Jacobi
-sweeps, lgamma's series, a cumprod's combiner), and every op of it is in the exported graph
-because of that primitive. When the equation carries code (a ``while`` body, a ``pjit``, a
-coarse op's fallback, Equinox's ``noinline``), what that code lowers belongs to its own
-rules. Nodes of symbolic-dim arithmetic and of an older opset's form of an op are nobody's.
-``python scripts/gen_support_table.py --record`` runs the test suite with this module as a
-pytest plugin and rewrites both committed records; with ``--record-merge`` (what the script
-passes for a subset of the tests) the records of the run are added to the committed ones::
+``lowerings=`` overrides, plugins and rules registered by tests do not count): the "tested" column
+of the support table. The ONNX ops each rule emitted (one ``primitive op_type`` line per pair, the
+nodes of Loop, Scan and If bodies included) are the check on the declared ``onnx_ops=``:
+``tests/test_readme.py`` asserts that every recorded op is declared, so the support table cannot
+lie. The nodes of the rules a rule lowers in turn are its own too when its equation carries no code
+(no jaxpr, no Python function among its params): then what it lowers is its own algorithm (svd's
+Jacobi sweeps, lgamma's series, a cumprod's combiner), and every op of it is in the exported graph
+because of that primitive. When the equation carries code (a ``while`` body, a ``pjit``, a coarse
+op's fallback, Equinox's ``noinline``), what that code lowers belongs to its own rules. Nodes of
+symbolic-dim arithmetic and of an older opset's form of an op are nobody's. ``python
+scripts/gen_support_table.py --record`` runs the test suite with this module as a pytest plugin and
+rewrites both committed records; with ``--record-merge`` (what the script passes for a subset of the
+tests) the records of the run are added to the committed ones::
 
     python -m pytest -p jax2onnx_nn.testing.coverage --record-lowered tests/lowered_primitives.txt
 """
@@ -131,7 +131,8 @@ def recording(
     finally:
         lower.lookup = original
         lower.Lowerer.lower_call = lower_call  # type: ignore[method-assign]
-        GraphBuilder.add_node, DimEvaluator.dim, DimEvaluator.var = add_node, dim, var  # type: ignore[method-assign]
+        GraphBuilder.add_node = add_node  # type: ignore[method-assign]
+        DimEvaluator.dim, DimEvaluator.var = dim, var  # type: ignore[method-assign]
         GraphBuilder.older_form_of = older_form  # type: ignore[method-assign]
 
 

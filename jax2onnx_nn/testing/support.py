@@ -3,7 +3,8 @@ coarse op, with their ONNX ops and whether they are tested.
 
 A primitive counts as *tested* when a passing test ran its lowering rule; the record is the
 committed file ``tests/lowered_primitives.txt`` (see :mod:`jax2onnx_nn.testing.coverage`).
-The docs' support table (``docs/support.md``, by ``scripts/gen_support_table.py``) and ``jax2onnx-nn ops`` render it.
+The docs' support table (``docs/support.md``, by ``scripts/gen_support_table.py``) and
+``jax2onnx-nn ops`` render it.
 """
 
 from __future__ import annotations

@@ -172,7 +172,8 @@ def test_loops_of_fixed_or_traced_steps_and_loopless_models_are_unchanged(
 def test_integer_results_read_warn_with_the_source_line() -> None:
     with pytest.warns(
         UserWarning,
-        match=r"integer or bool results of the while_loop at \S*test_bounded_while.py:\d+:\d+ \(\S*grow\)",
+        match=r"integer or bool results of the while_loop at "
+        r"\S*test_bounded_while.py:\d+:\d+ \(\S*grow\)",
     ) as caught:
         to_onnx(grow, [(3,), ((), np.float32)], loop_bound=4)
     assert caught[0].filename == __file__  # the warning points at the export call

@@ -154,7 +154,9 @@ def test_blocked_triangular_solve(n, dtype, flags):
     if flags[0] and not flags[2]:
         a, b = general(5, (2,), n, dtype=dtype), rhs(5, (2,), n, 2, dtype)
         a[1, n - 2, n - 2] = 0.0
-        solve = lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=flags[1])  # noqa: E731
+        solve = lambda a, b: lax.linalg.triangular_solve(  # noqa: E731
+            a, b, left_side=True, lower=flags[1]
+        )
         assert_exports_match_on(solve, a, b, **_tol(dtype), jit=True)
         assert_exports_match(
             solve,
@@ -426,7 +428,9 @@ def check_ormqr(m, n, k, p, batch, dtype, seed, left, transpose):
     taus = taus[..., :k]
     c = rhs(seed, batch, m, p, dtype)
     c = c if left else np.swapaxes(c, -1, -2)
-    fn = lambda a, taus, c: lax.linalg.ormqr(a, taus, c, left=left, transpose=transpose)  # noqa: E731
+    fn = lambda a, taus, c: lax.linalg.ormqr(  # noqa: E731
+        a, taus, c, left=left, transpose=transpose
+    )
     if not symbolic:
         return assert_exports_match_on(fn, packed, taus, c, **_ormqr_tol(dtype), jit=True)
     specs = [("B", m, n), ("B", k), ("B", *c.shape[-2:])]
@@ -499,7 +503,9 @@ def test_ormqr_above_the_unroll_limit_is_one_loop():
 def test_ormqr_under_vmap():
     packed, taus = packed_qr(general(3, (4,), 5, 3, shift=0.0))
     c = rhs(3, (4,), 5, 1)[..., 0]  # one vector per matrix
-    apply = lambda a, taus, c: lax.linalg.ormqr(a, taus, c[:, None], transpose=True)[:, 0]  # noqa: E731
+    apply = lambda a, taus, c: lax.linalg.ormqr(  # noqa: E731
+        a, taus, c[:, None], transpose=True
+    )[:, 0]
     assert_exports_match_on(jax.vmap(apply), packed, taus, c, jit=True)
 
 
@@ -535,7 +541,8 @@ def test_ormqr_with_more_taus_than_reflectors_is_refused():
 
     with pytest.raises(
         ConversionError,
-        match=r"ormqr at .*test_decompositions.py.* got 5 taus for a 5x4 matrix.*taus\[\.\.\., :4\]",
+        match=r"ormqr at .*test_decompositions.py.* got 5 taus for a 5x4 matrix"
+        r".*taus\[\.\.\., :4\]",
     ):
         to_onnx(lambda a, taus, c: lax.linalg.ormqr(a, taus, c), [(5, 4), (5,), (5, 2)])
 
@@ -574,7 +581,9 @@ def test_qr_multiply_with_pivoting_matches_jax(mode, shape, batch, conjugate):
     a = general(6, batch, *shape, shift=0.0)
     m, k = shape[0], min(shape)
     c = rhs(6, batch, 2, m) if mode == "right" else rhs(6, batch, k, 2)
-    fn = lambda a, c: jsl.qr_multiply(a, c, mode=mode, conjugate=conjugate, pivoting=True)  # noqa: E731
+    fn = lambda a, c: jsl.qr_multiply(  # noqa: E731
+        a, c, mode=mode, conjugate=conjugate, pivoting=True
+    )
     assert_exports_match_on(fn, a, c, jit=True)
 
 

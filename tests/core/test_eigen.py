@@ -418,7 +418,8 @@ def test_float32_eigvals_of_entries_from_1e_minus_30_to_1e30(n):
     """float32 entries whose squares leave float32's range (1e20: 1e40; 1e-30: 1e-60): the
     matrix is divided by a power of two first (exactly, as svd's), so the values are float64
     LAPACK's to 1e-5 of the largest (they were NaN at 1e20 and 1e30, half their size at 1e-30;
-    JAX 0.10's own float32 eig is ~1e12 at all four scales on this CPU, so numpy is the reference)."""
+    JAX 0.10's own float32 eig is ~1e12 at all four scales on this CPU, so numpy is the
+    reference)."""
     g = np.random.default_rng(0).normal(size=(n, n))
     a = np.stack([g * s for s in (1e-30, 1e-20, 1e20, 1e30)]).astype(np.float32)
     model = to_onnx(jnp.linalg.eigvals, [a])

@@ -149,7 +149,8 @@ def _shipped(module, name):
     return fn
 
 
-SHIPPED = {  # kernels JAX ships that run in interpret mode: (module, function, input shapes, kwargs)
+# kernels JAX ships that run in interpret mode: (module, function, input shapes, kwargs)
+SHIPPED = {
     "softmax": ("gpu.softmax", "softmax", [(4, 32)], {}),
     "layer_norm": ("gpu.layer_norm", "layer_norm", [(2, 4, 32), (32,), (32,)], {}),
     "rms_norm": ("gpu.rms_norm", "rms_norm", [(2, 4, 32), (32,), (32,)], {}),

@@ -233,7 +233,8 @@ def test_a_target_without_bfloat16_names_the_tensors_and_the_policy_to_use():
     spec = [jax.ShapeDtypeStruct(("B", 16), jnp.bfloat16)]
     with pytest.raises(
         ConversionError,
-        match=r"target tract cannot hold bfloat16 tensors(.|\n)*bfloat16: x, (.|\n)*precision='float32'",
+        match=r"target tract cannot hold bfloat16 tensors(.|\n)*bfloat16: x, "
+        r"(.|\n)*precision='float32'",
     ):
         to_onnx(model, spec, target="tract")
     onnx_model = to_onnx(model, spec, target="tract", precision="float32")

@@ -87,7 +87,8 @@ def test_user_rule_registered_before_the_first_export_is_called():
         def my_tanh(ctx, x, **params):
             calls.append(1)
             two = ctx.const(2.0, like=x)
-            return ctx.op.Sub(ctx.op.Mul(two, ctx.op.Sigmoid(ctx.op.Mul(two, x))), ctx.const(1.0, like=x))
+            sigmoid = ctx.op.Sigmoid(ctx.op.Mul(two, x))
+            return ctx.op.Sub(ctx.op.Mul(two, sigmoid), ctx.const(1.0, like=x))
 
         model = jax2onnx_nn.to_onnx(jnp.tanh, [(3,)])
         print(len(calls), sorted({n.op_type for n in model.graph.node}))

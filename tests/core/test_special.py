@@ -336,7 +336,8 @@ SAMPLERS = {
     "chisquare": lambda k, a: jax.random.chisquare(k, a, dtype=a.dtype),
     "poisson": lambda k, a: jax.random.poisson(k, a),
 }
-SAMPLER_ON_KEY_DATA = {  # one function object per sampler: JAX's compilation cache serves every example
+# one function object per sampler: JAX's compilation cache serves every example
+SAMPLER_ON_KEY_DATA = {
     name: jax.jit(lambda k, a, sample=sample: sample(jax.random.wrap_key_data(k), a))
     for name, sample in SAMPLERS.items()
 }

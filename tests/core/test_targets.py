@@ -1074,7 +1074,8 @@ def test_while_loop_with_data_dependent_trips_stays_a_loop() -> None:
     # tract has no Loop at all: said before writing, with the line and what to write instead
     with pytest.raises(
         ConversionError,
-        match=r"(?s)tract cannot run .*Loop .*test_targets.py:\d+.*condition depends on the data.*fori_loop or scan",
+        match=r"(?s)tract cannot run .*Loop .*test_targets.py:\d+.*condition depends on the data"
+        r".*fori_loop or scan",
     ):
         to_onnx(f, [(3,)], target="tract")
 
@@ -1432,7 +1433,8 @@ def test_a_loop_tract_cannot_run_is_traced_to_the_call_that_wrote_it() -> None:
 
     with pytest.raises(
         ConversionError,
-        match=r"(?s)tract cannot run Loop.*Loop \(used \d+x\) at \S*test_targets.py:\d+:\d+ \(\S*draw\) in \S*gamma\n"
+        match=r"(?s)tract cannot run Loop.*Loop \(used \d+x\) at "
+        r"\S*test_targets.py:\d+:\d+ \(\S*draw\) in \S*gamma\n"
         r".*condition depends on the data",
     ):
         to_onnx(draw, [KEY], target="tract")
@@ -1584,7 +1586,8 @@ def test_float_sums_over_an_empty_last_axis_run_on_tract(
         )
         inputs, expected = {}, {}
         for i, (b, t) in enumerate(sizes):
-            x = rng.normal(size=tuple({"B": b, "T": t}.get(d, d) for d in spec)).astype(dtype)  # type: ignore[call-overload]
+            size = tuple({"B": b, "T": t}.get(d, d) for d in spec)
+            x = rng.normal(size=size).astype(dtype)  # type: ignore[call-overload]
             if x.size > 2:
                 x.reshape(-1)[:2] = [np.inf, -0.0]
             inputs[f"x{i}"], expected[f"x{i}"] = x, np.asarray(fn(jnp.asarray(x)))

@@ -46,7 +46,8 @@ def test_cnn() -> None:
         and ops.count("BatchNormalization") == 2
         and ops.count("AveragePool") == 2
     )
-    # in and out of channels-first once; in, with one channel, is a Reshape (passes.relabel_transposes)
+    # in and out of channels-first once; in, with one channel, is a Reshape
+    # (passes.relabel_transposes)
     assert ops[0] == "Reshape" and ops.count("Transpose") == 1
     assert len(ops) < len(to_onnx(module, flax_cnn.IMAGES, coarse_ops=False).graph.node)
 

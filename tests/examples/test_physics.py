@@ -74,7 +74,8 @@ def test_runs_on_tract_with_loop_bound(n, extra):
     bound = max(1, int(steps) + extra)
     with pytest.warns(
         UserWarning,
-        match=r"integer or bool results of the while_loop at \S*heat_equation.py:\d+:\d+ \(heat_solve\)",
+        match=r"integer or bool results of the while_loop at "
+        r"\S*heat_equation.py:\d+:\d+ \(heat_solve\)",
     ):
         model = to_onnx(
             heat_solve,

@@ -606,7 +606,8 @@ def test_conv_transpose(
     pairs = {"SAME": None, "VALID": None, 0: (0, 0), 1: (1, 1)}.get(
         padding, padding[0] if isinstance(padding, tuple) else None
     )
-    # SAME and VALID always are expressible; explicit pads need ONNX pads >= 0, output_padding < stride
+    # SAME and VALID always are expressible; explicit pads need ONNX pads >= 0,
+    # output_padding < stride
     expressible = pairs is None or (pairs[0] <= dilated - 1 and pairs[1] - (dilated - 1) < stride)
     empty = any(d.dim_value == 0 for d in model.graph.output[0].type.tensor_type.shape.dim[1:])
     if expressible and not empty:
@@ -805,14 +806,19 @@ from flax import nnx
 from jax2onnx_nn import to_onnx
 from jax2onnx_nn.core.verify import run_onnx
 from tests.flax.test_coarse import Stacked
-cells = [nnx.GRUCell(3, 4, rngs=nnx.Rngs(0)), nnx.LSTMCell(4, 5, rngs=nnx.Rngs(1)), nnx.OptimizedLSTMCell(5, 2, rngs=nnx.Rngs(2))]
+cells = [
+    nnx.GRUCell(3, 4, rngs=nnx.Rngs(0)),
+    nnx.LSTMCell(4, 5, rngs=nnx.Rngs(1)),
+    nnx.OptimizedLSTMCell(5, 2, rngs=nnx.Rngs(2)),
+]
 model = Stacked(cells, reverse=True)
 exported = to_onnx(model, [("B", "T", 3)])
 for shape in ((2, 0, 3), (0, 3, 3)):
     xs = np.zeros(shape, np.float32)
     got = run_onnx(exported, [xs])
     want = jax.tree.leaves(model(jnp.asarray(xs)))
-    assert len(got) == len(want) and all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert len(got) == len(want)
+    assert all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want, strict=True))
 for cell in cells:  # one step of each cell, batch 0
     h = np.zeros((0, cell.hidden_features), np.float32)
     x = np.zeros((0, cell.in_features), np.float32)

@@ -63,7 +63,9 @@ def test_nnx_dropout_and_batch_norm_follow_a_runtime_flag() -> None:
 def test_nnx_dropout_key_as_input(key_spec: Any) -> None:
     # a mask per run: the key is a graph input (random keys, one per verify run)
     dropout = nnx.Dropout(0.5, rngs=nnx.Rngs(0))
-    fn = lambda x, key, deterministic: with_mask(dropout(x, deterministic=deterministic, rngs=key))  # noqa: E731
+    fn = lambda x, key, deterministic: with_mask(  # noqa: E731
+        dropout(x, deterministic=deterministic, rngs=key)
+    )
     assert_flag_switches(fn, [("B", 8), key_spec], "deterministic", sizes={"B": [1, 9]})
 
 
@@ -165,7 +167,9 @@ def _marked_line(case: str) -> int:
 @pytest.mark.parametrize("case", ["linen_not", "nnx_if"])
 def test_python_branch_on_the_flag_names_the_users_line(case: str) -> None:
     if case == "linen_not":
-        fn = lambda x, train: PythonNot().apply({}, x, train, rngs={"dropout": jax.random.key(0)})  # noqa: E731
+        fn = lambda x, train: PythonNot().apply(  # noqa: E731
+            {}, x, train, rngs={"dropout": jax.random.key(0)}
+        )
     else:
         module = PythonIf(nnx.Rngs(0))
         fn = lambda x, train: module(x, train)  # noqa: E731
@@ -199,13 +203,15 @@ def test_linen_alone_is_enough(tmp_path: pathlib.Path) -> None:
     script.write_text(
         "import sys\nimport jax\nimport flax.linen as nn\nfrom jax2onnx_nn import to_onnx\n"
         "assert 'flax.nnx' not in sys.modules\n"
-        "fn = lambda x, d: nn.Dropout(0.5).apply({}, x, deterministic=d, rngs={'dropout': jax.random.key(0)})\n"
+        "key = jax.random.key(0)\n"
+        "fn = lambda x, d: nn.Dropout(0.5).apply({}, x, deterministic=d, rngs={'dropout': key})\n"
         "model = to_onnx(fn, [('B', 4)], input_params={'d': True})\n"
         "print(sorted({n.op_type for n in model.graph.node}))\n"
         # the coarse ops' module is imported inside this export, with jax.nn already patched:
         # the cell's default gate_fn (jax.nn.sigmoid as flax imported it) is still recognised
         "cell = nn.GRUCell(3)\n"
-        "variables = cell.init(jax.random.key(0), jax.numpy.zeros((1, 3)), jax.numpy.zeros((1, 2)))\n"
+        "zeros = jax.numpy.zeros\n"
+        "variables = cell.init(jax.random.key(0), zeros((1, 3)), zeros((1, 2)))\n"
         "model = to_onnx(lambda h, x: cell.apply(variables, h, x), [('B', 3), ('B', 2)])\n"
         "print([n.op_type for n in model.graph.node for a in n.attribute for n in a.g.node])\n"
     )

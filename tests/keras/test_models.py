@@ -195,7 +195,10 @@ def test_subclassed_model_with_two_positional_inputs_and_dropout():
 
 def test_wrong_input_size_is_a_spec_error_naming_the_layer():
     model = keras.Sequential([keras.Input((8,)), layers.Dense(4)])
-    message = r"(?s)layer 'dense\w*' is incompatible with the layer: expected axis -1 .* value 8.*input specs:\n  input_0: float32\[batch, 9\]"
+    message = (
+        r"(?s)layer 'dense\w*' is incompatible with the layer: expected axis -1 .* value 8"
+        r".*input specs:\n  input_0: float32\[batch, 9\]"
+    )
     with pytest.raises(SpecError, match=message) as info:
         to_onnx(_inference(model), [S("batch", 9)])
     assert "\x1b[" not in str(info.value)

@@ -40,9 +40,9 @@ class Target:
         kernels: ``{op: element types}`` where its kernels differ from onnxruntime CPU's
             (core/kernels.py); inputs of a type not listed are widened.
         rewrites: the graph rewrites (functions declared with ``@rewrite``, in this package's
-            module of the runtime; each one's docstring says why) that make its ops compute
-            JAX's numbers, e.g. NaN-propagating ``Max``; they run in this order. A clean-up (constant folding,
-            loop-invariant nodes hoisted out of Loop/Scan bodies) follows them.
+            module of the runtime; each one's docstring says why) that make its ops compute JAX's
+            numbers, e.g. NaN-propagating ``Max``; they run in this order. A clean-up (constant
+            folding, loop-invariant nodes hoisted out of Loop/Scan bodies) follows them.
         late_rewrites: rewrites of the graph's structure that run after that clean-up, on the
             graph as it is written, because it would undo them: hoisting a body's invariant
             nodes (some written by ``rewrites``) makes the body read the enclosing graph again.

@@ -43,7 +43,7 @@ PROFILE = Target(
         **dict.fromkeys(
             ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"), _NO_BITS
         ),
-        "DFT": "TensorRT 10 has no DFT (jnp.fft); an axis up to 4096 long is a MatMul, a longer one is not "
-        "written: compute that transform outside the model",
+        "DFT": "TensorRT 10 has no DFT (jnp.fft); an axis up to 4096 long is a MatMul, a longer "
+        "one is not written: compute that transform outside the model",
     },
 )
