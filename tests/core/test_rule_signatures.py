@@ -51,6 +51,25 @@ CALLS: dict[str, Callable[[jax.Array], Any]] = {
     "cond": lambda x: lax.cond(x[0, 0] > 0, lambda: x, lambda: -x),
     "cond of platforms": lambda x: lax.platform_dependent(x, cpu=jnp.sin, default=jnp.cos),
     "while": lambda x: lax.while_loop(lambda c: c[0, 0] < 5, lambda c: c + 1, x),
+    # table rules: each names the union of its primitives' params
+    "exp": jnp.exp,
+    "abs": jnp.abs,
+    "mul": lambda x: x * x,
+    "add": lambda x: x + x,
+    "tan": jnp.tan,
+    "and": lambda x: x.astype(jnp.int32) & 3,
+    "reduce_sum": lambda x: jnp.sum(x, 0),
+    "reduce_prod": lambda x: jnp.prod(x, 0),
+    "reduce_max": lambda x: jnp.max(x, 0),
+    "reduce_or": lambda x: jnp.any(x > 0, 0),
+    "argmax": lambda x: jnp.argmax(x, 0),
+    "cumprod": lambda x: lax.cumprod(x, 0),
+    "reduce": lambda x: lax.reduce(
+        (x, x), (np.float32(0), np.float32(1)), lambda a, b: (a[0] + b[0], a[1] * b[1]), (0,)
+    ),
+    "platform_index": lambda x: lax.platform_dependent(x, cpu=jnp.sin, default=jnp.cos),
+    "random_wrap": lambda x: jax.random.wrap_key_data(x[0, :2].astype(jnp.uint32)),
+    "random_unwrap": lambda x: jax.random.key_data(jax.random.key(0)) + x[0, :2].astype(jnp.uint32),
 }
 
 

@@ -67,7 +67,7 @@ def _types(avals: Sequence[Any]) -> list[OnnxType]:
 
 
 @lowering("platform_index", onnx_ops=())
-def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any], **_: object) -> ir.Value:
+def _platform_index(ctx: LoweringContext, *, platforms: Sequence[Any]) -> ir.Value:
     """``lax.platform_dependent``'s branch index: the CPU branch (the numerics an exported
     model is checked against), else the default branch (``None``)."""
     groups = list(platforms)

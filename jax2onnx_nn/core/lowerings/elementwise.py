@@ -58,14 +58,17 @@ FLOAT32_ONLY = {
 }
 
 
-# The table rules take **_: one rule serves primitives with different params (exp, log, tanh,
-# sin, ... carry XLA's ``accuracy`` hint, which an ONNX op has no knob for; neg, floor, ... carry
-# none; mul carries out_dtype on 0.10), and JAX adds params between versions.
-def _unary(op_type: str, ctx: LoweringContext, x: ir.Value, **_: object) -> ir.Value:
+# A table rule serves primitives with different params: it names their union (exp, log, tanh,
+# sin, ... carry XLA's ``accuracy`` hint; neg, floor, ... carry none; mul carries out_dtype).
+def _unary(op_type: str, ctx: LoweringContext, x: ir.Value, *, accuracy: object = None) -> ir.Value:
+    del accuracy  # XLA's speed/accuracy hint: an ONNX op has no such knob
     return getattr(ctx.op, op_type)(x)
 
 
-def _binary(op_type: str, ctx: LoweringContext, x: ir.Value, y: ir.Value, **_: object) -> ir.Value:
+def _binary(
+    op_type: str, ctx: LoweringContext, x: ir.Value, y: ir.Value, *, out_dtype: object = None
+) -> ir.Value:
+    del out_dtype  # the result's dtype: the output aval's, stamped by the interpreter
     return getattr(ctx.op, op_type)(x, y)
 
 
@@ -83,8 +86,9 @@ def _is_bool(aval: object) -> bool:
 
 
 def _float32_only(
-    op_type: str, prim: str, ctx: LoweringContext, x: ir.Value, **_: object
+    op_type: str, prim: str, ctx: LoweringContext, x: ir.Value, *, accuracy: object = None
 ) -> ir.Value:
+    del accuracy  # (tan's) XLA's speed/accuracy hint: an ONNX op has no such knob
     dtype = onnx_aval(ctx.aval_in)[0]
     if dtype != np.float64 or supports(op_type, dtype):
         return getattr(ctx.op, op_type)(x)
@@ -462,9 +466,7 @@ def _copysign_one(ctx: LoweringContext, x: ir.Value) -> ir.Value:
 # -- logical / bitwise ----------------------------------------------------------------------
 
 
-def _logical(
-    bool_op: str, int_op: str, ctx: LoweringContext, *xs: ir.Value, **_: object
-) -> ir.Value:
+def _logical(bool_op: str, int_op: str, ctx: LoweringContext, *xs: ir.Value) -> ir.Value:
     op = bool_op if _is_bool(ctx.aval_in) else int_op
     return getattr(ctx.op, op)(*xs)
 

@@ -49,7 +49,8 @@ _KEY_IMPL_OPS = (
 )
 
 
-def _identity(ctx: LoweringContext, keys: ir.Value, **_: Any) -> ir.Value:
+def _identity(ctx: LoweringContext, keys: ir.Value, *, impl: object = None) -> ir.Value:
+    del impl  # (random_wrap's) the PRNG the key data is for: the data is the key here
     return keys
 
 
@@ -79,13 +80,16 @@ for _name in ("random_seed", "random_bits", "random_split", "random_fold_in"):
         "Squeeze",
     ),
 )
-def _iota_2x32_shape(ctx: LoweringContext, *, shape: tuple[Any, ...], **_: Any) -> list[ir.Value]:
+def _iota_2x32_shape(
+    ctx: LoweringContext, *, shape: tuple[Any, ...], out_sharding: object = None
+) -> list[ir.Value]:
     """Row-major flat indices of ``shape`` as 64-bit counts split into (high, low) uint32 words.
 
     Of a symbolic shape, the counts are the broadcast sum of each axis's iota times its
     stride, not a Range over the product of the dims reshaped: tract 0.23 cannot relate the
     length of ``Range(0, ReduceProd(shape))`` to the dims (its Reshape fails, "invalid"),
     while a sum of per-axis iotas has the shape of the broadcast."""
+    del out_sharding  # (JAX 0.12) where the result lives on a mesh: one device here
     if all(isinstance(d, (int, np.integer)) for d in shape):
         size = int(np.prod(shape, dtype=np.int64))
         counts = ctx.reshape(ctx.op.Range(ctx.ints(0), ctx.ints(size), ctx.ints(1)), shape)
@@ -166,7 +170,7 @@ _PHILOX4X32_M = (0xD2511F53, 0xCD9E8D57)
 
 
 @lowering("threefry2x32", onnx_ops=_THREEFRY_OPS)
-def _threefry2x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) -> list[ir.Value]:
+def _threefry2x32(ctx: LoweringContext, *keys_and_counts: ir.Value) -> list[ir.Value]:
     w = _Words(ctx)
     k0, k1, x0, x1 = keys_and_counts
     ks = [k0, k1, w.xor(k0, k1, _SKEIN_PARITY)]
@@ -179,7 +183,7 @@ def _threefry2x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) ->
 
 
 @lowering("threefry4x32", onnx_ops=_THREEFRY_OPS)
-def _threefry4x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) -> list[ir.Value]:
+def _threefry4x32(ctx: LoweringContext, *keys_and_counts: ir.Value) -> list[ir.Value]:
     w = _Words(ctx)
     keys, counts = keys_and_counts[:4], keys_and_counts[4:]
     ks = [*keys, w.xor(*keys, _SKEIN_PARITY)]
@@ -197,9 +201,7 @@ def _threefry4x32(ctx: LoweringContext, *keys_and_counts: ir.Value, **_: Any) ->
 
 
 @lowering("philox2x32", onnx_ops=("Mul", "Cast", "BitShift", "BitwiseXor", "Add"))
-def _philox2x32(
-    ctx: LoweringContext, k0: ir.Value, x0: ir.Value, x1: ir.Value, **_: Any
-) -> list[ir.Value]:
+def _philox2x32(ctx: LoweringContext, k0: ir.Value, x0: ir.Value, x1: ir.Value) -> list[ir.Value]:
     w = _Words(ctx)
     for rnd in range(10):
         if rnd:
@@ -211,7 +213,7 @@ def _philox2x32(
 
 @lowering("philox4x32", onnx_ops=("Mul", "Cast", "BitShift", "BitwiseXor", "Add"))
 def _philox4x32(
-    ctx: LoweringContext, k0: ir.Value, k1: ir.Value, *counts: ir.Value, **_: Any
+    ctx: LoweringContext, k0: ir.Value, k1: ir.Value, *counts: ir.Value
 ) -> list[ir.Value]:
     w = _Words(ctx)
     x0, x1, x2, x3 = counts

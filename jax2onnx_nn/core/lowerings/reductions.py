@@ -60,8 +60,14 @@ def _from_order_key(ctx: LoweringContext, key: ir.Value, dtype: np.dtype) -> ir.
 
 
 def _reduce_arith(
-    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object
+    op_type: str,
+    ctx: LoweringContext,
+    x: ir.Value,
+    *,
+    axes: tuple[int, ...],
+    out_sharding: object = None,
 ) -> ir.Value:
+    del out_sharding  # (reduce_sum's) where the result lives on a mesh: one device here
     if not axes:
         return x
     dtype, shape = onnx_aval(ctx.aval_in)
@@ -105,8 +111,14 @@ def _integer_fold(
 
 
 def _reduce_extremum(
-    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object
+    op_type: str,
+    ctx: LoweringContext,
+    x: ir.Value,
+    *,
+    axes: tuple[int, ...],
+    out_sharding: object = None,
 ) -> ir.Value:
+    del out_sharding  # (JAX 0.12) where the result lives on a mesh: one device here
     if not axes:
         return x
     dtype = _dtype(ctx.aval_in)
@@ -151,7 +163,7 @@ for _prim, (_rule, _op, _more) in REDUCE.items():
 
 
 def _reduce_bits(
-    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...], **_: object
+    op_type: str, ctx: LoweringContext, x: ir.Value, *, axes: tuple[int, ...]
 ) -> ir.Value:
     """Fold each bit plane (a trailing axis of 0/1 uint8) with min (and), max (or) or sum (xor),
     then put the bits back together. Bools are a single plane."""
@@ -199,8 +211,8 @@ def _arg(
     *,
     axes: tuple[int, ...],
     index_dtype: object = None,
-    **_: object,
 ) -> ir.Value:
+    del index_dtype  # the output aval's dtype, which the result is cast to
     (axis,) = axes
     dtype = _dtype(ctx.aval_in)
     r = getattr(ctx.op, op_type)(
@@ -285,7 +297,7 @@ def _shifted(
 
 
 def _cumulative(
-    prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool, **_: object
+    prim: str, ctx: LoweringContext, x: ir.Value, *, axis: int, reverse: bool
 ) -> ir.Value:
     dtype, shape = onnx_aval(ctx.aval_in)
     if prim == "cumlogsumexp" and not is_float(dtype):
@@ -516,12 +528,17 @@ def _approx_top_k(
 
 @lowering("reduce", onnx_ops=("Slice", "Concat", "Squeeze", "Expand"))
 def _reduce_custom(
-    ctx: LoweringContext, *args: ir.Value, jaxpr: Any, dimensions: tuple[int, ...], **_: object
+    ctx: LoweringContext,
+    *args: ir.Value,
+    jaxpr: Any,
+    dimensions: tuple[int, ...],
+    computation: object = None,
 ) -> list[ir.Value]:
     """A pairwise tree: halve each reduced axis, combining elements 2i and 2i+1 by the
     computation (traced elementwise at the half's shape), so every partial result covers a
     contiguous run and an associative computation gives XLA's sequential answer even when it is
     not commutative; the init values are combined once, first. Reduced dims must be static."""
+    del computation  # XLA's form of ``jaxpr``, which is what is traced here
     k = len(args) // 2
     xs, inits = list(args[:k]), list(args[k:])
     dtypes = [a.dtype for a in ctx.avals_in[:k]]

@@ -388,18 +388,30 @@ def _iota(
 
 
 @lowering("empty", onnx_ops=("ConstantOfShape", "Concat"))
-def _empty(ctx: LoweringContext, *dyn: ir.Value, **_: object) -> ir.Value:
+def _empty(
+    ctx: LoweringContext,
+    *dyn: ir.Value,
+    shape: object = None,
+    dtype: object = None,
+    out_sharding: object = None,
+) -> ir.Value:
     """An uninitialised buffer (``jnp.empty``, scan buffers of newer JAX): zeros."""
+    del shape, dtype  # the output aval's
+    del out_sharding  # where the result lives on a mesh: one device here
     if dyn:
         raise NotImplementedError("empty with dynamic (run-time) shape operands")
     return ctx.zeros(ctx.aval_out)
 
 
 @lowering("empty2", onnx_ops=("Constant",))
-def _empty_scalar(ctx: LoweringContext, **_: object) -> ir.Value:
+def _empty_scalar(
+    ctx: LoweringContext, *, dtype: object = None, memory_space: object = None
+) -> ir.Value:
+    del dtype  # the output aval's
+    del memory_space  # which memory of an accelerator holds it: one memory here
     return ctx.zeros(ctx.aval_out)
 
 
 @lowering("dim_as_value", onnx_ops=("Squeeze", "Cast"))
-def _dim_as_value(ctx: LoweringContext, *, dim: Any, **_: object) -> ir.Value:
+def _dim_as_value(ctx: LoweringContext, *, dim: Any) -> ir.Value:
     return ctx.cast(ctx.dim_scalar(dim), onnx_aval(ctx.aval_out)[0])
