@@ -155,7 +155,7 @@ FUSIONS = ((attention, "Attention"), (rotary_embedding, "RotaryEmbedding"))
 
 
 def _fuse_ops(e: Export) -> None:
-    opset, target = e.config.opset, e.config.target
+    opset, target = e.config.opset_version, e.config.profile
     fusions = [f for f, op in FUSIONS if has_op(op, opset) and target.has_kernel(op, opset)]
     if fusions:
         fill_missing_types(e.model)  # (the shapes of the values rules made: masks, tables)

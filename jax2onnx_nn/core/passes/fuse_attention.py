@@ -20,7 +20,9 @@ _MASK_FILL = -1e30
 
 def _only(v: ir.Value | None, op_type: str) -> ir.Node | None:
     """The node of ``op_type`` (default domain) making ``v``, which nothing else reads."""
-    node = v.producer() if v is not None else None
+    if v is None:
+        return None
+    node = v.producer()
     if node is None or node.op_type != op_type or node.domain != "" or one_reader(v) is None:
         return None
     return node
@@ -87,7 +89,7 @@ def _scores(v: ir.Value | None) -> tuple[ir.Value, ir.Value, float, float | None
                 break
     scale = 1.0
     node = v.producer() if v is not None else None
-    if node is not None and node.domain == "" and node.op_type in ("Div", "Mul"):
+    if v is not None and node is not None and node.domain == "" and node.op_type in ("Div", "Mul"):
         factor = _scalar(node.inputs[1])
         if factor is not None and factor != 0 and one_reader(v) is not None:
             scale = 1.0 / factor if node.op_type == "Div" else factor

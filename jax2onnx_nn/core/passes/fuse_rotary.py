@@ -14,7 +14,9 @@ _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16})
 
 def _producer(v: ir.Value | None, op_type: str) -> ir.Node | None:
     """The node of ``op_type`` (default domain) that makes ``v``, read by nothing else."""
-    node = v.producer() if v is not None else None
+    if v is None:
+        return None
+    node = v.producer()
     if node is None or node.op_type != op_type or node.domain != "" or one_reader(v) is None:
         return None
     return node
