@@ -49,15 +49,15 @@ from jax2onnx_nn.core.patching import (
 from jax2onnx_nn.core.symbolic import has_zero
 
 L = keras.layers
-_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _LOW = frozenset({"bfloat16", "float16"})
-_ALLOWED_OVERRIDES = frozenset({"__init__", "get_config", "from_config", "build"})
+ALLOWED_OVERRIDES = frozenset({"__init__", "get_config", "from_config", "build"})
 
 
 # -- shared checks ----------------------------------------------------------------------------
 
 
-def _array(variable: Any) -> Any:
+def variable_array(variable: Any) -> Any:
     """The array a variable holds, as the traced call closes over it (before autocasting)."""
     if variable is None:
         return None
@@ -65,29 +65,29 @@ def _array(variable: Any) -> Any:
         return variable.value
 
 
-def _plain(layer: Any, cls: type | tuple[type, ...]) -> bool:
+def plain(layer: Any, cls: type | tuple[type, ...]) -> bool:
     """A ``cls`` layer (or a subclass overriding nothing a call runs), neither quantized nor
     with LoRA weights."""
     classes = cls if isinstance(cls, tuple) else (cls,)
     return (
-        any(overrides_nothing(layer, c, _ALLOWED_OVERRIDES) for c in classes)
+        any(overrides_nothing(layer, c, ALLOWED_OVERRIDES) for c in classes)
         and getattr(layer, "quantization_mode", None) is None
         and not getattr(layer, "lora_enabled", False)
     )
 
 
 def _float(x: Any) -> bool:
-    return is_array(x) and (np.dtype(x.dtype) in _FLOATS or str(x.dtype) in _LOW)
+    return is_array(x) and (np.dtype(x.dtype) in FLOATS or str(x.dtype) in _LOW)
 
 
-def _one_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def one_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The single float input of ``call(inputs, training=None)`` in inference."""
     if len(args) != 1 or set(kwargs) - {"training"} or kwargs.get("training"):
         return NotApplicable
     return args[0] if _float(args[0]) else NotApplicable
 
 
-def _out_dtype(ctx: LoweringContext) -> np.dtype:
+def out_dtype(ctx: LoweringContext) -> np.dtype:
     return onnx_aval(ctx.aval_out)[0]
 
 
@@ -113,12 +113,12 @@ _ACTIVATIONS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
     "selu": ("selu", ()),
     "softplus": ("softplus", ()),
 }
-_ACTIVATION_OPS = tuple(
+ACTIVATION_OPS = tuple(
     dict.fromkeys(op for name, _ in _ACTIVATIONS.values() for op in ACTIVATIONS[name].onnx_ops)
 )
 
 
-def _activation_name(layer: Any) -> str | None | Any:
+def activation_name(layer: Any) -> str | None | Any:
     """``""`` for no activation, the table's key of a Keras activation, NotApplicable else."""
     fn = getattr(layer, "activation", None)
     if fn is None or fn is keras.activations.linear:
@@ -129,7 +129,7 @@ def _activation_name(layer: Any) -> str | None | Any:
     return NotApplicable
 
 
-def _activate(ctx: LoweringContext, y: ir.Value, name: str) -> Any:
+def activate(ctx: LoweringContext, y: ir.Value, name: str) -> Any:
     """``y`` through the activation (NotApplicable where its op does not take the dtype)."""
     if not name:
         return y
@@ -146,32 +146,32 @@ def _activate(ctx: LoweringContext, y: ir.Value, name: str) -> Any:
 
 @map_calls(L.Dense, "call")
 def _dense_call(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    activation = _activation_name(layer)
-    if x is NotApplicable or activation is NotApplicable or not _plain(layer, L.Dense):
+    x = one_input(args, kwargs)
+    activation = activation_name(layer)
+    if x is NotApplicable or activation is NotApplicable or not plain(layer, L.Dense):
         return NotApplicable
     if x.ndim < 1 or getattr(layer, "_kernel", None) is None:
         return NotApplicable
     return CoarseCall(
         "keras_dense",
         inputs={"x": x},
-        weights={"kernel": _array(layer._kernel), "bias": _array(layer.bias)},
+        weights={"kernel": variable_array(layer._kernel), "bias": variable_array(layer.bias)},
         params={"activation": activation},
     )
 
 
 @coarse_lowering(
     "keras_dense",
-    onnx_ops=("Gemm", "MatMul", "Add", *_ACTIVATION_OPS),
+    onnx_ops=("Gemm", "MatMul", "Add", *ACTIVATION_OPS),
     covers=("keras.layers.Dense",),
 )
 def _dense(ctx: LoweringContext, ops: Operands, *, activation: str) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS:
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS:
         return NotApplicable
     x, kernel = ctx.cast(ops["x"], dtype), ctx.cast(ops["kernel"], dtype)
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
-    return _activate(ctx, dense(ctx, x, kernel, bias, rank=len(ops.aval("x").shape)), activation)
+    return activate(ctx, dense(ctx, x, kernel, bias, rank=len(ops.aval("x").shape)), activation)
 
 
 # -- convolutions --------------------------------------------------------------------------------
@@ -188,14 +188,14 @@ def _conv_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kind: 
     if len(args) != 1 or kwargs or not _float(args[0]):
         return NotApplicable
     x, last = args[0], _channels_last(layer)
-    activation = _activation_name(layer)
-    if not _plain(layer, _KINDS[kind]) or activation is NotApplicable or last is None:
+    activation = activation_name(layer)
+    if not plain(layer, _KINDS[kind]) or activation is NotApplicable or last is None:
         return NotApplicable
     rank = int(layer.rank)
     padding = str(layer.padding).upper()
     if x.ndim != rank + 2 or padding not in ("SAME", "VALID"):
         return NotApplicable  # (Conv1D's "causal" pads the input itself)
-    kernel = _array(layer.depthwise_kernel if kind == "separable" else layer.kernel)
+    kernel = variable_array(layer.depthwise_kernel if kind == "separable" else layer.kernel)
     size = tuple(int(k) for k in kernel.shape[:rank])
     strides, dilation = tuple(layer.strides), tuple(layer.dilation_rate)
     spatial = x.shape[1:-1] if last else x.shape[2:]
@@ -208,8 +208,8 @@ def _conv_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kind: 
         inputs={"x": x},
         weights={
             "kernel": kernel,
-            "pointwise": _array(layer.pointwise_kernel) if kind == "separable" else None,
-            "bias": _array(layer.bias) if layer.use_bias else None,
+            "pointwise": variable_array(layer.pointwise_kernel) if kind == "separable" else None,
+            "bias": variable_array(layer.bias) if layer.use_bias else None,
         },
         params={
             "strides": strides,
@@ -261,7 +261,7 @@ def _onnx_kernel(
 
 @coarse_lowering(
     "keras_conv",
-    onnx_ops=("Transpose", "Conv", *_ACTIVATION_OPS),
+    onnx_ops=("Transpose", "Conv", *ACTIVATION_OPS),
     covers=tuple(f"keras.layers.{c.__name__}" for c in (*_CONVS, *_DEPTHWISE, *_SEPARABLE)),
 )
 def _conv(
@@ -276,9 +276,9 @@ def _conv(
     channels_last: bool,
     activation: str,
 ) -> Any:
-    dtype = _out_dtype(ctx)
+    dtype = out_dtype(ctx)
     if (
-        dtype not in _FLOATS
+        dtype not in FLOATS
         or not kernels.supports("Conv", dtype)
         or has_zero(ctx.aval_out.shape)
         or has_zero(ops.aval("x").shape)
@@ -298,7 +298,7 @@ def _conv(
         strides = dilations = (1,) * (rank - 2)
         pads, group = (0,) * (2 * rank - 4), 1
     y = conv(ctx, x, kernel, bias, strides=strides, dilations=dilations, pads=pads, group=group)
-    y = _activate(ctx, y, activation)
+    y = activate(ctx, y, activation)
     if y is NotApplicable or not channels_last:
         return y
     return ctx.op.Transpose(y, perm=to_channels_last(rank))
@@ -339,8 +339,8 @@ def _source(value: ir.Value, perm: list[int] | None) -> ir.Value:
 def _batch_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     if set(kwargs) - {"training", "mask"} or kwargs.get("mask") is not None:
         return NotApplicable
-    x = _one_input(args, {k: v for k, v in kwargs.items() if k == "training"})
-    if x is NotApplicable or not _plain(layer, L.BatchNormalization) or x.ndim < 2:
+    x = one_input(args, {k: v for k, v in kwargs.items() if k == "training"})
+    if x is NotApplicable or not plain(layer, L.BatchNormalization) or x.ndim < 2:
         return NotApplicable
     if getattr(layer, "renorm", False) or not -x.ndim <= int(layer.axis) < x.ndim:
         return NotApplicable
@@ -348,10 +348,10 @@ def _batch_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
         "keras_batch_norm",
         inputs={"x": x},
         weights={
-            "mean": _array(layer.moving_mean),
-            "var": _array(layer.moving_variance),
-            "scale": _array(layer.gamma) if layer.scale else None,
-            "bias": _array(layer.beta) if layer.center else None,
+            "mean": variable_array(layer.moving_mean),
+            "var": variable_array(layer.moving_variance),
+            "scale": variable_array(layer.gamma) if layer.scale else None,
+            "bias": variable_array(layer.beta) if layer.center else None,
         },
         params={"axis": int(layer.axis) % x.ndim, "epsilon": float(layer.epsilon)},
     )
@@ -363,8 +363,8 @@ def _batch_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     covers=("keras.layers.BatchNormalization",),
 )
 def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or np.dtype(ops.aval("x").dtype) != dtype:
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or np.dtype(ops.aval("x").dtype) != dtype:
         return NotApplicable
     rank = len(ops.aval("x").shape)
     size = int(ops.aval("mean").shape[0])
@@ -389,8 +389,8 @@ def _batch_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: floa
 
 @map_calls(L.LayerNormalization, "call")
 def _layer_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.LayerNormalization) or x.ndim < 1:
+    x = one_input(args, kwargs)
+    if x is NotApplicable or not plain(layer, L.LayerNormalization) or x.ndim < 1:
         return NotApplicable
     axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
     axes = sorted(int(a) % x.ndim for a in axes)
@@ -398,7 +398,7 @@ def _layer_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
         return NotApplicable  # ONNX normalizes over the trailing axes only
     if getattr(layer, "rms_scaling", False):
         return NotApplicable  # Keras's rms_scaling divides x by its variance: no ONNX op's
-    gamma, beta = _array(layer.gamma), _array(layer.beta)
+    gamma, beta = variable_array(layer.gamma), variable_array(layer.beta)
     if gamma is not None and gamma.ndim != x.ndim - axes[0]:
         return NotApplicable
     return CoarseCall(
@@ -412,8 +412,8 @@ def _layer_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 def _trailing_norm(
     emit: Any, ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float
 ) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS:
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS:
         return NotApplicable
     shape = [int(d) for d in ops.aval("x").shape[axis:]]
     x = ctx.cast(ops["x"], dtype)
@@ -448,18 +448,18 @@ def _rms_norm(ctx: LoweringContext, ops: Operands, *, axis: int, epsilon: float)
 
 @map_calls(L.GroupNormalization, "call")
 def _group_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.GroupNormalization) or x.ndim < 2:
+    x = one_input(args, kwargs)
+    if x is NotApplicable or not plain(layer, L.GroupNormalization) or x.ndim < 2:
         return NotApplicable
     axis = int(layer.axis) % x.ndim
-    if axis == 0 or np.dtype(x.dtype) not in _FLOATS:
+    if axis == 0 or np.dtype(x.dtype) not in FLOATS:
         return NotApplicable  # (Keras computes bfloat16 / float16 groups in float32)
     return CoarseCall(
         "keras_group_norm",
         inputs={"x": x},
         weights={
-            "scale": _array(layer.gamma) if layer.scale else None,
-            "bias": _array(layer.beta) if layer.center else None,
+            "scale": variable_array(layer.gamma) if layer.scale else None,
+            "bias": variable_array(layer.beta) if layer.center else None,
         },
         params={
             "axis": axis,
@@ -479,8 +479,8 @@ def _group_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 def _group_norm(
     ctx: LoweringContext, ops: Operands, *, axis: int, groups: int, epsilon: float, size: int
 ) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or has_zero(ops.aval("x").shape):
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or has_zero(ops.aval("x").shape):
         return NotApplicable  # JAX gives NaN statistics for empty groups
     rank = len(ops.aval("x").shape)
     perm = None if axis == 1 else [0, axis, *[i for i in range(1, rank) if i != axis]]
@@ -502,9 +502,9 @@ _GLOBAL_POOLS = tuple(
 
 
 def _pool_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
+    x = one_input(args, kwargs)
     last = _channels_last(layer)
-    if x is NotApplicable or last is None or not _plain(layer, _POOLS):
+    if x is NotApplicable or last is None or not plain(layer, _POOLS):
         return NotApplicable
     window, strides = tuple(layer.pool_size), tuple(layer.strides)
     n = len(window)
@@ -542,8 +542,8 @@ def _pool(
     pads: tuple[int, ...],
     channels_last: bool,
 ) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or kind not in ("max", "average") or has_zero(ops.aval("x").shape):
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or kind not in ("max", "average") or has_zero(ops.aval("x").shape):
         return NotApplicable
     rank = len(ops.aval("x").shape)
     x = ctx.transpose(ops["x"], to_channels_first(rank)) if channels_last else ops["x"]
@@ -555,9 +555,9 @@ def _pool(
 
 
 def _global_pool_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
+    x = one_input(args, kwargs)
     last = _channels_last(layer)
-    if x is NotApplicable or last is None or not _plain(layer, _GLOBAL_POOLS) or x.ndim < 3:
+    if x is NotApplicable or last is None or not plain(layer, _GLOBAL_POOLS) or x.ndim < 3:
         return NotApplicable
     kind = "max" if "Max" in type(layer).__name__ else "mean"
     return CoarseCall(
@@ -575,8 +575,8 @@ def _global_pool_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 def _global_pool(
     ctx: LoweringContext, ops: Operands, *, kind: str, channels_last: bool, keepdims: bool
 ) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or has_zero(ops.aval("x").shape):
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or has_zero(ops.aval("x").shape):
         return NotApplicable
     rank = len(ops.aval("x").shape)
     x, axes = ops["x"], list(range(2, rank)) if not channels_last else list(range(1, rank - 1))
@@ -607,7 +607,7 @@ def _same_inputs(inputs: Any) -> bool:
 def _merge_handler(cls: type, primitive: str, **params: Any) -> Any:
     def handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
         inputs: Any = args[0] if len(args) == 1 and not kwargs else None
-        if not _same_inputs(inputs) or not _plain(layer, cls):
+        if not _same_inputs(inputs) or not plain(layer, cls):
             return NotApplicable
         if any(get_keras_mask(v) is not None for v in inputs):
             return NotApplicable  # Multiply fills masked positions
@@ -664,9 +664,9 @@ _PADDINGS = tuple(getattr(L, f"ZeroPadding{n}D") for n in (1, 2, 3))
 
 
 def _zero_padding_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
+    x = one_input(args, kwargs)
     last = _channels_last(layer) if not isinstance(layer, L.ZeroPadding1D) else True
-    if x is NotApplicable or last is None or not _plain(layer, _PADDINGS):
+    if x is NotApplicable or last is None or not plain(layer, _PADDINGS):
         return NotApplicable
     pairs = [(int(lo), int(hi)) for lo, hi in layer.padding]
     if len(pairs) != x.ndim - 2 or any(v < 0 for p in pairs for v in p):
@@ -681,7 +681,7 @@ def _zero_padding_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     covers=tuple(f"keras.layers.{c.__name__}" for c in _PADDINGS),
 )
 def _zero_padding(ctx: LoweringContext, ops: Operands, *, pads: tuple[tuple[int, int], ...]) -> Any:
-    dtype = _out_dtype(ctx)
+    dtype = out_dtype(ctx)
     perm = _behind_layout(ctx, [ops["x"]])
     x = _source(ops["x"], perm)
     if perm is not None:  # pads of the axes before the Transpose

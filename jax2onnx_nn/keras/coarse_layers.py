@@ -28,14 +28,14 @@ from jax2onnx_nn.core.patching import (
 )
 from jax2onnx_nn.core.symbolic import has_zero
 from jax2onnx_nn.keras.coarse import (
-    _ACTIVATION_OPS,
-    _FLOATS,
-    _activate,
-    _activation_name,
-    _array,
-    _one_input,
-    _out_dtype,
-    _plain,
+    ACTIVATION_OPS,
+    FLOATS,
+    activate,
+    activation_name,
+    one_input,
+    out_dtype,
+    plain,
+    variable_array,
 )
 
 L = keras.layers
@@ -48,10 +48,10 @@ _INDICES = frozenset(np.dtype(t) for t in ("int8", "int16", "int32", "int64", "u
 
 @map_calls(L.Embedding, "call")
 def _embedding_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    if len(args) != 1 or kwargs or not _plain(layer, L.Embedding):
+    if len(args) != 1 or kwargs or not plain(layer, L.Embedding):
         return NotApplicable
     x = args[0]
-    table = _array(getattr(layer, "_embeddings", None))
+    table = variable_array(getattr(layer, "_embeddings", None))
     if np.dtype(x.dtype) not in _INDICES or table is None or table.ndim != 2:
         return NotApplicable
     return CoarseCall("keras_embedding", inputs={"x": x}, weights={"table": table})
@@ -59,7 +59,7 @@ def _embedding_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 
 @coarse_lowering("keras_embedding", onnx_ops=TAKE_ROWS_OPS, covers=("keras.layers.Embedding",))
 def _embedding(ctx: LoweringContext, ops: Operands) -> Any:
-    dtype = _out_dtype(ctx)
+    dtype = out_dtype(ctx)
     rows = int(ops.aval("table").shape[0])
     if dtype.kind != "f" or rows == 0:
         return NotApplicable
@@ -108,11 +108,11 @@ def einsum_plan(equation: str, x_rank: int) -> tuple[int, tuple[int, ...], int] 
 
 @map_calls(L.EinsumDense, "call")
 def _einsum_dense_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    activation = _activation_name(layer)
-    if x is NotApplicable or activation is NotApplicable or not _plain(layer, L.EinsumDense):
+    x = one_input(args, kwargs)
+    activation = activation_name(layer)
+    if x is NotApplicable or activation is NotApplicable or not plain(layer, L.EinsumDense):
         return NotApplicable
-    kernel = _array(getattr(layer, "_kernel", None))
+    kernel = variable_array(getattr(layer, "_kernel", None))
     plan = None if kernel is None else einsum_plan(str(layer.equation), x.ndim)
     if plan is None:
         return NotApplicable
@@ -126,14 +126,14 @@ def _einsum_dense_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     return CoarseCall(
         "keras_einsum_dense",
         inputs={"x": x},
-        weights={"kernel": kernel, "bias": _array(layer.bias)},
+        weights={"kernel": kernel, "bias": variable_array(layer.bias)},
         params={"kept": kept, "perm": perm, "contracted": contracted, "activation": activation},
     )
 
 
 @coarse_lowering(
     "keras_einsum_dense",
-    onnx_ops=("Gemm", "MatMul", "Add", "Transpose", *_ACTIVATION_OPS),
+    onnx_ops=("Gemm", "MatMul", "Add", "Transpose", *ACTIVATION_OPS),
     covers=("keras.layers.EinsumDense",),
 )
 def _einsum_dense(
@@ -146,8 +146,8 @@ def _einsum_dense(
     activation: str,
 ) -> Any:
     del contracted  # one axis (the handler's condition)
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or has_zero(ops.aval("x").shape) or has_zero(ctx.aval_out.shape):
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or has_zero(ops.aval("x").shape) or has_zero(ctx.aval_out.shape):
         return NotApplicable
     kernel = ctx.cast(ops["kernel"], dtype)
     if list(perm) != [0, 1]:
@@ -159,7 +159,7 @@ def _einsum_dense(
     y = dense(ctx, x, kernel, bias if fused else None, rank=kept + 1)
     if bias is not None and not fused:
         y = ctx.op.Add(y, bias)  # Keras's bias shape broadcasts against the output as it is
-    return _activate(ctx, y, activation)
+    return activate(ctx, y, activation)
 
 
 # -- RMSNormalization, UnitNormalization -------------------------------------------------------
@@ -174,13 +174,13 @@ def _trailing_axis(layer: Any, x: Any) -> int | None:
 
 @map_calls(L.RMSNormalization, "call")
 def _rms_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.RMSNormalization) or x.ndim < 1:
+    x = one_input(args, kwargs)
+    if x is NotApplicable or not plain(layer, L.RMSNormalization) or x.ndim < 1:
         return NotApplicable
     axis = _trailing_axis(layer, x)
-    scale = _array(layer.scale)
+    scale = variable_array(layer.scale)
     # (Keras computes bfloat16 / float16 in float32: those keep the lax path)
-    if axis is None or np.dtype(x.dtype) not in _FLOATS or scale.ndim != x.ndim - axis:
+    if axis is None or np.dtype(x.dtype) not in FLOATS or scale.ndim != x.ndim - axis:
         return NotApplicable
     return CoarseCall(
         "keras_rms_norm",
@@ -192,8 +192,8 @@ def _rms_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 
 @map_calls(L.UnitNormalization, "call")
 def _unit_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.UnitNormalization) or x.ndim < 1:
+    x = one_input(args, kwargs)
+    if x is NotApplicable or not plain(layer, L.UnitNormalization) or x.ndim < 1:
         return NotApplicable
     axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
     return CoarseCall(
@@ -209,8 +209,8 @@ def _unit_norm_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     covers=("keras.layers.UnitNormalization",),
 )
 def _unit_norm(ctx: LoweringContext, ops: Operands, *, axes: tuple[int, ...]) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or np.dtype(ops.aval("x").dtype) != dtype:
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or np.dtype(ops.aval("x").dtype) != dtype:
         return NotApplicable
     x = ops["x"]
     # Keras: x * min(rsqrt(sum(x * x)), 1 / 1e-12), so a zero vector stays zero
@@ -224,8 +224,8 @@ def _unit_norm(ctx: LoweringContext, ops: Operands, *, axes: tuple[int, ...]) ->
 
 @map_calls(L.ReLU, "call")
 def _relu_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.ReLU) or float(layer.negative_slope) != 0:
+    x = one_input(args, kwargs)
+    if x is NotApplicable or not plain(layer, L.ReLU) or float(layer.negative_slope) != 0:
         return NotApplicable  # a slope alone is jax.nn.leaky_relu's LeakyRelu already
     top, threshold = layer.max_value, float(layer.threshold)
     if threshold == 0 and (top is None or float(top) == 6):
@@ -241,8 +241,8 @@ def _relu_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     "keras_relu", onnx_ops=("Clip", "ThresholdedRelu"), min_opset=10, covers=("keras.layers.ReLU",)
 )
 def _relu(ctx: LoweringContext, ops: Operands, *, max_value: float | None, threshold: float) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS or np.dtype(ops.aval("x").dtype) != dtype:
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS or np.dtype(ops.aval("x").dtype) != dtype:
         return NotApplicable
     y = ops["x"]
     if threshold != 0:  # Keras: where(x > threshold, x, 0)
@@ -258,11 +258,11 @@ def _relu(ctx: LoweringContext, ops: Operands, *, max_value: float | None, thres
 
 @map_calls(L.Normalization, "call")
 def _normalization_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
-    x = _one_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.Normalization) or layer.invert:
+    x = one_input(args, kwargs)
+    if x is NotApplicable or not plain(layer, L.Normalization) or layer.invert:
         return NotApplicable
     mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)
-    if mean is None or variance is None or np.dtype(x.dtype) not in _FLOATS:
+    if mean is None or variance is None or np.dtype(x.dtype) not in FLOATS:
         return NotApplicable
     return CoarseCall(
         "keras_normalization", inputs={"x": x}, weights={"mean": mean, "variance": variance}
@@ -275,8 +275,8 @@ def _normalization_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     covers=("keras.layers.Normalization",),
 )
 def _normalization(ctx: LoweringContext, ops: Operands) -> Any:
-    dtype = _out_dtype(ctx)
-    if dtype not in _FLOATS:
+    dtype = out_dtype(ctx)
+    if dtype not in FLOATS:
         return NotApplicable
     epsilon = np.asarray(keras.config.epsilon(), dtype=dtype)
     variance = ctx.cast(ops["variance"], dtype)

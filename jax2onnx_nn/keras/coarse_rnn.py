@@ -29,7 +29,7 @@ from jax2onnx_nn.core.patching import (
     map_calls,
 )
 from jax2onnx_nn.core.symbolic import has_zero
-from jax2onnx_nn.keras.coarse import _FLOATS, _array, _out_dtype, _plain
+from jax2onnx_nn.keras.coarse import FLOATS, out_dtype, plain, variable_array
 
 L = keras.layers
 
@@ -44,7 +44,7 @@ _KINDS: dict[type, tuple[str, type, tuple[int, ...]]] = {
 def _layer_spec(layer: Any, x: Any) -> dict[str, Any] | None:
     """The weights and params of a recurrent layer the ONNX op models, or None."""
     kind = _KINDS.get(type(layer))
-    if kind is None or not _plain(layer, type(layer)) or not _plain(layer.cell, kind[1]):
+    if kind is None or not plain(layer, type(layer)) or not plain(layer.cell, kind[1]):
         return None
     cell = layer.cell
     recurrent = getattr(cell, "recurrent_activation", keras.activations.sigmoid)
@@ -52,15 +52,15 @@ def _layer_spec(layer: Any, x: Any) -> dict[str, Any] | None:
         layer.stateful
         or cell.activation is not keras.activations.tanh
         or recurrent is not keras.activations.sigmoid
-        or np.dtype(x.dtype) not in _FLOATS
+        or np.dtype(x.dtype) not in FLOATS
         or x.ndim != 3
         or has_zero(x.shape[1:])
     ):
         return None
     return {
-        "kernel": _array(cell.kernel),
-        "recurrent": _array(cell.recurrent_kernel),
-        "bias": _array(cell.bias) if cell.use_bias else None,
+        "kernel": variable_array(cell.kernel),
+        "recurrent": variable_array(cell.recurrent_kernel),
+        "bias": variable_array(cell.bias) if cell.use_bias else None,
         "op": kind[0],
         "order": kind[2],
         "units": int(cell.units),
@@ -101,7 +101,7 @@ def _recurrent_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
 @map_calls(L.Bidirectional, "call")
 def _bidirectional_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     x = _sequence_input(args, kwargs)
-    if x is NotApplicable or not _plain(layer, L.Bidirectional) or layer.merge_mode != "concat":
+    if x is NotApplicable or not plain(layer, L.Bidirectional) or layer.merge_mode != "concat":
         return NotApplicable
     forward, backward = layer.forward_layer, layer.backward_layer
     first, second = _layer_spec(forward, x), _layer_spec(backward, x)
@@ -180,9 +180,9 @@ def _recurrent(
     states: bool,
     bidirectional: bool,
 ) -> Any:
-    dtype = _out_dtype(ctx)
+    dtype = out_dtype(ctx)
     batch, steps = ops.aval("x").shape[:2]
-    if dtype not in _FLOATS or has_zero(ops.aval("x").shape) or steps == 0:
+    if dtype not in FLOATS or has_zero(ops.aval("x").shape) or steps == 0:
         return NotApplicable  # (onnxruntime aborts on an empty batch)
     suffixes = ("0", "1") if bidirectional else ("",)
     found = [

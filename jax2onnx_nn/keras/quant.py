@@ -61,11 +61,11 @@ from jax2onnx_nn.core.patching import (
     map_calls,
 )
 from jax2onnx_nn.keras.coarse import (
-    _ACTIVATION_OPS,
-    _ALLOWED_OVERRIDES,
-    _activate,
-    _activation_name,
-    _array,
+    ACTIVATION_OPS,
+    ALLOWED_OVERRIDES,
+    activate,
+    activation_name,
+    variable_array,
 )
 
 L = keras.layers
@@ -78,7 +78,7 @@ def _quantized(layer: Any, mode: str) -> bool:
     from jax2onnx_nn.core.patching import overrides_nothing
 
     return (
-        overrides_nothing(layer, L.Dense, _ALLOWED_OVERRIDES)
+        overrides_nothing(layer, L.Dense, ALLOWED_OVERRIDES)
         and getattr(layer, "quantization_mode", None) == mode
         and not getattr(layer, "lora_enabled", False)
     )
@@ -128,7 +128,7 @@ def _abs_max_config(layer: Any) -> tuple[float, float, float] | None:
 @map_calls(L.Dense, "_int8_call")
 def _int8_dense_call(layer: Any, *args: Any, **kwargs: Any) -> Any:
     x = _input(args, kwargs)
-    activation = _activation_name(layer)
+    activation = activation_name(layer)
     config = _abs_max_config(layer)
     if x is NotApplicable or activation is NotApplicable or config is None:
         return NotApplicable
@@ -139,9 +139,9 @@ def _int8_dense_call(layer: Any, *args: Any, **kwargs: Any) -> Any:
         "keras_int8_dense",
         inputs={"x": x},
         weights={
-            "kernel": _array(layer._kernel),
-            "kernel_scale": _array(layer.kernel_scale),
-            "bias": _array(layer.bias),
+            "kernel": variable_array(layer._kernel),
+            "kernel_scale": variable_array(layer.kernel_scale),
+            "bias": variable_array(layer.bias),
         },
         params={"hi": hi, "epsilon": epsilon, "activation": activation},
     )
@@ -177,7 +177,7 @@ def _epsilon_or_nan(ctx: LoweringContext, x: ir.Value, k: int, epsilon: float) -
         "MatMulInteger",
         "DequantizeLinear",
         "MatMulIntegerToFloat",
-        *_ACTIVATION_OPS,
+        *ACTIVATION_OPS,
     ),
     min_opset=13,
     covers=('keras.layers.Dense quantize("int8")',),
@@ -213,7 +213,7 @@ def _int8_dense(
     y = ctx.op.Div(y, scale)
     if "bias" in ops:
         y = ctx.op.Add(y, ctx.cast(ops["bias"], _F32))
-    return _activate(ctx, y, activation)
+    return activate(ctx, y, activation)
 
 
 # -- int4: weight only, the nibbles unpacked at export time ----------------------------------
@@ -231,21 +231,24 @@ def _unpack_int4(packed: np.ndarray, n: int) -> np.ndarray:
 @map_calls(L.Dense, "_int4_call")
 def _int4_dense_call(layer: Any, *args: Any, **kwargs: Any) -> Any:
     x = _input(args, kwargs)
-    activation = _activation_name(layer)
+    activation = activation_name(layer)
     if x is NotApplicable or activation is NotApplicable or not _quantized(layer, "int4"):
         return NotApplicable
     if getattr(layer, "inputs_quantizer", None) is not None or layer.compute_dtype != "float32":
         return NotApplicable
     block = getattr(layer, "_int4_block_size", None)
     block = None if block is None or block == -1 else int(block)
-    weights = {"kernel": _array(layer._kernel), "kernel_scale": _array(layer.kernel_scale)}
+    weights = {
+        "kernel": variable_array(layer._kernel),
+        "kernel_scale": variable_array(layer.kernel_scale),
+    }
     if block is not None:
         k = int(layer._orig_input_dim)
-        g_idx = np.asarray(_array(layer.g_idx))
+        g_idx = np.asarray(variable_array(layer.g_idx))
         if not np.array_equal(g_idx, np.arange(k) // block):
             return NotApplicable  # a permuted grouping (act order) is a Gather of the scales
-        weights["kernel_zero"] = _array(layer.kernel_zero)
-    weights["bias"] = _array(layer.bias)
+        weights["kernel_zero"] = variable_array(layer.kernel_zero)
+    weights["bias"] = variable_array(layer.bias)
     return CoarseCall(
         "keras_int4_dense",
         inputs={"x": x},
@@ -260,7 +263,7 @@ def _int4_dense_call(layer: Any, *args: Any, **kwargs: Any) -> Any:
 
 @coarse_lowering(
     "keras_int4_dense",
-    onnx_ops=("DequantizeLinear", "MatMul", "Add", *_ACTIVATION_OPS),
+    onnx_ops=("DequantizeLinear", "MatMul", "Add", *ACTIVATION_OPS),
     min_opset=21,
     covers=('keras.layers.Dense quantize("int4")',),
 )
@@ -309,7 +312,7 @@ def _int4_dense(
     y = ctx.op.MatMul(ops["x"], w)
     if "bias" in ops:
         y = ctx.op.Add(y, ctx.cast(ops["bias"], _F32))
-    return _activate(ctx, y, activation)
+    return activate(ctx, y, activation)
 
 
 __all__: list[str] = []
