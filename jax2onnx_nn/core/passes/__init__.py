@@ -64,8 +64,9 @@ class Step:
 
 
 # The clean-up, in order. The first passes rewrite; the removal of unused nodes then gives the
-# passes after it exact reader counts. Merging initializers and common subexpressions leaves no
-# node unread (a merged duplicate reads what the kept one reads), so no removal follows them.
+# passes after it exact reader counts. Merging initializers leaves no node unread; merging
+# common subexpressions can leave a small initializer unread (duplicates are told apart from
+# their inputs by value: the one of the dropped node goes), so a removal follows it.
 CLEANUP: tuple[Step, ...] = (
     Step(hoist_loop_invariants),
     Step(fold_constants),
@@ -77,7 +78,7 @@ CLEANUP: tuple[Step, ...] = (
     Step(remove_dead_loop_state, option="loop_state", sweep=True),
     Step(fold_into_weights, option="fold_weights", sweep=True, otherwise=fold_marked_into_weights),
     Step(merge_duplicate_initializers),
-    Step(eliminate_common_subexpressions),
+    Step(eliminate_common_subexpressions, sweep=True),
     Step(remove_unused_functions),
 )
 
