@@ -1,6 +1,9 @@
 """Keras 3 recurrent layers as ONNX's: ``LSTM``, ``GRU``, ``SimpleRNN`` and ``Bidirectional``
 over them (``merge_mode="concat"``) as one ONNX ``LSTM`` / ``GRU`` / ``RNN`` over the whole
-sequence, between a Transpose in and out (ONNX's sequences are time-major).
+sequence, between a Transpose in and out (ONNX's sequences are time-major). Where the batch or
+the sequence length is symbolic, the op sits in :meth:`LoweringContext.unless_empty` on its
+input: onnxruntime aborts the process on a recurrent op over 0 rows, and Keras's result is then
+zeros.
 
 Keras's gates: LSTM i, f, c, o (ONNX: i, o, f, c, reordered at export time); GRU z, r, h (ONNX's
 order); ``reset_after=True`` (the default, ``bias`` of shape ``(2, 3 * units)``: the input
@@ -15,10 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import keras
 import numpy as np
 import onnx_ir as ir
 
+from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.layers import rnn
 from jax2onnx_nn.core.lower import LoweringContext
 from jax2onnx_nn.core.patching import (
@@ -164,7 +169,9 @@ def _onnx_weights(
 
 @coarse_lowering(
     "keras_rnn",
-    onnx_ops=("LSTM", "GRU", "RNN", "Transpose", "Squeeze", "Reshape", "Concat", "Split"),
+    onnx_ops=("LSTM", "GRU", "RNN", "Transpose", "Squeeze", "Reshape", "Concat", "Split")
+    + rnn.GUARD_OPS
+    + ("ConstantOfShape", "Shape"),
     min_opset=14,
     covers=("keras.layers.LSTM", "keras.layers.GRU", "keras.layers.SimpleRNN"),
 )
@@ -182,8 +189,8 @@ def _recurrent(
 ) -> Any:
     dtype = out_dtype(ctx)
     batch, steps = ops.aval("x").shape[:2]
-    if dtype not in FLOATS or has_zero(ops.aval("x").shape) or steps == 0:
-        return NotApplicable  # (onnxruntime aborts on an empty batch)
+    if dtype not in FLOATS or has_zero(ops.aval("x").shape):
+        return NotApplicable
     suffixes = ("0", "1") if bidirectional else ("",)
     found = [
         _onnx_weights(ctx, ops, s, order=order, units=units, reset_after=reset_after, dtype=dtype)
@@ -202,10 +209,30 @@ def _recurrent(
         attrs["direction"] = "bidirectional"
     n_states = 2 if op == "LSTM" else 1
     x = ctx.transpose(ctx.cast(ops["x"], dtype), [1, 0, 2])  # [T, B, in]
-    y, *last = getattr(ctx.op, op)(x, w, r, b, _outputs=1 + n_states, **attrs)
-    if sequences:  # Y [T, D, B, units] -> [B, T, D * units]
+    directions = len(suffixes)
+    # Y [T, D, B, units], then Y_h (and Y_c) [D, B, units]: those the layer returns
+    shapes = [(steps, directions, batch, units)] + [(directions, batch, units)] * n_states
+    wanted = ([0] if sequences else []) + ([1] if states or not sequences else [])
+    wanted += list(range(2, 1 + n_states)) if states else []
+    # onnxruntime aborts the process on a batch or sequence of 0: Keras's result is then zeros
+
+    def run(full: LoweringContext) -> list[ir.Value]:
+        outputs = getattr(full.op, op)(x, w, r, b, _outputs=1 + n_states, **attrs)
+        return [outputs[i] for i in wanted]
+
+    returned = ctx.unless_empty(
+        [x] if jxi.is_symbolic_dim(batch) or jxi.is_symbolic_dim(steps) else [],
+        [(dtype, shapes[i]) for i in wanted],
+        run,
+        lambda empty: [empty.zeros(jax.ShapeDtypeStruct(shapes[i], dtype)) for i in wanted],
+    )
+    y, *last = returned if sequences else [None, *returned]
+    if sequences and not bidirectional:  # Y [T, 1, B, units] -> [B, T, units]
+        # (a recurrent layer after this one transposes back: the two Transposes cancel)
+        out = ctx.op.Transpose(ctx.op.Squeeze(y, ctx.ints([1])), perm=[1, 0, 2])
+    elif sequences:  # Y [T, 2, B, units] -> [B, T, 2 * units]
         out = ctx.op.Transpose(y, perm=[2, 0, 1, 3])
-        out = ctx.reshape(out, [batch, steps, len(suffixes) * units])
+        out = ctx.reshape(out, [batch, steps, directions * units])
     elif not bidirectional:  # Y_h [1, B, units]
         out = ctx.op.Squeeze(last[0], ctx.ints([0]))
     else:  # Y_h [2, B, units] -> [B, 2 * units]
