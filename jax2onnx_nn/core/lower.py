@@ -370,7 +370,10 @@ class LoweringContext:
         ``If`` on ``Equal(size, 0)`` (``Or``-ed) holds the two as branches. No sizes: ``run``.
         """
         if not sizes:
-            return list(run(self))
+            results = list(run(self))
+            for value, (dtype, shape) in zip(results, types, strict=True):
+                set_type(value, dtype, shape)  # (what the passes compare shapes on)
+            return results
         tested = [self.op.Size(d) if isinstance(d, ir.Value) else self.dim_scalar(d) for d in sizes]
         is_empty = self.op.Equal(tested[0], self.ints(0))
         for size in tested[1:]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import keras
 import numpy as np
 
@@ -117,12 +118,6 @@ def _einsum_dense_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     if plan is None:
         return NotApplicable
     kept, perm, contracted = plan
-    if contracted != 1 or len(perm) != 2:
-        # several contracted or produced axes (MultiHeadAttention's projections) would be a
-        # Reshape each side of the MatMul that the attention's own Reshapes do not cancel
-        # (its bias sits between them): measured 20 nodes for a MultiHeadAttention where
-        # Einsum gives 16, so those keep their one Einsum
-        return NotApplicable
     return CoarseCall(
         "keras_einsum_dense",
         inputs={"x": x},
@@ -131,9 +126,14 @@ def _einsum_dense_handler(layer: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
+def _struct(shape: list[Any], dtype: np.dtype) -> jax.ShapeDtypeStruct:
+    """An aval for :meth:`LoweringContext.typed`."""
+    return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+
 @coarse_lowering(
     "keras_einsum_dense",
-    onnx_ops=("Gemm", "MatMul", "Add", "Transpose", *ACTIVATION_OPS),
+    onnx_ops=("Gemm", "MatMul", "Add", "Transpose", "Reshape", "Shape", "Concat", *ACTIVATION_OPS),
     covers=("keras.layers.EinsumDense",),
 )
 def _einsum_dense(
@@ -145,18 +145,34 @@ def _einsum_dense(
     contracted: int,
     activation: str,
 ) -> Any:
-    del contracted  # one axis (the handler's condition)
     dtype = out_dtype(ctx)
     if dtype not in FLOATS or has_zero(ops.aval("x").shape) or has_zero(ctx.aval_out.shape):
         return NotApplicable
+    # several contracted or produced axes: x as [*kept, K] times the kernel as [K, N], the
+    # product reshaped to the output; a bias over the produced axes is added before that
+    # reshape, so it meets the reshape of a consumer (an attention's [B, T, heads * size])
+    # and the two cancel
+    x_shape, out_shape = ops.aval("x").shape, ctx.aval_out.shape
+    kernel_shape = [int(ops.aval("kernel").shape[p]) for p in perm]
+    rows = int(np.prod(kernel_shape[:contracted]))
+    cols = int(np.prod(kernel_shape[contracted:]))
     kernel = ctx.cast(ops["kernel"], dtype)
-    if list(perm) != [0, 1]:
+    if list(perm) != list(range(len(perm))):
         kernel = ctx.transposed_weight(kernel, perm)
+    if len(perm) != 2:
+        kernel = ctx.reshaped_weight(kernel, [rows, cols])
     x = ctx.cast(ops["x"], dtype)
+    if contracted != 1:  # (typed: the layout passes cancel it against a reshape before it)
+        flat = _struct([*x_shape[:kept], rows], dtype)
+        x = ctx.typed(ctx.reshape(x, flat.shape), flat)
     bias = ctx.cast(ops["bias"], dtype) if "bias" in ops else None
-    cols = int(ops.aval("kernel").shape[perm[1]])
-    fused = bias is not None and tuple(ops.aval("bias").shape) == (cols,)
+    bias_shape = tuple(ops.aval("bias").shape) if bias is not None else ()
+    fused = bias is not None and bias_shape == tuple(kernel_shape[contracted:])
+    if fused and bias is not None and len(bias_shape) != 1:
+        bias = ctx.reshaped_weight(bias, [cols])
     y = dense(ctx, x, kernel, bias if fused else None, rank=kept + 1)
+    if len(perm) - contracted != 1:
+        y = ctx.reshape(ctx.typed(y, _struct([*out_shape[:kept], cols], dtype)), out_shape)
     if bias is not None and not fused:
         y = ctx.op.Add(y, bias)  # Keras's bias shape broadcasts against the output as it is
     return activate(ctx, y, activation)

@@ -47,9 +47,10 @@ def test_embedding_is_one_gather_named_by_the_layer():
     [
         ("ab,bc->ac", (8,), 6, "c", {"Gemm": 1}),
         ("abc,cd->abd", (5, 8), (None, 6), "d", {"MatMul": 1, "Add": 1}),
-        # MultiHeadAttention's projections, into heads and out of them: their one Einsum
-        ("abc,cde->abde", (5, 8), (None, 2, 3), "de", {"Einsum": 1, "Add": 1}),
-        ("abcd,cde->abe", (5, 2, 3), (None, 8), "e", {"Einsum": 1, "Add": 1}),
+        # MultiHeadAttention's projections, into heads and out of them: a MatMul between
+        # reshapes, the bias added before the reshape into heads (the attention's cancel them)
+        ("abc,cde->abde", (5, 8), (None, 2, 3), "de", {"MatMul": 1, "Add": 1, "Reshape": 1}),
+        ("abcd,cde->abe", (5, 2, 3), (None, 8), "e", {"Reshape": 1, "MatMul": 1, "Add": 1}),
         ("...b,bc->...c", (5, 8), 6, None, {"MatMul": 1}),
         ("abc,dc->abd", (5, 8), (None, 6), None, {"MatMul": 1}),  # the kernel transposed
     ],
@@ -62,6 +63,37 @@ def test_einsum_dense_as_a_dense_layer_is_one_matrix_product(
     model = keras.Sequential([keras.Input(shape), layer])
     onnx_model = _export(model, [S("batch", *shape)])
     assert _ops(onnx_model) == Counter(expected)
+
+
+@pytest.mark.parametrize(
+    "make, nodes",
+    [
+        # was 16 (symbolic batch) / 13 (static) with each projection one Einsum
+        (lambda: layers.MultiHeadAttention(num_heads=2, key_dim=4), {"batch": 12, 2: 9}),
+        # was 22 / 19
+        (
+            lambda: layers.GroupQueryAttention(
+                head_dim=4, num_query_heads=4, num_key_value_heads=2
+            ),
+            {"batch": 22, 2: 17},
+        ),
+    ],
+)
+def test_attention_layers_are_their_projections_and_one_attention_op(make, nodes):
+    """The projections' reshapes into heads and out of them cancel against the attention's
+    own (onnxruntime's MultiHeadAttention on [B, T, heads * size])."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((5, 8))
+    model = keras.Model(x, make()(x, x))
+    for batch, count in nodes.items():
+        onnx_model = assert_exports_match(
+            lambda x: model(x, training=False),
+            [S(batch, 5, 8)],
+            sizes=BATCHES if batch == "batch" else None,
+        )
+        ops = _ops(onnx_model)
+        assert len(onnx_model.graph.node) == count and ops["MatMul"] == 4, ops
+        assert "Einsum" not in ops
 
 
 def test_einsum_plan_declines_what_is_not_one_matrix_product():

@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 import onnx_ir as ir
 
@@ -140,6 +141,7 @@ def _without_extras(a: dict[str, Any]) -> bool:
         "If",
         "Identity",
         "MultiHeadAttention",
+        "ConstantOfShape",
     ),
     covers=("jax.nn.dot_product_attention",),
 )
@@ -167,9 +169,15 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
     if fused is None or has_zero(dims):
         return _attention_decomposed(ctx, ops, scale=scale, is_causal=is_causal)
     if flat:
-        # Reshape's 0 copies the batch and sequence dims
+        # Reshape's 0 copies the batch and sequence dims (typed: the layout passes cancel a
+        # reshape to [B, T, N*H] before it, a projection's)
         qkv = [
-            ctx.op.Reshape(ops[role], ctx.ints([0, 0, heads * size]))
+            ctx.typed(
+                ctx.op.Reshape(ops[role], ctx.ints([0, 0, heads * size])),
+                jax.ShapeDtypeStruct(
+                    (*ops.aval(role).shape[:2], heads * size), ops.aval(role).dtype
+                ),
+            )
             for role, heads, size in (("query", n, h), ("key", kv, h), ("value", kv, hv))
         ]
     else:
@@ -179,17 +187,23 @@ def _attention(ctx: LoweringContext, ops: Operands, *, scale: float, is_causal: 
     if flat:
         y_type = (y_type[0], (b, t, n * hv))
     symbolic = list({str(d): d for d in dims if jxi.is_symbolic_dim(d)}.values())
+    out_dims = ctx.aval_out.shape
+    if all(any(same_dim(d, o) for o in out_dims) for d in symbolic):
+        # every dim tested is the result's: a 0 there makes it empty, any value of its shape
+        # is it (the projections' reshapes to heads need not stay for the decomposition)
+        def empty(where: LoweringContext) -> list[ir.Value]:
+            return [where.zeros(jax.ShapeDtypeStruct(y_type[1], y_type[0]))]
+    else:
+
+        def empty(where: LoweringContext) -> list[ir.Value]:
+            core = _attention_decomposed(where, ops, scale=scale, is_causal=is_causal)
+            return [_flat(where, core, n * hv if flat else None)]
+
     (y,) = ctx.unless_empty(
         symbolic,
         [y_type],
         lambda full: [fused(full, ops, qkv, scale=scale, is_causal=is_causal, flat=flat)],
-        lambda empty: [
-            _flat(
-                empty,
-                _attention_decomposed(empty, ops, scale=scale, is_causal=is_causal),
-                n * hv if flat else None,
-            )
-        ],
+        empty,
     )
     return ctx.op.Reshape(y, ctx.ints([0, 0, n, hv])) if flat else y
 
