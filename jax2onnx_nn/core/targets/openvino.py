@@ -63,7 +63,7 @@ def integer_sum_as_cumsum(node: ir.Node, edit: Editor) -> Replacement:
     if axes_value is None:
         return False  # axes computed at run time
     axes = sorted({int(a) % rank for a in axes_value.reshape(-1)}) if rank else []
-    if not axes and node.attributes.get_int("noop_with_empty_axes", 0):
+    if not axes and node.attributes.get_int("noop_with_empty_axes", False):
         return None
     keepdims = bool(node.attributes.get_int("keepdims", 1))
     return _wrapping_sum(edit, x, axes or list(range(rank)), rank, keepdims)
@@ -258,7 +258,7 @@ def expand_after_arithmetic(node: ir.Node, edit: Editor) -> Replacement:
             or constant_array(other) is None
         ):
             continue
-        if len(expanded.uses()) != 1:
+        if expanded is None or len(expanded.uses()) != 1:
             continue
         data, shape = producer.inputs
         operands = (data, other) if expanded is a else (other, data)

@@ -41,13 +41,17 @@ def scan_of_no_steps_runs_one(node: ir.Node, edit: Editor) -> Replacement:
     xs = node.inputs[n_state:]
     ranks = [rank_of(x) for x in xs]
     out_ranks = [rank_of(y) for y in node.outputs[n_state:]]
-    if not xs or None in xs or None in ranks or None in out_ranks or 0 in ranks:
+    known = [r for r in ranks if r is not None]
+    known_out = [r for r in out_ranks if r is not None]
+    if not xs or None in xs or len(known) != len(ranks) or len(known_out) != len(out_ranks):
         return None
-    in_axes = [a % r for a, r in zip(_axes(node, "scan_input_axes", n_scanned), ranks, strict=True)]  # type: ignore[operator]
+    if 0 in known:
+        return None
+    in_axes = [a % r for a, r in zip(_axes(node, "scan_input_axes", n_scanned), known, strict=True)]
     out_axes = [
         a % r
-        for a, r in zip(_axes(node, "scan_output_axes", len(out_ranks)), out_ranks, strict=True)
-    ]  # type: ignore[operator]
+        for a, r in zip(_axes(node, "scan_output_axes", len(known_out)), known_out, strict=True)
+    ]
     length = xs[0].shape[in_axes[0]] if xs[0].shape is not None else None  # type: ignore[union-attr]
     if isinstance(length, int) and length > 0:
         return None
@@ -149,7 +153,8 @@ def nested_scans_as_loops(node: ir.Node, edit: Editor) -> Replacement:
 
 
 def _axes(node: ir.Node, name: str, count: int) -> list[int]:
-    return list(node.attributes.get_ints(name, None) or [0] * count)
+    attr = node.attributes.get(name)
+    return list(attr.as_ints()) if attr is not None and attr.as_ints() else [0] * count
 
 
 def _scan_as_loop(scan: ir.Node, outer: Editor) -> bool:
@@ -232,7 +237,8 @@ def _scan_as_loop(scan: ir.Node, outer: Editor) -> bool:
         reads.append(inner)
         return inner.outputs[0]
 
-    for x, element, axis, backwards in zip(xs, slices, in_axes, in_reversed, strict=True):
+    scanned = [x for x in xs if x is not None]  # (all of them: checked above)
+    for x, element, axis, backwards in zip(scanned, slices, in_axes, in_reversed, strict=True):
         position = (
             add("Sub", [last, iteration], iteration)
             if backwards and last is not None
@@ -240,7 +246,7 @@ def _scan_as_loop(scan: ir.Node, outer: Editor) -> bool:
         )
         element.replace_all_uses_with(
             add("Gather", [x, position], element, axis=axis), replace_graph_outputs=True
-        )  # type: ignore[list-item]
+        )
     for element in slices:
         body.inputs.remove(element)
     body.inputs.insert(0, iteration)

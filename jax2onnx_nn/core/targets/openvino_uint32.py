@@ -58,7 +58,10 @@ def uint32_as_int32(node: ir.Node, edit: Editor) -> Replacement:
     if not node.inputs or node.inputs[0] is None or node.inputs[0].dtype != U32:
         return None
     op = node.op_type
-    args = [as_int32(edit, v) if v is not None and v.dtype == U32 else v for v in node.inputs]
+    present = [v for v in node.inputs if v is not None]
+    if len(present) != len(node.inputs):
+        return None  # (an omitted optional input: none of the ops rewritten here has one)
+    args = [as_int32(edit, v) if v.dtype == U32 else v for v in present]
     if op in _SAME_BITS:
         result = edit.op(op, *args, dtype=I32)
     elif op in _COMPARE or op == "Equal":
@@ -80,7 +83,7 @@ def uint32_as_int32(node: ir.Node, edit: Editor) -> Replacement:
             np.clip(constant.astype(np.int64), 0, _MAX_SHIFT)
             if constant is not None
             else _shift_index(edit, args[1])
-        )  # type: ignore[arg-type]
+        )
         if node.attributes["direction"].as_string() == "LEFT":
             result = edit.op("Mul", args[0], _per_amount(edit, _LEFT_FACTORS, amount), dtype=I32)
         else:
@@ -213,7 +216,7 @@ def _remainder(edit: Editor, x: ir.Value, y: ir.Value, constant: np.ndarray | No
     yf = edit.op("Add", scaled(edit, yh, 2.0**16), yl, dtype=F32)
     small = large = None
     if constant is None or np.any(constant <= _SMALL_DIVISOR):
-        r = None
+        r: ir.Value | None = None
         for half in (xh, xl):
             top = edit.op("Floor", scaled(edit, half, 1 / 256), dtype=F32)
             for digit in (top, edit.op("Sub", half, scaled(edit, top, 256.0), dtype=F32)):
@@ -224,7 +227,7 @@ def _remainder(edit: Editor, x: ir.Value, y: ir.Value, constant: np.ndarray | No
                     else edit.op("Add", scaled(edit, r, 256.0), digit, dtype=F32),
                     yl,
                 )
-        small = i32(edit, r)
+        small = i32(edit, r) if r is not None else None  # (four digits: r is set)
     if constant is None or np.any(constant > _SMALL_DIVISOR):
         xf = edit.op("Add", scaled(edit, xh, 2.0**16), xl, dtype=F32)
         estimate = edit.op("Floor", edit.op("Div", xf, yf, dtype=F32), dtype=F32)
@@ -271,7 +274,10 @@ def uint32_bits(node: ir.Node, edit: Editor) -> Replacement:
     ):
         return None
     factor = np.left_shift(1, 31 - amount.astype(np.int64)).astype(np.uint32).view(np.int32)
-    top = edit.op("Mul", as_int32(edit, shift.inputs[0]), factor, dtype=I32)
+    shifted = shift.inputs[0]
+    if shifted is None:
+        return None
+    top = edit.op("Mul", as_int32(edit, shifted), factor, dtype=I32)
     edit.replace(edit.op("Cast", edit.op("Less", top, np.int32(0), dtype=BOOL), to=U32, dtype=U32))
     if not shift.outputs[0].uses() and shift.graph is not None:
         shift.graph.remove(shift, safe=True)
