@@ -165,3 +165,39 @@ def test_compress_as_gather() -> None:
     rows = np.array([4, 9, -7], np.int32)  # in bounds, above, below (both dropped)
     values = np.array([10.0, 20.0, 30.0], np.float32)
     assert_needed("tract", tract.compress_as_gather, _dropped_rows, specs, [x, rows, values])
+
+
+def _quantized_dense(dtype: str, block: int | None):
+    """``x @ (q * scale)`` with q int4 / int8 weights (32 x 8), scales per output column or
+    per tile of ``block`` rows: exported as one DequantizeLinear feeding the MatMul."""
+    rng = np.random.default_rng(0)
+    low, high = (-8, 8) if dtype == "int4" else (-128, 128)
+    q = jnp.asarray(rng.integers(low, high, (32, 8)), getattr(jnp, dtype))
+    rows = 1 if block is None else 32 // block
+    scale = jnp.asarray(rng.random((rows, 8)) * 0.02 + 0.001, jnp.float32)
+
+    def dense(x):
+        w = q.astype(jnp.float32)
+        if block is None:
+            return x @ (w * scale)
+        return x @ (w.reshape(rows, block, 8) * scale.reshape(rows, 1, 8)).reshape(32, 8)
+
+    return dense
+
+
+def test_four_bit_as_eight_bit() -> None:
+    from jax2onnx_nn.core.quant import dequantize
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    assert_needed(
+        "tract", dequantize.four_bit_as_eight_bit, _quantized_dense("int4", None), [(2, 32)], [x]
+    )
+
+
+def test_blocked_as_arithmetic() -> None:
+    from jax2onnx_nn.core.quant import dequantize
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    assert_needed(
+        "tract", dequantize.blocked_as_arithmetic, _quantized_dense("int8", 16), [(2, 32)], [x]
+    )
