@@ -10,9 +10,11 @@ from collections import Counter
 import jax
 import keras
 import numpy as np
+import onnxruntime as ort
 import pytest
 from keras import layers
 
+from jax2onnx_nn.keras import export_onnx
 from jax2onnx_nn.testing import assert_exports_match
 
 BATCHES = {"batch": [1, 3]}
@@ -199,6 +201,17 @@ def test_applications_node_counts_and_matches(name, budget):
         )
         assert len(onnx_model.graph.node) <= budget, _ops(onnx_model)
         assert _ops(onnx_model)["Transpose"] <= 1
+    # as a Keras user exports it: a symbolic batch, run at two sizes
+    onnx_model = export_onnx(model)
+    assert len(onnx_model.graph.node) <= budget, _ops(onnx_model)
+    session = ort.InferenceSession(
+        onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    (name,) = [i.name for i in onnx_model.graph.input]
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).normal(size=(batch, 64, 64, 3)).astype("float32")
+        (got,) = session.run(None, {name: x})
+        np.testing.assert_allclose(got, model(x, training=False), rtol=1e-4, atol=1e-6)
 
 
 def test_first_export_of_a_process_gets_the_coarse_ops():
