@@ -207,8 +207,10 @@ def coarse_lowering(
             body: Any,
             roles: tuple[tuple[str, int], ...],
             config: tuple[tuple[str, Any], ...] = (),
-            **_: Any,
+            vmap_levels: tuple[tuple[bool, ...], ...] = (),
         ) -> Any:
+            # (under jax.vmap) the rules that model the batch dims read it from ctx.eqn.params
+            del vmap_levels
             avals = ctx.avals_in
             wide = precision.widening_for([*avals, *ctx.avals_out], onnx_ops)
             if wide is None:

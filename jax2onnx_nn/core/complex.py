@@ -70,7 +70,7 @@ def pair_impl(*names: str) -> Callable[[PairImpl], PairImpl]:
     results the same way. Example::
 
         @pair_impl("conj")
-        def _conj(x, **_):
+        def _conj(x, *, input_dtype, avals_in, avals_out):
             return x * jnp.array([1, -1], x.dtype)
     """
 

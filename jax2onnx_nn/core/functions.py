@@ -167,8 +167,11 @@ def _function_call(
     key: Hashable,
     num_consts: int,
     input_names: Sequence[str] = (),
-    **_: Any,
+    vmap_levels: Sequence[tuple[bool, ...]] = (),
 ) -> list[ir.Value]:
+    # (under jax.vmap) which operands carry each vmap's leading dim: the body is the batched
+    # one, which the function is emitted from, so its operands' dims are its own
+    del vmap_levels
     functions: dict[Any, _Emitted] = ctx.lowerer.functions
     avals = ctx.avals_in
     dedup = (key, jxi.jaxpr_text(body), tuple(str(a) for a in avals))

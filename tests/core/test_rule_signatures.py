@@ -13,13 +13,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from jax2onnx_nn import to_onnx, verify
 from jax2onnx_nn.core import registry
+from jax2onnx_nn.core.coarse import CoarseCall, bind_coarse
+from jax2onnx_nn.core.functions import call_function
+from jax2onnx_nn.core.jax_nn.activations import ACTIVATIONS
+from jax2onnx_nn.core.lowerings.sharding import COLLECTIVES
 
 X = jnp.ones((4, 6), jnp.float32)
 START = jnp.int32(1)
 ROWS = jnp.array([0, 2])
+_REPLICATED = jax.sharding.NamedSharding(
+    jax.sharding.Mesh(np.array(jax.devices()[:1]), ("a",)), jax.sharding.PartitionSpec()
+)
 
 # a call binding each primitive whose rule names its params
 CALLS: dict[str, Callable[[jax.Array], Any]] = {
@@ -51,6 +59,13 @@ CALLS: dict[str, Callable[[jax.Array], Any]] = {
     "cond": lambda x: lax.cond(x[0, 0] > 0, lambda: x, lambda: -x),
     "cond of platforms": lambda x: lax.platform_dependent(x, cpu=jnp.sin, default=jnp.cos),
     "while": lambda x: lax.while_loop(lambda c: c[0, 0] < 5, lambda c: c + 1, x),
+    # _passthrough: the union of its primitives' params
+    "stop_gradient": lax.stop_gradient,
+    "optimization_barrier": lax.optimization_barrier,
+    "copy": jnp.copy,
+    "device_put": lambda x: jax.device_put(x, jax.devices()[0]),
+    "name": lambda x: checkpoint_name(x, "n"),
+    "sharding_constraint": lambda x: jax.lax.with_sharding_constraint(x, _REPLICATED),
     # table rules: each names the union of its primitives' params
     "exp": jnp.exp,
     "abs": jnp.abs,
@@ -116,3 +131,72 @@ def test_dot_general_computes_at_the_highest_precision(precision: Any) -> None:
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     got = np.asarray(jax.jit(lambda a, b: jnp.matmul(a, b, precision="highest"))(a, b))
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_rule_names_its_config(name: str) -> None:
+    # the coarse op's params are the activation's config but where (a masked call is the body)
+    activation = ACTIVATIONS[name]
+    signature = inspect.signature(activation.rule)
+    kinds = {p.kind for p in signature.parameters.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{name}'s rule hides its params in **"
+    assert list(signature.parameters)[2:] == sorted(set(activation.config) - {"where"}), name
+
+
+def _collective_calls(x: jax.Array) -> list[jax.Array]:
+    return [
+        lax.psum(x, "a"),
+        lax.pmax(x, "a"),
+        lax.pmin(x, ("a", "b")),
+        lax.all_gather(x, "a", axis=1, tiled=True)[:, :3],
+        lax.psum_scatter(x, "b", scatter_dimension=0, tiled=True).repeat(2, 0),
+        lax.all_to_all(x, "a", 0, 1, tiled=True),
+        lax.ppermute(x, "b", [(0, 1), (1, 0)]),
+        lax.axis_index("a") + x,
+    ]
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices (tests/conftest.py)")
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_collectives_name_every_param_jax_binds(check_vma: bool) -> None:
+    # shard_map's body runs on device-stacked values: each collective's function names its params
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("a", "b"))
+    spec = jax.sharding.PartitionSpec("a", "b")
+    f = jax.shard_map(
+        _collective_calls, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=check_vma
+    )
+    (shard,) = [e for e in jax.make_jaxpr(f)(X).jaxpr.eqns if e.primitive.name == "shard_map"]
+    seen = set()
+    for eqn in shard.params["jaxpr"].eqns:
+        if eqn.primitive.name not in COLLECTIVES:
+            continue
+        seen.add(eqn.primitive.name)
+        signature = inspect.signature(COLLECTIVES[eqn.primitive.name])
+        kinds = {p.kind for p in signature.parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, eqn.primitive.name
+        unnamed = sorted(set(eqn.params) - set(signature.parameters))
+        assert not unnamed, f"JAX {jax.__version__} binds {eqn.primitive.name} with {unnamed}"
+    assert {"pmax", "pmin", "all_gather", "all_to_all", "ppermute", "axis_index"} <= seen, seen
+    assert seen & {"psum", "psum_invariant", "psum2"} and seen & {"reduce_scatter"}, seen
+
+
+def _function_call(x: jax.Array) -> Any:
+    return call_function(jnp.sin, (x,), {}, name="sin", key="sin")
+
+
+def _coarse_call(x: jax.Array) -> Any:
+    return bind_coarse(CoarseCall("jax_nn_relu", inputs={"x": x}), jax.nn.relu, (x,), {})
+
+
+@pytest.mark.parametrize("call", [_function_call, _coarse_call])
+@pytest.mark.parametrize("vmapped", [False, True])
+def test_body_primitive_rules_name_every_param(call: Callable[..., Any], vmapped: bool) -> None:
+    # an ONNX function call and a coarse op: their binders' params, and vmap_levels under vmap
+    (eqn,) = jax.make_jaxpr(jax.vmap(call) if vmapped else call)(X).jaxpr.eqns
+    registration = registry.builtin(eqn.primitive.name)
+    assert registration is not None, eqn.primitive.name
+    signature = inspect.signature(registration.rule)
+    kinds = {p.kind for p in signature.parameters.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds, eqn.primitive.name
+    assert ("vmap_levels" in eqn.params) == vmapped, eqn.params
+    assert not set(eqn.params) - set(signature.parameters), eqn.params

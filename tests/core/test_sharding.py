@@ -244,3 +244,15 @@ def test_branch_with_collectives_chosen_per_row_of_a_two_axis_mesh():
 
     f = shard_map(local, mesh=MESH_XY, in_specs=P("x", "y"), out_specs=P("x", "y"), check_vma=False)
     assert_exports_match(f, [(4, 4)], input_values=[np.array([[1, 2, -3, -4]] * 4, np.float32)])
+
+
+def test_collective_over_axis_index_groups_is_a_conversion_error():
+    # JAX sums within each group ([1, 1, 5, 5] for arange(4)); the export would sum over all
+    def local(x):
+        return lax.psum(x, "x", axis_index_groups=[[0, 1], [2, 3]])
+
+    f = shard_map(local, mesh=MESH_X, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with pytest.raises(
+        ConversionError, match=r"psum: axis_index_groups=.* \(at .*test_sharding.py:\d+"
+    ):
+        to_onnx(f, [(4,)])

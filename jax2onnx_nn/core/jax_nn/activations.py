@@ -33,7 +33,10 @@ _F32_F64: frozenset[np.dtype] = frozenset({np.dtype(np.float32), np.dtype(np.flo
 
 @dataclass(frozen=True)
 class Activation:
-    """An activation: its keyword config (name -> default), its ONNX rule and the ops it emits."""
+    """An activation: its keyword config (name -> default), its ONNX rule and the ops it emits.
+
+    The rule takes ``ctx``, ``x`` and the config's keys but ``where`` by name (a masked call
+    is not the coarse op: the handler leaves it to the body)."""
 
     config: dict[str, Any]
     rule: Callable[..., Any]
@@ -43,7 +46,7 @@ class Activation:
 
 
 def _op(op_type: str, **attrs: Any) -> Callable[..., Any]:
-    return lambda ctx, x, **_: getattr(ctx.op, op_type)(x, **attrs)
+    return lambda ctx, x: getattr(ctx.op, op_type)(x, **attrs)
 
 
 def _gelu(ctx: LoweringContext, x: ir.Value, *, approximate: bool) -> Any:
@@ -51,7 +54,7 @@ def _gelu(ctx: LoweringContext, x: ir.Value, *, approximate: bool) -> Any:
 
 
 def _clip(low: float, high: float) -> Callable[..., Any]:
-    def rule(ctx: LoweringContext, x: ir.Value, **_: Any) -> Any:
+    def rule(ctx: LoweringContext, x: ir.Value) -> Any:
         dtype = x.dtype.numpy() if x.dtype is not None else np.float32
         return ctx.op.Clip(x, ctx.const(low, dtype=dtype), ctx.const(high, dtype=dtype))
 
@@ -64,20 +67,16 @@ ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation({}, _op("Relu"), ("Relu",)),
     "sigmoid": Activation({}, _op("Sigmoid"), ("Sigmoid",)),
     "gelu": Activation({"approximate": True}, _gelu, ("Gelu",), dtypes=_F32, min_opset=20),
-    "silu": Activation(
-        {}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")
-    ),
-    "swish": Activation(
-        {}, lambda ctx, x, **_: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")
-    ),
+    "silu": Activation({}, lambda ctx, x: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")),
+    "swish": Activation({}, lambda ctx, x: ctx.op.Mul(x, ctx.op.Sigmoid(x)), ("Sigmoid", "Mul")),
     "softmax": Activation(
         {"axis": -1, "where": None},
-        lambda ctx, x, *, axis, **_: ctx.op.Softmax(x, axis=axis),
+        lambda ctx, x, *, axis: ctx.op.Softmax(x, axis=axis),
         ("Softmax",),
     ),
     "log_softmax": Activation(
         {"axis": -1, "where": None},
-        lambda ctx, x, *, axis, **_: ctx.op.LogSoftmax(x, axis=axis),
+        lambda ctx, x, *, axis: ctx.op.LogSoftmax(x, axis=axis),
         ("LogSoftmax",),
         dtypes=_F32,
     ),

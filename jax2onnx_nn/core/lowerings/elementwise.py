@@ -644,7 +644,29 @@ def _float_to_int(ctx: LoweringContext, x: ir.Value, src: np.dtype, dst: np.dtyp
     return result
 
 
-def _passthrough(ctx: LoweringContext, *xs: ir.Value, **_: object) -> ir.Value | list[ir.Value]:
+def _passthrough(
+    ctx: LoweringContext,
+    *xs: ir.Value,
+    devices: object = None,
+    srcs: object = None,
+    copy_semantics: object = None,
+    name: object = None,
+    sharding: object = None,
+    layout: object = None,
+    context_mesh: object = None,
+    unconstrained_dims: object = None,
+    axes: object = None,
+    dst_sharding: object = None,
+    concrete_mesh: object = None,
+    reduction_order: object = None,
+) -> ir.Value | list[ir.Value]:
+    """The operands as they are: the union of the params of the primitives below, on JAX 0.10
+    and 0.12, each about where a value lives or what it is called, not what it is."""
+    del devices, srcs, copy_semantics  # device_put: one device here, a copy is the value
+    del name  # name (checkpoint_name): a remat policy's label
+    del sharding, layout, context_mesh, unconstrained_dims  # sharding_constraint: placement
+    del axes  # pvary: the mesh axes a value varies along (shard_map bodies are stacked)
+    del dst_sharding, concrete_mesh, reduction_order  # reshard / mesh_cast: placement
     return xs[0] if len(xs) == 1 else list(xs)
 
 

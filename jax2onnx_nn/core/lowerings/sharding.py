@@ -129,8 +129,23 @@ def _spread(value: Any, mesh: Mesh, others: list[str]) -> Stacked:
 # -- collectives over the device dim ----------------------------------------------------------
 
 
+def _whole_axes(axis_index_groups: Any) -> None:
+    """Refuse a collective over groups of an axis's devices: the export computes over all."""
+    if axis_index_groups is not None:
+        raise NotImplementedError(
+            f"axis_index_groups={axis_index_groups} is not supported: the export "
+            "computes collectives over every device of the named axes; split the mesh axis "
+            "into two named axes and reduce over the inner one instead"
+        )
+
+
+# Each collective names the params JAX binds it with (psum and all_gather name the union of
+# theirs and their _invariant / psum2 forms'): a param a JAX version adds fails here, by name.
 def _reduce(reducer: Callable[..., Any], scale: bool) -> Callable[..., list[Stacked]]:
-    def collective(mesh: Mesh, x: Stacked, *, axes: Any, **_: Any) -> list[Stacked]:
+    def collective(
+        mesh: Mesh, x: Stacked, *, axes: Any, axis_index_groups: Any = None
+    ) -> list[Stacked]:
+        _whole_axes(axis_index_groups)
         names = _axis_names(axes)
         group = math.prod(mesh.sizes[mesh.position(a)] for a in names)
         if group == 1:
@@ -144,8 +159,17 @@ def _reduce(reducer: Callable[..., Any], scale: bool) -> Callable[..., list[Stac
 
 
 def _all_gather(
-    mesh: Mesh, x: Stacked, *, axis_name: Any, all_gather_dimension: int, tiled: bool, **_: Any
+    mesh: Mesh,
+    x: Stacked,
+    *,
+    axis_name: Any,
+    all_gather_dimension: int,
+    tiled: bool,
+    axis_size: int,
+    axis_index_groups: Any = None,
 ) -> list[Stacked]:
+    del axis_size  # the group's size: the mesh's sizes of axis_name give it
+    _whole_axes(axis_index_groups)
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     o = len(others)
@@ -158,8 +182,17 @@ def _all_gather(
 
 
 def _reduce_scatter(
-    mesh: Mesh, x: Stacked, *, axis_name: Any, scatter_dimension: int, tiled: bool, **_: Any
+    mesh: Mesh,
+    x: Stacked,
+    *,
+    axis_name: Any,
+    scatter_dimension: int,
+    tiled: bool,
+    axis_size: int,
+    axis_index_groups: Any,
 ) -> list[Stacked]:
+    del axis_size  # the group's size: the mesh's sizes of axis_name give it
+    _whole_axes(axis_index_groups)
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     o = len(others)
@@ -179,9 +212,18 @@ def _reduce_scatter(
 
 
 def _all_to_all(
-    mesh: Mesh, x: Stacked, *, axis_name: Any, split_axis: int, concat_axis: int, **_: Any
+    mesh: Mesh,
+    x: Stacked,
+    *,
+    axis_name: Any,
+    split_axis: int,
+    concat_axis: int,
+    tiled: bool,
+    axis_index_groups: Any,
 ) -> list[Stacked]:
-    # (the primitive is always tiled: lax.all_to_all adds and removes the dims of tiled=False)
+    # the primitive is always tiled: lax.all_to_all adds and removes the dims of tiled=False
+    del tiled
+    _whole_axes(axis_index_groups)
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     o = len(others)
@@ -198,7 +240,7 @@ def _all_to_all(
 
 
 def _ppermute(
-    mesh: Mesh, x: Stacked, *, axis_name: Any, perm: Sequence[tuple[int, int]], **_: Any
+    mesh: Mesh, x: Stacked, *, axis_name: Any, perm: Sequence[tuple[int, int]]
 ) -> list[Stacked]:
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
@@ -215,13 +257,13 @@ def _ppermute(
     return [_back(moved, mesh, others, names)]
 
 
-def _pbroadcast(mesh: Mesh, x: Stacked, *, axis_name: Any, source: int, **_: Any) -> list[Stacked]:
+def _pbroadcast(mesh: Mesh, x: Stacked, *, axis_name: Any, source: int) -> list[Stacked]:
     names = _axis_names(axis_name)
     grid, others = _front(_grid(x, mesh), mesh, names)
     return [_spread(jnp.take(grid, source, axis=len(others)), mesh, others)]
 
 
-def _axis_index(mesh: Mesh, *, axis_name: Any, **_: Any) -> list[Stacked]:
+def _axis_index(mesh: Mesh, *, axis_name: Any) -> list[Stacked]:
     names = _axis_names(axis_name)
     if mesh.devices == 1:
         return [Stacked(jnp.zeros((), np.int32), False)]
@@ -232,7 +274,8 @@ def _axis_index(mesh: Mesh, *, axis_name: Any, **_: Any) -> list[Stacked]:
     return [Stacked(jnp.asarray(index.reshape(-1)), True)]
 
 
-def _identity(mesh: Mesh, *xs: Stacked, **_: Any) -> list[Stacked]:
+def _identity(mesh: Mesh, *xs: Stacked, axes: Any) -> list[Stacked]:
+    del axes  # (pvary) the axes a value starts to vary along: a value per device already does
     return list(xs)
 
 
@@ -290,7 +333,12 @@ def run_body(closed: Any, mesh: Mesh, args: Sequence[Stacked]) -> list[Stacked]:
 def _run_eqn(eqn: Any, mesh: Mesh, args: list[Stacked]) -> list[Stacked]:
     name = eqn.primitive.name
     if name in COLLECTIVES:
-        return COLLECTIVES[name](mesh, *args, **eqn.params)
+        try:
+            return COLLECTIVES[name](mesh, *args, **eqn.params)
+        except NotImplementedError as e:
+            raise NotImplementedError(
+                f"{name}: {e} (at {jxi.source_line(eqn, library_ok=True)})"
+            ) from None
     subs = jxi.subjaxprs_of(eqn.params)
     if not any(_has_collectives(sub) for sub in subs):
         return _mapped(eqn, mesh, args)
