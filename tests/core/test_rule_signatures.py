@@ -29,6 +29,7 @@ _REPLICATED = jax.sharding.NamedSharding(
     jax.sharding.Mesh(np.array(jax.devices()[:1]), ("a",)), jax.sharding.PartitionSpec()
 )
 
+
 # a call binding each primitive whose rule names its params
 CALLS: dict[str, Callable[[jax.Array], Any]] = {
     "reshape": lambda x: x.reshape(6, 4),
@@ -200,3 +201,16 @@ def test_body_primitive_rules_name_every_param(call: Callable[..., Any], vmapped
     assert inspect.Parameter.VAR_KEYWORD not in kinds, eqn.primitive.name
     assert ("vmap_levels" in eqn.params) == vmapped, eqn.params
     assert not set(eqn.params) - set(signature.parameters), eqn.params
+
+
+def test_reshard_rule_names_every_param_jax_binds() -> None:
+    # an Explicit mesh is set outside the trace (set_mesh refuses to run inside one)
+    mesh = jax.make_mesh((1,), ("a",), axis_types=(jax.sharding.AxisType.Explicit,))
+    set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
+    with set_mesh(mesh):
+        jaxpr = jax.make_jaxpr(lambda x: jax.sharding.reshard(x, jax.sharding.PartitionSpec("a")))
+        (eqn,) = jaxpr(X).jaxpr.eqns
+    registration = registry.builtin(eqn.primitive.name)
+    assert eqn.primitive.name == "reshard" and registration is not None
+    unnamed = sorted(set(eqn.params) - set(inspect.signature(registration.rule).parameters))
+    assert not unnamed, f"JAX {jax.__version__} binds reshard with {unnamed}: name them in its rule"
