@@ -103,6 +103,11 @@ def pairs_jaxpr(eqn: Any) -> Any | None:
     return None
 
 
+def impl_of(name: str) -> PairImpl | None:
+    """The pair impl registered for the primitive ``name``, if any."""
+    return _IMPLS.get(name)
+
+
 def supported() -> list[str]:
     """Primitive names lowered on complex operands (for the support table)."""
     return sorted(PAIRWISE | set(_IMPLS))

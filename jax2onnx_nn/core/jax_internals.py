@@ -647,6 +647,9 @@ def body_primitive(name: str) -> Any:
     prim = Primitive(name)
     prim.multiple_results = True
 
+    # **_ (here, in abstract_eval and jvp): body is what any body primitive computes; the
+    # other params are its binder's (a function call's name / key, a coarse op's roles /
+    # config, vmap_levels), named by its lowering rule (tests/core/test_rule_signatures.py)
     def impl(*args: Any, body: Any, **_: Any) -> list[Any]:
         return list(jex.core.jaxpr_as_fun(body)(*args))
 

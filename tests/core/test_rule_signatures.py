@@ -16,6 +16,7 @@ from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
 from jax2onnx_nn import to_onnx, verify
+from jax2onnx_nn.core import complex as complex_pairs
 from jax2onnx_nn.core import registry
 from jax2onnx_nn.core.coarse import CoarseCall, bind_coarse
 from jax2onnx_nn.core.functions import call_function
@@ -214,3 +215,57 @@ def test_reshard_rule_names_every_param_jax_binds() -> None:
     assert eqn.primitive.name == "reshard" and registration is not None
     unnamed = sorted(set(eqn.params) - set(inspect.signature(registration.rule).parameters))
     assert not unnamed, f"JAX {jax.__version__} binds reshard with {unnamed}: name them in its rule"
+
+
+Z = jnp.ones((3, 4), jnp.complex64)
+# a call binding each primitive that has a pair impl (lowerings/complex.py) on complex operands
+# (dot_general's and conv_general_dilated's forward their params to the real primitive's bind)
+PAIR_CALLS: dict[str, Callable[[jax.Array], Any]] = {
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "sqrt": jnp.sqrt,
+    "sin": jnp.sin,
+    "tan": jnp.tan,
+    "asinh": jnp.arcsinh,
+    "log2": jnp.log2,  # a primitive of its own on JAX 0.12 (log / log(2) on 0.10)
+    "complex": lambda z: lax.complex(jnp.real(z), jnp.real(z)),
+    "real": jnp.real,
+    "imag": jnp.imag,
+    "conj": jnp.conj,
+    "abs": jnp.abs,
+    "sign": jnp.sign,
+    "mul": lambda z: z * z,
+    "div": lambda z: z / z,
+    "eq": lambda z: z == z,
+    "ne": lambda z: z != z,
+    "integer_pow": lambda z: z**3,
+    "pow": lambda z: z**z,
+    "convert_element_type": lambda z: lax.convert_element_type(jnp.real(z), jnp.complex64),
+    "reduce_prod": lambda z: jnp.prod(z, 0),
+    "square": lax.square,
+    "max": lambda z: lax.max(z, z),
+    "min": lambda z: lax.min(z, z),
+    "reduce_max": lambda z: lax.reduce_max(z, (0,)),
+    "reduce_min": lambda z: lax.reduce_min(z, (0,)),
+    "sort": lambda z: lax.sort(z, dimension=0),
+    "cumprod": lambda z: lax.cumprod(z, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAIR_CALLS))
+def test_pair_impl_names_every_param_jax_binds(name: str) -> None:
+    # a pair impl gets the equation's params plus avals_in / avals_out (core/complex.py)
+    from jax2onnx_nn.core.lowerings import complex as _  # noqa: F401  (registers the impls)
+
+    eqns = [e for e in jax.make_jaxpr(PAIR_CALLS[name])(Z).jaxpr.eqns if e.primitive.name == name]
+    if not eqns and name == "log2":
+        pytest.skip(f"JAX {jax.__version__} has no log2 primitive")
+    assert eqns, f"{name} is not in its call's jaxpr"
+    impl = complex_pairs.impl_of(name)
+    assert impl is not None, name
+    signature = inspect.signature(impl)
+    kinds = {p.kind for p in signature.parameters.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{name}'s pair impl hides its params in **"
+    bound = {*eqns[0].params, "avals_in", "avals_out"}
+    unnamed = sorted(bound - set(signature.parameters))
+    assert not unnamed, f"JAX {jax.__version__} binds {name} with {unnamed}: name them"

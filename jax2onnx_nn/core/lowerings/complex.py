@@ -113,7 +113,11 @@ def _like_pairs(fn: Any, nan_in_nan_out: bool = False) -> Any:
     """A (re, im) -> (re, im) function as a pair impl of a unary complex primitive;
     ``nan_in_nan_out``: a NaN part makes both parts NaN (XLA's log and sqrt)."""
 
-    def impl(x: Array, **_: Any) -> Array:
+    def impl(
+        x: Array, *, avals_in: list[Any], avals_out: list[Any], accuracy: object = None
+    ) -> Array:
+        del avals_in, avals_out  # x is a pair (trailing dim 2)
+        del accuracy  # (exp, log, sin, ...) XLA's speed/accuracy hint: jnp has no such knob
         re, im = fn(x[..., 0], x[..., 1])
         if nan_in_nan_out:
             nan = jnp.isnan(x[..., 0]) | jnp.isnan(x[..., 1])
@@ -129,33 +133,39 @@ pair_impl("sqrt")(_like_pairs(_sqrt, nan_in_nan_out=True))
 
 
 @pair_impl("complex")
-def _complex(re: Array, im: Array, **_: Any) -> Array:
+def _complex(re: Array, im: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # re and im are real arrays
     return _pair(re, im)
 
 
 @pair_impl("real")
-def _real(x: Array, **_: Any) -> Array:
+def _real(x: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return x[..., 0]
 
 
 @pair_impl("imag")
-def _imag(x: Array, **_: Any) -> Array:
+def _imag(x: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return x[..., 1]
 
 
 @pair_impl("conj")
-def _conj(x: Array, *, avals_in: list[Any], **_: Any) -> Array:
+def _conj(x: Array, *, input_dtype: Any, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del input_dtype, avals_out  # the operand's dtype: avals_in[0]'s
     re, im = _parts(x, avals_in[0])
     return _pair(re, jnp.zeros_like(re) if im is None else -im)
 
 
 @pair_impl("abs")
-def _abs_impl(x: Array, **_: Any) -> Array:
+def _abs_impl(x: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return _abs(x[..., 0], x[..., 1])
 
 
 @pair_impl("sign")
-def _sign(x: Array, **_: Any) -> Array:
+def _sign(x: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     re, im = x[..., 0], x[..., 1]
     magnitude = _abs(re, im)
     zero = magnitude == 0
@@ -164,29 +174,37 @@ def _sign(x: Array, **_: Any) -> Array:
 
 
 @pair_impl("mul")
-def _mul_impl(x: Array, y: Array, **_: Any) -> Array:
+def _mul_impl(
+    x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any], out_dtype: object = None
+) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
+    del out_dtype  # the result's dtype: the operands' (the output aval's)
     return _pair(*_mul(x[..., 0], x[..., 1], y[..., 0], y[..., 1]))
 
 
 @pair_impl("div")
-def _div_impl(x: Array, y: Array, **_: Any) -> Array:
+def _div_impl(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return _pair(*_div(x[..., 0], x[..., 1], y[..., 0], y[..., 1]))
 
 
 @pair_impl("eq")
-def _eq(x: Array, y: Array, **_: Any) -> Array:
+def _eq(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return (x[..., 0] == y[..., 0]) & (x[..., 1] == y[..., 1])
 
 
 @pair_impl("ne")
-def _ne(x: Array, y: Array, **_: Any) -> Array:
+def _ne(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return (x[..., 0] != y[..., 0]) | (x[..., 1] != y[..., 1])
 
 
 @pair_impl("integer_pow")
-def _integer_pow(x: Array, *, y: int, **_: Any) -> Array:
+def _integer_pow(x: Array, *, y: int, avals_in: list[Any], avals_out: list[Any]) -> Array:
     """Square-and-multiply in the order of JAX's own lowering (so rounding and the inf/NaN
     parts of the result are JAX's), then one division for a negative power."""
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     re, im = x[..., 0], x[..., 1]
     if y == 0:
         return _pair(jnp.ones_like(re), jnp.zeros_like(im))
@@ -205,9 +223,10 @@ def _integer_pow(x: Array, *, y: int, **_: Any) -> Array:
 
 
 @pair_impl("pow")
-def _pow(x: Array, y: Array, *, avals_in: list[Any], **_: Any) -> Array:
+def _pow(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
     """x ** y = exp(y log x); x ** 0 is 1 for every x and 0 ** y is 0 for real y > 0, as in
     XLA (other infinite or NaN parts may differ from XLA's special cases)."""
+    del avals_out  # the result is complex: a pair
     xr, xi = _parts(x, avals_in[0])
     yr, yi = _parts(y, avals_in[1])
     yr = yr.astype(xr.dtype)
@@ -224,10 +243,18 @@ def _pow(x: Array, y: Array, *, avals_in: list[Any], **_: Any) -> Array:
 
 @pair_impl("convert_element_type")
 def _convert_element_type(
-    x: Array, *, avals_in: list[Any], avals_out: list[Any], new_dtype: Any, **_: Any
+    x: Array,
+    *,
+    avals_in: list[Any],
+    avals_out: list[Any],
+    new_dtype: Any,
+    weak_type: bool,
+    sharding: object,
 ) -> Array:
     """To complex: (x, 0); complex to complex: both parts cast; to real: the real part (as
     JAX does, with its ComplexWarning); to bool: re != 0 or im != 0."""
+    del weak_type  # a Python scalar's type promotion: the traced result's aval has it
+    del sharding  # where the result lives on a mesh: one device here
     re, im = _parts(x, avals_in[0])
     out = np.dtype(avals_out[0].dtype)
     if jxi.is_complex_dtype(out):
@@ -277,8 +304,17 @@ def _conv(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any], **pa
 
 
 @pair_impl("reduce_prod")
-def _reduce_prod(x: Array, *, axes: tuple[int, ...], avals_in: list[Any], **_: Any) -> Array:
+def _reduce_prod(
+    x: Array,
+    *,
+    axes: tuple[int, ...],
+    avals_in: list[Any],
+    avals_out: list[Any],
+    out_sharding: object = None,
+) -> Array:
     """Products of halves until one element is left (static sizes)."""
+    del avals_out  # the result is a pair
+    del out_sharding  # (JAX 0.12) where the result lives on a mesh: one device here
     re, im = x[..., 0], x[..., 1]
     keep = [d for d in range(re.ndim) if d not in axes]
     shape = [re.shape[d] for d in keep]
@@ -392,7 +428,8 @@ def _log2(re: Array, im: Array) -> tuple[Array, Array]:
 
 
 @pair_impl("square")
-def _square(x: Array, **_: Any) -> Array:
+def _square(x: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     return _pair(*_mul(x[..., 0], x[..., 1], x[..., 0], x[..., 1]))
 
 
@@ -417,16 +454,18 @@ def _lex_greater(xr: Array, xi: Array, yr: Array, yi: Array) -> Array:
 
 
 @pair_impl("max")
-def _max(x: Array, y: Array, **_: Any) -> Array:
+def _max(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
     """XLA's select(x > y, x, y) with the lexicographic order: a NaN comparison is false, so
     y is picked, as in JAX."""
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     x, y = jnp.broadcast_arrays(x, y)
     pick_x = _lex_greater(x[..., 0], x[..., 1], y[..., 0], y[..., 1])
     return jnp.where(pick_x[..., None], x, y)
 
 
 @pair_impl("min")
-def _min(x: Array, y: Array, **_: Any) -> Array:
+def _min(x: Array, y: Array, *, avals_in: list[Any], avals_out: list[Any]) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     x, y = jnp.broadcast_arrays(x, y)
     pick_x = _lex_greater(y[..., 0], y[..., 1], x[..., 0], x[..., 1])
     return jnp.where(pick_x[..., None], x, y)
@@ -450,21 +489,45 @@ def _lex_extreme(x: Array, axes: tuple[int, ...], largest: bool) -> Array:
 
 
 @pair_impl("reduce_max")
-def _reduce_max(x: Array, *, axes: tuple[int, ...], **_: Any) -> Array:
+def _reduce_max(
+    x: Array,
+    *,
+    axes: tuple[int, ...],
+    avals_in: list[Any],
+    avals_out: list[Any],
+    out_sharding: object = None,
+) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
+    del out_sharding  # (JAX 0.12) where the result lives on a mesh: one device here
     return _lex_extreme(x, tuple(axes), largest=True)
 
 
 @pair_impl("reduce_min")
-def _reduce_min(x: Array, *, axes: tuple[int, ...], **_: Any) -> Array:
+def _reduce_min(
+    x: Array,
+    *,
+    axes: tuple[int, ...],
+    avals_in: list[Any],
+    avals_out: list[Any],
+    out_sharding: object = None,
+) -> Array:
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
+    del out_sharding  # (JAX 0.12) where the result lives on a mesh: one device here
     return _lex_extreme(x, tuple(axes), largest=False)
 
 
 @pair_impl("sort")
 def _sort(
-    *operands: Array, dimension: int, is_stable: bool, num_keys: int, avals_in: list[Any], **_: Any
+    *operands: Array,
+    dimension: int,
+    is_stable: bool,
+    num_keys: int,
+    avals_in: list[Any],
+    avals_out: list[Any],
 ) -> Any:
     """A complex key is two keys, real then imaginary part, as in JAX's own comparator; a
     complex operand that is not a key travels as its two parts."""
+    del avals_out  # the results are the operands': avals_in
     parts: list[Array] = []
     keys = 0
     for index, (operand, aval) in enumerate(zip(operands, avals_in, strict=True)):
@@ -489,10 +552,13 @@ def _complex_mul(a: Array, b: Array) -> Array:
 
 
 @pair_impl("cumprod")
-def _cumprod(x: Array, *, axis: int, reverse: bool, **_: Any) -> Array:
+def _cumprod(
+    x: Array, *, axis: int, reverse: bool, avals_in: list[Any], avals_out: list[Any]
+) -> Array:
     """An associative scan of complex products (static sizes). JAX lowers cumprod to a
     reduce_window whose padding is the init 1 + 0i: every prefix but the full one is also
     multiplied by it, which turns infinite parts into NaN (inf * 0) as in JAX."""
+    del avals_in, avals_out  # every operand is a pair (trailing dim 2)
     n = x.shape[axis]
     if jxi.is_symbolic_dim(n):
         raise NotImplementedError("cumprod of complex numbers over a symbolic dim")
