@@ -72,6 +72,31 @@ def same_dims(a: ir.Shape | None, b: ir.Shape | None) -> bool:
     )
 
 
+def reshape_dims(x: ir.Value, out: ir.Value, *, infer: bool = False) -> list[int] | None:
+    """The constant shape operand of ``Reshape(x) -> out``: a static dim as it is, a symbolic
+    dim ``x`` has at the same position as 0 ("copy the input dim"); with ``infer``, where no
+    dim is copied, one other symbolic dim as -1 (beside a copied dim a -1 is undefined when
+    that dim is 0 at run time). None for unknown shapes, a static 0 in ``out`` (a 0 reads as
+    "copy") or a dim none of these can say."""
+    if x.shape is None or out.shape is None:
+        return None
+    dims: list[int] = []
+    for i, d in enumerate(out.shape):
+        if isinstance(d, int):
+            if d < 1:
+                return None
+            dims.append(d)
+        elif i < len(x.shape) and same_dim(x.shape[i], d):
+            dims.append(0)
+        elif infer and -1 not in dims:
+            dims.append(-1)
+        else:
+            return None
+    if -1 in dims and 0 in dims:
+        return None
+    return dims
+
+
 def const_array(v: ir.Value | None) -> np.ndarray | None:
     return v.const_value.numpy() if v is not None and v.const_value is not None else None
 

@@ -10,7 +10,7 @@ import onnx_ir as ir
 from jax2onnx_nn.core.graph import is_required, numpy_tensor
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import graph_of, new_constant, renamable, take_place
-from jax2onnx_nn.core.ir.values import same_dim, same_shape
+from jax2onnx_nn.core.ir.values import reshape_dims, same_shape
 from jax2onnx_nn.core.ir.walk import graph_nodes
 
 # -- chains of layout ops -------------------------------------------------------------------
@@ -61,31 +61,6 @@ _WIDER: dict[ir.DataType, frozenset[ir.DataType]] = {
     _D.BFLOAT16: frozenset({_D.FLOAT, _D.DOUBLE}),
     _D.FLOAT: frozenset({_D.DOUBLE}),
 }
-
-
-def _merged_shape(x: ir.Value, out: ir.Value) -> tuple[int, ...] | None:
-    """The shape operand of one Reshape from ``x`` to ``out``: a static dim as it is, a
-    symbolic dim ``x`` has at the same position as 0 ("copy the input dim"), and where no dim is
-    copied, one other symbolic dim as -1. None for a static 0 in ``out`` (a 0 reads as "copy"),
-    two dims neither static nor copied, or a -1 beside a copied dim (a copied dim of size 0 at
-    run time leaves the -1 undefined)."""
-    if x.shape is None or out.shape is None:
-        return None
-    dims: list[int] = []
-    for i, d in enumerate(out.shape):
-        if isinstance(d, int):
-            if d < 1:
-                return None
-            dims.append(d)
-        elif i < len(x.shape) and same_dim(x.shape[i], d):
-            dims.append(0)
-        elif -1 not in dims:
-            dims.append(-1)
-        else:
-            return None
-    if -1 in dims and 0 in dims:
-        return None
-    return tuple(dims)
 
 
 def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
@@ -143,7 +118,7 @@ def _shortcut(node: ir.Node, model: ir.Model | None) -> ir.Value | None:
         return None
     if same_shape(x, out):
         return x
-    dims = _merged_shape(x, out)
+    dims = reshape_dims(x, out, infer=True)
     if dims is None:
         return None
     if model is not None:

@@ -7,7 +7,13 @@ import onnx_ir as ir
 
 from jax2onnx_nn.core.graph import is_required
 from jax2onnx_nn.core.ir.edit import new_constant
-from jax2onnx_nn.core.ir.values import const_array, exact_dtype, same_dim, same_dims, same_shape
+from jax2onnx_nn.core.ir.values import (
+    const_array,
+    exact_dtype,
+    reshape_dims,
+    same_dims,
+    same_shape,
+)
 from jax2onnx_nn.core.ir.walk import all_nodes
 
 
@@ -182,23 +188,10 @@ def _copied_dims_shape(node: ir.Node) -> np.ndarray | None:
         return None
     x, shape = node.inputs
     out = node.outputs[0]
-    if (
-        x is None
-        or shape is None
-        or shape.const_value is not None
-        or x.shape is None
-        or out.shape is None
-    ):
+    if x is None or shape is None or shape.const_value is not None:
         return None
-    dims: list[int] = []
-    for i, d in enumerate(out.shape):
-        if isinstance(d, int) and d >= 1:
-            dims.append(d)
-        elif not isinstance(d, int) and i < len(x.shape) and same_dim(x.shape[i], d):
-            dims.append(0)
-        else:
-            return None
-    return np.asarray(dims, np.int64)
+    dims = reshape_dims(x, out)
+    return None if dims is None else np.asarray(dims, np.int64)
 
 
 def simplify_plumbing(model: ir.Model) -> int:
