@@ -22,7 +22,7 @@ from jax2onnx_nn.core.passes.dead_loop_state import remove_dead_loop_state
 from jax2onnx_nn.core.passes.fold_constants import fold_constants
 from jax2onnx_nn.core.passes.fold_weights import fold_into_weights, fold_marked_into_weights
 from jax2onnx_nn.core.passes.fuse_attention import attention
-from jax2onnx_nn.core.passes.fuse_rotary import rotary_embedding
+from jax2onnx_nn.core.passes.fuse_rotary import interleaved_rotary_embedding, rotary_embedding
 from jax2onnx_nn.core.passes.hoist_loop_invariants import hoist_loop_invariants
 from jax2onnx_nn.core.passes.hoist_over_split import hoist_layout_over_split
 from jax2onnx_nn.core.passes.inline_functions import inline_functions
@@ -152,7 +152,11 @@ def _warn_unpoisoned(e: Export) -> None:
 
 # Patterns a model writes out that one ONNX op computes with JAX's numbers, each with the op it
 # becomes: fused where the opset defines the op and the target runs it with a kernel of its own.
-FUSIONS = ((attention, "Attention"), (rotary_embedding, "RotaryEmbedding"))
+FUSIONS = (
+    (attention, "Attention"),
+    (rotary_embedding, "RotaryEmbedding"),
+    (interleaved_rotary_embedding, "RotaryEmbedding"),
+)
 
 
 def _fuse_ops(e: Export) -> None:

@@ -1,13 +1,16 @@
-"""Rotary position embedding written out by the model (rotate-half) -> ONNX ``RotaryEmbedding``."""
+"""Rotary position embedding written out by the model (rotate-half, or interleaved pairs) ->
+ONNX ``RotaryEmbedding``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.ir.census import rewrite
 from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader
-from jax2onnx_nn.core.ir.values import const_array, same_dim
+from jax2onnx_nn.core.ir.values import const_array, same_dim, same_dims
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16})
 
@@ -46,15 +49,41 @@ def _half_of(v: ir.Value | None) -> tuple[ir.Value, int] | None:
     return None
 
 
-def _product(v: ir.Value | None) -> list[tuple[tuple[ir.Value, int], ir.Value]]:
-    """The ways to read ``v = Mul(a, b)`` as ``half * table`` (``half`` a :func:`_half_of`)."""
+def _pair_part(v: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """``(x, 0)`` for ``x[..., 0::2]``, ``(x, 1)`` for ``x[..., 1::2]`` (a Slice of step 2 to
+    the end of the last axis of ``x``, whose last dim is static and even): the first and the
+    second element of each pair."""
+    node = v.producer() if v is not None else None
+    if node is None or node.op_type != "Slice" or node.domain != "" or len(node.inputs) != 5:
+        return None
+    x = node.inputs[0]
+    starts, ends, axes, steps = (const_array(u) for u in node.inputs[1:5])
+    if x is None or x.shape is None or starts is None or ends is None or axes is None:
+        return None
+    rank, depth = len(x.shape), x.shape[-1]
+    if not isinstance(depth, int) or depth % 2 or axes.size != 1 or starts.size != 1:
+        return None
+    if int(axes.item()) % rank != rank - 1 or steps is None or int(steps.item()) != 2:
+        return None
+    start = int(starts.item())
+    return (x, start) if start in (0, 1) and int(ends.item()) >= depth else None
+
+
+Part = Callable[[ir.Value | None], "tuple[ir.Value, int] | None"]
+
+
+def _product(
+    v: ir.Value | None, part: Part = _half_of
+) -> list[tuple[tuple[ir.Value, int], ir.Value]]:
+    """The ways to read ``v = Mul(a, b)`` as ``half * table`` (``half`` a ``part`` of ``x``:
+    :func:`_half_of` or :func:`_pair_part`)."""
     node = _producer(v, "Mul")
     if node is None or len(node.inputs) != 2:
         return []
     a, b = node.inputs
     found = []
     for half, table in ((a, b), (b, a)):
-        of = _half_of(half)
+        of = part(half)
         if of is not None and table is not None:
             found.append((of, table))
     return found
@@ -99,11 +128,57 @@ def rotary_embedding(node: ir.Node, edit: Editor) -> Replacement:
     return None
 
 
-def _rotates(v: ir.Value | None, x: ir.Value, cos: ir.Value, sin: ir.Value) -> bool:
-    """Whether ``v`` is ``x2 * cos + x1 * sin`` (in any order of terms and factors)."""
+@rewrite("Reshape", creates=("RotaryEmbedding", "Squeeze"))
+def interleaved_rotary_embedding(node: ir.Node, edit: Editor) -> Replacement:
+    """``stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).reshape(x.shape)`` with ``x1,
+    x2 = x[..., 0::2], x[..., 1::2]`` (each pair of the last axis of ``x`` ``[B, H, S, D]``
+    rotated, as GPT-J and some JAX models write it) and ``cos, sin`` ``[B, 1, S, D/2]`` ->
+    ``RotaryEmbedding(x, cos, sin, interleaved=1)``, the tables squeezed to ``[B, S, D/2]``.
+
+    The same products and sums as :func:`rotary_embedding`'s (1 ulp from JAX's); the stack is
+    two Unsqueezes and a Concat, the reshape merges the pairs back: thirteen nodes per rotated
+    tensor become one."""
+    out, stacked = node.outputs[0], node.inputs[0]
+    concat = _producer(stacked, "Concat")
+    if concat is None or len(concat.inputs) != 2 or out.shape is None or len(out.shape) != 4:
+        return None
+    if out.dtype not in _FLOATS or int(concat.attributes["axis"].value) % 5 != 4:
+        return None
+    first, second = (_unsqueezed_last(v) for v in concat.inputs)
+    for a, b in _terms(first, "Sub"):
+        for lo, cos in _product(a, _pair_part):
+            for hi, sin in _product(b, _pair_part):
+                x = lo[0]
+                if lo[1] != 0 or hi != (x, 1) or not same_dims(x.shape, out.shape):
+                    continue
+                if not _rotates(second, x, cos, sin, _pair_part):
+                    continue
+                if not _tables_fit(x, cos) or not _tables_fit(x, sin):
+                    continue
+                axis = edit.const(np.asarray([1], np.int64))
+                tables = [edit.op("Squeeze", t, axis) for t in (cos, sin)]
+                return edit.op("RotaryEmbedding", x, *tables, interleaved=1)
+    return None
+
+
+def _unsqueezed_last(v: ir.Value | None) -> ir.Value | None:
+    """``u`` where ``v`` is ``u`` with a new last axis (an Unsqueeze read by nothing else)."""
+    node = _producer(v, "Unsqueeze")
+    axes = const_array(node.inputs[1]) if node is not None and len(node.inputs) > 1 else None
+    u = node.inputs[0] if node is not None else None
+    if axes is None or u is None or u.shape is None or axes.size != 1:
+        return None
+    return u if int(axes.item()) % (len(u.shape) + 1) == len(u.shape) else None
+
+
+def _rotates(
+    v: ir.Value | None, x: ir.Value, cos: ir.Value, sin: ir.Value, part: Part = _half_of
+) -> bool:
+    """Whether ``v`` is ``x2 * cos + x1 * sin`` (in any order of terms and factors; ``x1``,
+    ``x2`` the ``part`` 0 and 1 of ``x``)."""
     for a, b in _terms(v, "Add"):
-        if any(h == (x, 1) and t is cos for h, t in _product(a)) and any(
-            h == (x, 0) and t is sin for h, t in _product(b)
+        if any(h == (x, 1) and t is cos for h, t in _product(a, part)) and any(
+            h == (x, 0) and t is sin for h, t in _product(b, part)
         ):
             return True
     return False

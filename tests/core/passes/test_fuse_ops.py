@@ -100,6 +100,49 @@ def test_rotate_half_is_rotary_embedding_from_opset_23(opset, head_dim):
         assert "Concat" not in ops and "Sub" not in ops, ops
 
 
+def _rope_interleaved(x, positions, theta=10000.0):
+    """GPT-J's rotary embedding: each pair (x0, x1), (x2, x3), ... of the last axis rotated."""
+    half = x.shape[-1] // 2
+    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions[:, None, :, None].astype(jnp.float32) * freqs
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return jnp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+@pytest.mark.parametrize("head_dim", [2, 8])
+def test_interleaved_pairs_are_interleaved_rotary_embedding_from_opset_23(opset, head_dim):
+    rng = np.random.default_rng(head_dim)
+    x = rng.standard_normal((2, 3, 5, head_dim), np.float32) * 4
+    positions = rng.integers(0, 50, (2, 5)).astype(np.int32)
+    model = assert_exports_match_on(_rope_interleaved, x, positions, opset=opset)
+    nodes = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(nodes) == (opset >= 23), op_types(model)
+    if opset >= 23:
+        assert [a.i for a in nodes[0].attribute if a.name == "interleaved"] == [1]
+        # the tables (Cos, Sin and what feeds them), two Squeezes and the op: no Slice, Concat,
+        # Unsqueeze of x's pairs, Sub or Reshape left
+        for op in ("Slice", "Concat", "Sub", "Reshape"):
+            assert op not in op_types(model), op_types(model)
+        assert len(model.graph.node) <= 12, op_types(model)
+
+
+def test_interleaved_pairs_rotated_the_other_way_are_left_written_out():
+    """``x2 * cos - x1 * sin`` first: the pairs swapped, another rotation: not fused."""
+
+    def f(x, positions):
+        angles = positions[:, None, :, None].astype(jnp.float32) * jnp.arange(1.0, 3.0)
+        cos, sin = jnp.cos(angles), jnp.sin(angles)
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return jnp.stack([x2 * cos - x1 * sin, x1 * cos + x2 * sin], axis=-1).reshape(x.shape)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 3, 4), np.float32)
+    positions = np.arange(3, dtype=np.int32)[None]
+    assert "RotaryEmbedding" not in op_types(assert_exports_match_on(f, x, positions, opset=23))
+
+
 def test_rotation_of_other_halves_is_left_written_out():
     """``x2 * cos + x1 * sin`` first is another rotation (the sign flips): not fused."""
 
