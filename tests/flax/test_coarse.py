@@ -299,11 +299,11 @@ def test_multi_head_attention(heads: int, mask: str | None) -> None:
             return self.attn(x)
 
     model = assert_module_matches(Attend(), [("B", "T", 8)], sizes={"B": [2], "T": [5]})
-    # onnxruntime's MultiHeadAttention without a mask (in an If on the symbolic sizes, whose
-    # other branch is zeros: those sizes are the result's), else the decomposition
+    # without a mask: the three projections and onnxruntime's MultiHeadAttention (in an If on
+    # the symbolic sizes) packed into one com.microsoft.Attention; else the decomposition
     ops = op_types(model, nested=True)
     assert ops.count("Softmax") == (mask is not None) and "Einsum" not in ops
-    assert ops.count("MultiHeadAttention") == (mask is None)
+    assert ops.count("Attention") == (mask is None) and "MultiHeadAttention" not in ops
 
 
 def test_attention_dropout_in_training_mode_keeps_jax_mask() -> None:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from jax2onnx_nn.core.quant.integer import matmul_integer
 from jax2onnx_nn.core.quant.nbits import float_int8_matmul, matmul_nbits
+from jax2onnx_nn.core.targets.onnxruntime_attention import (
+    packed_attention,
+    packed_multi_head_attention,
+    packed_onnx_attention,
+)
 from jax2onnx_nn.core.targets.profile import Target
 
 # Quantized weights (core/quant/): a 4-bit weight's matmul is com.microsoft.MatMulNBits at
@@ -19,11 +24,21 @@ QUANTIZED_REWRITES = (matmul_nbits, float_int8_matmul, matmul_integer)
 # (8x64x8x32 causal, CPU time on one thread; ONNX Attention 0.75x, GroupQueryAttention 0.92x)
 PROFILE = Target(
     "onnxruntime",
-    rewrites=QUANTIZED_REWRITES,
+    # (the If that guards an attention first: its branch's node would be rewritten alone)
+    rewrites=(
+        *QUANTIZED_REWRITES,
+        packed_attention,
+        packed_onnx_attention,
+        packed_multi_head_attention,
+    ),
     kernel_opsets={"Attention": (23, 24)},
     # MatMulIntegerToFloat: an int8 x int8 matmul and its per-column scale in one node
     # (jax2onnx_nn/keras/quant.py; the same numbers as MatMulInteger -> DequantizeLinear)
     domain_ops=frozenset(
-        {"com.microsoft.MultiHeadAttention", "com.microsoft.MatMulIntegerToFloat"}
+        {
+            "com.microsoft.MultiHeadAttention",
+            "com.microsoft.MatMulIntegerToFloat",
+            "com.microsoft.Attention",
+        }
     ),
 )

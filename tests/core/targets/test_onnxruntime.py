@@ -1,0 +1,97 @@
+"""onnxruntime's rewrites (core/targets/onnxruntime_attention.py): self-attention on projections
+of one input as one ``com.microsoft.Attention``, the guard against a batch or length of 0 gone,
+with JAX's numbers at sizes 0 too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax2onnx_nn import verify
+from jax2onnx_nn.core.targets import onnxruntime_attention as packed
+from tests.core.targets.rewrite_check import exported, op_counts
+
+D, HEADS = 32, 4
+_rng = np.random.default_rng(0)
+W_QKV = (_rng.standard_normal((D, 3 * D)) / np.sqrt(D)).astype(np.float32)
+B_QKV = _rng.standard_normal(3 * D).astype(np.float32)
+REWRITES = (
+    packed.packed_attention,
+    packed.packed_onnx_attention,
+    packed.packed_multi_head_attention,
+)
+
+
+def gpt_attention(x: jax.Array, *, causal: bool = True) -> jax.Array:
+    """GPT-2's attention: one projection to q, k and v, split in three."""
+    b, t, _ = x.shape
+    q, k, v = jnp.split(x @ W_QKV + B_QKV, 3, axis=-1)
+    heads = (b, t, HEADS, D // HEADS)
+    y = jax.nn.dot_product_attention(
+        q.reshape(heads), k.reshape(heads), v.reshape(heads), is_causal=causal
+    )
+    return jnp.tanh(y.reshape(b, t, D))
+
+
+def vit_attention(x: jax.Array) -> jax.Array:
+    """Three projections (``nnx.MultiHeadAttention``'s), the key without a bias."""
+    b, t, _ = x.shape
+    heads = (b, t, HEADS, D // HEADS)
+    q = (x @ W_QKV[:, :D] + B_QKV[:D]).reshape(heads)
+    k = (x @ W_QKV[:, D : 2 * D]).reshape(heads)
+    v = (x @ W_QKV[:, 2 * D :] + B_QKV[2 * D :]).reshape(heads)
+    return jax.nn.dot_product_attention(q, k, v).reshape(b, t, D)
+
+
+def cross_attention(x: jax.Array, memory: jax.Array) -> jax.Array:
+    """Keys and values from another input: not one packed projection."""
+    b, t, _ = x.shape
+    q = (x @ W_QKV[:, :D]).reshape(b, t, HEADS, D // HEADS)
+    k = (memory @ W_QKV[:, D : 2 * D]).reshape(b, t, HEADS, D // HEADS)
+    v = (memory @ W_QKV[:, 2 * D :]).reshape(b, t, HEADS, D // HEADS)
+    return jax.nn.dot_product_attention(q, k, v).reshape(b, t, D)
+
+
+SYMBOLIC = [(("B", "T", D), "float32")]
+STATIC = [((2, 5, D), "float32")]
+CASES: dict[str, tuple[Any, list[Any]]] = {
+    "gpt": (gpt_attention, SYMBOLIC),
+    "gpt_bidirectional": (lambda x: gpt_attention(x, causal=False), SYMBOLIC),
+    "vit": (vit_attention, SYMBOLIC),
+    "gpt_static": (gpt_attention, STATIC),
+}
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_self_attention_is_one_packed_attention(case: str, opset: int) -> None:
+    fn, specs = CASES[case]
+    model = exported("onnxruntime", (), fn, specs, opset=opset)
+    counts = op_counts(model.graph)
+    packed_ops = [n for n in model.graph.node if n.domain == "com.microsoft"]
+    assert [n.op_type for n in packed_ops] == ["Attention"], counts
+    for op in ("If", "Split", "MultiHeadAttention", "MatMul"):
+        assert counts[op] == 0, counts
+    sizes = {} if specs is STATIC else {"B": [2, 0, 1, 3], "T": [7, 3, 0, 1]}
+    report = verify(fn, model, specs, sizes=sizes, rtol=1e-5, atol=1e-5)
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+def test_without_the_rewrite_the_attention_stays_guarded(opset: int) -> None:
+    counts = op_counts(
+        exported("onnxruntime", REWRITES, gpt_attention, SYMBOLIC, opset=opset).graph
+    )
+    assert counts["If"] == 1 and counts["MatMul"] == 1, counts
+
+
+def test_cross_attention_is_left_alone() -> None:
+    specs = SYMBOLIC * 2
+    model = exported("onnxruntime", (), cross_attention, specs, opset=23)
+    assert [n.op_type for n in model.graph.node if n.domain == "com.microsoft"] == []
+    assert op_counts(model.graph)["Attention"] == 1
+    assert verify(cross_attention, model, specs, sizes={"B": [2, 0], "T": [3, 2]}).ok
