@@ -85,6 +85,9 @@ def _packed(attention: ir.Node, out: ir.Value, edit: Editor) -> ir.Value | None:
         return None
     if x.shape is None or not x.shape or x.shape[-1] != weights[0].shape[0]:
         return None
+    # (float32 only: measured there; a 16-bit float model keeps the ops its rules chose)
+    if x.dtype != ir.DataType.FLOAT or any(w.dtype != np.float32 for w in weights):
+        return None
     if out.shape is not None and (len(out.shape) != 3 or out.shape[-1] != width):
         return None
     dtype = weights[0].dtype
