@@ -3,8 +3,10 @@ column, compared with JAX's CPU result column by column, not up to sign.
 
 eigh up to ``syevd.STEQR_LIMIT`` follows syevd's own path (sytd2, steqr, ormtr); qr and
 hessenberg are geqrf / gehrd with dlarfg's reflectors; a 1xN svd takes gesdd's sign of its
-LQ (an Nx1 one has it already). svd of larger matrices, eig and schur are not in the
-property: their signs are not JAX's (docs/linear-algebra.md). Float64 is compared over
+LQ (an Nx1 one has it already); schur follows gees (gehrd, orghr, dlahqr's sweeps, dlanv2) for
+the sizes where its vectors measured JAX's in every draw (float64 up to 4x4, float32 2x2; larger
+ones match in most draws, docs/linear-algebra.md). svd of larger matrices and eig are not in
+the property: their signs are not JAX's. Float64 is compared over
 Gaussian and diagonally dominant matrices; float32 over the draws whose signs do not hinge on
 rounding of the tridiagonal reduction (docs/linear-algebra.md: JAX's float32 sign follows
 OpenBLAS's summation order in ssymv, which no graph reproduces): diagonally dominant matrices
@@ -41,12 +43,14 @@ FUNCTIONS: dict[str, tuple[Callable[[jax.Array], Any], bool, bool]] = {
     "hessenberg": (lambda a: jsl.hessenberg(a, calc_q=True)[::-1], False, False),
     "svd_row_full": (lambda a: jnp.linalg.svd(a, full_matrices=True), True, False),
     "svd_row_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
+    "schur": (lambda a: jsl.schur(a)[::-1], False, False),
 }
 GROUPS = {
     "eigh": ["eigh_lower", "eigh_upper", "jnp_eigh"],
     "qr": ["qr_reduced", "qr_complete"],
     "hessenberg": ["hessenberg"],
     "svd_row": ["svd_row_full", "svd_row_reduced"],
+    "schur": ["schur"],
 }
 SQUARE = [1, 2, 3, 4, 5, 8, 16]
 RECTANGLES = [(5, 3), (8, 2), (3, 5), (2, 8), (1, 5), (5, 1)]
@@ -71,8 +75,12 @@ def _shapes(group: str, dtype: str, kind: str) -> list[tuple[int, ...]]:
     limit = 16
     if dtype == "float32" and group == "eigh":
         limit = 8 if kind == "perturbed" else 4
+    if group == "schur":  # the sizes whose Schur vectors measured JAX's in every draw
+        limit = 4 if dtype == "float64" else 2
     if not THOROUGH:
         n = min(5, limit)
+        if group == "schur":
+            return [(BATCH, n, n)]
         return [(BATCH, 5, 3), (3, 5)] if group == "qr" else [(BATCH, n, n)]
     square = [(n, n) for n in SQUARE if n <= limit]
     shapes = square + (RECTANGLES if group == "qr" else [])
@@ -193,3 +201,16 @@ def test_issue_reproducers_match_jax_in_sign() -> None:
             ref = jax.tree_util.tree_leaves(jax.jit(fn)(x))
             for mine, theirs in zip(session([x]), ref, strict=True):
                 np.testing.assert_allclose(mine, np.asarray(theirs), atol=1e-5)
+
+
+def test_schur_vectors_follow_dlahqr() -> None:
+    """Float64 8x8 diagonally dominant draws whose Schur vectors came out with other signs
+    than JAX's before the sweeps followed dlahqr (its sweep start and deflation test): now
+    JAX's, T too."""
+    fn = FUNCTIONS["schur"][0]
+    a = _draw(5007, "perturbed", (16, 8, 8), False, "float64")[[0, 1, 3, 6]]
+    with jxi.x64(True):
+        z, t = (np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a)))
+    mine_z, mine_t = _session("schur", a.shape, "float64")([a])
+    np.testing.assert_allclose(mine_z, z, atol=1e-9)
+    np.testing.assert_allclose(mine_t, t, atol=1e-9)

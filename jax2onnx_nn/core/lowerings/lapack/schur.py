@@ -11,7 +11,6 @@ from jax import lax
 
 from jax2onnx_nn.core.lowerings.lapack.complex_schur import schur_grid
 from jax2onnx_nn.core.lowerings.lapack.hessenberg import hessenberg_q
-from jax2onnx_nn.core.lowerings.lapack.householder import reflector
 from jax2onnx_nn.core.lowerings.lapack.steps import index_range, mT, pick_where, where
 
 # -- the real Schur form: Householder Hessenberg reduction + Francis double-shift QR -----------
@@ -20,97 +19,214 @@ from jax2onnx_nn.core.lowerings.lapack.steps import index_range, mT, pick_where,
 # which the standard double shift cycles (a permutation's) converge.
 KEXSH = 10
 EXCEPTIONAL_DIAG, EXCEPTIONAL_OFF = 0.75, -0.4375
-# LAPACK's bound: 30 sweeps per row of the matrix (at least 10 rows); a sweep is at most n-1
-# reflector steps, and the loop below takes one step per iteration.
+# LAPACK's bound: 30 sweeps per row of the matrix (at least 10 rows) for each deflation.
 SWEEPS_PER_ROW = 30
 
 
-def _column(m: jax.Array, j: Any) -> jax.Array:
-    """m[..., :, j] as (..., n, 1) for a per-matrix index ``j`` (..., 1, 1)."""
-    return pick_where(m, index_range(m.shape[-1])[None, :] == j, -1)
+def _lapack_constants(dtype: Any, n: int) -> tuple[float, float]:
+    """(ulp, smlnum) of ``dlahqr``: dlamch('P') and safmin n / ulp."""
+    info = jnp.finfo(dtype)
+    ulp = float(info.eps)
+    return ulp, float(info.tiny) * (n / ulp)
 
 
-def _split(h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Negligible subdiagonal entries (|h[i, i-1]| <= eps (|h[i-1, i-1]| + |h[i, i]|), the
-    test of ``dlahqr``) set to 0; then the bottom-most unreduced block of 3 rows or more:
-    (h, lo, hi, live), its rows lo..hi (..., 1, 1) and whether there is one. Blocks of 1 and 2
-    rows are final (a 2x2 one is put into standard form at the end)."""
-    n = h.shape[-1]
-    ids = index_range(n)
-    rows, cols = ids[:, None], ids[None, :]
+def _moved(v: jax.Array, offset: int) -> jax.Array:
+    """v[..., k + offset] along the last axis at position k, 0 where that leaves the vector."""
+    n = v.shape[-1]
+    zeros = jnp.zeros((*v.shape[:-1], min(abs(offset), n)), v.dtype)
+    if offset >= 0:
+        return jnp.concatenate([v[..., offset:], zeros], axis=-1)
+    return jnp.concatenate([zeros, v[..., : n + offset]], axis=-1)
+
+
+def _diagonals(h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(d, sub, sup) of h (..., n, n) as (..., 1, n) by row k: h[k, k], h[k, k-1], h[k-1, k]
+    (0 at k = 0), masked sums (exact)."""
+    rows, cols = index_range(h.shape[-1])[:, None], index_range(h.shape[-1])[None, :]
     zero = jnp.zeros((), h.dtype)
-    mag = jnp.abs(h)
-    diag = jnp.sum(where(rows == cols, mag, zero), axis=-1)  # (..., n)
-    sub = jnp.sum(where(rows == cols + 1, mag, zero), axis=-1)  # sub[i] = |h[i, i-1]|
-    prev = jnp.concatenate([diag[..., :1], diag[..., :-1]], axis=-1)
-    eps = float(jnp.finfo(h.dtype).eps)
-    small = (sub <= eps * (diag + prev)) | (ids == 0)
-    h = where((rows == cols + 1) & small[..., :, None], zero, h)
-    small_prev = jnp.concatenate([jnp.ones_like(small[..., :1]), small[..., :-1]], axis=-1)
-    none = jnp.zeros((), ids.dtype)
-    hi = jnp.max(where(small | small_prev, none, ids), axis=-1)[..., None, None]
-    lo = jnp.max(where(small & (ids <= hi[..., 0]), ids, none), axis=-1)[..., None, None]
-    return h, lo, hi, hi > 0
+    d = jnp.sum(where(rows == cols, h, zero), axis=-2, keepdims=True)
+    sub = mT(jnp.sum(where(rows == cols + 1, h, zero), axis=-1, keepdims=True))
+    sup = jnp.sum(where(rows + 1 == cols, h, zero), axis=-2, keepdims=True)
+    return d, sub, sup
 
 
-def _window(m: jax.Array, i: jax.Array) -> jax.Array:
-    """The 3x3 block m[..., i:i+3, i:i+3] for a per-matrix index ``i`` (..., 1, 1) (zero
-    where it leaves the matrix), as two products with one-hot rows: a few nodes, where masked
-    sums take several per entry. The sweeps' matrices are finite (a matrix with inf or NaN
-    takes none), so the products' zeros meet no inf."""
-    hot = (index_range(m.shape[-1])[None, :] == i + index_range(3)[:, None]).astype(
-        m.dtype
-    )  # (..., 3, n)
-    return hot @ m @ mT(hot)
+def _negligible(
+    d: jax.Array, sub: jax.Array, sup: jax.Array, ulp: float, smlnum: float
+) -> jax.Array:
+    """Per row k, whether ``dlahqr`` takes h[k, k-1] as negligible: below smlnum, or below
+    ulp (|h[k-1, k-1]| + |h[k, k]|) and then the Ahues-Tisseur test on the 2x2 at k-1, k;
+    row 0 always (the matrix's top)."""
+    n = d.shape[-1]
+    ids = index_range(n)
+    hk, up = jnp.abs(sub), jnp.abs(sup)
+    dk, dk1 = d, _moved(d, -1)
+    tst = jnp.abs(dk1) + jnp.abs(dk)
+    tst = where(tst == 0, tst + jnp.abs(_moved(sub, -1)) + jnp.abs(_moved(sub, 1)), tst)
+    ab, ba = jnp.maximum(hk, up), jnp.minimum(hk, up)
+    diff = jnp.abs(dk1 - dk)
+    aa, bb = jnp.maximum(jnp.abs(dk), diff), jnp.minimum(jnp.abs(dk), diff)
+    s = aa + ab
+    s = where(s == 0, jnp.ones((), d.dtype), s)
+    tisseur = ba * (ab / s) <= jnp.maximum(smlnum, ulp * (bb * (aa / s)))
+    return (hk <= smlnum) | ((hk <= ulp * tst) & tisseur) | (ids == 0)
 
 
-def _double_shift(
-    h: jax.Array, lo: jax.Array, hi: jax.Array, sweeps: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(sum, product) of the two shifts of a Francis sweep on rows lo..hi, ``dlahqr``'s: the
-    eigenvalues of the block's trailing 2x2 (a complex pair, or twice the real one nearer
-    h[hi, hi]), an exceptional pair every KEXSH-th sweep without deflation; and the block's
-    leading 3x3 (the sweep's first reflector reads it). All three over sigma (the sum over
-    sigma, the product over sigma^2), the larger of that 3x3's magnitudes' sum and the shifts'
-    scale: the sweep's first column is quadratic in them and only its direction matters, so a
-    block below ~sqrt(tiny) of max |a| keeps it from underflowing (float32 1e-25, float64
-    1e-200, the noise block of a matrix of ones: a zero column, no reflection, no convergence,
-    and T and Z came out NaN)."""
-    top, bottom_3 = _window(h, lo), _window(h, hi - 2)
-    at = lambda w, i, j: w[..., i : i + 1, j : j + 1]  # noqa: E731
-    h11, h12, h21, h22 = (
-        at(bottom_3, 1, 1),
-        at(bottom_3, 1, 2),
-        at(bottom_3, 2, 1),
-        at(bottom_3, 2, 2),
-    )
-    bottom = sweeps % (2 * KEXSH) == 0
-    s = jnp.where(
+def _shifts(
+    d: jax.Array, sub: jax.Array, sup: jax.Array, lo: jax.Array, hi: jax.Array, kdefl: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``dlahqr``'s shifts (rt1r, rt1i, rt2r, rt2i) for the active block lo..hi: the
+    eigenvalues of its trailing 2x2 (a real pair as twice the one nearer h[hi, hi]), or an
+    exceptional pair at every KEXSH-th sweep since the last deflation."""
+    ids = index_range(d.shape[-1])
+
+    def at(v: jax.Array, i: jax.Array) -> jax.Array:
+        return pick_where(v, ids == i, -1)
+
+    bottom = kdefl % (2 * KEXSH) == 0
+    top = (kdefl % KEXSH == 0) & ~bottom
+    s = where(
         bottom,
-        jnp.abs(h21) + jnp.abs(at(bottom_3, 1, 0)),
-        jnp.abs(at(top, 1, 0)) + jnp.abs(at(top, 2, 1)),
+        jnp.abs(at(sub, hi)) + jnp.abs(at(sub, hi - 1)),
+        jnp.abs(at(sub, lo + 1)) + jnp.abs(at(sub, lo + 2)),
     )
-    exceptional = sweeps % KEXSH == 0
-    diag = EXCEPTIONAL_DIAG * s + jnp.where(bottom, h22, at(top, 0, 0))
-    h11, h12, h21, h22 = (
-        jnp.where(exceptional, e, x)
-        for e, x in ((diag, h11), (EXCEPTIONAL_OFF * s, h12), (s, h21), (diag, h22))
-    )
-    scale = jnp.abs(h11) + jnp.abs(h12) + jnp.abs(h21) + jnp.abs(h22)
-    scale = jnp.where(scale == 0, 1, scale)
-    h11, h12, h21, h22 = h11 / scale, h12 / scale, h21 / scale, h22 / scale
+    diag = EXCEPTIONAL_DIAG * s + where(bottom, at(d, hi), at(d, lo))
+    exceptional = bottom | top
+    h11 = where(exceptional, diag, at(d, hi - 1))
+    h12 = where(exceptional, EXCEPTIONAL_OFF * s, at(sup, hi))
+    h21 = where(exceptional, s, at(sub, hi))
+    h22 = where(exceptional, diag, at(d, hi))
+    s = jnp.abs(h11) + jnp.abs(h12) + jnp.abs(h21) + jnp.abs(h22)
+    nil = s == 0
+    s_safe = where(nil, jnp.ones((), d.dtype), s)
+    h11, h12, h21, h22 = h11 / s_safe, h12 / s_safe, h21 / s_safe, h22 / s_safe
     tr = (h11 + h22) / 2
     det = (h11 - tr) * (h22 - tr) - h12 * h21
     rtdisc = jnp.sqrt(jnp.abs(det))
-    near = jnp.where(
-        jnp.abs(tr + rtdisc - h22) <= jnp.abs(tr - rtdisc - h22), tr + rtdisc, tr - rtdisc
-    )
-    pair = det >= 0  # complex conjugate shifts tr +- i rtdisc
-    sigma = jnp.maximum(jnp.sum(jnp.abs(top), axis=(-2, -1), keepdims=True), scale)
-    ratio = scale / sigma
-    total = jnp.where(pair, 2 * tr, 2 * near) * ratio
-    product = jnp.where(pair, tr * tr + det, near * near) * ratio * ratio
-    return total, product, top / sigma
+    pair = det >= 0
+    plus, minus = tr + rtdisc, tr - rtdisc
+    real = where(jnp.abs(plus - h22) <= jnp.abs(minus - h22), plus, minus) * s
+    zero = jnp.zeros((), d.dtype)
+    rt1r = where(nil, zero, where(pair, tr * s, real))
+    rt1i = where(nil | ~pair, zero, rtdisc * s)
+    return rt1r, rt1i, rt1r, -rt1i
+
+
+def _sweep_start(
+    d: jax.Array,
+    sub: jax.Array,
+    sup: jax.Array,
+    lo: jax.Array,
+    hi: jax.Array,
+    shifts: tuple[jax.Array, ...],
+    ulp: float,
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+    """``dlahqr``'s row m where the double-shift sweep starts (the lowest in lo..hi-2 where
+    starting would leave h[m, m-1] negligible, else lo) and its first column v (3 entries),
+    evaluated for every m at once."""
+    rt1r, rt1i, rt2r, rt2i = shifts
+    ids = index_range(d.shape[-1])
+    one = jnp.ones((), d.dtype)
+    hmm, h1m, hm1 = d, _moved(sub, 1), _moved(sup, 1)
+    h11, h21 = _moved(d, 1), _moved(sub, 2)
+    s = jnp.abs(hmm - rt2r) + jnp.abs(rt2i) + jnp.abs(h1m)
+    s = where(s == 0, one, s)
+    h21s = h1m / s
+    v1 = h21s * hm1 + (hmm - rt1r) * ((hmm - rt2r) / s) - rt1i * (rt2i / s)
+    v2 = h21s * (hmm + h11 - rt1r - rt2r)
+    v3 = h21s * h21
+    s = jnp.abs(v1) + jnp.abs(v2) + jnp.abs(v3)
+    s = where(s == 0, one, s)
+    v1, v2, v3 = v1 / s, v2 / s, v3 / s
+    lhs = jnp.abs(sub) * (jnp.abs(v2) + jnp.abs(v3))
+    rhs = ulp * jnp.abs(v1) * (jnp.abs(_moved(d, -1)) + jnp.abs(hmm) + jnp.abs(h11))
+    ok = ((ids == lo) | (lhs <= rhs)) & (ids >= lo) & (ids <= hi - 2)
+    m = jnp.max(where(ok, ids, -1), axis=-1, keepdims=True)
+    hit = ids == m
+    return m, (pick_where(v1, hit, -1), pick_where(v2, hit, -1), pick_where(v3, hit, -1))
+
+
+def _dlapy2(x: jax.Array, y: jax.Array) -> jax.Array:
+    """LAPACK's dlapy2: sqrt(x^2 + y^2) as max * sqrt(1 + (min / max)^2)."""
+    w, z = jnp.maximum(jnp.abs(x), jnp.abs(y)), jnp.minimum(jnp.abs(x), jnp.abs(y))
+    safe = where(w == 0, jnp.ones((), x.dtype), w)
+    return where(z == 0, w, w * jnp.sqrt(1 + (z / safe) ** 2))
+
+
+def _from_right(
+    x: jax.Array, p: int, v2: jax.Array, v3: jax.Array, taus: tuple[jax.Array, ...]
+) -> jax.Array:
+    """x's columns p..p+len(taus)-1 times the reflector (1, v2, v3) with taus (t1, t2, t3),
+    as dlahqr's loop: sum = x_p + v2 x_p+1 + v3 x_p+2, x_p+i -= sum t_i."""
+    k = len(taus)
+    c = [x[..., :, p + i : p + i + 1] for i in range(k)]
+    total = c[0] + v2 * c[1]
+    if k == 3:
+        total = total + v3 * c[2]
+    c = [ci - total * t for ci, t in zip(c, taus, strict=True)]
+    return jnp.concatenate([x[..., :, :p], *c, x[..., :, p + k :]], axis=-1)
+
+
+def _sweep(
+    h: jax.Array,
+    z: jax.Array,
+    sweeping: jax.Array,
+    lo: jax.Array,
+    hi: jax.Array,
+    m: jax.Array,
+    first: tuple[jax.Array, jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array]:
+    """One ``dlahqr`` double-shift sweep on rows m..hi of each matrix where ``sweeping``:
+    the reflector of every static position p in 0..n-2 (tau 0 outside m..hi-1), each on the
+    lines it reaches, in LAPACK's order of operations (so its rounding)."""
+    n = h.shape[-1]
+    cols = index_range(n)[None, :]
+    zero, one = jnp.zeros((), h.dtype), jnp.ones((), h.dtype)
+    for p in range(n - 1):
+        k = min(3, n - p)  # rows of the reflector that exist
+        active = sweeping & (m <= p) & (p <= hi - 1)
+        start = m == p
+        three = p + 2 <= hi  # NR = 3 (else the last, NR = 2)
+        rows = [h[..., p + i : p + i + 1, :] for i in range(k)]  # (..., 1, n)
+        if p == 0:
+            x0, x1, x2 = first
+        else:
+            below = [r[..., :, p - 1 : p] for r in rows]
+            x0 = where(start, first[0], below[0])
+            x1 = where(start, first[1], below[1])
+            x2 = where(start, first[2], where(three, below[2], zero)) if k == 3 else zero
+        # dlarfg(NR, x0, (x1, x2)): beta = -sign(x0) |(x0, x1, x2)|, v = x / (x0 - beta)
+        xnorm = jnp.sqrt(x1 * x1 + x2 * x2)
+        trivial = xnorm == 0
+        norm = _dlapy2(x0, xnorm)
+        beta = where(x0 >= 0, -norm, norm)
+        tau = where(trivial | ~active, zero, (beta - x0) / where(trivial, one, beta))
+        scal = one / where(trivial, one, x0 - beta)
+        v2, v3 = x1 * scal, x2 * scal
+        t1, t2, t3 = tau, tau * v2, tau * v3
+        # from the left on the rows p.. in columns p..
+        total = rows[0] + v2 * rows[1]
+        if k == 3:
+            total = total + v3 * rows[2]
+        total = where(cols >= p, total, zero)
+        rows = [r - total * t for r, t in zip(rows, (t1, t2, t3)[:k], strict=True)]
+        if p > 0:
+            # the bulge's column p-1: beta and zeros below; at the sweep's start below lo,
+            # h[m, m-1] (1 - t1) (dlahqr's, in place of its negation)
+            chase = active & ~start
+            rescale = active & start & (m > lo)
+            at_col = cols == p - 1
+            x = below[0]
+            head = where(chase, where(trivial, x, beta), where(rescale, x * (one - t1), x))
+            rows[0] = where(at_col, head, rows[0])
+            rows[1] = where(at_col & chase, zero, rows[1])
+            if k == 3:
+                rows[2] = where(at_col & chase & three, zero, rows[2])
+        h = jnp.concatenate([h[..., :p, :], *rows, h[..., p + k :, :]], axis=-2)
+
+        # from the right on the columns p.. (h's rows to hi and z's rows: the others are 0)
+        taus = (t1, t2, t3)[:k]
+        h, z = _from_right(h, p, v2, v3, taus), _from_right(z, p, v2, v3, taus)
+    return h, z
 
 
 def _standard_blocks(
@@ -173,90 +289,49 @@ def _standard_blocks(
 def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(t, z) with a = z t z^T, t quasi upper triangular (1x1 blocks for real eigenvalues,
     standard 2x2 blocks [[x, b], [c, x]], b c < 0, for complex pairs) and z orthogonal, for a
-    real ``a`` (..., n, n) of static size, as ``dgees``: Hessenberg form (``gehrd``), then
-    Francis double-shift QR steps (``dlahqr``) in one loop that runs until every matrix of the
-    batch has converged, one reflector per iteration (each matrix at its own position of its
-    own sweep), then ``dlanv2`` on the 2x2 blocks. A matrix that does not converge within
-    LAPACK's number of sweeps is NaN, as JAX's result when gees fails, and so is one with an
-    inf or NaN entry (JAX's T is NaN then; its Z is partly so)."""
+    real ``a`` (..., n, n) of static size, as ``dgees`` computes them (so z carries LAPACK's
+    signs): Hessenberg form (``gehrd``, ``orghr``), then ``dlahqr``: one ``Loop`` whose
+    iteration is, per matrix, either a deflation at the bottom of its active block or one
+    whole double-shift sweep (``_sweep``, unrolled over the static positions and masked to
+    the block), until every matrix of the batch has converged; then ``dlanv2`` on the 2x2
+    blocks (applied at the end: they are untouched by the later sweeps, and their rotations
+    act on other columns of z). A matrix that does not converge within LAPACK's number of
+    sweeps is NaN, as JAX's result when gees fails, and so is one with an inf or NaN entry
+    (JAX's T is NaN then; its Z is partly so)."""
     n, ids, rows, cols, eye = schur_grid(a)
     if n < 2:
         return a, eye
     zero = jnp.zeros((), a.dtype)
     h, z = hessenberg_q(a) if n > 2 else (a, eye)
+    h = where(rows > cols + 1, zero, h)
+    ulp, smlnum = _lapack_constants(a.dtype, n)
     index = jnp.zeros((*a.shape[:-2], 1, 1), jnp.int32)
-    finite = jnp.all(
-        jnp.isfinite(a), axis=(-2, -1), keepdims=True
-    )  # else NaN, as JAX's T: no sweeps
+    finite = jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)  # else NaN: no sweeps
 
     def step(carry: tuple) -> tuple:
-        h, z, k, lo, hi, total, product, top, sweeps, live, it = carry
-        start = k >= hi  # the sweep is over (or none began): deflate and begin the next one
-        h_split, lo_new, hi_new, live_new = _split(h)
-        sweeps_new = jnp.where(hi_new == hi, sweeps + 1, 1)
-        total_new, product_new, top_new = _double_shift(h_split, lo_new, hi_new, sweeps_new)
-        h = where(start, h_split, h)
-        live_new = live_new & finite
-        lo, hi, live, sweeps, k = (
-            jnp.where(start, new, old)
-            for new, old in (
-                (lo_new, lo),
-                (hi_new, hi),
-                (live_new, live),
-                (sweeps_new, sweeps),
-                (lo_new, k),
-            )
-        )
-        total, product, top = (
-            jnp.where(start, new, old)
-            for new, old in ((total_new, total), (product_new, product), (top_new, top))
-        )
-        # the reflector's column: the shift polynomial's first column at the sweep's start,
-        # else the bulge below the subdiagonal in column k-1; rows k..min(k+2, hi)
-        first = k == lo
-        h_ll, h_l1, h_1l, h_11, h_21 = (
-            top[..., i : i + 1, j : j + 1] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 1))
-        )
-        head = (
-            h_ll * h_ll + h_l1 * h_1l - total * h_ll + product,
-            h_1l * (h_ll + h_11 - total),
-            h_1l * h_21,
-        )
-        start_col = where(
-            rows == lo,
-            head[0],
-            where(rows == lo + 1, head[1], where(rows == lo + 2, head[2], zero)),
-        )
-        window = (rows >= k) & (rows <= jnp.minimum(k + 2, hi))
-        x = where(first, start_col, where(window, _column(h, k - 1), zero))
-        tail = window & (rows > k)
-        v, tau, beta = reflector(x, k, tail)
-        tau = where(live, tau, zero)
-        h = h - (tau * v) * (mT(v) @ h)
-        bulge = live & ~first & (cols == k - 1)
-        h = where(bulge & tail, zero, where(bulge & (rows == k), beta, h))
-        h = h - (h @ v) * (tau * mT(v))
-        z = z - (z @ v) * (tau * mT(v))
-        return h, z, k + 1, lo, hi, total, product, top, sweeps, live, it + 1
+        h, z, hi, kdefl, count = carry
+        running = finite & (hi >= 1)
+        d, sub, sup = _diagonals(h)
+        small = _negligible(d, sub, sup, ulp, smlnum)
+        lo = jnp.max(where(small & (ids <= hi), ids, 0), axis=-1, keepdims=True)
+        h = where(running & (lo > 0) & (rows == lo) & (cols == lo - 1), zero, h)
+        sub = where(running & (lo > 0) & (ids == lo), zero, sub)
+        deflate = running & (lo >= hi - 1)
+        sweeping = running & ~deflate
+        kdefl = where(deflate, 0, where(sweeping, kdefl + 1, kdefl))
+        if n > 2:
+            shifts = _shifts(d, sub, sup, lo, hi, kdefl)
+            m, first = _sweep_start(d, sub, sup, lo, hi, shifts, ulp)
+            h, z = _sweep(h, z, sweeping, lo, hi, m, first)
+        return h, z, where(deflate, lo - 1, hi), kdefl, count + 1
 
-    limit = SWEEPS_PER_ROW * max(10, n) * (n - 1)
-    scalar = jnp.zeros(index.shape, a.dtype)
-    init = (
-        h,
-        z,
-        index + n,
-        index,
-        index,
-        scalar,
-        scalar,
-        jnp.zeros((*a.shape[:-2], 3, 3), a.dtype),
-        index,
-        finite,
-        jnp.zeros((), jnp.int32),
+    # LAPACK's bound: 30 sweeps per row (at least 10 rows) for each deflation
+    limit = SWEEPS_PER_ROW * max(10, n) * n
+    init = (h, z, index + n - 1, index, jnp.zeros((), jnp.int32))
+    h, z, hi, _, _ = lax.while_loop(
+        lambda c: jnp.any(finite & (c[2] >= 1)) & (c[4] < limit), step, init
     )
-    h, z, *_, live, _ = lax.while_loop(lambda c: jnp.any(c[-2]) & (c[-1] < limit), step, init)
-    h, _, _, live = _split(h)  # the last sweep's deflations; live: not converged
-    h = where(rows > cols + 1, zero, h)
+    live = hi >= 1  # not converged
 
     # the 2x2 blocks in standard form: one rotation each (blocks are disjoint: one product)
     def diag(off):
