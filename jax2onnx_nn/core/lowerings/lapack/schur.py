@@ -145,6 +145,35 @@ def _sweep_start(
     return m, (pick_where(v1, hit, -1), pick_where(v2, hit, -1), pick_where(v3, hit, -1))
 
 
+def _square(a: jax.Array, split: float) -> tuple[jax.Array, jax.Array]:
+    """a^2 as an unevaluated sum (p, e), exact (Dekker's split of a into halves)."""
+    p = a * a
+    t = split * a
+    hi = t - (t - a)
+    lo = a - hi
+    return p, ((hi * hi - p) + 2 * hi * lo) + lo * lo
+
+
+def _nrm2(x1: jax.Array, x2: jax.Array) -> jax.Array:
+    """sqrt(x1^2 + x2^2) correctly rounded, as BLAS's nrm2 gives it on JAX's CPU (OpenBLAS sums
+    the squares in extended precision for float64, in float64 for float32): the squares and
+    their sum as exact pairs, one Newton correction of the square root. Rounded once, where
+    sqrt(x1 x1 + x2 x2) is off by an ulp for ~17% of pairs: a different last bit in dlarfg's
+    beta changes which matrices deflate when, and so the signs of their Schur vectors."""
+    split = float(2 ** ((jnp.finfo(x1.dtype).nmant + 2) // 2) + 1)
+    pa, ea = _square(x1, split)
+    pb, eb = _square(x2, split)
+    total = pa + pb
+    virtual = total - pa
+    low = ((pa - (total - virtual)) + (pb - virtual)) + (ea + eb)
+    hi = total + low
+    lo = low - (hi - total)
+    r = jnp.sqrt(hi)
+    rp, re = _square(r, split)
+    residual = ((hi - rp) - re) + lo
+    return where(r > 0, r + residual / where(r > 0, 2 * r, jnp.ones((), r.dtype)), r)
+
+
 def _dlapy2(x: jax.Array, y: jax.Array) -> jax.Array:
     """LAPACK's dlapy2: sqrt(x^2 + y^2) as max * sqrt(1 + (min / max)^2)."""
     w, z = jnp.maximum(jnp.abs(x), jnp.abs(y)), jnp.minimum(jnp.abs(x), jnp.abs(y))
@@ -195,12 +224,12 @@ def _sweep(
             x1 = where(start, first[1], below[1])
             x2 = where(start, first[2], where(three, below[2], zero)) if k == 3 else zero
         # dlarfg(NR, x0, (x1, x2)): beta = -sign(x0) |(x0, x1, x2)|, v = x / (x0 - beta)
-        xnorm = jnp.sqrt(x1 * x1 + x2 * x2)
+        xnorm = _nrm2(x1, x2)
         trivial = xnorm == 0
         norm = _dlapy2(x0, xnorm)
         beta = where(x0 >= 0, -norm, norm)
         tau = where(trivial | ~active, zero, (beta - x0) / where(trivial, one, beta))
-        scal = one / where(trivial, one, x0 - beta)
+        scal = _reciprocal(where(trivial, one, x0 - beta))  # dscal by it, as LAPACK
         v2, v3 = x1 * scal, x2 * scal
         t1, t2, t3 = tau, tau * v2, tau * v3
         # from the left on the rows p.. in columns p..
@@ -227,6 +256,14 @@ def _sweep(
         taus = (t1, t2, t3)[:k]
         h, z = _from_right(h, p, v2, v3, taus), _from_right(z, p, v2, v3, taus)
     return h, z
+
+
+def _reciprocal(x: jax.Array) -> jax.Array:
+    """1 / x for a product by it, as LAPACK scales: the numerator is a 1 computed from x, as
+    onnxruntime's DivMulFusion turns y * (1 / x) with a constant 1 into y / x (another
+    rounding, which changed which way a float64 3x3 Schur block was standardized)."""
+    one = jnp.ones((), x.dtype)
+    return where(x != 0, one, one) / x
 
 
 def _standard_blocks(
@@ -258,7 +295,7 @@ def _standard_blocks(
     mean = (a2 + d2) / 2
     sab, sac = jnp.sqrt(jnp.abs(b2)), jnp.sqrt(jnp.abs(c2))
     root = sign(c2) * sab * sac
-    tau1 = 1 / jnp.sqrt(jnp.abs(b2 + c2))
+    tau1 = _reciprocal(jnp.sqrt(jnp.abs(b2 + c2)))
     cs1, sn1 = sab * tau1, sac * tau1
     split = (
         mean + root,
