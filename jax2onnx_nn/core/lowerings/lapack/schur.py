@@ -160,18 +160,26 @@ def _nrm2(x1: jax.Array, x2: jax.Array) -> jax.Array:
     their sum as exact pairs, one Newton correction of the square root. Rounded once, where
     sqrt(x1 x1 + x2 x2) is off by an ulp for ~17% of pairs: a different last bit in dlarfg's
     beta changes which matrices deflate when, and so the signs of their Schur vectors."""
-    split = float(2 ** ((jnp.finfo(x1.dtype).nmant + 2) // 2) + 1)
+    info = jnp.finfo(x1.dtype)
+    split = float(2 ** ((info.nmant + 2) // 2) + 1)
+    # entries below 2^low (a block far below the matrix's largest entry) are taken times
+    # 2^lift first (exact), so that their squares and the pairs' low parts stay normal
+    low, lift = info.minexp // 2 + info.nmant, info.nmant - info.minexp // 2
+    big = jnp.maximum(jnp.abs(x1), jnp.abs(x2))
+    factor = where(big < 2.0**low, jnp.asarray(2.0**lift, x1.dtype), jnp.ones((), x1.dtype))
+    x1, x2 = x1 * factor, x2 * factor
     pa, ea = _square(x1, split)
     pb, eb = _square(x2, split)
     total = pa + pb
     virtual = total - pa
-    low = ((pa - (total - virtual)) + (pb - virtual)) + (ea + eb)
-    hi = total + low
-    lo = low - (hi - total)
+    low_part = ((pa - (total - virtual)) + (pb - virtual)) + (ea + eb)
+    hi = total + low_part
+    lo = low_part - (hi - total)
     r = jnp.sqrt(hi)
     rp, re = _square(r, split)
     residual = ((hi - rp) - re) + lo
-    return where(r > 0, r + residual / where(r > 0, 2 * r, jnp.ones((), r.dtype)), r)
+    r = where(r > 0, r + residual / where(r > 0, 2 * r, jnp.ones((), r.dtype)), r)
+    return r / factor
 
 
 def _dlapy2(x: jax.Array, y: jax.Array) -> jax.Array:
