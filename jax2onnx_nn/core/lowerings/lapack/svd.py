@@ -63,7 +63,7 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.lowerings.lapack import steps, syevd
+from jax2onnx_nn.core.lowerings.lapack import gesdd, steps, syevd
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
 from jax2onnx_nn.core.lowerings.lapack.qr import qr
 from jax2onnx_nn.core.lowerings.lapack.steps import (
@@ -561,11 +561,20 @@ def _svd(
     subset_by_index: Any = None,
     **params: Any,
 ) -> list[ir.Value]:
-    del params  # algorithm: a backend choice (every algorithm computes the same decomposition)
+    algorithm = params.pop("algorithm", None)
+    del params  # a backend choice of GPU solvers that CPU ignores
     m, n = ctx.aval_in.shape[-2:]
     refuse_half_precision(ctx, "svd", "jnp.linalg.svd(a.astype(jnp.float32))")
     tall = _tall(ctx)
     _whole_range(ctx, "svd", subset_by_index, n if tall else m)
+    if compute_uv and _follows_gesdd(ctx, algorithm):
+        # LAPACK's own path (gebrd, bdsqr, ormbr): the vectors carry gesdd's signs
+        return lower_as_jax(
+            ctx,
+            partial(gesdd.gesdd, full_matrices=full_matrices),
+            [a],
+            cache_key=("gesdd", full_matrices),
+        )
     fn = partial(svd, full_matrices=full_matrices, compute_uv=compute_uv, tall=tall)
     short = n if tall else m
     # float32 rotations for a static short side: up to WIDEN_ABOVE a column meets few rotations
@@ -575,6 +584,21 @@ def _svd(
     return _lower_jacobi(
         ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv), narrow=narrow
     )
+
+
+def _follows_gesdd(ctx: LoweringContext, algorithm: Any) -> bool:
+    """Whether ``svd`` with vectors is lowered as ``gesdd.py`` (LAPACK's path, JAX's signs):
+    static sides both at least 2, the shorter up to gesdd.BDSQR_LIMIT, a real matrix, and the
+    algorithm JAX's CPU runs as gesdd (default or divide and conquer; QR is gesvd there)."""
+    dims = ctx.aval_in.shape[-2:]
+    if any(jxi.is_symbolic_dim(d) for d in dims) or jxi.is_complex_dtype(ctx.aval_in.dtype):
+        return False
+    if algorithm is not None and getattr(algorithm, "name", "") not in (
+        "DEFAULT",
+        "DIVIDE_AND_CONQUER",
+    ):
+        return False
+    return min(int(d) for d in dims) >= 2 and min(int(d) for d in dims) <= gesdd.BDSQR_LIMIT
 
 
 # -- eigh: one-sided Jacobi -----------------------------------------------------------------------
