@@ -45,6 +45,8 @@ FUNCTIONS: dict[str, tuple[Callable[[jax.Array], Any], bool, bool]] = {
     "svd_row_full": (lambda a: jnp.linalg.svd(a, full_matrices=True), True, False),
     "svd_row_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
     "schur": (lambda a: jsl.schur(a)[::-1], False, False),
+    "svd_full": (lambda a: jnp.linalg.svd(a, full_matrices=True), True, False),
+    "svd_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
 }
 GROUPS = {
     "eigh": ["eigh_lower", "eigh_upper", "jnp_eigh"],
@@ -52,10 +54,14 @@ GROUPS = {
     "hessenberg": ["hessenberg"],
     "svd_row": ["svd_row_full", "svd_row_reduced"],
     "schur": ["schur"],
+    "svd": ["svd_full", "svd_reduced"],
 }
 SQUARE = [1, 2, 3, 4, 5, 8, 16]
 RECTANGLES = [(5, 3), (8, 2), (3, 5), (2, 8), (1, 5), (5, 1)]
 BATCH = 3
+# float32 svd draws whose signs do not hinge on rounding of the bidiagonal reduction (module
+# docstring): the largest square size drawn per kind
+SVD_FLOAT32_LIMIT = {"perturbed": 5, "gaussian": 8}
 # an eigh export takes ~2-4 s: the default profile draws one shape per
 # function and dtype, one triangle per dtype; HYPOTHESIS_PROFILE=thorough draws them all
 THOROUGH = settings().max_examples >= 100
@@ -78,12 +84,19 @@ def _shapes(group: str, dtype: str, kind: str) -> list[tuple[int, ...]]:
         limit = 8 if kind == "perturbed" else 4
     if group == "schur":  # the sizes whose Schur vectors measured JAX's in every draw
         limit = 3 if dtype == "float64" and kind == "perturbed" else 2
+    if dtype == "float32" and group == "svd":
+        limit = SVD_FLOAT32_LIMIT[kind]
     if not THOROUGH:
         n = min(5, limit)
         if group == "schur":
             return [(BATCH, n, n)]
+        if group == "svd":
+            return [(BATCH, 5, 3), (BATCH, 3, 4), (BATCH, 4, 4)]
         return [(BATCH, 5, 3), (3, 5)] if group == "qr" else [(BATCH, n, n)]
-    square = [(n, n) for n in SQUARE if n <= limit]
+    square = [(n, n) for n in SQUARE if n <= limit and (n >= 2 or group != "svd")]
+    if group == "svd":
+        rectangles = [s for s in RECTANGLES if min(s) >= 2 and max(s) <= max(limit, 8)]
+        square = square + rectangles + [(4, 6), (6, 4), (10, 9)]
     shapes = square + (RECTANGLES if group == "qr" else [])
     return shapes + [(BATCH, *s) for s in shapes[1:3]]
 

@@ -46,6 +46,7 @@ routine uses), ``cholesky``, ``triangular`` (triangular_solve), ``lu``, ``househ
 reflectors and the power-of-two scaling), ``qr``, ``hessenberg`` (and tridiagonal),
 ``complex_schur``, ``schur`` (real), ``balance``, ``eig``, ``svd`` (Jacobi svd and eigh),
 ``syevd`` (eigh up to 25x25 as LAPACK's own path, so its vectors carry JAX's signs),
+``gesdd`` (svd with vectors, short side 2..25, as LAPACK's own path: JAX's signs),
 ``solves`` (tridiagonal_solve, custom_linear_solve, symmetric_product, cholesky_update).
 Importing a module registers its rules; ``core/lowerings/__init__.py`` imports them all.
 """

@@ -30,8 +30,6 @@ non-convergence exit (the loop stops after ``MAXITR n^2`` visits).
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,7 +43,7 @@ from jax2onnx_nn.core.lowerings.lapack.householder import (
     reflector,
 )
 from jax2onnx_nn.core.lowerings.lapack.steps import index_range, mT, pick_where, where
-from jax2onnx_nn.core.lowerings.lapack.syevd import _lapack_eps, _lartg, _sign
+from jax2onnx_nn.core.lowerings.lapack.syevd import _lapack_eps, _sign
 
 # bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer,
 # whose signs svd does not follow
@@ -91,6 +89,27 @@ def gebrd(a: jax.Array) -> tuple[jax.Array, ...]:
 
 
 # -- small LAPACK kernels -------------------------------------------------------------------------
+def _lartg(f: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """LAPACK 3.10's dlartg, both branches: (c, s, r), c >= 0, r = sign(f) |(f, g)|; f and g
+    divided by their larger magnitude first where either is outside (sqrt(safmin),
+    sqrt(safmax / 2)), as dlartg does (values 1e-22 of the largest have squares under float32's
+    range: V^T lost its orthogonality there)."""
+    info = jnp.finfo(f.dtype)
+    safmin, safmax = float(info.tiny), 1 / float(info.tiny)
+    f1, g1 = jnp.abs(f), jnp.abs(g)
+    rtmin, rtmax = float(np.sqrt(safmin)), float(np.sqrt(safmax / 2))
+    plain = (f1 > rtmin) & (f1 < rtmax) & (g1 > rtmin) & (g1 < rtmax)
+    one = jnp.ones((), f.dtype)
+    u = where(plain, one, jnp.clip(jnp.maximum(f1, g1), safmin, safmax))
+    fs, gs = f / u, g / u
+    d = jnp.sqrt(fs * fs + gs * gs)
+    zero = d == 0
+    safe = where(zero, one, d)
+    r = _sign(safe, f)
+    c = where(zero, one, jnp.abs(fs) / safe)
+    return c, where(zero, jnp.zeros((), f.dtype), gs / r), where(zero, f, r * u)
+
+
 def _las2(f: jax.Array, g: jax.Array, h: jax.Array) -> jax.Array:
     """dlas2's smaller singular value of [[f, g], [0, h]] (bdsqr's shift)."""
     one = jnp.ones((), f.dtype)
@@ -473,4 +492,9 @@ def gesdd(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.Array, j
     a = a / scale
     m, n = a.shape[-2], a.shape[-1]
     s, u, vt = _tall(a, full_matrices) if m >= n else _wide(a, full_matrices)
-    return s * scale[..., 0], u, vt
+    # a matrix with an inf or NaN: all NaN (JAX's values are NaN; the sweeps' masked tests
+    # would otherwise stop on it with finite numbers)
+    broken = ~jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)
+    nan = jnp.asarray(np.nan, a.dtype)
+    s = where(broken[..., 0], nan, s * scale[..., 0])
+    return s, where(broken, nan, u), where(broken, nan, vt)

@@ -35,9 +35,12 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
   rotations: 3e-8).
 
 An ``eigh`` of a static size 2..25 is not Jacobi: it is ``syevd.py``, LAPACK's own path, so
-its vectors carry JAX's signs. Signs of the Jacobi vectors are free (JAX's follow LAPACK's
-path, docs/linear-algebra.md): ``svd`` gives ``U[:, k] = (a @ Vh[k]) / s[k]`` (a 1xN row:
-gesdd's sign, ``_one_row_signs``) and a larger ``eigh`` the sign Jacobi's rotations leave.
+its vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides are both at
+least 2, the shorter at most 25, is ``gesdd.py`` (Jacobi stays for ``svdvals``, a 1xN row or
+Nx1 column, a larger short side and symbolic sizes). Signs of the Jacobi vectors are free
+(JAX's follow LAPACK's path, docs/linear-algebra.md): ``svd`` gives ``U[:, k] = (a @ Vh[k]) /
+s[k]`` (a 1xN row: gesdd's sign, ``_one_row_signs``) and a larger ``eigh`` the sign Jacobi's
+rotations leave.
 An odd size is padded with one zero column (and row), which no rotation touches (its pair's
 inner product is exactly 0); a sweep's reseating returns every line to its seat, so the
 padding is line n when the sweeps stop, and is dropped before sorting.
@@ -546,6 +549,7 @@ def _one_row_signs(a: jax.Array, u: jax.Array, vh: jax.Array) -> tuple[jax.Array
         "ReduceMin",
         "Reshape",
         "Scan",
+        "Split",
         "Squeeze",
         "Transpose",
         "Unsqueeze",
