@@ -218,8 +218,9 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
     eye = jnp.broadcast_to(jnp.eye(n, dtype=dtype), (*batch, n, n))
     col = lambda v: jnp.asarray(v, jnp.int32).reshape((1,) * (len(batch) + 2))  # noqa: E731
     full = lambda v: jnp.broadcast_to(col(v), (*batch, 1, 1))  # noqa: E731
-    state = (d[..., None, :], e[..., None, :], eye, eye, full(n - 1), full(-1), full(-1), full(1))
-    state = (*state, jnp.int32(0))
+    # d, e, V^T, U^T (rows by position), M, OLDLL, OLDM, IDIR, visits
+    state: tuple = (d[..., None, :], e[..., None, :], eye, eye)
+    state += (full(n - 1), full(-1), full(-1), full(1), jnp.int32(0))
 
     def pick(v: jax.Array, i: jax.Array) -> jax.Array:
         """v[..., 0, i] for an index (..., 1, 1), as (..., 1, 1) (0 for i out of range)."""
