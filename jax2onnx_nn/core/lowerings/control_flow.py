@@ -165,6 +165,7 @@ def _branch(ctx: LoweringContext, jaxpr: Any, operands: Sequence[ir.Value], name
         "Slice",
         "Squeeze",
         "ConstantOfShape",
+        "Concat",
     ),
     key_data=True,
 )
