@@ -43,7 +43,7 @@ from jax2onnx_nn.core.lowerings.lapack.householder import (
     reflector,
 )
 from jax2onnx_nn.core.lowerings.lapack.steps import index_range, mT, pick_where, where
-from jax2onnx_nn.core.lowerings.lapack.syevd import _lapack_eps, _sign
+from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign, lapack_eps
 
 # bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer,
 # whose signs svd does not follow
@@ -105,7 +105,7 @@ def _lartg(f: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     d = jnp.sqrt(fs * fs + gs * gs)
     zero = d == 0
     safe = where(zero, one, d)
-    r = _sign(safe, f)
+    r = fortran_sign(safe, f)
     c = where(zero, one, jnp.abs(fs) / safe)
     return c, where(zero, jnp.zeros((), f.dtype), gs / r), where(zero, f, r * u)
 
@@ -155,7 +155,11 @@ def _lasv2(f: jax.Array, g: jax.Array, h: jax.Array, eps: float) -> tuple[jax.Ar
     r = where(ll == 0, jnp.abs(mm_), jnp.sqrt(ll * ll + mm))
     aa = 0.5 * (s + r)
     ssmin_n, ssmax_n = ha / aa, fa * aa
-    t_tiny = where(ll == 0, _sign(2 * one, ft) * _sign(one, gt), gt / _sign(dd, ft) + mm_ / t)
+    t_tiny = where(
+        ll == 0,
+        fortran_sign(2 * one, ft) * fortran_sign(one, gt),
+        gt / fortran_sign(dd, ft) + mm_ / t,
+    )
     t_n = where(mm == 0, t_tiny, (mm_ / (s + t) + mm_ / (r + ll)) * (1 + aa))
     l2 = jnp.sqrt(t_n * t_n + 4)
     crt_n, srt_n = 2 / l2, t_n / l2
@@ -168,15 +172,15 @@ def _lasv2(f: jax.Array, g: jax.Array, h: jax.Array, eps: float) -> tuple[jax.Ar
     slt, srt = pick(zero, slt_h, slt_n), pick(zero, srt_h, srt_n)
     csl, snl = where(swap, srt, clt), where(swap, crt, slt)
     csr, snr = where(swap, slt, crt), where(swap, clt, srt)
-    sgn = lambda x: _sign(one, x)  # noqa: E731
+    sgn = lambda x: fortran_sign(one, x)  # noqa: E731
     pmax3 = swap & ~(g_biggest & ~diagonal)
     tsign = where(
         g_biggest & ~diagonal,
         sgn(snr) * sgn(csl) * sgn(g),
         where(pmax3, sgn(snr) * sgn(snl) * sgn(h), sgn(csr) * sgn(csl) * sgn(f)),
     )
-    ssmax = _sign(ssmax, tsign)
-    ssmin = _sign(ssmin, tsign * sgn(f) * sgn(h))
+    ssmax = fortran_sign(ssmax, tsign)
+    ssmin = fortran_sign(ssmin, tsign * sgn(f) * sgn(h))
     return ssmin, ssmax, snr, csr, snl, csl
 
 
@@ -194,7 +198,7 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
     n = d.shape[-1]
     batch = d.shape[:-1]
     dtype = d.dtype
-    eps, unfl = _lapack_eps(dtype)
+    eps, unfl = lapack_eps(dtype)
     one, zero = jnp.ones((), dtype), jnp.zeros((), dtype)
     ids = index_range(n)
     rotations = []
@@ -295,7 +299,9 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         pair_l = (where(at_pair, cosl, one), where(at_pair, sinl, zero))
         # the sweep, top to bottom over lo..hi-1: both bdsqr's shifted and zero-shift chases
         d_lo = pick(d, lo)
-        f = (jnp.abs(d_lo) - shift) * (_sign(one, d_lo) + shift / where(d_lo == 0, one, d_lo))
+        f = (jnp.abs(d_lo) - shift) * (
+            fortran_sign(one, d_lo) + shift / where(d_lo == 0, one, d_lo)
+        )
         g = pick(e, lo)
         cs, oldcs, oldsn = one, one, zero
         ds, es = jnp.split(d, n, axis=-1), jnp.split(e, n, axis=-1)

@@ -58,13 +58,13 @@ STEQR_LIMIT = 25
 STEQR_MAXIT = 30
 
 
-def _lapack_eps(dtype: Any) -> tuple[float, float]:
+def lapack_eps(dtype: Any) -> tuple[float, float]:
     """(eps, safmin) of LAPACK's dlamch: half the spacing at 1 (rounding), the smallest normal."""
     info = jnp.finfo(dtype)
     return float(info.eps) / 2, float(info.tiny)
 
 
-def _sign(x: jax.Array, y: jax.Array) -> jax.Array:
+def fortran_sign(x: jax.Array, y: jax.Array) -> jax.Array:
     """Fortran's SIGN(x, y): |x| with y's sign (+ for y = 0)."""
     return where(y >= 0, jnp.abs(x), -jnp.abs(x))
 
@@ -76,7 +76,7 @@ def _lartg(f: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     d = jnp.sqrt(f * f + g * g)
     zero = d == 0
     safe = where(zero, jnp.ones((), d.dtype), d)
-    r = _sign(safe, f)
+    r = fortran_sign(safe, f)
     c = where(zero, jnp.ones((), d.dtype), jnp.abs(f) / safe)
     return c, where(zero, jnp.zeros((), d.dtype), g / r), where(zero, f, r)
 
@@ -131,7 +131,7 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     n = d.shape[-1]
     batch = d.shape[:-1]
     dtype = d.dtype
-    eps, safmin = _lapack_eps(dtype)
+    eps, safmin = lapack_eps(dtype)
     eps2 = eps * eps
     ids = index_range(n)
     zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
@@ -198,7 +198,7 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         g = (d_l1 - p) / (2 * where(e_l == 0, one, e_l))
         big, little = jnp.maximum(jnp.abs(g), one), jnp.minimum(jnp.abs(g), one)
         r = big * jnp.sqrt(1 + (little / big) ** 2)  # dlapy2(g, 1)
-        g = pick(d, m) - p + e_l / (g + _sign(r, g))
+        g = pick(d, m) - p + e_l / (g + fortran_sign(r, g))
         # a 2x2 block: dlaev2 on rows l, l+1; of a reversed (QR) block on the mirrored rows,
         # its first value at l+1 and its rotation (c, -s)
         flipped = pick(reversed_at, ell) > 0
