@@ -246,6 +246,7 @@ class Lowerer:
             if wrong:
                 raise _rule_bug(eqn, wrong)
         value_range.propagate(eqn, outs, ranges)
+        value_range.propagate_dims(eqn, inputs, outs)
         return outs
 
     def _on_data(self, eqn: Eqn, registration: Registration | None) -> Any | None:

@@ -21,6 +21,12 @@ scatter rules skip the clamp of indices already in bounds (:func:`within`). slog
 their normalizations this way.
 
 A bound is an int or None (unknown: a symbolic size, or no fact).
+
+A second fact, ``value.meta[DIM]``, says an integer tensor holds one symbolic dim in every
+entry (``dim_as_value``, through integer casts, reshapes and broadcasts, ``add``/``sub`` of such
+values and constants): a decoder's ``cache_index`` is ``P`` (the past's length), which the
+``dynamic_update_slice`` rule compares with the operand's shape to skip its clamp, or to
+write the new keys into a padded buffer as a Concat (:func:`dim_value`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.jax_types import Aval, Dim, Eqn, aval
 
 RANGE = "jax2onnx_nn.range"
+DIM = "jax2onnx_nn.dim"
 Range: TypeAlias = tuple[int | None, int | None]
 # the ranges of an equation's results from those of its inputs
 RangeRule: TypeAlias = Callable[[list[Range | None], Eqn], list[Range | None]]
@@ -218,6 +225,13 @@ _RULES: dict[str, RangeRule] = {
     "sort": lambda r, e: list(r),
     "concatenate": lambda r, e: [_union(r)],
     "select_n": lambda r, e: [_union(r[1:])],
+    # a size, 0 at run time at least (JAX assumes symbolic dims >= 1; a past length is 0)
+    "dim_as_value": lambda r, e: [
+        _fits(
+            (0, None) if jxi.is_symbolic_dim(e.params["dim"]) else (int(e.params["dim"]),) * 2,
+            aval(e.outvars[0]).dtype,
+        )
+    ],
     "add": lambda r, e: [_add(r[0], r[1], 1)],
     "sub": lambda r, e: [_add(r[0], r[1], -1)],
     "convert_element_type": lambda r, e: [_fits(r[0], e.params["new_dtype"])],
@@ -343,3 +357,46 @@ def propagate(eqn: Eqn, outputs: Sequence[ir.Value], ranges: list[Range | None] 
             continue
         if value.const_value is None:
             value.meta[RANGE] = fact
+
+
+def dim_value(value: ir.Value) -> Dim | None:
+    """The dim (an int or a symbolic dim) every entry of the integer ``value`` equals, or None
+    (no fact): from ``value.meta[DIM]``, or a constant's single value."""
+    fact = value.meta.get(DIM)
+    if fact is not None:
+        return fact  # type: ignore[no-any-return]
+    tensor = value.const_value
+    if tensor is None or value.dtype is None or not value.dtype.is_integer():
+        return None
+    array = tensor.numpy()
+    if array.size == 0 or array.size > 1024 or (array != array.flat[0]).any():
+        return None
+    return int(array.flat[0])
+
+
+# primitives whose integer result is its (first) integer operand's dim in every entry
+_DIM_KEEPING = frozenset(
+    "convert_element_type reshape squeeze expand_dims broadcast_in_dim copy copy_p".split()
+)
+
+
+def propagate_dims(eqn: Eqn, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value]) -> None:
+    """Record ``value.meta[DIM]`` on the equation's result where it holds one dim (see the
+    module docstring): ``dim_as_value``'s, kept by integer casts and the ops that move or
+    repeat entries, added and subtracted."""
+    if len(outputs) != 1 or _kind(aval(eqn.outvars[0]).dtype) not in ("i", "u"):
+        return
+    (out,) = outputs
+    if DIM in out.meta or out.const_value is not None:
+        return
+    name = eqn.primitive.name
+    dims = [dim_value(v) for v in inputs]
+    fact: Dim | None = None
+    if name == "dim_as_value":
+        fact = eqn.params["dim"]
+    elif name in _DIM_KEEPING and dims and _kind(aval(eqn.invars[0]).dtype) in ("i", "u"):
+        fact = dims[0]
+    elif name in ("add", "sub") and len(dims) == 2 and None not in dims:
+        fact = dims[0] + dims[1] if name == "add" else dims[0] - dims[1]
+    if fact is not None:
+        out.meta[DIM] = fact

@@ -187,8 +187,11 @@ def export_decoder(
     if options.get("opset") is None:
         options["opset"] = decoder_opset(options.get("target"))
     if share_buffer:
-        bounds: tuple[str, ...] = tuple(
-            f"{dim} <= {cache.max_length}" for dim in (BUFFER, TOTAL, SEQUENCE)
+        bounds: tuple[str, ...] = (
+            *(f"{dim} <= {cache.max_length}" for dim in (BUFFER, TOTAL, SEQUENCE)),
+            # the mask covers the buffer's first slots, the new tokens fit in it
+            f"{TOTAL} <= {BUFFER}",
+            f"{SEQUENCE} <= {BUFFER}",
         )
     else:
         bounds = (f"{PAST} + {SEQUENCE} <= {cache.max_length}",) if cache.layout == "fixed" else ()
@@ -319,10 +322,11 @@ def _graph_function(
     step: Callable[..., Any], cache: CacheSpec, keywords: tuple[str, ...], share_buffer: bool
 ) -> Callable[..., Any]:
     """The exported function: the graph's inputs -> the step's arguments, its results -> the
-    graph's outputs. A fixed buffer is padded from ``past`` to ``cache.max_length`` and cut
-    back to what the graph returns: ``P + S`` slots (growing at the boundary), or the slots
-    it was given (a shared buffer)."""
-    max_length = cache.max_length
+    graph's outputs. A fixed buffer is as long as what the graph returns: ``past`` with ``S``
+    empty slots after it (growing at the boundary: the step writes them, and what it returns
+    is ``present``), or the slots it was given (a shared buffer). Not ``cache.max_length``
+    slots: the step's attention then reads only the slots in use, and the buffer's write at
+    ``P`` into ``past``'s padding lowers to a Concat (no Pad, no Slice at the boundary)."""
 
     def decoder(
         input_ids: jax.Array,
@@ -331,23 +335,22 @@ def _graph_function(
         *past: jax.Array,
     ) -> tuple[jax.Array, list[tuple[jax.Array, jax.Array]]]:
         pairs = [(past[2 * i], past[2 * i + 1]) for i in range(cache.num_layers)]
-        given_slots = pairs[0][0].shape[2]
-        total = attention_mask.shape[1] if share_buffer else given_slots + input_ids.shape[1]
+        given_slots, new_slots = pairs[0][0].shape[2], input_ids.shape[1]
+        total = attention_mask.shape[1] if share_buffer else given_slots + new_slots
+        slots = given_slots if share_buffer else total
         given: dict[str, Any] = {}
+        mask = attention_mask
         if cache.layout == "fixed":
-            grow = ((0, 0), (0, 0), (0, max_length - given_slots), (0, 0))
-            pairs = [(jnp.pad(k, grow), jnp.pad(v, grow)) for k, v in pairs]
-            mask = jnp.pad(attention_mask, ((0, 0), (0, max_length - total)))
-            given["cache_index"] = jnp.asarray(total - input_ids.shape[1], jnp.int32)
-        else:
-            mask = attention_mask
+            if not share_buffer:
+                grow = ((0, 0), (0, 0), (0, new_slots), (0, 0))
+                pairs = [(jnp.pad(k, grow), jnp.pad(v, grow)) for k, v in pairs]
+            else:  # the mask covers the first `total` of the buffer's slots
+                mask = jnp.pad(attention_mask, ((0, 0), (0, slots - total)))
+            given["cache_index"] = jnp.asarray(total - new_slots, jnp.int32)
         if "attention_mask" in keywords:
             given["attention_mask"] = mask
         logits, new = step(input_ids, position_ids, pairs, **given)
-        new = _check_cache(new, cache, step, max_length if cache.layout == "fixed" else total)
-        if cache.layout == "fixed":
-            kept = given_slots if share_buffer else total
-            new = [(k[:, :, :kept], v[:, :, :kept]) for k, v in new]
+        new = _check_cache(new, cache, step, slots)
         return logits, new
 
     decoder.__name__ = _name(step).rpartition(".")[2] or "decoder"
@@ -452,9 +455,9 @@ def _input_specs(cache: CacheSpec, share_buffer: bool) -> list[Any]:
 
 
 def _example_inputs(cache: CacheSpec, share_buffer: bool) -> list[jax.ShapeDtypeStruct]:
-    """Concrete shapes (batch 1, 2 past, 1 new; a shared buffer of 3 slots) to check the
-    step's results before the export."""
-    batch, past, new = 1, min(2, cache.max_length - 1), 1
+    """Concrete shapes (batch 1, ``max_length - 1`` past, 1 new: the step's buffer is
+    ``max_length`` slots, as its errors say) to check the step's results before the export."""
+    batch, past, new = 1, cache.max_length - 1, 1
     slots = past + new if share_buffer else past
     ids = jax.ShapeDtypeStruct((batch, new), jnp.int32)
     kv = jax.ShapeDtypeStruct((batch, cache.kv_heads, slots, cache.head_dim), cache.dtype)

@@ -83,13 +83,18 @@ Replacement: TypeAlias = "ir.Value | Sequence[ir.Value] | bool | None"
 
 class Editor:
     """Adds nodes before ``anchor`` in its graph and replaces its outputs by new values
-    (``opset``: the model's, for a rewrite whose op is newer than some opsets)."""
+    (``opset``: the model's, for a rewrite whose op is newer than some opsets). Constants
+    are initializers of ``main`` (the model's main graph, which bodies read) where given,
+    else Constant nodes (in a function body)."""
 
-    def __init__(self, anchor: ir.Node, counter: list[int], opset: int) -> None:
+    def __init__(
+        self, anchor: ir.Node, counter: list[int], opset: int, main: ir.Graph | None = None
+    ) -> None:
         self.anchor = anchor
         self.graph = anchor.graph
         self.counter = counter
         self.opset = opset
+        self.main = main
 
     def op(
         self,
@@ -120,6 +125,17 @@ class Editor:
         return out
 
     def const(self, array: np.ndarray | np.generic) -> ir.Value:
+        if self.main is not None:
+            array = np.asarray(array)
+            tensor = numpy_tensor(array)
+            value = ir.Value(
+                name=unused_name(self.main, f"const_{dtype_name(array.dtype)}"),
+                shape=ir.Shape(array.shape),
+                type=ir.TensorType(tensor.dtype),
+                const_value=tensor,
+            )
+            self.main.register_initializer(value)
+            return value
         return self.op(
             "Constant",
             value=ir.tensor(np.asarray(array)),

@@ -22,6 +22,11 @@ from jax2onnx_nn.core.layers.spatial import pad
 from jax2onnx_nn.core.lower import Index, LoweringContext, onnx_aval
 from jax2onnx_nn.core.registry import lowering
 from jax2onnx_nn.core.symbolic import same_dim, same_shape
+from jax2onnx_nn.core.value_range import dim_value
+
+# on a pad's result: (its operand, low pads, high pads), no interior padding (the
+# dynamic_update_slice rule writes a padded tail as a Concat)
+PADDED = "jax2onnx_nn.padded"
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _INT64_MIN = int(np.iinfo(np.int64).min)
@@ -169,7 +174,10 @@ def _pad(
     lows, highs, interiors = zip(*padding_config, strict=True) if padding_config else ((), (), ())
     if any(interiors):
         x = _interior_pad(ctx, x, value, tuple(ctx.aval_in.shape), interiors)
-    return pad(ctx, x, list(zip(lows, highs, strict=True)), value)
+    out = pad(ctx, x, list(zip(lows, highs, strict=True)), value)
+    if out is not x and not any(interiors):
+        out.meta[PADDED] = (x, lows, highs)
+    return out
 
 
 def _interior_pad(
@@ -241,15 +249,33 @@ def _clamped_starts(
 ) -> list[Index] | ir.Value:
     """JAX clamps each start into [0, dim - size] so the window stays inside the operand.
 
-    Returns static ints when every start and limit is static, else one int64 vector.
+    Returns static ints when every start and limit is static, the starts' dims when each is
+    one provably inside its range (a cache written at its past length), else one int64
+    vector.
     """
     static = [v for v in (_static_int(s) for s in starts) if v is not None]
     if len(static) == len(starts) and not any(jxi.is_symbolic_dim(lim) for lim in limits):
         return [min(max(v, 0), int(lim)) for v, lim in zip(static, limits, strict=True)]
+    known = _starts_inside(starts, limits)
+    if known is not None:
+        return [ctx.index(d) for d in known]
     pieces = [_as_int64_vector(ctx, s, aval) for s, aval in zip(starts, avals, strict=True)]
     vector = pieces[0] if len(pieces) == 1 else ctx.op.Concat(*pieces, axis=0)
     upper = ctx.op.Min(vector, ctx.shape_tensor(list(limits)))
     return ctx.op.Max(upper, ctx.ints([0] * len(pieces)))
+
+
+def _starts_inside(starts: Sequence[ir.Value], limits: Sequence[Any]) -> list[Any] | None:
+    """The dims the starts hold (``value_range.dim_value``) when each is provably in
+    ``[0, limit]`` (0, the limit itself, or static and between), else None."""
+    dims = [dim_value(s) for s in starts]
+    for d, lim in zip(dims, limits, strict=True):
+        if d is None:
+            return None
+        static = not jxi.is_symbolic_dim(d) and not jxi.is_symbolic_dim(lim)
+        if not (same_dim(d, 0) or same_dim(d, lim) or static and 0 <= int(d) <= int(lim)):
+            return None
+    return dims
 
 
 def _static_int(value: ir.Value) -> int | None:
@@ -323,6 +349,10 @@ def _dynamic_update_slice(
     if not axes:  # the update covers the whole operand
         return update
     index_avals = ctx.avals_in[2:]
+    if len(axes) == 1 and _starts_inside([starts[axes[0]]], [shape[axes[0]] - window[axes[0]]]):
+        tail = _write_tail(ctx, x, update, axes[0], starts[axes[0]])
+        if tail is not None:
+            return tail
     if len(axes) == 1 and axes[0] > 0 and ctx.has_kernel("TensorScatter"):
         return _tensor_scatter(ctx, x, update, axes[0], starts[axes[0]], index_avals[axes[0]])
     # clamped one axis at a time: _splice wants each start on its own
@@ -331,6 +361,32 @@ def _dynamic_update_slice(
     ]
     begins = [b[0] if isinstance(b, list) else b for b in clamped]
     return _splice(ctx, x, update, axes, begins, [window[a] for a in axes])
+
+
+def _write_tail(
+    ctx: LoweringContext, x: ir.Value, update: ir.Value, axis: int, start: ir.Value
+) -> ir.Value | None:
+    """A window that is the operand's tail along ``axis`` (its start provably the operand's
+    length less the window's): ``x``'s head and ``update`` concatenated. Where ``x`` is a pad
+    whose padding is that tail (a KV cache given ``S`` empty slots after the past, written at
+    the past's length), the head is the pad's operand: the Pad goes. None when the head would
+    need a Slice and TensorScatter writes the window in one node."""
+    shape = ctx.aval_in.shape
+    begin = dim_value(start)
+    if not same_dim(begin, shape[axis] - ctx.avals_in[1].shape[axis]):
+        return None
+    padded = x.meta.get(PADDED)
+    if padded is not None:
+        source, lows, highs = padded
+        tail_only = all(
+            same_dim(lo, 0) and (a == axis or same_dim(hi, 0))
+            for a, (lo, hi) in enumerate(zip(lows, highs, strict=True))
+        )
+        if tail_only and same_dim(highs[axis], ctx.avals_in[1].shape[axis]):
+            return ctx.op.Concat(source, update, axis=axis)
+    if axis > 0 and ctx.has_kernel("TensorScatter"):
+        return None
+    return ctx.op.Concat(ctx.slice(x, [axis], [0], [ctx.index(begin)]), update, axis=axis)
 
 
 def _tensor_scatter(

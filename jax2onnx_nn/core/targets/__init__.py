@@ -65,7 +65,7 @@ def apply_rewrites(model: ir.Model, rewrites: Sequence[Rewrite]) -> int:
         for node in graph_nodes(model.graph):
             if node.graph is None or not acts_on(rule, node):
                 continue
-            edit = Editor(node, counter, opset)
+            edit = Editor(node, counter, opset, model.graph)
             result = rule(node, edit)
             if result is None or result is False:
                 continue
