@@ -396,7 +396,9 @@ def propagate_dims(eqn: Eqn, inputs: Sequence[ir.Value], outputs: Sequence[ir.Va
         fact = eqn.params["dim"]
     elif name in _DIM_KEEPING and dims and _kind(aval(eqn.invars[0]).dtype) in ("i", "u"):
         fact = dims[0]
-    elif name in ("add", "sub") and len(dims) == 2 and None not in dims:
-        fact = dims[0] + dims[1] if name == "add" else dims[0] - dims[1]
+    elif name in ("add", "sub") and len(dims) == 2:
+        a, b = dims
+        if a is not None and b is not None:
+            fact = a + b if name == "add" else a - b
     if fact is not None:
         out.meta[DIM] = fact

@@ -498,6 +498,39 @@ def test_dynamic_update_slice_symbolic_cache():
     )
 
 
+@pytest.mark.parametrize("opset", [21, 24])
+def test_write_into_a_padded_tail_is_a_concat(opset):
+    """A KV cache given ``S`` empty slots after its ``P`` past ones and written at ``P``
+    (``cache_index`` a dim: what a decoder's boundary feeds) is the past and the new
+    entries concatenated: no Pad, no clamp of the start, no TensorScatter; equal to JAX."""
+
+    def write(past, new):
+        buffer = jnp.pad(past, ((0, 0), (0, new.shape[1]), (0, 0)))
+        start = jnp.asarray(past.shape[1], jnp.int32)
+        return lax.dynamic_update_slice(buffer, new, (0, start, 0))
+
+    model = _check_symbolic(write, [("B", "P", 4), ("B", "S", 4)], opset=opset)
+    assert op_types(model) == ["Concat"], op_types(model)
+
+
+def test_write_at_a_dim_start_skips_the_clamp():
+    """A window written at the operand's last fitting slot, given as a dim: no Min/Max."""
+
+    def write(cache, new):
+        start = jnp.asarray(cache.shape[1] - new.shape[1], jnp.int32)
+        return lax.dynamic_update_slice(cache, new, (0, start, 0))
+
+    model = _check_symbolic(
+        write,
+        [("B", "T", 4), ("B", 3, 4)],
+        opset=24,
+        sizes={"B": [1, 2], "T": [3, 5]},
+        constraints=("T >= 3",),
+    )
+    assert "TensorScatter" in op_types(model), op_types(model)
+    assert not {"Min", "Max"} & set(op_types(model)), op_types(model)
+
+
 # -- iota, dim_as_value -------------------------------------------------------------------------
 @given(data=st.data(), dtype=st.sampled_from([d for d in DTYPES if d is not np.bool_]))
 def test_iota(data, dtype):

@@ -202,6 +202,9 @@ def _additive_mask(
     cond, a, b = where.inputs
     assert cond is not None and a is not None and b is not None  # (matched)
     given = a if b is logits else b
+    cond, negated = _mask_condition(cond, logits)
+    if negated:
+        a, b = b, a
     value = fill if fill > np.finfo(fill.dtype).min else jax_nn_mask_value(fill.dtype)
     full_cond, full_fill = _full_rows(cond, logits), _full_rows(given, logits)
     filler = given if full_fill and value == fill else edit.const(value)
@@ -215,6 +218,27 @@ def _additive_mask(
     return edit.op(
         "Expand", mask, edit.op("Concat", edit.const(np.ones(2, np.int64)), *rows, axis=0)
     )
+
+
+def _mask_condition(cond: ir.Value, logits: ir.Value) -> tuple[ir.Value, bool]:
+    """The mask's condition before its negation (``Xor`` with True, ``Not``: the Where's
+    cases swap) and before an ``Expand`` over its leading dims (Attention broadcasts those:
+    ``jnp.where`` broadcasting a ``[B, 1, T, S]`` mask to the heads); and whether negated."""
+    negated = False
+    node = cond.producer()
+    if node is not None and node.domain == "" and node.op_type in ("Not", "Xor"):
+        operands = list(node.inputs)
+        if node.op_type == "Xor":
+            trues = [x for x in operands if (arr := constant_array(x)) is not None and arr.all()]
+            operands = [x for x in operands if x not in trues] if len(trues) == 1 else []
+        if len(operands) == 1 and operands[0] is not None:
+            cond, negated = operands[0], True
+    node = cond.producer()
+    if node is not None and node.domain == "" and node.op_type == "Expand":
+        source = node.inputs[0]
+        if source is not None and _full_rows(source, logits):
+            cond = source
+    return cond, negated
 
 
 def _refilled(edit: Editor, given: ir.Value, value: np.ndarray) -> ir.Value:
