@@ -124,6 +124,27 @@ class Editor:
         self.graph.insert_before(self.anchor, node)
         return out
 
+    def op_results(
+        self, op_type: str, count: int, *inputs: ir.Value | None, **attrs: Any
+    ) -> list[ir.Value]:
+        """A node of ``count`` results (``op`` makes one), added before the anchor."""
+        self.counter[0] += 1
+        base = f"{self.anchor.name}/target{self.counter[0]}"
+        node = ir.Node(
+            "",
+            op_type,
+            list(inputs),
+            ir.convenience.convert_attributes(attrs),
+            num_outputs=count,
+            name=f"{base}/{op_type}",
+            doc_string=self.anchor.doc_string,
+        )
+        for i, out in enumerate(node.outputs):
+            out.name = f"{base}_output_{i}"
+        assert self.graph is not None
+        self.graph.insert_before(self.anchor, node)
+        return list(node.outputs)
+
     def const(self, array: np.ndarray | np.generic) -> ir.Value:
         if self.main is not None:
             array = np.asarray(array)

@@ -152,10 +152,12 @@ def _warn_unpoisoned(e: Export) -> None:
 
 # Patterns a model writes out that one ONNX op computes with JAX's numbers, each with the op it
 # becomes: fused where the opset defines the op and the target runs it with a kernel of its own.
+# (the rotary embeddings first: attention reads a key rotated by RotaryEmbedding as the 3D
+# projection it rotates, to take it with the past keys in one Attention)
 FUSIONS = (
-    (attention, "Attention"),
     (rotary_embedding, "RotaryEmbedding"),
     (interleaved_rotary_embedding, "RotaryEmbedding"),
+    (attention, "Attention"),
 )
 
 

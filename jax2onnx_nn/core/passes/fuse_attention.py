@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jax2onnx_nn.core.ir.census import rewrite
-from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader
+from jax2onnx_nn.core.ir.edit import Editor, Replacement, one_reader, take_place
 from jax2onnx_nn.core.ir.values import constant_array, same_dim
 from jax2onnx_nn.core.layers.attention import jax_nn_mask_value
 
@@ -143,6 +143,9 @@ def attention(node: ir.Node, edit: Editor) -> Replacement:
     attrs: dict[str, Any] = {"scale": float(scale)}
     if softcap is not None:
         attrs["softcap"] = float(softcap)
+    with_past = _with_past(edit, node, q, k, v, mask, attrs)
+    if with_past is not None:
+        return with_past
     tests = _length_tests(edit, node, [(q, 0), (q, 2), (k, 2)])
     if tests is None:
         return None
@@ -324,3 +327,176 @@ def _unless_empty(
     ):
         value.name = name
     return edit.op("If", full, then_branch=then, else_branch=otherwise)
+
+
+def _heads_of(x: ir.Value | None) -> tuple[ir.Value, ir.Node | None] | None:
+    """``x`` ``[B, N, S, H]`` as the ``[B, S, N*H]`` tensor it was split from (a Reshape to
+    ``[B, S, N, H]`` and a Transpose ``0 2 1 3``, as models split heads), and the
+    ``RotaryEmbedding`` between them and ``x`` (None: no rotation)."""
+    rotary = None
+    node = x.producer() if x is not None else None
+    if node is not None and node.op_type == "RotaryEmbedding" and node.domain == "":
+        if len(node.inputs) != 3 or node.attributes.get_int("num_heads") or not node.inputs[0]:
+            return None
+        rotary, node = node, node.inputs[0].producer()
+    if node is None or node.op_type != "Transpose" or node.domain != "" or not node.inputs[0]:
+        return None
+    perm = node.attributes.get("perm")
+    reshape = node.inputs[0].producer()
+    if perm is None or list(perm.value) != [0, 2, 1, 3] or reshape is None:
+        return None
+    flat = reshape.inputs[0] if reshape.op_type == "Reshape" and reshape.domain == "" else None
+    split = reshape.outputs[0].shape
+    if flat is None or flat.shape is None or len(flat.shape) != 3 or split is None:
+        return None
+    if len(split) != 4 or not all(map(same_dim, flat.shape[:2], split[:2])):
+        return None
+    return flat, rotary
+
+
+def _only_concat(v: ir.Value) -> ir.Node | None:
+    """The two-input Concat along the time axis (2 of 4) making ``v``."""
+    node = v.producer()
+    if node is None or node.op_type != "Concat" or node.domain != "" or len(node.inputs) != 2:
+        return None
+    if node.attributes.get_int("axis", 0) % 4 != 2 or any(x is None for x in node.inputs):
+        return None
+    return node
+
+
+def _only_reads(node: ir.Node, values: list[ir.Value], stops: set[ir.Value]) -> bool:
+    """Whether every node reading ``values`` is one the attention at ``node`` replaces (a node
+    it is computed from, up to ``stops``), or a graph output: they can take the place of
+    values the fused node computes later."""
+    pattern: set[ir.Node] = set()
+    todo = [x for x in node.inputs if x is not None]
+    while todo:
+        value = todo.pop()
+        producer = value.producer()
+        if value in stops or producer is None or producer in pattern:
+            continue
+        if producer.graph is not node.graph:
+            continue
+        pattern.add(producer)
+        todo.extend(x for x in producer.inputs if x is not None)
+    return all(use.node in pattern for value in values for use in value.uses())
+
+
+def _rotate_3d(edit: Editor, x: ir.Value, heads: int, rotary: ir.Node) -> ir.Value:
+    """``rotary``'s rotation of ``[B, S, heads * H]`` ``x`` (its 3D form: ``num_heads``)."""
+    attrs = {a.name: a.value for a in rotary.attributes.values()}
+    return edit.op("RotaryEmbedding", x, *rotary.inputs[1:], **attrs, num_heads=heads)
+
+
+def _with_past(
+    edit: Editor,
+    node: ir.Node,
+    q: ir.Value,
+    k: ir.Value,
+    v: ir.Value,
+    mask: ir.Value | None,
+    attrs: dict[str, Any],
+) -> Replacement:
+    """Attention over keys and values that are the past ones with the new ones concatenated
+    (a decoder's cache, the concatenation also its present) -> one ``Attention`` taking the
+    past and returning the present, its query, new keys and values the ``[B, S, heads *
+    head_dim]`` projections the model split into heads (rotated by a 3D RotaryEmbedding where
+    the model rotated them; ``q_num_heads``/``kv_num_heads``): the splits and the
+    concatenations go, and the merge of the heads after it cancels. None where the pattern
+    differs."""
+    concats = [_only_concat(t) for t in (k, v)]
+    if concats[0] is None or concats[1] is None or q.shape is None or k.shape is None:
+        return None
+    split = [_heads_of(t) for t in (q, concats[0].inputs[1], concats[1].inputs[1])]
+    dims = [d for d in (q.shape[1], k.shape[1], q.shape[3]) if isinstance(d, int)]
+    if v.shape is None or len(dims) != 3:
+        return None
+    heads, kv_heads, head_dim = dims
+    if k.shape[3] != head_dim or v.shape[3] != head_dim:  # (the zeros and merge below)
+        return None
+    if not _only_reads(node, [c.outputs[0] for c in concats], {q, k, v}):  # type: ignore[union-attr]
+        return None
+    if any(found is None for found in split):
+        return None
+    # (the keys' length is the past's and the queries': a batch or query length of 0 is
+    # what onnxruntime refuses; a past of 0 it takes)
+    tests = _length_tests(edit, node, [(q, 0), (q, 2)])
+    if tests is None:
+        return None
+    flat = []
+    for found, n in zip(split, (heads, kv_heads, kv_heads), strict=True):
+        assert found is not None
+        x, rotary = found
+        flat.append(x if rotary is None else _rotate_3d(edit, x, n, rotary))
+    past: list[ir.Value] = [c.inputs[0] for c in concats]  # type: ignore[union-attr,misc]
+    attention = ir.Node(
+        "",
+        "Attention",
+        [*flat, mask, *past],
+        ir.convenience.convert_attributes(
+            {**attrs, "q_num_heads": heads, "kv_num_heads": kv_heads}
+        ),
+        num_outputs=3,
+        name=f"{node.name}/Attention",
+    )
+    if tests:
+        y, *present = _unless_empty_with_past(edit, tests, attention, flat, past, kv_heads)
+    else:
+        assert edit.graph is not None
+        edit.graph.insert_before(node, attention)
+        y, *present = attention.outputs
+    for concat, new in zip(concats, present, strict=True):
+        new.shape, new.type = concat.outputs[0].shape, concat.outputs[0].type  # type: ignore[union-attr]
+        take_place(concat.outputs[0], new)  # type: ignore[union-attr]
+    rows = split[0][0].shape  # type: ignore[index]
+    assert rows is not None  # (_heads_of: rank 3)
+    y.shape, y.type = ir.Shape([*rows[:2], heads * head_dim]), q.type
+    split_y = edit.op("Reshape", y, np.asarray([0, 0, heads, head_dim], np.int64))
+    return edit.op("Transpose", split_y, perm=[0, 2, 1, 3])
+
+
+def _unless_empty_with_past(
+    edit: Editor,
+    tests: list[ir.Value],
+    attention: ir.Node,
+    flat: list[ir.Value],
+    past: list[ir.Value],
+    kv_heads: int,
+) -> list[ir.Value]:
+    """``attention``'s three results, or, where a batch or length of ``tests`` is 0, zeros
+    for the output and the past with the new keys and values (split into heads) for the
+    present: one ``If`` of three results."""
+    sizes = tests[0] if len(tests) == 1 else edit.op("Concat", *tests, axis=0)
+    least = edit.op("ReduceMin", sizes, keepdims=0)
+    full = edit.op("Greater", least, edit.const(np.zeros((), np.int64)))
+    then = ir.Graph([], list(attention.outputs), nodes=[attention], name=f"{attention.name}/then")
+    q = flat[0]
+    dtype = q.dtype.numpy() if q.dtype else np.float32
+    nodes: list[ir.Node] = []
+
+    def add(op_type: str, *inputs: ir.Value, **node_attrs: Any) -> ir.Value:
+        made = ir.Node(
+            "",
+            op_type,
+            list(inputs),
+            ir.convenience.convert_attributes(node_attrs),
+            name=f"{attention.name}/empty/{op_type}_{len(nodes)}",
+        )
+        nodes.append(made)
+        made.outputs[0].name = f"{made.name}_output"
+        return made.outputs[0]
+
+    zero = add("Constant", value=ir.tensor(np.zeros((), dtype)))
+    outputs = [add("Expand", zero, add("Shape", q))]
+    for new, old in zip(flat[1:], past, strict=True):
+        assert old.shape is not None  # (_fits: rank 4)
+        # (no -1: a batch or length of 0 makes it ambiguous)
+        shape = np.asarray([0, 0, kv_heads, old.shape[3]], np.int64)
+        split = add("Constant", value=ir.tensor(shape))
+        heads = add("Transpose", add("Reshape", new, split), perm=[0, 2, 1, 3])
+        outputs.append(add("Concat", old, heads, axis=2))
+    otherwise = ir.Graph([], outputs, nodes=nodes, name=f"{attention.name}/else")
+    for i, value in enumerate(attention.outputs):
+        value.name = f"{attention.name}_output_{i}"
+    results = edit.op_results("If", 3, full, then_branch=then, else_branch=otherwise)
+    return results

@@ -180,3 +180,76 @@ def test_fused_attention_of_symbolic_batch_or_length_0_gives_jax_zeros(empty):
     k, v = (rng.standard_normal((b, 2, s, 8), np.float32) for _ in "kv")
     (got,) = run_onnx(model, [q, k, v])
     np.testing.assert_allclose(got, np.asarray(f(q, k, v)), rtol=1e-5, atol=1e-6)
+
+
+def _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, rotate):
+    """A decoder layer's attention over a growing cache: projections split into heads (and
+    rotated), the new keys and values concatenated to the past (also returned: the present),
+    the heads merged after."""
+    b, s, _ = x.shape
+    heads, kv_heads, head_dim = 4, past_k.shape[1], past_k.shape[3]
+
+    def split(y, n):
+        return y.reshape(b, s, n, head_dim).transpose(0, 2, 1, 3)
+
+    q, k = split(x @ wq, heads), split(x @ wk, kv_heads)
+    if rotate:
+        q, k = _rope(q, positions), _rope(k, positions)
+    keys = jnp.concatenate([past_k, k], axis=2)
+    values = jnp.concatenate([past_v, split(x @ wv, kv_heads)], axis=2)
+    out = _attend(q, keys, values, None, None)
+    return out.transpose(0, 2, 1, 3).reshape(b, s, heads * head_dim), keys, values
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("past", [0, 3])
+def test_attention_over_a_concatenated_cache_takes_the_past(rotate, past):
+    """The past and present go into and out of one Attention, which takes the 3D projections
+    (3D RotaryEmbeddings where rotated): no head splits, merges or Concats are left; the
+    results are JAX's (the past empty or not)."""
+    rng = np.random.default_rng(past)
+    x = rng.standard_normal((2, 3, 16), np.float32)
+    past_k, past_v = (rng.standard_normal((2, 2, past, 4), np.float32) for _ in "kv")
+    wq = rng.standard_normal((16, 16), np.float32) / 4
+    wk, wv = (rng.standard_normal((16, 8), np.float32) / 4 for _ in "kv")
+    positions = (past + np.arange(3, dtype=np.int32))[None].repeat(2, 0)
+
+    def f(x, past_k, past_v, positions):
+        return _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, rotate)
+
+    model = assert_exports_match_on(f, x, past_k, past_v, positions, opset=23)
+    ops = op_types(model, nested=True)
+    assert ops.count("Attention") == 1, ops
+    assert not {"Concat", "Transpose", "Reshape"} & set(op_types(model)), ops
+    assert ops.count("RotaryEmbedding") == 2 * rotate, ops
+
+
+@pytest.mark.parametrize("sizes", [(0, 3, 2), (2, 0, 2), (2, 3, 0), (2, 3, 2)])
+def test_attention_taking_the_past_of_symbolic_batch_or_length_0(sizes):
+    """The If around it (onnxruntime refuses a batch or length of 0) gives JAX's zeros and
+    the past with the new keys and values concatenated there."""
+    from jax2onnx_nn import to_onnx
+    from jax2onnx_nn.core.verify import run_onnx
+
+    rng = np.random.default_rng(1)
+    wq = rng.standard_normal((16, 16), np.float32) / 4
+    wk, wv = (rng.standard_normal((16, 8), np.float32) / 4 for _ in "kv")
+
+    def f(x, past_k, past_v, positions):
+        return _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, True)
+
+    specs = [
+        (("B", "S", 16), np.float32),
+        *[(("B", 2, "P", 4), np.float32)] * 2,
+        (("B", "S"), np.int32),
+    ]
+    model = to_onnx(f, specs, opset=23)
+    ops = op_types(model)
+    assert "Attention" in op_types(model, nested=True) and not {"Transpose", "Reshape"} & set(ops)
+    b, s, p = sizes
+    x = rng.standard_normal((b, s, 16), np.float32)
+    past_k, past_v = (rng.standard_normal((b, 2, p, 4), np.float32) for _ in "kv")
+    positions = (p + np.arange(s, dtype=np.int32))[None].repeat(b, 0)
+    got = run_onnx(model, [x, past_k, past_v, positions])
+    for have, want in zip(got, f(x, past_k, past_v, positions), strict=True):
+        np.testing.assert_allclose(have, np.asarray(want), rtol=1e-5, atol=1e-5)
