@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -329,16 +330,43 @@ def _unless_empty(
     return edit.op("If", full, then_branch=then, else_branch=otherwise)
 
 
-def _heads_of(x: ir.Value | None) -> tuple[ir.Value, ir.Node | None] | None:
-    """``x`` ``[B, N, S, H]`` as the ``[B, S, N*H]`` tensor it was split from (a Reshape to
-    ``[B, S, N, H]`` and a Transpose ``0 2 1 3``, as models split heads), and the
-    ``RotaryEmbedding`` between them and ``x`` (None: no rotation)."""
+@dataclass(frozen=True)
+class _Heads:
+    """A ``[B, N, S, H]`` query, key or value as the ``[B, S, M*H]`` tensor ``flat`` it was
+    split from (a Reshape to ``[B, S, M, H]`` and a Transpose ``0 2 1 3``, as models split
+    heads), ``part`` where a Split then cut ``N`` of the ``M`` heads out (its index, and the
+    sizes of its parts along the last axis of ``flat``: a fused qkv projection), and the
+    ``RotaryEmbedding`` after (None: no rotation)."""
+
+    flat: ir.Value
+    part: tuple[int, tuple[int, ...]] | None
+    rotary: ir.Node | None
+
+    def value(self, edit: Editor) -> ir.Value:
+        """The ``[B, S, N*H]`` tensor (a Split of ``flat`` along its last axis, where cut)."""
+        if self.part is None:
+            return self.flat
+        index, sizes = self.part
+        parts = edit.op_results(
+            "Split", len(sizes), self.flat, edit.const(np.asarray(sizes, np.int64)), axis=2
+        )
+        return parts[index]
+
+
+def _heads_of(x: ir.Value | None) -> _Heads | None:
+    """``x`` as :class:`_Heads`, or None where it is not split from a 3D tensor so."""
     rotary = None
     node = x.producer() if x is not None else None
     if node is not None and node.op_type == "RotaryEmbedding" and node.domain == "":
         if len(node.inputs) != 3 or node.attributes.get_int("num_heads") or not node.inputs[0]:
             return None
-        rotary, node = node, node.inputs[0].producer()
+        rotary, x, node = node, node.inputs[0], node.inputs[0].producer()
+    part = None
+    if node is not None and node.op_type == "Split" and node.domain == "" and x is not None:
+        cut = _head_split(node, x)
+        if cut is None:
+            return None
+        part, node = cut, node.inputs[0].producer() if node.inputs[0] is not None else None
     if node is None or node.op_type != "Transpose" or node.domain != "" or not node.inputs[0]:
         return None
     perm = node.attributes.get("perm")
@@ -351,7 +379,20 @@ def _heads_of(x: ir.Value | None) -> tuple[ir.Value, ir.Node | None] | None:
         return None
     if len(split) != 4 or not all(map(same_dim, flat.shape[:2], split[:2])):
         return None
-    return flat, rotary
+    if part is not None:
+        if not isinstance(split[3], int):
+            return None
+        part = (part[0], tuple(n * split[3] for n in part[1]))
+    return _Heads(flat, part, rotary)
+
+
+def _head_split(node: ir.Node, x: ir.Value) -> tuple[int, tuple[int, ...]] | None:
+    """(``x``'s index, the heads of each part) of a Split along the heads (axis 1 of 4) whose
+    sizes are a constant input."""
+    sizes = constant_array(node.inputs[1]) if len(node.inputs) > 1 else None
+    if sizes is None or node.attributes.get_int("axis", 0) % 4 != 1 or x not in node.outputs:
+        return None
+    return list(node.outputs).index(x), tuple(int(n) for n in sizes)
 
 
 def _only_concat(v: ir.Value) -> ir.Node | None:
@@ -368,7 +409,7 @@ def _only_reads(node: ir.Node, values: list[ir.Value], stops: set[ir.Value]) -> 
     """Whether every node reading ``values`` is one the attention at ``node`` replaces (a node
     it is computed from, up to ``stops``), or a graph output: they can take the place of
     values the fused node computes later."""
-    pattern: set[ir.Node] = set()
+    pattern: set[ir.Node] = {node}
     todo = [x for x in node.inputs if x is not None]
     while todo:
         value = todo.pop()
@@ -426,8 +467,8 @@ def _with_past(
     flat = []
     for found, n in zip(split, (heads, kv_heads, kv_heads), strict=True):
         assert found is not None
-        x, rotary = found
-        flat.append(x if rotary is None else _rotate_3d(edit, x, n, rotary))
+        x = found.value(edit)
+        flat.append(x if found.rotary is None else _rotate_3d(edit, x, n, found.rotary))
     past: list[ir.Value] = [c.inputs[0] for c in concats]  # type: ignore[union-attr,misc]
     attention = ir.Node(
         "",
@@ -448,7 +489,7 @@ def _with_past(
     for concat, new in zip(concats, present, strict=True):
         new.shape, new.type = concat.outputs[0].shape, concat.outputs[0].type  # type: ignore[union-attr]
         take_place(concat.outputs[0], new)  # type: ignore[union-attr]
-    rows = split[0][0].shape  # type: ignore[index]
+    rows = split[0].flat.shape  # type: ignore[union-attr]
     assert rows is not None  # (_heads_of: rank 3)
     y.shape, y.type = ir.Shape([*rows[:2], heads * head_dim]), q.type
     split_y = edit.op("Reshape", y, np.asarray([0, 0, heads, head_dim], np.int64))

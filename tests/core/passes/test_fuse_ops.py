@@ -182,28 +182,34 @@ def test_fused_attention_of_symbolic_batch_or_length_0_gives_jax_zeros(empty):
     np.testing.assert_allclose(got, np.asarray(f(q, k, v)), rtol=1e-5, atol=1e-6)
 
 
-def _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, rotate):
-    """A decoder layer's attention over a growing cache: projections split into heads (and
-    rotated), the new keys and values concatenated to the past (also returned: the present),
-    the heads merged after."""
+def _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, rotate, fused=False):
+    """A decoder layer's attention over a growing cache: projections (one fused qkv one,
+    split, or three) split into heads (and rotated), the new keys and values concatenated to
+    the past (also returned: the present), the heads merged after."""
     b, s, _ = x.shape
     heads, kv_heads, head_dim = 4, past_k.shape[1], past_k.shape[3]
 
     def split(y, n):
         return y.reshape(b, s, n, head_dim).transpose(0, 2, 1, 3)
 
-    q, k = split(x @ wq, heads), split(x @ wk, kv_heads)
+    if fused:
+        qkv = x @ jnp.concatenate([wq, wk, wv], axis=1)
+        xq, xk, xv = jnp.split(qkv, [wq.shape[1], wq.shape[1] + wk.shape[1]], axis=-1)
+    else:
+        xq, xk, xv = x @ wq, x @ wk, x @ wv
+    q, k = split(xq, heads), split(xk, kv_heads)
     if rotate:
         q, k = _rope(q, positions), _rope(k, positions)
     keys = jnp.concatenate([past_k, k], axis=2)
-    values = jnp.concatenate([past_v, split(x @ wv, kv_heads)], axis=2)
+    values = jnp.concatenate([past_v, split(xv, kv_heads)], axis=2)
     out = _attend(q, keys, values, None, None)
     return out.transpose(0, 2, 1, 3).reshape(b, s, heads * head_dim), keys, values
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("past", [0, 3])
-def test_attention_over_a_concatenated_cache_takes_the_past(rotate, past):
+def test_attention_over_a_concatenated_cache_takes_the_past(rotate, past, fused):
     """The past and present go into and out of one Attention, which takes the 3D projections
     (3D RotaryEmbeddings where rotated): no head splits, merges or Concats are left; the
     results are JAX's (the past empty or not)."""
@@ -215,12 +221,13 @@ def test_attention_over_a_concatenated_cache_takes_the_past(rotate, past):
     positions = (past + np.arange(3, dtype=np.int32))[None].repeat(2, 0)
 
     def f(x, past_k, past_v, positions):
-        return _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, rotate)
+        return _decoder_attention(x, past_k, past_v, wq, wk, wv, positions, rotate, fused)
 
     model = assert_exports_match_on(f, x, past_k, past_v, positions, opset=23)
     ops = op_types(model, nested=True)
     assert ops.count("Attention") == 1, ops
     assert not {"Concat", "Transpose", "Reshape"} & set(op_types(model)), ops
+    assert op_types(model).count("Split") == fused, ops
     assert ops.count("RotaryEmbedding") == 2 * rotate, ops
 
 
