@@ -27,6 +27,7 @@ import numpy as np
 
 from jax2onnx_nn.core.api import to_onnx
 from jax2onnx_nn.core.errors import SpecError
+from jax2onnx_nn.core.trace_errors import user_frame
 from jax2onnx_nn.genai.opset import decoder_opset
 
 BATCH = "batch_size"
@@ -181,6 +182,9 @@ def export_decoder(
     output_names = ["logits"] + [f"present.{i}.{kv}" for i in layers for kv in ("key", "value")]
     out = jax.eval_shape(graph_fn, *_example_inputs(cache, share_buffer))
     vocab = _check_outputs(out, cache)
+    if cache.layout == "fixed" and not share_buffer:
+        _check_slots_follow_the_cache(graph_fn, cache, step)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     model_path = folder / "model.onnx"
     options.setdefault("model_name", "decoder")
@@ -196,14 +200,19 @@ def export_decoder(
     else:
         bounds = (f"{PAST} + {SEQUENCE} <= {cache.max_length}",) if cache.layout == "fixed" else ()
     options["constraints"] = (*options.get("constraints", ()), *bounds)
-    to_onnx(
-        graph_fn,
-        specs,
-        path=model_path,
-        input_names=tuple(input_names),
-        output_names=tuple(output_names),
-        **options,
-    )
+    try:
+        to_onnx(
+            graph_fn,
+            specs,
+            path=model_path,
+            input_names=tuple(input_names),
+            output_names=tuple(output_names),
+            **options,
+        )
+    except BaseException:
+        if created and not any(folder.iterdir()):  # nothing half-written: no empty folder left
+            folder.rmdir()
+        raise
     config = genai_config(
         cache,
         num_heads=num_heads,
@@ -454,10 +463,37 @@ def _input_specs(cache: CacheSpec, share_buffer: bool) -> list[Any]:
     ]
 
 
-def _example_inputs(cache: CacheSpec, share_buffer: bool) -> list[jax.ShapeDtypeStruct]:
-    """Concrete shapes (batch 1, ``max_length - 1`` past, 1 new: the step's buffer is
-    ``max_length`` slots, as its errors say) to check the step's results before the export."""
-    batch, past, new = 1, cache.max_length - 1, 1
+def _check_slots_follow_the_cache(
+    graph_fn: Callable[..., Any], cache: CacheSpec, step: Callable[..., Any]
+) -> None:
+    """A fixed-layout step is traced with ``past + S`` slots, not ``max_length``: one that
+    works with ``max_length`` slots and fails with fewer sizes something by the constant."""
+    if cache.max_length < 2:
+        return
+    slots = cache.max_length - 1
+    try:
+        jax.eval_shape(graph_fn, *_example_inputs(cache, False, past=slots - 1))
+    except Exception as err:  # the step's own error, for a buffer of other length
+        where = user_frame(err.__traceback__)
+        raise SpecError(
+            f"{_name(step)} works with a cache of max_length={cache.max_length} slots but not "
+            f"with {slots}: {type(err).__name__}: {err}\n"
+            + (f"  at {where}\n" if where else "")
+            + "export_decoder traces a fixed-layout step with the slots in use (past_sequence_"
+            "length + sequence_length), so one graph serves every generation length. Fix: size "
+            f"what spans the cache by the cache itself (k_cache.shape[2]), not by the constant "
+            f"{cache.max_length}."
+        ) from None
+
+
+def _example_inputs(
+    cache: CacheSpec, share_buffer: bool, *, past: int | None = None
+) -> list[jax.ShapeDtypeStruct]:
+    """Concrete shapes (batch 1, ``max_length - 1`` past unless given, 1 new: the step's
+    buffer is ``max_length`` slots, as its errors say) to check the step's results before the
+    export."""
+    batch, new = 1, 1
+    past = cache.max_length - 1 if past is None else past
     slots = past + new if share_buffer else past
     ids = jax.ShapeDtypeStruct((batch, new), jnp.int32)
     kv = jax.ShapeDtypeStruct((batch, cache.kv_heads, slots, cache.head_dim), cache.dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import onnx
 import pytest
@@ -137,6 +138,43 @@ def test_cache_of_another_layout_is_refused(tmp_path: Path) -> None:
         export_decoder(
             step, tmp_path, cache=LLAMA_CACHE, num_heads=4, eos_token_id=1, pad_token_id=0
         )
+
+
+def test_a_step_sized_by_the_constant_max_length_names_the_fix(tmp_path: Path) -> None:
+    """A fixed-layout step is traced with the slots in use, not max_length: one that spans the
+    cache with the constant gets the fix and its own line, nothing written."""
+    spec = CacheSpec(num_layers=1, kv_heads=1, head_dim=8, max_length=16)
+
+    def step(input_ids, position_ids, cache, *, cache_index, attention_mask):  # type: ignore[no-untyped-def]
+        ((k, v),) = cache
+        new = jnp.ones((input_ids.shape[0], 1, input_ids.shape[1], 8), k.dtype)
+        k = jax.lax.dynamic_update_slice(k, new, (0, 0, cache_index, 0))
+        v = jax.lax.dynamic_update_slice(v, new, (0, 0, cache_index, 0))
+        seen = (attention_mask * (jnp.arange(16) <= cache_index)).sum(-1)  # 16: the constant
+        return jnp.zeros((*input_ids.shape, 5)) + seen[:, None, None], [(k, v)]
+
+    folder = tmp_path / "out"
+    with pytest.raises(SpecError) as info:
+        export_decoder(step, folder, cache=spec, num_heads=1, eos_token_id=1, pad_token_id=0)
+    message = str(info.value)
+    assert "works with a cache of max_length=16 slots but not with 15" in message
+    assert "test_export.py:" in message and "k_cache.shape[2]" in message
+    assert not folder.exists()
+
+
+def test_a_failed_export_leaves_no_folder(tmp_path: Path) -> None:
+    spec = CacheSpec(num_layers=1, kv_heads=1, head_dim=8, max_length=16)
+
+    def step(input_ids, position_ids, cache, *, cache_index, attention_mask):  # type: ignore[no-untyped-def]
+        logits = jnp.zeros((*input_ids.shape, 5)) + attention_mask.sum(-1)[:, None, None]
+        return logits, cache
+
+    folder = tmp_path / "out"
+    with pytest.raises(TypeError, match="'opsett': did you mean 'opset'"):
+        export_decoder(
+            step, folder, cache=spec, num_heads=1, eos_token_id=1, pad_token_id=0, opsett=24
+        )
+    assert not folder.exists()
 
 
 def test_unknown_layout_is_refused() -> None:
