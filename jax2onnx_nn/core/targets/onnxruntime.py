@@ -9,6 +9,7 @@ from jax2onnx_nn.core.targets.onnxruntime_attention import (
     packed_multi_head_attention,
     packed_onnx_attention,
 )
+from jax2onnx_nn.core.targets.onnxruntime_layer_norm import layer_norm_on_rows
 from jax2onnx_nn.core.targets.profile import Target
 
 # Quantized weights (core/quant/): a 4-bit weight's matmul is com.microsoft.MatMulNBits at
@@ -30,6 +31,7 @@ PROFILE = Target(
         packed_attention,
         packed_onnx_attention,
         packed_multi_head_attention,
+        layer_norm_on_rows,
     ),
     kernel_opsets={"Attention": (23, 24)},
     # MatMulIntegerToFloat: an int8 x int8 matmul and its per-column scale in one node

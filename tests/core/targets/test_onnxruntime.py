@@ -14,6 +14,7 @@ import pytest
 
 from jax2onnx_nn import verify
 from jax2onnx_nn.core.targets import onnxruntime_attention as packed
+from jax2onnx_nn.core.targets.onnxruntime_layer_norm import layer_norm_on_rows
 from tests.core.targets.rewrite_check import exported, op_counts
 
 D, HEADS = 32, 4
@@ -130,3 +131,45 @@ def test_causal_softmax_with_logits_far_apart_is_jax_s() -> None:
     assert op_counts(model.graph)["Trilu"] == 2
     report = verify(fn, model, SYMBOLIC, sizes={"B": [2], "T": [9]}, rtol=1e-5, atol=1e-5)
     assert report.ok, report
+
+
+def _residual_norm() -> Any:
+    """A residual sum and a LayerNorm over it (the sum read by nothing else)."""
+    from flax import nnx
+
+    class ResidualNorm(nnx.Module):
+        def __init__(self) -> None:
+            self.norm = nnx.LayerNorm(D, rngs=nnx.Rngs(0))
+            self.norm.scale[...] = jnp.asarray(_rng.standard_normal(D), jnp.float32)
+            self.norm.bias[...] = jnp.asarray(_rng.standard_normal(D), jnp.float32)
+
+        def __call__(self, x: jax.Array, skip: jax.Array) -> jax.Array:
+            return self.norm(x + skip)
+
+    return ResidualNorm()
+
+
+def _session_ops(model: onnx.ModelProto, tmp_path: Any) -> list[str]:
+    """The op types of ``model`` after onnxruntime's default optimizations."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+
+
+@pytest.mark.parametrize("batch", ["B", 3])
+def test_residual_layer_norm_stays_out_of_skip_layer_normalization(
+    batch: Any, tmp_path: Any
+) -> None:
+    specs = [((batch, 6, D), "float32")] * 2
+    fn = _residual_norm()
+    model = exported("onnxruntime", (), fn, specs)
+    ops = _session_ops(model, tmp_path)
+    assert "SkipLayerNormalization" not in ops and ops.count("LayerNormalization") == 1, ops
+    sizes = {"B": [2, 0, 1]} if batch == "B" else {}
+    report = verify(fn, model, specs, sizes=sizes, rtol=1e-5, atol=1e-5)
+    assert report.ok, report
+    without = exported("onnxruntime", (layer_norm_on_rows,), fn, specs)
+    assert "SkipLayerNormalization" in _session_ops(without, tmp_path)
