@@ -96,7 +96,7 @@ def _packed(attention: ir.Node, out: ir.Value, edit: Editor) -> ir.Value | None:
     packed_b = np.concatenate(
         [np.zeros(width, dtype) if b is None else b.reshape(width) for b in biases]
     ).astype(dtype)
-    if causal and len(x.shape) == 3:
+    if causal and len(x.shape) == 3 and edit.opset >= 14:  # (Trilu: opset 14)
         return _causal_attention(x, packed_w, packed_b, heads, scale, edit)
     graph = edit.graph
     base = attention.name or "attention"
