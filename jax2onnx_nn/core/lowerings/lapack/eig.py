@@ -32,6 +32,7 @@ from jax2onnx_nn.core.lowerings.lapack.steps import (
     refuse_half_precision,
     where,
 )
+from jax2onnx_nn.core.lowerings.lapack.trevc import real_eig, schur_blocks
 from jax2onnx_nn.core.registry import lowering
 
 
@@ -122,6 +123,13 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     scale = power_of_two_scale(jnp.abs(a))
     # balanced as geev (see BALANCE_FACTOR): isolated values stay exact, scaled rows accurate
     b, inverse, d = balance(a / scale) if n > 1 else (a / scale, None, None)
+    if n > 0 and not left and not jnp.iscomplexobj(a):
+        # geev's own path (dhseqr, dtrevc3, gebak, its normalisation): JAX's values in JAX's
+        # order and its vectors, signs and phases included
+        t, z = real_schur(b)
+        wr, wi, _, _ = schur_blocks(t)
+        values = lax.complex(wr[..., 0, :], wi[..., 0, :]) * scale[..., 0]
+        return [values, real_eig(t, z, inverse, d)] if right else [values]
     t, z = complex_schur(b, vectors=left or right)
     ids = index_range(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
