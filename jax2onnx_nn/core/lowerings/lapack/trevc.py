@@ -81,7 +81,7 @@ def right_eigenvectors(t: jax.Array, z: jax.Array) -> Parts:
     # a pair's columns p (first), q = p + 1: t's columns p and q at both of them
     tp = where(second, _shifted(t, -1), t)
     tq = where(first, _shifted(t, 1), t)
-    b = jnp.sum(where(rows + 1 == top, tq, zero), axis=-2, keepdims=True)  # t[p, q]
+    b = jnp.sum(where(rows == top, tq, zero), axis=-2, keepdims=True)  # t[p, q]
     c = jnp.sum(where(rows == top + 1, tp, zero), axis=-2, keepdims=True)  # t[q, p]
     pair = first | second
     big = jnp.abs(b) >= jnp.abs(c)
