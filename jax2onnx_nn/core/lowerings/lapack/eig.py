@@ -126,10 +126,10 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     if n > 0 and not left and not jnp.iscomplexobj(a):
         # geev's own path (dhseqr, dtrevc3, gebak, its normalisation): JAX's values in JAX's
         # order and its vectors, signs and phases included
-        t, z = real_schur(b)
-        wr, wi, _, _ = schur_blocks(t)
+        rt, rz = real_schur(b)
+        wr, wi, _, _ = schur_blocks(rt)
         values = lax.complex(wr[..., 0, :], wi[..., 0, :]) * scale[..., 0]
-        return [values, real_eig(t, z, inverse, d)] if right else [values]
+        return [values, real_eig(rt, rz, inverse, d)] if right else [values]
     t, z = complex_schur(b, vectors=left or right)
     ids = index_range(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
