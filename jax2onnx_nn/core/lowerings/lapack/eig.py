@@ -1,5 +1,6 @@
-"""lax.linalg ``eig`` and ``schur``: balanced, reduced to Schur form, eigenvectors by back
-substitution on the triangular form (``trevc``) and normalized as LAPACK does."""
+"""lax.linalg ``eig`` and ``schur``: balanced, reduced to Schur form (real: ``schur.py``, as
+geev; complex: ``complex_schur.py``), eigenvectors by back substitution on it (``trevc``)
+and normalized as LAPACK does."""
 
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def _normalized(z: jax.Array, x: Parts) -> jax.Array:
 
 def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     """[values, left vectors (u^H a = w u^H) if ``left``, right vectors (a v = w v) if
-    ``right``] of a square real or complex ``a``, complex, from its complex Schur form."""
+    ``right``] of a square real or complex ``a``, complex: a real ``a`` without left vectors
+    by geev's own path (real Schur form, ``trevc``), else from its complex Schur form."""
     dtype = jnp.result_type(a.dtype, jnp.complex64)
     n = a.shape[-1]
     # a divided by a power of two (exactly, as svd's) so that no square in the rotations leaves
