@@ -221,6 +221,7 @@ EIG_OPS = (
         "ReduceMin",
         "Reshape",
         "Scan",
+        "Split",
         "Squeeze",
         "Transpose",
         "Unsqueeze",
