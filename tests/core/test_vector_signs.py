@@ -245,3 +245,23 @@ def test_schur_vectors_follow_dlahqr() -> None:
     mine_z, mine_t = _session("schur", a.shape, "float64")([a])
     np.testing.assert_allclose(mine_z, z, atol=1e-9)
     np.testing.assert_allclose(mine_t, t, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_eig_values_in_jax_order(dtype: str) -> None:
+    """eig of real matrices follows geev's real Schur form: the values come out in JAX's order
+    (a pair's + first), a real value's imaginary part exactly 0, and eigvals gives the same."""
+    a = np.concatenate(
+        [_draw(34, kind, (8, 4, 4), False, dtype) for kind in ("gaussian", "perturbed")]
+    )
+    with jxi.x64(dtype == "float64"):
+        ref = np.asarray(jax.jit(jnp.linalg.eigvals)(jnp.asarray(a)))
+        model = to_onnx(
+            lambda a: (jnp.linalg.eig(a)[0], jnp.linalg.eigvals(a)),
+            [jax.ShapeDtypeStruct(a.shape, np.dtype(dtype))],
+            enable_double_precision=dtype == "float64",
+        )
+    for values in open_session(model)([a]):
+        values = _as_complex(np.asarray(values), ref)
+        np.testing.assert_allclose(values, ref, rtol=1e-4 if dtype == "float32" else 1e-10)
+        assert np.all(values.imag[ref.imag == 0] == 0)
