@@ -9,6 +9,7 @@ from jax2onnx_nn.core.targets.onnxruntime_attention import (
     packed_multi_head_attention,
     packed_onnx_attention,
 )
+from jax2onnx_nn.core.targets.onnxruntime_gqa import group_query_attention
 from jax2onnx_nn.core.targets.onnxruntime_layer_norm import layer_norm_on_rows
 from jax2onnx_nn.core.targets.profile import Target
 
@@ -32,6 +33,7 @@ PROFILE = Target(
         packed_onnx_attention,
         packed_multi_head_attention,
         layer_norm_on_rows,
+        group_query_attention,
     ),
     kernel_opsets={"Attention": (23, 24)},
     # MatMulIntegerToFloat: an int8 x int8 matmul and its per-column scale in one node
@@ -41,6 +43,7 @@ PROFILE = Target(
             "com.microsoft.MultiHeadAttention",
             "com.microsoft.MatMulIntegerToFloat",
             "com.microsoft.Attention",
+            "com.microsoft.GroupQueryAttention",
         }
     ),
 )
