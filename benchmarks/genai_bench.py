@@ -9,6 +9,11 @@ exports, 1 and 2 layers, differenced)::
 
     python3 -m benchmarks.genai_bench                 # 12 layers, d=768, vocab 50257
     python3 -m benchmarks.genai_bench --layers 2 --dim 256 --vocab 1000   # quick
+
+``--compare-attention`` also exports the decoder with ONNX ``Attention`` (the onnxruntime
+target without its ``GroupQueryAttention`` rewrite, core/targets/onnxruntime_gqa.py) and
+alternates the two in onnxruntime-genai; ``--repeats`` runs each that many times (medians);
+``--threads`` sets onnxruntime's intra-op threads (1: what a loaded machine leaves comparable).
 """
 
 from __future__ import annotations
@@ -35,11 +40,36 @@ from jax2onnx_nn.genai import CacheSpec, export_decoder, padded_prompts  # noqa:
 from tests.genai.models import Gpt2  # noqa: E402
 
 
-def _export(model: Gpt2, cache: CacheSpec, heads: int, folder: str, vocab: int) -> float:
+def _export(
+    model: Gpt2, cache: CacheSpec, heads: int, folder: str, vocab: int, **options: Any
+) -> float:
     started = time.perf_counter()
     export_decoder(model, folder, cache=cache, num_heads=heads, eos_token_id=vocab - 1,
-                   pad_token_id=vocab - 1)  # fmt: skip
+                   pad_token_id=vocab - 1, **options)  # fmt: skip
     return time.perf_counter() - started
+
+
+def _without_gqa() -> Any:
+    """The onnxruntime target without its GroupQueryAttention rewrite (ONNX Attention)."""
+    from dataclasses import replace
+
+    from jax2onnx_nn.core.targets.onnxruntime import PROFILE
+    from jax2onnx_nn.core.targets.onnxruntime_gqa import group_query_attention
+
+    rewrites = tuple(r for r in PROFILE.rewrites if r is not group_query_attention)
+    return replace(PROFILE, rewrites=rewrites)
+
+
+def _set_threads(folder: str, threads: int) -> None:
+    """onnxruntime's intra-op threads in the folder's genai_config.json."""
+    import json
+
+    path = os.path.join(folder, "genai_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
+    with open(path, "w") as f:
+        json.dump(config, f, indent=4)
 
 
 def _nodes(folder: str) -> int:
@@ -122,6 +152,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--compare-attention", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0, help="0: onnxruntime's default")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, devices {jax.devices()}, cpus {os.cpu_count()}")
     heads, head_dim = args.heads, args.dim // args.heads
@@ -133,23 +166,38 @@ def main() -> None:
     prompt, _, _ = padded_prompts(
         [list(np.random.default_rng(0).integers(0, args.vocab - 1, args.prompt))], args.vocab - 1
     )
-    with tempfile.TemporaryDirectory() as folder:
-        seconds = _export(model, cache, heads, folder, args.vocab)
-        print(f"model: {params / 1e6:.1f}M parameters, {args.layers} layers, d={args.dim}; "
-              f"export {seconds:.1f} s, {_nodes(folder)} nodes")  # fmt: skip
-        og_prefill, og_decode, og_tokens = bench_genai(folder, prompt, args.new)
+    exports: dict[str, dict[str, Any]] = {"onnxruntime-genai": {}}
+    if args.compare_attention:
+        exports["  with ONNX Attention"] = {"target": _without_gqa()}
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in exports}
+    with tempfile.TemporaryDirectory() as base:
+        folders = {name: os.path.join(base, str(i)) for i, name in enumerate(exports)}
+        for name, options in exports.items():
+            seconds = _export(model, cache, heads, folders[name], args.vocab, **options)
+            if args.threads:
+                _set_threads(folders[name], args.threads)
+            nodes = _nodes(folders[name])
+            print(f"{name.strip()}: {params / 1e6:.1f}M parameters, {args.layers} layers, "
+                  f"d={args.dim}; export {seconds:.1f} s, {nodes} nodes")  # fmt: skip
+        for _ in range(args.repeats):  # (the exports alternated)
+            for name in exports:
+                og_prefill, og_decode, og_tokens = bench_genai(folders[name], prompt, args.new)
+                timings[name].append((og_prefill, og_decode))
+                if name == "onnxruntime-genai":
+                    tokens = og_tokens
+                elif og_tokens != tokens:
+                    print(f"{name.strip()}: other tokens than onnxruntime-genai's")
     fixed = CacheSpec(args.layers, heads, head_dim, args.max_length)
     jx_prefill, jx_decode, jx_tokens = bench_jax(model, fixed, prompt, args.new)
     decoded = args.new - 1
     print(f"prompt {args.prompt} tokens, {args.new} generated, batch 1")
     print(f"{'':24}{'prefill tok/s':>15}{'decode tok/s':>15}")
-    for name, prefill, decode in (
-        ("onnxruntime-genai", og_prefill, og_decode),
-        ("jax.jit loop", jx_prefill, jx_decode),
-    ):
+    rows = [(name, *np.median(np.asarray(t), axis=0)) for name, t in timings.items()]
+    for name, prefill, decode in [*rows, ("jax.jit loop", jx_prefill, jx_decode)]:
         print(f"{name:24}{args.prompt / prefill:15.1f}{decoded / decode:15.1f}")
-    same = sum(a == b for a, b in zip(og_tokens, jx_tokens, strict=False))
+    same = sum(a == b for a, b in zip(tokens, jx_tokens, strict=False))
     print(f"tokens equal: {same}/{len(jx_tokens)}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
