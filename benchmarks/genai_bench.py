@@ -14,6 +14,9 @@ exports, 1 and 2 layers, differenced)::
 target without its ``GroupQueryAttention`` rewrite, core/targets/onnxruntime_gqa.py) and
 alternates the two in onnxruntime-genai; ``--repeats`` runs each that many times (medians);
 ``--threads`` sets onnxruntime's intra-op threads (1: what a loaded machine leaves comparable).
+``--cpu`` adds, for each export, the CPU time on one thread of plain onnxruntime sessions: the
+prompt's prefill and one decode step after it, rounds alternated, medians (wall clock at a load
+of several processes a core swings by 2x from run to run; the CPU time much less).
 """
 
 from __future__ import annotations
@@ -143,6 +146,49 @@ def bench_jax(
     return run()
 
 
+def bench_cpu(folders: dict[str, str], prompt: np.ndarray, rounds: int) -> dict[str, Any]:
+    """{export: (prefill ms, decode ms)}: CPU time on one thread of the prompt's call and of
+    one decode step after it in onnxruntime sessions, rounds alternated, medians."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    sessions = {
+        name: ort.InferenceSession(
+            os.path.join(folder, "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        for name, folder in folders.items()
+    }
+    batch, length = prompt.shape
+    feeds: list[dict[str, np.ndarray]] = []
+    first = next(iter(sessions.values()))
+    past = [i for i in first.get_inputs() if i.name.startswith("past_key_values")]
+    heads, head_dim = past[0].shape[1], past[0].shape[3]
+    prefill = {
+        "input_ids": prompt.astype(np.int32),
+        "attention_mask": np.ones((batch, length), np.int32),
+        "position_ids": np.arange(length, dtype=np.int32)[None],
+        **{i.name: np.zeros((batch, heads, 0, head_dim), np.float32) for i in past},
+    }
+    present = first.run(None, prefill)[1:]
+    decode = {
+        "input_ids": prompt[:, -1:].astype(np.int32),
+        "attention_mask": np.ones((batch, length + 1), np.int32),
+        "position_ids": np.full((batch, 1), length, np.int32),
+        **{i.name: p for i, p in zip(past, present, strict=True)},
+    }
+    feeds = [prefill, decode]
+    times: dict[str, list[list[float]]] = {name: [[], []] for name in sessions}
+    for _ in range(rounds):
+        for name, session in sessions.items():
+            for phase, feed in enumerate(feeds):
+                for _ in range(3):
+                    started = time.process_time()
+                    session.run(None, feed)
+                    times[name][phase].append(time.process_time() - started)
+    return {name: [float(np.median(t)) * 1e3 for t in phases] for name, phases in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
@@ -155,6 +201,7 @@ def main() -> None:
     parser.add_argument("--compare-attention", action="store_true")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=0, help="0: onnxruntime's default")
+    parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, devices {jax.devices()}, cpus {os.cpu_count()}")
     heads, head_dim = args.heads, args.dim // args.heads
@@ -187,6 +234,7 @@ def main() -> None:
                     tokens = og_tokens
                 elif og_tokens != tokens:
                     print(f"{name.strip()}: other tokens than onnxruntime-genai's")
+        cpu = bench_cpu(folders, prompt, max(args.repeats, 5)) if args.cpu else {}
     fixed = CacheSpec(args.layers, heads, head_dim, args.max_length)
     jx_prefill, jx_decode, jx_tokens = bench_jax(model, fixed, prompt, args.new)
     decoded = args.new - 1
@@ -195,6 +243,9 @@ def main() -> None:
     rows = [(name, *np.median(np.asarray(t), axis=0)) for name, t in timings.items()]
     for name, prefill, decode in [*rows, ("jax.jit loop", jx_prefill, jx_decode)]:
         print(f"{name:24}{args.prompt / prefill:15.1f}{decoded / decode:15.1f}")
+    for name, (prefill_ms, decode_ms) in cpu.items():
+        print(f"{name.strip()}: CPU time on one thread (onnxruntime session): prefill "
+              f"{prefill_ms:.2f} ms, decode step {decode_ms:.3f} ms")  # fmt: skip
     same = sum(a == b for a, b in zip(tokens, jx_tokens, strict=False))
     print(f"tokens equal: {same}/{len(jx_tokens)}")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
