@@ -1,7 +1,8 @@
-"""onnxruntime's GroupQueryAttention in the decoder (core/targets/onnxruntime_gqa.py): the
-Llama-style step generates JAX's greedy tokens with it, a padded batch of prompts of different
-lengths included, in onnxruntime-genai and the plain onnxruntime loop; a batch or a length of 0
-runs; other targets keep ONNX Attention."""
+"""onnxruntime's GroupQueryAttention in the decoder (core/targets/onnxruntime_gqa.py, opt-in:
+target=WITH_GROUP_QUERY_ATTENTION): the Llama-style step generates JAX's greedy tokens with it,
+a padded batch of prompts of different lengths included, in onnxruntime-genai and the plain
+onnxruntime loop; a batch or a length of 0 runs; the default onnxruntime target and the others
+keep ONNX Attention."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from flax import nnx
 
+from jax2onnx_nn.core.targets.onnxruntime import WITH_GROUP_QUERY_ATTENTION
 from jax2onnx_nn.genai import CacheSpec, export_decoder, generate_genai, generate_jax, generate_onnx
 from jax2onnx_nn.genai.padding import padded_batch_step
 from tests.genai.models import Llama, scaled_init
@@ -23,6 +25,12 @@ EOS, PAD = 96, 0
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]]
 CACHE = CacheSpec(num_layers=2, kv_heads=2, head_dim=16, max_length=64)
 TOKENS: dict[str, Any] = {"max_new_tokens": 32, "eos_token_id": EOS, "pad_token_id": PAD}
+GQA: dict[str, Any] = {
+    "num_heads": 4,
+    "eos_token_id": EOS,
+    "pad_token_id": PAD,
+    "target": WITH_GROUP_QUERY_ATTENTION,
+}
 
 
 def _llama() -> Llama:
@@ -58,7 +66,7 @@ def alone() -> list[list[int]]:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("gqa")
-    export_decoder(_llama(), folder, cache=CACHE, num_heads=4, eos_token_id=EOS, pad_token_id=PAD)
+    export_decoder(_llama(), folder, cache=CACHE, **GQA)
     return folder
 
 
@@ -66,7 +74,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def padded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("gqa_padded")
     step = padded_batch_step(_llama(), CACHE, pad_token_id=PAD)
-    export_decoder(step, folder, cache=CACHE, num_heads=4, eos_token_id=EOS, pad_token_id=PAD)
+    export_decoder(step, folder, cache=CACHE, **GQA)
     return folder
 
 
@@ -122,8 +130,8 @@ def test_an_empty_batch_or_length_runs(plain: Path, batch: int, tokens: int, pas
     assert all(p.shape == (batch, 2, past + tokens, 16) for p in present)
 
 
-@pytest.mark.parametrize("target", ["openvino", "onnxruntime-web"])
-def test_other_targets_keep_onnx_attention(tmp_path: Path, target: str) -> None:
+@pytest.mark.parametrize("target", [None, "openvino", "onnxruntime-web"])
+def test_other_targets_keep_onnx_attention(tmp_path: Path, target: str | None) -> None:
     export_decoder(
         _llama(),
         tmp_path,
@@ -137,4 +145,4 @@ def test_other_targets_keep_onnx_attention(tmp_path: Path, target: str) -> None:
     assert all(o.domain != "com.microsoft" for o in model.opset_import), model.opset_import
     ops = _branch_ops(tmp_path / "model.onnx")
     # (openvino's decoder opset predates Attention: the decomposition)
-    assert ops[":Attention/past"] == (2 if target == "onnxruntime-web" else 0), ops
+    assert ops[":Attention/past"] == (0 if target == "openvino" else 2), ops

@@ -34,11 +34,13 @@ def group_query_attention(node: ir.Node, edit: Editor) -> Replacement:
     writes the present as ``Attention`` does (the past, then the new keys). The same numbers
     for every query that keeps a key; a query the mask hides from every key (a pad token of
     a left-padded row, whose result no kept token reads) averages the values of the slots up
-    to it where ``Attention`` averages all. onnxruntime 1.32's CPU kernel takes 0.22-0.26x
-    the time for a 64-token prefill, 0.41-0.64x per decode step (``python3 -m
-    benchmarks.gqa_bench --cpu``). It kills the process on a batch of 0, so the op stays in
-    the ``If`` that guards ``Attention`` against an empty batch or length. float32 only (not
-    measured at 16 bits), no softcap (not compared)."""
+    to it where ``Attention`` averages all. Opt-in (``WITH_GROUP_QUERY_ATTENTION`` in
+    core/targets/onnxruntime.py): onnxruntime 1.32's CPU kernel is not faster than ONNX
+    ``Attention`` taking the past (0.98-1.07x its time for a 64-256-token prefill, 1.0-1.3x
+    per decode step, the op alone; 0.22-0.26x / 0.41-0.64x only against the older form, the
+    cache scattered into the whole buffer, ``benchmarks/gqa_bench.py``). It kills the process
+    on a batch of 0, so the op stays in the ``If`` that guards ``Attention`` against an empty
+    batch or length. float32 only (not measured at 16 bits), no softcap (not compared)."""
     if len(node.inputs) != 6 or len(node.outputs) != 3 or edit.graph is None:
         return None
     q, k, v, mask, past_key, past_value = node.inputs
