@@ -178,3 +178,19 @@ def test_normalization_and_rescaling_are_their_affine_ops():
     )
     onnx_model = _export(model, [S("batch", 3)])
     assert _ops(onnx_model) == Counter({"Sub": 1, "Div": 1, "Mul": 1, "Add": 1})
+
+
+def test_residual_layer_normalization_on_onnxruntime_keeps_its_axis():
+    """Keras writes LayerNormalization's axis as a positive 2; onnxruntime's rows rewrite
+    (a residual norm on [B*T, D] rows) normalises the rows' last axis, not a rank-2 axis 2."""
+    keras.utils.set_random_seed(0)
+    x, skip = keras.Input((5, 8)), keras.Input((5, 8))
+    norm = layers.LayerNormalization(axis=-1)
+    model = keras.Model([x, skip], norm(layers.Add()([x, skip])))
+    onnx_model = assert_exports_match(
+        lambda a, b: model([a, b], training=False),
+        [S("batch", 5, 8), S("batch", 5, 8)],
+        sizes=BATCHES,
+    )
+    (ln,) = [n for n in onnx_model.graph.node if n.op_type == "LayerNormalization"]
+    assert [a.i for a in ln.attribute if a.name == "axis"] == [-1]

@@ -36,7 +36,8 @@ def layer_norm_on_rows(node: ir.Node, edit: Editor) -> Replacement:
         "",
         "LayerNormalization",
         [rows, *node.inputs[1:]],
-        list(node.attributes.values()),
+        # the normalized axis is the rows' last (an axis=2 of the 3-D sum is 1 of the rows)
+        [*(a for a in node.attributes.values() if a.name != "axis"), ir.AttrInt64("axis", -1)],
         name=f"{node.name}/rows",
         doc_string=node.doc_string,
     )
