@@ -297,7 +297,9 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         at_pair = pair & (ids == m - 1)
         pair_r = (where(at_pair, cosr, one), where(at_pair, sinr, zero))
         pair_l = (where(at_pair, cosl, one), where(at_pair, sinl, zero))
-        # the sweep, top to bottom over lo..hi-1: both bdsqr's shifted and zero-shift chases
+        # the sweep, top to bottom over lo..hi-1. bdsqr's shifted and zero-shift chases each
+        # take two dlartg per position, on different arguments: one dlartg on the arguments each
+        # matrix's chase picks (elementwise, so every matrix gets its own chase's bits)
         d_lo = pick(d, lo)
         f = (jnp.abs(d_lo) - shift) * (
             fortran_sign(one, d_lo) + shift / where(d_lo == 0, one, d_lo)
@@ -308,43 +310,35 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         vts, uts = jnp.split(vt, n, axis=-2), jnp.split(ut, n, axis=-2)
         prc, prs = (jnp.split(x, n, axis=-1) for x in pair_r)
         plc, pls = (jnp.split(x, n, axis=-1) for x in pair_l)
+        shifted = ~no_shift
         for i in range(n - 1):
             on = chase & (i >= lo) & (i < hi)
-            later = on & (i > lo)
-            # zero shift
-            cz, sz, rz = _lartg(ds[i] * cs, es[i])
-            e_prev_z = oldsn * rz
-            ocz, osz, dz = _lartg(oldcs * rz, ds[i + 1] * sz)
-            # shifted
-            cr, sr, rr = _lartg(f, g)
-            fs = cr * ds[i] + sr * es[i]
-            e_i = cr * es[i] - sr * ds[i]
-            gs = sr * ds[i + 1]
-            d_next = cr * ds[i + 1]
-            cl, sl, rl = _lartg(fs, gs)
-            f_next = cl * e_i + sl * d_next
-            d_next = cl * d_next - sl * e_i
-            inner = on & (i < hi - 1)
+            # the first rotation: zero shift (d[i] cs, e[i]), shifted (f, g)
+            c1, s1, r1 = _lartg(where(no_shift, ds[i] * cs, f), where(no_shift, es[i], g))
+            # shifted: the first rotation applied
+            e_i = c1 * es[i] - s1 * ds[i]
+            d_next = c1 * ds[i + 1]
+            # the second rotation: zero shift (oldcs r, d[i+1] sn), shifted (fs, gs)
+            c2, s2, r2 = _lartg(
+                where(no_shift, oldcs * r1, c1 * ds[i] + s1 * es[i]), ds[i + 1] * s1
+            )
+            s_ = on & shifted
             if i < n - 2:
-                g_next = sl * es[i + 1]
-                es[i + 1] = where(inner & ~no_shift, cl * es[i + 1], es[i + 1])
+                g_next = s2 * es[i + 1]
+                es[i + 1] = where(s_ & (i < hi - 1), c2 * es[i + 1], es[i + 1])
             else:
                 g_next = g
-            z, s_ = on & no_shift, on & ~no_shift
             if i > 0:
-                es[i - 1] = where(
-                    later & no_shift, e_prev_z, where(later & ~no_shift, rr, es[i - 1])
-                )
-            ds[i] = where(z, dz, where(s_, rl, ds[i]))
-            ds[i + 1] = where(s_, d_next, ds[i + 1])
+                es[i - 1] = where(on & (i > lo), where(no_shift, oldsn * r1, r1), es[i - 1])
+            ds[i] = where(on, r2, ds[i])
+            ds[i + 1] = where(s_, c2 * d_next - s2 * e_i, ds[i + 1])
             es[i] = where(s_, e_i, es[i])
-            cs, oldcs, oldsn = where(z, cz, cs), where(z, ocz, oldcs), where(z, osz, oldsn)
-            f, g = where(s_, f_next, f), where(s_, g_next, g)
+            z = on & no_shift
+            cs, oldcs, oldsn = where(z, c1, cs), where(z, c2, oldcs), where(z, s2, oldsn)
+            f, g = where(s_, c2 * e_i + s2 * d_next, f), where(s_, g_next, g)
             # the rotations of V^T's rows and U's columns i, i+1 (a 2x2 block's from lasv2)
-            rc = where(z, cz, where(s_, cr, prc[i]))
-            rs = where(z, sz, where(s_, sr, prs[i]))
-            lc = where(z, ocz, where(s_, cl, plc[i]))
-            ls = where(z, osz, where(s_, sl, pls[i]))
+            rc, rs = where(on, c1, prc[i]), where(on, s1, prs[i])
+            lc, ls = where(on, c2, plc[i]), where(on, s2, pls[i])
             vts[i], vts[i + 1] = rc * vts[i] + rs * vts[i + 1], rc * vts[i + 1] - rs * vts[i]
             uts[i], uts[i + 1] = lc * uts[i] + ls * uts[i + 1], lc * uts[i + 1] - ls * uts[i]
         d, e = jnp.concatenate(ds, -1), jnp.concatenate(es, -1)
