@@ -98,14 +98,15 @@ def _lartg(f: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     safmin, safmax = float(info.tiny), 1 / float(info.tiny)
     f1, g1 = jnp.abs(f), jnp.abs(g)
     rtmin, rtmax = float(np.sqrt(safmin)), float(np.sqrt(safmax / 2))
-    plain = (f1 > rtmin) & (f1 < rtmax) & (g1 > rtmin) & (g1 < rtmax)
+    big = jnp.maximum(f1, g1)
+    plain = (jnp.minimum(f1, g1) > rtmin) & (big < rtmax)
     one = jnp.ones((), f.dtype)
-    u = where(plain, one, jnp.clip(jnp.maximum(f1, g1), safmin, safmax))
+    u = where(plain, one, jnp.clip(big, safmin, safmax))
     fs, gs = f / u, g / u
     d = jnp.sqrt(fs * fs + gs * gs)
     zero = d == 0
     safe = where(zero, one, d)
-    r = fortran_sign(safe, f)
+    r = where(f >= 0, safe, -safe)  # SIGN(safe, f): safe >= 0
     c = where(zero, one, jnp.abs(fs) / safe)
     return c, where(zero, jnp.zeros((), f.dtype), gs / r), where(zero, f, r * u)
 
@@ -272,8 +273,10 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         bottom = pick(ae, hi - 1) <= tol * pick(ad, hi)
         mu = pick(ad, lo)
         smin, hit, hit_at = mu, jnp.zeros_like(work), full(n)
+        # the masks of every position at once, split (one node each, not one per position)
+        inside = jnp.split((ids >= lo) & (ids < hi), n, axis=-1)
         for i in range(n - 1):
-            on = (i >= lo) & (i < hi) & ~hit
+            on = inside[i] & ~hit
             here = on & (aes[i] <= tol * mu)
             hit_at, hit = where(here, i, hit_at), hit | here
             on = on & ~here
@@ -310,9 +313,13 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         vts, uts = jnp.split(vt, n, axis=-2), jnp.split(ut, n, axis=-2)
         prc, prs = (jnp.split(x, n, axis=-1) for x in pair_r)
         plc, pls = (jnp.split(x, n, axis=-1) for x in pair_l)
-        shifted = ~no_shift
+        span = chase & (ids >= lo) & (ids < hi)
+        later_at = jnp.split(span & (ids > lo), n, axis=-1)
+        span_s = span & ~no_shift
+        inner_s = jnp.split(span_s & (ids < hi - 1), n, axis=-1)
+        ons, s_on, z_on = (jnp.split(x, n, axis=-1) for x in (span, span_s, span & no_shift))
         for i in range(n - 1):
-            on = chase & (i >= lo) & (i < hi)
+            on, s_ = ons[i], s_on[i]
             # the first rotation: zero shift (d[i] cs, e[i]), shifted (f, g)
             c1, s1, r1 = _lartg(where(no_shift, ds[i] * cs, f), where(no_shift, es[i], g))
             # shifted: the first rotation applied
@@ -322,18 +329,17 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             c2, s2, r2 = _lartg(
                 where(no_shift, oldcs * r1, c1 * ds[i] + s1 * es[i]), ds[i + 1] * s1
             )
-            s_ = on & shifted
             if i < n - 2:
                 g_next = s2 * es[i + 1]
-                es[i + 1] = where(s_ & (i < hi - 1), c2 * es[i + 1], es[i + 1])
+                es[i + 1] = where(inner_s[i], c2 * es[i + 1], es[i + 1])
             else:
                 g_next = g
             if i > 0:
-                es[i - 1] = where(on & (i > lo), where(no_shift, oldsn * r1, r1), es[i - 1])
+                es[i - 1] = where(later_at[i], where(no_shift, oldsn * r1, r1), es[i - 1])
             ds[i] = where(on, r2, ds[i])
             ds[i + 1] = where(s_, c2 * d_next - s2 * e_i, ds[i + 1])
             es[i] = where(s_, e_i, es[i])
-            z = on & no_shift
+            z = z_on[i]
             cs, oldcs, oldsn = where(z, c1, cs), where(z, c2, oldcs), where(z, s2, oldsn)
             f, g = where(s_, c2 * e_i + s2 * d_next, f), where(s_, g_next, g)
             # the rotations of V^T's rows and U's columns i, i+1 (a 2x2 block's from lasv2)
