@@ -30,6 +30,8 @@ non-convergence exit (the loop stops after ``MAXITR n^2`` visits).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,6 +52,8 @@ from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign, lapack_eps
 BDSQR_LIMIT = 25
 # bdsqr's MAXITR: at most MAXITR n^2 inner steps
 MAXITR = 6
+# positions of bdsqr's unrolled sweep per If (skipped by the batch where none rotates)
+SWEEP_CHUNK = 4
 
 
 def crossover(k: int) -> int:
@@ -308,9 +312,6 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             fortran_sign(one, d_lo) + shift / where(d_lo == 0, one, d_lo)
         )
         g = pick(e, lo)
-        cs, oldcs, oldsn = one, one, zero
-        ds, es = jnp.split(d, n, axis=-1), jnp.split(e, n, axis=-1)
-        vts, uts = jnp.split(vt, n, axis=-2), jnp.split(ut, n, axis=-2)
         prc, prs = (jnp.split(x, n, axis=-1) for x in pair_r)
         plc, pls = (jnp.split(x, n, axis=-1) for x in pair_l)
         span = chase & (ids >= lo) & (ids < hi)
@@ -318,7 +319,11 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         span_s = span & ~no_shift
         inner_s = jnp.split(span_s & (ids < hi - 1), n, axis=-1)
         ons, s_on, z_on = (jnp.split(x, n, axis=-1) for x in (span, span_s, span & no_shift))
-        for i in range(n - 1):
+        busy = span | at_pair  # the positions that rotate anything, per matrix
+
+        def position(i: int, rows: tuple) -> tuple:
+            """Position i of the sweep on the rows it touches (dicts by position)."""
+            ds, es, vts, uts, (cs, oldcs, oldsn, f, g) = rows
             on, s_ = ons[i], s_on[i]
             # the first rotation: zero shift (d[i] cs, e[i]), shifted (f, g)
             c1, s1, r1 = _lartg(where(no_shift, ds[i] * cs, f), where(no_shift, es[i], g))
@@ -347,6 +352,42 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             lc, ls = where(on, c2, plc[i]), where(on, s2, pls[i])
             vts[i], vts[i + 1] = rc * vts[i] + rs * vts[i + 1], rc * vts[i + 1] - rs * vts[i]
             uts[i], uts[i + 1] = lc * uts[i] + ls * uts[i + 1], lc * uts[i + 1] - ls * uts[i]
+            return ds, es, vts, uts, (cs, oldcs, oldsn, f, g)
+
+        def chunk(first: int, stop: int) -> Callable[[tuple], tuple]:
+            def run(rows: tuple) -> tuple:
+                rows = tuple(dict(x) if isinstance(x, dict) else x for x in rows)
+                for i in range(first, stop):
+                    rows = position(i, rows)
+                return rows
+
+            return run
+
+        # the positions in chunks, each an If that the batch skips where no matrix rotates
+        # there (the active block shrinks as values converge at its bottom)
+        ds, es = jnp.split(d, n, axis=-1), jnp.split(e, n, axis=-1)
+        vts, uts = jnp.split(vt, n, axis=-2), jnp.split(ut, n, axis=-2)
+        ones, zeros = jnp.ones_like(f), jnp.zeros_like(f)
+        scalars = (ones, ones, zeros, f, g)  # cs, oldcs, oldsn, f, g
+        for first in range(0, n - 1, SWEEP_CHUNK):
+            stop = min(first + SWEEP_CHUNK, n - 1)
+            at_d, at_e = range(first, stop + 1), range(max(first - 1, 0), min(stop, n - 2) + 1)
+            rows = (
+                {j: ds[j] for j in at_d},
+                {j: es[j] for j in at_e},
+                {j: vts[j] for j in at_d},
+                {j: uts[j] for j in at_d},
+                scalars,
+            )
+            rows = lax.cond(
+                jnp.any(busy[..., first:stop]), chunk(first, stop), lambda rows: rows, rows
+            )
+            for j in at_d:
+                ds[j], vts[j], uts[j] = rows[0][j], rows[2][j], rows[3][j]
+            for j in at_e:
+                es[j] = rows[1][j]
+            scalars = rows[4]
+        cs, oldcs, oldsn, f, g = scalars
         d, e = jnp.concatenate(ds, -1), jnp.concatenate(es, -1)
         vt, ut = jnp.concatenate(vts, -2), jnp.concatenate(uts, -2)
         # after the sweep: zero shift d[hi] = h oldcs, e[hi-1] = h oldsn (h = d[hi] cs);
