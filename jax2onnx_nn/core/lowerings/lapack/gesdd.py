@@ -300,7 +300,13 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             shift == 0
         )
         # a 2x2 block (never mirrored): lasv2 on rows m-1, m
-        sigmn, sigmx, sinr, cosr, sinl, cosl = _lasv2(f_, g_, h_, eps)
+        # (an If: steps where no matrix of the batch is at a 2x2 block skip it)
+        sigmn, sigmx, sinr, cosr, sinl, cosl = lax.cond(
+            jnp.any(pair),
+            lambda x: _lasv2(x[0], x[1], x[2], eps),
+            lambda x: (x[0],) * 6,
+            (f_, g_, h_),
+        )
         at_pair = pair & (ids == m - 1)
         pair_r = (where(at_pair, cosr, one), where(at_pair, sinr, zero))
         pair_l = (where(at_pair, cosl, one), where(at_pair, sinl, zero))
