@@ -109,10 +109,45 @@ def at_index(x: jax.Array, j: Index, axis: int) -> jax.Array:
 # The generic rules for these primitives handle cases a step never meets (a -0.0, a NaN in a
 # pivot search, a float out of an int's range) with extra nodes; each helper here is its JAX
 # reference function bound as a private primitive that exports as the bare ONNX op(s).
-def _bare(name: str, reference: Callable[..., Any], *args: Any, **params: Any) -> jax.Array:
+def _bare(
+    name: str,
+    reference: Callable[..., Any],
+    *args: Any,
+    closure: Hashable = (),
+    **params: Any,
+) -> jax.Array:
+    """``reference`` bound as the primitive ``name``; ``closure``: what ``reference`` reads
+    besides its arguments and params (its jaxpr is memoized on them)."""
     specs = [jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for v in args]
-    body = jax.make_jaxpr(lambda *a: reference(*a, **params))(*specs)
+    body = _BARE_BODIES.get_or_make(
+        _bare_key(name, specs, params, closure),
+        lambda: jax.make_jaxpr(lambda *a: reference(*a, **params))(*specs),
+    )
     return jxi.body_primitive(name).bind(*args, body=body, **params)[0]
+
+
+def _bare_key(
+    name: str, specs: list[jax.ShapeDtypeStruct], params: dict[str, Any], closure: Hashable
+) -> Any:
+    """The key of a helper's reference jaxpr (``make_jaxpr`` per call was most of an unrolled
+    sweep's export time: gesdd 16x16 made 1300), or None (symbolic sizes, unhashable params)."""
+    if any(jxi.is_symbolic_dim(d) for s in specs for d in s.shape):
+        return None
+    key = (
+        name,
+        tuple((s.shape, str(s.dtype)) for s in specs),
+        tuple(sorted(params.items())),
+        closure,
+        bool(jax.config.jax_enable_x64),  # type: ignore[attr-defined]  # set at run time
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_BARE_BODIES: BoundedMemo[Any] = BoundedMemo(1024)
 
 
 def where(which: jax.Array | np.ndarray, x: Any, y: Any) -> jax.Array:
@@ -157,7 +192,7 @@ def first_argmax(x: jax.Array, axis: int) -> jax.Array:
 def exact_cast(x: jax.Array, dtype: Any) -> jax.Array:
     """``x`` (integers held in a float) as the integer ``dtype``: one Cast (the generic rule
     saturates out-of-range values and NaN first, six more nodes)."""
-    return _bare(_CAST, lambda x: x.astype(dtype), x)
+    return _bare(_CAST, lambda x: x.astype(dtype), x, closure=np.dtype(dtype).str)
 
 
 def take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
