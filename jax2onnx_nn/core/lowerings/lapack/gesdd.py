@@ -20,7 +20,11 @@ static positions and masked to the active block (c = 1, s = 0 outside: exact). A
 chasing bottom to top (``idir`` = 2) is the top-to-bottom sweep of the mirrored bidiagonal
 (d and e reversed) with U and V^T swapped, the same arithmetic on mirrored indices: the
 matrices of the batch that chase upward are mirrored before the sweep and back after it (a
-``Where`` of reversed copies), so the loop body holds one sweep.
+``Where`` of reversed copies), so the loop body holds one sweep. Each position takes one
+``dlartg`` pair on the arguments of the chase each matrix takes (shifted or zero shift), and
+the positions run in ``If`` chunks of SWEEP_CHUNK that a step skips where no matrix of the
+batch rotates (a skipped position's rotations are identities: only a zero entry of U or
+V^T could keep a -0.0 it would have lost; the outputs matched bit for bit where measured).
 
 Left out: ``gesdd``'s scaling of a matrix whose largest entry is outside [sqrt(safmin) / eps,
 its reciprocal] (the matrix is divided by a power of two near its largest entry first, exact),
