@@ -533,6 +533,7 @@ def _one_row_signs(a: jax.Array, u: jax.Array, vh: jax.Array) -> tuple[jax.Array
         "Greater",
         "GreaterOrEqual",
         "Identity",
+        "If",
         "IsInf",
         "IsNaN",
         "Less",
