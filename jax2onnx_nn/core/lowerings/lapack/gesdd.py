@@ -322,8 +322,13 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             fortran_sign(one, d_lo) + shift / where(d_lo == 0, one, d_lo)
         )
         g = pick(e, lo)
-        prc, prs = (jnp.split(x, n, axis=-1) for x in pair_r)
-        plc, pls = (jnp.split(x, n, axis=-1) for x in pair_l)
+        # V^T's and U^T's rows side by side (one rotation of each row pair per position): the
+        # 2x2 block's coefficients per position, V^T's half then U^T's
+        half = index_range(2 * n) < n
+        pair_c, pair_s = (
+            jnp.split(where(half, mT(vx), mT(ux)), n, axis=-2)
+            for vx, ux in ((pair_r[0], pair_l[0]), (pair_r[1], pair_l[1]))
+        )
         span = chase & (ids >= lo) & (ids < hi)
         later_at = jnp.split(span & (ids > lo), n, axis=-1)
         span_s = span & ~no_shift
@@ -333,7 +338,7 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
 
         def position(i: int, rows: tuple) -> tuple:
             """Position i of the sweep on the rows it touches (dicts by position)."""
-            ds, es, vts, uts, (cs, oldcs, oldsn, f, g) = rows
+            ds, es, xs, (cs, oldcs, oldsn, f, g) = rows
             on, s_ = ons[i], s_on[i]
             # the first rotation: zero shift (d[i] cs, e[i]), shifted (f, g)
             c1, s1, r1 = _lartg(where(no_shift, ds[i] * cs, f), where(no_shift, es[i], g))
@@ -358,11 +363,10 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             cs, oldcs, oldsn = where(z, c1, cs), where(z, c2, oldcs), where(z, s2, oldsn)
             f, g = where(s_, c2 * e_i + s2 * d_next, f), where(s_, g_next, g)
             # the rotations of V^T's rows and U's columns i, i+1 (a 2x2 block's from lasv2)
-            rc, rs = where(on, c1, prc[i]), where(on, s1, prs[i])
-            lc, ls = where(on, c2, plc[i]), where(on, s2, pls[i])
-            vts[i], vts[i + 1] = rc * vts[i] + rs * vts[i + 1], rc * vts[i + 1] - rs * vts[i]
-            uts[i], uts[i + 1] = lc * uts[i] + ls * uts[i + 1], lc * uts[i + 1] - ls * uts[i]
-            return ds, es, vts, uts, (cs, oldcs, oldsn, f, g)
+            xc = where(on, where(half, c1, c2), pair_c[i])
+            xs_ = where(on, where(half, s1, s2), pair_s[i])
+            xs[i], xs[i + 1] = xc * xs[i] + xs_ * xs[i + 1], xc * xs[i + 1] - xs_ * xs[i]
+            return ds, es, xs, (cs, oldcs, oldsn, f, g)
 
         def chunk(first: int, stop: int) -> Callable[[tuple], tuple]:
             def run(rows: tuple) -> tuple:
@@ -376,7 +380,7 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
         # the positions in chunks, each an If that the batch skips where no matrix rotates
         # there (the active block shrinks as values converge at its bottom)
         ds, es = jnp.split(d, n, axis=-1), jnp.split(e, n, axis=-1)
-        vts, uts = jnp.split(vt, n, axis=-2), jnp.split(ut, n, axis=-2)
+        xs = jnp.split(jnp.concatenate([vt, ut], axis=-1), n, axis=-2)
         ones, zeros = jnp.ones_like(f), jnp.zeros_like(f)
         scalars = (ones, ones, zeros, f, g)  # cs, oldcs, oldsn, f, g
         for first in range(0, n - 1, SWEEP_CHUNK):
@@ -385,21 +389,21 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
             rows = (
                 {j: ds[j] for j in at_d},
                 {j: es[j] for j in at_e},
-                {j: vts[j] for j in at_d},
-                {j: uts[j] for j in at_d},
+                {j: xs[j] for j in at_d},
                 scalars,
             )
             rows = lax.cond(
                 jnp.any(busy[..., first:stop]), chunk(first, stop), lambda rows: rows, rows
             )
             for j in at_d:
-                ds[j], vts[j], uts[j] = rows[0][j], rows[2][j], rows[3][j]
+                ds[j], xs[j] = rows[0][j], rows[2][j]
             for j in at_e:
                 es[j] = rows[1][j]
-            scalars = rows[4]
+            scalars = rows[3]
         cs, oldcs, oldsn, f, g = scalars
         d, e = jnp.concatenate(ds, -1), jnp.concatenate(es, -1)
-        vt, ut = jnp.concatenate(vts, -2), jnp.concatenate(uts, -2)
+        x = jnp.concatenate(xs, -2)
+        vt, ut = x[..., :n], x[..., n:]
         # after the sweep: zero shift d[hi] = h oldcs, e[hi-1] = h oldsn (h = d[hi] cs);
         # shifted e[hi-1] = f; then the threshold test on e[hi-1]
         h = pick(d, hi) * cs
