@@ -66,7 +66,9 @@ def test_resnet():
 def test_transformer_lm():
     model = _export(TransformerLM(), [jnp.ones((1, 6), jnp.int32)], [(("B", 6), "int32")])
     ops = op_types(model)
-    assert len(ops) <= 70, ops  # 207 on the lax path (symbolic batch)
+    # 207 on the lax path (symbolic batch); 69 + 3 of onnxruntime's residual LayerNormalization on
+    # rows (Reshape, Shape, Reshape: out of its slower SkipLayerNormalization fusion)
+    assert len(ops) <= 72, ops
     assert ops.count("LayerNormalization") == 5 and ops.count("Softmax") == 2, ops
     assert ops.count("Gelu") == 2 and "Gather" in ops, ops
     assert {

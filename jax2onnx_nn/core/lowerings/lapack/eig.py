@@ -253,6 +253,7 @@ def _eig(
         "GatherElements",
         "Pad",
         "Concat",
+        "ConstantOfShape",
         "Mod",
         "And",
         "Cast",
