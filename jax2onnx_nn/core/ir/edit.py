@@ -31,8 +31,8 @@ def new_constant(
 ) -> ir.Value:
     """``array`` as a value ``before`` can read: an initializer of the main graph (bodies read
     the enclosing scope), or a Constant node in a function body."""
-    tensor = numpy_tensor(array)
     if in_function:
+        tensor = numpy_tensor(array)
         node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", tensor)])
         out = node.outputs[0]
         out.shape, out.type, out.const_value = (
@@ -42,13 +42,19 @@ def new_constant(
         )
         graph_of(before).insert_before(before, node)
         return out
+    return new_initializer(model.graph, array)
+
+
+def new_initializer(graph: ir.Graph, array: np.ndarray) -> ir.Value:
+    """``array`` as a new initializer of ``graph``, named ``const_<dtype>`` (numbered if taken)."""
+    tensor = numpy_tensor(array)
     value = ir.Value(
-        name=unused_name(model.graph, f"const_{dtype_name(array.dtype)}"),
+        name=unused_name(graph, f"const_{dtype_name(array.dtype)}"),
         shape=ir.Shape(array.shape),
         type=ir.TensorType(tensor.dtype),
         const_value=tensor,
     )
-    model.graph.register_initializer(value)
+    graph.register_initializer(value)
     return value
 
 
@@ -147,16 +153,7 @@ class Editor:
 
     def const(self, array: np.ndarray | np.generic) -> ir.Value:
         if self.main is not None:
-            array = np.asarray(array)
-            tensor = numpy_tensor(array)
-            value = ir.Value(
-                name=unused_name(self.main, f"const_{dtype_name(array.dtype)}"),
-                shape=ir.Shape(array.shape),
-                type=ir.TensorType(tensor.dtype),
-                const_value=tensor,
-            )
-            self.main.register_initializer(value)
-            return value
+            return new_initializer(self.main, np.asarray(array))
         return self.op(
             "Constant",
             value=ir.tensor(np.asarray(array)),
