@@ -120,11 +120,8 @@ def rotary_embedding(node: ir.Node, edit: Editor) -> Replacement:
                 x = lo[0]
                 if lo[1] != 0 or hi != (x, 1) or not _rotates(node.inputs[1], x, cos, sin):
                     continue
-                if not _tables_fit(x, cos) or not _tables_fit(x, sin):
-                    continue
-                axis = edit.const(np.asarray([1], np.int64))
-                tables = [edit.op("Squeeze", t, axis) for t in (cos, sin)]
-                return edit.op("RotaryEmbedding", x, *tables, interleaved=0)
+                if _tables_fit(x, cos) and _tables_fit(x, sin):
+                    return _rotary(edit, x, cos, sin, interleaved=0)
     return None
 
 
@@ -153,12 +150,16 @@ def interleaved_rotary_embedding(node: ir.Node, edit: Editor) -> Replacement:
                     continue
                 if not _rotates(second, x, cos, sin, _pair_part):
                     continue
-                if not _tables_fit(x, cos) or not _tables_fit(x, sin):
-                    continue
-                axis = edit.const(np.asarray([1], np.int64))
-                tables = [edit.op("Squeeze", t, axis) for t in (cos, sin)]
-                return edit.op("RotaryEmbedding", x, *tables, interleaved=1)
+                if _tables_fit(x, cos) and _tables_fit(x, sin):
+                    return _rotary(edit, x, cos, sin, interleaved=1)
     return None
+
+
+def _rotary(edit: Editor, x: ir.Value, cos: ir.Value, sin: ir.Value, interleaved: int) -> ir.Value:
+    """``RotaryEmbedding(x, cos, sin)`` on the tables squeezed from ``[B, 1, S, D/2]``."""
+    axis = edit.const(np.asarray([1], np.int64))
+    tables = [edit.op("Squeeze", t, axis) for t in (cos, sin)]
+    return edit.op("RotaryEmbedding", x, *tables, interleaved=interleaved)
 
 
 def _unsqueezed_last(v: ir.Value | None) -> ir.Value | None:
