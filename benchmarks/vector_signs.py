@@ -2,6 +2,7 @@
 
     python -m benchmarks.vector_signs                       # every function, float32 and float64
     python -m benchmarks.vector_signs --functions eigh_lower svd_full --batch 64
+    python -m benchmarks.vector_signs --functions schur eig --kernel Haswell
 
 Per function (eigh with the lower and the upper triangle, svd full / reduced, eig, schur, qr
 reduced / complete, hessenberg), dtype and shape (square 1..16, tall, wide, 1xN, Nx1, batched):
@@ -13,12 +14,23 @@ its vector columns do. Matrices are drawn as issue 34 describes: a small perturb
 symmetric tanh/sin outer product, or tanh of a Gaussian / 5) plus a diagonal of distinct values
 3, 6, 9, ..., and Gaussian ones. Prints the share per function and dtype, and the two
 reproducers of issue 34 (a 2x2 eigh, a batch of 1x5 svds).
+
+``--kernel CORE`` adds a column: the share of matrices on which JAX itself, with OpenBLAS's
+kernels for another CPU (``OPENBLAS_CORETYPE=CORE`` in a subprocess: Haswell is what a machine
+with AVX2 and no AVX-512 runs), gives the vectors it gives here. Where JAX's signs hinge on the
+rounding of a BLAS kernel, that share is below 100% and is the ceiling of any export.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
+import json
+import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -125,13 +137,67 @@ def matches(name: str, ours: tuple, ref: tuple, a: np.ndarray) -> tuple[np.ndarr
     return sign_ok, exact_ok
 
 
+def case_input(
+    name: str, dtype: Any, shape: tuple[int, int], kind: str, batch: int, seed: int
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The batch of matrices of one case and JAX's CPU result on it."""
+    fn, _, symmetric = FUNCTIONS[name]
+    a = draw(np.random.default_rng(seed), kind, batch, *shape, symmetric, dtype)
+    return a, tuple(np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a)))
+
+
+def openblas_core() -> str:
+    """The kernel family of the OpenBLAS that JAX's LAPACK calls run on (scipy's), or '?'."""
+    import scipy
+
+    libs = Path(scipy.__file__).resolve().parent.parent / "scipy.libs"
+    for lib in glob.glob(str(libs / "libscipy_openblas*.so*")):
+        corename = getattr(ctypes.CDLL(lib), "scipy_openblas_get_corename", None)
+        if corename is not None:
+            corename.restype = ctypes.c_char_p
+            return str(corename().decode())
+    return "?"
+
+
+def references_on(core: str, cases: list[tuple]) -> tuple[str, list[tuple[np.ndarray, ...]]]:
+    """JAX's results on ``cases`` (run_case's arguments) computed in a subprocess whose
+    OpenBLAS uses ``core``'s kernels, and the kernel family it reports using."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp) / "cases.json", Path(tmp) / "refs.npz"
+        spec.write_text(json.dumps(cases))
+        env = {**os.environ, "OPENBLAS_CORETYPE": core}
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks.vector_signs", "--references", str(spec), str(out)],
+            env=env,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        with np.load(out) as data:
+            used = str(data["core"])
+            refs = [
+                tuple(data[f"{i}_{j}"] for j in range(int(data[f"{i}_n"])))
+                for i in range(len(cases))
+            ]
+    return used, refs
+
+
+def _write_references(spec: str, out: str) -> None:
+    cases = [
+        (n, d, tuple(shape), *rest) for n, d, shape, *rest in json.loads(Path(spec).read_text())
+    ]
+    arrays: dict[str, Any] = {"core": np.array(openblas_core())}
+    for i, case in enumerate(cases):
+        _, ref = case_input(*case)
+        arrays[f"{i}_n"] = np.array(len(ref))
+        arrays.update({f"{i}_{j}": r for j, r in enumerate(ref)})
+    np.savez(out, **arrays)
+
+
 def run_case(
     name: str, dtype: Any, shape: tuple[int, int], kind: str, batch: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    fn, rectangles, symmetric = FUNCTIONS[name]
-    rng = np.random.default_rng(seed)
-    a = draw(rng, kind, batch, *shape, symmetric, dtype)
-    ref = tuple(np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a)))
+    fn = FUNCTIONS[name][0]
+    a, ref = case_input(name, dtype, shape, kind, batch, seed)
     model = to_onnx(
         fn, [jax.ShapeDtypeStruct(a.shape, a.dtype)], enable_double_precision=a.dtype == np.float64
     )
@@ -210,27 +276,52 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--nodes", action="store_true", help="print node counts for 4x4 and 16x16")
     parser.add_argument("--no-reproducers", action="store_true")
+    parser.add_argument(
+        "--kernel",
+        metavar="CORE",
+        help="also compare JAX with itself on OpenBLAS's CORE kernels (e.g. Haswell)",
+    )
+    parser.add_argument("--references", nargs=2, help=argparse.SUPPRESS)  # the subprocess
     args = parser.parse_args()
-    print(f"{'function':12} {'dtype':8} {'kind':10} {'sign':>12} {'exact':>12}  failing shapes")
+    if args.references:
+        _write_references(*args.references)
+        return
+    rows = []
     for name in args.functions:
         shapes = SQUARE + (RECTANGLES if FUNCTIONS[name][1] else [])
         for dtype in args.dtypes:
             for kind in args.kinds:
-                signs = exact = total = 0
-                failing = []
-                for i, shape in enumerate(shapes):
-                    s, e = run_case(
-                        name, np.dtype(dtype), shape, kind, args.batch, seed=1000 * i + 7
-                    )
-                    signs, exact, total = signs + int(s.sum()), exact + int(e.sum()), total + s.size
-                    if not e.all():
-                        failing.append(f"{shape[0]}x{shape[1]}:{int((~e).sum())}")
-                print(
-                    f"{name:12} {dtype:8} {kind:10} {signs:5}/{total:<4} "
-                    f"{100 * signs / total:5.1f}% "
-                    f"{exact:5}/{total:<4} {100 * exact / total:5.1f}%  {' '.join(failing)}",
-                    flush=True,
-                )
+                cases = [
+                    (name, np.dtype(dtype).name, shape, kind, args.batch, 1000 * i + 7)
+                    for i, shape in enumerate(shapes)
+                ]
+                rows.append((name, dtype, kind, cases))
+    other: list[tuple[np.ndarray, ...]] = []
+    if args.kernel:
+        used, other = references_on(args.kernel, [c for *_, cases in rows for c in cases])
+        print(f"JAX's OpenBLAS kernels here: {openblas_core()}; in the comparison: {used}")
+    header = f"{'function':12} {'dtype':8} {'kind':10} {'sign':>12} {'exact':>12}"
+    print(header + (f" {'JAX on ' + args.kernel:>17}" if args.kernel else "") + "  failing shapes")
+    index = 0
+    for name, dtype, kind, cases in rows:
+        signs = exact = total = same = 0
+        failing = []
+        for case in cases:
+            s, e = run_case(*case)
+            signs, exact, total = signs + int(s.sum()), exact + int(e.sum()), total + s.size
+            if not e.all():
+                failing.append(f"{case[2][0]}x{case[2][1]}:{int((~e).sum())}")
+            if other:
+                a, ref = case_input(*case)
+                same += int(matches(name, other[index], ref, a)[0].sum())
+            index += 1
+        kernel = f" {same:5}/{total:<4} {100 * same / total:5.1f}%" if other else ""
+        print(
+            f"{name:12} {dtype:8} {kind:10} {signs:5}/{total:<4} "
+            f"{100 * signs / total:5.1f}% "
+            f"{exact:5}/{total:<4} {100 * exact / total:5.1f}%{kernel}  {' '.join(failing)}",
+            flush=True,
+        )
     if args.nodes:
         for name in args.functions:
             print(f"nodes {name}: 4x4 {nodes(name, 4)}, 16x16 {nodes(name, 16)}", flush=True)

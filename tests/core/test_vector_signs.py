@@ -1,23 +1,19 @@
-"""Vectors with the signs JAX gives (issue 34): eigh, qr, hessenberg and svd of a row or a
-column, compared with JAX's CPU result column by column, not up to sign.
+"""Vectors with the signs JAX gives (issue 34): eigh, qr, hessenberg, svd, schur and eig,
+compared with JAX's CPU result column by column, not up to sign.
 
-eigh up to ``syevd.STEQR_LIMIT`` follows syevd's own path (sytd2, steqr, ormtr); qr and
-hessenberg are geqrf / gehrd with dlarfg's reflectors; a 1xN svd takes gesdd's sign of its
-LQ (an Nx1 one has it already); schur follows gees (gehrd, orghr, dlahqr's sweeps, dlanv2) for
-the sizes where its vectors measured JAX's in every one of 100 draws of 3 (2x2, and float64
-diagonally dominant 3x3; larger ones match in most draws: the Hessenberg reduction rounds
-differently from OpenBLAS's gemv/ger kernels, docs/linear-algebra.md); eig of a real matrix
-follows geev (gebal, that Schur form, dtrevc3's back substitution, gebak, geev's
-normalisation) on schur's sizes: its vectors are JAX's wherever the Schur form is JAX's (a
-complex pair's block standardized the other way turns its vector's phase; ``python -m
-benchmarks.vector_signs --batch 16 --functions eig``: 95% of float64 and 83-85% of float32
-matrices up to 16x16 match, misses from 3x3 on). svd of
-larger matrices is not in the property: its signs are not JAX's. Float64 is compared over
-Gaussian and diagonally dominant matrices; float32 over the draws whose signs do not hinge on
-rounding of the tridiagonal reduction (docs/linear-algebra.md: JAX's float32 sign follows
-OpenBLAS's summation order in ssymv, which no graph reproduces): diagonally dominant matrices
-up to 8x8 and Gaussian ones up to 4x4 (``python -m benchmarks.vector_signs``: 16x16 float32
-Gaussian ~90%).
+Each follows LAPACK's own path (docs/linear-algebra.md, "Vectors with JAX's signs"): eigh up
+to ``syevd.STEQR_LIMIT`` syevd's (sytd2, steqr, ormtr); qr and hessenberg geqrf / gehrd with
+dlarfg's reflectors; svd gesdd's (a row or a column: the LQ's sign; both sides from 2 to 25:
+gebd2, bdsqr's sweeps, ormbr); schur gees's (gehrd, orghr, dlahqr, dlanv2); eig of a real
+matrix geev's (gebal, that Schur form, dtrevc3, gebak, its normalisation).
+
+The draws are the sizes and kinds whose signs JAX keeps across OpenBLAS's kernels: where a
+sign hinges on the last bit of a BLAS sum, JAX itself returns the other sign on a machine with
+other kernels (``python -m benchmarks.vector_signs --kernel Haswell``; docs, "JAX's signs
+depend on the CPU"), so no graph can match it everywhere. Float64 draws Gaussian and
+diagonally dominant matrices up to 16x16 (schur and eig: 2x2 and diagonally dominant 3x3);
+float32 eigh dominant ones up to 8x8 and Gaussian ones up to 4x4, svd up to 5 / 8 (its
+rectangles up to 8), schur and eig 2x2.
 """
 
 from __future__ import annotations
@@ -102,8 +98,14 @@ def _shapes(group: str, dtype: str, kind: str) -> list[tuple[int, ...]]:
         return [(BATCH, 5, 3), (3, 5)] if group == "qr" else [(BATCH, n, n)]
     square = [(n, n) for n in SQUARE if n <= limit and (n >= 2 or group != "svd")]
     if group == "svd":
-        rectangles = [s for s in RECTANGLES if min(s) >= 2 and max(s) <= max(limit, 8)]
-        square = square + rectangles + [(4, 6), (6, 4), (10, 9)]
+        # float32: the sizes whose signs JAX keeps across OpenBLAS's kernels (a float32
+        # Gaussian 10x9, seed 4948, has two columns JAX itself negates on Haswell's)
+        rectangles = [
+            s
+            for s in [*RECTANGLES, (4, 6), (6, 4), (10, 9)]
+            if min(s) >= 2 and max(s) <= max(limit, 8)
+        ]
+        square = square + rectangles
     shapes = square + (RECTANGLES if group == "qr" else [])
     return shapes + [(BATCH, *s) for s in shapes[1:3]]
 
