@@ -311,7 +311,10 @@ def test_small_float32_eigh_vectors_of_close_eigenvalues(n, gap, seed):
     """Up to syevd.STEQR_LIMIT a float32 eigh is syevd's own float32 path (sytrd, steqr,
     ormtr): the vectors of two eigenvalues ``gap`` (relative to |a|) apart are within
     float32's perturbation bound (eps / gap) of float64 LAPACK's, as JAX's float32 syevd's
-    are (their signs, and which of them is nearer, hinge on rounding: docs/linear-algebra.md)."""
+    are (their signs, and which of them is nearer, hinge on rounding: docs/linear-algebra.md).
+    The bound is each vector's own: another pair of the random values may lie closer than
+    ``gap`` (n=16, gap 2^-7, seed 583 drew two 1.6e-5 apart: error 7e-4, within 10 eps over
+    that gap)."""
     rng = np.random.default_rng(seed)
     q, _ = np.linalg.qr(rng.normal(size=(n, n)))
     lam = np.sort(rng.uniform(-1, 1, size=n))
@@ -322,7 +325,9 @@ def test_small_float32_eigh_vectors_of_close_eigenvalues(n, gap, seed):
     v, w = sess.run(None, {sess.get_inputs()[0].name: a})
     w64, v64 = np.linalg.eigh(a.astype(np.float64))
     v = v * np.sign(np.sum(v * v64, axis=-2, keepdims=True))
-    assert np.abs(v - v64).max() < 10 * float(np.finfo(np.float32).eps) / gap
+    apart = np.abs(w64[..., :, None] - w64[..., None, :]) + np.where(np.eye(n), np.inf, 0)
+    gaps = np.min(apart, axis=-1) / np.max(np.abs(w64), axis=-1, keepdims=True)  # per vector
+    assert np.all(np.max(np.abs(v - v64), axis=-2) < 10 * float(np.finfo(np.float32).eps) / gaps)
     assert np.abs(w - w64).max() < 1e-6 * np.abs(w64).max()
 
 
