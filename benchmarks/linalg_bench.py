@@ -6,9 +6,10 @@
 Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median latency
 of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned matrices
 (``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
-for the eigen solvers; add ``--accuracy`` for svd/eigh errors against float64 LAPACK,
-``--solve-accuracy`` for float32 solve/inv errors, onnxruntime's and jax.jit's). A size ``MxN``
-(``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that take one (svd, svdvals, qr).
+for the eigen solvers, ``eig_left_right`` being eig with left vectors too; add ``--accuracy``
+for svd/eigh errors against float64 LAPACK, ``--solve-accuracy`` for float32 solve/inv errors,
+onnxruntime's and jax.jit's). A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle,
+for the cases that take one (svd, svdvals, qr).
 ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one thread,
 so this is its own work, steady on a busy machine; jax.jit stays wall time). ``--unroll-limit``
 overrides ``steps.UNROLL_LIMIT`` (largest unrolled size) and ``--block`` ``steps.BLOCK`` (columns
@@ -51,6 +52,7 @@ def gp_mean(a: jax.Array, b: jax.Array) -> jax.Array:
 CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "eigvals": lambda a, b: jnp.linalg.eigvals(a),
     "eig": lambda a, b: jnp.linalg.eig(a),
+    "eig_left_right": lambda a, b: lax.linalg.eig(a, compute_left_eigenvectors=True),
     "qr": lambda a, b: jnp.linalg.qr(a),
     "qr_pivoting": lambda a, b: jsl.qr(a, pivoting=True),
     "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),

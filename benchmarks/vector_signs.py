@@ -4,8 +4,10 @@
     python -m benchmarks.vector_signs --functions eigh_lower svd_full --batch 64
     python -m benchmarks.vector_signs --functions schur eig --kernel Haswell
 
-Per function (eigh with the lower and the upper triangle, svd full / reduced, eig, schur, qr
-reduced / complete, hessenberg), dtype and shape (square 1..16, tall, wide, 1xN, Nx1, batched):
+Per function (eigh with the lower and the upper triangle, svd full / reduced, eig (right
+vectors, left ones alone, both: each side's share and whether the values come in JAX's
+order), schur, qr reduced / complete, hessenberg), dtype and shape (square 1..16, tall, wide,
+1xN, Nx1, batched):
 one export of a batch of matrices, run in onnxruntime, each matrix's vectors compared with
 JAX's CPU result column by column, not up to sign. A column matches when it is within
 ``TOLERANCE * eps * n / gap`` of JAX's (gap: the smallest distance of its value to another,
@@ -58,6 +60,21 @@ FUNCTIONS: dict[str, tuple[Callable[[jax.Array], tuple], bool, bool]] = {
     "svd_full": (lambda a: (*jnp.linalg.svd(a, full_matrices=True),), True, False),
     "svd_reduced": (lambda a: (*jnp.linalg.svd(a, full_matrices=False),), True, False),
     "eig": (lambda a: jnp.linalg.eig(a)[::-1], False, False),
+    # left vectors alone, and both sides (left, right, values): each side's share printed
+    "eig_left": (
+        lambda a: lax.linalg.eig(
+            a, compute_left_eigenvectors=True, compute_right_eigenvectors=False
+        )[::-1],
+        False,
+        False,
+    ),
+    "eig_both": (
+        lambda a: (lambda w, vl, vr: (vl, vr, w))(
+            *lax.linalg.eig(a, compute_left_eigenvectors=True)
+        ),
+        False,
+        False,
+    ),
     "schur": (lambda a: jsl.schur(a)[::-1], False, False),
     "qr_reduced": (lambda a: (*jnp.linalg.qr(a, mode="reduced"),), True, False),
     "qr_complete": (lambda a: (*jnp.linalg.qr(a, mode="complete"),), True, False),
@@ -101,7 +118,7 @@ def _values_of(name: str, outputs: tuple, a: np.ndarray) -> np.ndarray:
         return outputs[-1]
     if name.startswith("svd"):
         return outputs[1]
-    if name == "eig":
+    if name.startswith("eig"):  # eig's values come last
         return outputs[-1]
     if name == "schur":
         return np.diagonal(outputs[-1], axis1=-2, axis2=-1)
@@ -112,18 +129,21 @@ def _vector_outputs(name: str, outputs: tuple) -> list[np.ndarray]:
     """The outputs holding vectors (columns), and for svd's vh its rows as columns."""
     if name.startswith("svd"):
         return [outputs[0], np.swapaxes(outputs[2], -1, -2)]
-    if name.startswith("qr"):
-        return [outputs[0]]
+    if name == "eig_both":
+        return [outputs[0], outputs[1]]
     return [outputs[0]]
 
 
-def matches(name: str, ours: tuple, ref: tuple, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sign agrees, exact within tolerance) per matrix of the batch."""
+def matches(
+    name: str, ours: tuple, ref: tuple, a: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(sign agrees, exact within tolerance, exact per vector output) per matrix of the batch."""
     eps = float(np.finfo(a.dtype).eps)
     gaps = _gaps(_values_of(name, ref, a))
     n = max(a.shape[-2:])
     sign_ok = np.ones(a.shape[0], bool)
     exact_ok = np.ones(a.shape[0], bool)
+    per_output = []
     for mine, theirs in zip(_vector_outputs(name, ours), _vector_outputs(name, ref), strict=True):
         k = min(gaps.shape[-1], mine.shape[-1])
         gap = np.ones(mine.shape[:-2] + (mine.shape[-1],))
@@ -133,8 +153,20 @@ def matches(name: str, ours: tuple, ref: tuple, a: np.ndarray) -> tuple[np.ndarr
         # a column's sign agrees when it is nearer JAX's than the negated one is
         dot = np.real(np.sum(np.conj(theirs) * mine, axis=-2))
         sign_ok &= np.all(dot > 0, axis=-1) | (mine.shape[-1] == 0)
-        exact_ok &= np.all(diff <= np.minimum(tol, 0.5), axis=-1)
-    return sign_ok, exact_ok
+        per_output.append(np.all(diff <= np.minimum(tol, 0.5), axis=-1))
+        exact_ok &= per_output[-1]
+    return sign_ok, exact_ok, per_output
+
+
+def values_in_order(name: str, ours: tuple, ref: tuple, a: np.ndarray) -> np.ndarray | None:
+    """Per matrix, whether eig's values are JAX's in JAX's order (within TOLERANCE eps of the
+    largest); None for the other functions."""
+    if not name.startswith("eig") or name.startswith("eigh"):
+        return None
+    mine, theirs = _values_of(name, ours, a), _values_of(name, ref, a)
+    scale = np.max(np.abs(theirs), axis=-1, keepdims=True)
+    tol = TOLERANCE * float(np.finfo(a.dtype).eps) * np.maximum(scale, 1e-300)
+    return np.all(np.abs(mine - theirs) <= tol, axis=-1)
 
 
 def case_input(
@@ -195,7 +227,7 @@ def _write_references(spec: str, out: str) -> None:
 
 def run_case(
     name: str, dtype: Any, shape: tuple[int, int], kind: str, batch: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None]:
     fn = FUNCTIONS[name][0]
     a, ref = case_input(name, dtype, shape, kind, batch, seed)
     model = to_onnx(
@@ -203,7 +235,7 @@ def run_case(
     )
     session = open_session(model)
     ours = tuple(_as_complex(np.asarray(o), r) for o, r in zip(session([a]), ref, strict=True))
-    return matches(name, ours, ref, a)
+    return (*matches(name, ours, ref, a), values_in_order(name, ours, ref, a))
 
 
 def _as_complex(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -304,11 +336,18 @@ def main() -> None:
     print(header + (f" {'JAX on ' + args.kernel:>17}" if args.kernel else "") + "  failing shapes")
     index = 0
     for name, dtype, kind, cases in rows:
-        signs = exact = total = same = 0
+        signs = exact = total = same = ordered = 0
+        outputs: list[int] = []
+        values: np.ndarray | None = None
         failing = []
         for case in cases:
-            s, e = run_case(*case)
+            s, e, per_output, values = run_case(*case)
             signs, exact, total = signs + int(s.sum()), exact + int(e.sum()), total + s.size
+            outputs = [
+                m + int(o.sum())
+                for m, o in zip(outputs or [0] * len(per_output), per_output, strict=True)
+            ]
+            ordered += 0 if values is None else int(values.sum())
             if not e.all():
                 failing.append(f"{case[2][0]}x{case[2][1]}:{int((~e).sum())}")
             if other:
@@ -316,10 +355,16 @@ def main() -> None:
                 same += int(matches(name, other[index], ref, a)[0].sum())
             index += 1
         kernel = f" {same:5}/{total:<4} {100 * same / total:5.1f}%" if other else ""
+        extra = ""
+        if len(outputs) > 1:  # each vector output's share: eig_both's left, right
+            extra += "per output " + " ".join(f"{100 * m / total:.1f}%" for m in outputs)
+        if values is not None:
+            extra += f" values in order {100 * ordered / total:.1f}%"
         print(
             f"{name:12} {dtype:8} {kind:10} {signs:5}/{total:<4} "
             f"{100 * signs / total:5.1f}% "
-            f"{exact:5}/{total:<4} {100 * exact / total:5.1f}%{kernel}  {' '.join(failing)}",
+            f"{exact:5}/{total:<4} {100 * exact / total:5.1f}%{kernel}  {' '.join(failing)}"
+            f"{'  ' + extra.strip() if extra else ''}",
             flush=True,
         )
     if args.nodes:

@@ -5,7 +5,8 @@ Each follows LAPACK's own path (docs/linear-algebra.md, "Vectors with JAX's sign
 to ``syevd.STEQR_LIMIT`` syevd's (sytd2, steqr, ormtr); qr and hessenberg geqrf / gehrd with
 dlarfg's reflectors; svd gesdd's (a row or a column: the LQ's sign; both sides from 2 to 25:
 gebd2, bdsqr's sweeps, ormbr); schur gees's (gehrd, orghr, dlahqr, dlanv2); eig of a real
-matrix geev's (gebal, that Schur form, dtrevc3, gebak, its normalisation).
+matrix geev's (gebal, that Schur form, dtrevc3, gebak, its normalisation), its right vectors,
+its left ones (dtrevc3's forward substitution on T^T) alone and both sides from one export.
 
 The draws are the sizes and kinds whose signs JAX keeps across OpenBLAS's kernels: where a
 sign hinges on the last bit of a BLAS sum, JAX itself returns the other sign on a machine with
@@ -55,6 +56,21 @@ FUNCTIONS: dict[str, tuple[Callable[[jax.Array], Any], bool, bool]] = {
     "svd_row_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
     "schur": (lambda a: jsl.schur(a)[::-1], False, False),
     "eig": (lambda a: jnp.linalg.eig(a)[::-1], False, False),
+    "eig_left": (
+        lambda a: lax.linalg.eig(
+            a, compute_left_eigenvectors=True, compute_right_eigenvectors=False
+        )[::-1],
+        False,
+        False,
+    ),
+    # (left vectors, values, right vectors): both sides from one export
+    "eig_both": (
+        lambda a: (lambda w, vl, vr: (vl, w, vr))(
+            *lax.linalg.eig(a, compute_left_eigenvectors=True)
+        ),
+        False,
+        False,
+    ),
     "svd_full": (lambda a: jnp.linalg.svd(a, full_matrices=True), True, False),
     "svd_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
 }
@@ -64,7 +80,7 @@ GROUPS = {
     "hessenberg": ["hessenberg"],
     "svd_row": ["svd_row_full", "svd_row_reduced"],
     "schur": ["schur"],
-    "eig": ["eig"],
+    "eig": ["eig", "eig_left", "eig_both"],
     "svd": ["svd_full", "svd_reduced"],
 }
 SQUARE = [1, 2, 3, 4, 5, 8, 16]
@@ -197,6 +213,8 @@ def _wrong_columns(
     n = max(ref[0].shape[-2:])
     # the vectors: eigh's, qr's q, hessenberg's q as columns; svd's u columns and vh rows
     pairs = [(ours[0], ref[0])]
+    if name == "eig_both":  # the left vectors, then the right ones
+        pairs.append((ours[2], ref[2]))
     if name.startswith("svd"):
         pairs = [(ours[0], ref[0]), (np.swapaxes(ours[2], -1, -2), np.swapaxes(ref[2], -1, -2))]
     for mine, theirs in pairs:
@@ -331,3 +349,20 @@ def test_eig_values_in_jax_order(dtype: str) -> None:
         values = _as_complex(np.asarray(values), ref)
         np.testing.assert_allclose(values, ref, rtol=1e-4 if dtype == "float32" else 1e-10)
         assert np.all(values.imag[ref.imag == 0] == 0)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "kind", "n"),
+    [
+        ("float32", "gaussian", 2),
+        ("float32", "perturbed", 2),
+        ("float64", "gaussian", 2),
+        ("float64", "perturbed", 3),
+    ],
+)
+def test_eig_left_vectors_follow_dtrevc3(dtype: str, kind: str, n: int) -> None:
+    """Left and right vectors of one eig of real matrices (Gaussian 2x2 draws hold complex
+    pairs): both from geev's real Schur form, the left ones by dtrevc3's forward substitution
+    on T^T, so each column is JAX's with its sign or phase (they came from the complex Schur
+    form before, the values in another order)."""
+    check_vectors("eig_both", dtype, kind, (8, n, n), 34)

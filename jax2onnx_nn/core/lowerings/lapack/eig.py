@@ -116,8 +116,8 @@ def _normalized(z: jax.Array, x: Parts) -> jax.Array:
 
 def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     """[values, left vectors (u^H a = w u^H) if ``left``, right vectors (a v = w v) if
-    ``right``] of a square real or complex ``a``, complex: a real ``a`` without left vectors
-    by geev's own path (real Schur form, ``trevc``), else from its complex Schur form."""
+    ``right``] of a square real or complex ``a``, complex: a real ``a`` by geev's own path
+    (real Schur form, ``trevc``), a complex one from its complex Schur form."""
     dtype = jnp.result_type(a.dtype, jnp.complex64)
     n = a.shape[-1]
     # a divided by a power of two (exactly, as svd's) so that no square in the rotations leaves
@@ -125,13 +125,13 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
     scale = power_of_two_scale(jnp.abs(a))
     # balanced as geev (see BALANCE_FACTOR): isolated values stay exact, scaled rows accurate
     b, inverse, d = balance(a / scale) if n > 1 else (a / scale, None, None)
-    if n > 0 and not left and not jnp.iscomplexobj(a):
-        # geev's own path (dhseqr, dtrevc3, gebak, its normalisation): JAX's values in JAX's
-        # order and its vectors, signs and phases included
+    if n > 0 and not jnp.iscomplexobj(a):
+        # geev's own path (dhseqr, dtrevc3 on both sides, gebak, its normalisation): JAX's
+        # values in JAX's order and its vectors, signs and phases included
         rt, rz = real_schur(b)
         wr, wi, _, _ = schur_blocks(rt)
         values = lax.complex(wr[..., 0, :], wi[..., 0, :]) * scale[..., 0]
-        return [values, real_eig(rt, rz, inverse, d)] if right else [values]
+        return [values, *real_eig(rt, rz, inverse, d, left=left, right=right)]
     t, z = complex_schur(b, vectors=left or right)
     ids = index_range(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]

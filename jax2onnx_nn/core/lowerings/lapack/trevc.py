@@ -1,7 +1,8 @@
-"""``geev``'s right eigenvectors of a real matrix from its real Schur form: ``dtrevc3``'s back
-substitution on the quasi-triangular T (x_kk = 1 for a real eigenvalue, a complex pair's
-2x2 block solved as dtrevc3 starts it), back-transformed by Z, then ``gebak`` and geev's
-normalisation (unit 2-norm, a pair's largest entry made real by ``dlartg``'s rotation)."""
+"""``geev``'s eigenvectors of a real matrix from its real Schur form: ``dtrevc3``'s
+substitution on the quasi-triangular T (x_kk = 1 for a real eigenvalue, a complex pair's 2x2
+block solved as dtrevc3 starts it; upward for right vectors, forward on T^T for left ones),
+back-transformed by Z, then ``gebak`` and geev's normalisation (unit 2-norm, a pair's
+largest entry made real by ``dlartg``'s rotation)."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def schur_blocks(t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arr
     return wr, wi, first, second
 
 
-def right_eigenvectors(t: jax.Array, z: jax.Array) -> Parts:
-    """Z X as (real, imag) parts, X's column k solving (t - w_k) x = 0 as ``dtrevc3`` does: a
+def right_eigenvectors(t: jax.Array) -> Parts:
+    """X as (real, imag) parts, its column k solving (t - w_k) x = 0 as ``dtrevc3`` does: a
     real eigenvalue's x_kk = 1, a pair's (x_p, x_q) = (1, i wi / t[p, q]) when |t[p, q]| >=
     |t[q, p]|, else (-wi / t[q, p], i) (the w = wr + i wi of the pair's first column, its
     second column the conjugate); then upward substitution through t's 1x1 and 2x2 blocks,
@@ -148,8 +149,26 @@ def right_eigenvectors(t: jax.Array, z: jax.Array) -> Parts:
         return xr, xi
 
     xr, xi = lax.fori_loop(0, n, lambda r, x: step(n - 1 - r, x), (xr, xi))  # a Loop
-    xi = where(second, -xi, xi)
-    return z @ xr, z @ xi
+    return xr, where(second, -xi, xi)
+
+
+def _reversed(m: jax.Array) -> jax.Array:
+    """m with its rows and columns in reverse order: of t^T, an upper quasi-triangular matrix
+    with t's 2x2 blocks, each block's t[p, q] and t[q, p] in the same places."""
+    return jnp.flip(m, axis=(-2, -1))
+
+
+def _left_from_reversed(t: jax.Array, x: Parts) -> Parts:
+    """Y as (real, imag) parts, its column k solving y^H t = w_k y^H as ``dtrevc3``'s left
+    side does (forward substitution on t^T: a real eigenvalue's y_kk = 1, a pair's (y_p, y_q)
+    = (wi / t[p, q], i) when |t[p, q]| >= |t[q, p]|, else (1, -i wi / t[q, p]); the pair's
+    second column the conjugate), from the right vectors ``x`` of t^T reversed: reversed
+    back, that substitution is the same one; its start at a pair, (1, i wi / t[p, q]) or
+    (-wi / t[q, p], i) on the reversed rows, is dtrevc3's left one times -i, conjugated, so
+    the pair's first column is multiplied by i and its second by -i."""
+    _, _, first, second = schur_blocks(t)
+    xr, xi = _reversed(x[0]), _reversed(x[1])
+    return where(first, -xi, where(second, xi, xr)), where(first, xr, where(second, -xr, xi))
 
 
 def normalized(v: Parts) -> jax.Array:
@@ -181,11 +200,34 @@ def normalized(v: Parts) -> jax.Array:
 
 
 def real_eig(
-    t: jax.Array, z: jax.Array, inverse: jax.Array | None, d: jax.Array | None
-) -> jax.Array:
-    """geev's right eigenvectors (complex, columns) of the balanced matrix with real Schur form
-    (t, z), ``gebak`` undoing its balancing (``inverse`` permutation, scaling ``d``)."""
-    vr, vi = right_eigenvectors(t, z)
-    if inverse is not None and d is not None:
-        vr, vi = back_rows(vr, inverse, d), back_rows(vi, inverse, d)
-    return normalized((vr, vi))
+    t: jax.Array,
+    z: jax.Array,
+    inverse: jax.Array | None,
+    d: jax.Array | None,
+    *,
+    left: bool,
+    right: bool,
+) -> list[jax.Array]:
+    """geev's [left vectors if ``left``, right vectors if ``right``] (complex, columns) of the
+    balanced matrix with real Schur form (t, z), ``gebak`` undoing its balancing
+    (``inverse`` permutation, scaling ``d``: right vectors' rows times d, left ones' over d).
+    Both sides are one substitution (one Loop) over t and t^T reversed, stacked."""
+    sides = [True] * left + [False] * right  # whether each is the left one
+    if not sides:
+        return []
+    # t^T reversed is solved as right vectors: both sides stacked, one substitution loop
+    stacked = [_reversed(mT(t)) if is_left else t for is_left in sides]
+    if len(sides) == 1:
+        solved = [right_eigenvectors(stacked[0])]
+    else:
+        xr, xi = right_eigenvectors(jnp.stack(stacked))
+        solved = [(xr[k], xi[k]) for k in range(len(sides))]
+    out = []
+    for is_left, x in zip(sides, solved, strict=True):
+        x = _left_from_reversed(t, x) if is_left else x
+        vr, vi = z @ x[0], z @ x[1]
+        if inverse is not None and d is not None:
+            scale = 1 / d if is_left else d  # gebak: a left vector's rows over the scaling
+            vr, vi = back_rows(vr, inverse, scale), back_rows(vi, inverse, scale)
+        out.append(normalized((vr, vi)))
+    return out
