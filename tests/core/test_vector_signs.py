@@ -71,6 +71,8 @@ FUNCTIONS: dict[str, tuple[Callable[[jax.Array], Any], bool, bool]] = {
         False,
         False,
     ),
+    # drawn complex (complex64 for float32, complex128 for float64)
+    "eig_complex": (lambda a: jnp.linalg.eig(a)[::-1], False, False),
     "svd_full": (lambda a: jnp.linalg.svd(a, full_matrices=True), True, False),
     "svd_reduced": (lambda a: jnp.linalg.svd(a, full_matrices=False), True, False),
 }
@@ -81,6 +83,7 @@ GROUPS = {
     "svd_row": ["svd_row_full", "svd_row_reduced"],
     "schur": ["schur"],
     "eig": ["eig", "eig_left", "eig_both"],
+    "eig_complex": ["eig_complex"],
     "svd": ["svd_full", "svd_reduced"],
 }
 SQUARE = [1, 2, 3, 4, 5, 8, 16]
@@ -115,7 +118,7 @@ def _shapes(group: str, dtype: str, kind: str) -> list[tuple[int, ...]]:
         limit = SVD_FLOAT32_LIMIT[kind]
     if not THOROUGH:
         n = min(5, limit)
-        if group in ("schur", "eig"):
+        if group in ("schur", "eig", "eig_complex"):
             return [(BATCH, n, n)]
         if group == "svd":
             return [(BATCH, 5, 3), (BATCH, 3, 4), (BATCH, 4, 4)]
@@ -136,9 +139,16 @@ def _shapes(group: str, dtype: str, kind: str) -> list[tuple[int, ...]]:
 
 def _draw(seed: int, kind: str, shape: tuple[int, ...], symmetric: bool, dtype: str) -> np.ndarray:
     """A Gaussian matrix, or a small perturbation (tanh/sin outer products, tanh / 5) plus the
-    diagonal 3, 6, 9, ...: issue 34's well-conditioned draws."""
+    diagonal 3, 6, 9, ...: issue 34's well-conditioned draws (of a complex dtype: the real and
+    imaginary parts drawn so)."""
     rng = np.random.default_rng(seed)
     m, n = shape[-2:]
+    if np.issubdtype(np.dtype(dtype), np.complexfloating):
+        x = rng.standard_normal((2, *shape))
+        if kind == "perturbed":
+            x = np.tanh(x) / 5
+            x[0] = x[0] + np.eye(m, n) * 3.0 * np.arange(1, n + 1)
+        return (x[0] + 1j * x[1]).astype(dtype)
     x = rng.standard_normal(shape)
     if kind == "gaussian":
         a = (x + np.swapaxes(x, -1, -2)) / 2 if symmetric else x
@@ -152,13 +162,17 @@ def _draw(seed: int, kind: str, shape: tuple[int, ...], symmetric: bool, dtype: 
     return a.astype(dtype)
 
 
+def _wide(dtype: str) -> bool:
+    return dtype in ("float64", "complex128")
+
+
 @functools.cache
 def _session(name: str, shape: tuple[int, ...], dtype: str) -> Any:
-    with jxi.x64(dtype == "float64"):
+    with jxi.x64(_wide(dtype)):
         model = to_onnx(
             FUNCTIONS[name][0],
             [jax.ShapeDtypeStruct(shape, np.dtype(dtype))],
-            enable_double_precision=dtype == "float64",
+            enable_double_precision=_wide(dtype),
         )
     return open_session(model)
 
@@ -181,12 +195,15 @@ def _gaps(name: str, outputs: list[np.ndarray], k: int) -> np.ndarray:
 
 def check_vectors(name: str, dtype: str, kind: str, shape: tuple[int, ...], seed: int) -> None:
     fn, _, symmetric = FUNCTIONS[name]
+    if name == "eig_complex":
+        dtype = {"float32": "complex64", "float64": "complex128"}[dtype]
     a = _draw(seed, kind, shape, symmetric, dtype)
-    with jxi.x64(dtype == "float64"):
+    with jxi.x64(_wide(dtype)):
         ref = [np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a))]
+    feed = np.stack([a.real, a.imag], axis=-1) if np.iscomplexobj(a) else a  # a complex pair
     ours = [
         _as_complex(np.asarray(o), r)
-        for o, r in zip(_session(name, shape, dtype)([a]), ref, strict=True)
+        for o, r in zip(_session(name, shape, dtype)([feed]), ref, strict=True)
     ]
     wrong = _wrong_columns(name, ours, ref)
     if wrong is None:
@@ -366,3 +383,25 @@ def test_eig_left_vectors_follow_dtrevc3(dtype: str, kind: str, n: int) -> None:
     on T^T, so each column is JAX's with its sign or phase (they came from the complex Schur
     form before, the values in another order)."""
     check_vectors("eig_both", dtype, kind, (8, n, n), 34)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_eig_and_schur_values_in_jax_order(dtype: str) -> None:
+    """eig, eigvals and schur of complex matrices follow zgeev / zgees (zgehrd, zlahqr's
+    single-shift sweeps): the values, and T's diagonal, in JAX's order. 8x8 Gaussian draws,
+    of which the Givens sweeps before put 1-3 of 16 in another order."""
+    a = _draw(8, "gaussian", (16, 8, 8), False, dtype)
+    with jxi.x64(_wide(dtype)):
+        ref = np.asarray(jax.jit(jnp.linalg.eigvals)(jnp.asarray(a)))
+        model = to_onnx(
+            lambda a: (
+                jnp.linalg.eig(a)[0],
+                jnp.linalg.eigvals(a),
+                jnp.diagonal(jsl.schur(a, output="complex")[0], axis1=-2, axis2=-1),
+            ),
+            [jax.ShapeDtypeStruct(a.shape, np.dtype(dtype))],
+            enable_double_precision=_wide(dtype),
+        )
+    for values in open_session(model)([np.stack([a.real, a.imag], axis=-1)]):
+        values = _as_complex(np.asarray(values), ref)
+        np.testing.assert_allclose(values, ref, rtol=1e-4 if dtype == "complex64" else 1e-10)

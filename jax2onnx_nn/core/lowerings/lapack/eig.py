@@ -4,6 +4,7 @@ and normalized as LAPACK does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -21,6 +22,7 @@ from jax2onnx_nn.core.lowerings.lapack.balance import (
     permuted,
     scaling_bound,
 )
+from jax2onnx_nn.core.lowerings.lapack.complex_gees import GEES_LIMIT, complex_gees
 from jax2onnx_nn.core.lowerings.lapack.complex_schur import Parts, complex_schur
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
 from jax2onnx_nn.core.lowerings.lapack.schur import real_schur
@@ -132,7 +134,9 @@ def eig(a: jax.Array, *, left: bool, right: bool) -> list[jax.Array]:
         wr, wi, _, _ = schur_blocks(rt)
         values = lax.complex(wr[..., 0, :], wi[..., 0, :]) * scale[..., 0]
         return [values, *real_eig(rt, rz, inverse, d, left=left, right=right)]
-    t, z = complex_schur(b, vectors=left or right)
+    # a complex matrix up to GEES_LIMIT as geev (zgehrd, zlahqr): JAX's values in JAX's order
+    lapack = jnp.iscomplexobj(a) and n <= GEES_LIMIT
+    t, z = (complex_gees if lapack else complex_schur)(b, vectors=left or right)
     ids = index_range(n)
     values = jnp.sum(jnp.where(ids[:, None] == ids[None, :], t, 0), axis=-1) * scale[..., 0]
     out = [values]
@@ -301,7 +305,9 @@ def _schur(
             "supported: JAX itself does not "
             "implement the sort of LAPACK's gees; sort the eigenvalues of the result instead"
         )
-    schur = complex_schur if jxi.is_complex_dtype(ctx.aval_in.dtype) else real_schur
+    schur: Callable[[jax.Array], tuple[jax.Array, jax.Array | None]] = real_schur
+    if jxi.is_complex_dtype(ctx.aval_in.dtype):  # zgees up to GEES_LIMIT, else Givens sweeps
+        schur = complex_gees if ctx.aval_in.shape[-1] <= GEES_LIMIT else complex_schur
 
     def fn(a: jax.Array) -> tuple[jax.Array, ...]:
         # a divided by a power of two first, as eig's (float32 1e20 or 1e-30: NaN without)

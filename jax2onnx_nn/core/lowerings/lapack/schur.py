@@ -30,7 +30,7 @@ def _lapack_constants(dtype: Any, n: int) -> tuple[float, float]:
     return ulp, float(info.tiny) * (n / ulp)
 
 
-def _moved(v: jax.Array, offset: int) -> jax.Array:
+def moved(v: jax.Array, offset: int) -> jax.Array:
     """v[..., k + offset] along the last axis at position k, 0 where that leaves the vector."""
     n = v.shape[-1]
     zeros = jnp.zeros((*v.shape[:-1], min(abs(offset), n)), v.dtype)
@@ -39,7 +39,7 @@ def _moved(v: jax.Array, offset: int) -> jax.Array:
     return jnp.concatenate([zeros, v[..., : n + offset]], axis=-1)
 
 
-def _diagonals(h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def diagonals(h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(d, sub, sup) of h (..., n, n) as (..., 1, n) by row k: h[k, k], h[k, k-1], h[k-1, k]
     (0 at k = 0), masked sums (exact)."""
     rows, cols = index_range(h.shape[-1])[:, None], index_range(h.shape[-1])[None, :]
@@ -59,9 +59,9 @@ def _negligible(
     n = d.shape[-1]
     ids = index_range(n)
     hk, up = jnp.abs(sub), jnp.abs(sup)
-    dk, dk1 = d, _moved(d, -1)
+    dk, dk1 = d, moved(d, -1)
     tst = jnp.abs(dk1) + jnp.abs(dk)
-    tst = where(tst == 0, tst + jnp.abs(_moved(sub, -1)) + jnp.abs(_moved(sub, 1)), tst)
+    tst = where(tst == 0, tst + jnp.abs(moved(sub, -1)) + jnp.abs(moved(sub, 1)), tst)
     ab, ba = jnp.maximum(hk, up), jnp.minimum(hk, up)
     diff = jnp.abs(dk1 - dk)
     aa, bb = jnp.maximum(jnp.abs(dk), diff), jnp.minimum(jnp.abs(dk), diff)
@@ -126,8 +126,8 @@ def _sweep_start(
     rt1r, rt1i, rt2r, rt2i = shifts
     ids = index_range(d.shape[-1])
     one = jnp.ones((), d.dtype)
-    hmm, h1m, hm1 = d, _moved(sub, 1), _moved(sup, 1)
-    h11, h21 = _moved(d, 1), _moved(sub, 2)
+    hmm, h1m, hm1 = d, moved(sub, 1), moved(sup, 1)
+    h11, h21 = moved(d, 1), moved(sub, 2)
     s = jnp.abs(hmm - rt2r) + jnp.abs(rt2i) + jnp.abs(h1m)
     s = where(s == 0, one, s)
     h21s = h1m / s
@@ -138,7 +138,7 @@ def _sweep_start(
     s = where(s == 0, one, s)
     v1, v2, v3 = v1 / s, v2 / s, v3 / s
     lhs = jnp.abs(sub) * (jnp.abs(v2) + jnp.abs(v3))
-    rhs = ulp * jnp.abs(v1) * (jnp.abs(_moved(d, -1)) + jnp.abs(hmm) + jnp.abs(h11))
+    rhs = ulp * jnp.abs(v1) * (jnp.abs(moved(d, -1)) + jnp.abs(hmm) + jnp.abs(h11))
     ok = ((ids == lo) | (lhs <= rhs)) & (ids >= lo) & (ids <= hi - 2)
     m = jnp.max(where(ok, ids, -1), axis=-1, keepdims=True)
     hit = ids == m
@@ -154,7 +154,7 @@ def _square(a: jax.Array, split: float) -> tuple[jax.Array, jax.Array]:
     return p, ((hi * hi - p) + 2 * hi * lo) + lo * lo
 
 
-def _nrm2(x1: jax.Array, x2: jax.Array) -> jax.Array:
+def nrm2(x1: jax.Array, x2: jax.Array) -> jax.Array:
     """sqrt(x1^2 + x2^2) correctly rounded, as BLAS's nrm2 gives it on JAX's CPU (OpenBLAS sums
     the squares in extended precision for float64, in float64 for float32): the squares and
     their sum as exact pairs, one Newton correction of the square root. Rounded once, where
@@ -232,12 +232,12 @@ def _sweep(
             x1 = where(start, first[1], below[1])
             x2 = where(start, first[2], where(three, below[2], zero)) if k == 3 else zero
         # dlarfg(NR, x0, (x1, x2)): beta = -sign(x0) |(x0, x1, x2)|, v = x / (x0 - beta)
-        xnorm = _nrm2(x1, x2)
+        xnorm = nrm2(x1, x2)
         trivial = xnorm == 0
         norm = _dlapy2(x0, xnorm)
         beta = where(x0 >= 0, -norm, norm)
         tau = where(trivial | ~active, zero, (beta - x0) / where(trivial, one, beta))
-        scal = _reciprocal(where(trivial, one, x0 - beta))  # dscal by it, as LAPACK
+        scal = reciprocal(where(trivial, one, x0 - beta))  # dscal by it, as LAPACK
         v2, v3 = x1 * scal, x2 * scal
         t1, t2, t3 = tau, tau * v2, tau * v3
         # from the left on the rows p.. in columns p..
@@ -266,7 +266,7 @@ def _sweep(
     return h, z
 
 
-def _reciprocal(x: jax.Array) -> jax.Array:
+def reciprocal(x: jax.Array) -> jax.Array:
     """1 / x for a product by it, as LAPACK scales: the numerator is a 1 computed from x, as
     onnxruntime's DivMulFusion turns y * (1 / x) with a constant 1 into y / x (another
     rounding, which changed which way a float64 3x3 Schur block was standardized)."""
@@ -303,7 +303,7 @@ def _standard_blocks(
     mean = (a2 + d2) / 2
     sab, sac = jnp.sqrt(jnp.abs(b2)), jnp.sqrt(jnp.abs(c2))
     root = sign(c2) * sab * sac
-    tau1 = _reciprocal(jnp.sqrt(jnp.abs(b2 + c2)))
+    tau1 = reciprocal(jnp.sqrt(jnp.abs(b2 + c2)))
     cs1, sn1 = sab * tau1, sac * tau1
     split = (
         mean + root,
@@ -356,7 +356,7 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     def step(carry: tuple) -> tuple:
         h, z, hi, kdefl, count = carry
         running = finite & (hi >= 1)
-        d, sub, sup = _diagonals(h)
+        d, sub, sup = diagonals(h)
         small = _negligible(d, sub, sup, ulp, smlnum)
         lo = jnp.max(where(small & (ids <= hi), ids, 0), axis=-1, keepdims=True)
         h = where(running & (lo > 0) & (rows == lo) & (cols == lo - 1), zero, h)
