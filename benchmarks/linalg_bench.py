@@ -6,10 +6,11 @@
 Per case and size: nodes of the main graph, nodes including Loop bodies, export time, median latency
 of onnxruntime (one thread) and of jax.jit on CPU, on a batch of 8 well-conditioned matrices
 (``python benchmarks/linalg_bench.py --cases eigh eigvalsh svd svdvals eig eigvals --sizes 4 16 64``
-for the eigen solvers, ``eig_left_right`` being eig with left vectors too; add ``--accuracy``
-for svd/eigh errors against float64 LAPACK, ``--solve-accuracy`` for float32 solve/inv errors,
-onnxruntime's and jax.jit's). A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle,
-for the cases that take one (svd, svdvals, qr).
+for the eigen solvers, ``eig_left_right`` being eig with left vectors too, ``eig_complex`` /
+``eigvals_complex`` on complex64 Gaussian matrices; add ``--accuracy`` for svd/eigh errors
+against float64 LAPACK, ``--solve-accuracy`` for float32 solve/inv errors, onnxruntime's and
+jax.jit's). A size ``MxN`` (``--sizes 64x8 8x64``) is a Gaussian rectangle, for the cases that
+take one (svd, svdvals, qr).
 ``--cpu-time`` measures onnxruntime by process CPU time instead of wall time (it runs on one thread,
 so this is its own work, steady on a busy machine; jax.jit stays wall time). ``--unroll-limit``
 overrides ``steps.UNROLL_LIMIT`` (largest unrolled size) and ``--block`` ``steps.BLOCK`` (columns
@@ -53,6 +54,9 @@ CASES: dict[str, Callable[[jax.Array, jax.Array], Any]] = {
     "eigvals": lambda a, b: jnp.linalg.eigvals(a),
     "eig": lambda a, b: jnp.linalg.eig(a),
     "eig_left_right": lambda a, b: lax.linalg.eig(a, compute_left_eigenvectors=True),
+    # complex64 Gaussian matrices (fed to onnxruntime as (real, imag) pairs)
+    "eigvals_complex": lambda a, b: jnp.linalg.eigvals(a),
+    "eig_complex": lambda a, b: jnp.linalg.eig(a),
     "qr": lambda a, b: jnp.linalg.qr(a),
     "qr_pivoting": lambda a, b: jsl.qr(a, pivoting=True),
     "cholesky": lambda a, b: lax.linalg.cholesky(a, symmetrize_input=False),
@@ -105,9 +109,11 @@ def bench(name: str, size: str, repeat: int, clock: Callable[[], float] = time.p
     m = rng.normal(size=(BATCH, n, cols))
     a = (m @ np.swapaxes(m, -1, -2) / n + np.eye(n) if n == cols else m).astype(np.float32)
     b = rng.normal(size=(BATCH, n, 1)).astype(np.float32)
+    if name.endswith("_complex"):
+        a = (m + 1j * rng.normal(size=m.shape)).astype(np.complex64)
     start = time.perf_counter()
     try:
-        model = to_onnx(fn, [a.shape, b.shape])
+        model = to_onnx(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype), b.shape])
     except SpecError:  # a square-only case on a rectangle
         return f"| {name} | {size} | takes square matrices only | | | | |"
     except ConversionError as err:
@@ -118,7 +124,8 @@ def bench(name: str, size: str, repeat: int, clock: Callable[[], float] = time.p
     session = ort.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
-    feeds = dict(zip([i.name for i in session.get_inputs()], [a, b], strict=False))
+    pairs = np.stack([a.real, a.imag], axis=-1) if np.iscomplexobj(a) else a
+    feeds = dict(zip([i.name for i in session.get_inputs()], [pairs, b], strict=False))
     ort_ms = _latency_ms(lambda: session.run(None, feeds), repeat, clock)
     jitted = jax.jit(fn)
     jax_ms = _latency_ms(lambda: jax.block_until_ready(jitted(a, b)), repeat)

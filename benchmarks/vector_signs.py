@@ -6,8 +6,8 @@
 
 Per function (eigh with the lower and the upper triangle, svd full / reduced, eig (right
 vectors, left ones alone, both: each side's share and whether the values come in JAX's
-order), schur, qr reduced / complete, hessenberg), dtype and shape (square 1..16, tall, wide,
-1xN, Nx1, batched):
+order; and of complex matrices), schur, qr reduced / complete, hessenberg), dtype and shape
+(square 1..16, tall, wide, 1xN, Nx1, batched):
 one export of a batch of matrices, run in onnxruntime, each matrix's vectors compared with
 JAX's CPU result column by column, not up to sign. A column matches when it is within
 ``TOLERANCE * eps * n / gap`` of JAX's (gap: the smallest distance of its value to another,
@@ -75,6 +75,8 @@ FUNCTIONS: dict[str, tuple[Callable[[jax.Array], tuple], bool, bool]] = {
         False,
         False,
     ),
+    # complex matrices (complex64 for float32, complex128 for float64)
+    "eig_complex": (lambda a: jnp.linalg.eig(a)[::-1], False, False),
     "schur": (lambda a: jsl.schur(a)[::-1], False, False),
     "qr_reduced": (lambda a: (*jnp.linalg.qr(a, mode="reduced"),), True, False),
     "qr_complete": (lambda a: (*jnp.linalg.qr(a, mode="complete"),), True, False),
@@ -86,7 +88,14 @@ def draw(
     rng: np.random.Generator, kind: str, batch: int, m: int, n: int, symmetric: bool, dtype: Any
 ) -> np.ndarray:
     """``batch`` matrices m x n of ``kind``: 'perturbed' (a small perturbation plus a diagonal
-    of distinct values 3, 6, ...) or 'gaussian'."""
+    of distinct values 3, 6, ...) or 'gaussian' (of a complex dtype: both parts so, the
+    diagonal on the real one)."""
+    if np.issubdtype(dtype, np.complexfloating):
+        x = rng.standard_normal((2, batch, m, n))
+        if kind == "perturbed":
+            x = np.tanh(x) / 5
+            x[0] = x[0] + np.eye(m, n) * (3.0 * np.arange(1, n + 1))[None, :]
+        return (x[0] + 1j * x[1]).astype(dtype)
     x = rng.standard_normal((batch, m, n))
     if kind == "gaussian":
         a = (x + np.swapaxes(x, -1, -2)) / 2 if symmetric else x
@@ -138,7 +147,7 @@ def matches(
     name: str, ours: tuple, ref: tuple, a: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """(sign agrees, exact within tolerance, exact per vector output) per matrix of the batch."""
-    eps = float(np.finfo(a.dtype).eps)
+    eps = float(np.finfo(a.real.dtype).eps)
     gaps = _gaps(_values_of(name, ref, a))
     n = max(a.shape[-2:])
     sign_ok = np.ones(a.shape[0], bool)
@@ -172,8 +181,11 @@ def values_in_order(name: str, ours: tuple, ref: tuple, a: np.ndarray) -> np.nda
 def case_input(
     name: str, dtype: Any, shape: tuple[int, int], kind: str, batch: int, seed: int
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """The batch of matrices of one case and JAX's CPU result on it."""
+    """The batch of matrices of one case and JAX's CPU result on it (an ``_complex`` case's
+    matrices complex64 for float32, complex128 for float64)."""
     fn, _, symmetric = FUNCTIONS[name]
+    if name.endswith("_complex"):
+        dtype = np.dtype(np.complex128 if np.dtype(dtype) == np.float64 else np.complex64)
     a = draw(np.random.default_rng(seed), kind, batch, *shape, symmetric, dtype)
     return a, tuple(np.asarray(r) for r in jax.jit(fn)(jnp.asarray(a)))
 
@@ -230,11 +242,11 @@ def run_case(
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None]:
     fn = FUNCTIONS[name][0]
     a, ref = case_input(name, dtype, shape, kind, batch, seed)
-    model = to_onnx(
-        fn, [jax.ShapeDtypeStruct(a.shape, a.dtype)], enable_double_precision=a.dtype == np.float64
-    )
+    wide = a.real.dtype == np.float64
+    model = to_onnx(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype)], enable_double_precision=wide)
     session = open_session(model)
-    ours = tuple(_as_complex(np.asarray(o), r) for o, r in zip(session([a]), ref, strict=True))
+    feed = np.stack([a.real, a.imag], axis=-1) if np.iscomplexobj(a) else a  # a complex pair
+    ours = tuple(_as_complex(np.asarray(o), r) for o, r in zip(session([feed]), ref, strict=True))
     return (*matches(name, ours, ref, a), values_in_order(name, ours, ref, a))
 
 

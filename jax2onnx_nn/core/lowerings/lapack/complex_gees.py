@@ -292,15 +292,38 @@ def _scale_lines(x: Parts, factor: Parts, mask: jax.Array) -> Parts:
     return _select(mask, _mul(x, factor), x)
 
 
+def _rescale(
+    h: Parts, z: Parts | None, p: int, hi: jax.Array, t1: Parts, rescale: jax.Array
+) -> tuple[Parts, Parts | None]:
+    """``zlahqr``'s scaling after a sweep's first reflector at row p = m > lo, where
+    ``rescale``: temp = (1 - t1) / |1 - t1| on rows m..hi but m+1 right of the diagonal,
+    conj(temp) on those columns above it (and z's), h[m+1, m] and h[m+2, m+1] by conj(temp),
+    temp, so that h[m, m-1] stays real."""
+    n = h[0].shape[-1]
+    ids = index_range(n)
+    rows, cols = ids[:, None], ids[None, :]
+    one = jnp.ones((), h[0].dtype)
+    temp = (one - t1[0], -t1[1])
+    temp = _over(temp, where(rescale, _abs(temp), one))
+    line = (ids >= p) & (ids <= hi[..., 0, :]) & (ids != p + 1)  # (..., n)
+    row_in, col_in = line[..., :, None], line[..., None, :]
+    upper = rows < cols
+    h = _scale_lines(h, temp, rescale & upper & row_in)
+    h = _scale_lines(h, _conj(temp), rescale & upper & col_in)
+    h = _scale_lines(h, _conj(temp), rescale & (rows == p + 1) & (cols == p))
+    h = _scale_lines(h, temp, rescale & (rows == p + 2) & (cols == p + 1) & (p + 2 <= hi))
+    return h, None if z is None else _scale_lines(z, _conj(temp), rescale & col_in)
+
+
 def _sweep(
     h: Parts,
-    z: Parts,
+    z: Parts | None,
     sweeping: jax.Array,
     lo: jax.Array,
     hi: jax.Array,
     m: jax.Array,
     first: tuple[Parts, jax.Array],
-) -> tuple[Parts, Parts]:
+) -> tuple[Parts, Parts | None]:
     """One ``zlahqr`` single-shift sweep on rows m..hi of each matrix where ``sweeping``: a
     2-element reflector at every static position p in 0..n-2 (tau 0 outside m..hi-1), each on
     the lines it reaches, in LAPACK's order of operations."""
@@ -342,21 +365,18 @@ def _sweep(
         h = _put(h[0], p, n0[0], n1[0], -2), _put(h[1], p, n0[1], n1[1], -2)
         # from the right on the columns p, p+1 in rows ..min(p+2, hi), and z's
         h = _from_right(h, p, t1, t2, v2, (rows <= p + 2) & (rows <= hi))
-        z = _from_right(z, p, t1, t2, v2, rows >= 0)
-        if p + 1 < n:
-            # started below lo (two small subdiagonals): the diagonal similarity that keeps
-            # h[m, m-1] real, on lines m..hi but m+1 (rows right of the diagonal, columns above)
-            rescale = active & start & (m > lo)
-            temp = (one - t1[0], -t1[1])
-            temp = _over(temp, where(rescale, _abs(temp), one))
-            line = (ids >= p) & (ids <= hi[..., 0, :]) & (ids != p + 1)  # (..., n)
-            row_in, col_in = line[..., :, None], line[..., None, :]
-            upper = rows < cols
-            h = _scale_lines(h, temp, rescale & upper & row_in)
-            h = _scale_lines(h, _conj(temp), rescale & upper & col_in)
-            h = _scale_lines(h, _conj(temp), rescale & (rows == p + 1) & (cols == p))
-            h = _scale_lines(h, temp, rescale & (rows == p + 2) & (cols == p + 1) & (p + 2 <= hi))
-            z = _scale_lines(z, _conj(temp), rescale & col_in)
+        if z is not None:
+            z = _from_right(z, p, t1, t2, v2, rows >= 0)
+        # started below lo (two small subdiagonals, rare): the diagonal similarity that keeps
+        # h[m, m-1] real, in an If that the common sweep skips
+        rescale = active & start & (m > lo)
+        h, z = lax.cond(
+            jnp.any(rescale),
+            lambda h, z, p=p, rescale=rescale, t1=t1: _rescale(h, z, p, hi, t1, rescale),
+            lambda h, z: (h, z),
+            h,
+            z,
+        )
     # h[hi, hi-1] made real: its phase moved into row hi (right of it) and column hi (above)
     sub = (
         pick_where(pick_where(h[0], rows == hi, -2), cols == hi - 1, -1),
@@ -368,7 +388,8 @@ def _sweep(
     h = _scale_lines(h, _conj(temp), phase & (rows == hi) & (cols > hi))
     h = _scale_lines(h, temp, phase & (cols == hi) & (rows < hi))
     h = _select(phase & (rows == hi) & (cols == hi - 1), (size, zero), h)
-    z = _scale_lines(z, temp, phase & (cols == hi))
+    if z is not None:
+        z = _scale_lines(z, temp, phase & (cols == hi))
     return h, z
 
 
@@ -386,15 +407,14 @@ def complex_gees(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax.
         return a.astype(dtype), eye.astype(dtype)
     real = jnp.real(a).dtype
     zero = jnp.zeros((), real)
-    h, z = _hessenberg((jnp.real(a), jnp.imag(a)))
+    h, q = _hessenberg((jnp.real(a), jnp.imag(a)))
     h = _select(rows > cols + 1, (zero, zero), h)
     ulp, smlnum = _lapack_constants(real, n)
     index = jnp.zeros((*a.shape[:-2], 1, 1), jnp.int32)
     finite = jnp.all(jnp.isfinite(h[0]) & jnp.isfinite(h[1]), axis=(-2, -1), keepdims=True)
 
     def step(carry: tuple) -> tuple:
-        hr, hi_, zr, zi, hi, kdefl, count = carry
-        h, z = (hr, hi_), (zr, zi)
+        h, z, hi, kdefl, count = carry
         running = finite & (hi >= 1)
         (dr, sr, ur), (di, si, ui) = diagonals(h[0]), diagonals(h[1])
         d, sub, sup = (dr, di), (sr, si), (ur, ui)
@@ -409,12 +429,12 @@ def complex_gees(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax.
         t = _shift(d, sub, sup, lo, hi, kdefl)
         m, v1, v2 = _sweep_start(d, sub, lo, hi, t, ulp)
         h, z = _sweep(h, z, sweeping, lo, hi, m, (v1, v2))
-        return (*h, *z, where(deflate, lo - 1, hi), kdefl, count + 1)
+        return h, z, where(deflate, lo - 1, hi), kdefl, count + 1
 
     limit = SWEEPS_PER_ROW * max(10, n) * n
-    init = (*h, *z, index + n - 1, index, jnp.zeros((), jnp.int32))
-    hr, hi_, zr, zi, hi, _, _ = lax.while_loop(
-        lambda c: jnp.any(finite & (c[4] >= 1)) & (c[6] < limit), step, init
+    init = (h, q if vectors else None, index + n - 1, index, jnp.zeros((), jnp.int32))
+    (hr, hi_), z, hi, _, _ = lax.while_loop(
+        lambda c: jnp.any(finite & (c[2] >= 1)) & (c[4] < limit), step, init
     )
     failed = (hi >= 1) | ~finite
     nan = jnp.full((), jnp.nan, real)
@@ -423,6 +443,6 @@ def complex_gees(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax.
         where(failed | ~upper, where(failed, nan, zero), hr),
         where(failed | ~upper, where(failed, nan, zero), hi_),
     )
-    if not vectors:
+    if z is None:
         return t, None
-    return t, lax.complex(where(failed, nan, zr), where(failed, nan, zi))
+    return t, lax.complex(where(failed, nan, z[0]), where(failed, nan, z[1]))

@@ -187,6 +187,7 @@ EIG_OPS = (
     "ReduceMax",
     "ArgMax",
     "Loop",
+    "If",
 )
 
 
