@@ -6,7 +6,12 @@ to ``syevd.STEQR_LIMIT`` syevd's (sytd2, steqr, ormtr); qr and hessenberg geqrf 
 dlarfg's reflectors; svd gesdd's (a row or a column: the LQ's sign; both sides from 2 to 25:
 gebd2, bdsqr's sweeps, ormbr); schur gees's (gehrd, orghr, dlahqr, dlanv2); eig of a real
 matrix geev's (gebal, that Schur form, dtrevc3, gebak, its normalisation), its right vectors,
-its left ones (dtrevc3's forward substitution on T^T) alone and both sides from one export.
+its left ones (dtrevc3's forward substitution on T^T) alone and both sides from one export;
+eig of a complex matrix up to 16x16 zgeev's (zgehd2, zlahqr, back substitution): its values
+in JAX's order and its vectors JAX's in every measured draw (``--functions eig_complex``), so
+every size is drawn. schur of a complex matrix is not in the property: its Z is JAX's only up
+to a phase per column (the phase of the rounding noise zlahqr leaves in a converged
+subdiagonal entry).
 
 The draws are the sizes and kinds whose signs JAX keeps across OpenBLAS's kernels: where a
 sign hinges on the last bit of a BLAS sum, JAX itself returns the other sign on a machine with
@@ -257,7 +262,7 @@ import numpy as np
 from benchmarks.vector_signs import openblas_core
 from tests.core.test_vector_signs import FUNCTIONS
 a = np.load(sys.argv[1])
-jax.config.update("jax_enable_x64", a.dtype == np.float64)
+jax.config.update("jax_enable_x64", a.real.dtype == np.float64)
 out = jax.tree_util.tree_leaves(jax.jit(FUNCTIONS[sys.argv[2]][0])(a))
 np.savez(sys.argv[3], openblas_core(), *[np.asarray(x) for x in out])
 """
