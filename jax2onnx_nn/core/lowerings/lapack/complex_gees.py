@@ -13,8 +13,8 @@ from jax2onnx_nn.core.lowerings.lapack.complex_schur import Parts, schur_grid
 from jax2onnx_nn.core.lowerings.lapack.schur import (
     KEXSH,
     SWEEPS_PER_ROW,
-    _lapack_constants,
     diagonals,
+    lapack_constants,
     moved,
     nrm2,
     reciprocal,
@@ -409,7 +409,7 @@ def complex_gees(a: jax.Array, *, vectors: bool = True) -> tuple[jax.Array, jax.
     zero = jnp.zeros((), real)
     h, q = _hessenberg((jnp.real(a), jnp.imag(a)))
     h = _select(rows > cols + 1, (zero, zero), h)
-    ulp, smlnum = _lapack_constants(real, n)
+    ulp, smlnum = lapack_constants(real, n)
     index = jnp.zeros((*a.shape[:-2], 1, 1), jnp.int32)
     finite = jnp.all(jnp.isfinite(h[0]) & jnp.isfinite(h[1]), axis=(-2, -1), keepdims=True)
 

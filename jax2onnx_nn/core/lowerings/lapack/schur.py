@@ -23,7 +23,7 @@ EXCEPTIONAL_DIAG, EXCEPTIONAL_OFF = 0.75, -0.4375
 SWEEPS_PER_ROW = 30
 
 
-def _lapack_constants(dtype: Any, n: int) -> tuple[float, float]:
+def lapack_constants(dtype: Any, n: int) -> tuple[float, float]:
     """(ulp, smlnum) of ``dlahqr``: dlamch('P') and safmin n / ulp."""
     info = jnp.finfo(dtype)
     ulp = float(info.eps)
@@ -349,7 +349,7 @@ def real_schur(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     zero = jnp.zeros((), a.dtype)
     h, z = hessenberg_q(a) if n > 2 else (a, eye)
     h = where(rows > cols + 1, zero, h)
-    ulp, smlnum = _lapack_constants(a.dtype, n)
+    ulp, smlnum = lapack_constants(a.dtype, n)
     index = jnp.zeros((*a.shape[:-2], 1, 1), jnp.int32)
     finite = jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)  # else NaN: no sweeps
 
