@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax2onnx_nn.core.lowerings.lapack.complex_schur import Parts, schur_grid
+from jax2onnx_nn.core.lowerings.lapack.complex_schur import Parts, cmul, schur_grid
 from jax2onnx_nn.core.lowerings.lapack.schur import (
     KEXSH,
     SWEEPS_PER_ROW,
@@ -29,10 +29,6 @@ DAT1 = 0.75
 
 
 # -- complex arithmetic on (real, imag) parts, as gfortran compiles it (no fused multiply-adds) --
-def _mul(a: Parts, b: Parts) -> Parts:
-    return a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]
-
-
 def _conj(a: Parts) -> Parts:
     return a[0], -a[1]
 
@@ -152,18 +148,18 @@ def _hessenberg(a: Parts) -> tuple[Parts, Parts]:
             jnp.sum(rest[0] * rest[0] + rest[1] * rest[1], axis=-2, keepdims=True)
         )  # dznrm2
         tau, scal, beta, trivial = _larfg(alpha, xnorm)
-        scaled = _mul(scal, rest)  # zscal
+        scaled = cmul(scal, rest)  # zscal
         v = (
             where(rows == j + 1, jnp.ones((), ar.dtype), where(trivial, zero, scaled[0])),
             where(trivial, zero, scaled[1]),
         )
         # zlarf('Right', tau): w = h v, h += w (-tau conj(v))^T (zgemv, zgerc)
         w = (h[0] @ v[0] - h[1] @ v[1], h[0] @ v[1] + h[1] @ v[0])
-        temp = _mul((-tau[0], -tau[1]), _conj((mT(v[0]), mT(v[1]))))
+        temp = cmul((-tau[0], -tau[1]), _conj((mT(v[0]), mT(v[1]))))
         h = (h[0] + (w[0] * temp[0] - w[1] * temp[1]), h[1] + (w[0] * temp[1] + w[1] * temp[0]))
         # zlarf('Left', conj(tau)) on columns j+1..: y = h^H v, h += v (-tau conj(y))^T
         y = (mT(h[0]) @ v[0] + mT(h[1]) @ v[1], mT(h[0]) @ v[1] - mT(h[1]) @ v[0])  # (..., n, 1)
-        temp = _mul((-tau[0], tau[1]), _conj((mT(y[0]), mT(y[1]))))
+        temp = cmul((-tau[0], tau[1]), _conj((mT(y[0]), mT(y[1]))))
         left = (h[0] + (v[0] * temp[0] - v[1] * temp[1]), h[1] + (v[0] * temp[1] + v[1] * temp[0]))
         h = _select(cols > j, left, h)
         head = (where(trivial, alpha[0], beta), where(trivial, alpha[1], zero))
@@ -178,7 +174,7 @@ def _hessenberg(a: Parts) -> tuple[Parts, Parts]:
     q = (eye, jnp.zeros_like(eye))
     for v, tau in reversed(reflectors):
         y = (mT(q[0]) @ v[0] + mT(q[1]) @ v[1], mT(q[0]) @ v[1] - mT(q[1]) @ v[0])
-        temp = _mul((-tau[0], -tau[1]), _conj((mT(y[0]), mT(y[1]))))
+        temp = cmul((-tau[0], -tau[1]), _conj((mT(y[0]), mT(y[1]))))
         q = (q[0] + (v[0] * temp[0] - v[1] * temp[1]), q[1] + (v[0] * temp[1] + v[1] * temp[0]))
     return h, q
 
@@ -213,21 +209,21 @@ def _shift(
         return pick_where(v[0], ids == i, -1), pick_where(v[1], ids == i, -1)
 
     hii, sub_i = at(d, hi), at(sub, hi)
-    u = _mul(_sqrt(at(sup, hi)), _sqrt(sub_i))
+    u = cmul(_sqrt(at(sup, hi)), _sqrt(sub_i))
     s = _cabs1(u)
     x = _real_times(jnp.asarray(0.5, d[0].dtype), _sub(at(d, hi - 1), hii))
     sx = _cabs1(x)
     s = jnp.maximum(s, sx)
     safe = where(s == 0, one, s)
     xs, us = _over(x, safe), _over(u, safe)
-    xx, uu = _mul(xs, xs), _mul(us, us)
+    xx, uu = cmul(xs, xs), cmul(us, us)
     y = _real_times(safe, _sqrt((xx[0] + uu[0], xx[1] + uu[1])))
     xsx = _over(x, where(sx > 0, sx, one))
     flip = (sx > 0) & (xsx[0] * y[0] + xsx[1] * y[1] < 0)
     y = _select(flip, (-y[0], -y[1]), y)
     xy = (x[0] + y[0], x[1] + y[1])
     nonzero = (xy[0] != 0) | (xy[1] != 0)
-    q = _mul(u, _ladiv(u, (where(nonzero, xy[0], one), xy[1])))
+    q = cmul(u, _ladiv(u, (where(nonzero, xy[0], one), xy[1])))
     wilkinson = _select(_cabs1(u) != 0, _sub(hii, q), hii)
     bottom = kdefl % (2 * KEXSH) == 0
     top = (kdefl % KEXSH == 0) & ~bottom
@@ -281,15 +277,15 @@ def _from_right(x: Parts, p: int, t1: Parts, t2: jax.Array, v2: Parts, rows: jax
     """Columns p, p+1 of x times the reflector: sum = t1 x_p + t2 x_p+1, x_p -= sum, x_p+1 -=
     sum conj(v2), on the rows where ``rows``."""
     c0, c1 = _cols(x, p)
-    total = _mul(t1, c0)
+    total = cmul(t1, c0)
     total = (total[0] + t2 * c1[0], total[1] + t2 * c1[1])
     n0 = _select(rows, _sub(c0, total), c0)
-    n1 = _select(rows, _sub(c1, _mul(total, _conj(v2))), c1)
+    n1 = _select(rows, _sub(c1, cmul(total, _conj(v2))), c1)
     return _put(x[0], p, n0[0], n1[0], -1), _put(x[1], p, n0[1], n1[1], -1)
 
 
 def _scale_lines(x: Parts, factor: Parts, mask: jax.Array) -> Parts:
-    return _select(mask, _mul(x, factor), x)
+    return _select(mask, cmul(x, factor), x)
 
 
 def _rescale(
@@ -348,14 +344,14 @@ def _sweep(
         x = _select(active, x, (zero, zero))
         tau, scal, beta, trivial = _larfg(alpha, nrm2(x[0], x[1]))
         t1 = tau
-        v2 = _select(trivial, x, _mul(scal, x))
+        v2 = _select(trivial, x, cmul(scal, x))
         t2 = t1[0] * v2[0] - t1[1] * v2[1]  # dble(t1 v2)
         # from the left on the rows p, p+1 in columns p..
-        total = _mul(_conj(t1), r0)
+        total = cmul(_conj(t1), r0)
         total = (total[0] + t2 * r1[0], total[1] + t2 * r1[1])
         right = cols >= p
         n0 = _select(right, _sub(r0, total), r0)
-        n1 = _select(right, _sub(r1, _mul(total, v2)), r1)
+        n1 = _select(right, _sub(r1, cmul(total, v2)), r1)
         if p > 0:
             chase = active & ~start  # the bulge's column p-1: beta, and 0 below
             at_col = cols == p - 1

@@ -50,7 +50,7 @@ CHASE_WINDOW = 16
 Parts = tuple[jax.Array, jax.Array]
 
 
-def _cmul(a: Parts, b: Parts) -> Parts:
+def cmul(a: Parts, b: Parts) -> Parts:
     return a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]
 
 
@@ -203,7 +203,7 @@ def _wilkinson_shift(a11: Parts, a12: Parts, a21: Parts, a22: Parts) -> Parts:
     a22 - a12 a21 / (half + root), the root's sign chosen so that |half + root| is largest;
     on (real, imag) parts (complex jnp code adds hundreds of nodes of inf/NaN cases)."""
     half = (a11[0] - a22[0]) / 2, (a11[1] - a22[1]) / 2
-    product = _cmul(a12, a21)
+    product = cmul(a12, a21)
     root = _csqrt(
         (half[0] * half[0] - half[1] * half[1] + product[0], 2 * half[0] * half[1] + product[1])
     )
