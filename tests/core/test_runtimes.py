@@ -116,18 +116,6 @@ def test_loops_of_a_run_time_trip_count_over_symbolic_shapes(
     """``fori_loop(lo, hi, ...)`` with both bounds graph inputs, over a carry of symbolic
     length, exported for the runtime (tract: a Scan over ``Range(0, trips)``) and run there:
     0, 1 and 4 steps on lengths 2 and 5."""
-    if runtime == "tract" and body == "inner_loop_of_step_trips":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "tract 0.23 declutter: the inner Scan restarted at tick 0 of Range(0, i) gets "
-                    "region facts "
-                    "it finds inconsistent ('inconsistent fact: body input 0 is N,F32 ... "
-                    "1+-1*(0==0)')"
-                ),
-            )
-        )
     step = _COUNTED_BODIES[body]
 
     def f(x, lo, hi):

@@ -102,7 +102,10 @@ def inner_scans_restarted(node: ir.Node, edit: Editor) -> Replacement:
     Scan in this Scan's body (in If branches too) that scans a counter forward (a ``fori_loop``,
     a scan without xs, a bounded ``while_loop``: constant, or a Range of run-time length; one over
     data is given a counter, computed at run time where the length is symbolic), the body reads
-    each state as ``Where(tick == first tick, initial value, state)``."""
+    each state as ``Where(tick == first tick, initial value, state)``, or, where the counter
+    has a run-time length, as a Gather from ``[state, initial value]`` by that test (tract 0.23
+    gives the Where a region fact the state's output lacks and refuses the model: a fori_loop
+    whose trip count is the outer counter)."""
     return any(
         [
             _restarted(_with_counter(inner, edit))
@@ -251,24 +254,80 @@ def _restarted(scan: ir.Node) -> bool:
             ir.TensorType(dtype),
             ir.Shape([]),
         )
+    # a counter of run-time length (a Range, a CumSum of ones): tract follows its tick
+    # symbolically and gives a state read by Where(tick == first, ...) a region fact its output
+    # lacks ("inconsistent fact: body input 0 is N,F32 ... 1+-1*(0==0)" in a fori_loop whose trip
+    # count is the outer counter), so the read is a Gather from [state, initial] by the test
+    by_gather = constant_range(scan.inputs[n_state + k]) is None
+    if by_gather:
+        index = _node("Cast", [first.outputs[0]], f"{name}/index", ir.DataType.INT64, [], to=7)
+        axis = _node(
+            "Constant",
+            [],
+            f"{name}/axis",
+            ir.DataType.INT64,
+            [1],
+            value=ir.tensor(np.zeros(1, np.int64)),
+        )
+        new_nodes += [index, axis]
     for i, state in enumerate(body.inputs[:n_state]):
         initial = scan.inputs[i]
-        assert initial is not None
-        read = ir.Node("", "Where", [first.outputs[0], initial, state], name=f"{name}/state{i}")
-        read.outputs[0].name, read.outputs[0].type, read.outputs[0].shape = (
-            f"{read.name}_output",
-            state.type,
-            state.shape,
-        )
+        assert initial is not None and state.type is not None
+        dtype, shape = state.type.dtype, state.shape
+        if by_gather:
+            stacked = [
+                _node("Unsqueeze", [v, axis.outputs[0]], f"{name}/state{i}/{role}", dtype, None)
+                for role, v in (("state", state), ("initial", initial))
+            ]
+            both = _node(
+                "Concat",
+                [s.outputs[0] for s in stacked],
+                f"{name}/state{i}/both",
+                dtype,
+                None,
+                axis=0,
+            )
+            read = _node(
+                "Gather",
+                [both.outputs[0], index.outputs[0]],
+                f"{name}/state{i}",
+                dtype,
+                shape,
+                axis=0,
+            )
+            reads_state = stacked[0]
+            new_nodes += [*stacked, both, read]
+        else:
+            read = _node(
+                "Where", [first.outputs[0], initial, state], f"{name}/state{i}", dtype, shape
+            )
+            reads_state = read
+            new_nodes.append(read)
         state.replace_all_uses_with(read.outputs[0], replace_graph_outputs=True)
-        read.replace_input_with(2, state)
-        new_nodes.append(read)
+        reads_state.replace_input_with(0 if by_gather else 2, state)
     if len(body):
         body.insert_before(next(iter(body)), new_nodes)
     else:
         body.extend(new_nodes)
     scan.meta[_RESTARTED] = True
     return True
+
+
+def _node(
+    op: str,
+    inputs: list[ir.Value | None],
+    name: str,
+    dtype: ir.DataType,
+    shape: Any,
+    **attributes: Any,
+) -> ir.Node:
+    """A node of one output ``{name}_output`` of ``dtype`` and ``shape`` (None: unknown)."""
+    node = ir.Node("", op, inputs, ir.convenience.convert_attributes(attributes), name=name)
+    out = node.outputs[0]
+    out.name, out.type = f"{name}_output", ir.TensorType(dtype)
+    if shape is not None:
+        out.shape = shape if isinstance(shape, ir.Shape) else ir.Shape(shape)
+    return node
 
 
 _KEEPS_STATES = "jax2onnx_nn.keeps_states"  # (a Scan whose results are already selected so)
