@@ -713,6 +713,7 @@ def dlaed4(
 # ---------------------------------------------------------------------------------------------
 # the merge: dlaed2 (deflation), dlaed3 (vectors), dlaed1 (one merge)
 
+MERGES: list[tuple[int, int]] = []  # (size, kept k) of each dlaed1 call, for the statistics
 Secular = Callable[[int, int, np.ndarray, np.ndarray, float], tuple[np.ndarray, float]]
 
 
@@ -886,6 +887,7 @@ def dlaed1(
     """Merge two solved halves (sizes cutpnt, n - cutpnt) and the rank-one tie ``rho``."""
     z = np.concatenate([q[cutpnt - 1, :cutpnt], q[cutpnt, cutpnt:]]).astype(np.float64)
     k, rho, dlambda, w, q2, indxc, ctot = dlaed2(n, cutpnt, d, q, indxq, rho, z)
+    MERGES.append((n, k))
     if k != 0:
         dlaed3(k, n, cutpnt, d, q, rho, dlambda, q2, indxc, ctot, w, secular)
         indxq[:] = dlamrg(k, n - k, d, 1, -1)
@@ -893,7 +895,23 @@ def dlaed1(
         indxq[:] = np.arange(1, n + 1)
 
 
-def dlaed0(d: np.ndarray, e: np.ndarray, q: np.ndarray, secular: Secular) -> None:
+Leaves = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def port_steqr(d: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Our ONNX lowering's ``steqr`` (syevd.py), run in JAX float64, as a leaf solver."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from jax2onnx_nn.core.lowerings.lapack.syevd import steqr
+
+    values, vectors = jax.jit(steqr)(np.asarray(d, np.float64), np.asarray(e, np.float64))
+    return np.asarray(values), np.asarray(vectors)
+
+
+def dlaed0(
+    d: np.ndarray, e: np.ndarray, q: np.ndarray, secular: Secular, leaves: Leaves
+) -> None:
     """Divide and conquer on one unreduced block (COMPQ = 2): d, q in place, e destroyed."""
     n = d.shape[0]
     sizes = [n]
@@ -908,7 +926,7 @@ def dlaed0(d: np.ndarray, e: np.ndarray, q: np.ndarray, secular: Secular) -> Non
     for i, size in enumerate(sizes):
         lo = 0 if i == 0 else cum[i - 1]
         hi = lo + size
-        dv, zv = openblas_dsteqr(d[lo:hi], e[lo : hi - 1])
+        dv, zv = leaves(d[lo:hi], e[lo : hi - 1])
         d[lo:hi] = dv
         q[lo:hi, lo:hi] = zv
         indxq[lo:hi] = np.arange(1, size + 1)
@@ -927,11 +945,15 @@ def dlaed0(d: np.ndarray, e: np.ndarray, q: np.ndarray, secular: Secular) -> Non
     q[:, :] = q[:, order].copy()
 
 
-def dstedc(d: np.ndarray, e: np.ndarray, secular: str = "ours") -> tuple[np.ndarray, np.ndarray]:
+def dstedc(
+    d: np.ndarray, e: np.ndarray, secular: str = "ours", leaves: str = "openblas"
+) -> tuple[np.ndarray, np.ndarray]:
     """dstedc('I', ...) on the tridiagonal (d, e): (eigenvalues ascending, vectors as columns).
 
-    ``secular``: "ours" (``dlaed4`` above) or "openblas" (OpenBLAS's dlaed4)."""
+    ``secular``: "ours" (``dlaed4`` above) or "openblas" (OpenBLAS's dlaed4); ``leaves``:
+    "openblas" (its dsteqr) or "port" (our lowering's ``steqr``, in JAX)."""
     solve: Secular = dlaed4 if secular == "ours" else openblas_dlaed4
+    leaf: Leaves = openblas_dsteqr if leaves == "openblas" else port_steqr
     n = d.shape[0]
     d = np.array(d, np.float64)
     e = np.array(e, np.float64)
@@ -956,10 +978,10 @@ def dstedc(d: np.ndarray, e: np.ndarray, secular: str = "ours") -> tuple[np.ndar
                 orgnrm = max(np.max(np.abs(d[blk])), np.max(np.abs(e[start:finish])))
                 d[blk] = d[blk] * (1.0 / orgnrm)
                 e[start:finish] = e[start:finish] * (1.0 / orgnrm)
-                dlaed0(d[blk], e[start:finish], z[blk, blk], solve)
+                dlaed0(d[blk], e[start:finish], z[blk, blk], solve, leaf)
                 d[blk] = d[blk] * (orgnrm / 1.0)
             else:
-                dv, zv = openblas_dsteqr(d[blk], e[start:finish])
+                dv, zv = leaf(d[blk], e[start:finish])
                 d[blk] = dv
                 z[blk, blk] = zv
         start = finish + 1
@@ -974,3 +996,79 @@ def dstedc(d: np.ndarray, e: np.ndarray, secular: str = "ours") -> tuple[np.ndar
             d[i] = p
             z[:, [i, kk]] = z[:, [kk, i]]
     return d, z
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison
+
+
+def _family(name: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A float64 tridiagonal (d, e) of one of the test families."""
+    if name == "gaussian":
+        return rng.normal(size=n), rng.normal(size=n - 1)
+    if name == "sytrd":  # issue 34's matrices: distinct diagonal + a small perturbation
+        from scipy.linalg import lapack
+
+        x = rng.normal(size=n)
+        a = np.outer(np.tanh(x), np.sin(x))
+        a = (a + a.T) / 4 + np.diag(3.0 * np.arange(1, n + 1))
+        _, d, e, _, info = lapack.dsytrd(a, lower=1)
+        assert info == 0
+        return d, e
+    if name == "clustered":  # repeated diagonal values, weak coupling: heavy deflation
+        return rng.integers(-3, 4, size=n).astype(np.float64), 1e-6 * rng.normal(size=n - 1)
+    raise ValueError(name)
+
+
+def compare(
+    sizes: range, families: tuple[str, ...], count: int, secular: str, leaves: str, seed: int
+) -> None:
+    """Print per n: share of matrices with all vector signs equal to OpenBLAS dstedc's,
+    share bitwise equal, max |vector difference|, max |value difference|, deflated share."""
+    print(f"secular={secular} leaves={leaves} lapack_master={LAPACK_MASTER} count={count}")
+    print("family     n  signs   bitwise  max|dZ|   max|dw|   deflated")
+    for family in families:
+        rng = np.random.default_rng(seed)
+        for n in sizes:
+            signs = bitwise = 0
+            dz = dw = 0.0
+            MERGES.clear()
+            for _ in range(count):
+                d, e = _family(family, n, rng)
+                w_ref, z_ref = openblas_dstedc(d, e)
+                w, z = dstedc(d, e, secular=secular, leaves=leaves)
+                signs += bool(np.all(np.sum(z * z_ref, axis=0) > 0))
+                bitwise += bool(np.array_equal(z, z_ref) and np.array_equal(w, w_ref))
+                dz = max(dz, float(np.max(np.abs(z - z_ref))))
+                dw = max(dw, float(np.max(np.abs(w - w_ref))))
+            size = sum(m for m, _ in MERGES)
+            deflated = (size - sum(k for _, k in MERGES)) / max(size, 1)
+            print(
+                f"{family:9s} {n:3d}  {signs:2d}/{count}  {bitwise:2d}/{count}  "
+                f"{dz:8.1e}  {dw:8.1e}  {deflated:5.1%}"
+            )
+
+
+def main(argv: list[str]) -> None:
+    """Command line: ``[--sizes 26:65] [--count 10] [--secular ours|openblas]
+    [--leaves openblas|port] [--master]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="26:65", help="range lo:hi of n")
+    parser.add_argument("--count", type=int, default=10, help="matrices per n and family")
+    parser.add_argument("--families", default="gaussian,sytrd,clustered")
+    parser.add_argument("--secular", default="ours", choices=["ours", "openblas"])
+    parser.add_argument("--leaves", default="openblas", choices=["openblas", "port"])
+    parser.add_argument("--master", action="store_true", help="LAPACK master's dlaed2/dlaed4")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    global LAPACK_MASTER
+    LAPACK_MASTER = args.master
+    lo, hi = (int(v) for v in args.sizes.split(":"))
+    families = tuple(args.families.split(","))
+    compare(range(lo, hi), families, args.count, args.secular, args.leaves, args.seed)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
