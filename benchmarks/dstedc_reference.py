@@ -1069,7 +1069,7 @@ def dstedc(
 # the comparison
 
 
-def _family(name: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def family(name: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A float64 tridiagonal (d, e) of one of the test families."""
     if name == "gaussian":
         return rng.normal(size=n), rng.normal(size=n - 1)
@@ -1097,14 +1097,14 @@ def compare(
         f"openblas_blas={OPENBLAS_BLAS} count={count}"
     )
     print("family     n  signs   bitwise  max|dZ|   max|dw|   deflated")
-    for family in families:
+    for family_name in families:
         rng = np.random.default_rng(seed)
         for n in sizes:
             signs = bitwise = 0
             dz = dw = 0.0
             MERGES.clear()
             for _ in range(count):
-                d, e = _family(family, n, rng)
+                d, e = family(family_name, n, rng)
                 w_ref, z_ref = openblas_dstedc(d, e)
                 w, z = dstedc(d, e, secular=secular, leaves=leaves)
                 signs += bool(np.all(np.sum(z * z_ref, axis=0) > 0))
@@ -1114,7 +1114,7 @@ def compare(
             size = sum(m for m, _ in MERGES)
             deflated = (size - sum(k for _, k in MERGES)) / max(size, 1)
             print(
-                f"{family:9s} {n:3d}  {signs:2d}/{count}  {bitwise:2d}/{count}  "
+                f"{family_name:9s} {n:3d}  {signs:2d}/{count}  {bitwise:2d}/{count}  "
                 f"{dz:8.1e}  {dw:8.1e}  {deflated:5.1%}"
             )
 
