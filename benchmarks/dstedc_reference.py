@@ -45,19 +45,18 @@ Families (20 tridiagonals each per n, n = 26..64, 2340 in all): ``gaussian`` (d,
   deflation tolerance, gaussian n = 64 deflated 5 entries where OpenBLAS deflates 3, and a
   column came out with the other sign; the graph must follow the LAPACK that jaxlib uses
   (scipy's OpenBLAS: 8 eps), and note that a later OpenBLAS (with LAPACK >= 3.13) changes it.
-- ``... --count 5 --leaves port --openblas-blas`` (leaves from our lowering's ``steqr``):
-  signs 472 / 585 (gaussian + sytrd 389 / 390, clustered 83 / 195). Both causes are in the
-  leaves: (a) ``clustered`` tridiagonals are
-  ill-conditioned: repeated diagonal values coupled only through second-order terms give
-  eigenvalue pairs a few ulp apart whose vectors are set by rounding (d = [2, 3, 2],
-  e = [1.09e-7, -7.57e-8]: a pair 6e-15 apart; OpenBLAS's ``dsteqr`` gives columns
+- ``... --count 5 --leaves port --openblas-blas`` (leaves from our lowering's ``steqr``): signs
+  472 / 585 (gaussian + sytrd 389 / 390, clustered 83 / 195). Both causes are in the leaves: (a)
+  ``clustered`` tridiagonals are ill-conditioned: repeated diagonal values coupled only through
+  second-order terms give eigenvalue pairs a few ulp apart whose vectors are set by rounding (d
+  = [2, 3, 2], e = [1.09e-7, -7.57e-8]: a pair 6e-15 apart; OpenBLAS's ``dsteqr`` gives columns
   (0.827, 0, -0.562), (0.562, 0, 0.827), our port (-0.820, 0, 0.572), (0.572, 0, 0.820),
   eigenvalues bitwise equal), issue 34's "tie that no faithful graph can reproduce" case,
   already present at n <= 25; (b) gaussian n = 44: the port's leaf values differ from
-  ``dsteqr``'s by ~2e-15 and one ``rho |z_i| <= tol`` decision flips (k = 44 instead of 43),
-  so a deflated (leaf) vector is replaced by a secular one of the other sign. Gaussian and
-  ``sytrd`` matrices otherwise match: the leaves must be ``dsteqr``-faithful to near the
-  bit, and a deflation test within rounding of its threshold is a documented limit.
+  ``dsteqr``'s by ~2e-15 and one ``rho |z_i| <= tol`` decision flips (k = 44 instead of 43), so
+  a deflated (leaf) vector is replaced by a secular one of the other sign. Gaussian and
+  ``sytrd`` matrices otherwise match: the leaves must be ``dsteqr``-faithful to near the bit,
+  and a deflation test within rounding of its threshold is a documented limit.
 
 Design note: the merge as an ONNX graph for a static n
 ======================================================
