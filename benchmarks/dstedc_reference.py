@@ -114,7 +114,9 @@ on the leaves' signs at all. Their sign is fixed by the formula itself (the sign
 i.e. of the off-diagonal ``rho`` through ``dlaed2``'s negation of the second half of ``z``
 when ``rho < 0``, and the ordering of the poles). A deflated vector is a leaf (or lower-level)
 vector, possibly rotated by ``dlaed2``'s Givens pair, so it carries ``dsteqr``'s sign (which
-our port reproduces). Hence signs are robust: they only go wrong where a deflation decision
+our port reproduces). Checked: flipping the leaves' vector signs at random (gaussian, n = 26..64,
+5 each) leaves every final sign unchanged in the 110 runs without deflation; 14 of the 85 runs
+with a deflation change. Hence signs are robust: they only go wrong where a deflation decision
 (``rho |z_i| <= tol`` or ``|t c s| <= tol``) falls on the other side of its threshold, which
 needs values within rounding of the threshold.
 """
