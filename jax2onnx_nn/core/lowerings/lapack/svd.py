@@ -66,7 +66,7 @@ from jax import lax
 from jax2onnx_nn.core import jax_internals as jxi
 from jax2onnx_nn.core.errors import ConversionError
 from jax2onnx_nn.core.lower import LoweringContext
-from jax2onnx_nn.core.lowerings.lapack import gesdd, steps, syevd
+from jax2onnx_nn.core.lowerings.lapack import gesdd, stedc, steps, syevd
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
 from jax2onnx_nn.core.lowerings.lapack.qr import qr
 from jax2onnx_nn.core.lowerings.lapack.steps import (
@@ -729,7 +729,7 @@ def _eigh(
     n = ctx.aval_in.shape[-1]
     if (
         not jxi.is_symbolic_dim(n)
-        and 2 <= n <= syevd.STEQR_LIMIT
+        and 2 <= n <= stedc.STEDC_LIMIT
         and not jxi.is_complex_dtype(ctx.aval_in.dtype)
     ):
         # LAPACK's own path (sytd2, steqr, ormtr): the vectors carry syevd's signs

@@ -41,6 +41,7 @@ from jax import lax
 
 from jax2onnx_nn.core.lowerings.lapack.hessenberg import tridiagonal
 from jax2onnx_nn.core.lowerings.lapack.householder import power_of_two_scale
+from jax2onnx_nn.core.lowerings.lapack.stedc import stedc
 from jax2onnx_nn.core.lowerings.lapack.steps import (
     Index,
     first_argmax,
@@ -282,7 +283,7 @@ def syevd(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
     keep = rows >= index_range(n)[None, :] if lower else rows <= index_range(n)[None, :]
     scale = power_of_two_scale(where(keep, a, mT(a)))
     packed, d, e, taus = tridiagonal(a / scale, lower=lower)
-    values, z = steqr(d, e)
+    values, z = steqr(d, e) if n <= STEQR_LIMIT else stedc(d, e, steqr)
 
     def reflect(i: Index, z: jax.Array) -> jax.Array:
         # lower: reflector i is 1 at row i+1 and column i's rows below; upper: 1 at row i and
