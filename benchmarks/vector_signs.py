@@ -3,6 +3,7 @@
     python -m benchmarks.vector_signs                       # every function, float32 and float64
     python -m benchmarks.vector_signs --functions eigh_lower svd_full --batch 64
     python -m benchmarks.vector_signs --functions schur eig --kernel Haswell
+    python -m benchmarks.vector_signs --functions eigh_lower --sizes 26 32 64 --no-reproducers
 
 Per function (eigh with the lower and the upper triangle, svd full / reduced, eig (right
 vectors, left ones alone, both: each side's share and whether the values come in JAX's
@@ -318,6 +319,9 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="*", default=["float32", "float64"])
     parser.add_argument("--kinds", nargs="*", default=["perturbed", "gaussian"])
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument(
+        "--sizes", nargs="*", type=int, help="square sizes only, instead of 1..16 and rectangles"
+    )
     parser.add_argument("--nodes", action="store_true", help="print node counts for 4x4 and 16x16")
     parser.add_argument("--no-reproducers", action="store_true")
     parser.add_argument(
@@ -333,6 +337,8 @@ def main() -> None:
     rows = []
     for name in args.functions:
         shapes = SQUARE + (RECTANGLES if FUNCTIONS[name][1] else [])
+        if args.sizes:
+            shapes = [(n, n) for n in args.sizes]
         for dtype in args.dtypes:
             for kind in args.kinds:
                 cases = [
