@@ -655,12 +655,12 @@ def test_tournament_meets_every_pair_once_per_sweep(n):
 
 @pytest.mark.parametrize(
     ("fn", "sizes"),
-    [(lambda a: lax.linalg.svd(a, compute_uv=False), (24, 40)), (jnp.linalg.eigh, (32, 48))],
+    [(lambda a: lax.linalg.svd(a, compute_uv=False), (24, 40)), (jnp.linalg.eigh, (80, 96))],
     ids=["svd", "eigh"],
 )
 def test_graph_is_one_sweep_loop(fn, sizes):
     """The sweeps are one Loop (convergence-tested); above the unroll limit the rounds are an
-    inner Loop, so the graph does not grow with n (eigh: above syevd.STEQR_LIMIT, Jacobi)."""
+    inner Loop, so the graph does not grow with n (eigh: above stedc.STEDC_LIMIT, Jacobi)."""
     nodes = {}
     for n in sizes:
         model = to_onnx(fn, [(n, n)])

@@ -2,7 +2,8 @@
 compared with JAX's CPU result column by column, not up to sign.
 
 Each follows LAPACK's own path (docs/linear-algebra.md, "Vectors with JAX's signs"): eigh up
-to ``syevd.STEQR_LIMIT`` syevd's (sytd2, steqr, ormtr); qr and hessenberg geqrf / gehrd with
+to ``stedc.STEDC_LIMIT`` syevd's (sytd2, steqr or above 25 rows stedc's divide and conquer,
+ormtr); qr and hessenberg geqrf / gehrd with
 dlarfg's reflectors; svd gesdd's (a row or a column: the LQ's sign; both sides from 2 to 25:
 gebd2, bdsqr's sweeps, ormbr); schur gees's (gehrd, orghr, dlahqr, dlanv2); eig of a real
 matrix geev's (gebal, that Schur form, dtrevc3, gebak, its normalisation), its right vectors,
@@ -313,6 +314,58 @@ def _cases(draw: Any, group: str, dtype: str) -> tuple[str, str, tuple[int, ...]
 def test_vectors_match_jax_with_signs(group: str, dtype: str, data: st.DataObject) -> None:
     name, kind, shape, seed = data.draw(_cases(group, dtype))
     check_vectors(name, dtype, kind, shape, seed)
+
+
+# eigh above steqr's 25 rows is stedc's divide and conquer (stedc.py), an export of 10-30 s: the
+# default profile exports one (float64, a batch of 26x26, the upper triangle), the thorough one
+# every size up to stedc.STEDC_LIMIT in float64 (both triangles, batches at 27 and 64) and four
+# in float32
+DIVIDE_AND_CONQUER = [26, 27, 32, 40, 50, 64]
+
+
+def _divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:
+    if not THOROUGH:
+        return [("eigh_upper", "float64", (BATCH, 26, 26))]
+    cases = [
+        (
+            "eigh_lower" if i % 2 else "eigh_upper",
+            "float64",
+            (BATCH, n, n) if n in (27, 64) else (n, n),
+        )
+        for i, n in enumerate(DIVIDE_AND_CONQUER)
+    ]
+    return cases + [
+        ("eigh_lower", "float32", (26, 26)),
+        ("jnp_eigh", "float32", (BATCH, 32, 32)),
+        ("eigh_upper", "float32", (50, 50)),
+        ("eigh_lower", "float32", (64, 64)),
+        ("jnp_eigh", "float64", (40, 40)),
+    ]
+
+
+@pytest.mark.parametrize(("name", "dtype", "shape"), _divide_and_conquer_cases())
+def test_eigh_divide_and_conquer_matches_jax(name: str, dtype: str, shape: tuple[int, ...]) -> None:
+    """Above steqr's 25 rows eigh follows syevd's divide and conquer (sytd2, stedc: dlaed0's tree
+    of steqr leaves merged by dlaed1's deflation and secular equation, ormtr): the vectors are
+    JAX's column by column, signs included (the well-separated perturbed draws within 1e-12 in
+    float64, 1e-4 in float32), the values and V diag(w) V^T within 1e-12 (float32: 2e-5) of
+    max |a|."""
+    wide = dtype == "float64"
+    tolerance = 1e-12 if wide else 2e-5
+    for kind, seed in (("perturbed", 34), ("gaussian", 35)):
+        check_vectors(name, dtype, kind, shape, seed)
+        a = _draw(seed, kind, shape, True, dtype)
+        with jxi.x64(wide):
+            ref_vectors, ref_values = (
+                np.asarray(r) for r in jax.jit(FUNCTIONS[name][0])(jnp.asarray(a))
+            )
+        vectors, values = (np.asarray(o) for o in _session(name, shape, dtype)([a]))
+        scale = np.max(np.abs(a))
+        np.testing.assert_allclose(values, ref_values, rtol=0, atol=tolerance * scale)
+        rebuilt = (vectors * values[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+        np.testing.assert_allclose(rebuilt, a, rtol=0, atol=tolerance * scale)
+        if kind == "perturbed":
+            np.testing.assert_allclose(vectors, ref_vectors, rtol=0, atol=1e-12 if wide else 1e-4)
 
 
 def test_issue_reproducers_match_jax_in_sign() -> None:

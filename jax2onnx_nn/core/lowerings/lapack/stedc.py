@@ -422,7 +422,11 @@ def _last_root(
     terms = where(ok, big_z * big_z / _safe(delta, ok), zero)
     psi = jnp.sum(where(poles < kk - 2, terms, zero), axis=-1, keepdims=True)
     c = rhoinv + psi
-    w0 = c + zn1 * zn1 / _safe(_pick(delta, kk - 2), live) + zn * zn / _safe(_pick(delta, kk - 1), live)
+    w0 = (
+        c
+        + zn1 * zn1 / _safe(_pick(delta, kk - 2), live)
+        + zn * zn / _safe(_pick(delta, kk - 1), live)
+    )
     gap = dn - dn1
     a = -c * gap + zn1 * zn1 + zn * zn
     b = zn * zn * gap
@@ -559,9 +563,7 @@ def _secular(
     two = k == 2
     lam = where(two & (ids == 0), l1, where(two & (ids == 1), l2, lam))
     pair = where(ids[:, None] == 0, where(ids[None, :] == 0, x1[..., None], x2[..., None]), zero)
-    pair = where(
-        ids[:, None] == 1, where(ids[None, :] == 0, y1[..., None], y2[..., None]), pair
-    )
+    pair = where(ids[:, None] == 1, where(ids[None, :] == 0, y1[..., None], y2[..., None]), pair)
     pair = where((ids[:, None] < 2) & (ids[None, :] < 2), pair, zero)
     u = where(two[..., None], pair, u)
     single = k == 1
@@ -610,7 +612,9 @@ def _merge(
     tol = (
         DEFLATION_FACTOR
         * eps
-        * jnp.maximum(jnp.max(jnp.abs(d), -1, keepdims=True), jnp.max(jnp.abs(z), -1, keepdims=True))
+        * jnp.maximum(
+            jnp.max(jnp.abs(d), -1, keepdims=True), jnp.max(jnp.abs(z), -1, keepdims=True)
+        )
     )
 
     # dlaed2's deflation, one step per position of the merged order
@@ -645,7 +649,9 @@ def _merge(
             c[..., None] * col_p + s[..., None] * col_j,
             where(rot & at_j, c[..., None] * col_j - s[..., None] * col_p, qs),
         )
-        after = jnp.max(where((slot >= 0) & (ds <= tp), slot, jnp.int32(-1)), axis=-1, keepdims=True)
+        after = jnp.max(
+            where((slot >= 0) & (ds <= tp), slot, jnp.int32(-1)), axis=-1, keepdims=True
+        )
         slot = where(rotate & (slot > after), slot + 1, slot)
         slot = where(rotate & at_p, after + 1, slot)
         count = count + rotate.astype(jnp.int32)
@@ -728,7 +734,9 @@ def stedc(d: jax.Array, e: jax.Array, leaf: Leaf) -> tuple[jax.Array, jax.Array]
         pairs = [(blocks[i], blocks[i + 1], starts[i + 1]) for i in range(0, len(blocks), 2)]
         merged: list[Any] = [None] * len(pairs)
         for shape in sorted({(p[0][0].shape[-1], p[1][0].shape[-1]) for p in pairs}):
-            which = [i for i, p in enumerate(pairs) if (p[0][0].shape[-1], p[1][0].shape[-1]) == shape]
+            which = [
+                i for i, p in enumerate(pairs) if (p[0][0].shape[-1], p[1][0].shape[-1]) == shape
+            ]
             d1 = jnp.stack([pairs[i][0][0] for i in which], -2)
             q1 = jnp.stack([pairs[i][0][1] for i in which], -3)
             d2 = jnp.stack([pairs[i][1][0] for i in which], -2)
