@@ -278,8 +278,7 @@ def _middle_roots(
     z_m1, z_p1 = _pick(big_z, ii - 1), _pick(big_z, ii + 1)
 
     def step_eta(state: tuple, first: jax.Array, active: jax.Array) -> jax.Array:
-        delta, tau, psi, dpsi, phi, dphi, dw, w, _, _, _, swtch, *_ = state
-        del tau
+        delta, _, psi, dpsi, phi, dphi, dw, w, _, _, _, swtch, *_ = state
         dl_r, dl_r1 = _pick(delta, r), _pick(delta, r + 1)
         plain = first | ~swtch
         # the two-pole step (not swtch3)
@@ -500,7 +499,6 @@ def _laed5(
 ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     """dlaed5 (k = 2): (lambda_1, lambda_2), root 1's unit vector, root 2's."""
     dl = d2 - d1
-    one = jnp.ones((), d1.dtype)
     dl_safe = _safe(dl, dl != 0)
     w = 1 + 2 * rho * (z2 * z2 - z1 * z1) / dl_safe
     # root 1, w > 0: from d1
@@ -526,7 +524,6 @@ def _laed5(
     y2 = -z2 / tau_2
     norm2 = jnp.sqrt(y1 * y1 + y2 * y2)
     norm2 = _safe(norm2, norm2 != 0)
-    del one
     return (lam1, d2 + tau_2), (x1 / norm1, x2 / norm1), (y1 / norm2, y2 / norm2)
 
 

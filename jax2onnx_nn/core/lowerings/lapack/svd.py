@@ -34,8 +34,9 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
   JAX's float32 syevd where two eigenvalues are close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64
   rotations: 3e-8).
 
-An ``eigh`` of a static size 2..25 is not Jacobi: it is ``syevd.py``, LAPACK's own path, so
-its vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides are both at
+An ``eigh`` of a static size 2..64 (``stedc.STEDC_LIMIT``) is not Jacobi: it is ``syevd.py``,
+LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer above), so its
+vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides are both at
 least 2, the shorter at most 25, is ``gesdd.py`` (Jacobi stays for ``svdvals``, a 1xN row or
 Nx1 column, a larger short side and symbolic sizes). Signs of the Jacobi vectors are free
 (JAX's follow LAPACK's path, docs/linear-algebra.md): ``svd`` gives ``U[:, k] = (a @ Vh[k]) /
@@ -733,7 +734,7 @@ def _eigh(
         and 2 <= n <= stedc.STEDC_LIMIT
         and not jxi.is_complex_dtype(ctx.aval_in.dtype)
     ):
-        # LAPACK's own path (sytd2, steqr, ormtr): the vectors carry syevd's signs
+        # LAPACK's own path (sytd2, steqr or stedc, ormtr): the vectors carry syevd's signs
         return lower_as_jax(ctx, partial(syevd.syevd, lower=lower), [a], cache_key=("syevd", lower))
     # a large float32 matrix: float32 rotations refined (eigh's refine) where the static size
     # allows; a small one rotated in float64 (vectors of close eigenvalues, module docstring):

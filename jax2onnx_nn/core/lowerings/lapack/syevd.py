@@ -1,11 +1,13 @@
-"""``eigh`` with LAPACK's vectors, signs included: ``syevd``'s own path for small static sizes.
+"""``eigh`` with LAPACK's vectors, signs included: ``syevd``'s own path for static sizes up to
+``stedc.STEDC_LIMIT``.
 
 JAX's CPU eigh is LAPACK's ``syevd``: ``sytrd`` (unblocked ``sytd2`` below 32 columns) reduces
 the matrix to tridiagonal form, ``stedc`` solves the tridiagonal problem (which is ``steqr``
 up to ``STEQR_LIMIT`` = 25 rows, its SMLSIZ) and ``ormtr`` applies the reflectors to its
 vectors. An eigenvector is defined only up to sign; LAPACK's comes out of that path, so the
 only way to give the user JAX's signs is to follow it: ``tridiagonal`` (``hessenberg.py``,
-``sytd2``'s reflectors), ``steqr`` here, the reflectors applied.
+``sytd2``'s reflectors), ``steqr`` here (above 25 rows ``stedc.py``'s divide and conquer, whose
+leaves are this ``steqr``), the reflectors applied.
 
 ``steqr`` is one ONNX ``Loop`` whose iteration is one implicit QL iteration (a whole chase),
 not one rotation: a previous port (one loop step per rotation, per split search, per
@@ -52,8 +54,8 @@ from jax2onnx_nn.core.lowerings.lapack.steps import (
     where,
 )
 
-# LAPACK's stedc calls steqr up to this size (ilaenv's SMLSIZ); above it divide and conquer,
-# whose signs eigh does not follow.
+# LAPACK's stedc calls steqr up to this size (ilaenv's SMLSIZ); above it divide and conquer
+# (stedc.py).
 STEQR_LIMIT = 25
 # steqr's bound on QL/QR iterations, per row (its MAXIT)
 STEQR_MAXIT = 30
@@ -273,9 +275,10 @@ def _selection_sort(d: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def syevd(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
     """(vectors, values) of the symmetric matrix in ``a``'s lower (upper) triangle as LAPACK's
-    ``syevd`` computes them for n up to STEQR_LIMIT: ``sytd2`` (``tridiagonal``), ``steqr``,
-    ``ormtr`` (the reflectors applied to steqr's vectors), so the vectors' signs are
-    LAPACK's. ``a`` is divided by a power of two near its largest entry first (exact)."""
+    ``syevd`` computes them for a static n up to ``stedc.STEDC_LIMIT``: ``sytd2``
+    (``tridiagonal``), ``steqr`` (above STEQR_LIMIT ``stedc``), ``ormtr`` (the reflectors
+    applied to their vectors), so the vectors' signs are LAPACK's. ``a`` is divided by a power
+    of two near its largest entry first (exact)."""
     n = a.shape[-1]
     rows = index_range(n)[:, None]
     if n == 1:
