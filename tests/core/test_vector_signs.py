@@ -318,9 +318,9 @@ def test_vectors_match_jax_with_signs(group: str, dtype: str, data: st.DataObjec
 
 # eigh above steqr's 25 rows is stedc's divide and conquer (stedc.py), an export of 10-30 s: the
 # default profile exports one (float64, a batch of 26x26, the upper triangle), the thorough one
-# every size up to stedc.STEDC_LIMIT in float64 (both triangles, batches at 27 and 64) and four
+# every size up to stedc.STEDC_LIMIT in float64 (both triangles, batches at 27 and 64) and five
 # in float32
-DIVIDE_AND_CONQUER = [26, 27, 32, 40, 50, 64]
+DIVIDE_AND_CONQUER = [26, 27, 32, 40, 50, 64, 100, 128]
 
 
 def _divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:
@@ -339,6 +339,7 @@ def _divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:
         ("jnp_eigh", "float32", (BATCH, 32, 32)),
         ("eigh_upper", "float32", (50, 50)),
         ("eigh_lower", "float32", (64, 64)),
+        ("eigh_upper", "float32", (128, 128)),
         ("jnp_eigh", "float64", (40, 40)),
     ]
 

@@ -51,8 +51,11 @@ Leaf = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
 # dstedc's SMLSIZ: the largest leaf (and the largest n steqr solves alone)
 SMLSIZ = 25
-# eigh of a static n in 26..STEDC_LIMIT takes this path (above it, Jacobi)
-STEDC_LIMIT = 64
+# eigh of a static n in 26..STEDC_LIMIT takes this path (above it, Jacobi): onnxruntime CPU
+# time, batch of 8 float32, against Jacobi: 26 23 / 8 ms, 64 80 / 48 ms, 100 166 / 150 ms,
+# 128 255 / 261 ms (benchmarks/linalg_bench.py --cases eigh --cpu-time); the graph grows with
+# the tree (4244 nodes at 64, 5735 at 128, Loop bodies included; Jacobi's 245)
+STEDC_LIMIT = 128
 # dlaed4's and dlaed6's iteration bounds (MAXIT)
 LAED4_MAXIT = 30
 LAED6_MAXIT = 40

@@ -34,7 +34,7 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
   JAX's float32 syevd where two eigenvalues are close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64
   rotations: 3e-8).
 
-An ``eigh`` of a static size 2..64 (``stedc.STEDC_LIMIT``) is not Jacobi: it is ``syevd.py``,
+An ``eigh`` of a static size 2..128 (``stedc.STEDC_LIMIT``) is not Jacobi: it is ``syevd.py``,
 LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer above), so its
 vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides are both at
 least 2, the shorter at most 25, is ``gesdd.py`` (Jacobi stays for ``svdvals``, a 1xN row or
