@@ -23,7 +23,7 @@ here:
   keeps LAPACK's value), ``dlaed6`` (its three-pole step) a nested masked loop, the root
   beyond the last pole its own loop, ``k = 1`` and ``k = 2`` (``dlaed5``) in closed form; the
   sums over the poles are ReduceSums (LAPACK adds them in order: values differ by rounding,
-  not by path).
+  not by path);
 - Gu-Eisenstat's ``w`` is a masked ReduceProd.
 
 Left out: ``dstedc``'s initial split at a negligible ``e`` (``|e_i| <= eps sqrt|d_i d_i+1|``)
@@ -32,7 +32,13 @@ runs on the whole matrix (a cut at it deflates completely, a leaf splits there a
 so the values are the same to rounding but a vector of a block LAPACK would have solved on its
 own may differ in sign; the bitwise order of the secular sums (above); ``dlaed4``'s
 non-convergence exit (after 30 iterations the root stays where it is). LAPACK master's 64 eps
-deflation tolerance is not followed: OpenBLAS 0.3.30 (jaxlib's) has 8 eps.
+deflation tolerance is not followed: OpenBLAS 0.3.30 (jaxlib's) has 8 eps. Above 32 rows
+JAX's ``sytrd`` is blocked (``dlatrd``); ``tridiagonal`` is ``sytd2``'s, equal to rounding.
+
+Measured (``python -m benchmarks.vector_signs --functions eigh_lower eigh_upper --sizes 26 32
+64 --batch 16``): 384 of 384 matrices with JAX's vectors, signs included (one-sided Jacobi: 0);
+at 100 and 128 (``--batch 8``) 127 of 128, the other a float32 column JAX itself negates on
+OpenBLAS's Sandybridge kernels. Float64 vectors within ~1e-13 of JAX's, values ~1e-15.
 """
 
 from __future__ import annotations
