@@ -20,10 +20,12 @@ SMLSIZ = 25  # ilaenv(9, 'DBDSDC', ...)
 EPS = 2.0**-53  # dlamch('Epsilon')
 MAXIT = 400  # dlasd4's iteration bound
 # OpenBLAS 0.3.30 (what jaxlib and scipy run) has dlasd2 as LAPACK 3.12: deflation tolerance
-# 8 eps and the deflated index of a close pair appended after the small-z ones between the
-# pair. LAPACK master changed both (64 eps: 0e0f23592, 2026-06; the ordered insertion:
-# 7c8604c55, 2025-06). False follows OpenBLAS 0.3.30, True follows LAPACK master.
-LAPACK_MASTER = False
+# 8 eps, and the index deflated by a close pair's rotation stored after the small-z indices
+# found between the pair. LAPACK master changed both: 64 eps (0e0f23592, 2026-06) and the
+# deflated indices kept in decreasing order (7c8604c55, 2025-06, after 0.3.30's release).
+# False follows OpenBLAS 0.3.30, True LAPACK master (each change on its own flag).
+MASTER_TOLERANCE = False
+MASTER_ORDER = False
 
 # ---------------------------------------------------------------------------------------------
 # OpenBLAS's routines through scipy's function pointers (the references)
@@ -569,7 +571,7 @@ def dlasd2(
         Z[i] = U2c1[idxi]
         COLTYP[i] = IDXC[idxi]
     tol = max(abs(alpha), abs(beta))
-    tol = (64.0 if LAPACK_MASTER else 8.0) * EPS * max(abs(D[n]), tol)
+    tol = (64.0 if MASTER_TOLERANCE else 8.0) * EPS * max(abs(D[n]), tol)
 
     def column(j: int) -> int:
         """The u column / vt row (1-based) of the entry at sorted position j."""
@@ -601,7 +603,7 @@ def dlasd2(
                 IDXP[k2] = j
                 COLTYP[j] = 4
                 continue
-            close = (D[j] - D[jprev]) <= tol if LAPACK_MASTER else abs(D[j] - D[jprev]) <= tol
+            close = (D[j] - D[jprev]) <= tol if MASTER_ORDER else abs(D[j] - D[jprev]) <= tol
             if close:  # rotate the pair so that z[jprev] = 0
                 s = float(Z[jprev])
                 c = float(Z[j])
@@ -617,7 +619,7 @@ def dlasd2(
                     COLTYP[j] = 3
                 COLTYP[jprev] = 4
                 k2 -= 1
-                if LAPACK_MASTER:
+                if MASTER_ORDER:
                     for jp in range(jprev, j):
                         IDXP[k2 + j - 1 - jp] = jp
                 else:
@@ -969,6 +971,9 @@ def family(name: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.
     if name == "clustered":  # repeated |d|, weak coupling: heavy deflation
         d = rng.integers(1, 4, size=n) * rng.choice([-1.0, 1.0], size=n)
         return d.astype(np.float64), 1e-6 * rng.normal(size=n - 1)
+    if name == "repeated":  # equal leaf singular values: close pairs deflate by rotations
+        d = rng.integers(1, 4, size=n) * rng.choice([-1.0, 1.0], size=n)
+        return d.astype(np.float64), 1e-9 * rng.normal(size=n - 1)
     raise ValueError(name)
 
 
@@ -976,7 +981,7 @@ def compare(sizes: range, families: tuple[str, ...], count: int, secular: str, s
     """Print per n: matrices whose U columns / VT rows all have OpenBLAS dbdsdc's signs,
     matrices bitwise equal (values, U, VT), max |dU|, |dVT|, |ds|, share of deflated entries."""
     print(
-        f"secular={secular} lapack_master={LAPACK_MASTER} "
+        f"secular={secular} master_tolerance={MASTER_TOLERANCE} master_order={MASTER_ORDER} "
         f"openblas_blas={_dc.OPENBLAS_BLAS} count={count}"
     )
     print("family      n  U signs VT signs bitwise  max|dU|   max|dVT|  max|ds|   deflated")
@@ -1031,6 +1036,34 @@ def compare_dlasd4(calls: int, seed: int) -> None:
     print(f"dlasd4: bitwise equal to OpenBLAS's on {equal} / {total} random calls")
 
 
+def sign_invariance(sizes: range, families: tuple[str, ...], count: int, seed: int) -> None:
+    """Flip the leaves' singular-vector signs at random and count the runs whose final U
+    column or VT row signs change, apart for runs with and without deflation."""
+    print("family      runs without deflation: changed | with deflation: changed")
+    for family_name in families:
+        rng = np.random.default_rng(seed)
+        flips = np.random.default_rng(seed + 1)
+        plain = [0, 0]
+        deflating = [0, 0]
+        for n in sizes:
+            for _ in range(count):
+                d, e = family(family_name, n, rng)
+                MERGES.clear()
+                _, u0, vt0 = dbdsdc(d, e)
+                deflated = any(k < m for m, k in MERGES)
+                _, u1, vt1 = dbdsdc(d, e, leaves=flip_leaf_signs(flips))
+                changed = bool(
+                    np.any(np.sum(u0 * u1, axis=0) < 0) or np.any(np.sum(vt0 * vt1, axis=1) < 0)
+                )
+                tally = deflating if deflated else plain
+                tally[0] += 1
+                tally[1] += changed
+        print(
+            f"{family_name:10s}  {plain[0]:4d} runs: {plain[1]:4d} changed | "
+            f"{deflating[0]:4d} runs: {deflating[1]:4d} changed"
+        )
+
+
 def main(argv: list[str]) -> None:
     """Command line: ``[--sizes 26:65] [--count 10] [--families ...] [--secular ours|openblas]
     [--master] [--openblas-blas] [--dlasd4 N]``."""
@@ -1039,20 +1072,27 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="26:65", help="range lo:hi of n")
     parser.add_argument("--count", type=int, default=10, help="matrices per n and family")
-    parser.add_argument("--families", default="gaussian,gebrd,clustered")
+    parser.add_argument("--families", default="gaussian,gebrd,clustered,repeated")
     parser.add_argument("--secular", default="ours", choices=["ours", "openblas"])
     parser.add_argument("--master", action="store_true", help="LAPACK master's dlasd2")
+    parser.add_argument("--master-tolerance", action="store_true", help="only its 64 eps")
+    parser.add_argument("--master-order", action="store_true", help="only its ordering fix")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--openblas-blas", action="store_true", help="OpenBLAS dgemm/dnrm2/drot")
     parser.add_argument("--dlasd4", type=int, default=0, help="also compare N dlasd4 calls")
+    parser.add_argument("--flip-leaves", action="store_true", help="the sign invariance test")
     args = parser.parse_args(argv)
-    global LAPACK_MASTER
-    LAPACK_MASTER = args.master
+    global MASTER_TOLERANCE, MASTER_ORDER
+    MASTER_TOLERANCE = args.master or args.master_tolerance
+    MASTER_ORDER = args.master or args.master_order
     _dc.OPENBLAS_BLAS = args.openblas_blas
     if args.dlasd4:
         compare_dlasd4(args.dlasd4, args.seed)
     lo, hi = (int(v) for v in args.sizes.split(":"))
     families = tuple(args.families.split(","))
+    if args.flip_leaves:
+        sign_invariance(range(lo, hi), families, args.count, args.seed)
+        return
     compare(range(lo, hi), families, args.count, args.secular, args.seed)
 
 
