@@ -1,6 +1,147 @@
-"""A numpy transliteration of LAPACK's ``dbdsdc`` (UPLO = 'U', COMPQ = 'I'), checked against OpenBLAS's.
+"""A numpy transliteration of LAPACK's ``dbdsdc`` ('U', 'I'), checked against OpenBLAS's.
 
-DOCSTRING_PLACEHOLDER
+Groundwork for issue 34 (``svd`` vectors with JAX's signs above 25 rows). JAX's CPU ``svd`` is
+``gesdd``, whose bidiagonal step is ``dbdsdc`` with COMPQ = 'I'; above SMLSIZ = 25 that is
+divide and conquer, not ``dlasdq``'s QR sweeps (which our lowering in
+``jax2onnx_nn/core/lowerings/lapack/gesdd.py`` reproduces). This module follows the reference
+routines one by one, written from their semantics (0-based arrays, 1-based values where LAPACK
+stores indices; dlasd2 keeps LAPACK's 1-based positions in padded work arrays):
+
+- ``dbdsdc``: n <= 25: ``dlasdq`` and the sort. Otherwise scale d and e by their max-abs entry
+  (``dlanst('M')``), set entries below 0.9 eps to +-0.9 eps, split at ``|e_i| < 0.9 eps``,
+  ``dlasd0`` on each block, scale back; finally a selection sort into decreasing order that
+  swaps U's columns and VT's rows.
+- ``dlasdt``/``dlasd0``: the tree depends only on n (root centre row ``n // 2 + 1``, the halves
+  halved again down to at most 25 rows: one merge for n = 26..51, three for 52..103). Every
+  leaf but the last is n_l x (n_l + 1) (SQRE = 1: the column that couples it to the centre row
+  above it); ``dlasdq`` solves the leaves (ascending order), ``dlasd1`` merges bottom up at each
+  centre row ``ic`` with alpha = d_ic, beta = e_ic. No final permutation (dbdsdc sorts).
+- ``dlasd1``: scale by max(|alpha|, |beta|, |d|) (d_ic = 0), ``dlasd2``, ``dlasd3``, scale
+  back, ``dlamrg(k, n - k, d, 1, -1)`` (kept values ascending, deflated descending).
+- ``dlasd2``: z = alpha times the left VT's last column, beta times the right VT's first
+  (z_1 = alpha vt(nl+1, nl+1), and with SQRE = 1 the right block's null row adds z_m, rotated
+  into z_1 by (c, s) = (z_1, z_m) / |(z_1, z_m)|, which also rotates VT's rows nl+1 and m);
+  ``dlamrg`` sorts the two halves; tol = 8 eps max(|alpha|, |beta|, max d); entries with
+  ``|z_j| <= tol`` deflate; a kept neighbour pair with ``|d_j - d_jprev| <= tol`` is rotated
+  (U's two columns and VT's two rows) so that z_jprev = 0 (d itself is not changed, unlike
+  ``dlaed2``); the vectors are grouped by column type (top only, bottom only, both, deflated);
+  dsigma_1 = 0 (the centre row's pole, never deflated, z_1 floored at tol), dsigma_2 floored at
+  tol / 2.
+- ``dlasd3``: rho = |z|, z normalised; ``dlasd4`` for each root j gives sigma_j and both
+  dsigma_i - sigma_j and dsigma_i + sigma_j; Gu-Eisenstat: |zhat_i|^2 = the product of
+  (dsigma_i^2 - sigma_j^2) / (dsigma_i^2 - dsigma_j^2) terms, zhat_i with the sign of z_i; the
+  right vectors zhat_i / (dsigma_i^2 - sigma_j^2), the left ones (-1, dsigma_i zhat_i /
+  (dsigma_i^2 - sigma_j^2)), each normalised; the grouped GEMMs (U: rows 1..nl from types 1
+  and 3, row nl+1 from the centre entry, the rest from types 2 and 3; VT: columns 1..nl+1 from
+  row 1 and types 1 and 3, the rest from row 1 and types 2 and 3).
+- ``dlasd4``/``dlasd5``: the secular equation in sigma^2, see the design note; ``dlaed6`` is
+  ``dstedc_reference``'s (bitwise equal to OpenBLAS's through its ``dlaed4``).
+
+The leaves use OpenBLAS's own ``dlasdq`` (``--leaves port``: our lowering's ``bdsqr`` behind
+dlasdq's SQRE = 1 rotations, in JAX); ``dlasd4`` can be swapped for OpenBLAS's (``--secular
+openblas``). OpenBLAS's routines are reached through ``scipy.linalg.cython_lapack``'s function
+pointers (scipy's wheel bundles the same OpenBLAS build as jaxlib's LAPACK kernels); ``dgemm``,
+``dnrm2`` and ``drot`` are numpy's unless ``--openblas-blas`` (``scipy.linalg.cython_blas``).
+
+Run ``python3 -m benchmarks.bdsdc_reference`` for the per-n table (U column and VT row sign
+agreement, bitwise share, max errors against OpenBLAS's ``dbdsdc``, deflated share),
+``--dlasd4 N`` for dlasd4 alone, ``--flip-leaves`` for the sign-invariance test.
+
+Results (2026-12-06, OpenBLAS 0.3.30 from scipy 1.17.1, jax 0.10.2; ``jnp.linalg.svd`` equals
+scipy's ``svd(lapack_driver="gesdd")`` bitwise (s, U, VT) on 16 of 16 float64 matrices:
+shapes (26, 26), (26, 40), (40, 26), (32, 32), (48, 64), (64, 64), (64, 30), (100, 50),
+gaussian and issue 34's kind)
+-------------------------------------------------------------------------------------------
+
+Families (20 upper bidiagonals each per n, n = 26..64, 780 per family): ``gaussian`` (d, e ~
+N(0, 1)), ``gebrd`` (OpenBLAS's ``dgebrd`` of issue 34's tanh(x) / 5 + diag(3, 6, ..., 3n)),
+``clustered`` (d in +-{1, 2, 3}, e ~ 1e-6 N(0, 1): 72-87% of the merge entries deflate, by
+small z), ``repeated`` (the same with e ~ 1e-9: leaf values repeat to the bit, ~90% deflate,
+close pairs by rotations).
+
+- ``python3 -m benchmarks.bdsdc_reference --count 20 --openblas-blas --dlasd4 5000``
+  (OpenBLAS's dgemm, dnrm2, drot): bitwise equal (values, U, VT) to OpenBLAS's ``dbdsdc`` in
+  3120 / 3120 (every family, every n); ``dlasd4`` alone bitwise equal on 5001 / 5001 random
+  calls (k = 1..40, all roots, half of them with dsigma_1 = 0): the merge is LAPACK's to the
+  bit.
+- ``... --count 20`` (numpy's GEMM and norms): U column signs and VT row signs equal in 3120 /
+  3120; bitwise 398 / 3120 (gaussian 0, gebrd 0, clustered 41, repeated 357); max |dU|, |dVT|
+  2.7e-14 (gaussian), 3.1e-15 (gebrd), 3.7e-3 (clustered: values 1e-12 apart, vectors set by
+  rounding inside the cluster, yet every sign agrees), 2.2e-16 (repeated); values within 4e-15
+  (gaussian), 5.7e-14 (gebrd: 1 ulp of s ~ 190).
+- LAPACK master differs from OpenBLAS's bundled LAPACK (its lapack-netlib, compared as of
+  2024-10) in ``dlasd2`` only (dbdsdc, dlasd0/1/3/4/5, dlasdt, dlasdq, dlamrg, dlaed6 differ
+  in layout only): ``--master-order`` (7c8604c55, 2025-06: deflated indices
+  stored in decreasing order where a close-pair rotation follows small-z deflations) changes
+  ``repeated`` to 588 / 780 bitwise (U signs 623, VT signs 627) and leaves the other families
+  bitwise: OpenBLAS 0.3.30 does not have it. ``--master-tolerance`` (0e0f23592, 2026-06: 64 eps)
+  deflates more: U column signs then agree in only 493 / 780 gaussian, 480 / 780 clustered and
+  762 / 780 repeated matrices. The graph must follow 0.3.30 (what jaxlib runs); a later
+  OpenBLAS with these changes changes the signs (as for ``dlaed2``'s tolerance).
+
+Design note: the merge as an ONNX graph for a static n
+======================================================
+
+The tree, leaf sizes, SQRE flags and merge order depend only on n (``dlasdt``), so the graph
+unrolls them: n = 26..51 is two leaves and one merge, 52..64 four leaves and three merges (two
+of them batched). Only dbdsdc's split at ``|e| < 0.9 eps`` (after scaling) is data-dependent;
+as for ``dstedc`` it is rare and a first version documents it. Each merge then follows the
+eigh design of ``dstedc_reference`` (rank computations for ``dlamrg``, a masked Loop over the
+sorted entries for the close-pair deflation, vectorised secular iterations with a ``done``
+mask, the Gu-Eisenstat products as a masked ReduceProd, one full GEMM per side with the
+deflated/grouped columns as masks). What differs from the eigh merge:
+
+1. Two vector sets. U is n x n and VT is m x m (m = n + SQRE); z comes from VT alone (alpha
+   times the left VT's last column, beta times the right VT's first). Each deflation rotation
+   acts on two U columns and two VT rows with the same (c, s); the final products are one
+   GEMM for U (grouped U2 times the normalised left vectors) and one for VT (the normalised
+   right vectors times grouped VT2), and two norms per root (``dnrm2`` of each side).
+2. The extra row. The merged matrix is [B1 0; alpha e^T beta e^T; 0 B2] with n = nl + nr + 1:
+   the centre row is a pole of its own (dsigma_1 = 0, always kept, z_1 floored at tol) whose U
+   vector is e_{nl+1}, so the left vectors' centre entry is the constant -1 before
+   normalisation, and dsigma_2 is floored at tol / 2. With SQRE = 1 (every merge but the last
+   of a level) the right block's null vector (VT's row m) is rotated into z_1: one more Givens
+   pair on VT's rows nl+1 and m, whose row m is kept for the next level. The leaves must be
+   ``dlasdq`` with SQRE = 1: a sweep of right rotations (``dlartg``) that folds the extra
+   column into a lower bidiagonal and VT's n_l + 1 rows, then the lower path that gesdd.py
+   already has (rotate to upper, ``bdsqr``), then dlasdq's ascending order.
+3. Deflation of a close pair does not touch d (the two values are taken as equal; ``dlaed2``
+   rotates them), and OpenBLAS 0.3.30's deflated list is not sorted where a pair rotation
+   follows small-z deflations: the graph's deflated-order permutation must be the discovery
+   order (small-z entries in reverse sorted order, a rotated index stored after them), not a
+   sort by value, or the next level's ``dlamrg`` gets a different order.
+4. ``dlasd4`` solves for sigma^2 but keeps sigma: each root carries two [k] tensors, delta =
+   dsigma - sigma and work = dsigma + sigma, whose product is every sum's denominator; each
+   step's eta (in sigma^2 units) becomes a sigma increment eta / (sigma + sqrt(sigma^2 + eta))
+   (one Sqrt per root per step), and tau (the offset from the origin pole d_i or d_i+1) is
+   never formed as sigma - d. The initial guess solves the two-pole quadratic for tau^2 then
+   tau = tau2 / (d + sqrt(d^2 + tau2)); the bounds sglb/sgub and the GEOMAVG branch (a tiny
+   positive d_i: d_i <= sqrt(eps) d_i+1 and |z_i| <= sqrt(eps)) are per-root ``where``s;
+   MAXIT is 400 (``dlaed4``'s 30), so the fixed iteration count must be chosen from measured
+   counts (a few for well separated poles), with ``done`` freezing roots.
+5. Gu-Eisenstat's products run over (delta work)_ij / ((dsigma_i - dsigma_j)(dsigma_i +
+   dsigma_j)), with a sqrt(|.|) and z's sign; the left vector entries are dsigma_i times the
+   right ones.
+
+What decides the signs: a kept root's vectors are U_sub u and VT_sub^T v with u = (-1, dsigma_i
+zhat_i / (dsigma_i^2 - sigma^2)), v_i = zhat_i / (dsigma_i^2 - sigma^2) and sign(zhat_i) =
+sign(z_i), z taken from VT_sub's rows: negating a sub-block pair (its U column and VT row)
+negates z_i too, so the product does not change, and the centre entry -1 fixes the sign. Hence
+every kept left vector of a merge has a negative entry on that merge's centre row (checked on
+OpenBLAS's U for gaussian n = 26..64, one matrix each: at the top merge's centre row ic exactly
+the k kept columns are negative and the n - k deflated ones exactly 0). A deflated vector is a
+sub-block vector, possibly rotated with a neighbour by dlasd2, so it carries the leaf's
+``dlasdq`` sign (or a lower merge's). Checked with ``--flip-leaves`` (the leaves' pairs, null
+rows included, negated at random, ``--flip-leaves --count 20``): gaussian: 0 of the 113 runs
+without deflation change a final sign, 402 of the 667 with deflation do; gebrd (no deflation in
+any of its 780 runs): 0 change; clustered and repeated (deflation in every run): 780 / 780
+change each. So the signs follow (a) the centre-row rule for kept vectors, (b) the leaves'
+dlasdq for deflated ones, and go wrong only where a deflation test (``|z_j| <= tol``, ``|d_j -
+d_jprev| <= tol``) falls on the other side of its threshold. The centre-row rule also suggests a
+cheaper route than porting the merge: fix the signs of any accurate SVD by the merge's centre
+row where that entry is well away from 0, and by the leaf rule for vectors whose centre entry is
+exactly 0 in LAPACK; the open part is the vectors whose z_j lies just above tol (centre entry
+~1e-15), which only the faithful deflation decides.
 """
 
 from __future__ import annotations
@@ -8,7 +149,9 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -883,6 +1026,51 @@ def dlasd0(
             )  # fmt: skip
 
 
+_PORT_BDSQR: dict[int, Callable[..., Any]] = {}
+
+
+def port_dlasdq(
+    d: np.ndarray, e: np.ndarray, sqre: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dlasdq('U', sqre, ...) built on our lowering's ``bdsqr`` (gesdd.py, run in JAX float64):
+    for sqre = 1 dlasdq's sweep of right rotations (its ``dlartg``, as the port's ``_lartg``)
+    folds the extra column in, leaving a lower bidiagonal and VT's rows rotated, the rest is
+    the port's lower path; its descending order is reversed into dlasdq's ascending one."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    from jax2onnx_nn.core.lowerings.lapack.gesdd import _lartg, bdsqr
+
+    n = d.shape[0]
+    dd = [float(v) for v in d]
+    ee = [float(v) for v in e]
+    vt = np.eye(n + sqre)
+    if sqre:
+
+        def lartg(f: float, g: float) -> tuple[float, float, float]:
+            c, s, r = _lartg(jnp.float64(f), jnp.float64(g))
+            return float(c), float(s), float(r)
+
+        for i in range(n):
+            cs, sn, r = lartg(dd[i], ee[i])
+            dd[i] = r
+            if i < n - 1:
+                ee[i] = sn * dd[i + 1]
+                dd[i + 1] = cs * dd[i + 1]
+            # dlasr('L', 'V', 'F'): rows i, i + 1 of VT
+            top, bottom = vt[i].copy(), vt[i + 1].copy()
+            vt[i + 1] = cs * bottom - sn * top
+            vt[i] = sn * bottom + cs * top
+    if sqre not in _PORT_BDSQR:  # one jit per SQRE: retraced (and compiled) per leaf size only
+        _PORT_BDSQR[sqre] = jax.jit(partial(bdsqr, lower=bool(sqre)))
+    run = _PORT_BDSQR[sqre]
+    values, u, vtb = (np.asarray(x) for x in run(np.array(dd), np.array(ee[: n - 1])))
+    order = np.arange(n)[::-1]
+    vt[:n] = vtb[order] @ vt[:n]
+    return values[order], u[:, order], vt
+
+
 def flip_leaf_signs(rng: np.random.Generator) -> Leaves:
     """OpenBLAS's dlasdq leaves with each singular pair (u column, vt row) and the null row
     of an n x (n + 1) leaf negated at random: a valid SVD of the leaf with other signs."""
@@ -896,7 +1084,10 @@ def flip_leaf_signs(rng: np.random.Generator) -> Leaves:
 
 
 def dbdsdc(
-    d: np.ndarray, e: np.ndarray, secular: str = "ours", leaves: Leaves | None = None
+    d: np.ndarray,
+    e: np.ndarray,
+    secular: str = "ours",
+    leaves: Leaves | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """dbdsdc('U', 'I', ...) on the upper bidiagonal (d, e): (singular values descending, U,
     VT). ``secular``: "ours" (dlasd4 above) or "openblas"; ``leaves``: the dlasdq used on the
@@ -977,12 +1168,19 @@ def family(name: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.
     raise ValueError(name)
 
 
-def compare(sizes: range, families: tuple[str, ...], count: int, secular: str, seed: int) -> None:
+def compare(
+    sizes: Sequence[int],
+    families: tuple[str, ...],
+    count: int,
+    secular: str,
+    seed: int,
+    leaves: str,
+) -> None:
     """Print per n: matrices whose U columns / VT rows all have OpenBLAS dbdsdc's signs,
     matrices bitwise equal (values, U, VT), max |dU|, |dVT|, |ds|, share of deflated entries."""
     print(
         f"secular={secular} master_tolerance={MASTER_TOLERANCE} master_order={MASTER_ORDER} "
-        f"openblas_blas={_dc.OPENBLAS_BLAS} count={count}"
+        f"openblas_blas={_dc.OPENBLAS_BLAS} leaves={leaves} count={count}"
     )
     print("family      n  U signs VT signs bitwise  max|dU|   max|dVT|  max|ds|   deflated")
     for family_name in families:
@@ -994,7 +1192,8 @@ def compare(sizes: range, families: tuple[str, ...], count: int, secular: str, s
             for _ in range(count):
                 d, e = family(family_name, n, rng)
                 s_ref, u_ref, vt_ref = openblas_dbdsdc(d, e)
-                s, u, vt = dbdsdc(d, e, secular=secular)
+                leaf = port_dlasdq if leaves == "port" else None
+                s, u, vt = dbdsdc(d, e, secular=secular, leaves=leaf)
                 usigns += bool(np.all(np.sum(u * u_ref, axis=0) > 0))
                 vsigns += bool(np.all(np.sum(vt * vt_ref, axis=1) > 0))
                 bitwise += bool(
@@ -1036,7 +1235,7 @@ def compare_dlasd4(calls: int, seed: int) -> None:
     print(f"dlasd4: bitwise equal to OpenBLAS's on {equal} / {total} random calls")
 
 
-def sign_invariance(sizes: range, families: tuple[str, ...], count: int, seed: int) -> None:
+def sign_invariance(sizes: Sequence[int], families: tuple[str, ...], count: int, seed: int) -> None:
     """Flip the leaves' singular-vector signs at random and count the runs whose final U
     column or VT row signs change, apart for runs with and without deflation."""
     print("family      runs without deflation: changed | with deflation: changed")
@@ -1070,10 +1269,11 @@ def main(argv: list[str]) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="26:65", help="range lo:hi of n")
+    parser.add_argument("--sizes", default="26:65", help="n: range lo:hi or a list n1,n2")
     parser.add_argument("--count", type=int, default=10, help="matrices per n and family")
     parser.add_argument("--families", default="gaussian,gebrd,clustered,repeated")
     parser.add_argument("--secular", default="ours", choices=["ours", "openblas"])
+    parser.add_argument("--leaves", default="openblas", choices=["openblas", "port"])
     parser.add_argument("--master", action="store_true", help="LAPACK master's dlasd2")
     parser.add_argument("--master-tolerance", action="store_true", help="only its 64 eps")
     parser.add_argument("--master-order", action="store_true", help="only its ordering fix")
@@ -1088,12 +1288,16 @@ def main(argv: list[str]) -> None:
     _dc.OPENBLAS_BLAS = args.openblas_blas
     if args.dlasd4:
         compare_dlasd4(args.dlasd4, args.seed)
-    lo, hi = (int(v) for v in args.sizes.split(":"))
+    if ":" in args.sizes:
+        lo, hi = (int(v) for v in args.sizes.split(":"))
+        sizes: Sequence[int] = range(lo, hi)
+    else:
+        sizes = [int(v) for v in args.sizes.split(",")]
     families = tuple(args.families.split(","))
     if args.flip_leaves:
-        sign_invariance(range(lo, hi), families, args.count, args.seed)
+        sign_invariance(sizes, families, args.count, args.seed)
         return
-    compare(range(lo, hi), families, args.count, args.secular, args.seed)
+    compare(sizes, families, args.count, args.secular, args.seed, args.leaves)
 
 
 if __name__ == "__main__":
