@@ -36,3 +36,18 @@ def test_dbdsdc_signs_and_values_match_openblas(family):
         np.testing.assert_allclose(s, s_ref, rtol=0, atol=4e-15 * max(1.0, 3 * n))
         np.testing.assert_allclose(u, u_ref, rtol=0, atol=1e-9)
         np.testing.assert_allclose(vt, vt_ref, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("n", [30, 58])
+def test_kept_left_vectors_are_negative_on_the_centre_row(n):
+    """The sign rule of the design note: at the top merge's centre row ic, OpenBLAS's U has a
+    negative entry in exactly the k columns the merge kept and 0 in the deflated ones."""
+    rng = np.random.default_rng(2)
+    d, e = ref.family("gaussian", n, rng)
+    _, u_ref, _ = ref.openblas_dbdsdc(d, e)
+    ref.MERGES.clear()
+    ref.dbdsdc(d, e)
+    _, kept = ref.MERGES[-1]
+    centre = ref.dlasdt(n, ref.SMLSIZ)[1][0]
+    row = u_ref[centre - 1]
+    assert np.sum(row < 0) == kept and np.sum(row == 0) == n - kept
