@@ -45,7 +45,8 @@ pointers (scipy's wheel bundles the same OpenBLAS build as jaxlib's LAPACK kerne
 
 Run ``python3 -m benchmarks.bdsdc_reference`` for the per-n table (U column and VT row sign
 agreement, bitwise share, max errors against OpenBLAS's ``dbdsdc``, deflated share),
-``--dlasd4 N`` for dlasd4 alone, ``--flip-leaves`` for the sign-invariance test.
+``--dlasd4 N`` for dlasd4 alone, ``--flip-leaves`` for the sign-invariance test,
+``--centre-rule`` for the sign shortcut of the design note.
 
 Results (2026-12-06, OpenBLAS 0.3.30 from scipy 1.17.1, jax 0.10.2; ``jnp.linalg.svd`` equals
 scipy's ``svd(lapack_driver="gesdd")`` bitwise (s, U, VT) on 16 of 16 float64 matrices:
@@ -66,9 +67,9 @@ close pairs by rotations).
   bit.
 - ``... --count 20`` (numpy's GEMM and norms): U column signs and VT row signs equal in 3120 /
   3120; bitwise 398 / 3120 (gaussian 0, gebrd 0, clustered 41, repeated 357); max |dU|, |dVT|
-  2.7e-14 (gaussian), 3.1e-15 (gebrd), 3.7e-3 (clustered: values 1e-12 apart, vectors set by
-  rounding inside the cluster, yet every sign agrees), 2.2e-16 (repeated); values within 4e-15
-  (gaussian), 5.7e-14 (gebrd: 1 ulp of s ~ 190).
+  3.1e-14 (gaussian), 3.1e-15 (gebrd), 3.7e-3 (clustered: values ~1e-12 apart, vectors set by
+  rounding inside a cluster, yet every sign agrees), 2.2e-16 (repeated); values within 4.0e-15
+  (gaussian), 5.7e-14 (gebrd: 1 ulp of s ~ 190), 8.9e-16 (clustered), 0 (repeated).
 - LAPACK master differs from OpenBLAS's bundled LAPACK (its lapack-netlib, compared as of
   2024-10) in ``dlasd2`` only (dbdsdc, dlasd0/1/3/4/5, dlasdt, dlasdq, dlamrg, dlaed6 differ
   in layout only): ``--master-order`` (7c8604c55, 2025-06: deflated indices
