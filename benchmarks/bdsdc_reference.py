@@ -118,8 +118,11 @@ deflated/grouped columns as masks). What differs from the eigh merge:
    never formed as sigma - d. The initial guess solves the two-pole quadratic for tau^2 then
    tau = tau2 / (d + sqrt(d^2 + tau2)); the bounds sglb/sgub and the GEOMAVG branch (a tiny
    positive d_i: d_i <= sqrt(eps) d_i+1 and |z_i| <= sqrt(eps)) are per-root ``where``s;
-   MAXIT is 400 (``dlaed4``'s 30), so the fixed iteration count must be chosen from measured
-   counts (a few for well separated poles), with ``done`` freezing roots.
+   MAXIT is 400 (``dlaed4``'s 30). Measured steps per root (``--count 20 --openblas-blas``,
+   k >= 3): mean 1.6 / 3.0 / 1.8 / 1.5, 99th percentile 5 / 4 / 19 / 7, max 8 / 6 / 32 / 13
+   (gaussian / gebrd / clustered / repeated): a fixed unrolled count would have to be ~32 for
+   the clustered case, so a ``Loop`` whose condition is "some root not done" (``done``
+   freezing converged roots, as LAPACK stops each root) costs the mean, not the worst case.
 5. Gu-Eisenstat's products run over (delta work)_ij / ((dsigma_i - dsigma_j)(dsigma_i +
    dsigma_j)), with a sqrt(|.|) and z's sign; the left vector entries are dsigma_i times the
    right ones.
@@ -169,6 +172,7 @@ _f64p = ctypes.POINTER(ctypes.c_double)
 SMLSIZ = 25  # ilaenv(9, 'DBDSDC', ...)
 EPS = 2.0**-53  # dlamch('Epsilon')
 MAXIT = 400  # dlasd4's iteration bound
+DLASD4_STEPS: list[int] = []  # Newton-like steps of each dlasd4 root (k >= 3), for statistics
 # OpenBLAS 0.3.30 (what jaxlib and scipy run) has dlasd2 as LAPACK 3.12: deflation tolerance
 # 8 eps, and the index deflated by a close pair's rotation stored after the small-z indices
 # found between the pair. LAPACK master changed both: 64 eps (0e0f23592, 2026-06) and the
@@ -436,15 +440,16 @@ def dlasd4(
     erretm = 8.0 * (phi - psi) + erretm + 2.0 * rhoinv + 3.0 * abs(temp)
 
     def done() -> tuple[np.ndarray, float, np.ndarray]:
+        DLASD4_STEPS.append(niter - 2)
         return np.array(delta[1:]), sigma, np.array(work[1:])
 
+    niter = 2
     if abs(w) <= eps * erretm:
         return done()
     if w <= 0.0:
         sglb = max(sglb, tau)
     else:
         sgub = min(sgub, tau)
-    niter = 2
     swtch = False  # not used by the first step
 
     def two_pole_eta() -> float:
@@ -624,8 +629,9 @@ def _dlasd4_last(
 
     psi, dpsi, phi, dphi, erretm, w = sums()
     first = True
-    for _ in range(MAXIT):
+    for steps in range(MAXIT):
         if abs(w) <= eps * erretm:
+            DLASD4_STEPS.append(steps)
             return np.array(delta[1:]), sigma, np.array(work[1:])
         dtnsq1 = work[n - 1] * delta[n - 1]
         dtnsq = work[n] * delta[n]
@@ -1192,6 +1198,7 @@ def compare(
     print("family      n  U signs VT signs bitwise  max|dU|   max|dVT|  max|ds|   deflated")
     for family_name in families:
         rng = np.random.default_rng(seed)
+        DLASD4_STEPS.clear()
         for n in sizes:
             usigns = vsigns = bitwise = 0
             du = dv = ds = 0.0
@@ -1216,6 +1223,12 @@ def compare(
             print(
                 f"{family_name:10s} {n:3d}  {usigns:3d}/{count} {vsigns:3d}/{count} "
                 f"{bitwise:3d}/{count}  {du:8.1e}  {dv:8.1e}  {ds:8.1e}  {deflated:5.1%}"
+            )
+        if DLASD4_STEPS:
+            steps = np.array(DLASD4_STEPS)
+            print(
+                f"{family_name:10s} dlasd4 steps per root (ours): mean {steps.mean():.2f}, "
+                f"99th percentile {np.percentile(steps, 99):.0f}, max {steps.max()}"
             )
 
 
