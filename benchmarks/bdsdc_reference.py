@@ -122,7 +122,8 @@ deflated/grouped columns as masks). What differs from the eigh merge:
    k >= 3): mean 1.6 / 3.0 / 1.8 / 1.5, 99th percentile 5 / 4 / 19 / 7, max 8 / 6 / 32 / 13
    (gaussian / gebrd / clustered / repeated): a fixed unrolled count would have to be ~32 for
    the clustered case, so a ``Loop`` whose condition is "some root not done" (``done``
-   freezing converged roots, as LAPACK stops each root) costs the mean, not the worst case.
+   freezing converged roots, as LAPACK stops each root) runs as long as the merge's slowest
+   root, not a fixed worst case.
 5. Gu-Eisenstat's products run over (delta work)_ij / ((dsigma_i - dsigma_j)(dsigma_i +
    dsigma_j)), with a sqrt(|.|) and z's sign; the left vector entries are dsigma_i times the
    right ones.
