@@ -79,6 +79,18 @@ close pairs by rotations).
   deflates more: U column signs then agree in only 493 / 780 gaussian, 480 / 780 clustered and
   762 / 780 repeated matrices. The graph must follow 0.3.30 (what jaxlib runs); a later
   OpenBLAS with these changes changes the signs (as for ``dlaed2``'s tolerance).
+- ``... --leaves port --openblas-blas --count 4 --sizes 26,32,40,50,64`` (the leaves from our
+  lowering's ``bdsqr``, JIT-compiled per leaf size, ~2-4 min each here): matrices with every
+  sign right: gaussian 19 / 20 (one n = 50 miss, 16% deflation there, not investigated),
+  gebrd 20 / 20 (no deflation; values within 2.6e-13, vectors 2.7e-14), clustered 14 / 20
+  (7 / 8 at n = 26, 32 after undoing bdsdc's sort instead of reversing it, which orders ties
+  as dlasdq does), repeated 0 / 20 (0 / 8 after that fix). The repeated family's leaves have
+  singular values equal to the bit in OpenBLAS (1, 1, 1, 1, 1, 1, 2, ...) that the port gives
+  up to 1 ulp apart (7.8e-16; the leaf vectors themselves agree, dot products 1): the ties'
+  order in ``dlamrg`` and which pairs ``dlasd2`` rotates then differ, and the vectors of a
+  repeated singular value are a basis that only the exact tie handling fixes: like
+  ``dstedc_reference``'s clustered case, a graph reproduces them only with leaves equal to
+  dlasdq's to the bit.
 
 Design note: the merge as an ONNX graph for a static n
 ======================================================
@@ -1049,7 +1061,7 @@ def port_dlasdq(
     """dlasdq('U', sqre, ...) built on our lowering's ``bdsqr`` (gesdd.py, run in JAX float64):
     for sqre = 1 dlasdq's sweep of right rotations (its ``dlartg``, as the port's ``_lartg``)
     folds the extra column in, leaving a lower bidiagonal and VT's rows rotated, the rest is
-    the port's lower path; its descending order is reversed into dlasdq's ascending one."""
+    the port's lower path; bdsdc's descending sort is undone into dlasdq's ascending order."""
     import jax
     import jax.numpy as jnp
 
@@ -1080,9 +1092,22 @@ def port_dlasdq(
         _PORT_BDSQR[sqre] = jax.jit(partial(bdsqr, lower=bool(sqre)))
     run = _PORT_BDSQR[sqre]
     values, u, vtb = (np.asarray(x) for x in run(np.array(dd), np.array(ee[: n - 1])))
-    order = np.arange(n)[::-1]
-    vt[:n] = vtb[order] @ vt[:n]
-    return values[order], u[:, order], vt
+    # the port ends in bdsdc's descending order; undo that selection sort (it depends only on
+    # the ascending values, ties included) to get dlasdq's ascending order
+    ascending = np.sort(values)
+    moved, at = list(ascending), list(range(n))
+    for i in range(n - 1):
+        kk = i
+        for j in range(i + 1, n):
+            if moved[j] > moved[kk]:
+                kk = j
+        if kk != i:
+            moved[i], moved[kk] = moved[kk], moved[i]
+            at[i], at[kk] = at[kk], at[i]
+    u_asc, vt_asc = np.empty_like(u), np.empty_like(vtb)
+    u_asc[:, at], vt_asc[at] = u, vtb
+    vt[:n] = vt_asc @ vt[:n]
+    return ascending, u_asc, vt
 
 
 def flip_leaf_signs(rng: np.random.Generator) -> Leaves:
