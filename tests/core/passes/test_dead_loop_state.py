@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jax2onnx_nn import to_onnx
+from jax2onnx_nn.core.lowerings.lapack import stedc
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 
 
@@ -83,14 +84,18 @@ def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
         assert kept <= outputs <= kept + 1, (_loops(model), kept)
 
 
-@pytest.mark.parametrize("n", [16, 26])
+@pytest.mark.parametrize("n", [16, 26, 136])
 def test_eigvalsh_loop_has_no_unread_state(n):
-    """``eigvalsh`` exports eigh's loop without the state only the loop itself updated. Up to
-    25x25 that is syevd's QL loop (``lapack/syevd.py``), whose eigenvector columns eigvalsh
-    does not read: one state fewer than eigh's. Above, Jacobi's sweep loop: its states are the
-    counter and the two halves of the rotated matrix, the same as eigh's (whose vectors are that
-    matrix's columns, no state of their own); the rounds are an inner loop over the halves, and
-    float32 runs the sweeps twice: the second refines the first's result (bf264bd)."""
+    """``eigvalsh`` exports eigh's loops without the states only the loops themselves updated.
+    Up to 25x25 that is syevd's QL loop (``lapack/syevd.py``), whose eigenvector columns
+    eigvalsh does not read: one state fewer than eigh's. From 26 to ``STEDC_LIMIT`` rows,
+    stedc's divide and conquer (``lapack/stedc.py``): the merges read the leaves' vectors, so
+    those loops keep them, but two scans lose one state each (vectors only eigh returns) and
+    the last scan (ormtr's reflectors applied to the vectors) is gone. Above, Jacobi's sweep loop:
+    its states are the counter and the two halves of the rotated matrix, the same as eigh's
+    (whose vectors are that matrix's columns, no state of their own); the rounds are an inner
+    loop over the halves, and float32 runs the sweeps twice: the second refines the first's
+    result (bf264bd)."""
     sym = lambda a: a + jnp.swapaxes(a, -1, -2)  # noqa: E731
     model = assert_exports_match(
         lambda a: jnp.linalg.eigvalsh(sym(a)), [(2, n, n)], rtol=1e-4, atol=1e-4
@@ -99,6 +104,14 @@ def test_eigvalsh_loop_has_no_unread_state(n):
     if n <= 25:
         assert _loops(model) == [("Loop", 7, 5)], _loops(model)
         assert eigh == [("Loop", 8, 6)], eigh
+    elif n <= stedc.STEDC_LIMIT:
+        merges = [("Loop", 8, 6), ("Loop", 16, 14), ("Loop", 10, 8), ("Loop", 12, 10)]
+        assert _loops(model) == [("Scan", 3, 2), merges[0], ("Scan", 7, 6), *merges[1:]], _loops(
+            model
+        )
+        assert eigh == [("Scan", 4, 3), merges[0], ("Scan", 8, 7), *merges[1:], ("Scan", 2, 1)], (
+            eigh
+        )
     else:
         expected = [("Loop", 5, 3), ("Scan", 3, 2)] * 2
         assert _loops(model) == expected, _loops(model)
