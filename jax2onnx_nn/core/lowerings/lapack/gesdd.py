@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax2onnx_nn.core.lowerings.lapack import bdsdc
 from jax2onnx_nn.core.lowerings.lapack.householder import (
     apply_reflectors,
     geqrf,
@@ -51,9 +52,10 @@ from jax2onnx_nn.core.lowerings.lapack.householder import (
 from jax2onnx_nn.core.lowerings.lapack.steps import index_range, mT, pick_where, where
 from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign, lapack_eps
 
-# bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer,
-# whose signs svd does not follow
+# bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer
+# (bdsdc.py), followed up to GESDD_LIMIT (one merge)
 BDSQR_LIMIT = 25
+GESDD_LIMIT = bdsdc.BDSDC_LIMIT
 # bdsqr's MAXITR: at most MAXITR n^2 inner steps
 MAXITR = 6
 # positions of bdsqr's unrolled sweep per If (skipped by the batch where none rotates)
@@ -210,14 +212,9 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
     eps, unfl = lapack_eps(dtype)
     one, zero = jnp.ones((), dtype), jnp.zeros((), dtype)
     ids = index_range(n)
-    rotations = []
+    rotations: list = []
     if lower:  # bdsdc: rotate to upper bidiagonal, its rotations applied to U at the end
-        ds, es = list(jnp.split(d, n, axis=-1)), list(jnp.split(e, n - 1, axis=-1))
-        for i in range(n - 1):
-            cs, sn, r = _lartg(ds[i], es[i])
-            ds[i], es[i], ds[i + 1] = r, sn * ds[i + 1], cs * ds[i + 1]
-            rotations.append((cs, sn))
-        d, e = jnp.concatenate(ds, -1), jnp.concatenate(es, -1)
+        d, e, rotations = lower_to_upper(d, e)
     tolmul = max(10.0, min(100.0, eps**-0.125))
     tol = tolmul * eps
     # thresh from the initial matrix (bdsqr's sminoa, relative accuracy)
@@ -428,17 +425,65 @@ def bdsqr(d: jax.Array, e: jax.Array, *, lower: bool = False) -> tuple[jax.Array
     vt = mT(chooser) @ vt
     u = mT(ut) @ chooser
     if lower:
-        # bdsdc: U = P U with its rotations (cs, -sn), last first
-        rows_u = list(jnp.split(u, n, axis=-2))
-        for i in range(n - 2, -1, -1):
-            cs, sn = rotations[i]
-            cs, sn = cs[..., None], sn[..., None]
-            rows_u[i], rows_u[i + 1] = (
-                cs * rows_u[i] - sn * rows_u[i + 1],
-                cs * rows_u[i + 1] + sn * rows_u[i],
-            )
-        u = jnp.concatenate(rows_u, -2)
+        u = apply_lower_rotations(u, rotations)
     return d, u, vt
+
+
+def lower_to_upper(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array, list]:
+    """bdsdc's rotations of a lower bidiagonal (d, e) into an upper one: (d, e, the
+    rotations (cs, sn) for ``apply_lower_rotations``)."""
+    n = d.shape[-1]
+    rotations = []
+    ds, es = list(jnp.split(d, n, axis=-1)), list(jnp.split(e, n - 1, axis=-1))
+    for i in range(n - 1):
+        cs, sn, r = _lartg(ds[i], es[i])
+        ds[i], es[i], ds[i + 1] = r, sn * ds[i + 1], cs * ds[i + 1]
+        rotations.append((cs, sn))
+    return jnp.concatenate(ds, -1), jnp.concatenate(es, -1), rotations
+
+
+def apply_lower_rotations(u: jax.Array, rotations: list) -> jax.Array:
+    """bdsdc's U = P U with the rotations (cs, -sn) of ``lower_to_upper``, last first."""
+    n = u.shape[-2]
+    rows_u = list(jnp.split(u, n, axis=-2))
+    for i in range(n - 2, -1, -1):
+        cs, sn = rotations[i]
+        cs, sn = cs[..., None], sn[..., None]
+        rows_u[i], rows_u[i + 1] = (
+            cs * rows_u[i] - sn * rows_u[i + 1],
+            cs * rows_u[i + 1] + sn * rows_u[i],
+        )
+    return jnp.concatenate(rows_u, -2)
+
+
+def lasdq(d: jax.Array, e: jax.Array, sqre: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``dlasdq`` ('U', sqre) with vectors as bdsdc's divide and conquer calls it on a leaf
+    (``d`` (..., n), ``e`` (..., n - 1 + sqre)): (values ascending, U (..., n, n), VT
+    (..., n + sqre, n + sqre)). With sqre = 1 a sweep of right rotations folds the extra
+    column in (VT's rows rotated), leaving a lower bidiagonal for ``bdsqr``; bdsqr's (bdsdc's)
+    descending selection sort is undone into dlasdq's ascending order (ties as dlasdq)."""
+    n = d.shape[-1]
+    m = n + sqre
+    dtype = d.dtype
+    rows = list(jnp.split(jnp.broadcast_to(jnp.eye(m, dtype=dtype), (*d.shape[:-1], m, m)), m, -2))
+    if sqre:
+        ds, es = list(jnp.split(d, n, axis=-1)), list(jnp.split(e, n, axis=-1))
+        for i in range(n):
+            cs, sn, r = _lartg(ds[i], es[i])
+            ds[i] = r
+            if i < n - 1:
+                es[i], ds[i + 1] = sn * ds[i + 1], cs * ds[i + 1]
+            cs, sn = cs[..., None], sn[..., None]
+            rows[i], rows[i + 1] = sn * rows[i + 1] + cs * rows[i], cs * rows[i + 1] - sn * rows[i]
+        d, e = jnp.concatenate(ds, -1), jnp.concatenate(es[: n - 1], -1)
+    values, u, vtb = bdsqr(d, e, lower=bool(sqre))
+    ascending = jnp.flip(values, -1)
+    _, at = bdsdc_sort(ascending, jnp.broadcast_to(index_range(n), ascending.shape))
+    chooser = (index_range(n)[:, None] == at[..., None, :]).astype(dtype)  # [a, i]: a == at[i]
+    vt_asc = chooser @ vtb
+    head = vt_asc @ jnp.concatenate(rows[:n], -2)
+    vt = jnp.concatenate([head, *rows[n:]], -2)
+    return ascending, u @ mT(chooser), vt
 
 
 def _select(d: jax.Array, perm: jax.Array, i: int, k: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -469,12 +514,34 @@ def _sorts(d: jax.Array) -> tuple[jax.Array, jax.Array]:
         low = jnp.min(key, axis=-1, keepdims=True)
         k = jnp.min(where((ids >= i) & (key == low), ids, n), axis=-1, keepdims=True)
         d, perm = _select(d, perm, i, k)
-    for i in range(n - 1):  # bdsdc: the first largest of d[i:] to position i
+    return bdsdc_sort(d, perm)
+
+
+def bdsdc_sort(d: jax.Array, perm: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """bdsdc's selection sort of ``d`` (..., n) into decreasing order (the first largest of
+    d[i:] to position i), ``perm`` moved with it."""
+    n = d.shape[-1]
+    ids = index_range(n)
+    big = jnp.asarray(np.inf, d.dtype)
+    for i in range(n - 1):
         key = where(ids >= i, d, -big)
         top = jnp.max(key, axis=-1, keepdims=True)
         k = jnp.min(where((ids >= i) & (key == top), ids, n), axis=-1, keepdims=True)
         d, perm = _select(d, perm, i, k)
     return d, perm
+
+
+def _bidiagonal(d: jax.Array, e: jax.Array, *, lower: bool) -> tuple[jax.Array, ...]:
+    """dbdsdc ('I'): ``bdsqr`` up to BDSQR_LIMIT rows, divide and conquer (bdsdc.py) above."""
+    if d.shape[-1] <= BDSQR_LIMIT:
+        return bdsqr(d, e, lower=lower)
+    rotations: list = []
+    if lower:
+        d, e, rotations = lower_to_upper(d, e)
+    s, u, vt = bdsdc.bdsdc(d, e, lasdq, bdsdc_sort)
+    if lower:
+        u = apply_lower_rotations(u, rotations)
+    return s, u, vt
 
 
 # -- gesdd ----------------------------------------------------------------------------------------
@@ -518,7 +585,7 @@ def _square_or_tall(a: jax.Array, full_matrices: bool) -> tuple[jax.Array, jax.A
     """gesdd's path 5 (m >= n, no QR first): gebrd, bdsdc, ormbr."""
     m, n = a.shape[-2], a.shape[-1]
     d, e, qv, qt, pv, pt = gebrd(a)
-    s, u_b, vt_b = bdsqr(d, e)
+    s, u_b, vt_b = _bidiagonal(d, e, lower=False)
     u = _embed(u_b, m, m if full_matrices else n)
     u = apply_reflectors(qv, qt, u, left=True, transpose=False)
     return s, u, _p_apply(pv, pt, vt_b, left=False)
@@ -539,7 +606,7 @@ def _wide(a: jax.Array, full_matrices: bool) -> tuple[jax.Array, jax.Array, jax.
         return s, u, vt
     # path 5t: gebrd of the wide matrix (lower bidiagonal) = that of a^T transposed
     d, e, qv, qt, pv, pt = gebrd(at)
-    s, u_b, vt_b = bdsqr(d, e, lower=True)
+    s, u_b, vt_b = _bidiagonal(d, e, lower=True)
     u = _p_apply(pv, pt, u_b, left=True)
     vt = _embed(vt_b, n if full_matrices else m, n)
     vt = apply_reflectors(qv, qt, vt, left=False, transpose=True)
@@ -547,7 +614,7 @@ def _wide(a: jax.Array, full_matrices: bool) -> tuple[jax.Array, jax.Array, jax.
 
 
 def gesdd(a: jax.Array, *, full_matrices: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(s, U, V^T) of ``a`` (..., m, n), both sides from 2 to BDSQR_LIMIT (the short one), as
+    """(s, U, V^T) of ``a`` (..., m, n), both sides from 2 to GESDD_LIMIT (the short one), as
     LAPACK's ``gesdd`` computes them with vectors (jobz 'A' or 'S'), signs included. ``a`` is
     divided by a power of two near its largest entry first (exact)."""
     scale = power_of_two_scale(a)

@@ -536,6 +536,27 @@ def _laed5(
     return (lam1, d2 + tau_2), (x1 / norm1, x2 / norm1), (y1 / norm2, y2 / norm2)
 
 
+def secular_roots(
+    dl: jax.Array, w: jax.Array, rho: jax.Array, k: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """dlaed4 for every root of the k kept entries first in ``dl`` (ascending) and ``w``:
+    (lambda (..., m), delta (..., m roots, m poles) = dl_i - lambda_j); k = 2 (dlaed5) and
+    k = 1 give delta as the difference itself. Padding rows are not meaningful."""
+    ids = index_range(dl.shape[-1])
+    lam_mid, delta_mid = _middle_roots(dl, w, rho, k)
+    lam_last, delta_last = _last_root(dl, w, rho, k)
+    is_last = ids[:, None] == k[..., None] - 1
+    delta = where(is_last, delta_last, delta_mid)  # (..., roots, poles)
+    lam = where(is_last, lam_last, lam_mid)[..., 0]
+    (l1, l2), _, _ = _laed5(dl[..., :1], dl[..., 1:2], w[..., :1], w[..., 1:2], rho)
+    two, single = k == 2, k == 1
+    lam = where(two & (ids == 0), l1, where(two & (ids == 1), l2, lam))
+    lam = where(single & (ids == 0), dl[..., :1] + rho * w[..., :1] * w[..., :1], lam)
+    small = (two | single)[..., None]
+    delta = where(small, dl[..., None, :] - lam[..., :, None], delta)
+    return lam, delta
+
+
 def _secular(
     dl: jax.Array, w: jax.Array, rho: jax.Array, k: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
@@ -545,12 +566,8 @@ def _secular(
     m = dl.shape[-1]
     zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
     ids = index_range(m)
-    lam_mid, delta_mid = _middle_roots(dl, w, rho, k)
-    lam_last, delta_last = _last_root(dl, w, rho, k)
+    lam, delta = secular_roots(dl, w, rho, k)
     kk = k[..., None]
-    is_last = ids[:, None] == kk - 1
-    delta = where(is_last, delta_last, delta_mid)  # (..., roots, poles)
-    lam = where(is_last, lam_last, lam_mid)[..., 0]
     # Gu-Eisenstat: w_i^2 = -delta_ii prod_{j != i} delta_ji / (dl_i - dl_j)
     valid_pole = ids[None, :] < kk
     valid_root = ids[:, None] < kk
@@ -565,15 +582,13 @@ def _secular(
     u = where(both, ww[..., None, :] / _safe(delta, both), zero)  # [root j, pole i]
     u = u / _safe(jnp.sqrt(jnp.sum(u * u, axis=-1, keepdims=True)), valid_root)
     # k = 2: dlaed5; k = 1: lambda = d + rho z^2, the vector 1
-    (l1, l2), (x1, x2), (y1, y2) = _laed5(dl[..., :1], dl[..., 1:2], w[..., :1], w[..., 1:2], rho)
+    _, (x1, x2), (y1, y2) = _laed5(dl[..., :1], dl[..., 1:2], w[..., :1], w[..., 1:2], rho)
     two = k == 2
-    lam = where(two & (ids == 0), l1, where(two & (ids == 1), l2, lam))
     pair = where(ids[:, None] == 0, where(ids[None, :] == 0, x1[..., None], x2[..., None]), zero)
     pair = where(ids[:, None] == 1, where(ids[None, :] == 0, y1[..., None], y2[..., None]), pair)
     pair = where((ids[:, None] < 2) & (ids[None, :] < 2), pair, zero)
     u = where(two[..., None], pair, u)
     single = k == 1
-    lam = where(single & (ids == 0), dl[..., :1] + rho * w[..., :1] * w[..., :1], lam)
     u = where(single[..., None], where((ids[:, None] == 0) & (ids[None, :] == 0), one, zero), u)
     return lam, jnp.swapaxes(u, -1, -2)
 

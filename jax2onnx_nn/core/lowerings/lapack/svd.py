@@ -594,7 +594,7 @@ def _svd(
 
 def _follows_gesdd(ctx: LoweringContext, algorithm: Any) -> bool:
     """Whether ``svd`` with vectors is lowered as ``gesdd.py`` (LAPACK's path, JAX's signs):
-    static sides both at least 2, the shorter up to gesdd.BDSQR_LIMIT, a real matrix, and the
+    static sides both at least 2, the shorter up to gesdd.GESDD_LIMIT, a real matrix, and the
     algorithm JAX's CPU runs as gesdd (default or divide and conquer; QR is gesvd there)."""
     dims = ctx.aval_in.shape[-2:]
     if any(jxi.is_symbolic_dim(d) for d in dims) or jxi.is_complex_dtype(ctx.aval_in.dtype):
@@ -604,7 +604,7 @@ def _follows_gesdd(ctx: LoweringContext, algorithm: Any) -> bool:
         "DIVIDE_AND_CONQUER",
     ):
         return False
-    return min(int(d) for d in dims) >= 2 and min(int(d) for d in dims) <= gesdd.BDSQR_LIMIT
+    return min(int(d) for d in dims) >= 2 and min(int(d) for d in dims) <= gesdd.GESDD_LIMIT
 
 
 # -- eigh: one-sided Jacobi -----------------------------------------------------------------------
