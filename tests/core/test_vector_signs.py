@@ -369,6 +369,51 @@ def test_eigh_divide_and_conquer_matches_jax(name: str, dtype: str, shape: tuple
             np.testing.assert_allclose(vectors, ref_vectors, rtol=0, atol=1e-12 if wide else 1e-4)
 
 
+# svd above bdsqr's 25 rows is bdsdc's divide and conquer (bdsdc.py, one merge up to 51 rows):
+# the default profile exports one (float64, a batch of 26x30, full_matrices); the thorough one
+# square, tall and wide shapes of both kinds in float64 and two in float32
+def _svd_divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:
+    if not THOROUGH:
+        return [("svd_full", "float64", (BATCH, 26, 30))]
+    return [
+        ("svd_reduced", "float64", (26, 26)),
+        ("svd_full", "float64", (30, 30)),
+        ("svd_full", "float64", (40, 33)),
+        ("svd_reduced", "float64", (33, 40)),
+        ("svd_reduced", "float64", (BATCH, 50, 50)),
+        ("svd_full", "float64", (51, 60)),
+        ("svd_full", "float32", (30, 30)),
+        ("svd_reduced", "float32", (BATCH, 40, 33)),
+    ]
+
+
+@pytest.mark.parametrize(("name", "dtype", "shape"), _svd_divide_and_conquer_cases())
+def test_svd_divide_and_conquer_matches_jax(name: str, dtype: str, shape: tuple[int, ...]) -> None:
+    """Above bdsqr's 25 rows svd follows gesdd's divide and conquer (gebrd, bdsdc: dlasdq
+    leaves merged by dlasd1's deflation and secular equation, ormbr): U and V^T are JAX's,
+    signs included (the perturbed draws within 1e-12 in float64, 1e-4 in float32), the
+    values and U diag(s) V^T within 1e-12 (float32: 2e-5) of max |a|."""
+    wide = dtype == "float64"
+    tolerance = 1e-12 if wide else 2e-5
+    k = min(shape[-2:])
+    for kind, seed in (("perturbed", 34), ("gaussian", 35)):
+        check_vectors(name, dtype, kind, shape, seed)
+        a = _draw(seed, kind, shape, False, dtype)
+        with jxi.x64(wide):
+            ref_u, ref_s, ref_vt = (
+                np.asarray(r) for r in jax.jit(FUNCTIONS[name][0])(jnp.asarray(a))
+            )
+        u, s, vt = (np.asarray(o) for o in _session(name, shape, dtype)([a]))
+        scale = np.max(np.abs(a))
+        np.testing.assert_allclose(s, ref_s, rtol=0, atol=tolerance * scale)
+        rebuilt = (u[..., :, :k] * s[..., None, :]) @ vt[..., :k, :]
+        np.testing.assert_allclose(rebuilt, a, rtol=0, atol=tolerance * scale)
+        if kind == "perturbed":
+            limit = 1e-12 if wide else 1e-4
+            np.testing.assert_allclose(u, ref_u, rtol=0, atol=limit)
+            np.testing.assert_allclose(vt, ref_vt, rtol=0, atol=limit)
+
+
 def test_issue_reproducers_match_jax_in_sign() -> None:
     """Issue 34's eigh of a 2x2 and svd of a batch of 1x5 rows: the outputs as JAX's, signs too."""
 
