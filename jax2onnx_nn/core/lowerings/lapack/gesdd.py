@@ -7,7 +7,9 @@ way to give the user JAX's signs is to follow it. For an m x n matrix, k = min(m
 - m >= n: when m >= ``mnthr`` = int(11 n / 6), a QR first (``geqrf``, Q from ``orgqr``) and
   the rest on R; ``gebrd`` (``gebd2``'s reflectors, upper bidiagonal); ``bdsdc`` with COMPQ =
   'I', which up to SMLSIZ = 25 rows is ``lasdq``, i.e. ``bdsqr``'s QR sweeps on the identity,
-  then its sorts; ``ormbr`` applies the reflectors to the bidiagonal's vectors.
+  then its sorts, and above it divide and conquer (``bdsdc.py``, up to GESDD_LIMIT = 51 rows:
+  two ``lasdq`` leaves, one merge); ``ormbr`` applies the reflectors to the bidiagonal's
+  vectors.
 - m < n: when n >= int(11 m / 6), an LQ first (the QR of a^T, transposed) and ``gebrd`` of
   the square L (upper bidiagonal); otherwise ``gebrd`` of the wide matrix itself, which is
   lower bidiagonal (the same reflectors as the upper reduction of a^T, roles swapped), and

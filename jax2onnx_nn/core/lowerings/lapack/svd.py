@@ -37,7 +37,8 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
 An ``eigh`` of a static size 2..128 (``stedc.STEDC_LIMIT``) is not Jacobi: it is ``syevd.py``,
 LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer above), so its
 vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides are both at
-least 2, the shorter at most 25, is ``gesdd.py`` (Jacobi stays for ``svdvals``, a 1xN row or
+least 2, the shorter at most 51 (``gesdd.GESDD_LIMIT``: ``bdsqr`` up to 25, ``bdsdc.py``'s divide
+and conquer with one merge above), is ``gesdd.py`` (Jacobi stays for ``svdvals``, a 1xN row or
 Nx1 column, a larger short side and symbolic sizes). Signs of the Jacobi vectors are free
 (JAX's follow LAPACK's path, docs/linear-algebra.md): ``svd`` gives ``U[:, k] = (a @ Vh[k]) /
 s[k]`` (a 1xN row: gesdd's sign, ``_one_row_signs``) and a larger ``eigh`` the sign Jacobi's
