@@ -23,6 +23,12 @@ n - nl - 1 rows (SQRE = 0), both solved by ``leaf`` (``gesdd.lasdq``, dlasdq on 
 - the layout (roots ascending, then the deflated values in reverse discovery order) sorted by
   ``dbdsdc``'s selection sort into decreasing order.
 
+Measured: ``python -m benchmarks.vector_signs --functions svd_full --sizes 26 32 50 --batch 16
+--no-reproducers``: 192 of 192 matrices with JAX's vectors, signs included (float32 and float64,
+perturbed and gaussian; Jacobi: 0). Cost (``benchmarks/linalg_bench.py --cases svd --sizes 32
+50 --cpu-time``, batch 8 float32, onnxruntime CPU time): 81 / 192 ms against Jacobi's 16 / 37
+ms; 14070 / 21067 nodes with Loop bodies (Jacobi 1475 / 1248).
+
 Left out: dbdsdc's split at ``|e_i| < 0.9 eps`` (after scaling) into blocks solved separately
 (the tree runs on the whole matrix: the values are the same to rounding, a vector of such a
 block may differ in sign), and deeper trees (n >= 52: Jacobi there).
