@@ -45,10 +45,10 @@ from jax import lax
 from jax2onnx_nn.core.lowerings.lapack.stedc import (
     DEFLATION_FACTOR,
     SMLSIZ,
-    _eps,
-    _onehot,
-    _pick,
-    _safe,
+    dlamch,
+    onehot,
+    pick,
+    safe,
     secular_roots,
 )
 from jax2onnx_nn.core.lowerings.lapack.steps import Index, index_range, mT, pick_where, where
@@ -82,14 +82,14 @@ def _lasd2(
     def step(j: Index, state: tuple) -> tuple:
         zs, us, vts, pj, kept, slot, count = state
         at_j, at_p = ids == j, ids == pj
-        zj, dj = _pick(zs, j), _pick(ds, j)
-        zp, dp = _pick(zs, pj), _pick(ds, pj)
+        zj, dj = pick(zs, j), pick(ds, j)
+        zp, dp = pick(zs, pj), pick(ds, pj)
         small = jnp.abs(zj) <= tol
         has_p = pj >= 0
         big, little = jnp.maximum(jnp.abs(zj), jnp.abs(zp)), jnp.minimum(jnp.abs(zj), jnp.abs(zp))
-        big_safe = _safe(big, big != 0)
+        big_safe = safe(big, big != 0)
         tau = where(little == 0, big, big * jnp.sqrt(1 + (little / big_safe) ** 2))  # dlapy2
-        tau_safe = _safe(tau, tau != 0)
+        tau_safe = safe(tau, tau != 0)
         c, s = zj / tau_safe, -zp / tau_safe
         rotate = ~small & has_p & (jnp.abs(dj - dp) <= tol)
         keep_p = ~small & has_p & ~rotate
@@ -152,15 +152,15 @@ def _lasd3(dsigma: jax.Array, z: jax.Array, k: jax.Array) -> tuple[jax.Array, ja
     gaps = (dsigma[..., None, :] - dsigma[..., :, None]) * (
         dsigma[..., None, :] + dsigma[..., :, None]
     )
-    ratio = where(off, delta / _safe(gaps, off), one)
+    ratio = where(off, delta / safe(gaps, off), one)
     diag = jnp.sum(where(ids[:, None] == ids[None, :], delta, zero), axis=-2)
     zhat = where(valid, jnp.sqrt(jnp.abs(diag * jnp.prod(ratio, axis=-2))), zero)
     zhat = where(zn >= 0, zhat, -zhat)
-    right = where(both, zhat[..., None, :] / _safe(delta, both), zero)  # [root j, pole i]
+    right = where(both, zhat[..., None, :] / safe(delta, both), zero)  # [root j, pole i]
     left = where(ids[None, :] == 0, -one, dsigma[..., None, :] * right)
     left = where(both, left, zero)
-    right = right / _safe(jnp.sqrt(jnp.sum(right * right, -1, keepdims=True)), valid_root)
-    left = left / _safe(jnp.sqrt(jnp.sum(left * left, -1, keepdims=True)), valid_root)
+    right = right / safe(jnp.sqrt(jnp.sum(right * right, -1, keepdims=True)), valid_root)
+    left = left / safe(jnp.sqrt(jnp.sum(left * left, -1, keepdims=True)), valid_root)
     # k = 1: sigma = |z_1|, VT's row as it is, U's column with z_1's sign
     single = (k == 1)[..., None]
     first = (ids[:, None] == 0) & (ids[None, :] == 0)
@@ -185,14 +185,14 @@ def _lasd1(
     nl, nr = d1.shape[-1], d2.shape[-1]
     n, p = nl + nr + 1, nl + nr
     batch = d1.shape[:-1]
-    eps, _ = _eps(dtype)
+    eps, _ = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     ids = index_range(n)
     orgnrm = jnp.maximum(
         jnp.maximum(jnp.abs(alpha), jnp.abs(beta)),
         jnp.maximum(jnp.max(d1, -1, keepdims=True), jnp.max(d2, -1, keepdims=True)),
     )
-    orgnrm = _safe(orgnrm, orgnrm > 0)
+    orgnrm = safe(orgnrm, orgnrm > 0)
     d1, d2, alpha, beta = d1 / orgnrm, d2 / orgnrm, alpha / orgnrm, beta / orgnrm
     one = jnp.ones((*batch, 1, 1), dtype)
     u = _blockdiag(_blockdiag(u1, one), u2)  # the centre row's column at nl
@@ -203,7 +203,7 @@ def _lasd1(
     below = jnp.sum(where(d2[..., None, :] < d1[..., :, None], 1, 0), axis=-1)
     not_above = jnp.sum(where(d1[..., None, :] <= d2[..., :, None], 1, 0), axis=-1)
     rank = jnp.concatenate([index_range(nl) + below, index_range(nr) + not_above], -1)
-    order = _onehot(rank, p, jnp.ones(rank.shape, bool), dtype)  # [source, position]
+    order = onehot(rank, p, jnp.ones(rank.shape, bool), dtype)  # [source, position]
     ds = jnp.sum(jnp.concatenate([d1, d2], -1)[..., :, None] * order, axis=-2)
     zs = jnp.sum(z[..., :, None] * order, axis=-2)
     us = jnp.concatenate([u[..., :, :nl], u[..., :, nl + 1 :]], -1) @ order
@@ -216,7 +216,7 @@ def _lasd1(
     zs, us, vts, kept, slot = _lasd2(ds, zs, us, vts, tol)
     # the secular entries: the centre pole, then the kept ones in order
     position = jnp.cumsum(where(kept, 1, 0), axis=-1)
-    compact = _onehot(position, n, kept, dtype)  # [leaf position, entry]
+    compact = onehot(position, n, kept, dtype)  # [leaf position, entry]
     k = 1 + jnp.sum(where(kept, 1, 0), -1, keepdims=True).astype(jnp.int32)
     dsigma = jnp.sum(ds[..., :, None] * compact, axis=-2)
     dsigma = where((ids == 1) & (jnp.abs(dsigma) <= tol / 2), tol / 2, dsigma)
@@ -231,7 +231,7 @@ def _lasd1(
     vt_roots = right @ vt2
     # the deflated list after the roots, in reverse discovery order
     deflated = slot >= 0
-    to_deflated = _onehot(n - 1 - slot, n, deflated, dtype)  # [leaf position, place]
+    to_deflated = onehot(n - 1 - slot, n, deflated, dtype)  # [leaf position, place]
     roots = ids < k
     d = where(roots, sigma, jnp.sum(ds[..., :, None] * to_deflated, axis=-2))
     u = where(roots[..., None, :], u_roots, us @ to_deflated)
@@ -248,13 +248,13 @@ def bdsdc(
     (``gesdd.bdsdc_sort``)."""
     n = d.shape[-1]
     dtype = d.dtype
-    eps, _ = _eps(dtype)
+    eps, _ = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     orgnrm = jnp.maximum(
         jnp.max(jnp.abs(d), -1, keepdims=True), jnp.max(jnp.abs(e), -1, keepdims=True)
     )
     nonzero = orgnrm > 0
-    orgnrm = _safe(orgnrm, nonzero)
+    orgnrm = safe(orgnrm, nonzero)
     d, e = d / orgnrm, e / orgnrm
     tiny = 0.9 * eps
     d = where(jnp.abs(d) < tiny, where(d >= 0, tiny, -tiny), d)

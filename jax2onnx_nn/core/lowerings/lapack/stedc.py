@@ -78,17 +78,19 @@ def leaf_sizes(n: int) -> list[int]:
     return sizes
 
 
-def _eps(dtype: Any) -> tuple[float, float]:
+def dlamch(dtype: Any) -> tuple[float, float]:
+    """(eps, safmin) as LAPACK's dlamch: half the spacing at 1, the smallest normal."""
     info = jnp.finfo(dtype)
     return float(info.eps) / 2, float(info.tiny)
 
 
-def _pick(x: jax.Array, index: jax.Array) -> jax.Array:
+def pick(x: jax.Array, index: jax.Array) -> jax.Array:
     """x[..., index] along the last axis, kept as a size-1 axis (index broadcasts, exact)."""
     return pick_where(x, index_range(x.shape[-1]) == index, -1)
 
 
-def _safe(x: jax.Array, ok: jax.Array) -> jax.Array:
+def safe(x: jax.Array, ok: jax.Array) -> jax.Array:
+    """x where ok, else 1 (a divisor that cannot be 0 where its quotient is discarded)."""
     return where(ok, x, jnp.ones((), x.dtype))
 
 
@@ -98,8 +100,8 @@ def _quadratic(a: jax.Array, b: jax.Array, c: jax.Array, plus: bool) -> jax.Arra
     dlaed4's last root)."""
     root = jnp.sqrt(jnp.abs(a * a - 4 * b * c))
     if plus:
-        return where(a >= 0, (a + root) / _safe(2 * c, c != 0), 2 * b / (a - root))
-    return where(a <= 0, (a - root) / _safe(2 * c, c != 0), 2 * b / _safe(a + root, a + root != 0))
+        return where(a >= 0, (a + root) / safe(2 * c, c != 0), 2 * b / (a - root))
+    return where(a <= 0, (a - root) / safe(2 * c, c != 0), 2 * b / safe(a + root, a + root != 0))
 
 
 def _laed6(
@@ -115,7 +117,7 @@ def _laed6(
     rho + sum z_i / (d_i - x) = 0 near the poles ``orgati`` names; ``first``: dlaed4's
     KNITER = 2 (its first step)."""
     dtype = rho.dtype
-    eps, safmin = _eps(dtype)
+    eps, safmin = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     d0, d1, d2 = d
     z0, z1, z2 = z
@@ -129,12 +131,12 @@ def _laed6(
     a = where(orgati, c * (d1 + d2) + z1 + z2, c * (d0 + d1) + z0 + z1)
     b = where(orgati, c * d1 * d2 + z1 * d2 + z2 * d1, c * d0 * d1 + z0 * d1 + z1 * d0)
     big = jnp.maximum(jnp.maximum(jnp.abs(a), jnp.abs(b)), jnp.abs(c))
-    big = _safe(big, big != 0)
+    big = safe(big, big != 0)
     a, b, c = a / big, b / big, c / big
-    tau = where(c == 0, b / _safe(a, a != 0), _quadratic(a, b, c, plus=False))
+    tau = where(c == 0, b / safe(a, a != 0), _quadratic(a, b, c, plus=False))
     tau = where((tau < lbd) | (tau > ubd), (lbd + ubd) / 2, tau)
     hit = (d0 == tau) | (d1 == tau) | (d2 == tau)
-    sd = lambda di: _safe(di * (di - tau), di * (di - tau) != 0)  # noqa: E731
+    sd = lambda di: safe(di * (di - tau), di * (di - tau) != 0)  # noqa: E731
     temp = finit + tau * z0 / sd(d0) + tau * z1 / sd(d1) + tau * z2 / sd(d2)
     lbd = where(first & ~hit & (temp <= 0), tau, lbd)
     ubd = where(first & ~hit & (temp > 0), tau, ubd)
@@ -157,7 +159,7 @@ def _laed6(
         for di, zi in zip(ds, zs, strict=True):
             gap = di - tau
             hit = hit | (gap == 0)
-            t = 1 / _safe(gap, gap != 0)
+            t = 1 / safe(gap, gap != 0)
             t1 = zi * t
             t2 = t1 * t
             t3 = t2 * t
@@ -182,10 +184,10 @@ def _laed6(
         b = t1 * t2 * f
         c = f - (t1 + t2) * df + t1 * t2 * ddf
         big = jnp.maximum(jnp.maximum(jnp.abs(a), jnp.abs(b)), jnp.abs(c))
-        big = _safe(big, big != 0)
+        big = safe(big, big != 0)
         a, b, c = a / big, b / big, c / big
-        eta = where(c == 0, b / _safe(a, a != 0), _quadratic(a, b, c, plus=False))
-        eta = where(f * eta >= 0, -f / _safe(df, df != 0), eta)
+        eta = where(c == 0, b / safe(a, a != 0), _quadratic(a, b, c, plus=False))
+        eta = where(f * eta >= 0, -f / safe(df, df != 0), eta)
         new = tau + eta
         new = where((new < lbd) | (new > ubd), (lbd + ubd) / 2, new)
         fc, df1, ddf1, erretm, hit = sums(new)
@@ -219,7 +221,7 @@ def _middle_roots(
     k kept entries first; rho, k: (..., 1)."""
     dtype = dl.dtype
     m = dl.shape[-1]
-    eps, _ = _eps(dtype)
+    eps, _ = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     poles = index_range(m)
     r = poles[:, None]
@@ -228,27 +230,27 @@ def _middle_roots(
     valid = poles < kk
     roots = (r < kk - 1) & (kk >= 3)
     rhoinv = 1 / rho
-    di, dip1 = _pick(big_d, r), _pick(big_d, r + 1)
-    zi, zp = _pick(big_z, r), _pick(big_z, r + 1)
+    di, dip1 = pick(big_d, r), pick(big_d, r + 1)
+    zi, zp = pick(big_z, r), pick(big_z, r + 1)
     dlt = dip1 - di
     midpt = dlt / 2
     delta = (big_d - di) - midpt
     ok = valid & (delta != 0)
-    terms = where(ok, big_z * big_z / _safe(delta, ok), zero)
+    terms = where(ok, big_z * big_z / safe(delta, ok), zero)
     psi = jnp.sum(where(poles < r, terms, zero), axis=-1, keepdims=True)
     phi = jnp.sum(where(poles > r + 1, terms, zero), axis=-1, keepdims=True)
     c = rhoinv + psi + phi
-    w0 = c + zi * zi / _safe(_pick(delta, r), roots) + zp * zp / _safe(_pick(delta, r + 1), roots)
+    w0 = c + zi * zi / safe(pick(delta, r), roots) + zp * zp / safe(pick(delta, r + 1), roots)
     orgati = w0 > 0
     a = where(orgati, c * dlt + zi * zi + zp * zp, c * dlt - zi * zi - zp * zp)
     b = where(orgati, zi * zi * dlt, zp * zp * dlt)
     root_o = jnp.sqrt(jnp.abs(a * a - 4 * b * c))
     root_n = jnp.sqrt(jnp.abs(a * a + 4 * b * c))
-    c_safe = _safe(2 * c, c != 0)
+    c_safe = safe(2 * c, c != 0)
     tau = where(
         orgati,
-        where(a > 0, 2 * b / _safe(a + root_o, a + root_o != 0), (a - root_o) / c_safe),
-        where(a < 0, 2 * b / _safe(a - root_n, a - root_n != 0), -(a + root_n) / c_safe),
+        where(a > 0, 2 * b / safe(a + root_o, a + root_o != 0), (a - root_o) / c_safe),
+        where(a < 0, 2 * b / safe(a - root_n, a - root_n != 0), -(a + root_n) / c_safe),
     )
     tau = where(roots, tau, zero)
     dltlb = where(orgati, zero, -midpt)
@@ -256,12 +258,12 @@ def _middle_roots(
     origin = where(orgati, di, dip1)
     delta = (big_d - origin) - tau
     ii = where(orgati, r, r + 1)
-    z_ii = _pick(big_z, ii)
+    z_ii = pick(big_z, ii)
     swtch3 = roots & (ii != 0) & (ii != kk - 1)
 
     def evaluate(delta: jax.Array, tau: jax.Array) -> tuple[jax.Array, ...]:
         ok = valid & (delta != 0)
-        t = where(ok, big_z / _safe(delta, ok), zero)
+        t = where(ok, big_z / safe(delta, ok), zero)
         zt = big_z * t
         below, above = poles < ii, (poles > ii) & valid
         psi = jnp.sum(where(below, zt, zero), axis=-1, keepdims=True)
@@ -272,7 +274,7 @@ def _middle_roots(
         weight = jnp.abs(poles - ii).astype(dtype)
         err = jnp.abs(jnp.sum(where(below, zt * weight, zero), axis=-1, keepdims=True))
         err = err + jnp.sum(where(above, zt * weight, zero), axis=-1, keepdims=True)
-        t_ii = z_ii / _safe(_pick(delta, ii), roots)
+        t_ii = z_ii / safe(pick(delta, ii), roots)
         dw = dpsi + dphi + t_ii * t_ii
         t_ii = z_ii * t_ii
         w = rhoinv + phi + psi + t_ii
@@ -283,21 +285,21 @@ def _middle_roots(
     w_first = rhoinv + phi + psi
     swtch3 = swtch3 & where(orgati, w_first < 0, w_first > 0)
     d_r, d_r1 = di, dip1
-    d_m1, d_p1 = _pick(big_d, ii - 1), _pick(big_d, ii + 1)
-    z_m1, z_p1 = _pick(big_z, ii - 1), _pick(big_z, ii + 1)
+    d_m1, d_p1 = pick(big_d, ii - 1), pick(big_d, ii + 1)
+    z_m1, z_p1 = pick(big_z, ii - 1), pick(big_z, ii + 1)
 
     def step_eta(state: tuple, first: jax.Array, active: jax.Array) -> jax.Array:
         delta, _, psi, dpsi, phi, dphi, dw, w, _, _, _, swtch, *_ = state
-        dl_r, dl_r1 = _pick(delta, r), _pick(delta, r + 1)
+        dl_r, dl_r1 = pick(delta, r), pick(delta, r + 1)
         plain = first | ~swtch
         # the two-pole step (not swtch3)
-        t_ii = z_ii / _safe(_pick(delta, ii), roots)
+        t_ii = z_ii / safe(pick(delta, ii), roots)
         dpsi2 = where(orgati, dpsi + t_ii * t_ii, dpsi)
         dphi2 = where(orgati, dphi, dphi + t_ii * t_ii)
         c_plain = where(
             orgati,
-            w - dl_r1 * dw - (d_r - d_r1) * (zi / _safe(dl_r, roots)) ** 2,
-            w - dl_r * dw - (d_r1 - d_r) * (zp / _safe(dl_r1, roots)) ** 2,
+            w - dl_r1 * dw - (d_r - d_r1) * (zi / safe(dl_r, roots)) ** 2,
+            w - dl_r * dw - (d_r1 - d_r) * (zp / safe(dl_r1, roots)) ** 2,
         )
         c = where(plain, c_plain, w - dl_r * dpsi2 - dl_r1 * dphi2)
         a = (dl_r + dl_r1) * w - dl_r * dl_r1 * dw
@@ -312,12 +314,12 @@ def _middle_roots(
             dl_r * dl_r * dpsi2 + dl_r1 * dl_r1 * dphi2,
         )
         a_c0 = where(a == 0, a_zero, a)
-        eta2 = where(c == 0, b / _safe(a_c0, a_c0 != 0), _quadratic(a, b, c, plus=False))
+        eta2 = where(c == 0, b / safe(a_c0, a_c0 != 0), _quadratic(a, b, c, plus=False))
         # the three-pole step (swtch3): dlaed6 on poles ii-1, ii, ii+1
-        dl_m1, dl_ii, dl_p1 = _pick(delta, ii - 1), _pick(delta, ii), _pick(delta, ii + 1)
+        dl_m1, dl_ii, dl_p1 = pick(delta, ii - 1), pick(delta, ii), pick(delta, ii + 1)
         temp = rhoinv + psi + phi
-        t1_o = (z_m1 / _safe(dl_m1, swtch3)) ** 2
-        t1_n = (z_p1 / _safe(dl_p1, swtch3)) ** 2
+        t1_o = (z_m1 / safe(dl_m1, swtch3)) ** 2
+        t1_n = (z_p1 / safe(dl_p1, swtch3)) ** 2
         c3 = where(
             plain,
             where(
@@ -360,7 +362,7 @@ def _middle_roots(
         dltlb = where(active & (w <= 0), jnp.maximum(dltlb, tau), dltlb)
         dltub = where(active & (w > 0), jnp.minimum(dltub, tau), dltub)
         eta = step_eta(state, first, active)
-        dw_safe = _safe(dw, dw != 0)
+        dw_safe = safe(dw, dw != 0)
         eta = where(w * eta >= 0, -w / dw_safe, eta)
         out = ((tau + eta) > dltub) | ((tau + eta) < dltlb)
         eta = where(out, where(w < 0, (dltub - tau) / 2, (dltlb - tau) / 2), eta)
@@ -414,7 +416,7 @@ def _last_root(
     (..., 1, m))."""
     dtype = dl.dtype
     m = dl.shape[-1]
-    eps, _ = _eps(dtype)
+    eps, _ = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     poles = index_range(m)
     big_d, big_z = dl[..., None, :], w[..., None, :]
@@ -422,24 +424,20 @@ def _last_root(
     valid = poles < kk
     live = kk >= 3
     rhoinv = 1 / rho
-    dn, dn1 = _pick(big_d, kk - 1), _pick(big_d, kk - 2)
-    zn, zn1 = _pick(big_z, kk - 1), _pick(big_z, kk - 2)
+    dn, dn1 = pick(big_d, kk - 1), pick(big_d, kk - 2)
+    zn, zn1 = pick(big_z, kk - 1), pick(big_z, kk - 2)
     midpt = rho / 2
     delta = (big_d - dn) - midpt
     ok = valid & (delta != 0)
-    terms = where(ok, big_z * big_z / _safe(delta, ok), zero)
+    terms = where(ok, big_z * big_z / safe(delta, ok), zero)
     psi = jnp.sum(where(poles < kk - 2, terms, zero), axis=-1, keepdims=True)
     c = rhoinv + psi
-    w0 = (
-        c
-        + zn1 * zn1 / _safe(_pick(delta, kk - 2), live)
-        + zn * zn / _safe(_pick(delta, kk - 1), live)
-    )
+    w0 = c + zn1 * zn1 / safe(pick(delta, kk - 2), live) + zn * zn / safe(pick(delta, kk - 1), live)
     gap = dn - dn1
     a = -c * gap + zn1 * zn1 + zn * zn
     b = zn * zn * gap
     root = jnp.sqrt(a * a + 4 * b * c)
-    tau_f = where(a < 0, 2 * b / _safe(root - a, root - a != 0), (a + root) / _safe(2 * c, c != 0))
+    tau_f = where(a < 0, 2 * b / safe(root - a, root - a != 0), (a + root) / safe(2 * c, c != 0))
     temp = zn1 * zn1 / (gap + rho) + zn * zn / rho
     neg = w0 <= 0
     tau = where(neg & (c <= temp), rho, tau_f)
@@ -451,13 +449,13 @@ def _last_root(
 
     def evaluate(delta: jax.Array, tau: jax.Array) -> tuple[jax.Array, ...]:
         ok = valid & (delta != 0)
-        t = where(ok, big_z / _safe(delta, ok), zero)
+        t = where(ok, big_z / safe(delta, ok), zero)
         zt = big_z * t
         psi = jnp.sum(where(below, zt, zero), axis=-1, keepdims=True)
         dpsi = jnp.sum(where(below, t * t, zero), axis=-1, keepdims=True)
         weight = (kk - 1 - poles).astype(dtype)
         err = jnp.abs(jnp.sum(where(below, zt * weight, zero), axis=-1, keepdims=True))
-        t_n = zn / _safe(_pick(delta, kk - 1), live)
+        t_n = zn / safe(pick(delta, kk - 1), live)
         phi = zn * t_n
         dphi = t_n * t_n
         err = 8 * (-phi - psi) + err - phi + rhoinv + jnp.abs(tau) * (dpsi + dphi)
@@ -474,12 +472,12 @@ def _last_root(
         first = niter == 2
         dltlb = where(active & (w <= 0), jnp.maximum(dltlb, tau), dltlb)
         dltub = where(active & (w > 0), jnp.minimum(dltub, tau), dltub)
-        d1, d2 = _pick(delta, kk - 2), _pick(delta, kk - 1)
+        d1, d2 = pick(delta, kk - 2), pick(delta, kk - 1)
         c = w - d1 * dpsi - d2 * dphi
         a = (d1 + d2) * w - d1 * d2 * (dpsi + dphi)
         b = d1 * d2 * w
         c = where(first & (c < 0), jnp.abs(c), c)
-        dd = _safe(dpsi + dphi, dpsi + dphi != 0)
+        dd = safe(dpsi + dphi, dpsi + dphi != 0)
         eta = _quadratic(a, b, c, plus=True)
         eta = where(first & (c == 0), -w / dd, eta)
         eta = where(w * eta > 0, -w / dd, eta)
@@ -508,31 +506,31 @@ def _laed5(
 ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     """dlaed5 (k = 2): (lambda_1, lambda_2), root 1's unit vector, root 2's."""
     dl = d2 - d1
-    dl_safe = _safe(dl, dl != 0)
+    dl_safe = safe(dl, dl != 0)
     w = 1 + 2 * rho * (z2 * z2 - z1 * z1) / dl_safe
     # root 1, w > 0: from d1
     b = dl + rho * (z1 * z1 + z2 * z2)
     c = rho * z1 * z1 * dl
     tau_a = 2 * c / (b + jnp.sqrt(jnp.abs(b * b - 4 * c)))
-    tau_a = _safe(tau_a, tau_a != 0)
+    tau_a = safe(tau_a, tau_a != 0)
     # root 1, w <= 0, and root 2: from d2
     b2 = -dl + rho * (z1 * z1 + z2 * z2)
     c2 = rho * z2 * z2 * dl
     disc = jnp.sqrt(b2 * b2 + 4 * c2)
-    tau_b = where(b2 > 0, -2 * c2 / _safe(b2 + disc, b2 + disc != 0), (b2 - disc) / 2)
-    tau_b = _safe(tau_b, tau_b != 0)
-    tau_2 = where(b2 > 0, (b2 + disc) / 2, 2 * c2 / _safe(-b2 + disc, -b2 + disc != 0))
-    tau_2 = _safe(tau_2, tau_2 != 0)
+    tau_b = where(b2 > 0, -2 * c2 / safe(b2 + disc, b2 + disc != 0), (b2 - disc) / 2)
+    tau_b = safe(tau_b, tau_b != 0)
+    tau_2 = where(b2 > 0, (b2 + disc) / 2, 2 * c2 / safe(-b2 + disc, -b2 + disc != 0))
+    tau_2 = safe(tau_2, tau_2 != 0)
     pos = w > 0
     lam1 = where(pos, d1 + tau_a, d2 + tau_b)
-    x1 = where(pos, -z1 / tau_a, -z1 / _safe(dl + tau_b, dl + tau_b != 0))
-    x2 = where(pos, z2 / _safe(dl - tau_a, dl - tau_a != 0), -z2 / tau_b)
+    x1 = where(pos, -z1 / tau_a, -z1 / safe(dl + tau_b, dl + tau_b != 0))
+    x2 = where(pos, z2 / safe(dl - tau_a, dl - tau_a != 0), -z2 / tau_b)
     norm1 = jnp.sqrt(x1 * x1 + x2 * x2)
-    norm1 = _safe(norm1, norm1 != 0)
-    y1 = -z1 / _safe(dl + tau_2, dl + tau_2 != 0)
+    norm1 = safe(norm1, norm1 != 0)
+    y1 = -z1 / safe(dl + tau_2, dl + tau_2 != 0)
     y2 = -z2 / tau_2
     norm2 = jnp.sqrt(y1 * y1 + y2 * y2)
-    norm2 = _safe(norm2, norm2 != 0)
+    norm2 = safe(norm2, norm2 != 0)
     return (lam1, d2 + tau_2), (x1 / norm1, x2 / norm1), (y1 / norm2, y2 / norm2)
 
 
@@ -573,14 +571,14 @@ def _secular(
     valid_root = ids[:, None] < kk
     off = valid_pole & valid_root & (ids[:, None] != ids[None, :])
     gaps = dl[..., None, :] - dl[..., :, None]  # [j, i] = dl_i - dl_j
-    ratio = where(off, delta / _safe(gaps, off), one)
+    ratio = where(off, delta / safe(gaps, off), one)
     diag = jnp.sum(where(ids[:, None] == ids[None, :], delta, zero), axis=-2)
     ww = diag * jnp.prod(ratio, axis=-2)
     ww = where(ids < k, jnp.sqrt(jnp.abs(ww)), zero)
     ww = where(w >= 0, jnp.abs(ww), -jnp.abs(ww))
     both = valid_pole & valid_root
-    u = where(both, ww[..., None, :] / _safe(delta, both), zero)  # [root j, pole i]
-    u = u / _safe(jnp.sqrt(jnp.sum(u * u, axis=-1, keepdims=True)), valid_root)
+    u = where(both, ww[..., None, :] / safe(delta, both), zero)  # [root j, pole i]
+    u = u / safe(jnp.sqrt(jnp.sum(u * u, axis=-1, keepdims=True)), valid_root)
     # k = 2: dlaed5; k = 1: lambda = d + rho z^2, the vector 1
     _, (x1, x2), (y1, y2) = _laed5(dl[..., :1], dl[..., 1:2], w[..., :1], w[..., 1:2], rho)
     two = k == 2
@@ -593,7 +591,7 @@ def _secular(
     return lam, jnp.swapaxes(u, -1, -2)
 
 
-def _onehot(rows: jax.Array, cols: int, mask: jax.Array, dtype: Any) -> jax.Array:
+def onehot(rows: jax.Array, cols: int, mask: jax.Array, dtype: Any) -> jax.Array:
     """(..., len(rows), cols): 1 at [i, rows[i]] where mask[i]."""
     return where(mask[..., None] & (rows[..., None] == index_range(cols)), 1, 0).astype(dtype)
 
@@ -607,7 +605,7 @@ def _merge(
     n1, n2 = d1.shape[-1], d2.shape[-1]
     m = n1 + n2
     batch = d1.shape[:-1]
-    eps, _ = _eps(dtype)
+    eps, _ = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     ids = index_range(m)
     # the merged block: Q = diag(Q1, Q2), z = Q1's last row, Q2's first
@@ -626,7 +624,7 @@ def _merge(
     below = jnp.sum(where(d2[..., None, :] < d1[..., :, None], 1, 0), axis=-1)
     not_above = jnp.sum(where(d1[..., None, :] <= d2[..., :, None], 1, 0), axis=-1)
     rank = jnp.concatenate([index_range(n1) + below, index_range(n2) + not_above], -1)
-    order = _onehot(rank, m, jnp.ones(rank.shape, bool), dtype)  # [source, position]
+    order = onehot(rank, m, jnp.ones(rank.shape, bool), dtype)  # [source, position]
     ds = jnp.sum(d[..., :, None] * order, axis=-2)
     zs = jnp.sum(z[..., :, None] * order, axis=-2)
     qs = q @ order
@@ -642,14 +640,14 @@ def _merge(
     def step(j: Index, state: tuple) -> tuple:
         ds, zs, qs, pj, kept, slot, count = state
         at_j, at_p = ids == j, ids == pj
-        zj, dj = _pick(zs, j), _pick(ds, j)
-        zp, dp = _pick(zs, pj), _pick(ds, pj)
+        zj, dj = pick(zs, j), pick(ds, j)
+        zp, dp = pick(zs, pj), pick(ds, pj)
         small = rho * jnp.abs(zj) <= tol
         has_p = pj >= 0
         big, little = jnp.maximum(jnp.abs(zj), jnp.abs(zp)), jnp.minimum(jnp.abs(zj), jnp.abs(zp))
-        big_safe = _safe(big, big != 0)
+        big_safe = safe(big, big != 0)
         tau = where(little == 0, big, big * jnp.sqrt(1 + (little / big_safe) ** 2))  # dlapy2
-        tau_safe = _safe(tau, tau != 0)
+        tau_safe = safe(tau, tau != 0)
         t = dj - dp
         c, s = zj / tau_safe, -zp / tau_safe
         rotate = ~small & has_p & (jnp.abs(t * c * s) <= tol)
@@ -696,7 +694,7 @@ def _merge(
     k = jnp.sum(where(kept, 1, 0), -1, keepdims=True).astype(jnp.int32)
     # the kept entries first, in order
     position = jnp.cumsum(where(kept, 1, 0), axis=-1) - 1
-    compact = _onehot(position, m, kept, dtype)
+    compact = onehot(position, m, kept, dtype)
     dl = jnp.sum(ds[..., :, None] * compact, axis=-2)
     w = jnp.sum(zs[..., :, None] * compact, axis=-2)
     lam, u = _secular(where(ids < k, dl, zero), where(ids < k, w, zero), rho, k)
@@ -709,8 +707,8 @@ def _merge(
     at_most = jnp.sum(
         where(is_root[..., None, :] & (lam[..., None, :] <= ds[..., :, None]), 1, 0), axis=-1
     )
-    to_root = _onehot(ids + lower, m, is_root, dtype)
-    to_deflated = _onehot(slot + at_most, m, deflated, dtype)
+    to_root = onehot(ids + lower, m, is_root, dtype)
+    to_deflated = onehot(slot + at_most, m, deflated, dtype)
     values = jnp.sum(lam[..., :, None] * to_root + ds[..., :, None] * to_deflated, axis=-2)
     return values, vectors @ to_root + qs @ to_deflated
 
@@ -723,7 +721,7 @@ def stedc(d: jax.Array, e: jax.Array, leaf: Leaf) -> tuple[jax.Array, jax.Array]
 
     n = d.shape[-1]
     dtype = d.dtype
-    eps, _ = _eps(dtype)
+    eps, _ = dlamch(dtype)
     zero = jnp.zeros((), dtype)
     # negligible off-diagonal entries: LAPACK's split points, zero here
     tiny = eps * jnp.sqrt(jnp.abs(d[..., :-1])) * jnp.sqrt(jnp.abs(d[..., 1:]))
@@ -732,7 +730,7 @@ def stedc(d: jax.Array, e: jax.Array, leaf: Leaf) -> tuple[jax.Array, jax.Array]
         jnp.max(jnp.abs(d), -1, keepdims=True), jnp.max(jnp.abs(e), -1, keepdims=True)
     )
     nonzero = orgnrm > 0
-    orgnrm = _safe(orgnrm, nonzero)
+    orgnrm = safe(orgnrm, nonzero)
     d, e = d * (1 / orgnrm), e * (1 / orgnrm)
     sizes = leaf_sizes(n)
     cuts = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
