@@ -45,13 +45,19 @@ from jax import lax
 from jax2onnx_nn.core.lowerings.lapack.stedc import (
     DEFLATION_FACTOR,
     SMLSIZ,
-    dlamch,
     onehot,
     pick,
     safe,
     secular_roots,
 )
-from jax2onnx_nn.core.lowerings.lapack.steps import Index, index_range, mT, pick_where, where
+from jax2onnx_nn.core.lowerings.lapack.steps import (
+    Index,
+    index_range,
+    lapack_eps,
+    mT,
+    pick_where,
+    where,
+)
 
 Leaf = Callable[[jax.Array, jax.Array, int], tuple[jax.Array, jax.Array, jax.Array]]
 Sort = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
@@ -185,7 +191,7 @@ def _lasd1(
     nl, nr = d1.shape[-1], d2.shape[-1]
     n, p = nl + nr + 1, nl + nr
     batch = d1.shape[:-1]
-    eps, _ = dlamch(dtype)
+    eps, _ = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     ids = index_range(n)
     orgnrm = jnp.maximum(
@@ -248,7 +254,7 @@ def bdsdc(
     (``gesdd.bdsdc_sort``)."""
     n = d.shape[-1]
     dtype = d.dtype
-    eps, _ = dlamch(dtype)
+    eps, _ = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     orgnrm = jnp.maximum(
         jnp.max(jnp.abs(d), -1, keepdims=True), jnp.max(jnp.abs(e), -1, keepdims=True)

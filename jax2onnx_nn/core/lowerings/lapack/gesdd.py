@@ -51,8 +51,8 @@ from jax2onnx_nn.core.lowerings.lapack.householder import (
     power_of_two_scale,
     reflector,
 )
-from jax2onnx_nn.core.lowerings.lapack.steps import index_range, mT, pick_where, where
-from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign, lapack_eps
+from jax2onnx_nn.core.lowerings.lapack.steps import index_range, lapack_eps, mT, pick_where, where
+from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign
 
 # bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer
 # (bdsdc.py), followed up to GESDD_LIMIT (one merge)

@@ -51,7 +51,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax2onnx_nn.core.lowerings.lapack.steps import Index, index_range, pick_where, where
+from jax2onnx_nn.core.lowerings.lapack.steps import (
+    Index,
+    index_range,
+    lapack_eps,
+    pick_where,
+    where,
+)
 
 Leaf = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
@@ -76,12 +82,6 @@ def leaf_sizes(n: int) -> list[int]:
     while sizes[-1] > SMLSIZ:
         sizes = [h for s in sizes for h in (s // 2, (s + 1) // 2)]
     return sizes
-
-
-def dlamch(dtype: Any) -> tuple[float, float]:
-    """(eps, safmin) as LAPACK's dlamch: half the spacing at 1, the smallest normal."""
-    info = jnp.finfo(dtype)
-    return float(info.eps) / 2, float(info.tiny)
 
 
 def pick(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -117,7 +117,7 @@ def _laed6(
     rho + sum z_i / (d_i - x) = 0 near the poles ``orgati`` names; ``first``: dlaed4's
     KNITER = 2 (its first step)."""
     dtype = rho.dtype
-    eps, safmin = dlamch(dtype)
+    eps, safmin = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     d0, d1, d2 = d
     z0, z1, z2 = z
@@ -221,7 +221,7 @@ def _middle_roots(
     k kept entries first; rho, k: (..., 1)."""
     dtype = dl.dtype
     m = dl.shape[-1]
-    eps, _ = dlamch(dtype)
+    eps, _ = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     poles = index_range(m)
     r = poles[:, None]
@@ -416,7 +416,7 @@ def _last_root(
     (..., 1, m))."""
     dtype = dl.dtype
     m = dl.shape[-1]
-    eps, _ = dlamch(dtype)
+    eps, _ = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     poles = index_range(m)
     big_d, big_z = dl[..., None, :], w[..., None, :]
@@ -605,7 +605,7 @@ def _merge(
     n1, n2 = d1.shape[-1], d2.shape[-1]
     m = n1 + n2
     batch = d1.shape[:-1]
-    eps, _ = dlamch(dtype)
+    eps, _ = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     ids = index_range(m)
     # the merged block: Q = diag(Q1, Q2), z = Q1's last row, Q2's first
@@ -721,7 +721,7 @@ def stedc(d: jax.Array, e: jax.Array, leaf: Leaf) -> tuple[jax.Array, jax.Array]
 
     n = d.shape[-1]
     dtype = d.dtype
-    eps, _ = dlamch(dtype)
+    eps, _ = lapack_eps(dtype)
     zero = jnp.zeros((), dtype)
     # negligible off-diagonal entries: LAPACK's split points, zero here
     tiny = eps * jnp.sqrt(jnp.abs(d[..., :-1])) * jnp.sqrt(jnp.abs(d[..., 1:]))

@@ -379,3 +379,9 @@ def rows_of_blocks(x: jax.Array, rows: np.ndarray) -> jax.Array:
     return jnp.take(flat, index, axis=-2, mode="clip").reshape(
         (*x.shape[:-3], blocks, rows.shape[1], c)
     )
+
+
+def lapack_eps(dtype: Any) -> tuple[float, float]:
+    """(eps, safmin) of LAPACK's dlamch: half the spacing at 1 (rounding), the smallest normal."""
+    info = jnp.finfo(dtype)
+    return float(info.eps) / 2, float(info.tiny)

@@ -34,8 +34,6 @@ first, which is exact and leaves the path unchanged), and its non-convergence ex
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +47,7 @@ from jax2onnx_nn.core.lowerings.lapack.steps import (
     first_argmax,
     index_range,
     iterate,
+    lapack_eps,
     mT,
     pick_where,
     where,
@@ -59,12 +58,6 @@ from jax2onnx_nn.core.lowerings.lapack.steps import (
 STEQR_LIMIT = 25
 # steqr's bound on QL/QR iterations, per row (its MAXIT)
 STEQR_MAXIT = 30
-
-
-def lapack_eps(dtype: Any) -> tuple[float, float]:
-    """(eps, safmin) of LAPACK's dlamch: half the spacing at 1 (rounding), the smallest normal."""
-    info = jnp.finfo(dtype)
-    return float(info.eps) / 2, float(info.tiny)
 
 
 def fortran_sign(x: jax.Array, y: jax.Array) -> jax.Array:
