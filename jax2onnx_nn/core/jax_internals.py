@@ -16,7 +16,7 @@ import re
 import sys
 import types
 import weakref
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -267,6 +267,29 @@ def subjaxprs_of(params: dict[str, Any]) -> list[Any]:
             if isinstance(v, (Jaxpr, ClosedJaxpr)):
                 found.append(v)
     return found
+
+
+def live_equations(jaxpr: Any, used_outputs: Sequence[bool] | None = None) -> list[Any]:
+    """``jaxpr``'s equations that its (used) outputs need, in order, each result nothing reads
+    a ``DropVar``: a rule sees which of its results are dead (``eigh``'s vectors under
+    ``eigvalsh``), and an equation none of whose results is read is left out unless it has
+    effects (a callback, an ordered effect). One backward pass: JAX's ``dce_jaxpr`` would
+    rewrite every call's params (and a jit's text, which ``recognize_calls`` compares), while
+    a body lowered inline gets its caller's dead results as ``used_outputs`` instead."""
+    used = [True] * len(jaxpr.outvars) if used_outputs is None else used_outputs
+    live = {v for v, u in zip(jaxpr.outvars, used, strict=True) if u and not is_literal(v)}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        read = [v in live for v in eqn.outvars]
+        if not all(read):
+            if not any(read) and not eqn.effects:
+                continue
+            outvars = [v if r else DropVar(v.aval) for v, r in zip(eqn.outvars, read, strict=True)]
+            eqn = eqn.replace(outvars=outvars)
+        kept.append(eqn)
+        live.update(v for v in eqn.invars if not is_literal(v))
+    kept.reverse()
+    return kept
 
 
 def as_closed(jaxpr: Any) -> Any:

@@ -159,9 +159,15 @@ class Lowerer:
 
     # -- jaxprs ---------------------------------------------------------------------------
     def lower_jaxpr(
-        self, closed_jaxpr: ClosedJaxpr, inputs: Sequence[ir.Value], builder: GraphBuilder
+        self,
+        closed_jaxpr: ClosedJaxpr,
+        inputs: Sequence[ir.Value],
+        builder: GraphBuilder,
+        used_outputs: Sequence[bool] | None = None,
     ) -> list[ir.Value]:
-        """Lower a (closed or open) jaxpr into ``builder``; returns its output values."""
+        """Lower a (closed or open) jaxpr into ``builder``; returns its output values (one no
+        node makes for an output ``used_outputs`` marks unused). Only the equations the used
+        outputs need are lowered, their dead results ``DropVar`` (``jxi.live_equations``)."""
         closed = jxi.as_closed(closed_jaxpr)
         jaxpr = closed.jaxpr
         env: dict[Any, ir.Value] = {}
@@ -178,14 +184,20 @@ class Lowerer:
         env.update(zip(jaxpr.invars, inputs, strict=True))
         top = builder is self.root and not self._lowering
         self._lowering = True
-        for i, eqn in enumerate(jaxpr.eqns):
+        eqns = jxi.live_equations(jaxpr, used_outputs)
+        for i, eqn in enumerate(eqns):
             if top:
-                self.progress.update("lowering equations", i, len(jaxpr.eqns))
+                self.progress.update("lowering equations", i, len(eqns))
             outs = self.lower_eqn(eqn, [read(a) for a in eqn.invars], builder)
             for var, value in zip(eqn.outvars, outs, strict=True):
                 if not isinstance(var, jxi.DropVar):
                     env[var] = value
-        return [read(a) for a in jaxpr.outvars]
+        if used_outputs is None:
+            return [read(a) for a in jaxpr.outvars]
+        return [
+            read(a) if u else _unmade(builder)
+            for a, u in zip(jaxpr.outvars, used_outputs, strict=True)
+        ]
 
     def lower_eqn(self, eqn: Eqn, inputs: list[ir.Value], builder: GraphBuilder) -> list[ir.Value]:
         scope = jxi.name_stack(eqn)  # jax.named_scope / module paths from adapters
@@ -241,6 +253,10 @@ class Lowerer:
             builder.doc_string = previous_doc
         if len(outs) != len(eqn.outvars):
             raise _rule_bug(eqn, f"returned {len(outs)} values for {len(eqn.outvars)} outputs")
+        read = zip(ctx.used_outputs, outs, strict=True)
+        if any(value is None and used for used, value in read):
+            raise _rule_bug(eqn, "returned None for a result that is read")
+        outs = [_unmade(builder) if value is None else value for value in outs]
         for var, value in zip(eqn.outvars, outs, strict=True):
             wrong = self._stamp(value, var.aval)
             if wrong:
@@ -288,6 +304,10 @@ class Lowerer:
         body = next((eqn.params[k] for k in keys if eqn.params.get(k) is not None), None)
         if body is None:
             raise AssertionError(f"no body found in the params of {eqn.primitive.name}")
+        # the body's results are the call's: those the caller drops are dead in the body too
+        read = [not isinstance(v, jxi.DropVar) for v in eqn.outvars]
+        whole = all(read) or len(jxi.as_closed(body).jaxpr.outvars) != len(read)
+        used = None if whole else read
         scope = eqn.params.get("name") if eqn.primitive.name in ("pjit", "jit") else None
         if scope and scope != "<lambda>":
             with builder.name_scope(str(scope)):
@@ -296,8 +316,8 @@ class Lowerer:
                         outs = recognize(LoweringContext(self, eqn, builder), inputs)
                         if outs is not None:
                             return outs
-                return self.lower_jaxpr(body, inputs, builder)
-        return self.lower_jaxpr(body, inputs, builder)
+                return self.lower_jaxpr(body, inputs, builder, used)
+        return self.lower_jaxpr(body, inputs, builder, used)
 
 
 CallRecognizer = Callable[["LoweringContext", list[ir.Value]], "list[ir.Value] | None"]
@@ -387,6 +407,12 @@ class LoweringContext:
         for value, (dtype, shape) in zip(results, types, strict=True):
             set_type(value, dtype, shape)
         return list(results)
+
+    @property
+    def used_outputs(self) -> list[bool]:
+        """Which of the equation's results something reads (``jxi.live_equations``): a rule
+        may skip the work of one that is not, returning None in its place."""
+        return [not isinstance(v, jxi.DropVar) for v in self.eqn.outvars]
 
     @property
     def avals_in(self) -> list[Aval]:
@@ -695,6 +721,12 @@ class LoweringContext:
 
 
 __all__ = ["Index", "Lowerer", "LoweringContext", "OnnxType", "is_float", "onnx_aval", "ir_shape"]
+
+
+def _unmade(builder: GraphBuilder) -> ir.Value:
+    """What stands for a result nothing reads and nothing computed (a rule's None, a dead
+    output of a body lowered inline): a value no node makes, in no graph."""
+    return ir.Value(name=builder.names.fresh("dropped"))
 
 
 def _rule_bug(eqn: Eqn, what: str) -> ConversionError:

@@ -22,7 +22,7 @@ from jax import lax
 
 from jax2onnx_nn import ConversionError, to_onnx
 from jax2onnx_nn.core.lowerings import svd as svd_module
-from jax2onnx_nn.core.lowerings.lapack import steps
+from jax2onnx_nn.core.lowerings.lapack import stedc, steps
 from jax2onnx_nn.testing import assert_exports_match, assert_exports_match_on
 from jax2onnx_nn.testing.assertions import op_types
 
@@ -615,11 +615,60 @@ def test_eigh_large(n, dtype):
     assert_exports_match_on(_eigh_canonical, m + np.swapaxes(m, -1, -2), **tol, jit=True)
 
 
-def test_eigvalsh():
-    m = np.random.default_rng(0).normal(size=(3, 4, 4))
-    assert_exports_match_on(
-        jnp.linalg.eigvalsh, m + np.swapaxes(m, -1, -2), **{"rtol": 1e-10, "atol": 1e-10}, jit=True
-    )
+def _eigvalsh_scaled(form: str, lower: bool):
+    """The eigenvalues over the largest |value| (the scale their rounding follows), as
+    ``jnp.linalg.eigvalsh`` (the input symmetrized), ``eigh(a)[0]`` or ``lax.linalg.eigh``
+    without symmetrizing (the other triangle unread)."""
+    uplo = "L" if lower else "U"
+    values = {
+        "eigvalsh": lambda a: jnp.linalg.eigvalsh(a, UPLO=uplo),
+        "eigh": lambda a: jnp.linalg.eigh(a, UPLO=uplo)[0],
+        "lax": lambda a: lax.linalg.eigh(a, lower=lower, symmetrize_input=False)[1],
+    }[form]
+
+    def scaled(a):
+        w = values(a)
+        big = jnp.max(jnp.abs(w), axis=-1, keepdims=True)
+        return w / jnp.where(big == 0, 1, big)
+
+    return scaled
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 25, 26, 130])
+@settings(max_examples=2, deadline=None)
+@given(
+    batch=BATCHES,
+    dtype=DTYPES,
+    seed=SEEDS,
+    form=st.sampled_from(["eigvalsh", "eigh", "lax"]),
+    lower=st.booleans(),
+)
+def test_eigvalsh_matches_jax(n, batch, dtype, seed, form, lower):
+    """eigh whose vectors nothing reads takes syevd's values-only path (sytd2 and the QL
+    iterations without vectors) at every static size: JAX's values to rounding."""
+    a = gaussian(seed, (*batch, n, n), dtype)  # not symmetric: only one triangle is read
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert_exports_match_on(_eigvalsh_scaled(form, lower), a, rtol=0, atol=tol, jit=True)
+
+
+@pytest.mark.parametrize("n", [16, 26, 200])
+def test_eigh_without_its_vectors_computes_none(n):
+    """eigvalsh and eigh(a)[0] are one graph, lax's values that graph unsymmetrized: the
+    tridiagonal reduction and one QL Loop, no vectors (eigh's rotates them in that Loop,
+    merges them in stedc's, applies ormtr's reflectors, or runs Jacobi's sweeps: more
+    nodes, each chase position's rotation of z at least)."""
+    eigh = op_types(to_onnx(jnp.linalg.eigh, [(2, n, n)]), nested=True)
+    graphs = [
+        op_types(to_onnx(_eigvalsh_scaled(f, True), [(2, n, n)]), nested=True)
+        for f in ("eigvalsh", "eigh", "lax")
+    ]
+    assert graphs[0] == graphs[1]  # lax's: the same without jnp's symmetrizing
+    for ops in graphs:
+        assert ops.count("Loop") == 1
+        if n <= stedc.STEDC_LIMIT:
+            assert len(eigh) > len(ops) + 5 * n, (len(eigh), len(ops))
+        else:
+            assert eigh.count("Loop") > 1  # Jacobi's sweeps and rounds
 
 
 @pytest.mark.parametrize(

@@ -730,11 +730,15 @@ def _eigh(
     refuse_half_precision(ctx, "eigh", "jnp.linalg.eigh(a.astype(jnp.float32))")
     _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
     n = ctx.aval_in.shape[-1]
-    if (
-        not jxi.is_symbolic_dim(n)
-        and 2 <= n <= stedc.STEDC_LIMIT
-        and not jxi.is_complex_dtype(ctx.aval_in.dtype)
-    ):
+    real = not jxi.is_complex_dtype(ctx.aval_in.dtype)
+    if not ctx.used_outputs[0] and not jxi.is_symbolic_dim(n) and n >= 2 and real:
+        # nothing reads the vectors (eigvalsh): syevd's values-only path, sytd2 + sterf's
+        # iterations, at any static size
+        values = lower_as_jax(
+            ctx, partial(syevd.syevd_values, lower=lower), [a], cache_key=("syevd_values", lower)
+        )
+        return [None, *values]
+    if not jxi.is_symbolic_dim(n) and 2 <= n <= stedc.STEDC_LIMIT and real:
         # LAPACK's own path (sytd2, steqr or stedc, ormtr): the vectors carry syevd's signs
         return lower_as_jax(ctx, partial(syevd.syevd, lower=lower), [a], cache_key=("syevd", lower))
     # a large float32 matrix: float32 rotations refined (eigh's refine) where the static size

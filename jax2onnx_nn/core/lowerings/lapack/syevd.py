@@ -124,6 +124,21 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     vectors (columns) carry its signs: its splits, its choice of QL or QR per block, Wilkinson
     shifts, ``dlartg`` rotations (c >= 0), ``dlaev2`` on 2x2 blocks, accumulated on the
     identity, then its selection sort. Module docstring: how the loop is laid out."""
+    values, z = _ql(d, e, vectors=True)
+    assert z is not None
+    return values, z
+
+
+def tridiagonal_values(d: jax.Array, e: jax.Array) -> jax.Array:
+    """The eigenvalues (..., n), ascending, of the symmetric tridiagonal matrix with diagonal
+    ``d`` and off-diagonal ``e``: ``steqr``'s iterations without the vectors (what LAPACK's
+    ``sterf``, the values-only path of ``syevd`` and ``stedc``, computes by its root-free
+    variant: the same values to rounding), each whole chase one Loop step at any static n."""
+    return _ql(d, e, vectors=False)[0]
+
+
+def _ql(d: jax.Array, e: jax.Array, *, vectors: bool) -> tuple[jax.Array, jax.Array | None]:
+    """steqr (``vectors``) or its values (ascending) alone, which need no ``z``."""
     n = d.shape[-1]
     batch = d.shape[:-1]
     dtype = d.dtype
@@ -157,7 +172,6 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     # e between positions j, j+1 of a reversed block: the original e between its mirrors
     e_order = where(reverse & (ids < block_end), block_start + block_end - ids - 1, ids)
     e = where(split, zero, at(e, e_order))
-    z = jnp.broadcast_to((ids[:, None] == order[..., None, :]).astype(dtype), (*batch, n, n))
     # the loop's layout: scalars (..., 1, 1), d and e (..., 1, n), z's columns as rows (z^T),
     # so each position's piece (one Split) broadcasts against the others without reshapes
     col = lambda v: v[..., None, None]  # noqa: E731
@@ -165,7 +179,8 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     lend = pick_where(block_end, ids == first_live[..., None], -1)[..., 0]
     block_end, live = block_end[..., None, :], live[..., None, :]
     reversed_at = reverse.astype(dtype)[..., None, :]  # picked as a number
-    z_rows = (order[..., :, None] == ids[None, :]).astype(dtype)  # z^T: row j is column j
+    # z^T: row j is column j (a placeholder without vectors)
+    z_rows = (order[..., :, None] == ids[None, :]).astype(dtype) if vectors else jnp.zeros(())
     state = (d[..., None, :], e[..., None, :], z_rows, col(first_live), col(lend), jnp.int32(0))
 
     def cond(state: tuple) -> jax.Array:
@@ -206,10 +221,10 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         writes = active & (ids < m - 1)
         at_pair = (ids == ell) & pair
         pair_c, pair_s = where(at_pair, c2, one), where(at_pair, s2, zero)
-        ds, es, zs, ons, wrs, pcs, pss = (
-            jnp.split(x, n, axis=-2 if x is z else -1)
-            for x in (d, e, z, active, writes, pair_c, pair_s)
+        ds, es, ons, wrs, pcs, pss = (
+            jnp.split(x, n, axis=-1) for x in (d, e, active, writes, pair_c, pair_s)
         )
+        zs = jnp.split(z, n, axis=-2) if vectors else []
         c, s, pp = one, one, zero
         for i in range(n - 2, -1, -1):
             on = ons[i]
@@ -227,9 +242,11 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
             g2 = c1 * r2 - b
             c, s, pp, g = where(on, c1, c), where(on, s1, s), where(on, p1, pp), where(on, g2, g)
             # the rotation on z's columns i, i+1: the chase's (c, -s), the 2x2 block's (c, s)
-            rc, rs = where(on, c1, pcs[i]), where(on, -s1, pss[i])
-            zs[i], zs[i + 1] = rs * zs[i + 1] + rc * zs[i], rc * zs[i + 1] - rs * zs[i]
-        d, e, z = jnp.concatenate(ds, -1), jnp.concatenate(es, -1), jnp.concatenate(zs, -2)
+            if vectors:
+                rc, rs = where(on, c1, pcs[i]), where(on, -s1, pss[i])
+                zs[i], zs[i + 1] = rs * zs[i + 1] + rc * zs[i], rc * zs[i + 1] - rs * zs[i]
+        d, e = jnp.concatenate(ds, -1), jnp.concatenate(es, -1)
+        z = jnp.concatenate(zs, -2) if vectors else z
         at_l = ids == ell
         # after the chase: d[l] -= p, e[l] = g; a 2x2 block: its values, e[l] = 0
         d = where(at_l & chase, d - pp, where(at_l & pair, rt1, d))
@@ -244,6 +261,8 @@ def steqr(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
         return d, e, z, ell, lend, count + 1
 
     d, _, z, *_ = lax.while_loop(cond, body, state)
+    if not vectors:
+        return jnp.sort(d[..., 0, :], axis=-1), None
     # back to the original positions (a block's reversal is its own inverse), then sorted:
     # column k is the stored row order[perm[k]], one product with a permutation (exact)
     d, perm = _selection_sort(at(d[..., 0, :], order))
@@ -302,3 +321,18 @@ def syevd(a: jax.Array, *, lower: bool) -> tuple[jax.Array, jax.Array]:
     # Q = H_0 ... H_{n-2} (lower) or H_{n-2} ... H_0 (upper): Q z applies the last factor first
     z = iterate(n - 1, reflect, z, reverse=lower)
     return z, values * scale[..., 0, :]
+
+
+def syevd_values(a: jax.Array, *, lower: bool) -> jax.Array:
+    """The eigenvalues, ascending, of the symmetric matrix in ``a``'s lower (upper) triangle,
+    for a static n of any size: LAPACK's ``syevd`` with JOBZ = 'N', ``sytd2`` (no Q formed)
+    then the tridiagonal values (``tridiagonal_values``, as ``sterf``), what ``eigh`` lowers
+    to when nothing reads its vectors (``jnp.linalg.eigvalsh``)."""
+    n = a.shape[-1]
+    if n == 1:
+        return a[..., 0]
+    rows = index_range(n)[:, None]
+    keep = rows >= index_range(n)[None, :] if lower else rows <= index_range(n)[None, :]
+    scale = power_of_two_scale(where(keep, a, mT(a)))
+    _, d, e, _ = tridiagonal(a / scale, lower=lower)
+    return tridiagonal_values(d, e) * scale[..., 0, :]
