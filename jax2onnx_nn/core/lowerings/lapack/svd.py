@@ -731,9 +731,9 @@ def _eigh(
     _whole_range(ctx, "eigh", subset_by_index, ctx.aval_in.shape[-1])
     n = ctx.aval_in.shape[-1]
     real = not jxi.is_complex_dtype(ctx.aval_in.dtype)
-    if not ctx.used_outputs[0] and not jxi.is_symbolic_dim(n) and n >= 2 and real:
-        # nothing reads the vectors (eigvalsh): syevd's values-only path, sytd2 + sterf's
-        # iterations, at any static size
+    if not ctx.used_outputs[0] and (jxi.is_symbolic_dim(n) or n >= 2) and real:
+        # nothing reads the vectors (eigvalsh): syevd's values-only path (sytd2, then
+        # bisection), at any size
         values = lower_as_jax(
             ctx, partial(syevd.syevd_values, lower=lower), [a], cache_key=("syevd_values", lower)
         )
