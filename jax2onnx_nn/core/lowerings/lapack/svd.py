@@ -56,6 +56,7 @@ svd must know which side is longer: ``("N", 1)`` or ``("N", "N")`` do, ``("N", 4
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -722,7 +723,7 @@ def _eigh(
     sort_eigenvalues: bool,
     subset_by_index: Any = None,
     **params: Any,
-) -> list[ir.Value]:
+) -> Sequence[ir.Value | None]:
     del (
         params,
         sort_eigenvalues,
