@@ -277,7 +277,7 @@ def live_equations(jaxpr: Any, used_outputs: Sequence[bool] | None = None) -> li
     rewrite every call's params (and a jit's text, which ``recognize_calls`` compares), while
     a body lowered inline gets its caller's dead results as ``used_outputs`` instead."""
     used = [True] * len(jaxpr.outvars) if used_outputs is None else used_outputs
-    live = {v for v, u in zip(jaxpr.outvars, used, strict=True) if u and not is_literal(v)}
+    live = {v for v, u in zip(jaxpr.outvars, used, strict=True) if u and isinstance(v, Var)}
     kept = []
     for eqn in reversed(jaxpr.eqns):
         read = [v in live for v in eqn.outvars]
@@ -287,7 +287,7 @@ def live_equations(jaxpr: Any, used_outputs: Sequence[bool] | None = None) -> li
             outvars = [v if r else DropVar(v.aval) for v, r in zip(eqn.outvars, read, strict=True)]
             eqn = eqn.replace(outvars=outvars)
         kept.append(eqn)
-        live.update(v for v in eqn.invars if not is_literal(v))
+        live.update([v for v in eqn.invars if isinstance(v, Var)])  # a Literal is unhashable
     kept.reverse()
     return kept
 

@@ -27,25 +27,26 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
   are its eigenvectors, a's, so the columns of ``b V`` over their norms are V, and no V is carried
   (two-sided Jacobi, rotating a's rows, then its transpose's, and V^T's, measured 1.7x (64x64) to 2x
   (16x16) slower). The values are the Rayleigh quotients ``v^T a v`` (accurate to rounding of
-  ``|a|``, not of the shift), ascending as LAPACK's; ``eigvalsh`` is the same graph without the
-  vectors' sort. A large float32 matrix is rotated in float32 and refined by a second Jacobi on
-  ``V^T a V`` (``eigh``'s ``refine``); a small one (up to ``WIDEN_ABOVE``) is rotated in float64:
-  the shifted matrix's columns in float32 left its vectors up to ~40x further from LAPACK's than
-  JAX's float32 syevd where two eigenvalues are close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64
-  rotations: 3e-8).
+  ``|a|``, not of the shift), ascending as LAPACK's. A large float32 matrix is rotated in
+  float32 and refined by a second Jacobi on ``V^T a V`` (``eigh``'s ``refine``); a small one (up
+  to ``WIDEN_ABOVE``) is rotated in float64: the shifted matrix's columns in float32 left its
+  vectors up to ~40x further from LAPACK's than JAX's float32 syevd where two eigenvalues are
+  close (2e-4 at 16x16, gap 1.6e-3 of |a|; float64 rotations: 3e-8).
 
-An ``eigh`` of a static size 2..128 (``stedc.STEDC_LIMIT``) is not Jacobi: it is ``syevd.py``,
-LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer above), so its
-vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides are both at
-least 2, the shorter at most 51 (``gesdd.GESDD_LIMIT``: ``bdsqr`` up to 25, ``bdsdc.py``'s divide
-and conquer with one merge above), is ``gesdd.py`` (Jacobi stays for ``svdvals``, a 1xN row or
-Nx1 column, a larger short side and symbolic sizes). Signs of the Jacobi vectors are free
-(JAX's follow LAPACK's path, docs/linear-algebra.md): ``svd`` gives ``U[:, k] = (a @ Vh[k]) /
-s[k]`` (a 1xN row: gesdd's sign, ``_one_row_signs``) and a larger ``eigh`` the sign Jacobi's
-rotations leave.
-An odd size is padded with one zero column (and row), which no rotation touches (its pair's
-inner product is exactly 0); a sweep's reseating returns every line to its seat, so the
-padding is line n when the sweeps stop, and is dropped before sorting.
+An ``eigh`` whose vectors nothing reads (``eigvalsh``, ``eigh(a)[0]``: ``ctx.used_outputs``) of
+a real matrix is not Jacobi at any size: ``syevd.syevd_values``, the tridiagonal form's values
+by bisection. Nor is an ``eigh`` of a static size 2..128 (``stedc.STEDC_LIMIT``): it is
+``syevd.py``, LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer
+above), so its vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides
+are both at least 2, the shorter at most 51 (``gesdd.GESDD_LIMIT``: ``bdsqr`` up to 25,
+``bdsdc.py``'s divide and conquer with one merge above), is ``gesdd.py`` (Jacobi stays for
+``svdvals``, a 1xN row or Nx1 column, a larger short side and symbolic sizes). Signs of the
+Jacobi vectors are free (JAX's follow LAPACK's path, docs/linear-algebra.md): ``svd`` gives
+``U[:, k] = (a @ Vh[k]) / s[k]`` (a 1xN row: gesdd's sign, ``_one_row_signs``) and a larger
+``eigh`` the sign Jacobi's rotations leave. An odd size is padded with one zero column (and
+row), which no rotation touches (its pair's inner product is exactly 0); a sweep's reseating
+returns every line to its seat, so the padding is line n when the sweeps stop, and is dropped
+before sorting.
 
 A symbolic matrix size (``("N", "N")``, ``("B", "N", "N")``) runs the same rounds: the rounds
 of a sweep are a ``Loop`` over ``size - 1``, the reseating is one ``Gather`` by an index
