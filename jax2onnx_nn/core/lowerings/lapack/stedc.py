@@ -38,7 +38,8 @@ JAX's ``sytrd`` is blocked (``dlatrd``); ``tridiagonal`` is ``sytd2``'s, equal t
 Measured (``python -m benchmarks.vector_signs --functions eigh_lower eigh_upper --sizes 26 32
 64 --batch 16``): 384 of 384 matrices with JAX's vectors, signs included (one-sided Jacobi: 0);
 at 100 and 128 (``--batch 8``) 127 of 128, the other a float32 column JAX itself negates on
-OpenBLAS's Sandybridge kernels. Float64 vectors within ~1e-13 of JAX's, values ~1e-15.
+OpenBLAS's Sandybridge kernels; at 160 and 256 (``--batch 4``) 63 of 64, the other a float32
+perturbed 256x256 (lower triangle). Float64 vectors within ~1e-13 of JAX's, values ~1e-15.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ Leaf = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 SMLSIZ = 25
 # eigh of a static n in 26..STEDC_LIMIT takes this path (above it, Jacobi): onnxruntime CPU
 # time, batch of 8 float32, against Jacobi: 26 23 / 8 ms, 64 80 / 48 ms, 100 166 / 150 ms,
-# 128 255 / 261 ms (benchmarks/linalg_bench.py --cases eigh --cpu-time); the graph grows with
-# the tree (4244 nodes at 64, 5735 at 128, Loop bodies included; Jacobi's 245)
-STEDC_LIMIT = 128
+# 128 255 / 261 ms, 160 445 / 459 ms, 192 647 / 731 ms, 256 1415 / 1611 ms
+# (benchmarks/linalg_bench.py --cases eigh --cpu-time); the graph grows with the tree (4244
+# nodes at 64, 5735 at 128, 7290 at 256, Loop bodies included; Jacobi's 245), its export too
+# (6 s at 192 and 256, Jacobi's 0.2 s); not measured above 256
+STEDC_LIMIT = 256
 # dlaed4's and dlaed6's iteration bounds (MAXIT)
 LAED4_MAXIT = 30
 LAED6_MAXIT = 40
