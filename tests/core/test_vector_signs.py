@@ -369,9 +369,10 @@ def test_eigh_divide_and_conquer_matches_jax(name: str, dtype: str, shape: tuple
             np.testing.assert_allclose(vectors, ref_vectors, rtol=0, atol=1e-12 if wide else 1e-4)
 
 
-# svd above bdsqr's 25 rows is bdsdc's divide and conquer (bdsdc.py, one merge up to 51 rows):
-# the default profile exports one (float64, a batch of 26x30, full_matrices); the thorough one
-# square, tall and wide shapes of both kinds in float64 and two in float32
+# svd above bdsqr's 25 rows is bdsdc's divide and conquer (bdsdc.py: one merge up to 51 rows,
+# dlasdt's deeper trees above, up to gesdd.GESDD_LIMIT = 128): the default profile exports one
+# (float64, a batch of 26x30, full_matrices); the thorough one square, tall and wide shapes of
+# both kinds in float64 (one and several merges, QR and LQ first) and three in float32
 def _svd_divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:
     if not THOROUGH:
         return [("svd_full", "float64", (BATCH, 26, 30))]
@@ -384,6 +385,13 @@ def _svd_divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:
         ("svd_full", "float64", (51, 60)),
         ("svd_full", "float32", (30, 30)),
         ("svd_reduced", "float32", (BATCH, 40, 33)),
+        ("svd_full", "float64", (52, 52)),
+        ("svd_reduced", "float64", (64, 70)),
+        ("svd_full", "float64", (100, 64)),
+        ("svd_reduced", "float64", (140, 70)),
+        ("svd_full", "float64", (60, 120)),
+        ("svd_reduced", "float64", (128, 128)),
+        ("svd_full", "float32", (BATCH, 64, 64)),
     ]
 
 

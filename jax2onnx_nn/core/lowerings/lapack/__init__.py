@@ -46,7 +46,8 @@ routine uses), ``cholesky``, ``triangular`` (triangular_solve), ``lu``, ``househ
 reflectors and the power-of-two scaling), ``qr``, ``hessenberg`` (and tridiagonal),
 ``complex_schur``, ``schur`` (real), ``balance``, ``eig``, ``svd`` (Jacobi svd and eigh),
 ``syevd`` (eigh up to 25x25 as LAPACK's own path, so its vectors carry JAX's signs),
-``gesdd`` (svd with vectors, short side 2..25, as LAPACK's own path: JAX's signs),
+``gesdd`` (svd with vectors, short side 2..128, as LAPACK's own path: JAX's signs),
+``bdsdc`` (its divide and conquer above 25 rows),
 ``solves`` (tridiagonal_solve, custom_linear_solve, symmetric_product, cholesky_update).
 Importing a module registers its rules; ``core/lowerings/__init__.py`` imports them all.
 """

@@ -7,9 +7,9 @@ way to give the user JAX's signs is to follow it. For an m x n matrix, k = min(m
 - m >= n: when m >= ``mnthr`` = int(11 n / 6), a QR first (``geqrf``, Q from ``orgqr``) and
   the rest on R; ``gebrd`` (``gebd2``'s reflectors, upper bidiagonal); ``bdsdc`` with COMPQ =
   'I', which up to SMLSIZ = 25 rows is ``lasdq``, i.e. ``bdsqr``'s QR sweeps on the identity,
-  then its sorts, and above it divide and conquer (``bdsdc.py``, up to GESDD_LIMIT = 51 rows:
-  two ``lasdq`` leaves, one merge); ``ormbr`` applies the reflectors to the bidiagonal's
-  vectors.
+  then its sorts, and above it divide and conquer (``bdsdc.py``, up to GESDD_LIMIT = 128 rows:
+  ``dlasdt``'s tree of ``lasdq`` leaves and ``dlasd1`` merges); ``ormbr`` applies the
+  reflectors to the bidiagonal's vectors.
 - m < n: when n >= int(11 m / 6), an LQ first (the QR of a^T, transposed) and ``gebrd`` of
   the square L (upper bidiagonal); otherwise ``gebrd`` of the wide matrix itself, which is
   lower bidiagonal (the same reflectors as the upper reduction of a^T, roles swapped), and
@@ -55,9 +55,13 @@ from jax2onnx_nn.core.lowerings.lapack.steps import index_range, lapack_eps, mT,
 from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign
 
 # bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer
-# (bdsdc.py), followed up to GESDD_LIMIT (one merge)
+# (bdsdc.py), followed up to GESDD_LIMIT (svd.py: Jacobi above it). JAX's signs cost time and
+# graph: onnxruntime CPU time, batch of 8 float32, against Jacobi (benchmarks/linalg_bench.py
+# --cases svd --cpu-time, load ~6 on 2 cores): 32 96 / 16 ms, 50 326 / 37 ms, 64 243 / 61 ms,
+# 100 579 / 183 ms, 128 553 / 365 ms; nodes with Loop bodies 14132 / 25983 / 38900 at 32 / 64
+# / 128 (Jacobi ~1480); export 4 / 21 / 26 s (Jacobi 1-2 s)
 BDSQR_LIMIT = 25
-GESDD_LIMIT = bdsdc.BDSDC_LIMIT
+GESDD_LIMIT = 128
 # bdsqr's MAXITR: at most MAXITR n^2 inner steps
 MAXITR = 6
 # positions of bdsqr's unrolled sweep per If (skipped by the batch where none rotates)

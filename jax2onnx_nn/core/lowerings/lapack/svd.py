@@ -38,8 +38,8 @@ a real matrix is not Jacobi at any size: ``syevd.syevd_values``, the tridiagonal
 by bisection. Nor is an ``eigh`` of a static size 2..256 (``stedc.STEDC_LIMIT``): it is
 ``syevd.py``, LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer
 above), so its vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides
-are both at least 2, the shorter at most 51 (``gesdd.GESDD_LIMIT``: ``bdsqr`` up to 25,
-``bdsdc.py``'s divide and conquer with one merge above), is ``gesdd.py`` (Jacobi stays for
+are both at least 2, the shorter at most 128 (``gesdd.GESDD_LIMIT``: ``bdsqr`` up to 25,
+``bdsdc.py``'s divide and conquer above), is ``gesdd.py`` (Jacobi stays for
 ``svdvals``, a 1xN row or Nx1 column, a larger short side and symbolic sizes). Signs of the
 Jacobi vectors are free (JAX's follow LAPACK's path, docs/linear-algebra.md): ``svd`` gives
 ``U[:, k] = (a @ Vh[k]) / s[k]`` (a 1xN row: gesdd's sign, ``_one_row_signs``) and a larger
