@@ -37,7 +37,14 @@ SQRE as one batched ``dlasd1`` (all but a level's last have SQRE = 1):
 
 Measured: ``python -m benchmarks.vector_signs --functions svd_full --sizes 26 32 50 --batch 16
 --no-reproducers``: 192 of 192 matrices with JAX's vectors, signs included (float32 and float64,
-perturbed and gaussian; Jacobi: 0). Cost: gesdd.py's GESDD_LIMIT.
+perturbed and gaussian; Jacobi: 0); ``--sizes 52 64 100 --batch 8``: 96 of 96 (Jacobi: 0). With
+OpenBLAS's own dlasdq as the leaves (through a callback) the tree gives dbdsdc's signs on 8 of 8
+bidiagonals per n = 52, 64, 100 of ``bdsdc_reference``'s gaussian and clustered families
+(clustered at 128: 7 of 8); its repeated family (singular values equal to the bit) differs only
+in columns of a repeated value, whose vectors are not unique. With our leaves (``gesdd.lasdq``)
+gaussian and gebrd (issue 34's kind) bidiagonals: 4 of 4 per n = 52, 64, 100, 128; clustered
+ones follow the leaves' last bits (5 of 8 at 50 and at 52, as the one-merge version). Cost:
+gesdd.py's GESDD_LIMIT.
 
 Left out: dbdsdc's split at ``|e_i| < 0.9 eps`` (after scaling) into blocks solved separately
 (the tree runs on the whole matrix: the values are the same to rounding, a vector of such a

@@ -57,9 +57,9 @@ from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign
 # bdsdc calls lasdq (bdsqr) up to this size (ilaenv's SMLSIZ); above it divide and conquer
 # (bdsdc.py), followed up to GESDD_LIMIT (svd.py: Jacobi above it). JAX's signs cost time and
 # graph: onnxruntime CPU time, batch of 8 float32, against Jacobi (benchmarks/linalg_bench.py
-# --cases svd --cpu-time, load ~6 on 2 cores): 32 96 / 16 ms, 50 326 / 37 ms, 64 243 / 61 ms,
-# 100 579 / 183 ms, 128 553 / 365 ms; nodes with Loop bodies 14132 / 25983 / 38900 at 32 / 64
-# / 128 (Jacobi ~1480); export 4 / 21 / 26 s (Jacobi 1-2 s)
+# --cases svd --cpu-time, medians): 32 83 / 16 ms, 50 194 / 39 ms, 64 186 / 75 ms, 100 428 /
+# 198 ms, 128 496 / 389 ms; nodes with Loop bodies 14252 / 26344 / 39623 at 32 / 64 / 128
+# (Jacobi ~1250-1480); export 3 / 6 / 12 s (Jacobi 1-7 s)
 BDSQR_LIMIT = 25
 GESDD_LIMIT = 128
 # bdsqr's MAXITR: at most MAXITR n^2 inner steps
