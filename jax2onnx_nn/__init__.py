@@ -15,7 +15,7 @@ with builtin_rules():
         lowerings,  # noqa: F401  (the lax rules, one module per family)
     )
     from jax2onnx_nn.core.api import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export_model, to_onnx
-    from jax2onnx_nn.core.errors import ConversionError, SpecError
+    from jax2onnx_nn.core.errors import ConversionError, SpecError, VectorSignWarning
     from jax2onnx_nn.core.functions import onnx_function
     from jax2onnx_nn.core.passes import inline_functions
     from jax2onnx_nn.core.patching import CoarseCall, NotApplicable, coarse_lowering, map_calls
@@ -45,6 +45,7 @@ __all__ = [
     "SpecError",
     "TARGETS",
     "Target",
+    "VectorSignWarning",
     "VerifyReport",
     "__version__",
     "coarse_lowering",

@@ -22,6 +22,14 @@ class UnsupportedUse:
     locations: tuple[str, ...]
 
 
+class VectorSignWarning(UserWarning):
+    """An export whose eigen-, singular or Schur vectors may differ from JAX's by a sign (a
+    phase, for complex ones): a lowering that does not follow LAPACK's path for that size or
+    dtype. The values are JAX's; a program that reads the vectors' signs (a PCA projection,
+    an embedding) should fix them itself. Filter it with ``warnings.filterwarnings("ignore",
+    category=jax2onnx_nn.VectorSignWarning)`` once that is done."""
+
+
 class ConversionError(Exception):
     """Raised when a callable cannot be exported; lists every unsupported primitive at once."""
 

@@ -1,9 +1,8 @@
 """Every use of JAX internals lives here, so that JAX upgrades touch one file.
 
-jax2onnx_nn supports the JAX that Python 3.11 gets (0.10.x) and the one newer Pythons get
-(0.12.x). Public JAX API is used everywhere else; what public API does not expose (the
-structure of symbolic dimension expressions, source locations of equations, extended key
-dtypes) is reached through the small functions below.
+jax2onnx_nn supports the JAX of Python 3.11 (0.10.x) and of newer Pythons (0.12.x). Public
+JAX API is used everywhere else; what it does not expose (the structure of symbolic dims,
+source locations of equations, extended key dtypes) is reached through the functions below.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ try:  # DropVar moved between modules across versions
 except AttributeError:  # pragma: no cover - depends on the JAX version
     from jax._src.core import DropVar  # type: ignore[no-redef]  # noqa: F401
 
+from jax._src import core as _core  # noqa: E402
 from jax._src import source_info_util as _source_info_util  # noqa: E402
 
 
@@ -52,6 +52,11 @@ def literal_value(atom: Any) -> Any:
 def is_symbolic_dim(d: Any) -> bool:
     """True for a symbolic dimension expression (B, 2*B, B//2, ...)."""
     return not isinstance(d, (int, np.integer)) and hasattr(d, "_sorted_terms")
+
+
+def min_dim(a: Any, b: Any) -> Any:
+    """The smaller dim by JAX's rule that a symbolic one is >= 1 (``min(N, 1)`` is 1)."""
+    return _core.min_dim(a, b)
 
 
 def symbolic_scope(d: Any) -> Any:
@@ -270,12 +275,9 @@ def subjaxprs_of(params: dict[str, Any]) -> list[Any]:
 
 
 def live_equations(jaxpr: Any, used_outputs: Sequence[bool] | None = None) -> list[Any]:
-    """``jaxpr``'s equations that its (used) outputs need, in order, each result nothing reads
-    a ``DropVar``: a rule sees which of its results are dead (``eigh``'s vectors under
-    ``eigvalsh``), and an equation none of whose results is read is left out unless it has
-    effects (a callback, an ordered effect). One backward pass: JAX's ``dce_jaxpr`` would
-    rewrite every call's params (and a jit's text, which ``recognize_calls`` compares), while
-    a body lowered inline gets its caller's dead results as ``used_outputs`` instead."""
+    """The equations the used outputs need, in order, unread results ``DropVar`` (eigvalsh's
+    eigh vectors), those with no result read and no effects left out. JAX's ``dce_jaxpr`` would
+    rewrite calls' params (and jit text ``recognize_calls`` compares): see ``used_outputs``."""
     used = [True] * len(jaxpr.outvars) if used_outputs is None else used_outputs
     live = {v for v, u in zip(jaxpr.outvars, used, strict=True) if u and isinstance(v, Var)}
     kept = []

@@ -33,6 +33,7 @@ from jax2onnx_nn.core.lowerings.lapack.steps import (
     lower_as_jax,
     mT,
     refuse_half_precision,
+    warn_free_signs,
     where,
 )
 from jax2onnx_nn.core.lowerings.lapack.trevc import real_eig, schur_blocks
@@ -245,6 +246,15 @@ def _eig(
     del params  # implementation, enable_eigvec_derivs: choices of JAX's backends and derivatives
     refuse_half_precision(ctx, "eig", "jnp.linalg.eig(a.astype(jnp.float32))")
     _static_size(ctx, "eig")
+    n = ctx.aval_in.shape[-1]
+    if jxi.is_complex_dtype(ctx.aval_in.dtype) and n > GEES_LIMIT and any(ctx.used_outputs[1:]):
+        warn_free_signs(
+            ctx,
+            "eig",
+            f"above {GEES_LIMIT}x{GEES_LIMIT} a complex matrix's vectors come from Givens sweeps "
+            f"(zgeev's path is followed up to {GEES_LIMIT}x{GEES_LIMIT})",
+            "the values are JAX's, in the order they converge in, not JAX's",
+        )
     fn = lambda a: eig(a, left=compute_left_eigenvectors, right=compute_right_eigenvectors)  # noqa: E731
     return lower_as_jax(ctx, fn, [a])
 
@@ -309,6 +319,14 @@ def _schur(
     schur: Callable[[jax.Array], tuple[jax.Array, jax.Array | None]] = real_schur
     if jxi.is_complex_dtype(ctx.aval_in.dtype):  # zgees up to GEES_LIMIT, else Givens sweeps
         schur = complex_gees if ctx.aval_in.shape[-1] <= GEES_LIMIT else complex_schur
+        if schur is complex_schur and compute_schur_vectors and ctx.used_outputs[1]:
+            warn_free_signs(
+                ctx,
+                "schur",
+                f"above {GEES_LIMIT}x{GEES_LIMIT} a complex matrix's Schur vectors come from "
+                f"Givens sweeps (zgees's path is followed up to {GEES_LIMIT}x{GEES_LIMIT})",
+                "T's diagonal holds JAX's values in the order they converge in",
+            )
 
     def fn(a: jax.Array) -> tuple[jax.Array, ...]:
         # a divided by a power of two first, as eig's (float32 1e20 or 1e-30: NaN without)

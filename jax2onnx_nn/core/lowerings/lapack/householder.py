@@ -125,7 +125,7 @@ def geqrf(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
     diagonal has LAPACK's signs and ``qr`` matches JAX's Q and R, not just their product; a
     column already zero below the diagonal gets ``tau = 0`` (no reflection)."""
     m, n = a.shape[-2], a.shape[-1]
-    k = m if m is n else min(m, n)
+    k = m if m is n else jxi.min_dim(m, n)
     rows, cols = index_range(m)[:, None], index_range(n)[None, :]
 
     def step(j: Index, carry: tuple) -> tuple:
@@ -221,7 +221,7 @@ def geqp3(a: jax.Array, *, unroll: bool | None = None) -> tuple[jax.Array, jax.A
     partial norm (the first on ties); the partial norms are downdated as LAPACK does and
     recomputed when cancellation makes the downdate inaccurate (below sqrt(eps))."""
     m, n = a.shape[-2], a.shape[-1]
-    k = m if m is n else min(m, n)
+    k = m if m is n else jxi.min_dim(m, n)
     rows, cols = index_range(m)[:, None], index_range(n)[None, :]
     zero, one = jnp.zeros((), a.dtype), jnp.ones((), a.dtype)
     cutoff = float(np.sqrt(np.finfo(a.dtype).eps / 2))  # sqrt(dlamch('E'))

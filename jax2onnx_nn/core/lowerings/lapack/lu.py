@@ -195,7 +195,7 @@ def _lu_blocked(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 def _lu_columns(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """LU as one Loop step per column (a symbolic or large size)."""
     m, n = a.shape[-2], a.shape[-1]
-    k = m if m is n else min(m, n)
+    k = m if m is n else jxi.min_dim(m, n)
     rows, cols = index_range(m), index_range(n)
     batch = a.shape[:-2]
 

@@ -47,7 +47,7 @@ def qr(
     blocks (``_qr_unrolled``), a larger static square one blocked (``_qr_blocked``);
     otherwise ``geqrf`` and ``householder_product``."""
     m, n = a.shape[-2], a.shape[-1]
-    k = m if m is n else min(m, n)
+    k = m if m is n else jxi.min_dim(m, n)
     static = not any(jxi.is_symbolic_dim(d) for d in a.shape[-2:])
     if (
         not pivoting

@@ -6,6 +6,7 @@ private primitive whose rule writes the bare op(s).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import onnx_ir as ir
 from jax import lax
 
 from jax2onnx_nn.core import jax_internals as jxi
-from jax2onnx_nn.core.errors import ConversionError
+from jax2onnx_nn.core.errors import ConversionError, VectorSignWarning, user_stacklevel
 from jax2onnx_nn.core.lower import LoweringContext, onnx_aval
 from jax2onnx_nn.core.memo import BoundedMemo
 from jax2onnx_nn.core.registry import lowering
@@ -360,6 +361,26 @@ def refuse_half_precision(ctx: LoweringContext, name: str, call: str) -> None:
             f"Cast the matrix to float32 first and the results back, e.g. {call} and "
             f".astype(jnp.{dtype.name}) on its results"
         )
+
+
+def warn_free_signs(
+    ctx: LoweringContext, function: str, why: str, values: str = "the values are JAX's"
+) -> None:
+    """A ``VectorSignWarning`` at the user's line: ``function``'s vectors come from a path that
+    is not LAPACK's (``why``), so their signs (phases) need not be JAX's; ``values``: what
+    holds of the values."""
+    aval = ctx.avals_in[0]
+    dims = ",".join(str(d) for d in aval.shape)
+    sign = "phase" if jxi.is_complex_dtype(aval.dtype) else "sign"
+    warnings.warn(
+        f"{ctx.source_line or '<unknown location>'}: {function} of "
+        f"{np.dtype(aval.dtype).name}[{dims}]: {why}, so a vector may come out with another "
+        f"{sign} than JAX's ({values}). If the program depends on the {sign}s, fix them in it "
+        "(for instance make each vector's largest-magnitude entry real and positive) so that "
+        "JAX and the export agree.",
+        VectorSignWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def mT(x: jax.Array) -> jax.Array:

@@ -77,6 +77,7 @@ from jax2onnx_nn.core.lowerings.lapack.steps import (
     index_range,
     lower_as_jax,
     refuse_half_precision,
+    warn_free_signs,
     where,
 )
 from jax2onnx_nn.core.registry import lowering
@@ -569,13 +570,19 @@ def _svd(
     compute_uv: bool,
     subset_by_index: Any = None,
     **params: Any,
-) -> list[ir.Value]:
+) -> Sequence[ir.Value | None]:
     algorithm = params.pop("algorithm", None)
     del params  # a backend choice of GPU solvers that CPU ignores
     m, n = ctx.aval_in.shape[-2:]
     refuse_half_precision(ctx, "svd", "jnp.linalg.svd(a.astype(jnp.float32))")
     tall = _tall(ctx)
     _whole_range(ctx, "svd", subset_by_index, n if tall else m)
+    if compute_uv and not (ctx.used_outputs[1] or ctx.used_outputs[2]):
+        # nothing reads U or V^T (``jnp.linalg.svd(a)[1]``): the values alone
+        fn = partial(svd, full_matrices=full_matrices, compute_uv=False, tall=tall)
+        narrow = not jxi.is_symbolic_dim(n if tall else m)
+        (values,) = _lower_jacobi(ctx, fn, a, ("svd", False, False), narrow=narrow)
+        return [values, None, None]
     if compute_uv and _follows_gesdd(ctx, algorithm):
         # LAPACK's own path (gebrd, bdsqr, ormbr): the vectors carry gesdd's signs
         return lower_as_jax(
@@ -590,8 +597,22 @@ def _svd(
     # (64x8 as accurate as 8x8); above it the values come from U and V (with vectors) or from
     # the rotated columns' directions (without), see _svd_tall
     narrow = not jxi.is_symbolic_dim(short)
+    if compute_uv and (jxi.is_symbolic_dim(short) or short >= 2):
+        why = _why_jacobi(ctx, "gesdd", "shorter side", gesdd.GESDD_LIMIT, algorithm)
+        warn_free_signs(ctx, "svd", why)
     return _lower_jacobi(
         ctx, fn, a, ("svd", full_matrices and compute_uv, compute_uv), narrow=narrow
+    )
+
+
+def _why_jacobi(ctx: LoweringContext, routine: str, side: str, limit: int, algorithm: Any) -> str:
+    """Why a rule whose vectors something reads took one-sided Jacobi, not ``routine``'s."""
+    if getattr(algorithm, "name", "DEFAULT") not in ("DEFAULT", "DIVIDE_AND_CONQUER"):
+        return f"algorithm={algorithm.name} (LAPACK's gesvd) is computed by one-sided Jacobi"
+    symbolic = any(jxi.is_symbolic_dim(d) for d in ctx.aval_in.shape[-2:])
+    what = "a symbolic size" if symbolic else f"a {side} above {limit}"
+    return (
+        f"{what} is computed by one-sided Jacobi ({routine}'s path: a static {side} 2 to {limit})"
     )
 
 
@@ -750,6 +771,8 @@ def _eigh(
     refine = (
         np.dtype(ctx.aval_in.dtype) == np.float32 and not jxi.is_symbolic_dim(n) and n > WIDEN_ABOVE
     )
+    if ctx.used_outputs[0] and (jxi.is_symbolic_dim(n) or n >= 2):
+        warn_free_signs(ctx, "eigh", _why_jacobi(ctx, "syevd", "size", stedc.STEDC_LIMIT, None))
     return _lower_jacobi(
         ctx,
         partial(eigh, lower=lower, refine=refine),
