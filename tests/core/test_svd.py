@@ -423,8 +423,12 @@ def test_svd_of_symbolic_matrix_size(dtype):
 
 
 def test_svd_of_symbolic_rectangle():
-    """("N", 1) is provably tall: its columns are rotated; ("N", 4) is not provably either."""
+    """("N", 1) is provably tall: its columns are rotated, with vectors too (U's QR asked
+    min(N, 1), inconclusive, before jxi.min_dim); ("N", 4) is not provably either."""
     assert_exports_match(jnp.linalg.svdvals, [("N", 1)], sizes={"N": [1, 3]}, jit=True)
+    for full in (True, False):
+        fn = lambda a, full=full: _svd_canonical(a, full_matrices=full)  # noqa: E731
+        assert_exports_match(fn, [("N", 1)], sizes={"N": [1, 3, 7]}, **_tol(np.float32), jit=True)
     with pytest.raises(
         ConversionError, match=r"\(N, 4\) matrix at .*test_svd.py.*N >= 4.*static size"
     ):
