@@ -320,7 +320,7 @@ def test_vectors_match_jax_with_signs(group: str, dtype: str, data: st.DataObjec
 # default profile exports one (float64, a batch of 26x26, the upper triangle), the thorough one
 # every size up to stedc.STEDC_LIMIT in float64 (both triangles, batches at 27 and 64) and five
 # in float32
-DIVIDE_AND_CONQUER = [26, 27, 32, 40, 50, 64, 100, 128, 160, 256]
+DIVIDE_AND_CONQUER = [26, 27, 32, 40, 50, 64, 100, 128, 160, 256, 384]
 
 
 def _divide_and_conquer_cases() -> list[tuple[str, str, tuple[int, ...]]]:

@@ -39,7 +39,8 @@ Measured (``python -m benchmarks.vector_signs --functions eigh_lower eigh_upper 
 64 --batch 16``): 384 of 384 matrices with JAX's vectors, signs included (one-sided Jacobi: 0);
 at 100 and 128 (``--batch 8``) 127 of 128, the other a float32 column JAX itself negates on
 OpenBLAS's Sandybridge kernels; at 160 and 256 (``--batch 4``) 63 of 64, the other a float32
-perturbed 256x256 (lower triangle). Float64 vectors within ~1e-13 of JAX's, values ~1e-15.
+perturbed 256x256 (lower triangle); at 384 (``--batch 2``) 16 of 16. Float64 vectors within
+~1e-13 of JAX's, values ~1e-15.
 """
 
 from __future__ import annotations
@@ -69,8 +70,10 @@ SMLSIZ = 25
 # 128 255 / 261 ms, 160 445 / 459 ms, 192 647 / 731 ms, 256 1415 / 1611 ms
 # (benchmarks/linalg_bench.py --cases eigh --cpu-time); the graph grows with the tree (4244
 # nodes at 64, 5735 at 128, 7290 at 256, Loop bodies included; Jacobi's 245), its export too
-# (6 s at 192 and 256, Jacobi's 0.2 s); not measured above 256
-STEDC_LIMIT = 256
+# (6 s at 192 and 256, Jacobi's 0.2 s); batch of 2 at 384: 1099 / 1367 ms (7719 nodes, an
+# export of 44 s wall on a starved machine, benchmarks' STEDC_LIMIT monkeypatched), and
+# vector_signs --sizes 384 --batch 2 16 of 16 with JAX's vectors
+STEDC_LIMIT = 384
 # dlaed4's and dlaed6's iteration bounds (MAXIT)
 LAED4_MAXIT = 30
 LAED6_MAXIT = 40
