@@ -59,7 +59,9 @@ from jax2onnx_nn.core.lowerings.lapack.syevd import fortran_sign
 # graph: onnxruntime CPU time, batch of 8 float32, against Jacobi (benchmarks/linalg_bench.py
 # --cases svd --cpu-time, medians): 32 83 / 16 ms, 50 194 / 39 ms, 64 186 / 75 ms, 100 428 /
 # 198 ms, 128 496 / 389 ms; nodes with Loop bodies 14252 / 26344 / 39623 at 32 / 64 / 128
-# (Jacobi ~1250-1480); export 3 / 6 / 12 s (Jacobi 1-7 s)
+# (Jacobi ~1250-1480); export 3 / 6 / 12 s (Jacobi 1-7 s). Not raised: at 160 (limit
+# monkeypatched) 934 / 558 ms (batch of 2: 416 / 160 ms), 47053 nodes (Jacobi 1479), an export
+# of 13 s CPU, 950 MB peak (Jacobi 400 MB), and vector_signs --sizes 160 --batch 2 7 of 8
 BDSQR_LIMIT = 25
 GESDD_LIMIT = 128
 # bdsqr's MAXITR: at most MAXITR n^2 inner steps

@@ -70,9 +70,9 @@ SMLSIZ = 25
 # 128 255 / 261 ms, 160 445 / 459 ms, 192 647 / 731 ms, 256 1415 / 1611 ms
 # (benchmarks/linalg_bench.py --cases eigh --cpu-time); the graph grows with the tree (4244
 # nodes at 64, 5735 at 128, 7290 at 256, Loop bodies included; Jacobi's 245), its export too
-# (6 s at 192 and 256, Jacobi's 0.2 s); batch of 2 at 384: 1099 / 1367 ms (7719 nodes, an
-# export of 44 s wall on a starved machine, benchmarks' STEDC_LIMIT monkeypatched), and
-# vector_signs --sizes 384 --batch 2 16 of 16 with JAX's vectors
+# (6 s at 192 and 256, Jacobi's 0.2 s); batch of 2 (STEDC_LIMIT monkeypatched): 384 1099 /
+# 1367 ms and again 1067 / 1197 ms, 512 2385 / 2624 ms; 7719 / 8927 nodes, an export of 2.7 /
+# 3.6 s CPU; vector_signs --sizes 384 --batch 2: 16 of 16 with JAX's vectors (512 unchecked)
 STEDC_LIMIT = 384
 # dlaed4's and dlaed6's iteration bounds (MAXIT)
 LAED4_MAXIT = 30
