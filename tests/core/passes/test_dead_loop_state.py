@@ -84,7 +84,7 @@ def test_unread_loop_state_is_dropped(kind, used, stacked, steps, size):
         assert kept <= outputs <= kept + 1, (_loops(model), kept)
 
 
-@pytest.mark.parametrize("n", [16, 26, 392])
+@pytest.mark.parametrize("n", [16, 26, 520])
 def test_eigvalsh_loop_has_no_unread_state(n):
     """``eigvalsh`` lowers eigh without its vectors (the interpreter drops what nothing reads):
     syevd's values-only path (``lapack/syevd.py``), the tridiagonal reduction (a Scan above

@@ -39,7 +39,7 @@ Measured (``python -m benchmarks.vector_signs --functions eigh_lower eigh_upper 
 64 --batch 16``): 384 of 384 matrices with JAX's vectors, signs included (one-sided Jacobi: 0);
 at 100 and 128 (``--batch 8``) 127 of 128, the other a float32 column JAX itself negates on
 OpenBLAS's Sandybridge kernels; at 160 and 256 (``--batch 4``) 63 of 64, the other a float32
-perturbed 256x256 (lower triangle); at 384 (``--batch 2``) 16 of 16. Float64 vectors within
+perturbed 256x256 (lower triangle); at 384 and 512 (``--batch 2``) 32 of 32. Float64 vectors within
 ~1e-13 of JAX's, values ~1e-15.
 """
 
@@ -72,8 +72,8 @@ SMLSIZ = 25
 # nodes at 64, 5735 at 128, 7290 at 256, Loop bodies included; Jacobi's 245), its export too
 # (6 s at 192 and 256, Jacobi's 0.2 s); batch of 2 (STEDC_LIMIT monkeypatched): 384 1099 /
 # 1367 ms and again 1067 / 1197 ms, 512 2385 / 2624 ms; 7719 / 8927 nodes, an export of 2.7 /
-# 3.6 s CPU; vector_signs --sizes 384 --batch 2: 16 of 16 with JAX's vectors (512 unchecked)
-STEDC_LIMIT = 384
+# 3.6 s CPU; vector_signs --sizes 384 512 --batch 2: 32 of 32 with JAX's vectors
+STEDC_LIMIT = 512
 # dlaed4's and dlaed6's iteration bounds (MAXIT)
 LAED4_MAXIT = 30
 LAED6_MAXIT = 40

@@ -35,7 +35,7 @@ and V^T as two tensors; the rotations' arithmetic, not the Loop, is the cost at 
 
 An ``eigh`` whose vectors nothing reads (``eigvalsh``, ``eigh(a)[0]``: ``ctx.used_outputs``) of
 a real matrix is not Jacobi at any size: ``syevd.syevd_values``, the tridiagonal form's values
-by bisection. Nor is an ``eigh`` of a static size 2..384 (``stedc.STEDC_LIMIT``): it is
+by bisection. Nor is an ``eigh`` of a static size 2..512 (``stedc.STEDC_LIMIT``): it is
 ``syevd.py``, LAPACK's own path (``steqr`` up to 25 rows, ``stedc.py``'s divide and conquer
 above), so its vectors carry JAX's signs; likewise an ``svd`` with vectors whose static sides
 are both at least 2, the shorter at most 128 (``gesdd.GESDD_LIMIT``: ``bdsqr`` up to 25,
