@@ -178,7 +178,12 @@ def _insert_before(
     return new.outputs[0]
 
 
-@rewrite("Transpose", "Cast", *_SHAPE_OPS, creates={"Transpose", "Cast", "Reshape", "Constant"})
+@rewrite(
+    "Transpose",
+    "Cast",
+    *_SHAPE_OPS,
+    creates={"Transpose", "Cast", "Reshape", "Constant", "Identity"},
+)
 def cancel_layout_chains(model: ir.Model) -> int:
     """Back-to-back Transposes, Casts and shape ops (Reshape, Squeeze, Unsqueeze, Flatten) become
     one node, or none when the pair is the identity (``x.T.T``, ``squeeze(expand_dims(x))``, a cast
@@ -205,7 +210,18 @@ def cancel_layout_chains(model: ir.Model) -> int:
             if replacement is None or replacement is out:
                 continue
             if out.is_graph_output() and not renamable(replacement, node.graph):
-                continue
+                # a graph input, a constant or an outer value keeps its name: the output is
+                # an Identity of it (a Reshape of (1, 1) to (1, 1) was left as it was)
+                replacement = _identity_of(replacement, node)
             take_place(out, replacement)
             bypassed += 1
     return bypassed
+
+
+def _identity_of(value: ir.Value, before: ir.Node) -> ir.Value:
+    """An Identity of ``value`` inserted before ``before`` (whose output it will replace)."""
+    node = ir.Node("", "Identity", [value], name=f"{before.name}/identity")
+    out = node.outputs[0]
+    out.shape, out.type = value.shape, value.type
+    graph_of(before).insert_before(before, node)
+    return out

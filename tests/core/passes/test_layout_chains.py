@@ -186,3 +186,16 @@ def test_an_empty_slice_under_a_new_axis_keeps_its_zero():
         lambda x: jnp.where(x[:, :, -2:-2, 3] > 0, x[:, :, -2:-2, 3], 0.0)[:, None],
         np.ones((2, 3, 4, 5), np.float32),
     )
+
+
+def test_a_no_op_between_graph_input_and_output_is_an_identity():
+    """A transpose of unit dims (a Reshape) to the input's own shape, the graph's output: the
+    input keeps its name, so the output is an Identity of it, not a Reshape (hypothesis's
+    test_reshape found ((1, 1, 1, 1), dimensions=(0, 1, 3, 2)))."""
+    from jax import lax
+
+    x = np.ones((1, 1, 1, 1), np.float32)
+    model = assert_exports_match_on(lambda v: lax.reshape(v, (1, 1, 1, 1), (0, 1, 3, 2)), x)
+    assert op_types(model) == ["Identity"]
+    model = assert_exports_match_on(lambda v: v.T.T, np.ones((3, 4), np.float32))
+    assert op_types(model) == ["Identity"]
