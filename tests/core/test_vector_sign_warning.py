@@ -39,6 +39,14 @@ def test_eigh_of_a_symbolic_size_warns_at_the_users_line():
     assert caught.filename == __file__  # the export call, the user's frame
 
 
+def test_a_library_function_exported_itself_warns_without_a_line():
+    """``to_onnx(jnp.linalg.eigh, ...)``: no line of the user's in the jaxpr; the warning's
+    own location is the export call."""
+    (caught,) = _sign_warnings(jnp.linalg.eigh, [("N", "N")])
+    assert str(caught.message).startswith("eigh of float32[N,N]: a symbolic size")
+    assert caught.filename == __file__
+
+
 def test_eigh_above_the_limit_warns():
     n = stedc.STEDC_LIMIT + 1
     (caught,) = _sign_warnings(_eigh, [(n, n)])

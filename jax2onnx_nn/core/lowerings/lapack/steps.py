@@ -373,7 +373,7 @@ def warn_free_signs(
     dims = ",".join(str(d) for d in aval.shape)
     sign = "phase" if jxi.is_complex_dtype(aval.dtype) else "sign"
     warnings.warn(
-        f"{ctx.source_line or '<unknown location>'}: {function} of "
+        f"{ctx.source_line + ': ' if ctx.source_line else ''}{function} of "
         f"{np.dtype(aval.dtype).name}[{dims}]: {why}, so a vector may come out with another "
         f"{sign} than JAX's ({values}). If the program depends on the {sign}s, fix them in it "
         "(for instance make each vector's largest-magnitude entry real and positive) so that "
