@@ -66,6 +66,7 @@ from jax2onnx_nn.core.lowerings.lapack.stedc import (
     SMLSIZ,
     onehot,
     pick,
+    rotate_columns,
     safe,
     secular_roots,
 )
@@ -124,14 +125,8 @@ def _lasd2(
         slot = where(small & at_j, count, where(rotate & at_p, count, slot))
         count = count + (small | rotate).astype(jnp.int32)
         zs = where(rotate & at_j, tau, where(rotate & at_p, zero, zs))
-        col_p = pick_where(us, at_p[..., None, :], -1)
-        col_j = pick_where(us, at_j, -1)
+        us = rotate_columns(us, at_p, at_j, c, s, rotate)
         rot = rotate[..., None]
-        us = where(
-            rot & at_p[..., None, :],
-            c[..., None] * col_p + s[..., None] * col_j,
-            where(rot & at_j, c[..., None] * col_j - s[..., None] * col_p, us),
-        )
         row_p = pick_where(vts, at_p[..., :, None], -2)
         row_j = pick_where(vts, at_j[:, None], -2)
         vts = where(

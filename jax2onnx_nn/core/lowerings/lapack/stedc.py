@@ -81,6 +81,22 @@ LAED6_MAXIT = 40
 DEFLATION_FACTOR = 8.0
 
 
+def rotate_columns(
+    x: jax.Array, at_p: jax.Array, at_j: jax.Array, c: jax.Array, s: jax.Array, rotate: jax.Array
+) -> jax.Array:
+    """A deflation's Givens pair on x's columns p and j (one-hot masks ``at_p``, ``at_j``),
+    where ``rotate``: column p becomes c x_p + s x_j, column j c x_j - s x_p (dlaed2's and
+    dlasd2's ``drot``)."""
+    col_p = pick_where(x, at_p[..., None, :], -1)
+    col_j = pick_where(x, at_j, -1)
+    rot = rotate[..., None]
+    return where(
+        rot & at_p[..., None, :],
+        c[..., None] * col_p + s[..., None] * col_j,
+        where(rot & at_j, c[..., None] * col_j - s[..., None] * col_p, x),
+    )
+
+
 def leaf_sizes(n: int) -> list[int]:
     """dlaed0's leaves: every size halved (``s // 2``, ``(s + 1) // 2``) until the last is at
     most SMLSIZ."""
@@ -666,14 +682,7 @@ def _merge(
         tj = dp * (s * s) + dj * (c * c)
         zs = where(rotate & at_j, tau, where(rotate & at_p, zero, zs))
         ds = where(rotate & at_p, tp, where(rotate & at_j, tj, ds))
-        col_p = pick_where(qs, at_p[..., None, :], -1)
-        col_j = pick_where(qs, at_j, -1)
-        rot = rotate[..., None]
-        qs = where(
-            rot & at_p[..., None, :],
-            c[..., None] * col_p + s[..., None] * col_j,
-            where(rot & at_j, c[..., None] * col_j - s[..., None] * col_p, qs),
-        )
+        qs = rotate_columns(qs, at_p, at_j, c, s, rotate)
         after = jnp.max(
             where((slot >= 0) & (ds <= tp), slot, jnp.int32(-1)), axis=-1, keepdims=True
         )
